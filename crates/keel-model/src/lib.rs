@@ -1,0 +1,1 @@
+//! keel-model (work in progress).

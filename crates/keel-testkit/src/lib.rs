@@ -1,0 +1,1 @@
+//! keel-testkit (work in progress).

@@ -1,0 +1,1 @@
+//! keel-tools (work in progress).
