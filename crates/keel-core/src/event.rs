@@ -1,0 +1,725 @@
+//! The event envelope and the event types.
+//!
+//! Wire shape (JSON, snake_case), one object per event:
+//!
+//! ```json
+//! {"schema_version": 2, "session_id": "0193…", "seq": 7, "ts": "2026-11-30T02:15:28.123Z",
+//!  "type": "tool_call.proposed", "turn_id": "…", "step_id": "…", "tool_call_id": "call_1",
+//!  "payload": {"name": "read_file", "arguments": {"path": "README.md"}}}
+//! ```
+//!
+//! Correlation ids (`turn_id`, `step_id`, `attempt`, `tool_call_id`, `operation_key`,
+//! `parent_session_id`, `approval_id`) sit in the envelope, present where they apply, so any event
+//! can be filtered without knowing its payload; the payload holds the rest. `seq` starts at 1 and is
+//! the session's version after the event.
+//!
+//! [`Event::decode`] refuses an unknown `type` and a `schema_version` newer than
+//! [`SCHEMA_VERSION`], and upgrades older versions (see [`upgrade`]). Every refusal is an
+//! [`EventDecodeError`] naming the session and sequence number when they could be read.
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::approval::ApprovalDecision;
+use crate::budget::{BudgetLimit, TerminalReason, Usage};
+use crate::ids::{
+    ApprovalId, OperationKey, ReleaseId, SessionId, StepId, TenantId, ToolCallId, TurnId,
+};
+use crate::machine::{SessionStatus, ToolCallStatus, TurnStatus};
+
+/// The envelope version this build writes. Version history:
+/// - 1: timestamp as `ts_ms` (integer, Unix ms).
+/// - 2: timestamp as `ts` (RFC 3339 string, UTC).
+pub const SCHEMA_VERSION: u32 = 2;
+
+/// Ids that tie an event to the entities it concerns. All optional; each event type documents
+/// which it requires.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Correlation {
+    /// The turn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn_id: Option<TurnId>,
+    /// The step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step_id: Option<StepId>,
+    /// Attempt number of a step or an effect dispatch (1-based).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attempt: Option<u32>,
+    /// The tool call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<ToolCallId>,
+    /// The effect.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operation_key: Option<OperationKey>,
+    /// The session that spawned this one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_session_id: Option<SessionId>,
+    /// The approval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval_id: Option<ApprovalId>,
+}
+
+impl Correlation {
+    /// Correlation for a turn.
+    pub fn turn(turn_id: TurnId) -> Self {
+        Correlation {
+            turn_id: Some(turn_id),
+            ..Self::default()
+        }
+    }
+
+    /// Correlation for a step attempt.
+    pub fn step(turn_id: TurnId, step_id: StepId, attempt: u32) -> Self {
+        Correlation {
+            turn_id: Some(turn_id),
+            step_id: Some(step_id),
+            attempt: Some(attempt),
+            ..Self::default()
+        }
+    }
+
+    /// Correlation for a tool call proposed in a step.
+    pub fn tool_call(turn_id: TurnId, step_id: StepId, call: ToolCallId) -> Self {
+        Correlation {
+            turn_id: Some(turn_id),
+            step_id: Some(step_id),
+            tool_call_id: Some(call),
+            ..Self::default()
+        }
+    }
+
+    /// Adds an operation key.
+    pub fn with_operation(mut self, key: OperationKey) -> Self {
+        self.operation_key = Some(key);
+        self
+    }
+
+    /// Adds an approval id.
+    pub fn with_approval(mut self, id: ApprovalId) -> Self {
+        self.approval_id = Some(id);
+        self
+    }
+
+    /// Adds an attempt number.
+    pub fn with_attempt(mut self, attempt: u32) -> Self {
+        self.attempt = Some(attempt);
+        self
+    }
+}
+
+/// What happened. The serde tag is the event type name (dotted lowercase); fields are the payload.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", content = "payload")]
+pub enum EventBody {
+    /// First event of every session. Correlation: optional `parent_session_id`.
+    #[serde(rename = "session.created")]
+    SessionCreated {
+        /// Owner.
+        tenant_id: TenantId,
+        /// The pinned release.
+        release_id: ReleaseId,
+        /// Host-specific settings pinned for the session's life (workspace, permission mode,
+        /// sandbox, budgets), redacted.
+        #[serde(default)]
+        config: Value,
+    },
+    /// The session moved to `status` (checked against the session table).
+    #[serde(rename = "session.status_changed")]
+    SessionStatusChanged {
+        /// The new state.
+        status: SessionStatus,
+        /// Why, for people.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
+    /// User input accepted; the turn is `queued`. Correlation: `turn_id`.
+    #[serde(rename = "turn.queued")]
+    TurnQueued {
+        /// The user's message.
+        input: String,
+    },
+    /// The turn left the queue (`preparing`). Correlation: `turn_id`.
+    #[serde(rename = "turn.started")]
+    TurnStarted {},
+    /// The turn entered `sampling`, `executing_tools` or `compacting`. Correlation: `turn_id`.
+    #[serde(rename = "turn.phase_changed")]
+    TurnPhaseChanged {
+        /// The new, non-terminal phase.
+        phase: TurnStatus,
+    },
+    /// The turn ended; the turn's last event. Correlation: `turn_id`.
+    #[serde(rename = "turn.finished")]
+    TurnFinished {
+        /// Why it ended (never `requires_action`).
+        terminal_reason: TerminalReason,
+        /// The exhausted limit, when the reason is `budget_exhausted`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        limit: Option<BudgetLimit>,
+        /// Tokens used by the turn.
+        usage: Usage,
+        /// Cost of the turn, USD.
+        cost_usd: f64,
+        /// Steps sampled.
+        num_steps: u32,
+        /// Wall-clock duration, ms.
+        duration_ms: u64,
+        /// What went wrong, for `failed`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
+    /// A step attempt started. Correlation: `turn_id`, `step_id`, `attempt`.
+    #[serde(rename = "step.started")]
+    StepStarted {
+        /// The model asked (`provider:model`).
+        model: String,
+    },
+    /// The first response event of the attempt arrived. Correlation: `step_id`, `attempt`.
+    #[serde(rename = "step.streaming")]
+    StepStreaming {},
+    /// An attempt failed and will be retried or abandoned. Correlation: `step_id`, `attempt`.
+    #[serde(rename = "step.attempt_failed")]
+    StepAttemptFailed {
+        /// The model that failed.
+        model: String,
+        /// Provider error class (`rate_limited`, `overloaded`, …).
+        error_kind: String,
+        /// Provider message.
+        message: String,
+        /// Delay before the next attempt, ms, if one follows.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        retry_in_ms: Option<u64>,
+    },
+    /// The step's response ended. Correlation: `step_id`, `attempt`.
+    #[serde(rename = "step.completed")]
+    StepCompleted {
+        /// The model that produced it.
+        model: String,
+        /// Normalized stop reason (`end_turn`, `tool_use`, `max_tokens`, …).
+        stop_reason: String,
+        /// Tokens of this response.
+        usage: Usage,
+        /// Cost of this response, USD.
+        cost_usd: f64,
+    },
+    /// The step failed for good. Correlation: `step_id`.
+    #[serde(rename = "step.failed")]
+    StepFailed {
+        /// Provider error class.
+        error_kind: String,
+        /// Message.
+        message: String,
+    },
+    /// The model proposed a call. Correlation: `turn_id`, `step_id`, `tool_call_id`.
+    #[serde(rename = "tool_call.proposed")]
+    ToolCallProposed {
+        /// Tool name as the model wrote it.
+        name: String,
+        /// Arguments as the model wrote them (any JSON; validation comes next).
+        arguments: Value,
+    },
+    /// Validation and policy evaluation began. Correlation: `tool_call_id`.
+    #[serde(rename = "tool_call.validating")]
+    ToolCallValidating {},
+    /// Waiting on a human. Correlation: `tool_call_id`, `approval_id`.
+    #[serde(rename = "tool_call.awaiting_approval")]
+    ToolCallAwaitingApproval {},
+    /// The tool started running (again, after a crash, for a read-only call). Correlation:
+    /// `tool_call_id`.
+    #[serde(rename = "tool_call.started")]
+    ToolCallStarted {},
+    /// The call's one result. Correlation: `tool_call_id`.
+    #[serde(rename = "tool_call.finished")]
+    ToolCallFinished {
+        /// Terminal state.
+        status: ToolCallStatus,
+        /// The result text as the model sees it (after truncation).
+        output: String,
+        /// Whether the model sees it as an error.
+        is_error: bool,
+    },
+    /// Intent of a side effect journaled. Correlation: `tool_call_id`, `operation_key`.
+    #[serde(rename = "effect.prepared")]
+    EffectPrepared {
+        /// [`crate::canonical::content_hash`] of the request.
+        request_hash: String,
+    },
+    /// The side effect may start. Correlation: `operation_key`, `attempt`.
+    #[serde(rename = "effect.dispatched")]
+    EffectDispatched {},
+    /// The run ended while dispatched. Correlation: `operation_key`.
+    #[serde(rename = "effect.outcome_unknown")]
+    EffectOutcomeUnknown {},
+    /// It happened. Correlation: `operation_key`.
+    #[serde(rename = "effect.committed")]
+    EffectCommitted {
+        /// What the tool (or a human) reported.
+        outcome: Value,
+    },
+    /// It did not happen. Correlation: `operation_key`.
+    #[serde(rename = "effect.failed")]
+    EffectFailed {
+        /// Why.
+        error: String,
+    },
+    /// A human decision was requested. Correlation: `tool_call_id`, `approval_id`.
+    #[serde(rename = "approval.requested")]
+    ApprovalRequested {
+        /// [`crate::approval::args_hash`] of the call's arguments.
+        args_hash: String,
+        /// When it expires.
+        expires_at: DateTime<Utc>,
+    },
+    /// A human decided. Correlation: `approval_id`.
+    #[serde(rename = "approval.decided")]
+    ApprovalDecided {
+        /// The decision.
+        decision: ApprovalDecision,
+    },
+    /// Nobody decided in time. Correlation: `approval_id`.
+    #[serde(rename = "approval.expired")]
+    ApprovalExpired {},
+    /// Older transcript was summarized; the model sees `summary` then the items from
+    /// `first_kept_item`. The journal keeps the full history. Correlation: `turn_id`.
+    #[serde(rename = "context.compacted")]
+    ContextCompacted {
+        /// The summary text.
+        summary: String,
+        /// Index of the first transcript item after the boundary.
+        first_kept_item: u64,
+        /// Estimated tokens before and after, for people.
+        tokens_before: u64,
+        /// Estimated tokens after.
+        tokens_after: u64,
+    },
+}
+
+/// Every event type name, in declaration order.
+pub const EVENT_TYPES: &[&str] = &[
+    "session.created",
+    "session.status_changed",
+    "turn.queued",
+    "turn.started",
+    "turn.phase_changed",
+    "turn.finished",
+    "step.started",
+    "step.streaming",
+    "step.attempt_failed",
+    "step.completed",
+    "step.failed",
+    "tool_call.proposed",
+    "tool_call.validating",
+    "tool_call.awaiting_approval",
+    "tool_call.started",
+    "tool_call.finished",
+    "effect.prepared",
+    "effect.dispatched",
+    "effect.outcome_unknown",
+    "effect.committed",
+    "effect.failed",
+    "approval.requested",
+    "approval.decided",
+    "approval.expired",
+    "context.compacted",
+];
+
+impl EventBody {
+    /// The event type name (`turn.started`, …).
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            EventBody::SessionCreated { .. } => "session.created",
+            EventBody::SessionStatusChanged { .. } => "session.status_changed",
+            EventBody::TurnQueued { .. } => "turn.queued",
+            EventBody::TurnStarted {} => "turn.started",
+            EventBody::TurnPhaseChanged { .. } => "turn.phase_changed",
+            EventBody::TurnFinished { .. } => "turn.finished",
+            EventBody::StepStarted { .. } => "step.started",
+            EventBody::StepStreaming {} => "step.streaming",
+            EventBody::StepAttemptFailed { .. } => "step.attempt_failed",
+            EventBody::StepCompleted { .. } => "step.completed",
+            EventBody::StepFailed { .. } => "step.failed",
+            EventBody::ToolCallProposed { .. } => "tool_call.proposed",
+            EventBody::ToolCallValidating {} => "tool_call.validating",
+            EventBody::ToolCallAwaitingApproval {} => "tool_call.awaiting_approval",
+            EventBody::ToolCallStarted {} => "tool_call.started",
+            EventBody::ToolCallFinished { .. } => "tool_call.finished",
+            EventBody::EffectPrepared { .. } => "effect.prepared",
+            EventBody::EffectDispatched {} => "effect.dispatched",
+            EventBody::EffectOutcomeUnknown {} => "effect.outcome_unknown",
+            EventBody::EffectCommitted { .. } => "effect.committed",
+            EventBody::EffectFailed { .. } => "effect.failed",
+            EventBody::ApprovalRequested { .. } => "approval.requested",
+            EventBody::ApprovalDecided { .. } => "approval.decided",
+            EventBody::ApprovalExpired {} => "approval.expired",
+            EventBody::ContextCompacted { .. } => "context.compacted",
+        }
+    }
+
+    /// The session status this event sets, if it is a `session.status_changed`.
+    pub fn session_status(&self) -> Option<SessionStatus> {
+        match self {
+            EventBody::SessionCreated { .. } => Some(SessionStatus::Created),
+            EventBody::SessionStatusChanged { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+}
+
+/// One journaled event.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    /// Envelope version ([`SCHEMA_VERSION`] when written by this build).
+    pub schema_version: u32,
+    /// The session whose journal holds it.
+    pub session_id: SessionId,
+    /// Position in the journal, from 1; the session's version after this event.
+    pub seq: u64,
+    /// When it was recorded (UTC).
+    pub ts: DateTime<Utc>,
+    /// Related entity ids.
+    #[serde(flatten)]
+    pub correlation: Correlation,
+    /// Type and payload.
+    #[serde(flatten)]
+    pub body: EventBody,
+}
+
+/// Why a stored or received event could not be read.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error("event {} of session {}: {kind}", seq.map(|s| s.to_string()).unwrap_or_else(|| "?".into()), session_id.map(|s| s.to_string()).unwrap_or_else(|| "?".into()))]
+pub struct EventDecodeError {
+    /// The session, when it could be read.
+    pub session_id: Option<SessionId>,
+    /// The sequence number, when it could be read.
+    pub seq: Option<u64>,
+    /// What is wrong.
+    pub kind: DecodeErrorKind,
+}
+
+/// What is wrong with an event.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum DecodeErrorKind {
+    /// Not JSON, or the JSON does not have the envelope's shape.
+    #[error("malformed: {0}")]
+    Malformed(String),
+    /// A `type` this build does not know.
+    #[error("unknown event type {0:?}")]
+    UnknownType(String),
+    /// Written by a newer Keel.
+    #[error("schema version {found} is newer than this build supports ({supported}); upgrade keel")]
+    NewerSchema {
+        /// The event's version.
+        found: u32,
+        /// [`SCHEMA_VERSION`].
+        supported: u32,
+    },
+}
+
+impl Event {
+    /// Builds an event at `seq` for `session_id`, stamped `ts`, in the current schema version.
+    pub fn new(
+        session_id: SessionId,
+        seq: u64,
+        ts: DateTime<Utc>,
+        correlation: Correlation,
+        body: EventBody,
+    ) -> Self {
+        Event {
+            schema_version: SCHEMA_VERSION,
+            session_id,
+            seq,
+            ts,
+            correlation,
+            body,
+        }
+    }
+
+    /// The event type name.
+    pub fn type_name(&self) -> &'static str {
+        self.body.type_name()
+    }
+
+    /// Serializes to the JSON wire shape (see the module docs).
+    pub fn encode(&self) -> String {
+        // Serializing these types cannot fail: all map keys are strings and no Serialize impl errs.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// Parses, upgrades and checks one event.
+    ///
+    /// # Errors
+    /// [`EventDecodeError`] with the session and sequence number where readable: malformed JSON or
+    /// envelope, an unknown `type`, or a `schema_version` above [`SCHEMA_VERSION`].
+    pub fn decode(json: &str) -> Result<Event, EventDecodeError> {
+        let value: Value = serde_json::from_str(json).map_err(|e| EventDecodeError {
+            session_id: None,
+            seq: None,
+            kind: DecodeErrorKind::Malformed(e.to_string()),
+        })?;
+        Self::decode_value(value)
+    }
+
+    /// As [`Event::decode`], from an already parsed value.
+    ///
+    /// # Errors
+    /// See [`Event::decode`].
+    pub fn decode_value(mut value: Value) -> Result<Event, EventDecodeError> {
+        let session_id = value
+            .get("session_id")
+            .and_then(Value::as_str)
+            .and_then(|s| s.parse::<SessionId>().ok());
+        let seq = value.get("seq").and_then(Value::as_u64);
+        let err = |kind| EventDecodeError {
+            session_id,
+            seq,
+            kind,
+        };
+        let version = match value.get("schema_version").and_then(Value::as_u64) {
+            Some(v) => u32::try_from(v).unwrap_or(u32::MAX),
+            None => {
+                return Err(err(DecodeErrorKind::Malformed(
+                    "missing schema_version".into(),
+                )));
+            }
+        };
+        if version > SCHEMA_VERSION {
+            return Err(err(DecodeErrorKind::NewerSchema {
+                found: version,
+                supported: SCHEMA_VERSION,
+            }));
+        }
+        upgrade(&mut value, version).map_err(|m| err(DecodeErrorKind::Malformed(m)))?;
+        match value.get("type").and_then(Value::as_str) {
+            None => return Err(err(DecodeErrorKind::Malformed("missing type".into()))),
+            Some(t) if !EVENT_TYPES.contains(&t) => {
+                return Err(err(DecodeErrorKind::UnknownType(t.to_owned())));
+            }
+            Some(_) => {}
+        }
+        serde_json::from_value(value).map_err(|e| err(DecodeErrorKind::Malformed(e.to_string())))
+    }
+}
+
+/// Upgrades an event object written at `from` to [`SCHEMA_VERSION`], in place.
+///
+/// # Errors
+/// A message when a field the upgrade needs is missing or has the wrong type.
+pub fn upgrade(value: &mut Value, from: u32) -> Result<(), String> {
+    let Some(obj) = value.as_object_mut() else {
+        return Err("event is not a JSON object".into());
+    };
+    let mut version = from;
+    if version < 2 {
+        // v1 → v2: `ts_ms` (Unix ms) became `ts` (RFC 3339).
+        let ms = obj
+            .remove("ts_ms")
+            .and_then(|v| v.as_i64())
+            .ok_or("schema 1 event without integer ts_ms")?;
+        let ts = DateTime::<Utc>::from_timestamp_millis(ms).ok_or("ts_ms out of range")?;
+        obj.insert("ts".into(), Value::String(ts.to_rfc3339()));
+        version = 2;
+    }
+    obj.insert("schema_version".into(), Value::from(version));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn sample_bodies() -> Vec<EventBody> {
+        vec![
+            EventBody::SessionCreated {
+                tenant_id: TenantId::new(),
+                release_id: ReleaseId::from("sha256:00"),
+                config: json!({"workspace": "/w"}),
+            },
+            EventBody::SessionStatusChanged {
+                status: SessionStatus::Running,
+                reason: None,
+            },
+            EventBody::TurnQueued {
+                input: "fix the bug".into(),
+            },
+            EventBody::TurnStarted {},
+            EventBody::TurnPhaseChanged {
+                phase: TurnStatus::Sampling,
+            },
+            EventBody::TurnFinished {
+                terminal_reason: TerminalReason::BudgetExhausted,
+                limit: Some(BudgetLimit::Steps),
+                usage: Usage {
+                    input_tokens: 10,
+                    output_tokens: 5,
+                    ..Usage::default()
+                },
+                cost_usd: 0.25,
+                num_steps: 3,
+                duration_ms: 1200,
+                error: None,
+            },
+            EventBody::StepStarted {
+                model: "openai:gpt-5".into(),
+            },
+            EventBody::StepStreaming {},
+            EventBody::StepAttemptFailed {
+                model: "openai:gpt-5".into(),
+                error_kind: "rate_limited".into(),
+                message: "slow down".into(),
+                retry_in_ms: Some(100),
+            },
+            EventBody::StepCompleted {
+                model: "openai:gpt-5".into(),
+                stop_reason: "tool_use".into(),
+                usage: Usage::default(),
+                cost_usd: 0.0,
+            },
+            EventBody::StepFailed {
+                error_kind: "authentication".into(),
+                message: "bad key".into(),
+            },
+            EventBody::ToolCallProposed {
+                name: "shell".into(),
+                arguments: json!({"command": "ls"}),
+            },
+            EventBody::ToolCallValidating {},
+            EventBody::ToolCallAwaitingApproval {},
+            EventBody::ToolCallStarted {},
+            EventBody::ToolCallFinished {
+                status: ToolCallStatus::Succeeded,
+                output: "a\nb".into(),
+                is_error: false,
+            },
+            EventBody::EffectPrepared {
+                request_hash: "sha256:ab".into(),
+            },
+            EventBody::EffectDispatched {},
+            EventBody::EffectOutcomeUnknown {},
+            EventBody::EffectCommitted {
+                outcome: json!({"exit_code": 0}),
+            },
+            EventBody::EffectFailed {
+                error: "not found".into(),
+            },
+            EventBody::ApprovalRequested {
+                args_hash: "sha256:cd".into(),
+                expires_at: Utc::now(),
+            },
+            EventBody::ApprovalDecided {
+                decision: ApprovalDecision::Deny {
+                    reason: "no".into(),
+                },
+            },
+            EventBody::ApprovalExpired {},
+            EventBody::ContextCompacted {
+                summary: "s".into(),
+                first_kept_item: 4,
+                tokens_before: 1000,
+                tokens_after: 100,
+            },
+        ]
+    }
+
+    #[test]
+    fn every_event_type_round_trips_through_json() {
+        let bodies = sample_bodies();
+        assert_eq!(bodies.len(), EVENT_TYPES.len(), "one sample per event type");
+        let session = SessionId::new();
+        for (i, body) in bodies.into_iter().enumerate() {
+            assert_eq!(body.type_name(), EVENT_TYPES[i]);
+            let corr = Correlation::tool_call(TurnId::new(), StepId::new(), "call_1".into())
+                .with_attempt(2)
+                .with_operation(OperationKey::from("k"))
+                .with_approval(ApprovalId::new());
+            let ev = Event::new(session, i as u64 + 1, Utc::now(), corr, body);
+            let text = ev.encode();
+            let v: Value = serde_json::from_str(&text).unwrap();
+            assert_eq!(v["type"], EVENT_TYPES[i]);
+            assert_eq!(v["schema_version"], SCHEMA_VERSION);
+            assert_eq!(v["tool_call_id"], "call_1");
+            assert_eq!(Event::decode(&text).unwrap(), ev);
+        }
+    }
+
+    #[test]
+    fn absent_correlation_ids_are_omitted() {
+        let ev = Event::new(
+            SessionId::new(),
+            1,
+            Utc::now(),
+            Correlation::turn(TurnId::new()),
+            EventBody::TurnStarted {},
+        );
+        let v: Value = serde_json::from_str(&ev.encode()).unwrap();
+        assert!(v.get("step_id").is_none());
+        assert!(v.get("turn_id").is_some());
+    }
+
+    #[test]
+    fn a_newer_schema_is_refused_with_session_and_seq() {
+        let s = SessionId::new();
+        let text = json!({"schema_version": 99, "session_id": s.to_string(), "seq": 5, "type": "turn.started"})
+            .to_string();
+        let err = Event::decode(&text).unwrap_err();
+        assert_eq!(err.session_id, Some(s));
+        assert_eq!(err.seq, Some(5));
+        assert_eq!(
+            err.kind,
+            DecodeErrorKind::NewerSchema {
+                found: 99,
+                supported: SCHEMA_VERSION
+            }
+        );
+        assert!(err.to_string().contains("upgrade keel"), "{err}");
+    }
+
+    #[test]
+    fn an_unknown_type_is_refused_with_session_and_seq() {
+        let s = SessionId::new();
+        let text = json!({"schema_version": 2, "session_id": s.to_string(), "seq": 3,
+            "ts": "2026-01-01T00:00:00Z", "type": "turn.teleported"})
+        .to_string();
+        let err = Event::decode(&text).unwrap_err();
+        assert_eq!(
+            err.kind,
+            DecodeErrorKind::UnknownType("turn.teleported".into())
+        );
+        assert_eq!((err.session_id, err.seq), (Some(s), Some(3)));
+    }
+
+    #[test]
+    fn a_schema_1_event_is_upgraded() {
+        let s = SessionId::new();
+        let t = TurnId::new();
+        let text = json!({"schema_version": 1, "session_id": s.to_string(), "seq": 2,
+            "ts_ms": 1_764_468_928_123_i64, "type": "turn.queued", "turn_id": t.to_string(),
+            "payload": {"input": "hi"}})
+        .to_string();
+        let ev = Event::decode(&text).unwrap();
+        assert_eq!(ev.schema_version, SCHEMA_VERSION);
+        assert_eq!(ev.ts.timestamp_millis(), 1_764_468_928_123);
+        assert_eq!(ev.correlation.turn_id, Some(t));
+        assert_eq!(ev.body, EventBody::TurnQueued { input: "hi".into() });
+    }
+
+    #[test]
+    fn malformed_events_are_typed_errors() {
+        assert!(matches!(
+            Event::decode("{").unwrap_err().kind,
+            DecodeErrorKind::Malformed(_)
+        ));
+        let s = SessionId::new();
+        let bad_payload = json!({"schema_version": 2, "session_id": s.to_string(), "seq": 1,
+            "ts": "2026-01-01T00:00:00Z", "type": "turn.queued", "payload": {"input": 5}})
+        .to_string();
+        let err = Event::decode(&bad_payload).unwrap_err();
+        assert!(matches!(err.kind, DecodeErrorKind::Malformed(_)));
+        assert_eq!(err.seq, Some(1));
+        let v1_without_ts = json!({"schema_version": 1, "session_id": s.to_string(), "seq": 1, "type": "turn.started"});
+        assert!(matches!(
+            Event::decode(&v1_without_ts.to_string()).unwrap_err().kind,
+            DecodeErrorKind::Malformed(_)
+        ));
+    }
+}

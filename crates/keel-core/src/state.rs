@@ -1,0 +1,865 @@
+//! The session fold: [`SessionState::apply`] turns a journal into state.
+//!
+//! `apply` is pure and atomic: it either accepts the event and updates the state, or returns an
+//! [`ApplyError`] and leaves the state exactly as it was. Every status change goes through the
+//! machine tables ([`check_transition`]); an event that would move a terminal state is refused.
+//! Replaying the same events always yields the same state.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+
+use crate::budget::{TerminalReason, Usage};
+use crate::event::{Event, EventBody};
+use crate::ids::{
+    ApprovalId, OperationKey, ReleaseId, SessionId, StepId, TenantId, ToolCallId, TurnId,
+};
+use crate::machine::{
+    ApprovalStatus, EffectStatus, SessionStatus, StateMachine, StepStatus, ToolCallStatus,
+    TransitionError, TurnStatus, check_transition,
+};
+
+/// Why an event cannot be applied. Each variant names the event's sequence number.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum ApplyError {
+    /// The event is not the next one (`seq` must be `version + 1`).
+    #[error("event seq {seq} does not follow version {version}")]
+    OutOfOrder {
+        /// The event's seq.
+        seq: u64,
+        /// The state's version.
+        version: u64,
+    },
+    /// The event belongs to another session.
+    #[error("event seq {seq} belongs to session {found}, not {expected}")]
+    WrongSession {
+        /// The event's seq.
+        seq: u64,
+        /// The state's session.
+        expected: SessionId,
+        /// The event's session.
+        found: SessionId,
+    },
+    /// The first event must be `session.created`, and only the first.
+    #[error(
+        "event seq {seq} ({event_type}): session.created must be the first event and only the first"
+    )]
+    Creation {
+        /// The event's seq.
+        seq: u64,
+        /// Its type.
+        event_type: &'static str,
+    },
+    /// A correlation id the event type requires is missing.
+    #[error("event seq {seq} ({event_type}) lacks correlation id {field}")]
+    MissingCorrelation {
+        /// The event's seq.
+        seq: u64,
+        /// Its type.
+        event_type: &'static str,
+        /// The missing field.
+        field: &'static str,
+    },
+    /// The event refers to an entity the session does not have.
+    #[error("event seq {seq} ({event_type}) refers to unknown {entity} {id}")]
+    UnknownEntity {
+        /// The event's seq.
+        seq: u64,
+        /// Its type.
+        event_type: &'static str,
+        /// `turn`, `step`, `tool_call`, `effect`, `approval`.
+        entity: &'static str,
+        /// The id.
+        id: String,
+    },
+    /// The event would create an entity that already exists.
+    #[error("event seq {seq} ({event_type}) creates {entity} {id}, which already exists")]
+    Duplicate {
+        /// The event's seq.
+        seq: u64,
+        /// Its type.
+        event_type: &'static str,
+        /// The entity kind.
+        entity: &'static str,
+        /// The id.
+        id: String,
+    },
+    /// The transition is not in the machine's table.
+    #[error("event seq {seq} ({event_type}): {source}")]
+    Transition {
+        /// The event's seq.
+        seq: u64,
+        /// Its type.
+        event_type: &'static str,
+        /// The illegal transition.
+        source: TransitionError,
+    },
+    /// The event breaks a rule that is not a single transition (one active turn per session, a
+    /// terminal reason that does not finish a turn, a session that is closed…).
+    #[error("event seq {seq} ({event_type}): {rule}")]
+    Rule {
+        /// The event's seq.
+        seq: u64,
+        /// Its type.
+        event_type: &'static str,
+        /// The rule, in words.
+        rule: &'static str,
+    },
+}
+
+/// A turn as folded from the journal.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TurnState {
+    /// Its id.
+    pub id: TurnId,
+    /// Current status.
+    pub status: TurnStatus,
+    /// The user's input.
+    pub input: String,
+    /// Steps, in order.
+    pub steps: Vec<StepId>,
+    /// Tokens used.
+    pub usage: Usage,
+    /// Cost, USD.
+    pub cost_usd: f64,
+    /// Tool calls that reached `running`.
+    pub tool_calls_run: u32,
+    /// Why it ended, once finished.
+    pub terminal_reason: Option<TerminalReason>,
+    /// When it was queued.
+    pub queued_at: DateTime<Utc>,
+    /// When it left the queue.
+    pub started_at: Option<DateTime<Utc>>,
+}
+
+/// A step as folded from the journal.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StepState {
+    /// Its id.
+    pub id: StepId,
+    /// Its turn.
+    pub turn_id: TurnId,
+    /// Current status.
+    pub status: StepStatus,
+    /// Current attempt, from 1.
+    pub attempt: u32,
+    /// Model of the current attempt.
+    pub model: String,
+    /// Normalized stop reason once completed.
+    pub stop_reason: Option<String>,
+    /// Calls it proposed, in the model's order.
+    pub tool_calls: Vec<ToolCallId>,
+}
+
+/// A tool call as folded from the journal.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ToolCallState {
+    /// Its id.
+    pub id: ToolCallId,
+    /// Its turn.
+    pub turn_id: TurnId,
+    /// Its step.
+    pub step_id: StepId,
+    /// Tool name.
+    pub name: String,
+    /// Arguments as proposed.
+    pub arguments: Value,
+    /// Current status.
+    pub status: ToolCallStatus,
+    /// Times it reached `running` (more than 1 after a re-run).
+    pub runs: u32,
+    /// The approval it waits or waited on.
+    pub approval_id: Option<ApprovalId>,
+    /// Its effect, if side-effecting.
+    pub operation_key: Option<OperationKey>,
+    /// Its one result, once finished: `(output, is_error)`.
+    pub result: Option<(String, bool)>,
+}
+
+/// An effect as folded from the journal.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EffectState {
+    /// Its key.
+    pub key: OperationKey,
+    /// The call it belongs to.
+    pub tool_call_id: ToolCallId,
+    /// Current status.
+    pub status: EffectStatus,
+    /// Dispatch attempts so far.
+    pub attempts: u32,
+    /// Hash of the request.
+    pub request_hash: String,
+}
+
+/// An approval as folded from the journal.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ApprovalState {
+    /// Its id.
+    pub id: ApprovalId,
+    /// The call it is bound to.
+    pub tool_call_id: ToolCallId,
+    /// Hash of the call's arguments.
+    pub args_hash: String,
+    /// Current status.
+    pub status: ApprovalStatus,
+    /// Expiry.
+    pub expires_at: DateTime<Utc>,
+}
+
+/// A session folded from its journal.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct SessionState {
+    /// The session (set by `session.created`).
+    pub session_id: Option<SessionId>,
+    /// Owner.
+    pub tenant_id: Option<TenantId>,
+    /// Pinned release.
+    pub release_id: Option<ReleaseId>,
+    /// Parent session, for spawned agents.
+    pub parent_session_id: Option<SessionId>,
+    /// Host settings pinned at creation.
+    pub config: Value,
+    /// Current status (`created` before the first event too).
+    pub status: SessionStatus,
+    /// Last applied seq; 0 when empty.
+    pub version: u64,
+    /// Turns by id.
+    pub turns: BTreeMap<TurnId, TurnState>,
+    /// Turn ids in the order they were queued.
+    pub turn_order: Vec<TurnId>,
+    /// Queued turns not yet started, oldest first.
+    pub queue: VecDeque<TurnId>,
+    /// The turn that has started and not finished.
+    pub active_turn: Option<TurnId>,
+    /// Steps by id.
+    pub steps: BTreeMap<StepId, StepState>,
+    /// Tool calls by id.
+    pub tool_calls: BTreeMap<ToolCallId, ToolCallState>,
+    /// Effects by key.
+    pub effects: BTreeMap<OperationKey, EffectState>,
+    /// Approvals by id.
+    pub approvals: BTreeMap<ApprovalId, ApprovalState>,
+    /// Index of the first transcript item after the last compaction boundary.
+    pub compaction_boundary: u64,
+    /// Session totals: tokens.
+    pub usage: Usage,
+    /// Session totals: USD.
+    pub cost_usd: f64,
+    /// Session totals: completed steps.
+    pub num_steps: u32,
+}
+
+impl Default for SessionStatus {
+    fn default() -> Self {
+        SessionStatus::INITIAL
+    }
+}
+
+impl SessionState {
+    /// Folds a whole journal.
+    ///
+    /// # Errors
+    /// The first event that cannot be applied.
+    pub fn replay<'a>(events: impl IntoIterator<Item = &'a Event>) -> Result<Self, ApplyError> {
+        let mut state = SessionState::default();
+        for ev in events {
+            state.apply(ev)?;
+        }
+        Ok(state)
+    }
+
+    /// Tool calls not yet finished, in proposal order within their steps.
+    pub fn open_tool_calls(&self) -> impl Iterator<Item = &ToolCallState> {
+        self.steps
+            .values()
+            .flat_map(|s| s.tool_calls.iter())
+            .filter_map(|id| self.tool_calls.get(id))
+            .filter(|c| !c.status.is_terminal())
+    }
+
+    /// Applies one event.
+    ///
+    /// # Errors
+    /// [`ApplyError`] naming the event's seq; the state is unchanged.
+    pub fn apply(&mut self, ev: &Event) -> Result<(), ApplyError> {
+        let seq = ev.seq;
+        let ty = ev.type_name();
+        if seq != self.version + 1 {
+            return Err(ApplyError::OutOfOrder {
+                seq,
+                version: self.version,
+            });
+        }
+        let is_create = matches!(ev.body, EventBody::SessionCreated { .. });
+        match self.session_id {
+            None if !is_create => {
+                return Err(ApplyError::Creation {
+                    seq,
+                    event_type: ty,
+                });
+            }
+            Some(_) if is_create => {
+                return Err(ApplyError::Creation {
+                    seq,
+                    event_type: ty,
+                });
+            }
+            Some(expected) if expected != ev.session_id => {
+                return Err(ApplyError::WrongSession {
+                    seq,
+                    expected,
+                    found: ev.session_id,
+                });
+            }
+            _ => {}
+        }
+        if self.status == SessionStatus::Closed {
+            return Err(ApplyError::Rule {
+                seq,
+                event_type: ty,
+                rule: "the session is closed",
+            });
+        }
+        let c = &ev.correlation;
+        let missing = |field| ApplyError::MissingCorrelation {
+            seq,
+            event_type: ty,
+            field,
+        };
+        let unknown = |entity, id: String| ApplyError::UnknownEntity {
+            seq,
+            event_type: ty,
+            entity,
+            id,
+        };
+        let trans = |source| ApplyError::Transition {
+            seq,
+            event_type: ty,
+            source,
+        };
+        let rule = |rule| ApplyError::Rule {
+            seq,
+            event_type: ty,
+            rule,
+        };
+
+        match &ev.body {
+            EventBody::SessionCreated {
+                tenant_id,
+                release_id,
+                config,
+            } => {
+                self.session_id = Some(ev.session_id);
+                self.tenant_id = Some(*tenant_id);
+                self.release_id = Some(release_id.clone());
+                self.parent_session_id = c.parent_session_id;
+                self.config = config.clone();
+                self.status = SessionStatus::Created;
+            }
+            EventBody::SessionStatusChanged { status, .. } => {
+                let to = check_transition(self.status, *status).map_err(trans)?;
+                if to == SessionStatus::Idle && self.active_turn.is_some() {
+                    return Err(rule("a session with an active turn cannot be idle"));
+                }
+                if to == SessionStatus::RequiresAction && self.active_turn.is_none() {
+                    return Err(rule(
+                        "only a session with an active turn can require action",
+                    ));
+                }
+                self.status = to;
+            }
+            EventBody::TurnQueued { input } => {
+                let id = c.turn_id.ok_or_else(|| missing("turn_id"))?;
+                if self.turns.contains_key(&id) {
+                    return Err(ApplyError::Duplicate {
+                        seq,
+                        event_type: ty,
+                        entity: "turn",
+                        id: id.to_string(),
+                    });
+                }
+                self.turns.insert(
+                    id,
+                    TurnState {
+                        id,
+                        status: TurnStatus::INITIAL,
+                        input: input.clone(),
+                        steps: Vec::new(),
+                        usage: Usage::default(),
+                        cost_usd: 0.0,
+                        tool_calls_run: 0,
+                        terminal_reason: None,
+                        queued_at: ev.ts,
+                        started_at: None,
+                    },
+                );
+                self.turn_order.push(id);
+                self.queue.push_back(id);
+            }
+            EventBody::TurnStarted {} => {
+                let id = c.turn_id.ok_or_else(|| missing("turn_id"))?;
+                let turn = self
+                    .turns
+                    .get(&id)
+                    .ok_or_else(|| unknown("turn", id.to_string()))?;
+                let to = check_transition(turn.status, TurnStatus::Preparing).map_err(trans)?;
+                if self.active_turn.is_some() {
+                    return Err(rule("another turn is active (one active turn per session)"));
+                }
+                if self.status != SessionStatus::Running {
+                    return Err(rule("a turn starts only in a running session"));
+                }
+                self.queue.retain(|t| *t != id);
+                self.active_turn = Some(id);
+                if let Some(turn) = self.turns.get_mut(&id) {
+                    turn.status = to;
+                    turn.started_at = Some(ev.ts);
+                }
+            }
+            EventBody::TurnPhaseChanged { phase } => {
+                let id = c.turn_id.ok_or_else(|| missing("turn_id"))?;
+                let turn = self
+                    .turns
+                    .get(&id)
+                    .ok_or_else(|| unknown("turn", id.to_string()))?;
+                if phase.is_terminal() {
+                    return Err(rule("a turn ends only with turn.finished"));
+                }
+                if *phase == TurnStatus::Preparing || *phase == TurnStatus::Queued {
+                    return Err(rule(
+                        "a turn is queued by turn.queued and leaves the queue by turn.started",
+                    ));
+                }
+                let to = check_transition(turn.status, *phase).map_err(trans)?;
+                if self.active_turn != Some(id) {
+                    return Err(rule("only the active turn changes phase"));
+                }
+                if let Some(turn) = self.turns.get_mut(&id) {
+                    turn.status = to;
+                }
+            }
+            EventBody::TurnFinished {
+                terminal_reason, ..
+            } => {
+                let id = c.turn_id.ok_or_else(|| missing("turn_id"))?;
+                let turn = self
+                    .turns
+                    .get(&id)
+                    .ok_or_else(|| unknown("turn", id.to_string()))?;
+                let status = terminal_reason.turn_status().ok_or_else(|| {
+                    rule("requires_action suspends a turn; it does not finish it")
+                })?;
+                let to = check_transition(turn.status, status).map_err(trans)?;
+                let open = self
+                    .tool_calls
+                    .values()
+                    .any(|tc| tc.turn_id == id && !tc.status.is_terminal());
+                if open {
+                    return Err(rule(
+                        "every tool call of the turn needs its result before the turn finishes",
+                    ));
+                }
+                if turn
+                    .steps
+                    .iter()
+                    .any(|s| self.steps.get(s).is_some_and(|s| !s.status.is_terminal()))
+                {
+                    return Err(rule("every step of the turn ends before the turn finishes"));
+                }
+                if self.active_turn == Some(id) && self.status == SessionStatus::RequiresAction {
+                    return Err(rule(
+                        "a session that requires action returns to running before its turn finishes",
+                    ));
+                }
+                if self.active_turn == Some(id) {
+                    self.active_turn = None;
+                }
+                self.queue.retain(|t| *t != id);
+                if let Some(turn) = self.turns.get_mut(&id) {
+                    turn.status = to;
+                    turn.terminal_reason = Some(*terminal_reason);
+                }
+            }
+            EventBody::StepStarted { model } => {
+                let turn_id = c.turn_id.ok_or_else(|| missing("turn_id"))?;
+                let step_id = c.step_id.ok_or_else(|| missing("step_id"))?;
+                let attempt = c.attempt.ok_or_else(|| missing("attempt"))?;
+                let turn = self
+                    .turns
+                    .get(&turn_id)
+                    .ok_or_else(|| unknown("turn", turn_id.to_string()))?;
+                if turn.status != TurnStatus::Sampling {
+                    return Err(rule("a step starts only while its turn is sampling"));
+                }
+                match self.steps.get(&step_id) {
+                    None => {
+                        if attempt != 1 {
+                            return Err(rule("a new step starts at attempt 1"));
+                        }
+                        self.steps.insert(
+                            step_id,
+                            StepState {
+                                id: step_id,
+                                turn_id,
+                                status: StepStatus::INITIAL,
+                                attempt,
+                                model: model.clone(),
+                                stop_reason: None,
+                                tool_calls: Vec::new(),
+                            },
+                        );
+                        if let Some(turn) = self.turns.get_mut(&turn_id) {
+                            turn.steps.push(step_id);
+                        }
+                    }
+                    Some(step) => {
+                        if step.turn_id != turn_id {
+                            return Err(rule("a step belongs to one turn"));
+                        }
+                        if attempt <= step.attempt {
+                            return Err(rule("a retried step's attempt number must grow"));
+                        }
+                        // A retry: a streaming attempt goes back to `started`; one that failed before
+                        // its first token is already there.
+                        let to = if step.status == StepStatus::Started {
+                            StepStatus::Started
+                        } else {
+                            check_transition(step.status, StepStatus::Started).map_err(trans)?
+                        };
+                        if let Some(step) = self.steps.get_mut(&step_id) {
+                            step.status = to;
+                            step.attempt = attempt;
+                            step.model = model.clone();
+                        }
+                    }
+                }
+            }
+            EventBody::StepStreaming {} => {
+                self.step_transition(ev, StepStatus::Streaming)?;
+            }
+            EventBody::StepAttemptFailed { .. } => {
+                let step_id = c.step_id.ok_or_else(|| missing("step_id"))?;
+                let step = self
+                    .steps
+                    .get(&step_id)
+                    .ok_or_else(|| unknown("step", step_id.to_string()))?;
+                if step.status.is_terminal() {
+                    return Err(rule("a finished step has no further attempts"));
+                }
+            }
+            EventBody::StepCompleted {
+                stop_reason,
+                usage,
+                cost_usd,
+                ..
+            } => {
+                let (step_id, turn_id) = self.step_transition(ev, StepStatus::Completed)?;
+                if let Some(step) = self.steps.get_mut(&step_id) {
+                    step.stop_reason = Some(stop_reason.clone());
+                }
+                if let Some(turn) = self.turns.get_mut(&turn_id) {
+                    turn.usage.add(usage);
+                    turn.cost_usd += cost_usd;
+                }
+                self.usage.add(usage);
+                self.cost_usd += cost_usd;
+                self.num_steps += 1;
+            }
+            EventBody::StepFailed { .. } => {
+                self.step_transition(ev, StepStatus::Failed)?;
+            }
+            EventBody::ToolCallProposed { name, arguments } => {
+                let turn_id = c.turn_id.ok_or_else(|| missing("turn_id"))?;
+                let step_id = c.step_id.ok_or_else(|| missing("step_id"))?;
+                let call_id = c
+                    .tool_call_id
+                    .clone()
+                    .ok_or_else(|| missing("tool_call_id"))?;
+                let step = self
+                    .steps
+                    .get(&step_id)
+                    .ok_or_else(|| unknown("step", step_id.to_string()))?;
+                if step.turn_id != turn_id {
+                    return Err(rule("a tool call's step must belong to its turn"));
+                }
+                if self.active_turn != Some(turn_id) {
+                    return Err(rule("only the active turn's steps propose tool calls"));
+                }
+                if step.status.is_terminal() && step.status != StepStatus::Completed {
+                    return Err(rule("a failed step proposes no tool calls"));
+                }
+                if self.tool_calls.contains_key(&call_id) {
+                    return Err(ApplyError::Duplicate {
+                        seq,
+                        event_type: ty,
+                        entity: "tool_call",
+                        id: call_id.to_string(),
+                    });
+                }
+                self.tool_calls.insert(
+                    call_id.clone(),
+                    ToolCallState {
+                        id: call_id.clone(),
+                        turn_id,
+                        step_id,
+                        name: name.clone(),
+                        arguments: arguments.clone(),
+                        status: ToolCallStatus::INITIAL,
+                        runs: 0,
+                        approval_id: None,
+                        operation_key: None,
+                        result: None,
+                    },
+                );
+                if let Some(step) = self.steps.get_mut(&step_id) {
+                    step.tool_calls.push(call_id);
+                }
+            }
+            EventBody::ToolCallValidating {} => {
+                self.call_transition(ev, ToolCallStatus::Validating)?;
+            }
+            EventBody::ToolCallAwaitingApproval {} => {
+                let approval = c.approval_id.ok_or_else(|| missing("approval_id"))?;
+                let id = self.call_transition(ev, ToolCallStatus::AwaitingApproval)?;
+                if let Some(call) = self.tool_calls.get_mut(&id) {
+                    call.approval_id = Some(approval);
+                }
+            }
+            EventBody::ToolCallStarted {} => {
+                let call_id = c
+                    .tool_call_id
+                    .clone()
+                    .ok_or_else(|| missing("tool_call_id"))?;
+                let call = self
+                    .tool_calls
+                    .get(&call_id)
+                    .ok_or_else(|| unknown("tool_call", call_id.to_string()))?;
+                // A re-run after a crash starts a `running` call again; otherwise this is a transition.
+                if call.status != ToolCallStatus::Running {
+                    check_transition(call.status, ToolCallStatus::Running).map_err(trans)?;
+                }
+                let first_run = call.runs == 0;
+                let turn_id = call.turn_id;
+                if let Some(call) = self.tool_calls.get_mut(&call_id) {
+                    call.status = ToolCallStatus::Running;
+                    call.runs += 1;
+                }
+                if first_run && let Some(turn) = self.turns.get_mut(&turn_id) {
+                    turn.tool_calls_run += 1;
+                }
+            }
+            EventBody::ToolCallFinished {
+                status,
+                output,
+                is_error,
+            } => {
+                if !status.is_terminal() {
+                    return Err(rule("tool_call.finished carries a terminal status"));
+                }
+                let id = self.call_transition(ev, *status)?;
+                if let Some(call) = self.tool_calls.get_mut(&id) {
+                    call.result = Some((output.clone(), *is_error));
+                }
+            }
+            EventBody::EffectPrepared { request_hash } => {
+                let key = c
+                    .operation_key
+                    .clone()
+                    .ok_or_else(|| missing("operation_key"))?;
+                let call_id = c
+                    .tool_call_id
+                    .clone()
+                    .ok_or_else(|| missing("tool_call_id"))?;
+                if !self.tool_calls.contains_key(&call_id) {
+                    return Err(unknown("tool_call", call_id.to_string()));
+                }
+                if self.effects.contains_key(&key) {
+                    return Err(ApplyError::Duplicate {
+                        seq,
+                        event_type: ty,
+                        entity: "effect",
+                        id: key.to_string(),
+                    });
+                }
+                if let Some(call) = self.tool_calls.get_mut(&call_id) {
+                    call.operation_key = Some(key.clone());
+                }
+                self.effects.insert(
+                    key.clone(),
+                    EffectState {
+                        key,
+                        tool_call_id: call_id,
+                        status: EffectStatus::INITIAL,
+                        attempts: 0,
+                        request_hash: request_hash.clone(),
+                    },
+                );
+            }
+            EventBody::EffectDispatched {} => {
+                let key = self.effect_transition(ev, EffectStatus::Dispatched)?;
+                if let Some(e) = self.effects.get_mut(&key) {
+                    e.attempts += 1;
+                }
+            }
+            EventBody::EffectOutcomeUnknown {} => {
+                self.effect_transition(ev, EffectStatus::OutcomeUnknown)?;
+            }
+            EventBody::EffectCommitted { .. } => {
+                self.effect_transition(ev, EffectStatus::Committed)?;
+            }
+            EventBody::EffectFailed { .. } => {
+                self.effect_transition(ev, EffectStatus::Failed)?;
+            }
+            EventBody::ApprovalRequested {
+                args_hash,
+                expires_at,
+            } => {
+                let id = c.approval_id.ok_or_else(|| missing("approval_id"))?;
+                let call_id = c
+                    .tool_call_id
+                    .clone()
+                    .ok_or_else(|| missing("tool_call_id"))?;
+                if !self.tool_calls.contains_key(&call_id) {
+                    return Err(unknown("tool_call", call_id.to_string()));
+                }
+                if self.approvals.contains_key(&id) {
+                    return Err(ApplyError::Duplicate {
+                        seq,
+                        event_type: ty,
+                        entity: "approval",
+                        id: id.to_string(),
+                    });
+                }
+                self.approvals.insert(
+                    id,
+                    ApprovalState {
+                        id,
+                        tool_call_id: call_id,
+                        args_hash: args_hash.clone(),
+                        status: ApprovalStatus::INITIAL,
+                        expires_at: *expires_at,
+                    },
+                );
+            }
+            EventBody::ApprovalDecided { decision } => {
+                self.approval_transition(ev, decision.status())?;
+            }
+            EventBody::ApprovalExpired {} => {
+                self.approval_transition(ev, ApprovalStatus::Expired)?;
+            }
+            EventBody::ContextCompacted {
+                first_kept_item, ..
+            } => {
+                c.turn_id.ok_or_else(|| missing("turn_id"))?;
+                if *first_kept_item < self.compaction_boundary {
+                    return Err(rule("a compaction boundary never moves backwards"));
+                }
+                self.compaction_boundary = *first_kept_item;
+            }
+        }
+        self.version = seq;
+        Ok(())
+    }
+
+    fn step_transition(
+        &mut self,
+        ev: &Event,
+        to: StepStatus,
+    ) -> Result<(StepId, TurnId), ApplyError> {
+        let id = ev
+            .correlation
+            .step_id
+            .ok_or_else(|| missing(ev, "step_id"))?;
+        let step = move_entity(&mut self.steps, &id, |s| &mut s.status, to, ev, "step")?;
+        Ok((id, step.turn_id))
+    }
+
+    fn call_transition(
+        &mut self,
+        ev: &Event,
+        to: ToolCallStatus,
+    ) -> Result<ToolCallId, ApplyError> {
+        let id = ev
+            .correlation
+            .tool_call_id
+            .clone()
+            .ok_or_else(|| missing(ev, "tool_call_id"))?;
+        move_entity(
+            &mut self.tool_calls,
+            &id,
+            |c| &mut c.status,
+            to,
+            ev,
+            "tool_call",
+        )?;
+        Ok(id)
+    }
+
+    fn effect_transition(
+        &mut self,
+        ev: &Event,
+        to: EffectStatus,
+    ) -> Result<OperationKey, ApplyError> {
+        let key = ev
+            .correlation
+            .operation_key
+            .clone()
+            .ok_or_else(|| missing(ev, "operation_key"))?;
+        move_entity(&mut self.effects, &key, |e| &mut e.status, to, ev, "effect")?;
+        Ok(key)
+    }
+
+    fn approval_transition(
+        &mut self,
+        ev: &Event,
+        to: ApprovalStatus,
+    ) -> Result<ApprovalId, ApplyError> {
+        let id = ev
+            .correlation
+            .approval_id
+            .ok_or_else(|| missing(ev, "approval_id"))?;
+        move_entity(
+            &mut self.approvals,
+            &id,
+            |a| &mut a.status,
+            to,
+            ev,
+            "approval",
+        )?;
+        Ok(id)
+    }
+}
+
+fn missing(ev: &Event, field: &'static str) -> ApplyError {
+    ApplyError::MissingCorrelation {
+        seq: ev.seq,
+        event_type: ev.type_name(),
+        field,
+    }
+}
+
+/// Moves the entity `key` of `map` to `to` through its machine's table.
+fn move_entity<'m, K: Ord + std::fmt::Display, V, S: StateMachine>(
+    map: &'m mut BTreeMap<K, V>,
+    key: &K,
+    status: impl Fn(&mut V) -> &mut S,
+    to: S,
+    ev: &Event,
+    entity: &'static str,
+) -> Result<&'m mut V, ApplyError> {
+    let (seq, event_type) = (ev.seq, ev.type_name());
+    let value = map.get_mut(key).ok_or_else(|| ApplyError::UnknownEntity {
+        seq,
+        event_type,
+        entity,
+        id: key.to_string(),
+    })?;
+    let current = status(value);
+    *current = check_transition(*current, to).map_err(|source| ApplyError::Transition {
+        seq,
+        event_type,
+        source,
+    })?;
+    Ok(value)
+}
