@@ -1,0 +1,369 @@
+//! The [`ModelClient`] trait and the HTTP adapter behind the three wire protocols.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::stream::{BoxStream, StreamExt};
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use crate::classify::classify_http;
+use crate::error::{ErrorKind, ModelError, ProviderError};
+use crate::stream::{Limits, Sink, Wire, pump};
+use crate::types::{ModelRequest, StreamEvent};
+
+/// A stream of normalized events for one model call; it ends after its terminal event
+/// (`completed`, `error` or `cancelled`). Dropping it aborts the call and closes the connection.
+pub type EventStream = BoxStream<'static, StreamEvent>;
+
+/// A model: one call in, one normalized event stream out.
+pub trait ModelClient: Send + Sync {
+    /// The model label used in events, usage attribution and price lookup
+    /// (`gpt-4o`, `claude-sonnet-4-5`, `scripted:demo.jsonl`).
+    fn model(&self) -> &str;
+
+    /// Starts one call. Never fails up front: every failure arrives as a terminal
+    /// [`StreamEvent::Error`]. Must be polled inside a Tokio runtime with the time driver.
+    fn stream(&self, request: ModelRequest) -> EventStream;
+}
+
+/// A [`Sink`] feeding a bounded channel.
+pub(crate) struct ChannelSink(mpsc::Sender<StreamEvent>);
+
+impl Sink for ChannelSink {
+    async fn emit(&mut self, event: StreamEvent) -> bool {
+        self.0.send(event).await.is_ok()
+    }
+}
+
+/// Turns a producer future into an [`EventStream`]. The producer runs inside the returned stream
+/// (no task is spawned), so dropping the stream drops the producer and whatever connection it
+/// holds.
+pub(crate) fn event_stream<F, Fut>(producer: F) -> EventStream
+where
+    F: FnOnce(ChannelSink) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let (tx, rx) = mpsc::channel(64);
+    let work = producer(ChannelSink(tx));
+    let driver = futures_util::stream::once(work).filter_map(|()| async { None::<StreamEvent> });
+    let events =
+        futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|e| (e, rx)) });
+    futures_util::stream::select(driver, events).boxed()
+}
+
+/// Time limits of one response. `None` disables a limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Timeouts {
+    /// From sending the request to the first content event (text, reasoning or tool call), in ms.
+    pub first_token_ms: Option<u64>,
+    /// From sending the request to the terminal event, in ms.
+    pub total_ms: Option<u64>,
+}
+
+impl Default for Timeouts {
+    /// 60 s to the first token, 10 min in total.
+    fn default() -> Self {
+        Self {
+            first_token_ms: Some(60_000),
+            total_ms: Some(600_000),
+        }
+    }
+}
+
+/// Configuration of one HTTP model.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ProviderConfig {
+    /// The provider's model id (`gpt-4o`, `claude-sonnet-4-5`).
+    pub model: String,
+    /// API key; when absent, `OPENAI_API_KEY` or `ANTHROPIC_API_KEY` is read.
+    #[serde(default)]
+    pub api_key: Option<String>,
+    /// Base URL; when absent, `OPENAI_BASE_URL` / `ANTHROPIC_BASE_URL`, else
+    /// `https://api.openai.com/v1` / `https://api.anthropic.com`. OpenAI bases include `/v1`
+    /// (requests go to `{base}/chat/completions`, `{base}/responses`); Anthropic bases do not
+    /// (`{base}/v1/messages`), as in the providers' SDKs.
+    #[serde(default)]
+    pub base_url: Option<String>,
+    /// Time limits.
+    #[serde(default)]
+    pub timeouts: Timeouts,
+    /// Anthropic `max_tokens` when the request sets none (default 8192).
+    #[serde(default)]
+    pub default_max_tokens: Option<u32>,
+    /// Chat Completions only: send `max_tokens` instead of `max_completion_tokens` (older
+    /// OpenAI-compatible servers).
+    #[serde(default)]
+    pub legacy_max_tokens: bool,
+}
+
+impl ProviderConfig {
+    /// A configuration for `model` with defaults elsewhere.
+    pub fn new(model: impl Into<String>) -> Self {
+        Self {
+            model: model.into(),
+            ..Self::default()
+        }
+    }
+
+    /// Sets the base URL.
+    pub fn with_base_url(mut self, url: impl Into<String>) -> Self {
+        self.base_url = Some(url.into());
+        self
+    }
+
+    /// Sets the API key.
+    pub fn with_api_key(mut self, key: impl Into<String>) -> Self {
+        self.api_key = Some(key.into());
+        self
+    }
+
+    /// Sets the time limits.
+    pub fn with_timeouts(mut self, timeouts: Timeouts) -> Self {
+        self.timeouts = timeouts;
+        self
+    }
+}
+
+struct Inner {
+    wire: Wire,
+    config: ProviderConfig,
+    url: String,
+    api_key: Option<String>,
+    http: reqwest::Client,
+}
+
+/// A model reached over HTTP with one of the three wire protocols. Cheap to clone.
+#[derive(Clone)]
+pub struct HttpModel {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for HttpModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpModel")
+            .field("wire", &self.inner.wire)
+            .field("model", &self.inner.config.model)
+            .field("url", &self.inner.url)
+            .finish_non_exhaustive()
+    }
+}
+
+impl HttpModel {
+    /// OpenAI Chat Completions, or any OpenAI-compatible server (set `base_url`; the key is then
+    /// optional).
+    ///
+    /// # Errors
+    /// [`ModelError::MissingApiKey`] when talking to api.openai.com without a key;
+    /// [`ModelError::HttpClient`] when the TLS backend cannot start.
+    pub fn openai_chat(config: ProviderConfig) -> Result<Self, ModelError> {
+        Self::new(Wire::OpenaiChat, config)
+    }
+
+    /// OpenAI Responses. Errors as [`HttpModel::openai_chat`].
+    ///
+    /// # Errors
+    /// See [`HttpModel::openai_chat`].
+    pub fn openai_responses(config: ProviderConfig) -> Result<Self, ModelError> {
+        Self::new(Wire::OpenaiResponses, config)
+    }
+
+    /// Anthropic Messages.
+    ///
+    /// # Errors
+    /// [`ModelError::MissingApiKey`] when talking to api.anthropic.com without a key;
+    /// [`ModelError::HttpClient`] when the TLS backend cannot start.
+    pub fn anthropic(config: ProviderConfig) -> Result<Self, ModelError> {
+        Self::new(Wire::Anthropic, config)
+    }
+
+    /// A model speaking `wire`.
+    ///
+    /// # Errors
+    /// See [`HttpModel::openai_chat`].
+    pub fn new(wire: Wire, config: ProviderConfig) -> Result<Self, ModelError> {
+        let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        let (provider, key_var, url_var, default_base) = match wire {
+            Wire::OpenaiChat | Wire::OpenaiResponses => (
+                "openai",
+                "OPENAI_API_KEY",
+                "OPENAI_BASE_URL",
+                "https://api.openai.com/v1",
+            ),
+            Wire::Anthropic => (
+                "anthropic",
+                "ANTHROPIC_API_KEY",
+                "ANTHROPIC_BASE_URL",
+                "https://api.anthropic.com",
+            ),
+        };
+        let base = config
+            .base_url
+            .clone()
+            .or_else(|| env(url_var))
+            .unwrap_or_else(|| default_base.to_string());
+        let api_key = config.api_key.clone().or_else(|| env(key_var));
+        if api_key.is_none() && base == default_base {
+            return Err(ModelError::MissingApiKey {
+                provider,
+                env_var: key_var,
+            });
+        }
+        let base = base.trim_end_matches('/');
+        let url = match wire {
+            Wire::OpenaiChat => format!("{base}/chat/completions"),
+            Wire::OpenaiResponses => format!("{base}/responses"),
+            Wire::Anthropic => format!("{base}/v1/messages"),
+        };
+        let http = reqwest::Client::builder()
+            .tcp_nodelay(true)
+            .connect_timeout(Duration::from_secs(30))
+            .build()
+            .map_err(|e| ModelError::HttpClient(e.to_string()))?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                wire,
+                config,
+                url,
+                api_key,
+                http,
+            }),
+        })
+    }
+
+    /// The wire protocol.
+    pub fn wire(&self) -> Wire {
+        self.inner.wire
+    }
+
+    /// The JSON body this model would send for `request` (for inspection and tests).
+    pub fn request_body(&self, request: &ModelRequest) -> serde_json::Value {
+        let c = &self.inner.config;
+        match self.inner.wire {
+            Wire::OpenaiChat => {
+                crate::openai_chat::request_body(&c.model, c.legacy_max_tokens, request)
+            }
+            Wire::OpenaiResponses => crate::openai_responses::request_body(&c.model, request),
+            Wire::Anthropic => crate::anthropic::request_body(
+                &c.model,
+                c.default_max_tokens.unwrap_or(8192),
+                request,
+            ),
+        }
+    }
+}
+
+impl ModelClient for HttpModel {
+    fn model(&self) -> &str {
+        &self.inner.config.model
+    }
+
+    fn stream(&self, request: ModelRequest) -> EventStream {
+        let inner = self.inner.clone();
+        let body = self.request_body(&request);
+        event_stream(move |mut sink| async move {
+            run(inner, body, request, &mut sink).await;
+        })
+    }
+}
+
+fn reqwest_error(e: &reqwest::Error) -> ProviderError {
+    let kind = if e.is_timeout() {
+        ErrorKind::Timeout
+    } else {
+        ErrorKind::ServerError
+    };
+    ProviderError::new(kind, format!("HTTP request failed: {e}"))
+}
+
+async fn run(
+    inner: Arc<Inner>,
+    body: serde_json::Value,
+    request: ModelRequest,
+    sink: &mut ChannelSink,
+) {
+    let started = Instant::now();
+    let t = inner.config.timeouts;
+    let limits = Limits {
+        first_token: t.first_token_ms.map(Duration::from_millis),
+        total: t.total_ms.map(Duration::from_millis),
+        started: Some(started),
+        cancel: request.cancel.clone(),
+    };
+    let far = started + Duration::from_secs(365 * 24 * 3600);
+    let header_deadline = [limits.first_token, limits.total]
+        .into_iter()
+        .flatten()
+        .map(|d| started + d)
+        .min()
+        .unwrap_or(far);
+
+    let mut http = inner
+        .http
+        .post(&inner.url)
+        .header("content-type", "application/json");
+    http = match (inner.wire, &inner.api_key) {
+        (Wire::Anthropic, key) => {
+            let http = http.header("anthropic-version", crate::anthropic::ANTHROPIC_VERSION);
+            match key {
+                Some(key) => http.header("x-api-key", key),
+                None => http,
+            }
+        }
+        (_, Some(key)) => http.bearer_auth(key),
+        (_, None) => http,
+    };
+    let bytes = match serde_json::to_vec(&body) {
+        Ok(b) => b,
+        Err(e) => {
+            let error = ProviderError::new(
+                ErrorKind::InvalidRequest,
+                format!("cannot encode request: {e}"),
+            );
+            let _ = sink.emit(StreamEvent::Error { error }).await;
+            return;
+        }
+    };
+    let response = tokio::select! {
+        biased;
+        () = request.cancel.cancelled() => {
+            let _ = sink.emit(StreamEvent::Cancelled).await;
+            return;
+        }
+        () = tokio::time::sleep_until(header_deadline) => {
+            let error = ProviderError::new(ErrorKind::Timeout, "no response headers within the time limit");
+            let _ = sink.emit(StreamEvent::Error { error }).await;
+            return;
+        }
+        r = http.body(bytes).send() => r,
+    };
+    let response = match response {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = sink
+                .emit(StreamEvent::Error {
+                    error: reqwest_error(&e),
+                })
+                .await;
+            return;
+        }
+    };
+    let status = response.status();
+    if !status.is_success() {
+        let headers = response.headers().clone();
+        let text = tokio::select! {
+            biased;
+            () = request.cancel.cancelled() => {
+                let _ = sink.emit(StreamEvent::Cancelled).await;
+                return;
+            }
+            text = response.text() => text.unwrap_or_default(),
+        };
+        let error = classify_http(status.as_u16(), &headers, &text);
+        let _ = sink.emit(StreamEvent::Error { error }).await;
+        return;
+    }
+    pump(response.bytes_stream(), inner.wire.parser(), limits, sink).await;
+}

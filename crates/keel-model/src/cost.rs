@@ -1,0 +1,187 @@
+//! Prices and cost per step.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::types::Usage;
+
+/// Prices of one model in USD per million tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Price {
+    /// Uncached input, USD per 1M tokens.
+    pub input: f64,
+    /// Output (including reasoning), USD per 1M tokens.
+    pub output: f64,
+    /// Input read from cache, USD per 1M tokens.
+    pub cache_read: f64,
+    /// Input written to cache, USD per 1M tokens (Anthropic 5-minute cache writes; OpenAI charges
+    /// the input price).
+    pub cache_write: f64,
+}
+
+impl Price {
+    /// Cost of `usage` in USD.
+    pub fn cost_usd(&self, usage: &Usage) -> f64 {
+        let plain = usage
+            .input_tokens
+            .saturating_sub(usage.cache_read_tokens + usage.cache_write_tokens);
+        (plain as f64 * self.input
+            + usage.cache_read_tokens as f64 * self.cache_read
+            + usage.cache_write_tokens as f64 * self.cache_write
+            + usage.output_tokens as f64 * self.output)
+            / 1_000_000.0
+    }
+}
+
+const fn p(input: f64, output: f64, cache_read: f64, cache_write: f64) -> Price {
+    Price {
+        input,
+        output,
+        cache_read,
+        cache_write,
+    }
+}
+
+/// Default prices (USD per 1M tokens, input / output / cache read / cache write) from the
+/// providers' pricing pages, for current OpenAI and Anthropic models. Keys are model ids or
+/// prefixes of them (dated snapshots match their family).
+const DEFAULT_PRICES: &[(&str, Price)] = &[
+    ("gpt-5.1", p(1.25, 10.0, 0.125, 1.25)),
+    ("gpt-5", p(1.25, 10.0, 0.125, 1.25)),
+    ("gpt-5-mini", p(0.25, 2.0, 0.025, 0.25)),
+    ("gpt-5-nano", p(0.05, 0.40, 0.005, 0.05)),
+    ("gpt-4.1", p(2.0, 8.0, 0.50, 2.0)),
+    ("gpt-4.1-mini", p(0.40, 1.60, 0.10, 0.40)),
+    ("gpt-4.1-nano", p(0.10, 0.40, 0.025, 0.10)),
+    ("gpt-4o", p(2.50, 10.0, 1.25, 2.50)),
+    ("gpt-4o-mini", p(0.15, 0.60, 0.075, 0.15)),
+    ("o3", p(2.0, 8.0, 0.50, 2.0)),
+    ("o4-mini", p(1.10, 4.40, 0.275, 1.10)),
+    ("claude-opus-4-5", p(5.0, 25.0, 0.50, 6.25)),
+    ("claude-opus-4-1", p(15.0, 75.0, 1.50, 18.75)),
+    ("claude-opus-4", p(15.0, 75.0, 1.50, 18.75)),
+    ("claude-sonnet-4-5", p(3.0, 15.0, 0.30, 3.75)),
+    ("claude-sonnet-4", p(3.0, 15.0, 0.30, 3.75)),
+    ("claude-3-7-sonnet", p(3.0, 15.0, 0.30, 3.75)),
+    ("claude-haiku-4-5", p(1.0, 5.0, 0.10, 1.25)),
+    ("claude-3-5-haiku", p(0.80, 4.0, 0.08, 1.0)),
+    ("claude-3-opus", p(15.0, 75.0, 1.50, 18.75)),
+];
+
+/// Prices by model id. Lookup takes the exact id, else the longest key that the id starts with
+/// (`claude-sonnet-4-5-20250929` → `claude-sonnet-4-5`). Deserializes from a map
+/// `{"gpt-4o": {"input": 2.5, "output": 10, "cache_read": 1.25, "cache_write": 2.5}}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct PriceTable {
+    prices: BTreeMap<String, Price>,
+}
+
+impl Default for PriceTable {
+    /// The built-in prices.
+    fn default() -> Self {
+        Self {
+            prices: DEFAULT_PRICES
+                .iter()
+                .map(|(k, v)| (k.to_string(), *v))
+                .collect(),
+        }
+    }
+}
+
+impl PriceTable {
+    /// A table with no prices.
+    pub fn empty() -> Self {
+        Self {
+            prices: BTreeMap::new(),
+        }
+    }
+
+    /// Adds or replaces the price of `model` (configuration overrides).
+    pub fn set(&mut self, model: impl Into<String>, price: Price) {
+        self.prices.insert(model.into(), price);
+    }
+
+    /// Adds or replaces every price of `overrides`.
+    pub fn merge(&mut self, overrides: &PriceTable) {
+        self.prices
+            .extend(overrides.prices.iter().map(|(k, v)| (k.clone(), *v)));
+    }
+
+    /// The price of `model`, if known.
+    pub fn price(&self, model: &str) -> Option<&Price> {
+        self.prices.get(model).or_else(|| {
+            self.prices
+                .iter()
+                .filter(|(key, _)| {
+                    model.starts_with(key.as_str())
+                        && model[key.len()..].starts_with(['-', '@', ':'])
+                })
+                .max_by_key(|(key, _)| key.len())
+                .map(|(_, price)| price)
+        })
+    }
+
+    /// Cost of `usage` by `model` in USD; `None` when the model has no price (e.g. a local model).
+    pub fn cost_usd(&self, model: &str, usage: &Usage) -> Option<f64> {
+        self.price(model).map(|p| p.cost_usd(usage))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dated_snapshots_use_their_family_price_and_longest_prefix_wins() {
+        let t = PriceTable::default();
+        assert_eq!(
+            t.price("claude-sonnet-4-5-20250929"),
+            t.price("claude-sonnet-4-5")
+        );
+        assert_eq!(
+            t.price("gpt-4o-mini-2024-07-18").map(|p| p.input),
+            Some(0.15)
+        );
+        assert_eq!(t.price("gpt-4o-2024-08-06").map(|p| p.input), Some(2.50));
+        assert_eq!(t.price("gpt-5.1-codex-max").map(|p| p.input), Some(1.25));
+        assert!(t.price("llama-3-8b").is_none());
+        assert!(t.price("gpt-4olala").is_none());
+    }
+
+    #[test]
+    fn cost_splits_cached_and_plain_input() {
+        let price = p(3.0, 15.0, 0.30, 3.75);
+        let usage = Usage {
+            input_tokens: 1_000_000,
+            output_tokens: 100_000,
+            cache_read_tokens: 500_000,
+            cache_write_tokens: 100_000,
+            reasoning_tokens: 0,
+        };
+        // 400k plain * 3 + 500k * 0.30 + 100k * 3.75 + 100k * 15, per million
+        let expected = 1.2 + 0.15 + 0.375 + 1.5;
+        assert!((price.cost_usd(&usage) - expected).abs() < 1e-9);
+    }
+
+    #[test]
+    fn config_overrides_merge() {
+        let mut t = PriceTable::default();
+        let o: PriceTable = serde_json::from_str(
+            r#"{"local-llama": {"input": 0, "output": 0, "cache_read": 0, "cache_write": 0}}"#,
+        )
+        .unwrap();
+        t.merge(&o);
+        assert_eq!(
+            t.cost_usd(
+                "local-llama",
+                &Usage {
+                    input_tokens: 10,
+                    ..Usage::default()
+                }
+            ),
+            Some(0.0)
+        );
+    }
+}

@@ -1,0 +1,240 @@
+//! OpenAI Chat Completions (and OpenAI-compatible servers: llama.cpp, vLLM, Ollama, LM Studio):
+//! request body and stream parser.
+//!
+//! Docs: "Chat Completions API — Create chat completion" (messages with roles `system`, `user`,
+//! `assistant` with `tool_calls`, `tool` with `tool_call_id`; `tools[].function.parameters`;
+//! `stream_options.include_usage`) and "Streaming" (chunks with `choices[].delta`, tool call
+//! fragments keyed by `index`, `finish_reason`, a final usage chunk with empty `choices`,
+//! `data: [DONE]`).
+
+use serde_json::{Map, Value, json};
+
+use crate::classify::classify_stream_error;
+use crate::stream::{
+    ToolCallAssembler, WireParser, insert_common_sampling, nonempty_str, parse_json, u64_at,
+};
+use crate::types::{Message, ModelRequest, StopReason, StreamEvent, Usage};
+
+/// Maps Chat's `finish_reason`.
+fn stop_reason(s: &str) -> StopReason {
+    match s {
+        "tool_calls" | "function_call" => StopReason::ToolUse,
+        "length" => StopReason::MaxTokens,
+        "content_filter" => StopReason::ContentFilter,
+        // "stop" and anything new
+        _ => StopReason::EndTurn,
+    }
+}
+
+/// Tool result content on wires without an error flag.
+pub(crate) fn tool_result_text(content: &str, is_error: bool) -> String {
+    if is_error {
+        format!("Error: {content}")
+    } else {
+        content.to_string()
+    }
+}
+
+/// Arguments text sent back for a call: invalid calls (a JSON string) are sent as `{}`.
+pub(crate) fn arguments_text(arguments: &Value) -> String {
+    if arguments.is_object() {
+        arguments.to_string()
+    } else {
+        "{}".to_string()
+    }
+}
+
+/// The JSON body of `POST {base}/chat/completions` for `request`. `legacy_max_tokens` sends
+/// `max_tokens` (older compatible servers) instead of `max_completion_tokens`.
+pub(crate) fn request_body(model: &str, legacy_max_tokens: bool, request: &ModelRequest) -> Value {
+    let mut messages = Vec::new();
+    if let Some(system) = request.instructions.as_deref().filter(|s| !s.is_empty()) {
+        messages.push(json!({"role": "system", "content": system}));
+    }
+    for message in &request.messages {
+        match message {
+            Message::User { content } => messages.push(json!({"role": "user", "content": content})),
+            Message::Assistant { text, tool_calls, .. } => {
+                let mut m = Map::new();
+                m.insert("role".into(), json!("assistant"));
+                m.insert("content".into(), if text.is_empty() { Value::Null } else { json!(text) });
+                if !tool_calls.is_empty() {
+                    let calls: Vec<Value> = tool_calls
+                        .iter()
+                        .map(|c| {
+                            json!({"id": c.id, "type": "function",
+                                   "function": {"name": c.name, "arguments": arguments_text(&c.arguments)}})
+                        })
+                        .collect();
+                    m.insert("tool_calls".into(), Value::Array(calls));
+                }
+                messages.push(Value::Object(m));
+            }
+            Message::Tool { call_id, content, is_error } => messages.push(
+                json!({"role": "tool", "tool_call_id": call_id, "content": tool_result_text(content, *is_error)}),
+            ),
+        }
+    }
+    let s = &request.sampling;
+    let mut body = Map::new();
+    body.insert("model".into(), json!(model));
+    body.insert("messages".into(), Value::Array(messages));
+    if !request.tools.is_empty() {
+        let tools: Vec<Value> = request
+            .tools
+            .iter()
+            .map(|t| {
+                json!({"type": "function",
+                       "function": {"name": t.name, "description": t.description, "parameters": t.parameters}})
+            })
+            .collect();
+        body.insert("tools".into(), Value::Array(tools));
+    }
+    if let Some(max) = s.max_tokens {
+        let key = if legacy_max_tokens {
+            "max_tokens"
+        } else {
+            "max_completion_tokens"
+        };
+        body.insert(key.into(), json!(max));
+    }
+    insert_common_sampling(&mut body, s);
+    if !s.stop_sequences.is_empty() {
+        body.insert("stop".into(), json!(s.stop_sequences));
+    }
+    if let Some(effort) = &s.reasoning_effort {
+        body.insert("reasoning_effort".into(), json!(effort));
+    }
+    body.insert("stream".into(), json!(true));
+    body.insert("stream_options".into(), json!({"include_usage": true}));
+    Value::Object(body)
+}
+
+/// Stream parser for Chat Completions.
+#[derive(Debug, Default)]
+pub(crate) struct ChatParser {
+    done: bool,
+    model: Option<String>,
+    stop: Option<StopReason>,
+    refusal: bool,
+    usage: Option<Usage>,
+    tools: ToolCallAssembler,
+}
+
+impl ChatParser {
+    fn complete(&mut self, out: &mut Vec<StreamEvent>) {
+        let default = if self.refusal {
+            StopReason::Refusal
+        } else if self.tools.any() {
+            StopReason::ToolUse
+        } else {
+            StopReason::EndTurn
+        };
+        let stop = match self.stop {
+            Some(StopReason::EndTurn) if self.refusal => StopReason::Refusal,
+            Some(stop) => stop,
+            None => default,
+        };
+        self.tools.finish(stop, out);
+        if let Some(usage) = self.usage {
+            out.push(StreamEvent::Usage { usage });
+        }
+        out.push(StreamEvent::Completed {
+            stop_reason: stop,
+            model: self.model.clone(),
+        });
+        self.done = true;
+    }
+}
+
+impl WireParser for ChatParser {
+    fn event(&mut self, _name: &str, data: &str, out: &mut Vec<StreamEvent>) {
+        if self.done {
+            return;
+        }
+        if data.trim() == "[DONE]" {
+            return self.complete(out);
+        }
+        let v = match parse_json(data) {
+            Ok(v) => v,
+            Err(error) => {
+                self.done = true;
+                return out.push(StreamEvent::Error { error });
+            }
+        };
+        if v.get("error").is_some_and(|e| !e.is_null()) {
+            self.done = true;
+            return out.push(StreamEvent::Error {
+                error: classify_stream_error(&v),
+            });
+        }
+        if self.model.is_none() {
+            self.model = v.get("model").and_then(Value::as_str).map(str::to_string);
+        }
+        if let Some(usage) = v.get("usage").filter(|u| u.is_object()) {
+            let reasoning = u64_at(usage, "/completion_tokens_details/reasoning_tokens");
+            self.usage = Some(Usage {
+                input_tokens: u64_at(usage, "/prompt_tokens"),
+                output_tokens: u64_at(usage, "/completion_tokens"),
+                cache_read_tokens: u64_at(usage, "/prompt_tokens_details/cached_tokens"),
+                cache_write_tokens: 0,
+                reasoning_tokens: reasoning,
+            });
+        }
+        // Keel asks for one choice (n = 1); other indexes are ignored.
+        let Some(choice) = v
+            .get("choices")
+            .and_then(Value::as_array)
+            .and_then(|c| c.iter().find(|c| u64_at(c, "/index") == 0))
+        else {
+            return;
+        };
+        let delta = &choice["delta"];
+        for key in ["reasoning_content", "reasoning"] {
+            if let Some(text) = nonempty_str(delta, key) {
+                out.push(StreamEvent::ReasoningDelta {
+                    text: text.to_string(),
+                });
+            }
+        }
+        if let Some(text) = nonempty_str(delta, "content") {
+            out.push(StreamEvent::TextDelta {
+                text: text.to_string(),
+            });
+        }
+        if let Some(text) = nonempty_str(delta, "refusal") {
+            self.refusal = true;
+            out.push(StreamEvent::TextDelta {
+                text: text.to_string(),
+            });
+        }
+        if let Some(calls) = delta.get("tool_calls").and_then(Value::as_array) {
+            for (position, call) in calls.iter().enumerate() {
+                let key = call
+                    .get("index")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(position as u64)
+                    .to_string();
+                if let Some(id) = call.get("id").and_then(Value::as_str) {
+                    let name = call
+                        .pointer("/function/name")
+                        .and_then(Value::as_str)
+                        .unwrap_or("");
+                    self.tools.start(&key, id, name, out);
+                }
+                if let Some(args) = call.pointer("/function/arguments").and_then(Value::as_str) {
+                    self.tools.delta(&key, args, out);
+                }
+            }
+        }
+        if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
+            let stop = stop_reason(reason);
+            self.stop = Some(stop);
+            self.tools.finish(stop, out);
+        }
+    }
+
+    fn done(&self) -> bool {
+        self.done
+    }
+}

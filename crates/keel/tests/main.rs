@@ -1,0 +1,5 @@
+//! Integration tests of the `keel` binary.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests may unwrap (workspace rule applies to library code)
+
+mod model_parse;
