@@ -1,1 +1,40 @@
-//! keel-tools (work in progress).
+//! # keel-tools — governed tool execution
+//!
+//! The model only proposes; this crate decides, runs, bounds and records what a tool call does.
+//!
+//! **Owns:** the [`Tool`](tool::Tool) trait and what a tool gets when it runs
+//! ([`ToolContext`](tool::ToolContext)); the [`ToolRegistry`](registry::ToolRegistry) every call
+//! goes through (strict JSON Schema validation, authorization, execution, result budget); the
+//! pure [`policy`] (permission modes, allow/ask/deny rules, shell command splitting);  workspace confinement
+//! ([`workspace::Workspace`]); the [`sandbox`] for `shell` (Landlock + seccomp); [`artifact`]s for
+//! full outputs; the [`builtin`] tools of a coding agent.
+//!
+//! **Must not touch:** the journal, sessions, turns or model calls (that is `keel-runtime`), the
+//! database (artifacts and approvals reach storage only through the [`artifact::ArtifactSink`]), and nothing here changes policy because of tool output.
+//!
+//! ## Layout
+//! - [`tool`] — `Tool`, `ToolContext`, `ToolOutput`, `ToolResult`, `EffectClass`, `ToolLimits`.
+//! - [`registry`] — `ToolRegistry::dispatch` (validate → authorize → execute), `apply_budget`.
+//! - [`policy`] — `Policy::evaluate`, `Rule`, `PermissionMode`, [`policy::shell::split_commands`].
+//! - [`workspace`] — path resolution and confinement.
+//! - [`sandbox`] — `Sandbox`, `SandboxMode` (`off`, `read_only`, `workspace_write`).
+//! - [`artifact`] — `ArtifactSink`, `FsArtifactSink`, `artifact://<id>` pointers.
+//! - [`builtin`] — `read_file`, `write_file`, `edit_file`, `list_dir`, `glob`, `grep`, `shell`.
+//! - [`error`] — `ToolsError`, the crate's one error type.
+//!
+//! Start reading at [`registry::ToolRegistry::dispatch`].
+
+pub mod artifact;
+pub mod builtin;
+pub mod error;
+pub mod policy;
+pub mod registry;
+pub mod sandbox;
+pub mod tool;
+pub mod workspace;
+
+pub use error::ToolsError;
+pub use registry::{Dispatch, ToolCallRequest, ToolRegistry, ValidatedCall};
+pub use tool::{
+    EffectClass, Tool, ToolContext, ToolOutput, ToolResult, ToolResultStatus, ToolSpec,
+};

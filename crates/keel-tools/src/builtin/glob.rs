@@ -1,0 +1,134 @@
+use async_trait::async_trait;
+use globset::GlobBuilder;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{parse_args, resolve};
+use crate::policy::{PathAccess, Subject};
+use crate::tool::{EffectClass, Tool, ToolContext, ToolOutput};
+
+/// `glob {pattern, path?}`: files under `path` (default the workspace root) whose path relative to
+/// it matches `pattern` (`*` stays within a directory, `**` crosses directories). Honours
+/// `.gitignore` (also outside a git repository), `.ignore` and `.git/info/exclude`; hidden files
+/// are included, `.git` is not. Results are workspace-relative and sorted.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Glob;
+
+#[derive(Deserialize)]
+struct Args {
+    pattern: String,
+    path: Option<String>,
+}
+
+#[async_trait]
+impl Tool for Glob {
+    fn name(&self) -> &str {
+        "glob"
+    }
+
+    fn description(&self) -> &str {
+        "Find files by glob pattern (e.g. \"**/*.rs\", \"src/*.toml\") relative to path (default the \
+         workspace root). Files ignored by .gitignore are skipped."
+    }
+
+    fn input_schema(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "pattern": {"type": "string", "description": "Glob pattern matched against paths relative to `path`."},
+                "path": {"type": "string", "description": "Directory to search, relative to the workspace root (default \".\")."}
+            },
+            "required": ["pattern"],
+            "additionalProperties": false
+        })
+    }
+
+    fn effect(&self) -> EffectClass {
+        EffectClass::ReadOnly
+    }
+
+    fn subject(&self, args: &Value) -> Subject {
+        let path = args.get("path").and_then(Value::as_str).unwrap_or(".");
+        Subject::Paths(vec![PathAccess::read(path)])
+    }
+
+    async fn call(&self, args: Value, ctx: &ToolContext) -> ToolOutput {
+        let args: Args = match parse_args(self.name(), args) {
+            Ok(a) => a,
+            Err(out) => return out,
+        };
+        let pattern = args
+            .pattern
+            .strip_prefix("./")
+            .unwrap_or(&args.pattern)
+            .to_owned();
+        let matcher = match GlobBuilder::new(&pattern).literal_separator(true).build() {
+            Ok(g) => g.compile_matcher(),
+            Err(e) => {
+                return ToolOutput::error(format!(
+                    "glob failed: invalid pattern `{}`: {e}",
+                    args.pattern
+                ));
+            }
+        };
+        let base = match resolve("glob", ctx, args.path.as_deref().unwrap_or(".")) {
+            Ok(r) => r,
+            Err(out) => return out,
+        };
+        if !base.exists || !base.absolute.is_dir() {
+            return ToolOutput::error(format!(
+                "glob failed: `{}` is not an existing directory",
+                base.relative
+            ));
+        }
+        let ctx2 = ctx.clone();
+        let max = ctx.limits.max_listing_entries;
+        let walked = tokio::task::spawn_blocking(move || {
+            let mut found = Vec::new();
+            for entry in super::grep::walker(&base.absolute, None)?.build() {
+                if ctx2.cancel.is_cancelled() {
+                    return Err("cancelled".to_owned());
+                }
+                let Ok(entry) = entry else { continue };
+                if !entry.file_type().is_some_and(|t| t.is_file()) {
+                    continue;
+                }
+                let Ok(rel_to_base) = entry.path().strip_prefix(&base.absolute) else {
+                    continue;
+                };
+                if !matcher.is_match(rel_to_base) {
+                    continue;
+                }
+                let rel = ctx2.workspace.display_relative(entry.path());
+                if ctx2.snapshot.policy.is_path_denied("glob", &rel) {
+                    continue;
+                }
+                found.push(rel);
+            }
+            Ok(found)
+        })
+        .await;
+        let mut found = match walked {
+            Ok(Ok(found)) => found,
+            Ok(Err(e)) if e == "cancelled" => return ToolOutput::cancelled("glob was cancelled"),
+            Ok(Err(e)) => return ToolOutput::error(format!("glob failed: {e}")),
+            Err(e) => {
+                return ToolOutput::error(format!("glob failed: the search task failed: {e}"));
+            }
+        };
+        found.sort();
+        let total = found.len();
+        if total == 0 {
+            return ToolOutput::success(format!("No files match `{}`", args.pattern))
+                .with_details(json!({"matches": 0}));
+        }
+        let mut out = found.into_iter().take(max).collect::<Vec<_>>().join("\n");
+        out.push('\n');
+        if total > max {
+            out.push_str(&format!(
+                "… ({total} files match, showing the first {max}; narrow the pattern or path)\n"
+            ));
+        }
+        ToolOutput::success(out).with_details(json!({"matches": total}))
+    }
+}

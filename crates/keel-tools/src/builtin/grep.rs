@@ -1,0 +1,184 @@
+use std::path::Path;
+
+use async_trait::async_trait;
+use grep_regex::RegexMatcherBuilder;
+use grep_searcher::sinks::Lossy;
+use grep_searcher::{BinaryDetection, SearcherBuilder};
+use ignore::WalkBuilder;
+use ignore::overrides::OverrideBuilder;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{clip_line, parse_args, resolve};
+use crate::policy::{PathAccess, Subject};
+use crate::tool::{EffectClass, Tool, ToolContext, ToolOutput};
+
+/// Longest matching line shown, in characters.
+const MAX_LINE_CHARS: usize = 500;
+
+/// `grep {pattern, path?, glob?, case_insensitive?}`: lines matching the regular expression
+/// `pattern` (Rust regex syntax) in files under `path` (a file or directory, default the workspace
+/// root), as `path:line:text`. `glob` filters file names like ripgrep's `-g` (`*.rs`, `!*.md`).
+/// Honours `.gitignore`; binary files are skipped.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Grep;
+
+#[derive(Deserialize)]
+struct Args {
+    pattern: String,
+    path: Option<String>,
+    glob: Option<String>,
+    #[serde(default)]
+    case_insensitive: bool,
+}
+
+/// A `.gitignore`-honouring walker over `base`, hidden files included, `.git` skipped.
+pub(crate) fn walker(base: &Path, glob: Option<&str>) -> Result<WalkBuilder, String> {
+    let mut builder = WalkBuilder::new(base);
+    builder
+        .hidden(false)
+        .require_git(false)
+        .git_ignore(true)
+        .git_exclude(true)
+        .ignore(true)
+        .parents(true)
+        .sort_by_file_path(|a, b| a.cmp(b))
+        .filter_entry(|e| e.file_name() != ".git");
+    if let Some(glob) = glob {
+        let mut overrides = OverrideBuilder::new(base);
+        overrides
+            .add(glob)
+            .map_err(|e| format!("invalid glob `{glob}`: {e}"))?;
+        let built = overrides
+            .build()
+            .map_err(|e| format!("invalid glob `{glob}`: {e}"))?;
+        builder.overrides(built);
+    }
+    Ok(builder)
+}
+
+#[async_trait]
+impl Tool for Grep {
+    fn name(&self) -> &str {
+        "grep"
+    }
+
+    fn description(&self) -> &str {
+        "Search file contents with a regular expression (Rust regex syntax). Returns path:line:text for \
+         each matching line. Optional path (file or directory), glob to filter files (e.g. \"*.rs\"), \
+         case_insensitive. Files ignored by .gitignore are skipped."
+    }
+
+    fn input_schema(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "pattern": {"type": "string", "description": "Regular expression to search for."},
+                "path": {"type": "string", "description": "File or directory to search, relative to the workspace root (default \".\")."},
+                "glob": {"type": "string", "description": "Only search files matching this glob (e.g. \"*.rs\")."},
+                "case_insensitive": {"type": "boolean", "description": "Match case-insensitively (default false)."}
+            },
+            "required": ["pattern"],
+            "additionalProperties": false
+        })
+    }
+
+    fn effect(&self) -> EffectClass {
+        EffectClass::ReadOnly
+    }
+
+    fn subject(&self, args: &Value) -> Subject {
+        let path = args.get("path").and_then(Value::as_str).unwrap_or(".");
+        Subject::Paths(vec![PathAccess::read(path)])
+    }
+
+    async fn call(&self, args: Value, ctx: &ToolContext) -> ToolOutput {
+        let args: Args = match parse_args(self.name(), args) {
+            Ok(a) => a,
+            Err(out) => return out,
+        };
+        let matcher = match RegexMatcherBuilder::new()
+            .case_insensitive(args.case_insensitive)
+            .build(&args.pattern)
+        {
+            Ok(m) => m,
+            Err(e) => {
+                return ToolOutput::error(format!(
+                    "grep failed: invalid regular expression `{}`: {e}",
+                    args.pattern
+                ));
+            }
+        };
+        let base = match resolve("grep", ctx, args.path.as_deref().unwrap_or(".")) {
+            Ok(r) => r,
+            Err(out) => return out,
+        };
+        if !base.exists {
+            return ToolOutput::error(format!("grep failed: `{}` does not exist", base.relative));
+        }
+        let builder = match walker(&base.absolute, args.glob.as_deref()) {
+            Ok(b) => b,
+            Err(e) => return ToolOutput::error(format!("grep failed: {e}")),
+        };
+        let ctx2 = ctx.clone();
+        let max = ctx.limits.max_listing_entries;
+        let searched = tokio::task::spawn_blocking(move || {
+            let mut searcher = SearcherBuilder::new()
+                .line_number(true)
+                .binary_detection(BinaryDetection::quit(0))
+                .build();
+            let mut lines = Vec::new();
+            let mut total = 0usize;
+            for entry in builder.build() {
+                if ctx2.cancel.is_cancelled() {
+                    return None;
+                }
+                let Ok(entry) = entry else { continue };
+                if !entry.file_type().is_some_and(|t| t.is_file()) {
+                    continue;
+                }
+                let rel = ctx2.workspace.display_relative(entry.path());
+                if ctx2.snapshot.policy.is_path_denied("grep", &rel) {
+                    continue;
+                }
+                let _ = searcher.search_path(
+                    &matcher,
+                    entry.path(),
+                    Lossy(|line_number, line| {
+                        total += 1;
+                        if lines.len() < max {
+                            let text = line.trim_end_matches(['\n', '\r']);
+                            lines.push(format!(
+                                "{rel}:{line_number}:{}",
+                                clip_line(text, MAX_LINE_CHARS)
+                            ));
+                        }
+                        Ok(true)
+                    }),
+                );
+            }
+            Some((lines, total))
+        })
+        .await;
+        let (lines, total) = match searched {
+            Ok(Some(found)) => found,
+            Ok(None) => return ToolOutput::cancelled("grep was cancelled"),
+            Err(e) => {
+                return ToolOutput::error(format!("grep failed: the search task failed: {e}"));
+            }
+        };
+        if total == 0 {
+            return ToolOutput::success(format!("No matches for `{}`", args.pattern))
+                .with_details(json!({"matches": 0}));
+        }
+        let mut out = lines.join("\n");
+        out.push('\n');
+        if total > lines.len() {
+            out.push_str(&format!(
+                "… ({total} matching lines, showing the first {}; narrow the pattern, path or glob)\n",
+                lines.len()
+            ));
+        }
+        ToolOutput::success(out).with_details(json!({"matches": total}))
+    }
+}

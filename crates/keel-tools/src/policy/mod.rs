@@ -1,0 +1,504 @@
+//! Policy: may this tool call run, must a human be asked, or is it denied? Pure logic, no I/O.
+//!
+//! A [`Policy`] is a [`PermissionMode`] plus [`Rule`]s (`allow` / `ask` / `deny` with a
+//! [`RulePattern`] such as `shell(cargo test *)`, `read_file(./secrets/**)`, `mcp__github__*`).
+//! [`Policy::evaluate`] decides:
+//!
+//! 1. any matching `deny` rule → deny (whatever its source: deny beats ask beats allow);
+//! 2. mode `read_only` and a call that is not read-only → deny;
+//! 3. any matching `ask` rule → ask;
+//! 4. any matching `allow` rule → allow;
+//! 5. the mode's default: `bypass` allows everything; `default` and `read_only` allow read-only
+//!    tools and ask for the rest; `accept_edits` also allows `write_file`/`edit_file` inside the
+//!    workspace.
+//!
+//! A shell command is split into the simple commands it runs ([`shell::split_commands`]); each
+//! is decided on its own and the strictest decision wins, so every part must be allowed. A
+//! command that cannot be parsed is never allowed by rules (at best `ask`).
+//!
+//! Path rules of file tools apply to their family: rules on `read_file`, `list_dir`, `glob`,
+//! `grep` cover all four; rules on `write_file`, `edit_file` cover both. A `deny` on a read-family
+//! path also denies writes and edits of it.
+
+mod pattern;
+pub mod shell;
+#[cfg(test)]
+mod tests;
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use pattern::ArgPattern;
+pub use pattern::{FILE_TOOLS, READ_FAMILY, RulePattern, WRITE_FAMILY};
+
+use crate::error::ToolsError;
+use crate::tool::EffectClass;
+
+/// How permissive a session is when no rule decides.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PermissionMode {
+    /// Read-only tools run; everything else asks.
+    #[default]
+    Default,
+    /// As `default`, and file edits inside the workspace run too.
+    AcceptEdits,
+    /// Nothing that writes runs (denied, not asked).
+    ReadOnly,
+    /// Everything runs unless a rule says otherwise.
+    Bypass,
+}
+
+impl PermissionMode {
+    /// Parses `default`, `accept_edits`, `read_only`, `bypass` (kebab-case accepted too).
+    ///
+    /// Errors: [`ToolsError::InvalidRule`] naming the unknown mode.
+    pub fn parse(text: &str) -> Result<Self, ToolsError> {
+        match text.replace('-', "_").as_str() {
+            "default" => Ok(Self::Default),
+            "accept_edits" => Ok(Self::AcceptEdits),
+            "read_only" => Ok(Self::ReadOnly),
+            "bypass" => Ok(Self::Bypass),
+            other => Err(ToolsError::InvalidRule {
+                rule: other.to_owned(),
+                reason:
+                    "unknown permission mode; expected default, accept_edits, read_only or bypass"
+                        .into(),
+            }),
+        }
+    }
+}
+
+/// What a rule does when it matches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RuleAction {
+    /// Run without asking.
+    Allow,
+    /// Ask a human.
+    Ask,
+    /// Refuse.
+    Deny,
+}
+
+/// Where a rule came from (for explanations; precedence does not depend on it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RuleSource {
+    /// The agent release's policy.
+    Agent,
+    /// Operator or user settings.
+    Settings,
+    /// Added during the session by an `allow_for_session` decision.
+    Session,
+}
+
+/// One policy rule.
+#[derive(Debug, Clone)]
+pub struct Rule {
+    /// What it does.
+    pub action: RuleAction,
+    /// What it matches.
+    pub pattern: RulePattern,
+    /// Where it came from.
+    pub source: RuleSource,
+}
+
+impl Rule {
+    /// Parses a pattern such as `shell(cargo test *)` into a rule.
+    ///
+    /// Errors: [`ToolsError::InvalidRule`] when the pattern is malformed.
+    pub fn new(action: RuleAction, pattern: &str, source: RuleSource) -> Result<Self, ToolsError> {
+        Ok(Self {
+            action,
+            pattern: RulePattern::parse(pattern)?,
+            source,
+        })
+    }
+
+    /// An `allow` rule from settings.
+    pub fn allow(pattern: &str) -> Result<Self, ToolsError> {
+        Self::new(RuleAction::Allow, pattern, RuleSource::Settings)
+    }
+
+    /// An `ask` rule from settings.
+    pub fn ask(pattern: &str) -> Result<Self, ToolsError> {
+        Self::new(RuleAction::Ask, pattern, RuleSource::Settings)
+    }
+
+    /// A `deny` rule from settings.
+    pub fn deny(pattern: &str) -> Result<Self, ToolsError> {
+        Self::new(RuleAction::Deny, pattern, RuleSource::Settings)
+    }
+}
+
+impl fmt::Display for Rule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let action = match self.action {
+            RuleAction::Allow => "allow",
+            RuleAction::Ask => "ask",
+            RuleAction::Deny => "deny",
+        };
+        write!(f, "{action} {}", self.pattern.text())
+    }
+}
+
+/// One path a call touches, as policy sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PathAccess {
+    /// Workspace-relative `/`-separated path (`.` for the root), or an absolute path when it lies
+    /// outside the workspace.
+    pub path: String,
+    /// Whether the call writes it.
+    pub write: bool,
+    /// Whether the path lies inside the workspace.
+    pub inside: bool,
+}
+
+impl PathAccess {
+    /// A read of the workspace-relative `path`.
+    pub fn read(path: &str) -> Self {
+        Self {
+            path: path.to_owned(),
+            write: false,
+            inside: !path.starts_with('/') && !path.starts_with(".."),
+        }
+    }
+
+    /// A write of the workspace-relative `path`.
+    pub fn write(path: &str) -> Self {
+        Self {
+            write: true,
+            ..Self::read(path)
+        }
+    }
+}
+
+/// What rules match against for one call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "value", rename_all = "snake_case")]
+pub enum Subject {
+    /// A shell command line.
+    Command(String),
+    /// File paths (several entries for one path when it has aliases, e.g. through a symlink).
+    Paths(Vec<PathAccess>),
+    /// Anything else: compact JSON of the arguments.
+    Other(String),
+}
+
+/// A call to decide on.
+#[derive(Debug, Clone)]
+pub struct PolicyRequest<'a> {
+    /// Tool name.
+    pub tool: &'a str,
+    /// The tool's effect class.
+    pub effect: EffectClass,
+    /// What the call touches.
+    pub subject: &'a Subject,
+}
+
+/// The verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// Run it.
+    Allow,
+    /// Ask a human first.
+    Ask,
+    /// Do not run it; the model gets a rejected result with the reason.
+    Deny,
+}
+
+/// A verdict with its explanation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Decision {
+    /// The verdict.
+    pub verdict: Verdict,
+    /// Why, phrased for the model and the human (names the rule or the mode).
+    pub reason: String,
+    /// The deciding rule, e.g. `deny shell(rm *)`, when a rule decided.
+    pub rule: Option<String>,
+}
+
+impl Decision {
+    fn new(verdict: Verdict, reason: String, rule: Option<String>) -> Self {
+        Self {
+            verdict,
+            reason,
+            rule,
+        }
+    }
+}
+
+/// A permission mode and rules from every source.
+#[derive(Debug, Clone, Default)]
+pub struct Policy {
+    /// The mode.
+    pub mode: PermissionMode,
+    /// Rules from every source; order does not matter.
+    pub rules: Vec<Rule>,
+}
+
+impl Policy {
+    /// A policy with `mode` and no rules.
+    pub fn new(mode: PermissionMode) -> Self {
+        Self {
+            mode,
+            rules: Vec::new(),
+        }
+    }
+
+    /// Adds `rule` (builder style).
+    #[must_use]
+    pub fn with_rule(mut self, rule: Rule) -> Self {
+        self.rules.push(rule);
+        self
+    }
+
+    /// Decides on `request` (see the module docs for the order of precedence).
+    pub fn evaluate(&self, request: &PolicyRequest<'_>) -> Decision {
+        match request.subject {
+            Subject::Command(command) => self.evaluate_command(request, command),
+            _ => self.evaluate_unit(request, None),
+        }
+    }
+
+    fn evaluate_command(&self, request: &PolicyRequest<'_>, command: &str) -> Decision {
+        // A deny on the raw command line applies whether or not it parses.
+        if let Some(rule) = self.matching(request, Some(command), RuleAction::Deny) {
+            return deny_by(rule);
+        }
+        let parts = match shell::split_commands(command) {
+            Ok(parts) => parts,
+            Err(err) => {
+                let whole = self.evaluate_unit(request, Some(command));
+                let bypassed = self.mode == PermissionMode::Bypass && whole.rule.is_none();
+                if whole.verdict == Verdict::Deny || bypassed {
+                    return whole;
+                }
+                return Decision::new(
+                    Verdict::Ask,
+                    format!(
+                        "the command could not be parsed ({}), so no rule can allow it",
+                        err.0
+                    ),
+                    None,
+                );
+            }
+        };
+        if parts.is_empty() {
+            return self.evaluate_unit(request, Some(command.trim()));
+        }
+        let mut worst: Option<Decision> = None;
+        for part in &parts {
+            let decision = self.evaluate_unit(request, Some(part));
+            let replace = worst.as_ref().is_none_or(|w| decision.verdict > w.verdict);
+            if replace {
+                let verdict = decision.verdict;
+                worst = Some(if parts.len() > 1 && verdict != Verdict::Allow {
+                    Decision {
+                        reason: format!("part `{part}` of the command: {}", decision.reason),
+                        ..decision
+                    }
+                } else {
+                    decision
+                });
+                if verdict == Verdict::Deny {
+                    break;
+                }
+            }
+        }
+        worst.unwrap_or_else(|| self.evaluate_unit(request, Some(command)))
+    }
+
+    /// Decides one unit: the whole call, or one simple command of a shell call.
+    fn evaluate_unit(&self, request: &PolicyRequest<'_>, command: Option<&str>) -> Decision {
+        if let Some(rule) = self.matching(request, command, RuleAction::Deny) {
+            return deny_by(rule);
+        }
+        if self.mode == PermissionMode::ReadOnly && request.effect != EffectClass::ReadOnly {
+            return Decision::new(
+                Verdict::Deny,
+                format!(
+                    "permission mode read_only: `{}` can write, and nothing that writes runs in this mode",
+                    request.tool
+                ),
+                None,
+            );
+        }
+        if let Some(rule) = self.matching(request, command, RuleAction::Ask) {
+            return Decision::new(
+                Verdict::Ask,
+                format!(
+                    "rule `{rule}` ({}) asks for approval",
+                    source_name(rule.source)
+                ),
+                Some(rule.to_string()),
+            );
+        }
+        if let Some(rule) = self.matching(request, command, RuleAction::Allow) {
+            return Decision::new(
+                Verdict::Allow,
+                format!("allowed by rule `{rule}` ({})", source_name(rule.source)),
+                Some(rule.to_string()),
+            );
+        }
+        let read_only = request.effect == EffectClass::ReadOnly;
+        match self.mode {
+            PermissionMode::Bypass => {
+                Decision::new(Verdict::Allow, "permission mode bypass".into(), None)
+            }
+            PermissionMode::Default | PermissionMode::ReadOnly if read_only => Decision::new(
+                Verdict::Allow,
+                "read-only tools run without asking".into(),
+                None,
+            ),
+            PermissionMode::AcceptEdits if read_only => Decision::new(
+                Verdict::Allow,
+                "read-only tools run without asking".into(),
+                None,
+            ),
+            PermissionMode::AcceptEdits if is_workspace_edit(request) => Decision::new(
+                Verdict::Allow,
+                "permission mode accept_edits: file edits inside the workspace run".into(),
+                None,
+            ),
+            PermissionMode::Default | PermissionMode::ReadOnly | PermissionMode::AcceptEdits => {
+                Decision::new(
+                    Verdict::Ask,
+                    format!(
+                        "permission mode {}: `{}` is not read-only and no rule allows it",
+                        mode_name(self.mode),
+                        request.tool
+                    ),
+                    None,
+                )
+            }
+        }
+    }
+
+    /// The first rule with `action` matching the unit.
+    fn matching(
+        &self,
+        request: &PolicyRequest<'_>,
+        command: Option<&str>,
+        action: RuleAction,
+    ) -> Option<&Rule> {
+        self.rules
+            .iter()
+            .filter(|r| r.action == action)
+            .find(|r| rule_matches(r, request, command))
+    }
+
+    /// Whether a read of workspace-relative `path` is denied by a path rule (used by `grep`,
+    /// `glob` and `list_dir` to skip denied files inside a directory they walk).
+    pub fn is_path_denied(&self, tool: &str, path: &str) -> bool {
+        let subject = Subject::Paths(vec![PathAccess::read(path)]);
+        let request = PolicyRequest {
+            tool,
+            effect: EffectClass::ReadOnly,
+            subject: &subject,
+        };
+        self.matching(&request, None, RuleAction::Deny).is_some()
+    }
+}
+
+/// Rules an `allow_for_session` decision adds so that the same call runs without asking again:
+/// one exact `shell(<part>)` rule per simple command, one exact path rule per written or read path,
+/// or the whole tool for anything else.
+pub fn session_rules_for(tool: &str, subject: &Subject) -> Vec<Rule> {
+    let rule = |pattern: RulePattern| Rule {
+        action: RuleAction::Allow,
+        pattern,
+        source: RuleSource::Session,
+    };
+    match subject {
+        Subject::Command(command) => match shell::split_commands(command) {
+            Ok(parts) if !parts.is_empty() => parts
+                .iter()
+                .map(|p| rule(RulePattern::exact_command(p)))
+                .collect(),
+            _ => vec![rule(RulePattern::exact_command(command.trim()))],
+        },
+        Subject::Paths(paths) if FILE_TOOLS.contains(&tool) => paths
+            .iter()
+            .filter_map(|p| RulePattern::exact_path(tool, &p.path).ok())
+            .map(rule)
+            .collect(),
+        _ => match RulePattern::parse(tool) {
+            Ok(p) => vec![rule(p)],
+            Err(_) => Vec::new(),
+        },
+    }
+}
+
+fn rule_matches(rule: &Rule, request: &PolicyRequest<'_>, command: Option<&str>) -> bool {
+    let tool = request.tool;
+    let name_ok = if rule.pattern.matches_tool_name(tool) {
+        true
+    } else if let Some(rule_tool) = rule.pattern.tool_name() {
+        same_family(rule_tool, tool)
+            || (rule.action == RuleAction::Deny
+                && READ_FAMILY.contains(&rule_tool)
+                && WRITE_FAMILY.contains(&tool))
+    } else {
+        false
+    };
+    if !name_ok {
+        return false;
+    }
+    let Some(arg) = &rule.pattern.arg else {
+        return true;
+    };
+    match (arg, request.subject) {
+        (ArgPattern::Command(p), Subject::Command(whole)) => p.matches(command.unwrap_or(whole)),
+        (ArgPattern::Path(p), Subject::Paths(paths)) => {
+            if paths.is_empty() {
+                return false;
+            }
+            if rule.action == RuleAction::Allow {
+                paths.iter().all(|a| p.matches(&a.path))
+            } else {
+                paths.iter().any(|a| p.matches(&a.path))
+            }
+        }
+        (ArgPattern::Other(tokens), Subject::Other(json)) => pattern::glob_match(tokens, json),
+        _ => false,
+    }
+}
+
+fn same_family(a: &str, b: &str) -> bool {
+    (READ_FAMILY.contains(&a) && READ_FAMILY.contains(&b))
+        || (WRITE_FAMILY.contains(&a) && WRITE_FAMILY.contains(&b))
+}
+
+fn is_workspace_edit(request: &PolicyRequest<'_>) -> bool {
+    WRITE_FAMILY.contains(&request.tool)
+        && matches!(request.subject, Subject::Paths(paths) if !paths.is_empty() && paths.iter().all(|p| p.inside))
+}
+
+fn deny_by(rule: &Rule) -> Decision {
+    Decision::new(
+        Verdict::Deny,
+        format!("denied by rule `{rule}` ({})", source_name(rule.source)),
+        Some(rule.to_string()),
+    )
+}
+
+fn source_name(source: RuleSource) -> &'static str {
+    match source {
+        RuleSource::Agent => "agent policy",
+        RuleSource::Settings => "settings",
+        RuleSource::Session => "allowed for this session",
+    }
+}
+
+fn mode_name(mode: PermissionMode) -> &'static str {
+    match mode {
+        PermissionMode::Default => "default",
+        PermissionMode::AcceptEdits => "accept_edits",
+        PermissionMode::ReadOnly => "read_only",
+        PermissionMode::Bypass => "bypass",
+    }
+}

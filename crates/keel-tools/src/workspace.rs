@@ -1,0 +1,222 @@
+//! Workspace confinement: every path a tool touches is resolved against the workspace root and
+//! canonicalized; anything that ends up outside (`..`, absolute paths elsewhere, symlinks pointing
+//! out, dangling symlinks) is refused with an error that says why.
+//!
+//! Checks are made on the path as it is at resolution time. The shell is confined by the
+//! [`crate::sandbox`], not by this module.
+
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+
+use crate::error::ToolsError;
+
+/// The directory tree tools may touch. Cheap to clone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Workspace {
+    root: Arc<PathBuf>,
+}
+
+/// A path that was checked to lie inside the workspace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedPath {
+    /// Absolute, canonical path (the existing prefix canonicalized, any not-yet-existing tail appended).
+    pub absolute: PathBuf,
+    /// The same path relative to the workspace root, `/`-separated; `.` for the root itself.
+    pub relative: String,
+    /// Whether the path exists (following symlinks).
+    pub exists: bool,
+}
+
+impl Workspace {
+    /// Opens the workspace rooted at `root`, which must exist; it is canonicalized once here.
+    ///
+    /// Errors: [`ToolsError::WorkspaceRoot`] if `root` does not exist or is not a directory.
+    pub fn new(root: impl AsRef<Path>) -> Result<Self, ToolsError> {
+        let root = root.as_ref();
+        let canonical =
+            std::fs::canonicalize(root).map_err(|source| ToolsError::WorkspaceRoot {
+                path: root.to_path_buf(),
+                source,
+            })?;
+        if !canonical.is_dir() {
+            return Err(ToolsError::WorkspaceRoot {
+                path: root.to_path_buf(),
+                source: std::io::Error::new(std::io::ErrorKind::NotADirectory, "not a directory"),
+            });
+        }
+        Ok(Self {
+            root: Arc::new(canonical),
+        })
+    }
+
+    /// The canonical root.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Resolves `path` (relative to the root, or absolute inside it) to a checked [`ResolvedPath`].
+    ///
+    /// Errors: [`ToolsError::PathRefused`] when the path is empty, leaves the workspace lexically
+    /// (`../x`, `/etc/passwd`), passes through a symlink that points outside, or names a dangling
+    /// symlink (whose target could be created outside).
+    pub fn resolve(&self, path: &str) -> Result<ResolvedPath, ToolsError> {
+        let refuse = |reason: String| ToolsError::PathRefused {
+            path: path.to_owned(),
+            reason,
+        };
+        if path.is_empty() {
+            return Err(refuse(
+                "the path is empty; give a path relative to the workspace root".into(),
+            ));
+        }
+        if path.contains('\0') {
+            return Err(refuse("the path contains a NUL byte".into()));
+        }
+        let joined = if Path::new(path).is_absolute() {
+            PathBuf::from(path)
+        } else {
+            self.root.join(path)
+        };
+        // Lexical normalization first: `..` that climbs above the root is refused outright.
+        let mut normal = PathBuf::new();
+        for component in joined.components() {
+            match component {
+                Component::Prefix(p) => normal.push(p.as_os_str()),
+                Component::RootDir => normal.push("/"),
+                Component::CurDir => {}
+                Component::ParentDir => {
+                    if !normal.pop() {
+                        return Err(refuse("`..` climbs above the filesystem root".into()));
+                    }
+                }
+                Component::Normal(part) => normal.push(part),
+            }
+        }
+        if !normal.starts_with(self.root.as_path()) {
+            return Err(refuse(format!(
+                "it resolves outside the workspace ({}); paths must stay inside the workspace root",
+                if Path::new(path).is_absolute() {
+                    "absolute path elsewhere"
+                } else {
+                    "`..` leaves the workspace"
+                }
+            )));
+        }
+        // Canonicalize the longest existing prefix; the rest must not exist (yet).
+        let mut existing = normal.clone();
+        let mut tail: Vec<std::ffi::OsString> = Vec::new();
+        let canonical_prefix = loop {
+            match std::fs::canonicalize(&existing) {
+                Ok(canonical) => break canonical,
+                Err(_) => {
+                    if std::fs::symlink_metadata(&existing).is_ok() {
+                        return Err(refuse(format!(
+                            "`{}` is a symlink whose target does not exist; refusing to follow it",
+                            self.display_relative(&existing)
+                        )));
+                    }
+                    match existing.file_name() {
+                        Some(name) => {
+                            tail.push(name.to_owned());
+                            existing.pop();
+                        }
+                        None => return Err(refuse("no part of the path exists".into())),
+                    }
+                }
+            }
+        };
+        if !canonical_prefix.starts_with(self.root.as_path()) {
+            return Err(refuse(format!(
+                "`{}` is a symlink that points outside the workspace (to {})",
+                self.display_relative(&existing),
+                canonical_prefix.display()
+            )));
+        }
+        let exists = tail.is_empty();
+        let mut absolute = canonical_prefix;
+        for part in tail.iter().rev() {
+            absolute.push(part);
+        }
+        let relative = self.display_relative(&absolute);
+        Ok(ResolvedPath {
+            absolute,
+            relative,
+            exists,
+        })
+    }
+
+    /// The forms of `path` that policy rules are matched against (pure lexical work plus one
+    /// canonicalization): the lexically normalized path (workspace-relative, or absolute when it
+    /// leaves the workspace) and, when it differs, the path after resolving symlinks.
+    pub fn policy_paths(&self, path: &str) -> Vec<String> {
+        let joined = if Path::new(path).is_absolute() {
+            PathBuf::from(path)
+        } else {
+            self.root.join(path)
+        };
+        let mut normal = PathBuf::new();
+        for component in joined.components() {
+            match component {
+                Component::ParentDir => {
+                    normal.pop();
+                }
+                Component::CurDir => {}
+                other => normal.push(other.as_os_str()),
+            }
+        }
+        let mut out = vec![self.display_relative(&normal)];
+        if let Ok(resolved) = self.resolve(path) {
+            if !out.contains(&resolved.relative) {
+                out.push(resolved.relative);
+            }
+        } else if let Ok(canonical) = std::fs::canonicalize(&normal) {
+            let shown = self.display_relative(&canonical);
+            if !out.contains(&shown) {
+                out.push(shown);
+            }
+        }
+        out
+    }
+
+    /// `path` relative to the root, `/`-separated, `.` for the root; absolute paths outside are
+    /// shown as they are.
+    pub fn display_relative(&self, path: &Path) -> String {
+        match path.strip_prefix(self.root.as_path()) {
+            Ok(rel) if rel.as_os_str().is_empty() => ".".to_owned(),
+            Ok(rel) => rel
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect::<Vec<_>>()
+                .join("/"),
+            Err(_) => path.display().to_string(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn root_resolves_to_dot() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = Workspace::new(dir.path()).unwrap();
+        let r = ws.resolve(".").unwrap();
+        assert_eq!(r.relative, ".");
+        assert!(r.exists);
+    }
+
+    #[test]
+    fn dot_dot_inside_the_workspace_is_fine() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("a")).unwrap();
+        let ws = Workspace::new(dir.path()).unwrap();
+        assert_eq!(ws.resolve("a/../b.txt").unwrap().relative, "b.txt");
+    }
+
+    #[test]
+    fn missing_root_is_an_error() {
+        let err = Workspace::new("/definitely/not/here").unwrap_err();
+        assert!(matches!(err, ToolsError::WorkspaceRoot { .. }));
+    }
+}

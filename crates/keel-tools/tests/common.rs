@@ -1,0 +1,75 @@
+//! Shared fixture: a temp workspace, a context and a registry with the built-in tools.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use keel_tools::artifact::FsArtifactSink;
+use keel_tools::policy::{PermissionMode, Policy};
+use keel_tools::registry::{Dispatch, ToolCallRequest, ToolRegistry};
+use keel_tools::sandbox::{Sandbox, SandboxMode};
+use keel_tools::tool::{NoProgress, StepSnapshot, ToolContext, ToolLimits, ToolResult};
+use keel_tools::workspace::Workspace;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+pub struct Fixture {
+    pub dir: tempfile::TempDir,
+    pub _data: tempfile::TempDir,
+    pub registry: ToolRegistry,
+    pub ctx: ToolContext,
+}
+
+impl Fixture {
+    pub fn new() -> Self {
+        Self::with(SandboxMode::Off, Policy::new(PermissionMode::Bypass))
+    }
+
+    pub fn with(mode: SandboxMode, policy: Policy) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let data = tempfile::tempdir().unwrap();
+        let ctx = ToolContext {
+            call_id: "call_1".into(),
+            cancel: CancellationToken::new(),
+            progress: Arc::new(NoProgress),
+            workspace: Workspace::new(dir.path()).unwrap(),
+            sandbox: Sandbox::new(mode).unwrap(),
+            artifacts: Arc::new(FsArtifactSink::new(data.path().join("artifacts"))),
+            snapshot: Arc::new(StepSnapshot {
+                step_id: "step_1".into(),
+                policy,
+            }),
+            limits: ToolLimits::default(),
+        };
+        Self {
+            dir,
+            _data: data,
+            registry: ToolRegistry::with_builtins().unwrap(),
+            ctx,
+        }
+    }
+
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+
+    pub fn write(&self, rel: &str, content: &str) {
+        let p = self.path(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, content).unwrap();
+    }
+
+    /// Dispatches a call; panics if it needs approval.
+    pub async fn call(&self, name: &str, args: Value) -> ToolResult {
+        let request = ToolCallRequest {
+            call_id: self.ctx.call_id.clone(),
+            name: name.into(),
+            arguments: args,
+        };
+        match self.registry.dispatch(&request, &self.ctx).await {
+            Dispatch::Finished(result) => result,
+            Dispatch::NeedsApproval { decision, .. } => {
+                panic!("unexpected ask: {}", decision.reason)
+            }
+        }
+    }
+}

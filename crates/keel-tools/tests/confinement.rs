@@ -1,0 +1,130 @@
+use keel_tools::error::ToolsError;
+use keel_tools::tool::ToolResultStatus;
+use keel_tools::workspace::Workspace;
+use serde_json::json;
+
+use crate::common::Fixture;
+
+fn refused(ws: &Workspace, path: &str) -> String {
+    match ws.resolve(path) {
+        Err(ToolsError::PathRefused { reason, .. }) => reason,
+        other => panic!("{path} should be refused, got {other:?}"),
+    }
+}
+
+#[test]
+fn dot_dot_out_of_the_workspace_is_refused() {
+    let f = Fixture::new();
+    let reason = refused(&f.ctx.workspace, "../outside.txt");
+    assert!(reason.contains("outside the workspace"), "{reason}");
+    refused(&f.ctx.workspace, "a/../../outside.txt");
+}
+
+#[test]
+fn absolute_paths_outside_are_refused_and_inside_are_accepted() {
+    let f = Fixture::new();
+    let reason = refused(&f.ctx.workspace, "/etc/passwd");
+    assert!(reason.contains("absolute path elsewhere"), "{reason}");
+    let inside = f.path("x.txt");
+    let r = f.ctx.workspace.resolve(inside.to_str().unwrap()).unwrap();
+    assert_eq!(r.relative, "x.txt");
+}
+
+#[test]
+fn symlinked_directory_pointing_out_is_refused() {
+    let f = Fixture::new();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret"), "s").unwrap();
+    std::os::unix::fs::symlink(outside.path(), f.path("escape")).unwrap();
+    let reason = refused(&f.ctx.workspace, "escape/secret");
+    assert!(reason.contains("symlink that points outside"), "{reason}");
+    refused(&f.ctx.workspace, "escape/new-file");
+}
+
+#[test]
+fn symlinked_file_pointing_out_is_refused() {
+    let f = Fixture::new();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret"), "s").unwrap();
+    std::os::unix::fs::symlink(outside.path().join("secret"), f.path("link")).unwrap();
+    refused(&f.ctx.workspace, "link");
+}
+
+#[test]
+fn dangling_symlink_is_refused_so_a_write_cannot_create_its_target() {
+    let f = Fixture::new();
+    let outside = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(outside.path().join("created"), f.path("dangling")).unwrap();
+    let reason = refused(&f.ctx.workspace, "dangling");
+    assert!(reason.contains("does not exist"), "{reason}");
+}
+
+#[test]
+fn symlink_inside_the_workspace_is_followed() {
+    let f = Fixture::new();
+    f.write("real/a.txt", "a");
+    std::os::unix::fs::symlink(f.path("real"), f.path("alias")).unwrap();
+    assert_eq!(
+        f.ctx.workspace.resolve("alias/a.txt").unwrap().relative,
+        "real/a.txt"
+    );
+}
+
+#[tokio::test]
+async fn tools_report_escapes_as_failed_results_and_touch_nothing() {
+    let f = Fixture::new();
+    let outside = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(outside.path(), f.path("escape")).unwrap();
+    let w = f
+        .call(
+            "write_file",
+            json!({"path": "escape/pwned", "content": "x"}),
+        )
+        .await;
+    assert_eq!(w.status, ToolResultStatus::Failed);
+    assert!(
+        w.content.contains("points outside the workspace"),
+        "{}",
+        w.content
+    );
+    assert!(!outside.path().join("pwned").exists());
+    let r = f
+        .call("read_file", json!({"path": "../../etc/passwd"}))
+        .await;
+    assert_eq!(r.status, ToolResultStatus::Failed);
+    assert!(r.content.contains("outside the workspace"), "{}", r.content);
+    let l = f.call("list_dir", json!({"path": "escape"})).await;
+    assert_eq!(l.status, ToolResultStatus::Failed);
+    let g = f
+        .call("grep", json!({"pattern": "x", "path": "/etc"}))
+        .await;
+    assert_eq!(g.status, ToolResultStatus::Failed);
+    let s = f
+        .call("shell", json!({"command": "pwd", "workdir": ".."}))
+        .await;
+    assert_eq!(s.status, ToolResultStatus::Failed);
+    assert!(s.content.contains("outside the workspace"), "{}", s.content);
+}
+
+#[tokio::test]
+async fn deny_rule_reaches_through_a_symlink_alias() {
+    use keel_tools::policy::{PermissionMode, Policy, Rule};
+    let f = Fixture::with(
+        keel_tools::sandbox::SandboxMode::Off,
+        Policy::new(PermissionMode::Bypass)
+            .with_rule(Rule::deny("read_file(./secrets/**)").unwrap()),
+    );
+    f.write("secrets/key", "k");
+    std::os::unix::fs::symlink(f.path("secrets"), f.path("docs")).unwrap();
+    let r = f.call("read_file", json!({"path": "docs/key"})).await;
+    assert_eq!(r.status, ToolResultStatus::Rejected, "{}", r.content);
+    assert!(
+        r.content.contains("deny read_file(./secrets/**)"),
+        "{}",
+        r.content
+    );
+    let w = f
+        .call("write_file", json!({"path": "docs/key", "content": "x"}))
+        .await;
+    assert_eq!(w.status, ToolResultStatus::Rejected, "{}", w.content);
+}

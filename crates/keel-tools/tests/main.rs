@@ -1,0 +1,12 @@
+//! Integration tests of keel-tools: one binary, one module per area.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Test helpers outside #[test] fns.
+
+mod budget;
+mod common;
+mod confinement;
+mod file_tools;
+mod sandbox;
+mod search_tools;
+mod shell;
+mod validation;

@@ -1,0 +1,141 @@
+use keel_tools::policy::{PermissionMode, Policy, Rule};
+use keel_tools::sandbox::SandboxMode;
+use keel_tools::tool::ToolResultStatus::{Failed, Succeeded};
+use serde_json::json;
+
+use crate::common::Fixture;
+
+fn tree(f: &Fixture) {
+    f.write(".gitignore", "target/\n*.log\n");
+    f.write("src/lib.rs", "fn main() {\n    println!(\"Hello\");\n}\n");
+    f.write("src/util.rs", "// hello util\n");
+    f.write("target/debug/out.rs", "hello from build output\n");
+    f.write("debug.log", "hello log\n");
+    f.write("README.md", "Hello readme\n");
+}
+
+#[tokio::test]
+async fn glob_honours_gitignore() {
+    let f = Fixture::new();
+    tree(&f);
+    let r = f.call("glob", json!({"pattern": "**/*.rs"})).await;
+    assert_eq!(r.status, Succeeded);
+    assert_eq!(r.content, "src/lib.rs\nsrc/util.rs\n");
+    let r = f.call("glob", json!({"pattern": "*.log"})).await;
+    assert!(r.content.contains("No files match"), "{}", r.content);
+}
+
+#[tokio::test]
+async fn glob_star_stays_within_a_directory_and_path_narrows() {
+    let f = Fixture::new();
+    tree(&f);
+    let r = f.call("glob", json!({"pattern": "*.rs"})).await;
+    assert!(r.content.contains("No files match"), "{}", r.content);
+    let r = f
+        .call("glob", json!({"pattern": "*.rs", "path": "src"}))
+        .await;
+    assert_eq!(r.content, "src/lib.rs\nsrc/util.rs\n");
+}
+
+#[tokio::test]
+async fn glob_errors() {
+    let f = Fixture::new();
+    let r = f.call("glob", json!({"pattern": "src/[a"})).await;
+    assert_eq!(r.status, Failed);
+    assert!(
+        r.content.contains("invalid pattern `src/[a`"),
+        "{}",
+        r.content
+    );
+    let r = f
+        .call("glob", json!({"pattern": "*", "path": "nope"}))
+        .await;
+    assert!(
+        r.content.contains("`nope` is not an existing directory"),
+        "{}",
+        r.content
+    );
+}
+
+#[tokio::test]
+async fn grep_honours_gitignore_and_shows_line_numbers() {
+    let f = Fixture::new();
+    tree(&f);
+    let r = f.call("grep", json!({"pattern": "hello"})).await;
+    assert_eq!(r.status, Succeeded);
+    assert_eq!(r.content, "src/util.rs:1:// hello util\n");
+    let r = f
+        .call(
+            "grep",
+            json!({"pattern": "hello", "case_insensitive": true}),
+        )
+        .await;
+    assert_eq!(
+        r.content,
+        "README.md:1:Hello readme\nsrc/lib.rs:2:    println!(\"Hello\");\nsrc/util.rs:1:// hello util\n"
+    );
+}
+
+#[tokio::test]
+async fn grep_filters_by_glob_and_path() {
+    let f = Fixture::new();
+    tree(&f);
+    let r = f
+        .call("grep", json!({"pattern": "(?i)hello", "glob": "*.md"}))
+        .await;
+    assert_eq!(r.content, "README.md:1:Hello readme\n");
+    let r = f
+        .call("grep", json!({"pattern": "Hello", "path": "src/lib.rs"}))
+        .await;
+    assert_eq!(r.content, "src/lib.rs:2:    println!(\"Hello\");\n");
+    let r = f.call("grep", json!({"pattern": "nothing-here"})).await;
+    assert_eq!(r.status, Succeeded);
+    assert!(
+        r.content.contains("No matches for `nothing-here`"),
+        "{}",
+        r.content
+    );
+}
+
+#[tokio::test]
+async fn grep_skips_binary_files() {
+    let f = Fixture::new();
+    std::fs::write(f.path("bin"), b"hello\0world").unwrap();
+    let r = f.call("grep", json!({"pattern": "hello"})).await;
+    assert!(r.content.contains("No matches"), "{}", r.content);
+}
+
+#[tokio::test]
+async fn grep_errors() {
+    let f = Fixture::new();
+    let r = f.call("grep", json!({"pattern": "(unclosed"})).await;
+    assert_eq!(r.status, Failed);
+    assert!(
+        r.content.contains("invalid regular expression `(unclosed`"),
+        "{}",
+        r.content
+    );
+    let r = f.call("grep", json!({"pattern": "x", "glob": "[z"})).await;
+    assert!(r.content.contains("invalid glob `[z`"), "{}", r.content);
+    let r = f
+        .call("grep", json!({"pattern": "x", "path": "gone"}))
+        .await;
+    assert!(r.content.contains("`gone` does not exist"), "{}", r.content);
+}
+
+#[tokio::test]
+async fn walking_tools_skip_denied_paths() {
+    let f = Fixture::with(
+        SandboxMode::Off,
+        Policy::new(PermissionMode::Default)
+            .with_rule(Rule::deny("read_file(./secrets/**)").unwrap()),
+    );
+    f.write("secrets/key.txt", "token=hunter2\n");
+    f.write("ok.txt", "token=fine\n");
+    let r = f.call("grep", json!({"pattern": "token"})).await;
+    assert_eq!(r.content, "ok.txt:1:token=fine\n");
+    let r = f.call("glob", json!({"pattern": "**/*.txt"})).await;
+    assert_eq!(r.content, "ok.txt\n");
+    let r = f.call("list_dir", json!({"path": "."})).await;
+    assert_eq!(r.content, "ok.txt\n");
+}

@@ -1,0 +1,191 @@
+use std::time::Duration;
+
+use keel_tools::tool::ToolResultStatus::{Cancelled, Failed, Succeeded};
+use serde_json::json;
+
+use crate::common::Fixture;
+
+/// Whether process `pid` is gone (or a zombie nobody reaped yet: it runs no code).
+fn is_dead(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next().map(|s| s == "Z" || s == "X"))
+            .unwrap_or(false),
+    }
+}
+
+async fn wait_dead(pid: i32) {
+    // Correctness deadline with a wide margin: SIGKILL takes effect in milliseconds.
+    for _ in 0..200 {
+        if is_dead(pid) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("process {pid} is still alive 10 s after its group was killed");
+}
+
+#[tokio::test]
+async fn shell_reports_output_exit_code_and_duration() {
+    let f = Fixture::new();
+    let r = f
+        .call(
+            "shell",
+            json!({"command": "echo out; echo err >&2; exit 3"}),
+        )
+        .await;
+    assert_eq!(r.status, Failed);
+    assert!(r.content.starts_with("out\nerr\n"), "{}", r.content);
+    assert!(r.content.contains("[exit code 3;"), "{}", r.content);
+    assert_eq!(r.details["exit_code"], 3);
+    assert_eq!(r.details["timed_out"], false);
+    assert!(r.details["duration_ms"].is_u64());
+    let ok = f.call("shell", json!({"command": "true"})).await;
+    assert_eq!(ok.status, Succeeded);
+    assert!(ok.content.contains("(no output)"), "{}", ok.content);
+}
+
+#[tokio::test]
+async fn shell_runs_in_workdir_with_stdin_closed() {
+    let f = Fixture::new();
+    std::fs::create_dir(f.path("sub")).unwrap();
+    let r = f
+        .call(
+            "shell",
+            json!({"command": "pwd; cat; echo done", "workdir": "sub"}),
+        )
+        .await;
+    assert_eq!(r.status, Succeeded, "{}", r.content);
+    assert!(r.content.contains("/sub\ndone\n"), "{}", r.content);
+}
+
+#[tokio::test]
+async fn shell_timeout_kills_the_whole_process_group() {
+    let f = Fixture::new();
+    let r = f
+        .call(
+            "shell",
+            json!({"command": "sleep 300 & echo $! > bg.pid; sleep 300", "timeout_ms": 500}),
+        )
+        .await;
+    assert_eq!(r.status, Failed);
+    assert_eq!(r.details["timed_out"], true);
+    assert!(
+        r.content.contains("timed out after 500 ms"),
+        "{}",
+        r.content
+    );
+    let pid: i32 = std::fs::read_to_string(f.path("bg.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    wait_dead(pid).await;
+}
+
+#[tokio::test]
+async fn shell_cancellation_kills_the_whole_process_group() {
+    let f = Fixture::new();
+    let cancel = f.ctx.cancel.clone();
+    let pid_file = f.path("bg.pid");
+    tokio::spawn(async move {
+        for _ in 0..200 {
+            if pid_file.exists() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        cancel.cancel();
+    });
+    let r = f
+        .call("shell", json!({"command": "(sleep 300 &  echo $! > bg.pid.tmp; mv bg.pid.tmp bg.pid); sleep 300"}))
+        .await;
+    assert_eq!(r.status, Cancelled, "{}", r.content);
+    assert_eq!(r.details["cancelled"], true);
+    let pid: i32 = std::fs::read_to_string(f.path("bg.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    wait_dead(pid).await;
+}
+
+#[tokio::test]
+async fn background_processes_do_not_outlive_the_command() {
+    let f = Fixture::new();
+    let r = f
+        .call(
+            "shell",
+            json!({"command": "sleep 300 & echo $! > bg.pid; echo started"}),
+        )
+        .await;
+    assert_eq!(r.status, Succeeded, "{}", r.content);
+    let pid: i32 = std::fs::read_to_string(f.path("bg.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    wait_dead(pid).await;
+}
+
+#[tokio::test]
+async fn shell_output_is_capped_with_head_tail_and_a_readable_artifact() {
+    let f = Fixture::new();
+    let r = f.call("shell", json!({"command": "seq 1 100000"})).await;
+    assert_eq!(r.status, Succeeded);
+    assert!(r.content.starts_with("1\n2\n3\n"), "{}", &r.content[..50]);
+    assert!(r.content.contains("100000\n[exit code 0"), "tail kept");
+    assert!(
+        r.content.contains("bytes of output cut out of 588895"),
+        "marker says how much"
+    );
+    assert!(r.content.len() < 25_000, "capped: {}", r.content.len());
+    let artifact = r.artifact.clone().expect("artifact stored");
+    assert_eq!(artifact.size_bytes, 588_895);
+    assert!(r.content.contains(&artifact.uri()));
+    let back = f
+        .call(
+            "read_file",
+            json!({"path": artifact.uri(), "offset": 99_999, "limit": 5}),
+        )
+        .await;
+    assert_eq!(back.content, " 99999\t99999\n100000\t100000\n");
+}
+
+#[tokio::test]
+async fn shell_errors() {
+    let f = Fixture::new();
+    let r = f.call("shell", json!({"command": "  "})).await;
+    assert_eq!(r.status, Failed);
+    assert!(r.content.contains("command is empty"), "{}", r.content);
+    let r = f
+        .call("shell", json!({"command": "ls", "timeout_ms": 10_000_000}))
+        .await;
+    assert!(
+        r.content.contains("exceeds the maximum of 600000 ms"),
+        "{}",
+        r.content
+    );
+    let r = f
+        .call("shell", json!({"command": "ls", "workdir": "nope"}))
+        .await;
+    assert!(
+        r.content
+            .contains("workdir `nope` is not an existing directory"),
+        "{}",
+        r.content
+    );
+    let r = f.call("shell", json!({"command": "kill -9 $$"})).await;
+    assert!(r.content.contains("killed by signal 9"), "{}", r.content);
+}
+
+#[tokio::test]
+async fn cancelled_before_start_gives_a_cancelled_result() {
+    let f = Fixture::new();
+    f.ctx.cancel.cancel();
+    let r = f.call("shell", json!({"command": "touch ran"})).await;
+    assert_eq!(r.status, Cancelled);
+    assert!(!f.path("ran").exists());
+}
