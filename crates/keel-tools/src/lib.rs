@@ -5,17 +5,20 @@
 //! **Owns:** the [`Tool`](tool::Tool) trait and what a tool gets when it runs
 //! ([`ToolContext`](tool::ToolContext)); the [`ToolRegistry`](registry::ToolRegistry) every call
 //! goes through (strict JSON Schema validation, authorization, execution, result budget); the
-//! pure [`policy`] (permission modes, allow/ask/deny rules, shell command splitting);  workspace confinement
+//! pure [`policy`] (permission modes, allow/ask/deny rules, shell command splitting); durable
+//! [`approval`]s over a small persistence seam;  workspace confinement
 //! ([`workspace::Workspace`]); the [`sandbox`] for `shell` (Landlock + seccomp); [`artifact`]s for
 //! full outputs; the [`builtin`] tools of a coding agent.
 //!
 //! **Must not touch:** the journal, sessions, turns or model calls (that is `keel-runtime`), the
-//! database (artifacts and approvals reach storage only through the [`artifact::ArtifactSink`]), and nothing here changes policy because of tool output.
+//! database (artifacts and approvals reach storage only through the [`artifact::ArtifactSink`] and
+//! [`approval::ApprovalStore`] traits), and nothing here changes policy because of tool output.
 //!
 //! ## Layout
 //! - [`tool`] — `Tool`, `ToolContext`, `ToolOutput`, `ToolResult`, `EffectClass`, `ToolLimits`.
 //! - [`registry`] — `ToolRegistry::dispatch` (validate → authorize → execute), `apply_budget`.
 //! - [`policy`] — `Policy::evaluate`, `Rule`, `PermissionMode`, [`policy::shell::split_commands`].
+//! - [`approval`] — `ApprovalService`: ask → pending approval → decision → run or rejected result.
 //! - [`workspace`] — path resolution and confinement.
 //! - [`sandbox`] — `Sandbox`, `SandboxMode` (`off`, `read_only`, `workspace_write`).
 //! - [`artifact`] — `ArtifactSink`, `FsArtifactSink`, `artifact://<id>` pointers.
@@ -24,6 +27,7 @@
 //!
 //! Start reading at [`registry::ToolRegistry::dispatch`].
 
+pub mod approval;
 pub mod artifact;
 pub mod builtin;
 pub mod error;

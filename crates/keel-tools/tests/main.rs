@@ -2,6 +2,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test helpers outside #[test] fns.
 
+mod approvals;
 mod budget;
 mod common;
 mod confinement;
