@@ -80,6 +80,13 @@ fn error_fields(body: &Value) -> (Option<&str>, Option<&str>, Option<&str>) {
     (ty, code, message)
 }
 
+/// Whether a message says a content filter blocked the request or output (Anthropic answers
+/// HTTP 400 `invalid_request_error` "Output blocked by content filtering policy").
+fn says_content_filter(message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    m.contains("content filtering policy") || m.contains("content management policy")
+}
+
 /// Classifies an error object that arrived inside a 200 stream (no HTTP status).
 pub(crate) fn classify_stream_error(body: &Value) -> ProviderError {
     let (ty, code, message) = error_fields(body);
@@ -135,6 +142,7 @@ pub(crate) fn classify_http(
             | Some(ErrorKind::ContentFilter)
             | Some(ErrorKind::Quota) => by_code.unwrap_or(ErrorKind::InvalidRequest),
             _ if says_context_overflow(&message) => ErrorKind::ContextOverflow,
+            _ if says_content_filter(&message) => ErrorKind::ContentFilter,
             _ => ErrorKind::InvalidRequest,
         },
         s if s >= 500 => match by_code {
