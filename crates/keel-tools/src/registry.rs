@@ -218,31 +218,36 @@ impl ToolRegistry {
         })
     }
 
-    /// The policy subject of `call`, with every path normalized against `workspace`: each path
-    /// appears as written (lexically normalized) and, when different, as it resolves through
-    /// symlinks, so a rule on either form applies.
+    /// The policy subject of `call`, with every path (also those a shell command names) normalized
+    /// against `workspace`: each path appears as written (lexically normalized) and, when
+    /// different, as it resolves through symlinks, so a rule on either form applies.
     pub fn subject(&self, call: &ValidatedCall, workspace: &Workspace) -> Subject {
         let Some(entry) = self.entries.get(&call.name) else {
             return Subject::Other(call.arguments.to_string());
         };
-        match entry.tool.subject(&call.arguments) {
-            Subject::Paths(raw) => {
-                let mut out: Vec<PathAccess> = Vec::new();
-                for access in raw {
-                    for path in workspace.policy_paths(&access.path) {
-                        let entry = PathAccess {
-                            inside: !path.starts_with('/'),
-                            path,
-                            write: access.write,
-                        };
-                        if !out.contains(&entry) {
-                            out.push(entry);
-                        }
+        let normalize = |raw: Vec<PathAccess>| {
+            let mut out: Vec<PathAccess> = Vec::new();
+            for access in raw {
+                for path in workspace.policy_paths(&access.path) {
+                    let entry = PathAccess {
+                        inside: !path.starts_with('/'),
+                        path,
+                        write: access.write,
+                    };
+                    if !out.contains(&entry) {
+                        out.push(entry);
                     }
                 }
-                Subject::Paths(out)
             }
-            other => other,
+            out
+        };
+        match entry.tool.subject(&call.arguments) {
+            Subject::Paths(raw) => Subject::Paths(normalize(raw)),
+            Subject::Command { command, paths } => Subject::Command {
+                command,
+                paths: normalize(paths),
+            },
+            other @ Subject::Other(_) => other,
         }
     }
 

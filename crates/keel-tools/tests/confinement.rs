@@ -108,13 +108,7 @@ async fn tools_report_escapes_as_failed_results_and_touch_nothing() {
 
 #[tokio::test]
 async fn deny_rule_reaches_through_a_symlink_alias() {
-    use keel_tools::policy::{PermissionMode, Policy, Rule};
-    let f = Fixture::with(
-        keel_tools::sandbox::SandboxMode::Off,
-        Policy::new(PermissionMode::Bypass)
-            .with_rule(Rule::deny("read_file(./secrets/**)").unwrap()),
-    );
-    f.write("secrets/key", "k");
+    let f = secrets_denied();
     std::os::unix::fs::symlink(f.path("secrets"), f.path("docs")).unwrap();
     let r = f.call("read_file", json!({"path": "docs/key"})).await;
     assert_eq!(r.status, ToolResultStatus::Rejected, "{}", r.content);
@@ -127,4 +121,49 @@ async fn deny_rule_reaches_through_a_symlink_alias() {
         .call("write_file", json!({"path": "docs/key", "content": "x"}))
         .await;
     assert_eq!(w.status, ToolResultStatus::Rejected, "{}", w.content);
+}
+
+#[tokio::test]
+async fn a_path_deny_reaches_shell_commands_naming_the_path_by_any_route() {
+    let f = secrets_denied();
+    f.write("src/a.txt", "a");
+    std::os::unix::fs::symlink(f.path("secrets"), f.path("docs")).unwrap();
+    let absolute = f.path("secrets/key");
+    for (command, workdir) in [
+        ("cat secrets/key", "."),
+        ("cat docs/key", "."),
+        ("cat ../secrets/key", "src"),
+        ("cat key", "secrets"),
+        ("ls", "secrets"),
+        (&format!("cat {}", absolute.display()) as &str, "."),
+    ] {
+        let r = f
+            .call("shell", json!({"command": command, "workdir": workdir}))
+            .await;
+        assert_eq!(
+            r.status,
+            ToolResultStatus::Rejected,
+            "{command} in {workdir}: {}",
+            r.content
+        );
+        assert!(
+            r.content.contains("deny read_file(./secrets/**)"),
+            "{command}: {}",
+            r.content
+        );
+    }
+    let ok = f.call("shell", json!({"command": "cat src/a.txt"})).await;
+    assert_eq!(ok.status, ToolResultStatus::Succeeded, "{}", ok.content);
+}
+
+/// Bypass mode with `deny read_file(./secrets/**)` and a file `secrets/key`.
+fn secrets_denied() -> Fixture {
+    use keel_tools::policy::{PermissionMode, Policy, Rule};
+    let f = Fixture::with(
+        keel_tools::sandbox::SandboxMode::Off,
+        Policy::new(PermissionMode::Bypass)
+            .with_rule(Rule::deny("read_file(./secrets/**)").unwrap()),
+    );
+    f.write("secrets/key", "k");
+    f
 }

@@ -7,6 +7,7 @@ mod budget;
 mod common;
 mod confinement;
 mod file_tools;
+mod replay;
 mod sandbox;
 mod search_tools;
 mod shell;

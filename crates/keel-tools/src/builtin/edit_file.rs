@@ -2,7 +2,7 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{parse_args, resolve};
+use super::{clip_line, parse_args, resolve};
 use crate::policy::{PathAccess, Subject};
 use crate::tool::{EffectClass, Tool, ToolContext, ToolOutput};
 
@@ -95,10 +95,10 @@ impl Tool for EditFile {
                 "edit_file failed: `{shown}` is not UTF-8 text; edit_file only edits text files"
             ));
         };
-        let count = text.matches(args.old_string.as_str()).count();
+        let (old_string, new_string, count) = match_edit(&text, &args.old_string, &args.new_string);
         if count == 0 {
             return ToolOutput::error(format!(
-                "edit_file failed: old_string was not found in `{shown}` (0 matches); read the file and copy the exact text, including whitespace and indentation"
+                "edit_file failed: old_string was not found in `{shown}` (0 matches); read the file again and copy the exact text, including whitespace and indentation"
             ));
         }
         if count > 1 && !args.replace_all {
@@ -106,18 +106,102 @@ impl Tool for EditFile {
                 "edit_file failed: old_string matches {count} times in `{shown}`; include more surrounding lines to make it unique, or set replace_all to true to replace all {count}"
             ));
         }
+        // Where the (first) replacement lands, for the snippet shown back.
+        let first_at = text.find(old_string.as_str()).unwrap_or(0);
         let updated = if args.replace_all {
-            text.replace(args.old_string.as_str(), &args.new_string)
+            text.replace(old_string.as_str(), &new_string)
         } else {
-            text.replacen(args.old_string.as_str(), &args.new_string, 1)
+            text.replacen(old_string.as_str(), &new_string, 1)
         };
         match tokio::fs::write(&resolved.absolute, updated.as_bytes()).await {
-            Ok(()) => ToolOutput::success(format!(
-                "Edited `{shown}`: replaced {count} occurrence{}",
-                if count == 1 { "" } else { "s" }
-            ))
-            .with_details(json!({"replacements": count})),
+            Ok(()) => {
+                let snippet = snippet(&updated, first_at, new_string.len());
+                ToolOutput::success(format!(
+                    "Edited `{shown}`: replaced {count} occurrence{}. The edited region{} now reads:\n{snippet}",
+                    if count == 1 { "" } else { "s" },
+                    if count == 1 { "" } else { " (first occurrence)" },
+                ))
+                .with_details(json!({"replacements": count}))
+            }
             Err(e) => ToolOutput::error(format!("edit_file failed: cannot write `{shown}`: {e}")),
         }
+    }
+}
+
+/// Finds `old` in `text`; returns the strings to use and how often they occur. When the exact text
+/// does not occur but the file uses CRLF line endings and `old` has bare `\n` (as `read_file` shows
+/// lines without their `\r`), the CRLF forms of `old` and `new` are used, so the file keeps its
+/// line endings byte-for-byte.
+fn match_edit(text: &str, old: &str, new: &str) -> (String, String, usize) {
+    let count = text.matches(old).count();
+    if count == 0 && text.contains("\r\n") && old.contains('\n') && !old.contains('\r') {
+        let old_crlf = old.replace('\n', "\r\n");
+        let crlf_count = text.matches(old_crlf.as_str()).count();
+        if crlf_count > 0 {
+            let new_crlf = if new.contains('\r') {
+                new.to_owned()
+            } else {
+                new.replace('\n', "\r\n")
+            };
+            return (old_crlf, new_crlf, crlf_count);
+        }
+    }
+    (old.to_owned(), new.to_owned(), count)
+}
+
+/// Lines around the replacement that starts at byte `at` and is `len` bytes long, numbered like
+/// `read_file` output (at most [`SNIPPET_CONTEXT_LINES`] lines of context on each side and
+/// [`SNIPPET_MAX_LINES`] lines in all).
+fn snippet(text: &str, at: usize, len: usize) -> String {
+    let first = text
+        .get(..at)
+        .map_or(0, |before| before.matches('\n').count());
+    let last = text
+        .get(..(at + len).min(text.len()))
+        .map_or(first, |upto| upto.matches('\n').count());
+    let lines: Vec<&str> = text.lines().collect();
+    let start = first.saturating_sub(SNIPPET_CONTEXT_LINES);
+    let end = (last + SNIPPET_CONTEXT_LINES + 1)
+        .min(lines.len())
+        .min(start + SNIPPET_MAX_LINES);
+    let mut out = String::new();
+    for (i, line) in lines.iter().enumerate().take(end).skip(start) {
+        out.push_str(&format!("{:>6}\t{}\n", i + 1, clip_line(line, 500)));
+    }
+    if out.is_empty() {
+        out.push_str("(the file is now empty)\n");
+    }
+    out
+}
+
+/// Context lines shown before and after an edit.
+const SNIPPET_CONTEXT_LINES: usize = 4;
+/// Most lines shown after an edit.
+const SNIPPET_MAX_LINES: usize = 40;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn crlf_files_are_matched_with_lf_old_strings_and_keep_crlf() {
+        let (old, new, n) = match_edit("a\r\nb\r\nc\r\n", "a\nb", "a\nx\ny");
+        assert_eq!(
+            (old.as_str(), new.as_str(), n),
+            ("a\r\nb", "a\r\nx\r\ny", 1)
+        );
+        let (old, _, n) = match_edit("a\nb\n", "a\nb", "z");
+        assert_eq!((old.as_str(), n), ("a\nb", 1));
+    }
+
+    #[test]
+    fn snippet_shows_numbered_context_around_the_edit() {
+        let text = "1\n2\n3\n4\n5\n6\n7\n8\n9\n10\n11\n";
+        let at = text.find("6").unwrap_or(0);
+        assert_eq!(
+            snippet(text, at, 1),
+            "     2\t2\n     3\t3\n     4\t4\n     5\t5\n     6\t6\n     7\t7\n     8\t8\n     9\t9\n    10\t10\n"
+        );
+        assert_eq!(snippet("", 0, 0), "(the file is now empty)\n");
     }
 }

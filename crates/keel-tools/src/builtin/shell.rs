@@ -62,11 +62,11 @@ impl Tool for Shell {
     }
 
     fn subject(&self, args: &Value) -> Subject {
-        Subject::Command(
+        Subject::command(
             args.get("command")
                 .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned(),
+                .unwrap_or_default(),
+            args.get("workdir").and_then(Value::as_str).unwrap_or("."),
         )
     }
 

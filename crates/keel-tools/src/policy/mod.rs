@@ -18,7 +18,12 @@
 //!
 //! Path rules of file tools apply to their family: rules on `read_file`, `list_dir`, `glob`,
 //! `grep` cover all four; rules on `write_file`, `edit_file` cover both. A `deny` on a read-family
-//! path also denies writes and edits of it.
+//! path also denies writes and edits of it. `deny` and `ask` path rules also reach `shell`: the
+//! literal paths a command names (arguments, redirection targets, the workdir;
+//! [`shell::path_words`]) are checked like file-tool paths, read-family rules against all of
+//! them, write-family rules against those the command writes. That is best effort (a path built
+//! from variables or globs is not seen); the sandbox is the boundary. A `deny`/`ask` on a command
+//! name (`shell(git push *)`) also catches the program written as a path (`/usr/bin/git push`).
 
 mod pattern;
 pub mod shell;
@@ -179,12 +184,50 @@ impl PathAccess {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", content = "value", rename_all = "snake_case")]
 pub enum Subject {
-    /// A shell command line.
-    Command(String),
+    /// A shell command line, with the paths it names literally ([`shell::path_words`]), so that
+    /// path rules of file tools (`deny read_file(./secrets/**)`) also catch `cat secrets/x`.
+    Command {
+        /// The command line as given.
+        command: String,
+        /// Paths named in it, workspace-relative like [`Subject::Paths`] (best effort).
+        paths: Vec<PathAccess>,
+    },
     /// File paths (several entries for one path when it has aliases, e.g. through a symlink).
     Paths(Vec<PathAccess>),
     /// Anything else: compact JSON of the arguments.
     Other(String),
+}
+
+impl Subject {
+    /// The subject of shell command line `command` run in workspace-relative directory `cwd`
+    /// (`.` for the root): the line and the paths it names (`cwd` itself included, as a read),
+    /// relative words joined to `cwd`
+    /// (lexically; [`crate::ToolRegistry::subject`] then normalizes them against the workspace).
+    pub fn command(command: &str, cwd: &str) -> Self {
+        let cwd = cwd.trim_end_matches('/');
+        let workdir = (!cwd.is_empty() && cwd != ".").then(|| PathAccess::read(cwd));
+        let named = shell::path_words(command)
+            .into_iter()
+            .map(|(word, write)| {
+                let path = if word.starts_with('/') || cwd.is_empty() || cwd == "." {
+                    word
+                } else {
+                    format!("{cwd}/{word}")
+                };
+                let path = path.strip_prefix("./").map(str::to_owned).unwrap_or(path);
+                if write {
+                    PathAccess::write(&path)
+                } else {
+                    PathAccess::read(&path)
+                }
+            })
+            .collect::<Vec<_>>();
+        let paths = workdir.into_iter().chain(named).collect();
+        Self::Command {
+            command: command.to_owned(),
+            paths,
+        }
+    }
 }
 
 /// A call to decide on.
@@ -259,16 +302,79 @@ impl Policy {
     /// Decides on `request` (see the module docs for the order of precedence).
     pub fn evaluate(&self, request: &PolicyRequest<'_>) -> Decision {
         match request.subject {
-            Subject::Command(command) => self.evaluate_command(request, command),
+            Subject::Command { command, paths } => self.evaluate_command(request, command, paths),
             _ => self.evaluate_unit(request, None),
         }
     }
 
-    fn evaluate_command(&self, request: &PolicyRequest<'_>, command: &str) -> Decision {
+    fn evaluate_command(
+        &self,
+        request: &PolicyRequest<'_>,
+        command: &str,
+        paths: &[PathAccess],
+    ) -> Decision {
         // A deny on the raw command line applies whether or not it parses.
         if let Some(rule) = self.matching(request, Some(command), RuleAction::Deny) {
             return deny_by(rule);
         }
+        // Path rules of file tools cover the paths the command names.
+        if let Some(decision) = self.shell_path_decision(paths, RuleAction::Deny) {
+            return decision;
+        }
+        let decision = self.evaluate_command_parts(request, command);
+        if decision.verdict == Verdict::Allow
+            && let Some(ask) = self.shell_path_decision(paths, RuleAction::Ask)
+        {
+            return ask;
+        }
+        decision
+    }
+
+    /// The decision of the first path rule with `action` (`deny` or `ask`) covering one of the
+    /// paths a shell command names, explained with that path.
+    fn shell_path_decision(&self, paths: &[PathAccess], action: RuleAction) -> Option<Decision> {
+        let (rule, path) = self.shell_path_rule(paths, action)?;
+        let (verdict, what) = match action {
+            RuleAction::Deny => (Verdict::Deny, "is denied by"),
+            RuleAction::Ask | RuleAction::Allow => (Verdict::Ask, "needs approval by"),
+        };
+        Some(Decision::new(
+            verdict,
+            format!(
+                "the command names `{path}`, which {what} rule `{rule}` ({})",
+                source_name(rule.source)
+            ),
+            Some(rule.to_string()),
+        ))
+    }
+
+    /// The first path rule of a file tool with `action` that covers one of `paths`, and that path:
+    /// rules on the read family (`read_file`, `list_dir`, `glob`, `grep`) cover every named path,
+    /// rules on the write family (`write_file`, `edit_file`) only written ones.
+    fn shell_path_rule<'p>(
+        &self,
+        paths: &'p [PathAccess],
+        action: RuleAction,
+    ) -> Option<(&Rule, &'p str)> {
+        self.rules
+            .iter()
+            .filter(|r| r.action == action)
+            .find_map(|rule| {
+                let Some(ArgPattern::Path(pattern)) = &rule.pattern.arg else {
+                    return None;
+                };
+                let tool = rule.pattern.tool_name()?;
+                let writes_only = WRITE_FAMILY.contains(&tool);
+                paths
+                    .iter()
+                    .filter(|a| a.write || !writes_only)
+                    .find(|a| pattern.matches(&a.path))
+                    .map(|a| (rule, a.path.as_str()))
+            })
+    }
+
+    /// Splits the command and decides every simple command; the strictest decision wins.
+    fn evaluate_command_parts(&self, request: &PolicyRequest<'_>, command: &str) -> Decision {
         let parts = match shell::split_commands(command) {
             Ok(parts) => parts,
             Err(err) => {
@@ -414,7 +520,7 @@ pub fn session_rules_for(tool: &str, subject: &Subject) -> Vec<Rule> {
         source: RuleSource::Session,
     };
     match subject {
-        Subject::Command(command) => match shell::split_commands(command) {
+        Subject::Command { command, .. } => match shell::split_commands(command) {
             Ok(parts) if !parts.is_empty() => parts
                 .iter()
                 .map(|p| rule(RulePattern::exact_command(p)))
@@ -452,7 +558,14 @@ fn rule_matches(rule: &Rule, request: &PolicyRequest<'_>, command: Option<&str>)
         return true;
     };
     match (arg, request.subject) {
-        (ArgPattern::Command(p), Subject::Command(whole)) => p.matches(command.unwrap_or(whole)),
+        (ArgPattern::Command(p), Subject::Command { command: whole, .. }) => {
+            let part = command.unwrap_or(whole);
+            // A deny or ask on `git push *` also catches `/usr/bin/git push`; an allow on the
+            // bare name does not allow `./git` (a program found by path, not by name).
+            p.matches(part)
+                || (rule.action != RuleAction::Allow
+                    && program_by_name(part).is_some_and(|named| p.matches(&named)))
+        }
         (ArgPattern::Path(p), Subject::Paths(paths)) => {
             if paths.is_empty() {
                 return false;
@@ -466,6 +579,21 @@ fn rule_matches(rule: &Rule, request: &PolicyRequest<'_>, command: Option<&str>)
         (ArgPattern::Other(tokens), Subject::Other(json)) => pattern::glob_match(tokens, json),
         _ => false,
     }
+}
+
+/// `part` with its program written by name when it was given as a path (`/usr/bin/git push` →
+/// `git push`); `None` when it already is.
+fn program_by_name(part: &str) -> Option<String> {
+    let (program, rest) = part.split_once(' ').unwrap_or((part, ""));
+    let name = program.rsplit('/').next()?;
+    if name == program || name.is_empty() {
+        return None;
+    }
+    Some(if rest.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{name} {rest}")
+    })
 }
 
 fn same_family(a: &str, b: &str) -> bool {

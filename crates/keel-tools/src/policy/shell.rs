@@ -477,6 +477,108 @@ fn simple_commands(
     }
 }
 
+/// Commands that change or remove every path they are given.
+const WRITES_ALL: &[&str] = &[
+    "rm", "rmdir", "touch", "tee", "truncate", "mv", "mkdir", "chmod", "chown", "chgrp", "shred",
+    "unlink",
+];
+/// Commands whose last path argument is written (the others are read).
+const WRITES_LAST: &[&str] = &["cp", "install", "ln", "rsync", "scp"];
+/// Commands that write their file arguments in place when given `-i` / `--in-place`.
+const IN_PLACE: &[&str] = &["sed", "perl", "ruby"];
+
+/// The literal paths a command line names, each with whether it is written: every argument that
+/// is not an option (and the value of `--opt=value`), the program itself when written as a path,
+/// redirection targets (`> f`, `>> f`, `2> f` are writes, `< f` a read), `dd`'s `if=`/`of=`.
+/// An argument counts as written for commands that change their arguments (`rm`, `mv`, `touch`,
+/// `tee`, `chmod`, …, the last argument of `cp`/`ln`/`install`, `sed -i`), and as read otherwise.
+///
+/// Best effort by design, for path rules only: paths built from variables, globs expanded by the
+/// shell, `cd` followed by relative paths, or paths inside scripts are not seen (the sandbox is
+/// the boundary for those). Words that are not paths at all are returned too (`echo hello` names
+/// `hello`), which can only make a decision stricter. Unparseable input is split on whitespace.
+pub fn path_words(command: &str) -> Vec<(String, bool)> {
+    let parts = split_commands(command)
+        .unwrap_or_else(|_| vec![command.replace(['\'', '"', '(', ')', ';', '&', '|'], " ")]);
+    let mut out: Vec<(String, bool)> = Vec::new();
+    let push = |word: &str, write: bool, out: &mut Vec<(String, bool)>| {
+        let word = word.trim();
+        if word.is_empty() || word == "-" || word.contains("://") || word.starts_with('&') {
+            return;
+        }
+        let entry = (word.to_owned(), write);
+        if !out.contains(&entry) {
+            out.push(entry);
+        }
+    };
+    for part in parts {
+        let words: Vec<&str> = part.split_whitespace().collect();
+        let Some((program, args)) = words.split_first() else {
+            continue;
+        };
+        if program.contains('/') {
+            push(program, false, &mut out);
+        }
+        let name = program.rsplit('/').next().unwrap_or(program);
+        let in_place = IN_PLACE.contains(&name)
+            && args.iter().any(|a| {
+                (a.starts_with("-i") && !a.starts_with("--")) || a.starts_with("--in-place")
+            });
+        let writes_all = WRITES_ALL.contains(&name) || in_place;
+        let operands: Vec<usize> = args
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| !a.starts_with('-') && !a.contains(['<', '>']))
+            .map(|(i, _)| i)
+            .collect();
+        let last_operand = operands.last().copied();
+        let mut redirect: Option<bool> = None;
+        for (i, arg) in args.iter().enumerate() {
+            if let Some(write) = redirect.take() {
+                push(arg, write, &mut out);
+                continue;
+            }
+            if let Some(pos) = arg.find(['<', '>']) {
+                // `>f`, `2>>f`, `<f`, `a>f` (quotes are gone by now: conservative).
+                let write = arg[pos..].starts_with('>');
+                push(
+                    arg[..pos].trim_end_matches(|c: char| c.is_ascii_digit()),
+                    false,
+                    &mut out,
+                );
+                let after_ops = arg[pos..].trim_start_matches(['<', '>', '|']);
+                if after_ops.starts_with('&') {
+                    // `2>&1`, `>&2`, `<&3`: duplicates a descriptor, names no file.
+                    continue;
+                }
+                let target = after_ops;
+                if target.is_empty() {
+                    redirect = Some(write);
+                } else {
+                    push(target, write, &mut out);
+                }
+                continue;
+            }
+            if let Some((key, value)) = arg.split_once('=') {
+                if name == "dd" && (key == "of" || key == "if") {
+                    push(value, key == "of", &mut out);
+                    continue;
+                }
+                if key.starts_with('-') || is_assignment(arg) {
+                    push(value, writes_all, &mut out);
+                    continue;
+                }
+            }
+            if arg.starts_with('-') {
+                continue;
+            }
+            let write = writes_all || (WRITES_LAST.contains(&name) && Some(i) == last_operand);
+            push(arg, write, &mut out);
+        }
+    }
+    out
+}
+
 fn is_assignment(word: &str) -> bool {
     match word.split_once('=') {
         Some((name, _)) => {
@@ -559,6 +661,47 @@ mod tests {
             split("find . -exec rm {} \\;"),
             ["rm {}", "find . -exec rm {} ;"]
         );
+    }
+
+    #[test]
+    fn path_words_name_arguments_and_redirections_with_their_access() {
+        let w = |s: &str| path_words(s);
+        assert_eq!(
+            w("cat secrets/x | tee out.txt"),
+            [
+                ("secrets/x".to_owned(), false),
+                ("out.txt".to_owned(), true)
+            ]
+        );
+        assert_eq!(
+            w("echo hi >> log.txt 2>&1 &>all.txt"),
+            [
+                ("hi".to_owned(), false),
+                ("log.txt".to_owned(), true),
+                ("all.txt".to_owned(), true)
+            ]
+        );
+        assert_eq!(
+            w("cp -r a b/c"),
+            [("a".to_owned(), false), ("b/c".to_owned(), true)]
+        );
+        assert_eq!(
+            w("sed -i s/a/b/ f.txt"),
+            [("s/a/b/".to_owned(), true), ("f.txt".to_owned(), true)]
+        );
+        assert_eq!(
+            w("dd if=a of=b"),
+            [("a".to_owned(), false), ("b".to_owned(), true)]
+        );
+        assert_eq!(w("wc <in.txt"), [("in.txt".to_owned(), false)]);
+        assert_eq!(
+            w("./run.sh --config=cfg.toml"),
+            [
+                ("./run.sh".to_owned(), false),
+                ("cfg.toml".to_owned(), false)
+            ]
+        );
+        assert_eq!(w("curl https://x.example/a"), []);
     }
 
     #[test]

@@ -784,6 +784,171 @@ const CASES: &[Case<'static>] = &[
         subject: S::Cmd("cat src/lib.rs"),
         expect: Q,
     },
+    // --- path rules reach shell commands (best effort: literal arguments) ----------------------
+    Case {
+        name: "deny read path covers cat of the path",
+        mode: BY,
+        rules: &[("deny", "read_file(./secrets/**)")],
+        tool: "shell",
+        subject: S::Cmd("cat secrets/x"),
+        expect: D,
+    },
+    Case {
+        name: "deny read path covers ./-prefixed and nested arguments",
+        mode: BY,
+        rules: &[("deny", "read_file(./secrets/**)")],
+        tool: "shell",
+        subject: S::Cmd("wc -l ./secrets/prod/key.pem"),
+        expect: D,
+    },
+    Case {
+        name: "deny read path covers an input redirection",
+        mode: BY,
+        rules: &[("deny", "read_file(./secrets/**)")],
+        tool: "shell",
+        subject: S::Cmd("base64 <secrets/x"),
+        expect: D,
+    },
+    Case {
+        name: "deny read path covers an output redirection",
+        mode: BY,
+        rules: &[("deny", "read_file(./secrets/**)")],
+        tool: "shell",
+        subject: S::Cmd("echo hi > secrets/x"),
+        expect: D,
+    },
+    Case {
+        name: "deny read path covers a later part of a compound command",
+        mode: DF,
+        rules: &[
+            ("allow", "shell(ls *)"),
+            ("allow", "shell(cat *)"),
+            ("deny", "read_file(./secrets/**)"),
+        ],
+        tool: "shell",
+        subject: S::Cmd("ls && cat secrets/a.txt"),
+        expect: D,
+    },
+    Case {
+        name: "deny read path covers the directory itself",
+        mode: BY,
+        rules: &[("deny", "read_file(./secrets/**)")],
+        tool: "shell",
+        subject: S::Cmd("tar czf /tmp/out.tgz secrets"),
+        expect: D,
+    },
+    Case {
+        name: "deny read path covers a glob argument",
+        mode: BY,
+        rules: &[("deny", "read_file(./secrets/**)")],
+        tool: "shell",
+        subject: S::Cmd("head -n 3 secrets/*"),
+        expect: D,
+    },
+    Case {
+        name: "deny read path covers an option value",
+        mode: BY,
+        rules: &[("deny", "read_file(*.pem)")],
+        tool: "shell",
+        subject: S::Cmd("curl --cert=certs/client.pem https://x.example"),
+        expect: D,
+    },
+    Case {
+        name: "deny read path through a wrapper and bash -c",
+        mode: BY,
+        rules: &[("deny", "read_file(.env)")],
+        tool: "shell",
+        subject: S::Cmd("timeout 5 bash -c 'grep KEY services/.env'"),
+        expect: D,
+    },
+    Case {
+        name: "deny absolute read path outside the workspace covers cat",
+        mode: BY,
+        rules: &[("deny", "read_file(/etc/**)")],
+        tool: "shell",
+        subject: S::Cmd("cat /etc/shadow"),
+        expect: D,
+    },
+    Case {
+        name: "deny write path covers rm of it",
+        mode: BY,
+        rules: &[("deny", "write_file(./Cargo.lock)")],
+        tool: "shell",
+        subject: S::Cmd("rm -f Cargo.lock"),
+        expect: D,
+    },
+    Case {
+        name: "deny write path covers tee and sed -i",
+        mode: BY,
+        rules: &[("deny", "edit_file(./Cargo.lock)")],
+        tool: "shell",
+        subject: S::Cmd("sed -i s/a/b/ Cargo.lock"),
+        expect: D,
+    },
+    Case {
+        name: "deny write path covers the target of cp",
+        mode: BY,
+        rules: &[("deny", "write_file(./Cargo.lock)")],
+        tool: "shell",
+        subject: S::Cmd("cp /tmp/other.lock Cargo.lock"),
+        expect: D,
+    },
+    Case {
+        name: "deny write path does not deny reading it in shell",
+        mode: BY,
+        rules: &[("deny", "write_file(./Cargo.lock)")],
+        tool: "shell",
+        subject: S::Cmd("cat Cargo.lock"),
+        expect: A,
+    },
+    Case {
+        name: "deny read path leaves other paths alone",
+        mode: BY,
+        rules: &[("deny", "read_file(./secrets/**)")],
+        tool: "shell",
+        subject: S::Cmd("cat src/secrets.rs docs/secrets"),
+        expect: A,
+    },
+    Case {
+        name: "ask on a path makes an allowed command ask",
+        mode: DF,
+        rules: &[("allow", "shell(cat *)"), ("ask", "read_file(*.env)")],
+        tool: "shell",
+        subject: S::Cmd("cat config/.env"),
+        expect: Q,
+    },
+    Case {
+        name: "allow path rule still does not allow shell",
+        mode: DF,
+        rules: &[("allow", "read_file(./src/**)")],
+        tool: "shell",
+        subject: S::Cmd("cat src/lib.rs"),
+        expect: Q,
+    },
+    Case {
+        name: "deny command by name catches the program given as a path",
+        mode: BY,
+        rules: &[("deny", "shell(git push *)")],
+        tool: "shell",
+        subject: S::Cmd("/usr/bin/git push origin main"),
+        expect: D,
+    },
+    Case {
+        name: "ask command by name catches the program given as a path",
+        mode: BY,
+        rules: &[("ask", "shell(curl *)")],
+        tool: "shell",
+        subject: S::Cmd("FOO=1 /usr/local/bin/curl x"),
+        expect: Q,
+    },
+    Case {
+        name: "allow by name does not allow a program of that name found by path",
+        mode: DF,
+        rules: &[("allow", "shell(git status)")],
+        tool: "shell",
+        subject: S::Cmd("./git status"),
+        expect: Q,
+    },
     // --- other tools --------------------------------------------------------------------------
     Case {
         name: "mcp server wildcard allows its tools",
@@ -870,7 +1035,7 @@ fn build(case: &Case<'_>) -> (Policy, Subject, EffectClass) {
             .collect()
     };
     let (subject, effect) = match case.subject {
-        S::Cmd(c) => (Subject::Command(c.to_owned()), EffectClass::SideEffecting),
+        S::Cmd(c) => (Subject::command(c, "."), EffectClass::SideEffecting),
         S::Read(p) => (Subject::Paths(paths(p, false)), EffectClass::ReadOnly),
         S::Write(p) => (Subject::Paths(paths(p, true)), EffectClass::IdempotentWrite),
         S::Json(j) => (Subject::Other(j.to_owned()), EffectClass::SideEffecting),
@@ -910,7 +1075,7 @@ fn deny_reason_names_the_rule_and_the_part() {
     let policy = Policy::new(PermissionMode::Default)
         .with_rule(Rule::allow("shell(ls *)").unwrap())
         .with_rule(Rule::deny("shell(rm *)").unwrap());
-    let subject = Subject::Command("ls && rm -rf x".into());
+    let subject = Subject::command("ls && rm -rf x", ".");
     let d = policy.evaluate(&PolicyRequest {
         tool: "shell",
         effect: EffectClass::SideEffecting,
@@ -924,7 +1089,7 @@ fn deny_reason_names_the_rule_and_the_part() {
 
 #[test]
 fn session_rules_allow_the_same_compound_command_again() {
-    let subject = Subject::Command("cargo fmt && cargo test -p 'a*b'".into());
+    let subject = Subject::command("cargo fmt && cargo test -p 'a*b'", ".");
     let mut policy = Policy::new(PermissionMode::Default);
     let before = policy.evaluate(&PolicyRequest {
         tool: "shell",
@@ -940,7 +1105,7 @@ fn session_rules_allow_the_same_compound_command_again() {
     });
     assert_eq!(after.verdict, Verdict::Allow, "{}", after.reason);
     // The star in the approved argument is literal, not a wildcard.
-    let other = Subject::Command("cargo test -p aXXb".into());
+    let other = Subject::command("cargo test -p aXXb", ".");
     let d = policy.evaluate(&PolicyRequest {
         tool: "shell",
         effect: EffectClass::SideEffecting,
