@@ -66,6 +66,10 @@ pub struct ModelResponse {
     pub usage: Vec<ModelUsage>,
     /// Attempts made (1 without retries).
     pub attempts: u32,
+    /// Attempts that ended with a response or an error (a cancelled attempt does not count):
+    /// the number of model responses this step adds to the session's
+    /// [`crate::ModelRequest::response_index`].
+    pub responses_consumed: u64,
     /// Model switches `(from, to)`.
     pub fallbacks: Vec<(String, String)>,
 }
@@ -112,6 +116,7 @@ pub async fn collect(mut events: EventStream, model: &str, prices: &PriceTable) 
         model: model.to_string(),
         usage: Vec::new(),
         attempts: 1,
+        responses_consumed: 0,
         fallbacks: Vec::new(),
     };
     while let Some(event) = events.next().await {
@@ -152,20 +157,26 @@ pub async fn collect(mut events: EventStream, model: &str, prices: &PriceTable) 
                 }
             }
             StreamEvent::Completed { stop_reason, .. } => {
+                r.responses_consumed += 1;
                 r.outcome = Outcome::Completed { stop_reason }
             }
-            StreamEvent::Error { error } => r.outcome = Outcome::Failed { error },
+            StreamEvent::Error { error } => {
+                r.responses_consumed += 1;
+                r.outcome = Outcome::Failed { error }
+            }
             StreamEvent::Cancelled => r.outcome = Outcome::Cancelled,
             StreamEvent::Attempt { attempt, model } => {
                 r.attempts = attempt;
                 r.model = model;
             }
             StreamEvent::Retry { .. } => {
+                r.responses_consumed += 1;
                 r.text.clear();
                 r.tool_calls.clear();
                 r.reasoning.clear();
             }
             StreamEvent::Fallback { from, to, .. } => {
+                r.responses_consumed += 1;
                 r.text.clear();
                 r.tool_calls.clear();
                 r.reasoning.clear();

@@ -107,7 +107,6 @@ impl ModelRoute {
     }
 
     async fn run(self, mut request: ModelRequest, sink: &mut impl Sink) {
-        let base_attempt = request.attempt;
         let mut attempt = 0u32;
         let max_attempts = self.policy.max_attempts.max(1);
         for (position, model) in self.models.iter().enumerate() {
@@ -115,7 +114,6 @@ impl ModelRoute {
             let failure = loop {
                 tries += 1;
                 attempt += 1;
-                request.attempt = base_attempt + attempt - 1;
                 if !sink
                     .emit(StreamEvent::Attempt {
                         attempt,
@@ -128,6 +126,9 @@ impl ModelRoute {
                 let Some(error) = forward(model.stream(request.clone()), sink).await else {
                     return;
                 };
+                // The failed attempt was a model response of the session (a scripted error line
+                // is consumed): the next attempt gets the next position.
+                request.response_index = request.response_index.map(|i| i.saturating_add(1));
                 let retry_after_too_long = error
                     .retry_after_ms
                     .is_some_and(|ms| ms > self.policy.max_retry_after_ms);

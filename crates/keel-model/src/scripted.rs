@@ -1,21 +1,24 @@
 //! The scripted model: answers from a `.jsonl` script (docs/ARCHITECTURE.md, "Scripted model
 //! format"), for tests, demos and replays.
 //!
-//! Each non-blank line is one entry: a response (`text`, `tool_calls`, `usage`, optional
-//! `delay_ms`) or an injected failure (`{"error": {"kind": "overloaded", "retry_after_ms": 100}}`,
-//! optional `delay_ms`). Lines are numbered 1-based as in an editor (blank lines keep their
-//! number but are not entries).
+//! **One line, one model response.** Line `k` (1-based) answers the `k`-th model call of the
+//! session: a response (`text`, `tool_calls`, `usage`, optional `delay_ms`) or an injected failure
+//! (`{"error": {"kind": "overloaded", "retry_after_ms": 100}}`, optional `delay_ms`). A failed
+//! attempt consumes its line like any response, so a step retried after an injected error gets
+//! the next line, and a turn that failed on an error line leaves the next turn the line after it.
+//! Blank lines at the end of the file are ignored; a blank line before the last response is an
+//! error (it would shift every later response off its line number).
 //!
-//! **Position.** Response `k` of a session (0-based [`ModelRequest::response_index`]) is the
-//! `k`-th *response* line; error lines directly before it are injected on the first attempts of
-//! that step ([`ModelRequest::attempt`] 0, 1, ...), so a retried step walks through them and then
-//! gets its response, and a re-sampled step (attempt 0 again) replays the same lines. Without a
-//! `response_index`, the model counts completed responses itself, starting from
-//! [`ScriptedModel::starting_at`]. Compaction requests ([`RequestPurpose::Compaction`]) get a
-//! built-in summary and consume nothing.
+//! **Position.** The session's position is [`ModelRequest::response_index`]: how many model
+//! responses (successful or failed) it already completed, across all turns; the request gets line
+//! `response_index + 1`. A re-sampled step (same index) gets the same line again. Without a
+//! `response_index`, the model counts finished responses itself, starting from
+//! [`ScriptedModel::starting_at`]. A cancelled call consumes nothing. Compaction requests
+//! ([`RequestPurpose::Compaction`]) get a built-in summary and consume nothing. Past the last line
+//! the model fails with `invalid_request` naming the file and its line count.
 //!
 //! **Ids.** A tool call without an `id` gets `call_<line>_<index>`: `line` is the 1-based line
-//! number of its entry, `index` the 0-based position of the call within the line.
+//! number of its response, `index` the 0-based position of the call within the line.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -120,8 +123,8 @@ pub struct ScriptEntry {
 #[derive(Debug, Clone)]
 pub struct Script {
     name: String,
+    /// Entry `i` is line `i + 1`.
     entries: Vec<ScriptEntry>,
-    line_count: usize,
 }
 
 impl Script {
@@ -131,13 +134,22 @@ impl Script {
     /// [`ModelError::ScriptLine`] naming the line of the first invalid entry.
     pub fn parse(name: &str, text: &str) -> Result<Self, ModelError> {
         let mut entries = Vec::new();
-        let mut line_count = 0;
+        let mut blank: Option<usize> = None;
         for (i, raw) in text.lines().enumerate() {
             let line = i + 1;
             if raw.trim().is_empty() {
+                blank = blank.or(Some(line));
                 continue;
             }
-            line_count = line;
+            if let Some(blank) = blank {
+                return Err(ModelError::ScriptLine {
+                    path: name.to_string(),
+                    line: blank,
+                    message: "blank line: every line of a script is one model response (line k \
+                              answers the k-th call), so only the end of the file may be blank"
+                        .into(),
+                });
+            }
             let bad = |message: String| ModelError::ScriptLine {
                 path: name.to_string(),
                 line,
@@ -200,7 +212,6 @@ impl Script {
         Ok(Self {
             name: name.to_string(),
             entries,
-            line_count,
         })
     }
 
@@ -228,49 +239,35 @@ impl Script {
         &self.entries
     }
 
-    /// Number of lines up to the last non-blank one.
+    /// Number of lines (responses and injected errors; trailing blank lines not counted).
     pub fn line_count(&self) -> usize {
-        self.line_count
+        self.entries.len()
     }
 
-    /// Number of response (non-error) entries.
-    pub fn response_count(&self) -> usize {
-        self.entries
-            .iter()
-            .filter(|e| matches!(e.action, ScriptAction::Respond { .. }))
-            .count()
-    }
-
-    /// The entry for response `index` (0-based) at `attempt` (0-based): error entries just before
-    /// the response line come first, one per attempt.
+    /// The entry answering the session's model call number `position` (0-based, i.e. its
+    /// [`ModelRequest::response_index`]): line `position + 1`.
     ///
     /// # Errors
     /// An `invalid_request` [`ProviderError`] naming the file and its line count when the script
-    /// has no response `index`.
-    pub fn entry_for(&self, index: u64, attempt: u32) -> Result<&ScriptEntry, ProviderError> {
-        let mut group_start = 0;
-        let mut responses = 0u64;
-        for (i, entry) in self.entries.iter().enumerate() {
-            if matches!(entry.action, ScriptAction::Respond { .. }) {
-                if responses == index {
-                    let group = &self.entries[group_start..=i];
-                    let pick = (attempt as usize).min(group.len() - 1);
-                    return Ok(&group[pick]);
-                }
-                responses += 1;
-                group_start = i + 1;
-            }
-        }
-        Err(ProviderError::new(
+    /// has no such line.
+    pub fn entry_for(&self, position: u64) -> Result<&ScriptEntry, ProviderError> {
+        usize::try_from(position)
+            .ok()
+            .and_then(|i| self.entries.get(i))
+            .ok_or_else(|| self.exhausted(position))
+    }
+
+    /// The error for a request past the end of the script.
+    pub fn exhausted(&self, position: u64) -> ProviderError {
+        ProviderError::new(
             ErrorKind::InvalidRequest,
             format!(
-                "scripted model exhausted: {} has {} lines ({} responses) and response {} was requested",
+                "scripted model exhausted: {} has {} lines and model response {} was requested",
                 self.name,
-                self.line_count,
-                responses,
-                index + 1
+                self.line_count(),
+                position.saturating_add(1)
             ),
-        ))
+        )
     }
 }
 
@@ -418,7 +415,7 @@ impl ScriptedModel {
         let index = request
             .response_index
             .unwrap_or_else(|| self.next.load(Ordering::SeqCst));
-        let entry = match self.script.entry_for(index, request.attempt) {
+        let entry = match self.script.entry_for(index) {
             Ok(entry) => entry.clone(),
             Err(error) => {
                 let _ = sink.emit(StreamEvent::Error { error }).await;
@@ -435,17 +432,37 @@ impl ScriptedModel {
                 () = tokio::time::sleep(Duration::from_millis(entry.delay_ms)) => {}
             }
         }
-        let (text, tool_calls, usage) = match entry.action {
-            ScriptAction::Fail(error) => {
-                let _ = sink.emit(StreamEvent::Error { error }).await;
-                return;
-            }
+        let events = match entry.action {
+            ScriptAction::Fail(error) => vec![StreamEvent::Error { error }],
             ScriptAction::Respond {
                 text,
                 tool_calls,
                 usage,
-            } => (text, tool_calls, usage),
+            } => self.response_events(&request, text, tool_calls, usage),
         };
+        for event in events {
+            if request.cancel.is_cancelled() {
+                let _ = sink.emit(StreamEvent::Cancelled).await;
+                return;
+            }
+            // The line is consumed once its outcome is delivered (before the terminal event, so a
+            // consumer that stops reading at it cannot skip the count).
+            if event.is_terminal() && request.response_index.is_none() {
+                self.next.store(index + 1, Ordering::SeqCst);
+            }
+            if !sink.emit(event).await {
+                return;
+            }
+        }
+    }
+
+    fn response_events(
+        &self,
+        request: &ModelRequest,
+        text: String,
+        tool_calls: Vec<ScriptedCall>,
+        usage: Option<Usage>,
+    ) -> Vec<StreamEvent> {
         let mut events: Vec<StreamEvent> = text_chunks(&text)
             .into_iter()
             .map(|t| StreamEvent::TextDelta {
@@ -475,7 +492,7 @@ impl ScriptedModel {
                 .map(|c| c.name.len() + c.arguments.to_string().len())
                 .sum::<usize>();
         let usage = usage.unwrap_or(Usage {
-            input_tokens: estimate_tokens(request_size(&request)),
+            input_tokens: estimate_tokens(request_size(request)),
             output_tokens: estimate_tokens(output_size),
             ..Usage::default()
         });
@@ -489,18 +506,7 @@ impl ScriptedModel {
             stop_reason,
             model: Some(self.label.clone()),
         });
-        for event in events {
-            if request.cancel.is_cancelled() {
-                let _ = sink.emit(StreamEvent::Cancelled).await;
-                return;
-            }
-            if !sink.emit(event).await {
-                return;
-            }
-        }
-        if request.response_index.is_none() {
-            self.next.store(index + 1, Ordering::SeqCst);
-        }
+        events
     }
 }
 
@@ -509,41 +515,50 @@ mod tests {
     use super::*;
 
     const SCRIPT: &str = r#"{"text": "hello there", "usage": {"input_tokens": 10, "output_tokens": 5}}
-
 {"error": {"kind": "overloaded", "retry_after_ms": 100}}
 {"tool_calls": [{"name": "shell", "arguments": {"command": "ls"}}, {"id": "mine", "name": "read_file", "arguments": {"path": "a"}}], "delay_ms": 5}
+
 "#;
 
     #[test]
-    fn ids_are_call_line_index_with_1_based_physical_lines() {
+    fn ids_are_call_line_index() {
         let script = Script::parse("s.jsonl", SCRIPT).unwrap();
-        assert_eq!(script.line_count(), 4);
-        let ScriptAction::Respond { tool_calls, .. } = &script.entry_for(1, 1).unwrap().action
-        else {
+        assert_eq!(script.line_count(), 3, "trailing blank lines do not count");
+        let ScriptAction::Respond { tool_calls, .. } = &script.entry_for(2).unwrap().action else {
             panic!("expected a response")
         };
-        assert_eq!(tool_calls[0].id, "call_4_0");
+        assert_eq!(tool_calls[0].id, "call_3_0");
         assert_eq!(tool_calls[1].id, "mine");
     }
 
     #[test]
-    fn error_lines_come_first_on_successive_attempts_of_the_same_response() {
+    fn position_k_is_line_k_plus_one_error_lines_included() {
         let script = Script::parse("s.jsonl", SCRIPT).unwrap();
-        assert_eq!(script.entry_for(0, 0).unwrap().line, 1);
-        assert_eq!(script.entry_for(1, 0).unwrap().line, 3);
-        assert_eq!(script.entry_for(1, 1).unwrap().line, 4);
-        assert_eq!(script.entry_for(1, 7).unwrap().line, 4);
+        let lines: Vec<usize> = (0..3).map(|k| script.entry_for(k).unwrap().line).collect();
+        assert_eq!(lines, [1, 2, 3]);
+        assert!(matches!(
+            script.entry_for(1).unwrap().action,
+            ScriptAction::Fail(ProviderError {
+                kind: ErrorKind::Overloaded,
+                retry_after_ms: Some(100),
+                ..
+            })
+        ));
+        assert_eq!(script.entry_for(2).unwrap().delay_ms, 5);
     }
 
     #[test]
     fn exhausted_script_names_file_and_line_count() {
         let script = Script::parse("demo.jsonl", SCRIPT).unwrap();
-        let err = script.entry_for(2, 0).unwrap_err();
+        let err = script.entry_for(3).unwrap_err();
         assert_eq!(err.kind, ErrorKind::InvalidRequest);
-        assert!(
-            err.message.contains("demo.jsonl has 4 lines"),
-            "{}",
-            err.message
+        assert_eq!(
+            err.message,
+            "scripted model exhausted: demo.jsonl has 3 lines and model response 4 was requested"
+        );
+        assert_eq!(
+            script.entry_for(u64::MAX).unwrap_err().kind,
+            ErrorKind::InvalidRequest
         );
     }
 
@@ -556,6 +571,18 @@ mod tests {
         );
         let err = Script::parse("x.jsonl", "{\"error\": {\"kind\": \"nope\"}}").unwrap_err();
         assert!(err.to_string().contains("line 1"), "{err}");
+        let err = Script::parse("x.jsonl", "{\"text\": \"a\"}\n\n{\"text\": \"b\"}\n").unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("script x.jsonl line 2: blank line"),
+            "{err}"
+        );
+        let err = Script::parse(
+            "x.jsonl",
+            "{\"error\": {\"kind\": \"timeout\"}, \"text\": \"a\"}",
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("cannot also carry text"), "{err}");
     }
 
     #[test]

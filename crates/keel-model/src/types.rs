@@ -20,13 +20,13 @@ pub struct ModelRequest {
     pub sampling: SamplingOptions,
     /// Why the call is made; compaction requests do not consume scripted lines.
     pub purpose: RequestPurpose,
-    /// How many model responses this session already completed (0 for its first step). Only the
-    /// scripted model uses it (response `k` of a session comes from the script's `k`-th response
-    /// line); `None` lets the scripted model count itself.
+    /// How many model responses this session already completed, across all its turns, counting
+    /// failed attempts too (the runtime adds [`crate::ModelResponse::responses_consumed`] after
+    /// each step). Only the scripted model uses it: this request gets script line
+    /// `response_index + 1`, so a re-sampled step gets the same line and a retry the next one.
+    /// [`crate::ModelRoute`] advances it by one for each attempt it retries or falls back from.
+    /// `None` lets the scripted model count itself.
     pub response_index: Option<u64>,
-    /// 0-based attempt number of this step (set by [`crate::ModelRoute`] on each retry or
-    /// fallback). The scripted model uses it to walk through injected errors.
-    pub attempt: u32,
     /// Cancelling it ends the stream at once with [`StreamEvent::Cancelled`] and closes the HTTP
     /// connection.
     pub cancel: CancellationToken,

@@ -27,7 +27,7 @@ async fn flaky(fault: Fault, failures: usize, model: &str) -> FakeModelServer {
     let model = model.to_string();
     let handler: Handler = Arc::new(move |_| {
         if seen.fetch_add(1, Ordering::SeqCst) < failures {
-            Reply::Fault(fault)
+            Reply::Fault(fault.clone())
         } else {
             let mut r = FakeResponse::text("ok");
             r.model = model.clone();
@@ -122,7 +122,7 @@ async fn every_attempt_is_reported_and_attempts_are_bounded() {
 }
 
 async fn fallback_case(fault: Fault) -> (Vec<StreamEvent>, FakeModelServer, FakeModelServer) {
-    let primary = flaky(fault, usize::MAX, "unused").await;
+    let primary = flaky(fault.clone(), usize::MAX, "unused").await;
     let secondary = flaky(fault, 0, "claude-haiku-4-5-20251001").await;
     let r = route(
         vec![

@@ -1,6 +1,7 @@
-//! The scripted model follows docs/ARCHITECTURE.md: position from the session, re-sampled steps
-//! get the same line, compaction consumes nothing, injected errors and delays, clear exhaustion.
-//! The fake server speaks the same scripts over HTTP.
+//! The scripted model follows docs/ARCHITECTURE.md: the k-th model response of the session
+//! (failed attempts included) comes from line k, re-sampled steps get the same line, compaction
+//! consumes nothing, injected errors and delays work, exhaustion names the file and its line
+//! count. The fake server speaks the same scripts over HTTP.
 
 use std::sync::Arc;
 
@@ -22,17 +23,16 @@ fn script() -> Script {
     Script::parse("demo.jsonl", SCRIPT).unwrap()
 }
 
-fn at(index: u64, attempt: u32) -> ModelRequest {
+fn at(index: u64) -> ModelRequest {
     ModelRequest {
         response_index: Some(index),
-        attempt,
         ..hello()
     }
 }
 
 #[tokio::test]
 async fn first_line_streams_text_tool_call_with_deterministic_id_and_usage() {
-    let got = events(&ScriptedModel::new(script()), at(0, 0)).await;
+    let got = events(&ScriptedModel::new(script()), at(0)).await;
     let args = json!({"command": "ls"});
     assert_eq!(
         got,
@@ -74,16 +74,16 @@ async fn first_line_streams_text_tool_call_with_deterministic_id_and_usage() {
 }
 
 #[tokio::test]
-async fn injected_error_then_same_step_retried_gets_its_response_and_resampling_replays() {
+async fn an_error_line_is_a_response_retry_gets_the_next_line_resampling_the_same() {
     let model = ScriptedModel::new(script());
-    let first = events(&model, at(1, 0)).await;
+    let first = events(&model, at(1)).await;
     let mut expected = keel_model::ProviderError::new(
         ErrorKind::RateLimited,
         "rate_limited injected by script demo.jsonl line 2",
     );
     expected.retry_after_ms = Some(20);
     assert_eq!(first, vec![StreamEvent::Error { error: expected }]);
-    let second = events(&model, at(1, 1)).await;
+    let second = events(&model, at(2)).await;
     assert_eq!(
         second[0],
         StreamEvent::TextDelta {
@@ -91,47 +91,105 @@ async fn injected_error_then_same_step_retried_gets_its_response_and_resampling_
         }
     );
     assert_eq!(
-        events(&model, at(1, 0)).await,
+        events(&model, at(1)).await,
         first,
         "a re-sampled step gets the same line again"
     );
 }
 
 #[tokio::test]
-async fn route_retries_scripted_errors_honouring_their_retry_after() {
+async fn route_retries_scripted_errors_on_the_next_line_honouring_retry_after() {
     let model: Arc<dyn ModelClient> = Arc::new(ScriptedModel::new(script()));
     let route = ModelRoute::new(vec![model], RetryPolicy::default()).unwrap();
-    let response = collect(
-        route.stream(at(1, 0)),
-        route.model(),
-        &PriceTable::default(),
-    )
-    .await;
+    let started = std::time::Instant::now();
+    let response = collect(route.stream(at(1)), route.model(), &PriceTable::default()).await;
+    assert!(
+        started.elapsed().as_millis() >= 30,
+        "retry-after 20 ms + delay 10 ms"
+    );
     assert_eq!(
         response.outcome,
         Outcome::Completed {
             stop_reason: StopReason::EndTurn
         }
     );
-    assert_eq!((response.text.as_str(), response.attempts), ("Done.", 2));
+    assert_eq!(
+        (
+            response.text.as_str(),
+            response.attempts,
+            response.responses_consumed
+        ),
+        ("Done.", 2, 2)
+    );
 }
 
 #[tokio::test]
-async fn without_response_index_the_model_counts_completed_responses_and_can_start_later() {
-    let model = ScriptedModel::new(script());
-    let one = collect(model.stream(hello()), model.model(), &PriceTable::default()).await;
-    assert_eq!(one.tool_calls[0].call.id, "call_1_0");
-    let resumed = ScriptedModel::starting_at(script(), 1);
-    let two = collect(
-        resumed.stream(ModelRequest {
-            attempt: 1,
-            ..hello()
-        }),
-        "s",
+async fn a_turn_failed_on_an_error_line_leaves_the_next_line_to_the_next_turn() {
+    let script = Script::parse(
+        "fail.jsonl",
+        "{\"error\": {\"kind\": \"invalid_request\"}}\n{\"text\": \"recovered\"}\n",
+    )
+    .unwrap();
+    let model: Arc<dyn ModelClient> = Arc::new(ScriptedModel::new(script));
+    let route = ModelRoute::new(vec![model], RetryPolicy::default()).unwrap();
+    let failed = collect(route.stream(at(0)), route.model(), &PriceTable::default()).await;
+    assert!(
+        matches!(&failed.outcome, Outcome::Failed { error } if error.kind == ErrorKind::InvalidRequest),
+        "{failed:?}"
+    );
+    assert_eq!((failed.attempts, failed.responses_consumed), (1, 1));
+    let next = collect(
+        route.stream(at(failed.responses_consumed)),
+        route.model(),
         &PriceTable::default(),
     )
     .await;
-    assert_eq!(two.text, "Done.");
+    assert_eq!(next.text, "recovered");
+}
+
+#[tokio::test]
+async fn without_response_index_the_model_counts_every_finished_response() {
+    let model = ScriptedModel::new(script());
+    let one = collect(model.stream(hello()), model.model(), &PriceTable::default()).await;
+    assert_eq!(one.tool_calls[0].call.id, "call_1_0");
+    let two = events(&model, hello()).await;
+    assert!(
+        matches!(&two[..], [StreamEvent::Error { error }] if error.kind == ErrorKind::RateLimited),
+        "{two:?}"
+    );
+    let three = collect(model.stream(hello()), "s", &PriceTable::default()).await;
+    assert_eq!(three.text, "Done.");
+
+    let resumed = ScriptedModel::starting_at(script(), 2);
+    let again = collect(resumed.stream(hello()), "s", &PriceTable::default()).await;
+    assert_eq!(
+        again.text, "Done.",
+        "after keel resume: the next unused line"
+    );
+}
+
+#[tokio::test]
+async fn a_cancelled_call_consumes_no_line() {
+    let model = ScriptedModel::new(script());
+    let cancel = keel_model::CancellationToken::new();
+    cancel.cancel();
+    let got = events(&model, ModelRequest { cancel, ..hello() }).await;
+    assert_eq!(got, vec![StreamEvent::Cancelled]);
+    let next = collect(model.stream(hello()), "s", &PriceTable::default()).await;
+    assert_eq!(next.text, "Let me look.");
+}
+
+#[tokio::test]
+async fn delay_ms_delays_the_response() {
+    let model = ScriptedModel::new(script());
+    let started = std::time::Instant::now();
+    let got = events(&model, at(2)).await;
+    assert!(
+        started.elapsed().as_millis() >= 10,
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(matches!(got.last(), Some(StreamEvent::Completed { .. })));
 }
 
 #[tokio::test]
@@ -155,14 +213,14 @@ async fn compaction_gets_a_builtin_summary_and_consumes_no_line() {
 
 #[tokio::test]
 async fn exhausted_script_fails_naming_file_and_line_count() {
-    let got = events(&ScriptedModel::new(script()), at(2, 0)).await;
+    let got = events(&ScriptedModel::new(script()), at(3)).await;
     let [StreamEvent::Error { error }] = &got[..] else {
         panic!("{got:?}")
     };
     assert_eq!(error.kind, ErrorKind::InvalidRequest);
     assert_eq!(
         error.message,
-        "scripted model exhausted: demo.jsonl has 3 lines (2 responses) and response 3 was requested"
+        "scripted model exhausted: demo.jsonl has 3 lines and model response 4 was requested"
     );
 }
 
@@ -206,5 +264,54 @@ async fn fake_server_plays_a_script_over_every_wire() {
         let three = collect(model.stream(hello()), "m", &PriceTable::empty()).await;
         assert_eq!(three.text, "Done.", "{wire}");
         assert_eq!(server.requests().len(), 3);
+    }
+}
+
+#[tokio::test]
+async fn fake_server_honours_script_delay_retry_after_and_exhaustion() {
+    let script = Script::parse(
+        "srv.jsonl",
+        r#"{"error": {"kind": "overloaded", "retry_after_ms": 40}, "delay_ms": 100}
+{"error": {"kind": "content_filter"}}
+"#,
+    )
+    .unwrap();
+    for wire in Wire::ALL {
+        let server = FakeModelServer::start_scripted(script.clone(), Pacing::default())
+            .await
+            .unwrap();
+        let model = model_for(&server, wire, "m");
+        let started = std::time::Instant::now();
+        let one = events(&model, hello()).await;
+        assert!(started.elapsed().as_millis() >= 100, "{wire}: delay_ms");
+        let [StreamEvent::Error { error }] = &one[..] else {
+            panic!("{wire}: {one:?}")
+        };
+        assert_eq!(
+            (error.kind, error.retry_after_ms, error.status),
+            (ErrorKind::Overloaded, Some(40), Some(529)),
+            "{wire}"
+        );
+        assert_eq!(
+            error.message, "overloaded injected by script srv.jsonl line 1",
+            "{wire}"
+        );
+        let two = events(&model, hello()).await;
+        assert!(
+            matches!(&two[..], [StreamEvent::Error { error }] if error.kind == ErrorKind::ContentFilter),
+            "{wire}: {two:?}"
+        );
+        let three = events(&model, hello()).await;
+        let [StreamEvent::Error { error }] = &three[..] else {
+            panic!("{wire}: {three:?}")
+        };
+        assert_eq!(
+            (error.kind, error.message.as_str()),
+            (
+                ErrorKind::InvalidRequest,
+                "scripted model exhausted: srv.jsonl has 2 lines and model response 3 was requested"
+            ),
+            "{wire}"
+        );
     }
 }

@@ -9,7 +9,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, Uri};
 use axum::response::Response;
 use axum::serve::ListenerExt;
-use keel_model::{ErrorKind, Script, ScriptAction, Wire};
+use keel_model::{ErrorKind, Script, ScriptAction, ScriptEntry, Wire};
 use serde_json::{Value, json};
 
 use crate::encode::{FakeResponse, FakeToolCall, encode, provider_names, stream_error_frame};
@@ -99,7 +99,7 @@ impl RecordedRequest {
 }
 
 /// A failure the server injects.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Fault {
     /// HTTP 429 with `retry-after-ms` and `retry-after` (seconds, rounded up) headers.
     RateLimited {
@@ -129,6 +129,16 @@ pub enum Fault {
     },
     /// The HTTP error a provider sends for `kind` (status, body and headers per wire).
     Http(ErrorKind),
+    /// As [`Fault::Http`], with retry-after headers when `retry_after_ms` is set and the body's
+    /// message replaced when `message` is set.
+    HttpError {
+        /// The error class.
+        kind: ErrorKind,
+        /// Advertised wait (`retry-after-ms`, and `retry-after` in seconds rounded up).
+        retry_after_ms: Option<u64>,
+        /// Message in the error body (default `injected <kind>`).
+        message: Option<String>,
+    },
 }
 
 /// What the server answers one request with.
@@ -138,6 +148,13 @@ pub enum Reply {
     Respond(FakeResponse),
     /// Inject this failure.
     Fault(Fault),
+    /// Wait `delay_ms` before sending anything (not even headers), then answer with `reply`.
+    Delayed {
+        /// The wait, in ms.
+        delay_ms: u64,
+        /// The answer after the wait.
+        reply: Box<Reply>,
+    },
 }
 
 /// Computes the reply to a request.
@@ -179,9 +196,9 @@ impl Drop for FakeModelServer {
     }
 }
 
-/// The reply for script entry `action` (shared by the script-driven server and tests).
-pub fn reply_for(action: &ScriptAction) -> Reply {
-    match action {
+/// The reply for script entry `entry`: its response or failure, after its `delay_ms`.
+pub fn reply_for(entry: &ScriptEntry) -> Reply {
+    let reply = match &entry.action {
         ScriptAction::Respond {
             text,
             tool_calls,
@@ -202,14 +219,21 @@ pub fn reply_for(action: &ScriptAction) -> Reply {
             Reply::Respond(r)
         }
         ScriptAction::Fail(e) => Reply::Fault(match e.kind {
-            ErrorKind::RateLimited => Fault::RateLimited {
-                retry_after_ms: e.retry_after_ms.unwrap_or(1000),
-            },
-            ErrorKind::Overloaded => Fault::Overloaded,
-            ErrorKind::ServerError => Fault::ServerError,
             ErrorKind::StreamTruncated => Fault::Disconnect { after_frames: 2 },
-            other => Fault::Http(other),
+            kind => Fault::HttpError {
+                kind,
+                retry_after_ms: e.retry_after_ms,
+                message: Some(e.message.clone()),
+            },
         }),
+    };
+    if entry.delay_ms > 0 {
+        Reply::Delayed {
+            delay_ms: entry.delay_ms,
+            reply: Box::new(reply),
+        }
+    } else {
+        reply
     }
 }
 
@@ -239,9 +263,11 @@ impl FakeModelServer {
         Ok(Self { addr, shared, task })
     }
 
-    /// Starts a server answering request `n` (in arrival order, any wire) with script entry `n`;
-    /// error entries become faults ([`reply_for`]). Past the end it answers HTTP 400
-    /// invalid_request naming the script.
+    /// Starts a server answering request `n` (1-based, in arrival order, any wire) with script
+    /// line `n`, as the scripted model does; error lines become the provider's HTTP error for
+    /// their kind with their retry-after (`stream_truncated`: a mid-stream disconnect), and
+    /// `delay_ms` delays the answer ([`reply_for`]). Past the end it answers HTTP 400
+    /// invalid_request naming the script and its line count.
     ///
     /// # Errors
     /// When 127.0.0.1 cannot be bound.
@@ -249,9 +275,14 @@ impl FakeModelServer {
         let next = Mutex::new(0usize);
         let handler: Handler = Arc::new(move |_req| {
             let mut n = next.lock().unwrap_or_else(PoisonError::into_inner);
-            let reply = match script.entries().get(*n) {
-                Some(entry) => reply_for(&entry.action),
-                None => Reply::Fault(Fault::Http(ErrorKind::InvalidRequest)),
+            let position = u64::try_from(*n).unwrap_or(u64::MAX);
+            let reply = match script.entry_for(position) {
+                Ok(entry) => reply_for(entry),
+                Err(error) => Reply::Fault(Fault::HttpError {
+                    kind: error.kind,
+                    retry_after_ms: None,
+                    message: Some(error.message),
+                }),
             };
             *n += 1;
             reply
@@ -347,12 +378,20 @@ async fn handle(
         body: serde_json::from_slice(&body).unwrap_or(Value::Null),
         received_at: std::time::Instant::now(),
     };
-    let reply = (shared.handler)(&request);
+    let mut reply = (shared.handler)(&request);
     shared
         .requests
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
         .push(request);
+    while let Reply::Delayed {
+        delay_ms,
+        reply: next,
+    } = reply
+    {
+        tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+        reply = *next;
+    }
     let sse = [
         ("content-type", "text/event-stream".to_string()),
         ("cache-control", "no-cache".to_string()),
@@ -391,11 +430,18 @@ async fn handle(
             build(200, &sse, paced_body(frames, shared.pacing, Tail::None))
         }
         Reply::Fault(Fault::RateLimited { retry_after_ms }) => {
-            http_error(wire, ErrorKind::RateLimited, Some(retry_after_ms))
+            http_error(wire, ErrorKind::RateLimited, Some(retry_after_ms), None)
         }
-        Reply::Fault(Fault::ServerError) => http_error(wire, ErrorKind::ServerError, None),
-        Reply::Fault(Fault::Overloaded) => http_error(wire, ErrorKind::Overloaded, None),
-        Reply::Fault(Fault::Http(kind)) => http_error(wire, kind, None),
+        Reply::Fault(Fault::ServerError) => http_error(wire, ErrorKind::ServerError, None, None),
+        Reply::Fault(Fault::Overloaded) => http_error(wire, ErrorKind::Overloaded, None, None),
+        Reply::Fault(Fault::Http(kind)) => http_error(wire, kind, None, None),
+        Reply::Fault(Fault::HttpError {
+            kind,
+            retry_after_ms,
+            message,
+        }) => http_error(wire, kind, retry_after_ms, message),
+        // Unwrapped above.
+        Reply::Delayed { .. } => build(500, &[], Body::from("nested delay")),
     }
 }
 
@@ -405,7 +451,12 @@ fn first(mut frames: Vec<String>, n: usize) -> Vec<String> {
 }
 
 /// The HTTP error a provider of `wire` sends for `kind`.
-fn http_error(wire: Wire, kind: ErrorKind, retry_after_ms: Option<u64>) -> Response {
+fn http_error(
+    wire: Wire,
+    kind: ErrorKind,
+    retry_after_ms: Option<u64>,
+    message: Option<String>,
+) -> Response {
     let status = match kind {
         ErrorKind::RateLimited => 429,
         ErrorKind::Overloaded => 529,
@@ -421,12 +472,18 @@ fn http_error(wire: Wire, kind: ErrorKind, retry_after_ms: Option<u64>) -> Respo
             }
         }
     };
-    let message = match kind {
+    let message = message.unwrap_or_else(|| match kind {
         ErrorKind::ContextOverflow => {
             "prompt is too long: 210000 tokens > 200000 maximum".to_string()
         }
         ErrorKind::ContentFilter => "Output blocked by content filtering policy".to_string(),
         other => format!("injected {other}"),
+    });
+    // Anthropic reports a content filter only in the message of an invalid_request_error.
+    let message = if kind == ErrorKind::ContentFilter && !message.contains("content filtering") {
+        format!("Output blocked by content filtering policy: {message}")
+    } else {
+        message
     };
     let (anthropic_type, openai_code) = provider_names(kind);
     let body = match wire {
