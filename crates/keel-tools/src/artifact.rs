@@ -118,7 +118,7 @@ impl ArtifactSink for FsArtifactSink {
         if !valid_id(id) {
             return Err(ToolsError::Artifact {
                 id: id.to_owned(),
-                reason: "not a valid artifact id (expected [A-Za-z0-9._-]+)".into(),
+                reason: "not a valid artifact id (ids are [A-Za-z0-9._-]+); use the exact artifact://<id> a truncated result names".into(),
             });
         }
         tokio::fs::read(self.dir.join(id))
@@ -126,7 +126,8 @@ impl ArtifactSink for FsArtifactSink {
             .map_err(|e| ToolsError::Artifact {
                 id: id.to_owned(),
                 reason: if e.kind() == std::io::ErrorKind::NotFound {
-                    "no such artifact".into()
+                    "no such artifact; use the exact artifact://<id> a truncated result names"
+                        .into()
                 } else {
                     e.to_string()
                 },

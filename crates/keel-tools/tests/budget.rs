@@ -2,7 +2,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use keel_tools::registry::{Dispatch, ToolCallRequest};
-use keel_tools::tool::{EffectClass, Tool, ToolContext, ToolOutput};
+use keel_tools::tool::{EffectClass, Tool, ToolContext, ToolOutput, ToolResultStatus};
 use serde_json::{Value, json};
 
 use crate::common::Fixture;
@@ -94,4 +94,30 @@ async fn the_budget_is_configurable_and_small_results_are_untouched() {
         "{}",
         big.content.chars().count()
     );
+}
+
+#[tokio::test]
+async fn artifact_paths_cannot_escape_the_artifact_store() {
+    let f = Fixture::new();
+    // A file next to the artifact directory, and one in the workspace.
+    std::fs::write(f._data.path().join("outside.txt"), "outside\n").unwrap();
+    f.write("ws.txt", "ws\n");
+    for path in [
+        "artifact://../outside.txt",
+        "artifact://..",
+        "artifact:///etc/passwd",
+        "artifact://a/../../outside.txt",
+        "artifact://.hidden",
+        "artifact://",
+        "artifact://%2e%2e%2foutside.txt",
+    ] {
+        let r = f.call("read_file", json!({"path": path})).await;
+        assert_eq!(r.status, ToolResultStatus::Failed, "{path}: {}", r.content);
+        assert!(
+            r.content.contains("use the exact artifact://<id>"),
+            "{path}: {}",
+            r.content
+        );
+        assert!(!r.content.contains("outside\n"), "{path}: {}", r.content);
+    }
 }

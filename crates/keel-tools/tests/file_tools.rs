@@ -43,7 +43,7 @@ async fn read_file_errors_say_what_to_do() {
         ),
         (
             json!({"path": "artifact://nope"}),
-            "artifact `nope`: no such artifact",
+            "artifact `nope`: no such artifact; use the exact artifact://<id>",
         ),
     ];
     for (args, needle) in cases {

@@ -166,3 +166,32 @@ fn builtin_specs_match_the_contract() {
         ]
     );
 }
+
+#[test]
+fn builtin_effect_classes_and_parallel_safety() {
+    use EffectClass::{IdempotentWrite, ReadOnly, SideEffecting};
+    let registry = ToolRegistry::with_builtins().unwrap();
+    let got: Vec<(String, EffectClass, bool, bool)> = registry
+        .specs()
+        .into_iter()
+        .map(|s| {
+            let can_reconcile = registry.get(&s.name).unwrap().can_reconcile();
+            (s.name, s.effect, s.parallel_safe, can_reconcile)
+        })
+        .collect();
+    let row = |n: &str, e, p| (n.to_owned(), e, p, false);
+    assert_eq!(
+        got,
+        vec![
+            // Re-running an edit after a crash may apply it twice or fail on text it already
+            // replaced, so an edit whose outcome was lost is put to reconciliation, not re-run.
+            row("edit_file", SideEffecting, false),
+            row("glob", ReadOnly, true),
+            row("grep", ReadOnly, true),
+            row("list_dir", ReadOnly, true),
+            row("read_file", ReadOnly, true),
+            row("shell", SideEffecting, false),
+            row("write_file", IdempotentWrite, false),
+        ]
+    );
+}

@@ -1136,3 +1136,67 @@ fn permission_mode_parses_snake_and_kebab_case() {
     );
     assert!(PermissionMode::parse("yolo").is_err());
 }
+
+#[test]
+fn arbitrary_command_lines_never_panic_and_unparseable_ones_are_never_allowed() {
+    const ALPHABET: &[&str] = &[
+        "echo",
+        " ",
+        "'",
+        "\"",
+        "\\",
+        "$(",
+        "(",
+        ")",
+        "`",
+        ";",
+        "&",
+        "|",
+        ">",
+        "<",
+        "\n",
+        "#",
+        "*",
+        "=",
+        "-i",
+        "bash -c ",
+        "find -exec ",
+        "xargs ",
+        "timeout 5 ",
+        "env -S ",
+        "é",
+        "{",
+        "}",
+        "/",
+        "..",
+        "secrets/x",
+        "2>&1",
+    ];
+    let policy = Policy::new(PermissionMode::Default)
+        .with_rule(Rule::allow("shell(echo *)").unwrap())
+        .with_rule(Rule::deny("read_file(./secrets/**)").unwrap());
+    let mut seed: u64 = 0x9E37_79B9_7F4A_7C15;
+    for _ in 0..20_000 {
+        let mut line = String::new();
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let len = (seed % 12) as usize;
+        for _ in 0..len {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            line.push_str(ALPHABET[(seed % ALPHABET.len() as u64) as usize]);
+        }
+        let subject = Subject::command(&line, "sub");
+        let d = policy.evaluate(&PolicyRequest {
+            tool: "shell",
+            effect: EffectClass::SideEffecting,
+            subject: &subject,
+        });
+        if shell::split_commands(&line).is_err() {
+            assert_ne!(d.verdict, Verdict::Allow, "{line:?}: {}", d.reason);
+        }
+        let _ = session_rules_for("shell", &subject);
+    }
+}
