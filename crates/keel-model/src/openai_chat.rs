@@ -35,15 +35,6 @@ pub(crate) fn tool_result_text(content: &str, is_error: bool) -> String {
     }
 }
 
-/// Arguments text sent back for a call: invalid calls (a JSON string) are sent as `{}`.
-pub(crate) fn arguments_text(arguments: &Value) -> String {
-    if arguments.is_object() {
-        arguments.to_string()
-    } else {
-        "{}".to_string()
-    }
-}
-
 /// The JSON body of `POST {base}/chat/completions` for `request`. `legacy_max_tokens` sends
 /// `max_tokens` (older compatible servers) instead of `max_completion_tokens`.
 pub(crate) fn request_body(model: &str, legacy_max_tokens: bool, request: &ModelRequest) -> Value {
@@ -63,7 +54,7 @@ pub(crate) fn request_body(model: &str, legacy_max_tokens: bool, request: &Model
                         .iter()
                         .map(|c| {
                             json!({"id": c.id, "type": "function",
-                                   "function": {"name": c.name, "arguments": arguments_text(&c.arguments)}})
+                                   "function": {"name": c.name, "arguments": c.arguments_text()}})
                         })
                         .collect();
                     m.insert("tool_calls".into(), Value::Array(calls));

@@ -12,7 +12,7 @@
 use serde_json::{Map, Value, json};
 
 use crate::classify::classify_stream_error;
-use crate::openai_chat::{arguments_text, tool_result_text};
+use crate::openai_chat::tool_result_text;
 use crate::stream::{ToolCallAssembler, WireParser, insert_common_sampling, parse_json, u64_at};
 use crate::types::{Message, ModelRequest, ReasoningItem, StopReason, StreamEvent, Usage};
 
@@ -57,7 +57,7 @@ pub(crate) fn request_body(model: &str, request: &ModelRequest) -> Value {
                 for call in tool_calls {
                     input.push(json!({
                         "type": "function_call", "call_id": call.id, "name": call.name,
-                        "arguments": arguments_text(&call.arguments)
+                        "arguments": call.arguments_text()
                     }));
                 }
             }

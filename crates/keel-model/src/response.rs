@@ -130,12 +130,14 @@ pub async fn collect(mut events: EventStream, model: &str, prices: &PriceTable) 
                 id,
                 name,
                 arguments,
+                raw_arguments,
                 invalid,
             } => r.tool_calls.push(ResponseToolCall {
                 call: ToolCall {
                     id,
                     name,
                     arguments,
+                    raw_arguments: Some(raw_arguments),
                 },
                 invalid,
             }),

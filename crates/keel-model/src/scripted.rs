@@ -477,12 +477,13 @@ impl ScriptedModel {
             });
             events.push(StreamEvent::ToolCallDelta {
                 id: call.id.clone(),
-                delta: args,
+                delta: args.clone(),
             });
             events.push(StreamEvent::ToolCallEnd {
                 id: call.id.clone(),
                 name: call.name.clone(),
                 arguments: call.arguments.clone(),
+                raw_arguments: args,
                 invalid: None,
             });
         }

@@ -184,6 +184,7 @@ impl ToolCallAssembler {
                 id: call.id.clone(),
                 name: call.name.clone(),
                 arguments,
+                raw_arguments: call.arguments.clone(),
                 invalid: None,
             });
         }
@@ -208,6 +209,7 @@ impl ToolCallAssembler {
                 id: call.id.clone(),
                 name: call.name.clone(),
                 arguments,
+                raw_arguments: call.arguments.clone(),
                 invalid,
             });
         }
@@ -390,6 +392,7 @@ mod tests {
                 id: "c1".into(),
                 name: "shell".into(),
                 arguments: json!("{\"command\": \"l"),
+                raw_arguments: "{\"command\": \"l".into(),
                 invalid: Some(InvalidArguments::Truncated),
             })
         );

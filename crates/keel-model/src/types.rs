@@ -106,6 +106,37 @@ pub struct ToolCall {
     /// Arguments object. Invalid calls (see [`InvalidArguments`]) keep their raw text as a JSON
     /// string and are sent back to providers as `{}`.
     pub arguments: Value,
+    /// The arguments exactly as the model wrote them (key order, spacing), when they came from a
+    /// provider. The OpenAI wires carry arguments as a string and get this text back verbatim,
+    /// so the replayed transcript is what the model produced; `arguments` (keys sorted) is what
+    /// tools and approvals see. `None` for calls built in code: `arguments` is serialized.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub raw_arguments: Option<String>,
+}
+
+impl ToolCall {
+    /// A call with parsed `arguments` and no raw text.
+    pub fn new(id: impl Into<String>, name: impl Into<String>, arguments: Value) -> Self {
+        Self {
+            id: id.into(),
+            name: name.into(),
+            arguments,
+            raw_arguments: None,
+        }
+    }
+
+    /// The arguments text to send to a wire that carries them as a string (OpenAI Chat
+    /// `function.arguments`, Responses `function_call.arguments`): the model's own text when the
+    /// call is valid and it is known, else the serialized object; `{}` for an invalid call.
+    pub fn arguments_text(&self) -> String {
+        if !self.arguments.is_object() {
+            return "{}".to_string();
+        }
+        match self.raw_arguments.as_deref() {
+            Some(raw) if !raw.trim().is_empty() => raw.to_string(),
+            _ => self.arguments.to_string(),
+        }
+    }
 }
 
 /// A tool the model may call.
@@ -272,6 +303,9 @@ pub enum StreamEvent {
         /// The parsed arguments object (`{}` when the model sent none); for an invalid call, the
         /// raw text as a JSON string.
         arguments: Value,
+        /// The arguments text exactly as streamed (all deltas joined, or the provider's final
+        /// copy); empty when the model sent none.
+        raw_arguments: String,
         /// Set when the call must not be executed.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         invalid: Option<InvalidArguments>,

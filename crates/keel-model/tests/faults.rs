@@ -48,12 +48,14 @@ async fn text_and_tool_calls_round_trip_on_every_wire() {
         id: "call_a".into(),
         name: "read_file".into(),
         arguments: json!({"path": "src/main.rs"}),
+        raw_arguments: r#"{"path":"src/main.rs"}"#.into(),
         invalid: None,
     };
     let end_b = StreamEvent::ToolCallEnd {
         id: "call_b".into(),
         name: "list_dir".into(),
         arguments: json!({}),
+        raw_arguments: "{}".into(),
         invalid: None,
     };
     let usage = StreamEvent::Usage {
@@ -117,6 +119,7 @@ async fn tool_call_cut_by_max_tokens_is_invalid_truncated_on_every_wire() {
                 id: "call_w".into(),
                 name: "write_file".into(),
                 arguments: json!(r#"{"path":"a","content":"lor"#),
+                raw_arguments: r#"{"path":"a","content":"lor"#.into(),
                 invalid: Some(InvalidArguments::Truncated),
             },
             "{wire}"

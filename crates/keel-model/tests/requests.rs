@@ -20,15 +20,13 @@ fn transcript() -> ModelRequest {
             Message::Assistant {
                 text: "Looking.".into(),
                 tool_calls: vec![
-                    ToolCall {
-                        id: "call_1".into(),
-                        name: "list_dir".into(),
-                        arguments: json!({"path": "."}),
-                    },
+                    ToolCall::new("call_1", "list_dir", json!({"path": "."})),
                     ToolCall {
                         id: "call_2".into(),
                         name: "shell".into(),
-                        arguments: json!({"command": "ls"}),
+                        arguments: json!({"command": "ls", "timeout_ms": 5000}),
+                        // As the model wrote it: key order and spacing kept on the OpenAI wires.
+                        raw_arguments: Some(r#"{"timeout_ms": 5000, "command": "ls"}"#.into()),
                     },
                 ],
                 reasoning: vec![
@@ -101,6 +99,11 @@ async fn openai_chat_request_shape() {
         json!(r#"{"path":"."}"#)
     );
     assert_eq!(
+        b["messages"][2]["tool_calls"][1]["function"]["arguments"],
+        json!(r#"{"timeout_ms": 5000, "command": "ls"}"#),
+        "the model's own argument text goes back verbatim"
+    );
+    assert_eq!(
         b["messages"][3],
         json!({"role": "tool", "tool_call_id": "call_1", "content": "a.txt\nb.txt"})
     );
@@ -151,6 +154,15 @@ async fn openai_responses_request_shape() {
         ]
     );
     assert_eq!(b["input"][1]["encrypted_content"], json!("enc"));
+    assert_eq!(
+        b["input"][4],
+        json!({"type": "function_call", "call_id": "call_2", "name": "shell",
+               "arguments": r#"{"timeout_ms": 5000, "command": "ls"}"#})
+    );
+    assert_eq!(
+        b["input"][6],
+        json!({"type": "function_call_output", "call_id": "call_2", "output": "Error: denied by policy"})
+    );
     assert_eq!(b["tools"][0]["name"], json!("read_file"));
     assert_eq!(b["include"], json!(["reasoning.encrypted_content"]));
     assert_eq!(b["store"], json!(false));
@@ -188,6 +200,15 @@ async fn anthropic_request_shape() {
     assert_eq!(
         b["messages"][2]["content"][1],
         json!({"type": "tool_result", "tool_use_id": "call_2", "content": "denied by policy", "is_error": true})
+    );
+    assert_eq!(
+        b["messages"][1]["content"][3],
+        json!({"type": "tool_use", "id": "call_2", "name": "shell", "input": {"command": "ls", "timeout_ms": 5000}})
+    );
+    assert_eq!(
+        b["messages"][2]["content"][0]["type"],
+        json!("tool_result"),
+        "tool results open the user message right after the tool_use"
     );
     assert_eq!(b["tools"][0]["input_schema"]["required"], json!(["path"]));
     assert!(r.unanswered_tool_calls().is_empty());
@@ -234,6 +255,7 @@ async fn invalid_tool_call_arguments_are_sent_back_as_empty_objects() {
                     id: "c".into(),
                     name: "write_file".into(),
                     arguments: json!("{\"path\": \"a"),
+                    raw_arguments: Some("{\"path\": \"a".into()),
                 }],
                 reasoning: vec![],
             },

@@ -55,7 +55,8 @@ async fn first_line_streams_text_tool_call_with_deterministic_id_and_usage() {
             StreamEvent::ToolCallEnd {
                 id: "call_1_0".into(),
                 name: "shell".into(),
-                arguments: args,
+                arguments: args.clone(),
+                raw_arguments: args.to_string(),
                 invalid: None
             },
             StreamEvent::Usage {
