@@ -280,7 +280,7 @@ impl ToolRegistry {
                 &validated.call_id,
                 &validated.name,
                 ToolOutput::rejected(format!(
-                    "Permission denied for `{}`: {}.",
+                    "Permission denied for `{}`: {}. The call was not run; do not retry it unchanged — choose another way or ask the user.",
                     validated.name, decision.reason
                 )),
             )),

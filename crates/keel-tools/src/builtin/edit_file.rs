@@ -82,7 +82,9 @@ impl Tool for EditFile {
             ));
         }
         if resolved.absolute.is_dir() {
-            return ToolOutput::error(format!("edit_file failed: `{shown}` is a directory"));
+            return ToolOutput::error(format!(
+                "edit_file failed: `{shown}` is a directory; give the path of a file inside it"
+            ));
         }
         let bytes = match tokio::fs::read(&resolved.absolute).await {
             Ok(b) => b,

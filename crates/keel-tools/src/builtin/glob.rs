@@ -77,7 +77,7 @@ impl Tool for Glob {
         };
         if !base.exists || !base.absolute.is_dir() {
             return ToolOutput::error(format!(
-                "glob failed: `{}` is not an existing directory",
+                "glob failed: `{}` is not an existing directory; give a directory relative to the workspace root, or leave path out to search the whole workspace",
                 base.relative
             ));
         }

@@ -114,7 +114,10 @@ impl Tool for Grep {
             Err(out) => return out,
         };
         if !base.exists {
-            return ToolOutput::error(format!("grep failed: `{}` does not exist", base.relative));
+            return ToolOutput::error(format!(
+                "grep failed: `{}` does not exist; give a file or directory relative to the workspace root (list_dir \".\" shows the root)",
+                base.relative
+            ));
         }
         let builder = match walker(&base.absolute, args.glob.as_deref()) {
             Ok(b) => b,

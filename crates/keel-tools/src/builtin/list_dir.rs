@@ -57,7 +57,9 @@ impl Tool for ListDir {
         };
         let shown = resolved.relative.clone();
         if !resolved.exists {
-            return ToolOutput::error(format!("list_dir failed: `{shown}` does not exist"));
+            return ToolOutput::error(format!(
+                "list_dir failed: `{shown}` does not exist; list its parent directory or use glob to find it"
+            ));
         }
         if !resolved.absolute.is_dir() {
             return ToolOutput::error(format!(

@@ -76,7 +76,9 @@ impl Tool for Shell {
             Err(out) => return out,
         };
         if args.command.trim().is_empty() {
-            return ToolOutput::error("shell failed: command is empty");
+            return ToolOutput::error(
+                "shell failed: command is empty; give the bash command line to run",
+            );
         }
         let timeout_ms = args
             .timeout_ms
@@ -93,7 +95,7 @@ impl Tool for Shell {
         };
         if !workdir.exists || !workdir.absolute.is_dir() {
             return ToolOutput::error(format!(
-                "shell failed: workdir `{}` is not an existing directory",
+                "shell failed: workdir `{}` is not an existing directory; give a directory relative to the workspace root, or leave workdir out to run in the root",
                 workdir.relative
             ));
         }

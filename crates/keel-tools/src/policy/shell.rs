@@ -3,9 +3,9 @@
 //! Pure and conservative: operators (`&&`, `||`, `;`, `|`, `|&`, `&`, newlines), subshells `( … )`,
 //! groups `{ …; }`, command substitution `$( … )` and backticks, process substitution `<( … )`
 //! all separate commands; `bash -c '…'`, `sh -c`, `eval …` and `env -S '…'` are parsed again;
-//! `find … -exec CMD … ;` yields `CMD`; wrappers (`timeout`, `nohup`, `env`, `xargs`, `nice`,
-//! `ionice`, `stdbuf`, `time`, `command`, `exec`, `builtin`, `sudo`) and leading `VAR=value`
-//! assignments are stripped so the real command is what rules match. Input that cannot be parsed
+//! `find … -exec CMD … ;` yields `CMD`; wrappers (`timeout`, `nohup`, `setsid`, `env`, `xargs`,
+//! `nice`, `ionice`, `stdbuf`, `time`, `command`, `exec`, `builtin`, `sudo`, `doas`, `unbuffer`,
+//! `chronic`) and leading `VAR=value` assignments are stripped so the real command is what rules match. Input that cannot be parsed
 //! (unbalanced quotes or parentheses) is an error, which policy turns into `ask`, never `allow`.
 //! Here-document bodies are read as commands too, which can only make a decision stricter.
 
@@ -350,7 +350,10 @@ fn simple_commands(
         let program = first.rsplit('/').next().unwrap_or(&first).to_owned();
         let rest = &words[1..];
         let stripped: Option<Vec<String>> = match program.as_str() {
-            "nohup" | "builtin" | "exec" => Some(rest.to_vec()),
+            "nohup" | "builtin" | "exec" | "setsid" | "unbuffer" | "chronic" => {
+                Some(skip_flags(rest, &[], &[]))
+            }
+            "doas" => Some(skip_flags(rest, &["-u", "-C"], &[])),
             "time" => Some(skip_flags(rest, &[], &["-p"])),
             "command" => Some(skip_flags(rest, &[], &["-p"])),
             "timeout" => {

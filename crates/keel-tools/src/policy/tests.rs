@@ -511,6 +511,14 @@ const CASES: &[Case<'static>] = &[
         expect: D,
     },
     Case {
+        name: "setsid and doas do not hide the command",
+        mode: BY,
+        rules: &[("deny", "shell(rm *)")],
+        tool: "shell",
+        subject: S::Cmd("setsid doas -u root rm -rf x"),
+        expect: D,
+    },
+    Case {
         name: "sudo does not hide the command",
         mode: DF,
         rules: &[("deny", "shell(rm *)")],
