@@ -73,8 +73,8 @@ impl Default for Timeouts {
     }
 }
 
-/// Configuration of one HTTP model.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+/// Configuration of one HTTP model. `Debug` does not show the API key.
+#[derive(Clone, Default, Serialize, Deserialize)]
 pub struct ProviderConfig {
     /// The provider's model id (`gpt-4o`, `claude-sonnet-4-5`).
     pub model: String,
@@ -97,6 +97,26 @@ pub struct ProviderConfig {
     /// OpenAI-compatible servers).
     #[serde(default)]
     pub legacy_max_tokens: bool,
+    /// Responses only: ask for encrypted reasoning (`include: ["reasoning.encrypted_content"]`).
+    /// `None` decides per request: yes for OpenAI reasoning models (o-series, gpt-5 family but
+    /// not `-chat`), when a reasoning effort is set, or when the transcript carries encrypted
+    /// reasoning; other models reject the field.
+    #[serde(default)]
+    pub encrypted_reasoning: Option<bool>,
+}
+
+impl std::fmt::Debug for ProviderConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProviderConfig")
+            .field("model", &self.model)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("base_url", &self.base_url)
+            .field("timeouts", &self.timeouts)
+            .field("default_max_tokens", &self.default_max_tokens)
+            .field("legacy_max_tokens", &self.legacy_max_tokens)
+            .field("encrypted_reasoning", &self.encrypted_reasoning)
+            .finish()
+    }
 }
 
 impl ProviderConfig {
@@ -245,7 +265,9 @@ impl HttpModel {
             Wire::OpenaiChat => {
                 crate::openai_chat::request_body(&c.model, c.legacy_max_tokens, request)
             }
-            Wire::OpenaiResponses => crate::openai_responses::request_body(&c.model, request),
+            Wire::OpenaiResponses => {
+                crate::openai_responses::request_body(&c.model, c.encrypted_reasoning, request)
+            }
             Wire::Anthropic => crate::anthropic::request_body(
                 &c.model,
                 c.default_max_tokens.unwrap_or(8192),
@@ -353,12 +375,16 @@ async fn run(
     let status = response.status();
     if !status.is_success() {
         let headers = response.headers().clone();
+        let total_deadline = limits.total.map_or(far, |d| started + d);
         let text = tokio::select! {
             biased;
             () = request.cancel.cancelled() => {
                 let _ = sink.emit(StreamEvent::Cancelled).await;
                 return;
             }
+            // A slow error body must not outlive the response's time limit; the status alone
+            // still classifies it.
+            () = tokio::time::sleep_until(total_deadline) => String::new(),
             text = response.text() => text.unwrap_or_default(),
         };
         let error = classify_http(status.as_u16(), &headers, &text);

@@ -219,7 +219,12 @@ impl WireParser for ChatParser {
             }
         }
         if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
-            let stop = stop_reason(reason);
+            let stop = match stop_reason(reason) {
+                // Some compatible servers (Ollama, vLLM, Gemini's endpoint) end tool calls with
+                // "stop": the calls decide.
+                StopReason::EndTurn if self.tools.any() => StopReason::ToolUse,
+                stop => stop,
+            };
             self.stop = Some(stop);
             self.tools.finish(stop, out);
         }

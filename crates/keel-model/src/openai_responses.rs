@@ -16,8 +16,29 @@ use crate::openai_chat::tool_result_text;
 use crate::stream::{ToolCallAssembler, WireParser, insert_common_sampling, parse_json, u64_at};
 use crate::types::{Message, ModelRequest, ReasoningItem, StopReason, StreamEvent, Usage};
 
-/// The JSON body of `POST {base}/responses` for `request`.
-pub(crate) fn request_body(model: &str, request: &ModelRequest) -> Value {
+/// Whether `model` is an OpenAI reasoning model (o-series, gpt-5 family except the `-chat`
+/// variants), which accepts `include: ["reasoning.encrypted_content"]`; other models (gpt-4o,
+/// gpt-4.1, gpt-5-chat-latest) reject it with HTTP 400 "Encrypted content is not supported with
+/// this model".
+pub(crate) fn is_reasoning_model(model: &str) -> bool {
+    let family = |prefix: &str| {
+        model
+            .strip_prefix(prefix)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with(['-', '.', '@', ':']))
+    };
+    let reasoning =
+        ["o1", "o3", "o4", "gpt-5"].iter().any(|p| family(p)) || model.contains("codex");
+    reasoning && !model.contains("-chat")
+}
+
+/// The JSON body of `POST {base}/responses` for `request`. `encrypted_reasoning` asks for
+/// encrypted reasoning items (`None`: when the model is a reasoning model, the request sets a
+/// reasoning effort, or the transcript already holds encrypted reasoning).
+pub(crate) fn request_body(
+    model: &str,
+    encrypted_reasoning: Option<bool>,
+    request: &ModelRequest,
+) -> Value {
     let mut input = Vec::new();
     for message in &request.messages {
         match message {
@@ -30,10 +51,12 @@ pub(crate) fn request_body(model: &str, request: &ModelRequest) -> Value {
                 tool_calls,
                 reasoning,
             } => {
+                // With `store: false` nothing is kept server-side: an item without its encrypted
+                // content would be a dangling reference (HTTP 404), so only those with it go back.
                 for item in reasoning {
                     if let ReasoningItem::Openai {
                         id,
-                        encrypted_content,
+                        encrypted_content: encrypted_content @ Some(_),
                         summary,
                     } = item
                     {
@@ -99,14 +122,110 @@ pub(crate) fn request_body(model: &str, request: &ModelRequest) -> Value {
             json!({"effort": effort, "summary": "auto"}),
         );
     }
-    // Keel keeps the transcript itself: nothing stored server-side, reasoning comes back encrypted.
+    // Keel keeps the transcript itself: nothing is stored server-side, and reasoning models return
+    // their reasoning encrypted so that it can be sent back on the next request.
     body.insert("store".into(), json!(false));
-    body.insert("include".into(), json!(["reasoning.encrypted_content"]));
+    let replays_reasoning = request.messages.iter().any(|m| {
+        matches!(m, Message::Assistant { reasoning, .. } if reasoning.iter().any(|r| matches!(
+            r, ReasoningItem::Openai { encrypted_content: Some(_), .. })))
+    });
+    let encrypted_reasoning = encrypted_reasoning.unwrap_or_else(|| {
+        is_reasoning_model(model) || s.reasoning_effort.is_some() || replays_reasoning
+    });
+    if encrypted_reasoning {
+        body.insert("include".into(), json!(["reasoning.encrypted_content"]));
+    }
     body.insert("stream".into(), json!(true));
     Value::Object(body)
 }
 
 /// Stream parser for the Responses API.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::ToolCall;
+
+    #[test]
+    fn reasoning_models_are_recognized() {
+        for m in [
+            "o3",
+            "o3-mini",
+            "o4-mini-2025-04-16",
+            "o1",
+            "gpt-5",
+            "gpt-5.1",
+            "gpt-5-mini",
+            "gpt-5.1-codex-max",
+            "gpt-5.2-pro",
+            "codex-mini-latest",
+        ] {
+            assert!(is_reasoning_model(m), "{m}");
+        }
+        for m in [
+            "gpt-4o",
+            "gpt-4.1-mini",
+            "gpt-5-chat-latest",
+            "gpt-5.1-chat-latest",
+            "o3x",
+            "llama3",
+        ] {
+            assert!(!is_reasoning_model(m), "{m}");
+        }
+    }
+
+    fn with_reasoning(encrypted: Option<&str>) -> ModelRequest {
+        ModelRequest {
+            messages: vec![Message::Assistant {
+                text: String::new(),
+                tool_calls: vec![ToolCall::new("c", "t", json!({}))],
+                reasoning: vec![ReasoningItem::Openai {
+                    id: "rs_1".into(),
+                    encrypted_content: encrypted.map(str::to_string),
+                    summary: vec![],
+                }],
+            }],
+            ..ModelRequest::default()
+        }
+    }
+
+    #[test]
+    fn include_is_sent_only_where_encrypted_reasoning_is_supported() {
+        let plain = ModelRequest::default();
+        assert!(
+            request_body("gpt-4o", None, &plain)
+                .get("include")
+                .is_none()
+        );
+        assert_eq!(request_body("gpt-4o", None, &plain)["store"], json!(false));
+        assert_eq!(
+            request_body("gpt-5.1", None, &plain)["include"],
+            json!(["reasoning.encrypted_content"])
+        );
+        assert!(
+            request_body("gpt-5.1", Some(false), &plain)
+                .get("include")
+                .is_none()
+        );
+        assert!(
+            request_body("local-model", None, &with_reasoning(Some("e")))
+                .get("include")
+                .is_some()
+        );
+    }
+
+    #[test]
+    fn reasoning_items_without_encrypted_content_are_not_replayed() {
+        let body = request_body("o3", None, &with_reasoning(None));
+        let types: Vec<&str> = body["input"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|i| i["type"].as_str())
+            .collect();
+        assert_eq!(types, ["function_call"]);
+    }
+}
+
 #[derive(Debug, Default)]
 pub(crate) struct ResponsesParser {
     done: bool,

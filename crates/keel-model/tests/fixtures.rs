@@ -44,6 +44,8 @@ fixture_tests! {
     own_openai_responses_unknown_events_ignored => "openai-responses.unknown-events.sse",
     own_openai_responses_error_then_failed => "openai-responses.error-after-200.sse",
     own_openai_responses_incomplete_max_output_tokens => "openai-responses.incomplete-max-output.sse",
+    own_openai_chat_compatible_server_stop_with_tool_call => "openai-chat.compatible-stop-with-tool-call.sse",
+    own_anthropic_unknown_events_ignored_refusal => "anthropic.unknown-events.sse",
 }
 
 #[tokio::test]
@@ -59,7 +61,7 @@ async fn every_fixture_file_has_a_test() {
                 .is_some_and(|x| x == "sse")
         })
         .count();
-    assert_eq!(count, 19, "add a fixture_tests! entry for each new fixture");
+    assert_eq!(count, 21, "add a fixture_tests! entry for each new fixture");
 }
 
 #[tokio::test]
