@@ -1,5 +1,6 @@
 //! Cancellation ends the stream at once — before the first token, mid-stream, during a retry
-//! wait and during a scripted delay — and closes the HTTP connection.
+//! wait and during a scripted delay — and closes the HTTP connection (the fake server sees its
+//! response abandoned).
 
 use std::time::{Duration, Instant};
 
@@ -14,6 +15,9 @@ use crate::{hello, model_for};
 
 /// Correctness deadline from cancel to the stream's end: 10x the 50 ms the issue asks for.
 const DEADLINE: Duration = Duration::from_millis(500);
+
+/// How long the fake server may take to notice the closed connection.
+const CLOSE_SEEN: Duration = Duration::from_secs(2);
 
 /// Starts `model`'s stream, waits until `ready` says so (or `delay` passes), cancels, and
 /// returns the events and the time from cancel to the stream's end.
@@ -65,7 +69,7 @@ async fn silent_server() -> FakeModelServer {
 #[tokio::test]
 async fn cancel_before_first_token_resolves_promptly_on_every_wire() {
     let server = silent_server().await;
-    for wire in Wire::ALL {
+    for (n, wire) in Wire::ALL.into_iter().enumerate() {
         let model = model_for(&server, wire, "m");
         let (got, took) = cancel_after(
             &model,
@@ -75,6 +79,10 @@ async fn cancel_before_first_token_resolves_promptly_on_every_wire() {
         .await;
         assert_eq!(got, vec![StreamEvent::Cancelled], "{wire}");
         assert!(took < DEADLINE, "{wire}: cancel took {took:?}");
+        assert!(
+            server.wait_for_abandoned(n + 1, CLOSE_SEEN).await,
+            "{wire}: the server never saw the connection close"
+        );
     }
 }
 
@@ -106,6 +114,10 @@ async fn cancel_mid_stream_keeps_what_arrived_and_ends_with_cancelled() {
             .any(|e| matches!(e, StreamEvent::Completed { .. }))
     );
     assert!(took < DEADLINE, "cancel took {took:?}");
+    assert!(
+        server.wait_for_abandoned(1, CLOSE_SEEN).await,
+        "the server never saw the connection close"
+    );
 }
 
 #[tokio::test]

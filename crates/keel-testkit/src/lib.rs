@@ -6,8 +6,10 @@
 //! scripted format of docs/ARCHITECTURE.md) or a [`Handler`]; with [`Pacing`] (time to first
 //! token, tokens per second) and [`Fault`]s (HTTP 429 with retry-after, 500, 529, mid-stream
 //! disconnect, malformed chunk, in-stream error event). It records every request
-//! ([`RecordedRequest`]) so tests can assert on what was sent. It doubles as the model of load
-//! benchmarks: unpaced responses go out in one write on a `TCP_NODELAY` socket.
+//! ([`RecordedRequest`]) so tests can assert on what was sent, and counts streamed responses
+//! the client abandoned by closing the connection ([`FakeModelServer::abandoned_responses`]),
+//! so tests can prove that cancellation closes it. It doubles as the model of load benchmarks:
+//! unpaced responses go out in one write on a `TCP_NODELAY` socket.
 //!
 //! **Must not touch:** anything outside tests and benchmarks; it binds loopback only.
 //!

@@ -1,6 +1,7 @@
 //! The fake model server: a real HTTP/1.1 server on 127.0.0.1.
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -173,6 +174,8 @@ struct Shared {
     handler: Handler,
     pacing: Pacing,
     requests: Mutex<Vec<RecordedRequest>>,
+    /// Streamed bodies dropped before their last frame: the client closed the connection.
+    abandoned: AtomicUsize,
 }
 
 /// A running fake model server; stops when dropped.
@@ -249,6 +252,7 @@ impl FakeModelServer {
             handler,
             pacing,
             requests: Mutex::new(Vec::new()),
+            abandoned: AtomicUsize::new(0),
         });
         let app = axum::Router::new()
             .fallback(handle)
@@ -318,6 +322,28 @@ impl FakeModelServer {
         match wire {
             Wire::Anthropic => self.anthropic_base_url(),
             Wire::OpenaiChat | Wire::OpenaiResponses => self.openai_base_url(),
+        }
+    }
+
+    /// How many streamed (paced) responses were abandoned before their last frame because the
+    /// client closed the connection. Counted when the server notices the close, which is when
+    /// it next polls the socket or writes to it.
+    pub fn abandoned_responses(&self) -> usize {
+        self.shared.abandoned.load(Ordering::SeqCst)
+    }
+
+    /// Waits up to `timeout` until [`FakeModelServer::abandoned_responses`] reaches `n`; returns
+    /// whether it did.
+    pub async fn wait_for_abandoned(&self, n: usize, timeout: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            if self.abandoned_responses() >= n {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
         }
     }
 
@@ -405,16 +431,12 @@ async fn handle(
     match reply {
         Reply::Respond(response) => {
             let frames = encode(wire, &response);
-            build(200, &sse, paced_body(frames, shared.pacing, Tail::None))
+            build(200, &sse, paced_body(frames, &shared, Tail::None))
         }
         Reply::Fault(Fault::Disconnect { after_frames }) => build(
             200,
             &sse,
-            paced_body(
-                first(canned(), after_frames),
-                shared.pacing,
-                Tail::Disconnect,
-            ),
+            paced_body(first(canned(), after_frames), &shared, Tail::Disconnect),
         ),
         Reply::Fault(Fault::MalformedChunk { after_frames }) => {
             let mut frames = first(canned(), after_frames);
@@ -422,12 +444,12 @@ async fn handle(
                 "data: {\"type\": \"content_block_delta\", \"index\": 0, \"delta\": {\"ty\n\n"
                     .to_string(),
             );
-            build(200, &sse, paced_body(frames, shared.pacing, Tail::None))
+            build(200, &sse, paced_body(frames, &shared, Tail::None))
         }
         Reply::Fault(Fault::StreamError { kind, after_frames }) => {
             let mut frames = first(canned(), after_frames);
             frames.push(stream_error_frame(wire, kind));
-            build(200, &sse, paced_body(frames, shared.pacing, Tail::None))
+            build(200, &sse, paced_body(frames, &shared, Tail::None))
         }
         Reply::Fault(Fault::RateLimited { retry_after_ms }) => {
             http_error(wire, ErrorKind::RateLimited, Some(retry_after_ms), None)
@@ -507,10 +529,25 @@ enum Tail {
     Disconnect,
 }
 
+/// Counts a streamed body as abandoned if it is dropped before its end.
+struct EndGuard {
+    shared: Arc<Shared>,
+    ended: bool,
+}
+
+impl Drop for EndGuard {
+    fn drop(&mut self) {
+        if !self.ended {
+            self.shared.abandoned.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
 /// The response body: one buffer (a single write) when there is no pacing, else frames paced
 /// by time to first token and tokens per second; `Tail::Disconnect` aborts the connection after
-/// the last frame.
-fn paced_body(frames: Vec<String>, pacing: Pacing, tail: Tail) -> Body {
+/// the last frame. A paced body dropped before its end counts as abandoned.
+fn paced_body(frames: Vec<String>, shared: &Arc<Shared>, tail: Tail) -> Body {
+    let pacing = shared.pacing;
     let unpaced = pacing.time_to_first_token_ms == 0 && pacing.tokens_per_second.is_none();
     if unpaced && matches!(tail, Tail::None) {
         return Body::from(frames.concat());
@@ -525,9 +562,13 @@ fn paced_body(frames: Vec<String>, pacing: Pacing, tail: Tail) -> Body {
     } else {
         vec![frames.concat()]
     };
+    let guard = EndGuard {
+        shared: shared.clone(),
+        ended: false,
+    };
     let stream = futures_util::stream::unfold(
-        (chunks.into_iter(), 0usize, tail),
-        move |(mut it, n, tail)| async move {
+        (chunks.into_iter(), 0usize, tail, guard),
+        move |(mut it, n, tail, mut guard)| async move {
             match it.next() {
                 Some(chunk) => {
                     let wait = if n == 0 {
@@ -540,21 +581,24 @@ fn paced_body(frames: Vec<String>, pacing: Pacing, tail: Tail) -> Body {
                     }
                     Some((
                         Ok::<_, std::io::Error>(Bytes::from(chunk)),
-                        (it, n + 1, tail),
+                        (it, n + 1, tail, guard),
                     ))
                 }
-                None => match tail {
-                    Tail::Disconnect => {
-                        // Let the frames already written reach the client before the drop.
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                        let error = std::io::Error::new(
-                            std::io::ErrorKind::ConnectionAborted,
-                            "injected disconnect",
-                        );
-                        Some((Err(error), (it, n + 1, Tail::None)))
+                None => {
+                    guard.ended = true;
+                    match tail {
+                        Tail::Disconnect => {
+                            // Let the frames already written reach the client before the drop.
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                            let error = std::io::Error::new(
+                                std::io::ErrorKind::ConnectionAborted,
+                                "injected disconnect",
+                            );
+                            Some((Err(error), (it, n + 1, Tail::None, guard)))
+                        }
+                        Tail::None => None,
                     }
-                    Tail::None => None,
-                },
+                }
             }
         },
     );

@@ -57,3 +57,40 @@ async fn rate_limit_fault_sends_retry_after_headers_and_unknown_paths_404() {
     let out = raw(&server, "/v1/embeddings", "{}").await;
     assert!(out.starts_with("HTTP/1.1 404"), "{out}");
 }
+
+#[tokio::test]
+async fn a_paced_body_counts_as_abandoned_only_when_the_client_leaves_early() {
+    let pacing = Pacing {
+        time_to_first_token_ms: 10,
+        tokens_per_second: Some(500.0),
+    };
+    let server = FakeModelServer::start_fixed(Reply::Respond(FakeResponse::text("a b c")), pacing)
+        .await
+        .unwrap();
+    let out = raw(&server, "/v1/messages", "{}").await;
+    assert!(out.contains("message_stop"), "{out}");
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    assert_eq!(server.abandoned_responses(), 0, "a complete response");
+
+    let slow = Pacing {
+        time_to_first_token_ms: 30_000,
+        tokens_per_second: None,
+    };
+    let server = FakeModelServer::start_fixed(Reply::Respond(FakeResponse::text("x")), slow)
+        .await
+        .unwrap();
+    let mut tcp = tokio::net::TcpStream::connect(server.addr()).await.unwrap();
+    tcp.write_all(b"POST /v1/responses HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\n\r\n{}")
+        .await
+        .unwrap();
+    let mut head = [0u8; 12];
+    tcp.read_exact(&mut head).await.unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200");
+    assert_eq!(server.abandoned_responses(), 0, "still streaming");
+    drop(tcp);
+    assert!(
+        server
+            .wait_for_abandoned(1, std::time::Duration::from_secs(2))
+            .await
+    );
+}
