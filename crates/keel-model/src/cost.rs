@@ -6,8 +6,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::types::Usage;
 
-/// Prices of one model in USD per million tokens.
+/// Prices of one model in USD per million tokens. In configuration, `cache_read` and
+/// `cache_write` may be left out: they then cost the plain input price (never under-counted).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(from = "PriceConfig")]
 pub struct Price {
     /// Uncached input, USD per 1M tokens.
     pub input: f64,
@@ -18,6 +20,29 @@ pub struct Price {
     /// Input written to cache, USD per 1M tokens (Anthropic 5-minute cache writes; OpenAI charges
     /// the input price).
     pub cache_write: f64,
+}
+
+/// [`Price`] as written in configuration.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PriceConfig {
+    input: f64,
+    output: f64,
+    #[serde(default)]
+    cache_read: Option<f64>,
+    #[serde(default)]
+    cache_write: Option<f64>,
+}
+
+impl From<PriceConfig> for Price {
+    fn from(c: PriceConfig) -> Self {
+        Self {
+            input: c.input,
+            output: c.output,
+            cache_read: c.cache_read.unwrap_or(c.input),
+            cache_write: c.cache_write.unwrap_or(c.input),
+        }
+    }
 }
 
 impl Price {
@@ -44,10 +69,14 @@ const fn p(input: f64, output: f64, cache_read: f64, cache_write: f64) -> Price 
 }
 
 /// Default prices (USD per 1M tokens, input / output / cache read / cache write) from the
-/// providers' pricing pages, for current OpenAI and Anthropic models. Keys are model ids or
-/// prefixes of them (dated snapshots match their family).
+/// providers' pricing pages (standard tier, 5-minute Anthropic cache writes), for current OpenAI
+/// and Anthropic models. Keys are model ids or prefixes of them (dated snapshots match their
+/// family). Models without prompt caching charge cache reads at the input price.
 const DEFAULT_PRICES: &[(&str, Price)] = &[
+    ("gpt-5.2", p(1.75, 14.0, 0.175, 1.75)),
     ("gpt-5.1", p(1.25, 10.0, 0.125, 1.25)),
+    ("gpt-5.1-codex-mini", p(0.25, 2.0, 0.025, 0.25)),
+    ("gpt-5-pro", p(15.0, 120.0, 15.0, 15.0)),
     ("gpt-5", p(1.25, 10.0, 0.125, 1.25)),
     ("gpt-5-mini", p(0.25, 2.0, 0.025, 0.25)),
     ("gpt-5-nano", p(0.05, 0.40, 0.005, 0.05)),
@@ -56,7 +85,9 @@ const DEFAULT_PRICES: &[(&str, Price)] = &[
     ("gpt-4.1-nano", p(0.10, 0.40, 0.025, 0.10)),
     ("gpt-4o", p(2.50, 10.0, 1.25, 2.50)),
     ("gpt-4o-mini", p(0.15, 0.60, 0.075, 0.15)),
+    ("o1", p(15.0, 60.0, 7.50, 15.0)),
     ("o3", p(2.0, 8.0, 0.50, 2.0)),
+    ("o3-mini", p(1.10, 4.40, 0.55, 1.10)),
     ("o4-mini", p(1.10, 4.40, 0.275, 1.10)),
     ("claude-opus-4-5", p(5.0, 25.0, 0.50, 6.25)),
     ("claude-opus-4-1", p(15.0, 75.0, 1.50, 18.75)),
@@ -163,6 +194,17 @@ mod tests {
         // 400k plain * 3 + 500k * 0.30 + 100k * 3.75 + 100k * 15, per million
         let expected = 1.2 + 0.15 + 0.375 + 1.5;
         assert!((price.cost_usd(&usage) - expected).abs() < 1e-9);
+    }
+
+    #[test]
+    fn config_prices_may_omit_cache_prices_and_reject_unknown_fields() {
+        let t: PriceTable =
+            serde_json::from_str(r#"{"my-model": {"input": 2, "output": 8}}"#).unwrap();
+        assert_eq!(t.price("my-model"), Some(&p(2.0, 8.0, 2.0, 2.0)));
+        assert!(serde_json::from_str::<PriceTable>(r#"{"m": {"input": 2, "ouput": 8}}"#).is_err());
+        let round: PriceTable =
+            serde_json::from_str(&serde_json::to_string(&PriceTable::default()).unwrap()).unwrap();
+        assert_eq!(round, PriceTable::default());
     }
 
     #[test]

@@ -84,3 +84,28 @@ async fn truncation_at_every_byte_is_a_classified_error_never_a_panic() {
         }
     }
 }
+
+#[tokio::test]
+async fn corrupted_fixtures_end_in_one_terminal_event_never_a_panic() {
+    let dir = format!("{}/tests/fixtures/sse", env!("CARGO_MANIFEST_DIR"));
+    let mut rng = fastrand::Rng::with_seed(7);
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        let Ok(wire) = name.split('.').next().unwrap().parse::<Wire>() else {
+            continue;
+        };
+        let body = std::fs::read(&path).unwrap();
+        for _ in 0..40 {
+            let mut bad = body.clone();
+            for _ in 0..rng.usize(1..8) {
+                let i = rng.usize(..bad.len());
+                bad[i] = rng.u8(..);
+            }
+            let events = parse_recorded(wire, &bad).await;
+            let terminals = events.iter().filter(|e| e.is_terminal()).count();
+            assert_eq!(terminals, 1, "{name}: {events:?}");
+            assert!(events.last().unwrap().is_terminal(), "{name}");
+        }
+    }
+}
