@@ -346,3 +346,25 @@ impl WireParser for AnthropicParser {
         self.done
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stop_reasons_map_to_the_normalized_set() {
+        let cases = [
+            ("end_turn", StopReason::EndTurn),
+            ("pause_turn", StopReason::EndTurn),
+            ("tool_use", StopReason::ToolUse),
+            ("max_tokens", StopReason::MaxTokens),
+            ("model_context_window_exceeded", StopReason::MaxTokens),
+            ("stop_sequence", StopReason::StopSequence),
+            ("refusal", StopReason::Refusal),
+            ("something_new", StopReason::EndTurn),
+        ];
+        for (wire, normalized) in cases {
+            assert_eq!(stop_reason(wire), normalized, "{wire}");
+        }
+    }
+}

@@ -234,3 +234,46 @@ impl WireParser for ChatParser {
         self.done
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finish_reasons_map_to_the_normalized_set() {
+        let cases = [
+            ("stop", StopReason::EndTurn),
+            ("tool_calls", StopReason::ToolUse),
+            ("function_call", StopReason::ToolUse),
+            ("length", StopReason::MaxTokens),
+            ("content_filter", StopReason::ContentFilter),
+        ];
+        for (wire, normalized) in cases {
+            assert_eq!(stop_reason(wire), normalized, "{wire}");
+        }
+    }
+
+    #[test]
+    fn refusal_delta_completes_as_refusal() {
+        let mut p = ChatParser::default();
+        let mut out = Vec::new();
+        p.event(
+            "message",
+            r#"{"model":"gpt-4o","choices":[{"index":0,"delta":{"refusal":"I can't help with that."},"finish_reason":null}]}"#,
+            &mut out,
+        );
+        p.event(
+            "message",
+            r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
+            &mut out,
+        );
+        p.event("message", "[DONE]", &mut out);
+        assert_eq!(
+            out.last(),
+            Some(&StreamEvent::Completed {
+                stop_reason: StopReason::Refusal,
+                model: Some("gpt-4o".into())
+            })
+        );
+    }
+}

@@ -214,6 +214,29 @@ mod tests {
     }
 
     #[test]
+    fn incomplete_details_reason_decides_the_stop_reason() {
+        for (reason, stop) in [
+            ("max_output_tokens", StopReason::MaxTokens),
+            ("content_filter", StopReason::ContentFilter),
+        ] {
+            let mut p = ResponsesParser::default();
+            let mut out = Vec::new();
+            let data = format!(
+                r#"{{"type":"response.incomplete","response":{{"model":"gpt-5","status":"incomplete","incomplete_details":{{"reason":"{reason}"}}}}}}"#
+            );
+            p.event("response.incomplete", &data, &mut out);
+            assert_eq!(
+                out.last(),
+                Some(&StreamEvent::Completed {
+                    stop_reason: stop,
+                    model: Some("gpt-5".into())
+                }),
+                "{reason}"
+            );
+        }
+    }
+
+    #[test]
     fn reasoning_items_without_encrypted_content_are_not_replayed() {
         let body = request_body("o3", None, &with_reasoning(None));
         let types: Vec<&str> = body["input"]

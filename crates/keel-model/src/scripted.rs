@@ -58,6 +58,7 @@ struct RawCall {
 }
 
 #[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct RawUsage {
     #[serde(default)]
     input_tokens: u64,

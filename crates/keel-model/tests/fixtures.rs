@@ -109,3 +109,21 @@ async fn corrupted_fixtures_end_in_one_terminal_event_never_a_panic() {
         }
     }
 }
+
+#[tokio::test]
+async fn copies_of_the_shared_recordings_are_byte_identical() {
+    // ../shared/fixtures/sse next to the repository, when present (not in every checkout).
+    let shared =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/sse");
+    let Ok(entries) = std::fs::read_dir(&shared) else {
+        return;
+    };
+    let ours = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sse");
+    for entry in entries {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap();
+        let copy = std::fs::read(ours.join(name))
+            .unwrap_or_else(|e| panic!("shared recording {name:?} has no copy here: {e}"));
+        assert_eq!(copy, std::fs::read(&path).unwrap(), "{name:?} differs");
+    }
+}
