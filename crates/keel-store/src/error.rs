@@ -1,0 +1,130 @@
+//! The store's one error type.
+
+use chrono::{DateTime, Utc};
+use keel_core::{
+    ApprovalError, EventDecodeError, LeaseEpoch, SessionId, TransitionError, UnknownState,
+};
+
+/// Everything a [`crate::Store`] call can fail with. Variants name the input at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// No such entity for this tenant (a session of another tenant is reported the same way).
+    #[error("{entity} {id} not found")]
+    NotFound {
+        /// `session`, `effect`, `approval`, `artifact`, `release`.
+        entity: &'static str,
+        /// The id that was asked for.
+        id: String,
+    },
+    /// Compare-and-set failed: the journal moved since the caller read it. Nothing was written.
+    #[error("session {session}: stale version {expected}, the journal is at {actual}")]
+    StaleVersion {
+        /// The session.
+        session: SessionId,
+        /// The version the caller expected.
+        expected: u64,
+        /// The version in the store.
+        actual: u64,
+    },
+    /// The caller's lease is no longer the current one (it expired and was taken over, or was
+    /// released). Nothing was written.
+    #[error("session {session}: lease epoch {held} is no longer current (current epoch {current}{})", owner.as_ref().map(|o| format!(", held by {o}")).unwrap_or_default())]
+    LeaseLost {
+        /// The session.
+        session: SessionId,
+        /// The epoch the caller presented.
+        held: LeaseEpoch,
+        /// The current epoch.
+        current: LeaseEpoch,
+        /// The current holder, if any.
+        owner: Option<String>,
+    },
+    /// Another owner holds an unexpired lease.
+    #[error("session {session} is leased by {owner} until {expires_at}")]
+    LeaseHeld {
+        /// The session.
+        session: SessionId,
+        /// The holder.
+        owner: String,
+        /// When the lease expires unless renewed.
+        expires_at: DateTime<Utc>,
+    },
+    /// A conditional write found another state than it required (e.g. an effect that is no longer
+    /// in the status the caller moved it from, a transcript index holding a different item).
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// An illegal state transition was asked for.
+    #[error(transparent)]
+    Transition(#[from] TransitionError),
+    /// An approval decision was refused.
+    #[error(transparent)]
+    Approval(#[from] ApprovalError),
+    /// The caller passed something malformed (non-contiguous seqs, an event of another session…).
+    #[error("invalid input: {0}")]
+    InvalidInput(String),
+    /// A stored event cannot be read back.
+    #[error("corrupt journal row: {0}")]
+    CorruptEvent(#[from] EventDecodeError),
+    /// A stored row (not an event) cannot be read back.
+    #[error("corrupt {table} row {id}: {reason}")]
+    CorruptRow {
+        /// The table.
+        table: &'static str,
+        /// The row's key.
+        id: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The database was written by a newer Keel.
+    #[error(
+        "store schema version {found} is newer than this build supports ({supported}); upgrade keel"
+    )]
+    SchemaTooNew {
+        /// Highest migration applied in the database.
+        found: i64,
+        /// Highest migration this build knows.
+        supported: i64,
+    },
+    /// The database's migration history does not match this build's (a migration is missing or
+    /// was changed).
+    #[error("store migration {version} ({name}): {reason}")]
+    MigrationMismatch {
+        /// Migration version.
+        version: i64,
+        /// Its name.
+        name: String,
+        /// What differs.
+        reason: String,
+    },
+    /// The database is locked by another process for longer than the busy timeout.
+    #[error("the store is locked by another process: {0}")]
+    Locked(String),
+    /// Any other database or connection error.
+    #[error("database error: {0}")]
+    Database(sqlx::Error),
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(e: sqlx::Error) -> Self {
+        if let sqlx::Error::Database(db) = &e {
+            let msg = db.message();
+            if msg.contains("database is locked") || msg.contains("database is busy") {
+                return StoreError::Locked(msg.to_owned());
+            }
+        }
+        StoreError::Database(e)
+    }
+}
+
+impl From<UnknownState> for StoreError {
+    fn from(e: UnknownState) -> Self {
+        StoreError::CorruptRow {
+            table: "status",
+            id: e.name.clone(),
+            reason: e.to_string(),
+        }
+    }
+}
+
+/// Shorthand.
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;

@@ -1,0 +1,1504 @@
+//! [`SqlStore`]: the [`Store`] over SQLite (embedded) or PostgreSQL (shared), through sqlx's `Any`
+//! driver so both run the same SQL (written with `?` placeholders; numbered `$n` for PostgreSQL).
+//!
+//! Backend differences live here and only here:
+//! - **SQLite**: WAL, `synchronous=FULL`, `busy_timeout` 5 s. One dedicated writer connection takes
+//!   every write (`BEGIN IMMEDIATE`); journal appends go through **group commit** ([`group_commit`]):
+//!   appends that arrive while a commit is in flight are committed together in the next
+//!   transaction, each in its own savepoint so one failed compare-and-set does not affect the
+//!   others, with one fsync for the batch. Readers use a small pool. Waiters are woken in-process
+//!   and poll every 50 ms (other processes' writes).
+//! - **PostgreSQL**: a pool; each append is one transaction; `pg_notify` on the channel
+//!   `keel_<schema>` carries the session id to `LISTEN`ers, with a 500 ms poll as a fallback
+//!   while the listener reconnects. An optional schema isolates a store (tests use one per run).
+
+mod group_commit;
+mod migrations;
+mod waiters;
+
+use std::borrow::Cow;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use keel_core::{
+    ApprovalDecision, ApprovalId, ApprovalRecord, ApprovalStatus, Decided, EffectStatus, Event,
+    LeaseEpoch, OperationKey, Release, ReleaseId, SessionId, SessionStatus, StateMachine, TenantId,
+    ToolCallId, TurnId, check_transition,
+};
+use serde_json::Value;
+use sqlx::any::{AnyConnectOptions, AnyPoolOptions, AnyRow};
+use sqlx::pool::PoolConnection;
+use sqlx::{Any, AnyConnection, AnyPool, Connection, Executor, Row};
+use tokio::sync::Mutex;
+use tokio::task::JoinHandle;
+
+use crate::error::{Result, StoreError};
+use crate::store::Store;
+use crate::types::{
+    Artifact, EffectInsert, EffectRecord, EffectUpdate, Lease, LeaseInfo, MemoryEntry, NewSession,
+    SessionQuery, SessionRecord, TranscriptItem,
+};
+use group_commit::{AppendRequest, GroupCommit};
+use waiters::Waiters;
+
+/// Poll interval of `wait_for_version` on SQLite (bound on cross-process wake-up latency).
+pub const SQLITE_POLL: Duration = Duration::from_millis(50);
+/// Fallback poll interval on PostgreSQL (normally LISTEN/NOTIFY wakes waiters at once).
+pub const POSTGRES_POLL: Duration = Duration::from_millis(500);
+
+/// Which SQL dialect a store speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dialect {
+    /// SQLite 3.35+ (RETURNING, ON CONFLICT).
+    Sqlite,
+    /// PostgreSQL 12+.
+    Postgres,
+}
+
+impl Dialect {
+    /// Rewrites `?` placeholders for this dialect (`$1, $2, …` for PostgreSQL). The SQL in this
+    /// crate has no `?` inside literals.
+    pub(crate) fn sql(self, sql: &str) -> Cow<'_, str> {
+        match self {
+            Dialect::Sqlite => Cow::Borrowed(sql),
+            Dialect::Postgres => {
+                let mut out = String::with_capacity(sql.len() + 16);
+                let mut n = 0;
+                for ch in sql.chars() {
+                    if ch == '?' {
+                        n += 1;
+                        out.push('$');
+                        out.push_str(&n.to_string());
+                    } else {
+                        out.push(ch);
+                    }
+                }
+                Cow::Owned(out)
+            }
+        }
+    }
+
+    fn blob_type(self) -> &'static str {
+        match self {
+            Dialect::Sqlite => "BLOB",
+            Dialect::Postgres => "BYTEA",
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Dialect::Sqlite => "sqlite",
+            Dialect::Postgres => "postgres",
+        }
+    }
+}
+
+pub(crate) fn now_ms() -> i64 {
+    Utc::now().timestamp_millis()
+}
+
+fn ms_to_time(ms: i64) -> DateTime<Utc> {
+    DateTime::<Utc>::from_timestamp_millis(ms).unwrap_or_default()
+}
+
+fn ttl_ms(ttl: Duration) -> i64 {
+    i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX / 2)
+}
+
+fn to_i64(v: u64) -> Result<i64> {
+    i64::try_from(v)
+        .map_err(|_| StoreError::InvalidInput(format!("{v} does not fit a 63-bit integer")))
+}
+
+/// A store over SQLite or PostgreSQL. Cheap to clone.
+#[derive(Clone)]
+pub struct SqlStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    pool: AnyPool,
+    dialect: Dialect,
+    /// SQLite only: the one writer connection.
+    writer: Option<Arc<Mutex<AnyConnection>>>,
+    /// SQLite only: appends waiting for the next group commit.
+    group: GroupCommit,
+    waiters: Arc<Waiters>,
+    /// PostgreSQL only: the LISTEN task.
+    listener: Option<JoinHandle<()>>,
+    /// PostgreSQL only: the NOTIFY channel.
+    channel: String,
+    poll: Duration,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Some(l) = &self.listener {
+            l.abort();
+        }
+    }
+}
+
+/// A connection to write on: SQLite's writer, or a pooled PostgreSQL connection.
+enum WriteConn {
+    Writer(tokio::sync::OwnedMutexGuard<AnyConnection>),
+    Pooled(PoolConnection<Any>),
+}
+
+impl std::ops::Deref for WriteConn {
+    type Target = AnyConnection;
+    fn deref(&self) -> &AnyConnection {
+        match self {
+            WriteConn::Writer(g) => g,
+            WriteConn::Pooled(c) => c,
+        }
+    }
+}
+
+impl std::ops::DerefMut for WriteConn {
+    fn deref_mut(&mut self) -> &mut AnyConnection {
+        match self {
+            WriteConn::Writer(g) => &mut *g,
+            WriteConn::Pooled(c) => &mut *c,
+        }
+    }
+}
+
+const SESSION_COLS: &str = "tenant_id, session_id, release_id, parent_session_id, status, version, \
+    wake_at, lease_owner, lease_epoch, lease_expires_at, metadata, created_at, updated_at";
+const EFFECT_COLS: &str = "operation_key, session_id, tool_call_id, tool_name, status, request_hash, \
+    attempts, outcome, error, created_at, updated_at";
+const APPROVAL_COLS: &str = "approval_id, session_id, turn_id, tool_call_id, tool_name, arguments, \
+    args_hash, status, decision, created_at, expires_at, decided_at";
+
+impl SqlStore {
+    /// Opens (creating if needed) an SQLite database file and migrates it.
+    ///
+    /// # Errors
+    /// `Database` if the file cannot be opened, `Locked` if another process holds it past the
+    /// busy timeout, `SchemaTooNew` / `MigrationMismatch` for a database from another build.
+    pub async fn open_sqlite(path: &Path) -> Result<Self> {
+        sqlx::any::install_default_drivers();
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| {
+                StoreError::InvalidInput(format!("cannot create {}: {e}", dir.display()))
+            })?;
+        }
+        let url = format!("sqlite://{}?mode=rwc", path.display());
+        let options: AnyConnectOptions = url.parse()?;
+        let pool = AnyPoolOptions::new()
+            .max_connections(4)
+            .min_connections(0)
+            .after_connect(|conn, _meta| {
+                Box::pin(async move {
+                    conn.execute(
+                        "PRAGMA busy_timeout = 5000; PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL;",
+                    )
+                    .await?;
+                    Ok(())
+                })
+            })
+            .connect_with(options)
+            .await?;
+        let mut writer = pool.acquire().await?.detach();
+        migrations::run(&mut writer, Dialect::Sqlite).await?;
+        Ok(SqlStore {
+            inner: Arc::new(Inner {
+                pool,
+                dialect: Dialect::Sqlite,
+                writer: Some(Arc::new(Mutex::new(writer))),
+                group: GroupCommit::default(),
+                waiters: Arc::new(Waiters::default()),
+                listener: None,
+                channel: String::new(),
+                poll: SQLITE_POLL,
+            }),
+        })
+    }
+
+    /// Connects to PostgreSQL at `url` and migrates. With `schema`, the store lives in that schema
+    /// (created if missing) and its notification channel is `keel_<schema>`; tests use one fresh
+    /// schema per run so parallel runs never collide.
+    ///
+    /// # Errors
+    /// `Database` if the server is unreachable; `InvalidInput` for a schema name that is not
+    /// `[a-z0-9_]+`; migration errors as for SQLite.
+    pub async fn connect_postgres(url: &str, schema: Option<&str>) -> Result<Self> {
+        sqlx::any::install_default_drivers();
+        if let Some(s) = schema
+            && (s.is_empty()
+                || !s
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'))
+        {
+            return Err(StoreError::InvalidInput(format!(
+                "schema name {s:?} must match [a-z0-9_]+"
+            )));
+        }
+        if let Some(s) = schema {
+            let mut conn = AnyConnection::connect(url).await?;
+            conn.execute(format!("CREATE SCHEMA IF NOT EXISTS \"{s}\"").as_str())
+                .await?;
+            conn.close().await?;
+        }
+        let search_path = schema.map(|s| format!("SET search_path TO \"{s}\""));
+        let pool = AnyPoolOptions::new()
+            .max_connections(16)
+            .after_connect(move |conn, _meta| {
+                let search_path = search_path.clone();
+                Box::pin(async move {
+                    if let Some(sp) = search_path {
+                        conn.execute(sp.as_str()).await?;
+                    }
+                    Ok(())
+                })
+            })
+            .connect(url)
+            .await?;
+        {
+            let mut conn = pool.acquire().await?;
+            migrations::run(&mut conn, Dialect::Postgres).await?;
+        }
+        let waiters = Arc::new(Waiters::default());
+        let channel = channel_name(schema);
+        let listener = start_listener(url, &channel, waiters.clone()).await?;
+        Ok(SqlStore {
+            inner: Arc::new(Inner {
+                pool,
+                dialect: Dialect::Postgres,
+                writer: None,
+                group: GroupCommit::default(),
+                waiters,
+                listener: Some(listener),
+                channel,
+                poll: POSTGRES_POLL,
+            }),
+        })
+    }
+
+    /// The SQL dialect.
+    pub fn dialect(&self) -> Dialect {
+        self.inner.dialect
+    }
+
+    fn sql<'a>(&self, sql: &'a str) -> Cow<'a, str> {
+        self.inner.dialect.sql(sql)
+    }
+
+    async fn write_conn(&self) -> Result<WriteConn> {
+        match &self.inner.writer {
+            Some(w) => Ok(WriteConn::Writer(w.clone().lock_owned().await)),
+            None => Ok(WriteConn::Pooled(self.inner.pool.acquire().await?)),
+        }
+    }
+
+    async fn begin<'c>(&self, conn: &'c mut AnyConnection) -> Result<sqlx::Transaction<'c, Any>> {
+        Ok(match self.inner.dialect {
+            Dialect::Sqlite => conn.begin_with("BEGIN IMMEDIATE").await?,
+            Dialect::Postgres => conn.begin().await?,
+        })
+    }
+
+    async fn session_exists<'e, E>(
+        &self,
+        exec: E,
+        tenant: TenantId,
+        session: SessionId,
+    ) -> Result<bool>
+    where
+        E: Executor<'e, Database = Any>,
+    {
+        let row = sqlx::query(
+            &self.sql("SELECT 1 AS one FROM sessions WHERE tenant_id = ? AND session_id = ?"),
+        )
+        .bind(tenant.to_string())
+        .bind(session.to_string())
+        .fetch_optional(exec)
+        .await?;
+        Ok(row.is_some())
+    }
+
+    async fn require_session(&self, tenant: TenantId, session: SessionId) -> Result<()> {
+        if self
+            .session_exists(&self.inner.pool, tenant, session)
+            .await?
+        {
+            Ok(())
+        } else {
+            Err(not_found("session", session))
+        }
+    }
+
+    async fn current_version(&self, tenant: TenantId, session: SessionId) -> Result<u64> {
+        let row = sqlx::query(
+            &self.sql("SELECT version FROM sessions WHERE tenant_id = ? AND session_id = ?"),
+        )
+        .bind(tenant.to_string())
+        .bind(session.to_string())
+        .fetch_optional(&self.inner.pool)
+        .await?
+        .ok_or_else(|| not_found("session", session))?;
+        Ok(u64::try_from(row.try_get::<i64, _>("version")?).unwrap_or(0))
+    }
+
+    /// Runs a lease `UPDATE … RETURNING lease_epoch, lease_expires_at` whose last two parameters
+    /// are the tenant and the session; `binds` fill the ones before.
+    async fn lease_write(
+        &self,
+        sql: &'static str,
+        tenant: TenantId,
+        session: SessionId,
+        binds: Vec<Bind>,
+    ) -> Result<Option<(i64, i64)>> {
+        let mut conn = self.write_conn().await?;
+        let q = self.sql(sql);
+        let mut query = sqlx::query(&q);
+        for b in binds {
+            query = match b {
+                Bind::Int(i) => query.bind(i),
+                Bind::Text(t) => query.bind(t),
+            };
+        }
+        let row = query
+            .bind(tenant.to_string())
+            .bind(session.to_string())
+            .fetch_optional(&mut *conn)
+            .await?;
+        match row {
+            Some(r) => Ok(Some((
+                r.try_get("lease_epoch")?,
+                r.try_get("lease_expires_at")?,
+            ))),
+            None => Ok(None),
+        }
+    }
+
+    async fn lease_lost(
+        &self,
+        tenant: TenantId,
+        session: SessionId,
+        held: LeaseEpoch,
+    ) -> StoreError {
+        match self.get_session(tenant, session).await {
+            Ok(rec) => StoreError::LeaseLost {
+                session,
+                held,
+                current: rec.lease_epoch,
+                owner: rec.lease.map(|l| l.owner),
+            },
+            Err(e) => e,
+        }
+    }
+}
+
+/// A bound parameter of a lease write.
+enum Bind {
+    Int(i64),
+    Text(String),
+}
+
+fn not_found(entity: &'static str, id: impl ToString) -> StoreError {
+    StoreError::NotFound {
+        entity,
+        id: id.to_string(),
+    }
+}
+
+fn corrupt(table: &'static str, id: impl ToString, reason: impl ToString) -> StoreError {
+    StoreError::CorruptRow {
+        table,
+        id: id.to_string(),
+        reason: reason.to_string(),
+    }
+}
+
+fn parse_id<T: std::str::FromStr>(table: &'static str, text: &str) -> Result<T>
+where
+    T::Err: std::fmt::Display,
+{
+    text.parse::<T>().map_err(|e| corrupt(table, text, e))
+}
+
+fn parse_json(table: &'static str, id: impl ToString, text: &str) -> Result<Value> {
+    serde_json::from_str(text).map_err(|e| corrupt(table, id, e))
+}
+
+fn channel_name(schema: Option<&str>) -> String {
+    match schema {
+        Some(s) => {
+            let mut c = format!("keel_{s}");
+            c.truncate(63);
+            c
+        }
+        None => "keel_public".to_owned(),
+    }
+}
+
+async fn start_listener(url: &str, channel: &str, waiters: Arc<Waiters>) -> Result<JoinHandle<()>> {
+    let mut listener = sqlx::postgres::PgListener::connect(url).await?;
+    listener.listen(channel).await?;
+    Ok(tokio::spawn(async move {
+        loop {
+            match listener.recv().await {
+                Ok(n) => {
+                    if let Ok(session) = n.payload().parse::<SessionId>() {
+                        waiters.notify(session);
+                    }
+                }
+                // PgListener reconnects by itself on the next recv; the poll fallback covers the gap.
+                Err(e) => {
+                    tracing::warn!(error = %e, "store notification listener error");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        }
+    }))
+}
+
+fn session_from_row(row: &AnyRow) -> Result<SessionRecord> {
+    let id: String = row.try_get("session_id")?;
+    let status: String = row.try_get("status")?;
+    let lease_owner: Option<String> = row.try_get("lease_owner")?;
+    let lease_expires_at: Option<i64> = row.try_get("lease_expires_at")?;
+    let parent: Option<String> = row.try_get("parent_session_id")?;
+    let wake_at: Option<i64> = row.try_get("wake_at")?;
+    let metadata: String = row.try_get("metadata")?;
+    Ok(SessionRecord {
+        tenant_id: parse_id("sessions", &row.try_get::<String, _>("tenant_id")?)?,
+        session_id: parse_id("sessions", &id)?,
+        release_id: ReleaseId(row.try_get("release_id")?),
+        parent_session_id: parent
+            .as_deref()
+            .map(|p| parse_id("sessions", p))
+            .transpose()?,
+        status: status
+            .parse::<SessionStatus>()
+            .map_err(|e| corrupt("sessions", &id, e))?,
+        version: u64::try_from(row.try_get::<i64, _>("version")?).unwrap_or(0),
+        wake_at: wake_at.map(ms_to_time),
+        lease: match (lease_owner, lease_expires_at) {
+            (Some(owner), Some(exp)) => Some(LeaseInfo {
+                owner,
+                expires_at: ms_to_time(exp),
+            }),
+            _ => None,
+        },
+        lease_epoch: LeaseEpoch(u64::try_from(row.try_get::<i64, _>("lease_epoch")?).unwrap_or(0)),
+        metadata: parse_json("sessions", &id, &metadata)?,
+        created_at: ms_to_time(row.try_get("created_at")?),
+        updated_at: ms_to_time(row.try_get("updated_at")?),
+    })
+}
+
+fn effect_from_row(row: &AnyRow) -> Result<EffectRecord> {
+    let key: String = row.try_get("operation_key")?;
+    let status: String = row.try_get("status")?;
+    let outcome: Option<String> = row.try_get("outcome")?;
+    Ok(EffectRecord {
+        session_id: parse_id("effects", &row.try_get::<String, _>("session_id")?)?,
+        tool_call_id: ToolCallId(row.try_get("tool_call_id")?),
+        tool_name: row.try_get("tool_name")?,
+        status: status
+            .parse::<EffectStatus>()
+            .map_err(|e| corrupt("effects", &key, e))?,
+        request_hash: row.try_get("request_hash")?,
+        attempts: u32::try_from(row.try_get::<i64, _>("attempts")?).unwrap_or(u32::MAX),
+        outcome: outcome
+            .as_deref()
+            .map(|o| parse_json("effects", &key, o))
+            .transpose()?,
+        error: row.try_get("error")?,
+        created_at: ms_to_time(row.try_get("created_at")?),
+        updated_at: ms_to_time(row.try_get("updated_at")?),
+        operation_key: OperationKey(key),
+    })
+}
+
+fn approval_from_row(row: &AnyRow) -> Result<ApprovalRecord> {
+    let id: String = row.try_get("approval_id")?;
+    let status: String = row.try_get("status")?;
+    let decision: Option<String> = row.try_get("decision")?;
+    let decided_at: Option<i64> = row.try_get("decided_at")?;
+    Ok(ApprovalRecord {
+        approval_id: parse_id("approvals", &id)?,
+        session_id: parse_id("approvals", &row.try_get::<String, _>("session_id")?)?,
+        turn_id: parse_id::<TurnId>("approvals", &row.try_get::<String, _>("turn_id")?)?,
+        tool_call_id: ToolCallId(row.try_get("tool_call_id")?),
+        tool_name: row.try_get("tool_name")?,
+        arguments: parse_json("approvals", &id, &row.try_get::<String, _>("arguments")?)?,
+        args_hash: row.try_get("args_hash")?,
+        status: status
+            .parse::<ApprovalStatus>()
+            .map_err(|e| corrupt("approvals", &id, e))?,
+        decision: decision
+            .as_deref()
+            .map(|d| {
+                serde_json::from_str::<ApprovalDecision>(d)
+                    .map_err(|e| corrupt("approvals", &id, e))
+            })
+            .transpose()?,
+        created_at: ms_to_time(row.try_get("created_at")?),
+        expires_at: ms_to_time(row.try_get("expires_at")?),
+        decided_at: decided_at.map(ms_to_time),
+    })
+}
+
+fn event_from_row(session: SessionId, row: &AnyRow) -> Result<Event> {
+    let seq: i64 = row.try_get("seq")?;
+    let body: String = row.try_get("body")?;
+    let ev = Event::decode(&body).map_err(|mut e| {
+        e.session_id = e.session_id.or(Some(session));
+        e.seq = e.seq.or(u64::try_from(seq).ok());
+        StoreError::CorruptEvent(e)
+    })?;
+    if ev.session_id != session || i64::try_from(ev.seq).ok() != Some(seq) {
+        return Err(corrupt(
+            "events",
+            format!("{session}/{seq}"),
+            format!("body names session {} seq {}", ev.session_id, ev.seq),
+        ));
+    }
+    Ok(ev)
+}
+
+fn validate_batch(session: SessionId, expected_version: u64, events: &[Event]) -> Result<()> {
+    if events.is_empty() {
+        return Err(StoreError::InvalidInput("append of no events".into()));
+    }
+    for (i, ev) in events.iter().enumerate() {
+        let want = expected_version + 1 + i as u64;
+        if ev.session_id != session {
+            return Err(StoreError::InvalidInput(format!(
+                "event seq {} names session {}, appended to {session}",
+                ev.seq, ev.session_id
+            )));
+        }
+        if ev.seq != want {
+            return Err(StoreError::InvalidInput(format!(
+                "event {i} of the batch has seq {}, expected {want} (after version {expected_version})",
+                ev.seq
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Escapes `%`, `_` and `\` for a `LIKE … ESCAPE '\'` pattern.
+fn like_literal(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('%');
+    for ch in s.to_lowercase().chars() {
+        if matches!(ch, '%' | '_' | '\\') {
+            out.push('\\');
+        }
+        out.push(ch);
+    }
+    out.push('%');
+    out
+}
+
+#[async_trait]
+impl Store for SqlStore {
+    fn backend(&self) -> &'static str {
+        self.inner.dialect.name()
+    }
+
+    async fn create_session(&self, tenant: TenantId, new: NewSession) -> Result<SessionRecord> {
+        let now = now_ms();
+        let mut conn = self.write_conn().await?;
+        let done = sqlx::query(&self.sql(
+            "INSERT INTO sessions (tenant_id, session_id, release_id, parent_session_id, status, version, \
+             lease_epoch, metadata, created_at, updated_at) VALUES (?, ?, ?, ?, ?, 0, 0, ?, ?, ?) \
+             ON CONFLICT DO NOTHING",
+        ))
+        .bind(tenant.to_string())
+        .bind(new.session_id.to_string())
+        .bind(new.release_id.0.clone())
+        .bind(new.parent_session_id.map(|p| p.to_string()))
+        .bind(SessionStatus::Created.as_str())
+        .bind(new.metadata.to_string())
+        .bind(now)
+        .bind(now)
+        .execute(&mut *conn)
+        .await?;
+        drop(conn);
+        if done.rows_affected() == 0 {
+            return Err(StoreError::Conflict(format!(
+                "session {} already exists",
+                new.session_id
+            )));
+        }
+        self.get_session(tenant, new.session_id).await
+    }
+
+    async fn get_session(&self, tenant: TenantId, session: SessionId) -> Result<SessionRecord> {
+        let sql =
+            format!("SELECT {SESSION_COLS} FROM sessions WHERE tenant_id = ? AND session_id = ?");
+        let row = sqlx::query(&self.inner.dialect.sql(&sql))
+            .bind(tenant.to_string())
+            .bind(session.to_string())
+            .fetch_optional(&self.inner.pool)
+            .await?
+            .ok_or_else(|| not_found("session", session))?;
+        session_from_row(&row)
+    }
+
+    async fn list_sessions(
+        &self,
+        tenant: TenantId,
+        query: &SessionQuery,
+    ) -> Result<Vec<SessionRecord>> {
+        let mut sql = format!("SELECT {SESSION_COLS} FROM sessions WHERE tenant_id = ?");
+        if query.status.is_some() {
+            sql.push_str(" AND status = ?");
+        }
+        if query.wake_before.is_some() {
+            sql.push_str(" AND wake_at IS NOT NULL AND wake_at <= ?");
+        }
+        if query.parent_session_id.is_some() {
+            sql.push_str(" AND parent_session_id = ?");
+        }
+        sql.push_str(" ORDER BY created_at, session_id LIMIT ?");
+        let sql = self.inner.dialect.sql(&sql);
+        let mut q = sqlx::query(&sql).bind(tenant.to_string());
+        if let Some(s) = query.status {
+            q = q.bind(s.as_str());
+        }
+        if let Some(w) = query.wake_before {
+            q = q.bind(w.timestamp_millis());
+        }
+        if let Some(p) = query.parent_session_id {
+            q = q.bind(p.to_string());
+        }
+        q = q.bind(i64::from(query.limit.unwrap_or(100).min(1000)));
+        let rows = q.fetch_all(&self.inner.pool).await?;
+        rows.iter().map(session_from_row).collect()
+    }
+
+    async fn set_wake_at(
+        &self,
+        tenant: TenantId,
+        session: SessionId,
+        at: Option<DateTime<Utc>>,
+    ) -> Result<()> {
+        let mut conn = self.write_conn().await?;
+        let done = sqlx::query(&self.sql(
+            "UPDATE sessions SET wake_at = ?, updated_at = ? WHERE tenant_id = ? AND session_id = ?",
+        ))
+        .bind(at.map(|t| t.timestamp_millis()))
+        .bind(now_ms())
+        .bind(tenant.to_string())
+        .bind(session.to_string())
+        .execute(&mut *conn)
+        .await?;
+        if done.rows_affected() == 0 {
+            return Err(not_found("session", session));
+        }
+        Ok(())
+    }
+
+    async fn delete_session(&self, tenant: TenantId, session: SessionId) -> Result<()> {
+        let mut conn = self.write_conn().await?;
+        let mut tx = self.begin(&mut conn).await?;
+        for table in ["events", "transcript", "effects", "approvals", "artifacts"] {
+            let sql = format!("DELETE FROM {table} WHERE tenant_id = ? AND session_id = ?");
+            sqlx::query(&self.inner.dialect.sql(&sql))
+                .bind(tenant.to_string())
+                .bind(session.to_string())
+                .execute(&mut *tx)
+                .await?;
+        }
+        let done =
+            sqlx::query(&self.sql("DELETE FROM sessions WHERE tenant_id = ? AND session_id = ?"))
+                .bind(tenant.to_string())
+                .bind(session.to_string())
+                .execute(&mut *tx)
+                .await?;
+        if done.rows_affected() == 0 {
+            return Err(not_found("session", session));
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn append(
+        &self,
+        tenant: TenantId,
+        session: SessionId,
+        expected_version: u64,
+        lease_epoch: LeaseEpoch,
+        events: &[Event],
+    ) -> Result<u64> {
+        validate_batch(session, expected_version, events)?;
+        let req = AppendRequest::new(tenant, session, expected_version, lease_epoch, events)?;
+        let outcome = match &self.inner.writer {
+            Some(writer) => {
+                self.inner
+                    .group
+                    .submit(req, writer.clone(), self.inner.waiters.clone())
+                    .await
+            }
+            None => {
+                let mut conn = self.inner.pool.acquire().await?;
+                let mut tx = conn.begin().await?;
+                let result = group_commit::apply_one(&mut tx, Dialect::Postgres, &req).await?;
+                if result.is_ok() {
+                    sqlx::query("SELECT pg_notify($1, $2)::text")
+                        .bind(self.inner.channel.clone())
+                        .bind(session.to_string())
+                        .execute(&mut *tx)
+                        .await?;
+                    tx.commit().await?;
+                } else {
+                    tx.rollback().await?;
+                }
+                result
+            }
+        };
+        match outcome {
+            Ok(v) => Ok(v),
+            Err(group_commit::CasFailure::Missing) => Err(not_found("session", session)),
+            Err(group_commit::CasFailure::Stale { actual }) => Err(StoreError::StaleVersion {
+                session,
+                expected: expected_version,
+                actual,
+            }),
+            Err(group_commit::CasFailure::Lease { current, owner }) => Err(StoreError::LeaseLost {
+                session,
+                held: lease_epoch,
+                current,
+                owner,
+            }),
+            Err(group_commit::CasFailure::Store(e)) => Err(e),
+        }
+    }
+
+    async fn read(
+        &self,
+        tenant: TenantId,
+        session: SessionId,
+        from_seq: u64,
+        limit: Option<u32>,
+    ) -> Result<Vec<Event>> {
+        let rows = sqlx::query(&self.sql(
+            "SELECT seq, body FROM events WHERE tenant_id = ? AND session_id = ? AND seq >= ? ORDER BY seq LIMIT ?",
+        ))
+        .bind(tenant.to_string())
+        .bind(session.to_string())
+        .bind(to_i64(from_seq)?)
+        .bind(limit.map(i64::from).unwrap_or(i64::MAX))
+        .fetch_all(&self.inner.pool)
+        .await?;
+        if rows.is_empty() {
+            self.require_session(tenant, session).await?;
+        }
+        rows.iter().map(|r| event_from_row(session, r)).collect()
+    }
+
+    async fn wait_for_version(
+        &self,
+        tenant: TenantId,
+        session: SessionId,
+        after_version: u64,
+        timeout: Duration,
+    ) -> Result<u64> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let reg = self.inner.waiters.register(session);
+        loop {
+            let notified = reg.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let v = self.current_version(tenant, session).await?;
+            let now = tokio::time::Instant::now();
+            if v > after_version || now >= deadline {
+                return Ok(v);
+            }
+            let nap = (deadline - now).min(self.inner.poll);
+            tokio::select! {
+                _ = &mut notified => {}
+                _ = tokio::time::sleep(nap) => {}
+            }
+        }
+    }
+
+    async fn acquire_lease(
+        &self,
+        tenant: TenantId,
+        session: SessionId,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<Lease> {
+        let now = now_ms();
+        let row = self
+            .lease_write(
+                "UPDATE sessions SET lease_owner = ?, lease_epoch = lease_epoch + 1, lease_expires_at = ?, updated_at = ? \
+                 WHERE (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= ?) \
+                 AND tenant_id = ? AND session_id = ? RETURNING lease_epoch, lease_expires_at",
+                tenant,
+                session,
+                vec![Bind::Text(owner.to_owned()), Bind::Int(now + ttl_ms(ttl)), Bind::Int(now), Bind::Int(now)],
+            )
+            .await?;
+        match row {
+            Some((epoch, exp)) => Ok(Lease {
+                session_id: session,
+                owner: owner.to_owned(),
+                epoch: LeaseEpoch(u64::try_from(epoch).unwrap_or(0)),
+                expires_at: ms_to_time(exp),
+            }),
+            None => {
+                let rec = self.get_session(tenant, session).await?;
+                match rec.lease {
+                    Some(l) => Err(StoreError::LeaseHeld {
+                        session,
+                        owner: l.owner,
+                        expires_at: l.expires_at,
+                    }),
+                    None => Err(StoreError::Conflict(format!(
+                        "lease of session {session} changed during acquisition"
+                    ))),
+                }
+            }
+        }
+    }
+
+    async fn take_over_lease(
+        &self,
+        tenant: TenantId,
+        session: SessionId,
+        dead_owner: &str,
+        dead_epoch: LeaseEpoch,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<Lease> {
+        let now = now_ms();
+        let row = self
+            .lease_write(
+                "UPDATE sessions SET lease_owner = ?, lease_epoch = lease_epoch + 1, lease_expires_at = ?, updated_at = ? \
+                 WHERE lease_owner = ? AND lease_epoch = ? AND tenant_id = ? AND session_id = ? \
+                 RETURNING lease_epoch, lease_expires_at",
+                tenant,
+                session,
+                vec![
+                    Bind::Text(owner.to_owned()),
+                    Bind::Int(now + ttl_ms(ttl)),
+                    Bind::Int(now),
+                    Bind::Text(dead_owner.to_owned()),
+                    Bind::Int(i64::try_from(dead_epoch.0).unwrap_or(i64::MAX)),
+                ],
+            )
+            .await?;
+        match row {
+            Some((epoch, exp)) => Ok(Lease {
+                session_id: session,
+                owner: owner.to_owned(),
+                epoch: LeaseEpoch(u64::try_from(epoch).unwrap_or(0)),
+                expires_at: ms_to_time(exp),
+            }),
+            None => Err(self.lease_lost(tenant, session, dead_epoch).await),
+        }
+    }
+
+    async fn renew_lease(&self, tenant: TenantId, lease: &Lease, ttl: Duration) -> Result<Lease> {
+        let now = now_ms();
+        let row = self
+            .lease_write(
+                "UPDATE sessions SET lease_expires_at = ?, updated_at = ? \
+                 WHERE lease_owner = ? AND lease_epoch = ? AND tenant_id = ? AND session_id = ? \
+                 RETURNING lease_epoch, lease_expires_at",
+                tenant,
+                lease.session_id,
+                vec![
+                    Bind::Int(now + ttl_ms(ttl)),
+                    Bind::Int(now),
+                    Bind::Text(lease.owner.clone()),
+                    Bind::Int(i64::try_from(lease.epoch.0).unwrap_or(i64::MAX)),
+                ],
+            )
+            .await?;
+        match row {
+            Some((_, exp)) => Ok(Lease {
+                expires_at: ms_to_time(exp),
+                ..lease.clone()
+            }),
+            None => Err(self.lease_lost(tenant, lease.session_id, lease.epoch).await),
+        }
+    }
+
+    async fn release_lease(&self, tenant: TenantId, lease: &Lease) -> Result<()> {
+        let row = self
+            .lease_write(
+                "UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL, updated_at = ? \
+                 WHERE lease_owner = ? AND lease_epoch = ? AND tenant_id = ? AND session_id = ? \
+                 RETURNING lease_epoch, 0 AS lease_expires_at",
+                tenant,
+                lease.session_id,
+                vec![
+                    Bind::Int(now_ms()),
+                    Bind::Text(lease.owner.clone()),
+                    Bind::Int(i64::try_from(lease.epoch.0).unwrap_or(i64::MAX)),
+                ],
+            )
+            .await?;
+        match row {
+            Some(_) => Ok(()),
+            None => Err(self.lease_lost(tenant, lease.session_id, lease.epoch).await),
+        }
+    }
+
+    async fn insert_effect(&self, tenant: TenantId, effect: &EffectRecord) -> Result<EffectInsert> {
+        let now = now_ms();
+        let mut conn = self.write_conn().await?;
+        let mut tx = self.begin(&mut conn).await?;
+        if !self
+            .session_exists(&mut *tx, tenant, effect.session_id)
+            .await?
+        {
+            return Err(not_found("session", effect.session_id));
+        }
+        let done = sqlx::query(&self.sql(
+            "INSERT INTO effects (tenant_id, operation_key, session_id, tool_call_id, tool_name, status, \
+             request_hash, attempts, outcome, error, created_at, updated_at) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+        ))
+        .bind(tenant.to_string())
+        .bind(effect.operation_key.0.clone())
+        .bind(effect.session_id.to_string())
+        .bind(effect.tool_call_id.0.clone())
+        .bind(effect.tool_name.clone())
+        .bind(effect.status.as_str())
+        .bind(effect.request_hash.clone())
+        .bind(i64::from(effect.attempts))
+        .bind(effect.outcome.as_ref().map(Value::to_string))
+        .bind(effect.error.clone())
+        .bind(now)
+        .bind(now)
+        .execute(&mut *tx)
+        .await?;
+        if done.rows_affected() == 1 {
+            tx.commit().await?;
+            return Ok(EffectInsert::Inserted);
+        }
+        let sql =
+            format!("SELECT {EFFECT_COLS} FROM effects WHERE tenant_id = ? AND operation_key = ?");
+        let row = sqlx::query(&self.inner.dialect.sql(&sql))
+            .bind(tenant.to_string())
+            .bind(effect.operation_key.0.clone())
+            .fetch_one(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(EffectInsert::Existing(effect_from_row(&row)?))
+    }
+
+    async fn update_effect(
+        &self,
+        tenant: TenantId,
+        key: &OperationKey,
+        update: EffectUpdate,
+    ) -> Result<EffectRecord> {
+        check_transition(update.from, update.to)?;
+        let attempts_inc = i64::from(update.to == EffectStatus::Dispatched);
+        let mut conn = self.write_conn().await?;
+        let done = sqlx::query(&self.sql(
+            "UPDATE effects SET status = ?, attempts = attempts + ?, outcome = COALESCE(?, outcome), \
+             error = COALESCE(?, error), updated_at = ? WHERE tenant_id = ? AND operation_key = ? AND status = ?",
+        ))
+        .bind(update.to.as_str())
+        .bind(attempts_inc)
+        .bind(update.outcome.as_ref().map(Value::to_string))
+        .bind(update.error.clone())
+        .bind(now_ms())
+        .bind(tenant.to_string())
+        .bind(key.0.clone())
+        .bind(update.from.as_str())
+        .execute(&mut *conn)
+        .await?;
+        drop(conn);
+        let current = self.get_effect(tenant, key).await?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::Conflict(format!(
+                "effect {key} is {}, not {}",
+                current.status, update.from
+            )));
+        }
+        Ok(current)
+    }
+
+    async fn get_effect(&self, tenant: TenantId, key: &OperationKey) -> Result<EffectRecord> {
+        let sql =
+            format!("SELECT {EFFECT_COLS} FROM effects WHERE tenant_id = ? AND operation_key = ?");
+        let row = sqlx::query(&self.inner.dialect.sql(&sql))
+            .bind(tenant.to_string())
+            .bind(key.0.clone())
+            .fetch_optional(&self.inner.pool)
+            .await?
+            .ok_or_else(|| not_found("effect", key))?;
+        effect_from_row(&row)
+    }
+
+    async fn list_effects(
+        &self,
+        tenant: TenantId,
+        session: SessionId,
+        status: Option<EffectStatus>,
+    ) -> Result<Vec<EffectRecord>> {
+        let mut sql =
+            format!("SELECT {EFFECT_COLS} FROM effects WHERE tenant_id = ? AND session_id = ?");
+        if status.is_some() {
+            sql.push_str(" AND status = ?");
+        }
+        sql.push_str(" ORDER BY created_at, operation_key");
+        let sql = self.inner.dialect.sql(&sql);
+        let mut q = sqlx::query(&sql)
+            .bind(tenant.to_string())
+            .bind(session.to_string());
+        if let Some(s) = status {
+            q = q.bind(s.as_str());
+        }
+        q.fetch_all(&self.inner.pool)
+            .await?
+            .iter()
+            .map(effect_from_row)
+            .collect()
+    }
+
+    async fn create_approval(&self, tenant: TenantId, a: &ApprovalRecord) -> Result<()> {
+        let mut conn = self.write_conn().await?;
+        let mut tx = self.begin(&mut conn).await?;
+        if !self.session_exists(&mut *tx, tenant, a.session_id).await? {
+            return Err(not_found("session", a.session_id));
+        }
+        let done = sqlx::query(&self.sql(
+            "INSERT INTO approvals (tenant_id, approval_id, session_id, turn_id, tool_call_id, tool_name, \
+             arguments, args_hash, status, decision, created_at, expires_at, decided_at) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+        ))
+        .bind(tenant.to_string())
+        .bind(a.approval_id.to_string())
+        .bind(a.session_id.to_string())
+        .bind(a.turn_id.to_string())
+        .bind(a.tool_call_id.0.clone())
+        .bind(a.tool_name.clone())
+        .bind(a.arguments.to_string())
+        .bind(a.args_hash.clone())
+        .bind(a.status.as_str())
+        .bind(a.decision.as_ref().map(|d| serde_json::to_string(d).unwrap_or_default()))
+        .bind(a.created_at.timestamp_millis())
+        .bind(a.expires_at.timestamp_millis())
+        .bind(a.decided_at.map(|t| t.timestamp_millis()))
+        .execute(&mut *tx)
+        .await?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::Conflict(format!(
+                "approval {} already exists",
+                a.approval_id
+            )));
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn get_approval(&self, tenant: TenantId, id: ApprovalId) -> Result<ApprovalRecord> {
+        let sql = format!(
+            "SELECT {APPROVAL_COLS} FROM approvals WHERE tenant_id = ? AND approval_id = ?"
+        );
+        let row = sqlx::query(&self.inner.dialect.sql(&sql))
+            .bind(tenant.to_string())
+            .bind(id.to_string())
+            .fetch_optional(&self.inner.pool)
+            .await?
+            .ok_or_else(|| not_found("approval", id))?;
+        approval_from_row(&row)
+    }
+
+    async fn decide_approval(
+        &self,
+        tenant: TenantId,
+        id: ApprovalId,
+        decision: ApprovalDecision,
+        args_hash: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Decided> {
+        // Decide against the current row, then write only if it is still pending (compare-and-set);
+        // a racing decision makes the second round see the winner and answer idempotently or refuse.
+        for _ in 0..3 {
+            let current = self.get_approval(tenant, id).await?;
+            let next = match current.decide(decision.clone(), args_hash, now)? {
+                Decided::Already(rec) => return Ok(Decided::Already(rec)),
+                Decided::Now(next) => next,
+            };
+            let mut conn = self.write_conn().await?;
+            let done = sqlx::query(&self.sql(
+                "UPDATE approvals SET status = ?, decision = ?, decided_at = ? \
+                 WHERE tenant_id = ? AND approval_id = ? AND status = 'pending'",
+            ))
+            .bind(next.status.as_str())
+            .bind(
+                next.decision
+                    .as_ref()
+                    .map(|d| serde_json::to_string(d).unwrap_or_default()),
+            )
+            .bind(now.timestamp_millis())
+            .bind(tenant.to_string())
+            .bind(id.to_string())
+            .execute(&mut *conn)
+            .await?;
+            if done.rows_affected() == 1 {
+                return Ok(Decided::Now(next));
+            }
+        }
+        Err(StoreError::Conflict(format!(
+            "approval {id} kept changing while being decided"
+        )))
+    }
+
+    async fn expire_approval(
+        &self,
+        tenant: TenantId,
+        id: ApprovalId,
+        now: DateTime<Utc>,
+    ) -> Result<ApprovalRecord> {
+        let mut conn = self.write_conn().await?;
+        let done = sqlx::query(&self.sql(
+            "UPDATE approvals SET status = 'expired', decided_at = ? \
+             WHERE tenant_id = ? AND approval_id = ? AND status = 'pending' AND expires_at <= ?",
+        ))
+        .bind(now.timestamp_millis())
+        .bind(tenant.to_string())
+        .bind(id.to_string())
+        .bind(now.timestamp_millis())
+        .execute(&mut *conn)
+        .await?;
+        drop(conn);
+        let rec = self.get_approval(tenant, id).await?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::Conflict(format!(
+                "approval {id} is {} and expires at {}; not expired at {now}",
+                rec.status, rec.expires_at
+            )));
+        }
+        Ok(rec)
+    }
+
+    async fn list_approvals(
+        &self,
+        tenant: TenantId,
+        session: SessionId,
+        status: Option<ApprovalStatus>,
+    ) -> Result<Vec<ApprovalRecord>> {
+        let mut sql =
+            format!("SELECT {APPROVAL_COLS} FROM approvals WHERE tenant_id = ? AND session_id = ?");
+        if status.is_some() {
+            sql.push_str(" AND status = ?");
+        }
+        sql.push_str(" ORDER BY created_at, approval_id");
+        let sql = self.inner.dialect.sql(&sql);
+        let mut q = sqlx::query(&sql)
+            .bind(tenant.to_string())
+            .bind(session.to_string());
+        if let Some(s) = status {
+            q = q.bind(s.as_str());
+        }
+        q.fetch_all(&self.inner.pool)
+            .await?
+            .iter()
+            .map(approval_from_row)
+            .collect()
+    }
+
+    async fn append_transcript(
+        &self,
+        tenant: TenantId,
+        session: SessionId,
+        items: &[TranscriptItem],
+    ) -> Result<()> {
+        let mut conn = self.write_conn().await?;
+        let mut tx = self.begin(&mut conn).await?;
+        if !self.session_exists(&mut *tx, tenant, session).await? {
+            return Err(not_found("session", session));
+        }
+        let now = now_ms();
+        for item in items {
+            let content = item.content.to_string();
+            let done = sqlx::query(&self.sql(
+                "INSERT INTO transcript (tenant_id, session_id, idx, turn_id, role, content, created_at) \
+                 VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            ))
+            .bind(tenant.to_string())
+            .bind(session.to_string())
+            .bind(to_i64(item.index)?)
+            .bind(item.turn_id.map(|t| t.to_string()))
+            .bind(item.role.clone())
+            .bind(content.clone())
+            .bind(now)
+            .execute(&mut *tx)
+            .await?;
+            if done.rows_affected() == 0 {
+                let row = sqlx::query(&self.sql(
+                    "SELECT role, content FROM transcript WHERE tenant_id = ? AND session_id = ? AND idx = ?",
+                ))
+                .bind(tenant.to_string())
+                .bind(session.to_string())
+                .bind(to_i64(item.index)?)
+                .fetch_one(&mut *tx)
+                .await?;
+                let role: String = row.try_get("role")?;
+                let existing: String = row.try_get("content")?;
+                let same_content = parse_json("transcript", item.index, &existing)? == item.content;
+                if role != item.role || !same_content {
+                    return Err(StoreError::Conflict(format!(
+                        "transcript item {} of session {session} already holds a different item",
+                        item.index
+                    )));
+                }
+            }
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn read_transcript(
+        &self,
+        tenant: TenantId,
+        session: SessionId,
+        from_index: u64,
+    ) -> Result<Vec<TranscriptItem>> {
+        let rows = sqlx::query(&self.sql(
+            "SELECT idx, turn_id, role, content FROM transcript \
+             WHERE tenant_id = ? AND session_id = ? AND idx >= ? ORDER BY idx",
+        ))
+        .bind(tenant.to_string())
+        .bind(session.to_string())
+        .bind(to_i64(from_index)?)
+        .fetch_all(&self.inner.pool)
+        .await?;
+        if rows.is_empty() {
+            self.require_session(tenant, session).await?;
+        }
+        rows.iter()
+            .map(|r| {
+                let idx: i64 = r.try_get("idx")?;
+                let turn: Option<String> = r.try_get("turn_id")?;
+                Ok(TranscriptItem {
+                    index: u64::try_from(idx).unwrap_or(0),
+                    turn_id: turn
+                        .as_deref()
+                        .map(|t| parse_id("transcript", t))
+                        .transpose()?,
+                    role: r.try_get("role")?,
+                    content: parse_json("transcript", idx, &r.try_get::<String, _>("content")?)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn memory_put(
+        &self,
+        tenant: TenantId,
+        namespace: &str,
+        key: &str,
+        value: &Value,
+    ) -> Result<()> {
+        let mut conn = self.write_conn().await?;
+        sqlx::query(&self.sql(
+            "INSERT INTO memory (tenant_id, namespace, key, value, updated_at) VALUES (?, ?, ?, ?, ?) \
+             ON CONFLICT (tenant_id, namespace, key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
+        ))
+        .bind(tenant.to_string())
+        .bind(namespace.to_owned())
+        .bind(key.to_owned())
+        .bind(value.to_string())
+        .bind(now_ms())
+        .execute(&mut *conn)
+        .await?;
+        Ok(())
+    }
+
+    async fn memory_get(
+        &self,
+        tenant: TenantId,
+        namespace: &str,
+        key: &str,
+    ) -> Result<Option<MemoryEntry>> {
+        let row = sqlx::query(&self.sql(
+            "SELECT namespace, key, value, updated_at FROM memory WHERE tenant_id = ? AND namespace = ? AND key = ?",
+        ))
+        .bind(tenant.to_string())
+        .bind(namespace.to_owned())
+        .bind(key.to_owned())
+        .fetch_optional(&self.inner.pool)
+        .await?;
+        row.as_ref().map(memory_from_row).transpose()
+    }
+
+    async fn memory_search(
+        &self,
+        tenant: TenantId,
+        namespace: Option<&str>,
+        query: &str,
+        limit: u32,
+    ) -> Result<Vec<MemoryEntry>> {
+        let pattern = like_literal(query);
+        let rows = match namespace {
+            Some(ns) => {
+                sqlx::query(&self.sql(
+                    "SELECT namespace, key, value, updated_at FROM memory WHERE tenant_id = ? AND namespace = ? \
+                     AND (LOWER(key) LIKE ? ESCAPE '\\' OR LOWER(value) LIKE ? ESCAPE '\\') \
+                     ORDER BY updated_at DESC, key LIMIT ?",
+                ))
+                .bind(tenant.to_string())
+                .bind(ns.to_owned())
+                .bind(pattern.clone())
+                .bind(pattern)
+                .bind(i64::from(limit))
+                .fetch_all(&self.inner.pool)
+                .await?
+            }
+            None => {
+                sqlx::query(&self.sql(
+                    "SELECT namespace, key, value, updated_at FROM memory WHERE tenant_id = ? \
+                     AND (LOWER(key) LIKE ? ESCAPE '\\' OR LOWER(value) LIKE ? ESCAPE '\\') \
+                     ORDER BY updated_at DESC, key LIMIT ?",
+                ))
+                .bind(tenant.to_string())
+                .bind(pattern.clone())
+                .bind(pattern)
+                .bind(i64::from(limit))
+                .fetch_all(&self.inner.pool)
+                .await?
+            }
+        };
+        rows.iter().map(memory_from_row).collect()
+    }
+
+    async fn memory_delete(&self, tenant: TenantId, namespace: &str, key: &str) -> Result<bool> {
+        let mut conn = self.write_conn().await?;
+        let done = sqlx::query(
+            &self.sql("DELETE FROM memory WHERE tenant_id = ? AND namespace = ? AND key = ?"),
+        )
+        .bind(tenant.to_string())
+        .bind(namespace.to_owned())
+        .bind(key.to_owned())
+        .execute(&mut *conn)
+        .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
+    async fn put_artifact(
+        &self,
+        tenant: TenantId,
+        session: SessionId,
+        name: &str,
+        content_type: &str,
+        data: &[u8],
+    ) -> Result<String> {
+        let id = uuid_v7_text();
+        let mut conn = self.write_conn().await?;
+        let mut tx = self.begin(&mut conn).await?;
+        if !self.session_exists(&mut *tx, tenant, session).await? {
+            return Err(not_found("session", session));
+        }
+        sqlx::query(&self.sql(
+            "INSERT INTO artifacts (tenant_id, artifact_id, session_id, name, content_type, size, data, created_at) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        ))
+        .bind(tenant.to_string())
+        .bind(id.clone())
+        .bind(session.to_string())
+        .bind(name.to_owned())
+        .bind(content_type.to_owned())
+        .bind(i64::try_from(data.len()).unwrap_or(i64::MAX))
+        .bind(data.to_vec())
+        .bind(now_ms())
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(id)
+    }
+
+    async fn get_artifact(&self, tenant: TenantId, artifact_id: &str) -> Result<Artifact> {
+        let row = sqlx::query(&self.sql(
+            "SELECT artifact_id, session_id, name, content_type, data, created_at FROM artifacts \
+             WHERE tenant_id = ? AND artifact_id = ?",
+        ))
+        .bind(tenant.to_string())
+        .bind(artifact_id.to_owned())
+        .fetch_optional(&self.inner.pool)
+        .await?
+        .ok_or_else(|| not_found("artifact", artifact_id))?;
+        Ok(Artifact {
+            artifact_id: row.try_get("artifact_id")?,
+            session_id: parse_id("artifacts", &row.try_get::<String, _>("session_id")?)?,
+            name: row.try_get("name")?,
+            content_type: row.try_get("content_type")?,
+            data: row.try_get("data")?,
+            created_at: ms_to_time(row.try_get("created_at")?),
+        })
+    }
+
+    async fn put_release(&self, tenant: TenantId, release: &Release) -> Result<()> {
+        if !release.verify() {
+            return Err(StoreError::InvalidInput(format!(
+                "release {} does not match the hash of its definition",
+                release.id
+            )));
+        }
+        let definition = serde_json::to_string(&release.definition)
+            .map_err(|e| StoreError::InvalidInput(e.to_string()))?;
+        let mut conn = self.write_conn().await?;
+        sqlx::query(&self.sql(
+            "INSERT INTO releases (tenant_id, release_id, definition, created_at) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+        ))
+        .bind(tenant.to_string())
+        .bind(release.id.0.clone())
+        .bind(definition)
+        .bind(now_ms())
+        .execute(&mut *conn)
+        .await?;
+        Ok(())
+    }
+
+    async fn get_release(&self, tenant: TenantId, id: &ReleaseId) -> Result<Release> {
+        let row = sqlx::query(
+            &self.sql("SELECT definition FROM releases WHERE tenant_id = ? AND release_id = ?"),
+        )
+        .bind(tenant.to_string())
+        .bind(id.0.clone())
+        .fetch_optional(&self.inner.pool)
+        .await?
+        .ok_or_else(|| not_found("release", id))?;
+        let text: String = row.try_get("definition")?;
+        let definition = serde_json::from_str(&text).map_err(|e| corrupt("releases", id, e))?;
+        let release = Release {
+            id: id.clone(),
+            definition,
+        };
+        if !release.verify() {
+            return Err(corrupt(
+                "releases",
+                id,
+                "definition does not hash to its id",
+            ));
+        }
+        Ok(release)
+    }
+}
+
+fn memory_from_row(row: &AnyRow) -> Result<MemoryEntry> {
+    let key: String = row.try_get("key")?;
+    let value: String = row.try_get("value")?;
+    Ok(MemoryEntry {
+        namespace: row.try_get("namespace")?,
+        value: parse_json("memory", &key, &value)?,
+        key,
+        updated_at: ms_to_time(row.try_get("updated_at")?),
+    })
+}
+
+fn uuid_v7_text() -> String {
+    // Artifact ids share the time-ordered UUIDv7 scheme of the core ids.
+    keel_core::SessionId::new().to_string()
+}

@@ -1,0 +1,329 @@
+//! The `Store` trait: everything Keel keeps durably.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use keel_core::{
+    ApprovalDecision, ApprovalId, ApprovalRecord, ApprovalStatus, Decided, EffectStatus, Event,
+    LeaseEpoch, OperationKey, Release, ReleaseId, SessionId, TenantId,
+};
+use serde_json::Value;
+
+use crate::error::Result;
+use crate::types::{
+    Artifact, EffectInsert, EffectRecord, EffectUpdate, Lease, MemoryEntry, NewSession,
+    SessionQuery, SessionRecord, TranscriptItem,
+};
+
+/// Durable storage for sessions, their journals and everything they own.
+///
+/// Every method takes the tenant first and filters on it: a session, effect, approval or artifact
+/// of another tenant behaves as not found ([`crate::StoreError::NotFound`]).
+/// Implementations: [`crate::SqlStore`] over SQLite (embedded default) and PostgreSQL; both pass
+/// the same conformance suite (`tests/conformance`).
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Which backend this is (`sqlite`, `postgres`).
+    fn backend(&self) -> &'static str;
+
+    // --- sessions ---------------------------------------------------------------------------
+
+    /// Creates a session row at version 0, status `created`, no lease.
+    ///
+    /// # Errors
+    /// `Conflict` if the id exists.
+    async fn create_session(&self, tenant: TenantId, new: NewSession) -> Result<SessionRecord>;
+
+    /// Reads a session's row.
+    ///
+    /// # Errors
+    /// `NotFound`.
+    async fn get_session(&self, tenant: TenantId, session: SessionId) -> Result<SessionRecord>;
+
+    /// Lists the tenant's sessions matching `query`, oldest first.
+    async fn list_sessions(
+        &self,
+        tenant: TenantId,
+        query: &SessionQuery,
+    ) -> Result<Vec<SessionRecord>>;
+
+    /// Sets (or clears) the session's wake-up time: a durable timer a worker acts on when it is due
+    /// (a long retry-after, an approval's expiry, a scheduled resumption).
+    ///
+    /// # Errors
+    /// `NotFound`.
+    async fn set_wake_at(
+        &self,
+        tenant: TenantId,
+        session: SessionId,
+        at: Option<DateTime<Utc>>,
+    ) -> Result<()>;
+
+    /// Deletes the session and everything it owns (journal, transcript, effects, approvals,
+    /// artifacts) in one transaction, for retention.
+    ///
+    /// # Errors
+    /// `NotFound`.
+    async fn delete_session(&self, tenant: TenantId, session: SessionId) -> Result<()>;
+
+    // --- journal ----------------------------------------------------------------------------
+
+    /// Appends `events` atomically if the journal is at `expected_version` and `lease_epoch` is the
+    /// session's current, held lease. `events[i].seq` must be `expected_version + 1 + i` and every
+    /// event must name `session`. The session's status projection follows the last
+    /// `session.created` / `session.status_changed` in the batch. Returns the new version.
+    /// Durable on return (SQLite: `synchronous=FULL`; PostgreSQL: synchronous commit).
+    ///
+    /// # Errors
+    /// `StaleVersion` or `LeaseLost` (nothing written), `NotFound`, `InvalidInput`.
+    async fn append(
+        &self,
+        tenant: TenantId,
+        session: SessionId,
+        expected_version: u64,
+        lease_epoch: LeaseEpoch,
+        events: &[Event],
+    ) -> Result<u64>;
+
+    /// Reads events with `seq >= from_seq`, in order, at most `limit` (all if `None`).
+    ///
+    /// # Errors
+    /// `NotFound`; `CorruptEvent` naming the session and seq of a row that cannot be decoded.
+    async fn read(
+        &self,
+        tenant: TenantId,
+        session: SessionId,
+        from_seq: u64,
+        limit: Option<u32>,
+    ) -> Result<Vec<Event>>;
+
+    /// Waits until the session's version exceeds `after_version` or `timeout` passes; returns the
+    /// version then. Wake-up: PostgreSQL LISTEN/NOTIFY (channel prefixed by the schema), SQLite
+    /// in-process notification plus polling every 50 ms (so at most ~100 ms late, also for writes
+    /// from other processes).
+    ///
+    /// # Errors
+    /// `NotFound`.
+    async fn wait_for_version(
+        &self,
+        tenant: TenantId,
+        session: SessionId,
+        after_version: u64,
+        timeout: Duration,
+    ) -> Result<u64>;
+
+    // --- leases -----------------------------------------------------------------------------
+
+    /// Takes the session's lease if it is free or expired, for `ttl`. Every acquisition increments
+    /// the fencing epoch, also a re-acquisition by the same owner.
+    ///
+    /// # Errors
+    /// `LeaseHeld` (another holder, unexpired), `NotFound`.
+    async fn acquire_lease(
+        &self,
+        tenant: TenantId,
+        session: SessionId,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<Lease>;
+
+    /// Takes the lease from `dead_owner` at `dead_epoch` without waiting for it to expire — for a
+    /// holder known to be gone (a dead process on this host). Bumps the epoch.
+    ///
+    /// # Errors
+    /// `LeaseLost` if the lease is no longer `dead_owner`'s at that epoch; `NotFound`.
+    async fn take_over_lease(
+        &self,
+        tenant: TenantId,
+        session: SessionId,
+        dead_owner: &str,
+        dead_epoch: LeaseEpoch,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<Lease>;
+
+    /// Extends a held lease to `now + ttl` (heartbeat). An expired lease that nobody took over can
+    /// still be renewed: its epoch is still current.
+    ///
+    /// # Errors
+    /// `LeaseLost` if the epoch or owner changed.
+    async fn renew_lease(&self, tenant: TenantId, lease: &Lease, ttl: Duration) -> Result<Lease>;
+
+    /// Gives a lease up; the next acquisition need not wait for expiry.
+    ///
+    /// # Errors
+    /// `LeaseLost` if the epoch or owner changed.
+    async fn release_lease(&self, tenant: TenantId, lease: &Lease) -> Result<()>;
+
+    // --- effects ----------------------------------------------------------------------------
+
+    /// Inserts an effect row if its operation key is new; otherwise returns the existing row
+    /// unchanged, so a duplicate dispatch is detected.
+    ///
+    /// # Errors
+    /// `NotFound` if the session does not exist for the tenant.
+    async fn insert_effect(&self, tenant: TenantId, effect: &EffectRecord) -> Result<EffectInsert>;
+
+    /// Moves an effect `from → to` (compare-and-set on `from`, checked against the effect table);
+    /// a move to `dispatched` counts an attempt.
+    ///
+    /// # Errors
+    /// `Transition`, `Conflict` (not in `from` any more), `NotFound`.
+    async fn update_effect(
+        &self,
+        tenant: TenantId,
+        key: &OperationKey,
+        update: EffectUpdate,
+    ) -> Result<EffectRecord>;
+
+    /// Reads an effect.
+    ///
+    /// # Errors
+    /// `NotFound`.
+    async fn get_effect(&self, tenant: TenantId, key: &OperationKey) -> Result<EffectRecord>;
+
+    /// Lists a session's effects, optionally in one status, oldest first.
+    async fn list_effects(
+        &self,
+        tenant: TenantId,
+        session: SessionId,
+        status: Option<EffectStatus>,
+    ) -> Result<Vec<EffectRecord>>;
+
+    // --- approvals --------------------------------------------------------------------------
+
+    /// Stores a new pending approval.
+    ///
+    /// # Errors
+    /// `Conflict` if the id exists; `NotFound` if the session does not.
+    async fn create_approval(&self, tenant: TenantId, approval: &ApprovalRecord) -> Result<()>;
+
+    /// Reads an approval.
+    ///
+    /// # Errors
+    /// `NotFound`.
+    async fn get_approval(&self, tenant: TenantId, id: ApprovalId) -> Result<ApprovalRecord>;
+
+    /// Decides an approval by [`ApprovalRecord::decide`]'s rules, atomically: idempotent for the
+    /// same decision, refused for other arguments, another decision, or past expiry.
+    ///
+    /// # Errors
+    /// `Approval(..)`, `NotFound`.
+    async fn decide_approval(
+        &self,
+        tenant: TenantId,
+        id: ApprovalId,
+        decision: ApprovalDecision,
+        args_hash: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Decided>;
+
+    /// Marks a pending approval whose expiry has passed at `now` as `expired`; returns the row.
+    ///
+    /// # Errors
+    /// `Conflict` if it is not pending or not yet due; `NotFound`.
+    async fn expire_approval(
+        &self,
+        tenant: TenantId,
+        id: ApprovalId,
+        now: DateTime<Utc>,
+    ) -> Result<ApprovalRecord>;
+
+    /// Lists a session's approvals, optionally in one status, oldest first.
+    async fn list_approvals(
+        &self,
+        tenant: TenantId,
+        session: SessionId,
+        status: Option<ApprovalStatus>,
+    ) -> Result<Vec<ApprovalRecord>>;
+
+    // --- transcript -------------------------------------------------------------------------
+
+    /// Writes transcript items. Writing an index again with the same item is a no-op (so a
+    /// recovering worker can repeat a write); with a different item it is a `Conflict`.
+    ///
+    /// # Errors
+    /// `Conflict`, `NotFound`.
+    async fn append_transcript(
+        &self,
+        tenant: TenantId,
+        session: SessionId,
+        items: &[TranscriptItem],
+    ) -> Result<()>;
+
+    /// Reads transcript items with `index >= from_index`, in order.
+    async fn read_transcript(
+        &self,
+        tenant: TenantId,
+        session: SessionId,
+        from_index: u64,
+    ) -> Result<Vec<TranscriptItem>>;
+
+    // --- memory -----------------------------------------------------------------------------
+
+    /// Writes (inserts or replaces) a memory entry.
+    async fn memory_put(
+        &self,
+        tenant: TenantId,
+        namespace: &str,
+        key: &str,
+        value: &Value,
+    ) -> Result<()>;
+
+    /// Reads a memory entry.
+    async fn memory_get(
+        &self,
+        tenant: TenantId,
+        namespace: &str,
+        key: &str,
+    ) -> Result<Option<MemoryEntry>>;
+
+    /// Entries whose key or value contains `query` (case-insensitive, literal — `%` and `_` are not
+    /// wildcards), in one namespace or all, most recently written first, at most `limit`.
+    async fn memory_search(
+        &self,
+        tenant: TenantId,
+        namespace: Option<&str>,
+        query: &str,
+        limit: u32,
+    ) -> Result<Vec<MemoryEntry>>;
+
+    /// Deletes a memory entry; returns whether it existed.
+    async fn memory_delete(&self, tenant: TenantId, namespace: &str, key: &str) -> Result<bool>;
+
+    // --- artifacts --------------------------------------------------------------------------
+
+    /// Stores a blob owned by a session; returns its id.
+    ///
+    /// # Errors
+    /// `NotFound` if the session does not exist.
+    async fn put_artifact(
+        &self,
+        tenant: TenantId,
+        session: SessionId,
+        name: &str,
+        content_type: &str,
+        data: &[u8],
+    ) -> Result<String>;
+
+    /// Reads a blob.
+    ///
+    /// # Errors
+    /// `NotFound`.
+    async fn get_artifact(&self, tenant: TenantId, artifact_id: &str) -> Result<Artifact>;
+
+    // --- releases ---------------------------------------------------------------------------
+
+    /// Stores a release (idempotent: releases are immutable and content-addressed).
+    ///
+    /// # Errors
+    /// `InvalidInput` if its id does not match its definition.
+    async fn put_release(&self, tenant: TenantId, release: &Release) -> Result<()>;
+
+    /// Reads a release.
+    ///
+    /// # Errors
+    /// `NotFound`; `CorruptRow` if the stored definition no longer hashes to its id.
+    async fn get_release(&self, tenant: TenantId, id: &ReleaseId) -> Result<Release>;
+}

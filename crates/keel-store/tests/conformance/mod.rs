@@ -1,0 +1,60 @@
+//! One conformance suite, two instantiations: every case runs as `conformance::sqlite::<case>`
+//! and `conformance::postgres::<case>`, on a fresh, isolated store.
+
+pub mod cases;
+pub mod crash;
+pub mod harness;
+
+macro_rules! conformance {
+    ($($case:ident),* $(,)?) => {
+        pub mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let h = super::harness::sqlite().await;
+                    super::cases::$case(&h).await;
+                }
+            )*
+        }
+        pub mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    let h = super::harness::postgres().await;
+                    super::cases::$case(&h).await;
+                }
+            )*
+        }
+    };
+}
+
+conformance!(
+    create_and_get_session,
+    create_session_twice_conflicts,
+    append_and_read,
+    append_cas,
+    concurrent_appends_at_one_version_one_wins,
+    append_rejects_malformed_batches,
+    status_projection_follows_the_journal,
+    lease_acquire_renew_release,
+    lease_held_by_another_is_refused,
+    fencing_expired_lease_taken_over_cannot_append,
+    released_lease_cannot_append,
+    take_over_lease_of_dead_owner,
+    cancelled_appends_leave_no_partial_batch,
+    wait_for_version_wakes_on_append,
+    wait_for_version_wakes_across_store_instances,
+    tenant_isolation,
+    effects_insert_if_absent_and_transitions,
+    approvals_decide_idempotently_and_expire,
+    transcript_append_and_read,
+    memory_put_get_search_delete,
+    artifacts_round_trip_bytes,
+    releases_are_content_addressed,
+    list_sessions_and_wake_up_times,
+    delete_session_removes_everything,
+    corrupt_event_rows_are_typed_errors,
+    migrations_are_idempotent_and_refuse_foreign_schemas,
+    many_sessions_append_concurrently,
+    crash_mid_append_keeps_every_committed_event,
+);
