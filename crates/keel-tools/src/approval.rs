@@ -1,66 +1,27 @@
 //! Durable approvals: an `ask` verdict becomes a pending [`ApprovalRecord`] bound to the tool call
-//! id and the hash of its exact arguments ([`keel_core::args_hash`]); a human decides
-//! `allow_once`, `allow_for_session` (adds session rules) or `deny {reason}`; the runtime then
-//! [`ApprovalService::resolve`]s the call into "run it" or one rejected [`ToolResult`].
+//! id and the hash of its exact arguments ([`keel_core::args_hash`]), stored in the
+//! [`keel_store::Store`]; a human decides `allow_once`, `allow_for_session` (adds session rules)
+//! or `deny {reason}`; the runtime then [`ApprovalService::resolve`]s the call into "run it" or
+//! one rejected [`ToolResult`]. Because the approval is a row, any worker can resume the session
+//! after any restart.
 //!
 //! The rules (twice is idempotent, a different second decision is refused, a hash mismatch is
-//! refused, nothing is decided after expiry) are [`ApprovalRecord::decide`]'s, in `keel-core`.
-//! Persistence goes through [`ApprovalStore`], whose methods mirror the approval methods of
-//! `keel_store::Store` (minus the tenant, which the runtime's adapter supplies) so that the runtime
-//! wires it to the store with a thin adapter. [`MemoryApprovalStore`] is for tests and embedding.
+//! refused, nothing is decided after expiry) are [`ApprovalRecord::decide`]'s, in `keel-core`,
+//! applied atomically by [`Store::decide_approval`].
 
-use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::Arc;
 
-use async_trait::async_trait;
 use chrono::{DateTime, Duration, Utc};
 use keel_core::approval::DEFAULT_APPROVAL_TTL;
-use keel_core::ids::{ApprovalId, SessionId, ToolCallId, TurnId};
+use keel_core::ids::{ApprovalId, SessionId, TenantId, ToolCallId, TurnId};
 use keel_core::machine::ApprovalStatus;
 use keel_core::{ApprovalDecision, ApprovalError, ApprovalRecord, Decided};
+use keel_store::{Store, StoreError};
 
 use crate::error::ToolsError;
 use crate::policy::{Rule, Subject, session_rules_for};
 use crate::registry::ValidatedCall;
 use crate::tool::{ToolOutput, ToolResult};
-
-/// Where approvals live. Implementations make `decide_approval` atomic (read, apply
-/// [`ApprovalRecord::decide`], write) so two deciders cannot both win.
-#[async_trait]
-pub trait ApprovalStore: Send + Sync {
-    /// Stores a new pending approval.
-    ///
-    /// Errors: [`ToolsError::ApprovalStore`] when it cannot be stored.
-    async fn create_approval(&self, approval: &ApprovalRecord) -> Result<(), ToolsError>;
-
-    /// Reads approval `id`.
-    ///
-    /// Errors: [`ToolsError::ApprovalNotFound`]; [`ToolsError::ApprovalStore`].
-    async fn get_approval(&self, id: ApprovalId) -> Result<ApprovalRecord, ToolsError>;
-
-    /// Applies `decision` for arguments hashing to `args_hash` at `now` by
-    /// [`ApprovalRecord::decide`]'s rules.
-    ///
-    /// Errors: [`ToolsError::ApprovalArgsMismatch`], [`ToolsError::ApprovalConflict`],
-    /// [`ToolsError::ApprovalExpired`], [`ToolsError::ApprovalNotFound`], [`ToolsError::ApprovalStore`].
-    async fn decide_approval(
-        &self,
-        id: ApprovalId,
-        decision: ApprovalDecision,
-        args_hash: &str,
-        now: DateTime<Utc>,
-    ) -> Result<Decided, ToolsError>;
-
-    /// Marks a pending approval whose expiry has passed at `now` as expired (no-op if it already
-    /// is) and returns it.
-    ///
-    /// Errors: [`ToolsError::ApprovalConflict`] if it was decided; [`ToolsError::ApprovalNotFound`].
-    async fn expire_approval(
-        &self,
-        id: ApprovalId,
-        now: DateTime<Utc>,
-    ) -> Result<ApprovalRecord, ToolsError>;
-}
 
 /// Maps `keel-core`'s decision errors to this crate's.
 pub fn map_approval_error(err: ApprovalError) -> ToolsError {
@@ -91,79 +52,23 @@ pub fn map_approval_error(err: ApprovalError) -> ToolsError {
     }
 }
 
-/// In-memory [`ApprovalStore`].
-#[derive(Debug, Default)]
-pub struct MemoryApprovalStore {
-    rows: Mutex<HashMap<ApprovalId, ApprovalRecord>>,
+/// `at` cut to whole milliseconds, the precision stores keep, so that the record a call returns
+/// is the record any worker reads back.
+fn to_millis(at: DateTime<Utc>) -> DateTime<Utc> {
+    DateTime::from_timestamp_millis(at.timestamp_millis()).unwrap_or(at)
 }
 
-impl MemoryApprovalStore {
-    fn lock(
-        &self,
-    ) -> Result<std::sync::MutexGuard<'_, HashMap<ApprovalId, ApprovalRecord>>, ToolsError> {
-        self.rows.lock().map_err(|_| {
-            ToolsError::ApprovalStore("the in-memory approval store is poisoned".into())
-        })
-    }
-}
-
-#[async_trait]
-impl ApprovalStore for MemoryApprovalStore {
-    async fn create_approval(&self, approval: &ApprovalRecord) -> Result<(), ToolsError> {
-        self.lock()?.insert(approval.approval_id, approval.clone());
-        Ok(())
-    }
-
-    async fn get_approval(&self, id: ApprovalId) -> Result<ApprovalRecord, ToolsError> {
-        self.lock()?
-            .get(&id)
-            .cloned()
-            .ok_or(ToolsError::ApprovalNotFound {
-                approval_id: id.to_string(),
-            })
-    }
-
-    async fn decide_approval(
-        &self,
-        id: ApprovalId,
-        decision: ApprovalDecision,
-        args_hash: &str,
-        now: DateTime<Utc>,
-    ) -> Result<Decided, ToolsError> {
-        let mut rows = self.lock()?;
-        let record = rows.get(&id).ok_or(ToolsError::ApprovalNotFound {
+/// Maps a store error on approval `id` to this crate's: decision refusals and "not found" get
+/// their own variants, everything else is [`ToolsError::Store`].
+fn map_store_error(id: ApprovalId, err: StoreError) -> ToolsError {
+    match err {
+        StoreError::Approval(e) => map_approval_error(e),
+        StoreError::NotFound {
+            entity: "approval", ..
+        } => ToolsError::ApprovalNotFound {
             approval_id: id.to_string(),
-        })?;
-        let decided = record
-            .decide(decision, args_hash, now)
-            .map_err(map_approval_error)?;
-        if let Decided::Now(next) = &decided {
-            rows.insert(id, next.clone());
-        }
-        Ok(decided)
-    }
-
-    async fn expire_approval(
-        &self,
-        id: ApprovalId,
-        now: DateTime<Utc>,
-    ) -> Result<ApprovalRecord, ToolsError> {
-        let mut rows = self.lock()?;
-        let record = rows.get_mut(&id).ok_or(ToolsError::ApprovalNotFound {
-            approval_id: id.to_string(),
-        })?;
-        match record.status {
-            ApprovalStatus::Expired => Ok(record.clone()),
-            ApprovalStatus::Pending if record.is_overdue(now) => {
-                record.status = ApprovalStatus::Expired;
-                record.decided_at = Some(now);
-                Ok(record.clone())
-            }
-            status => Err(ToolsError::ApprovalConflict {
-                approval_id: id.to_string(),
-                status: format!("{status:?}").to_lowercase(),
-            }),
-        }
+        },
+        other => ToolsError::Store(other),
     }
 }
 
@@ -185,18 +90,29 @@ pub enum Resolution {
     Rejected(ToolResult),
 }
 
-/// Requests, decides and resolves approvals.
-#[derive(Debug)]
-pub struct ApprovalService<S> {
-    store: S,
+/// Requests, decides and resolves the approvals of one tenant, durably in a [`Store`].
+pub struct ApprovalService {
+    store: Arc<dyn Store>,
+    tenant: TenantId,
     ttl: Duration,
 }
 
-impl<S: ApprovalStore> ApprovalService<S> {
-    /// A service over `store` with the default time-to-live (24 h).
-    pub fn new(store: S) -> Self {
+impl std::fmt::Debug for ApprovalService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApprovalService")
+            .field("store", &self.store.backend())
+            .field("tenant", &self.tenant)
+            .field("ttl", &self.ttl)
+            .finish()
+    }
+}
+
+impl ApprovalService {
+    /// A service over `store` for `tenant` with the default time-to-live (24 h).
+    pub fn new(store: Arc<dyn Store>, tenant: TenantId) -> Self {
         Self {
             store,
+            tenant,
             ttl: DEFAULT_APPROVAL_TTL,
         }
     }
@@ -208,15 +124,20 @@ impl<S: ApprovalStore> ApprovalService<S> {
         self
     }
 
-    /// The store.
-    pub fn store(&self) -> &S {
-        &self.store
+    /// Reads approval `id` as stored.
+    ///
+    /// Errors: [`ToolsError::ApprovalNotFound`]; [`ToolsError::Store`].
+    pub async fn get(&self, id: ApprovalId) -> Result<ApprovalRecord, ToolsError> {
+        self.store
+            .get_approval(self.tenant, id)
+            .await
+            .map_err(|e| map_store_error(id, e))
     }
 
     /// Creates and stores a pending approval for `call` (bound to its id and the hash of its exact
     /// arguments), expiring `ttl` after `now`.
     ///
-    /// Errors: [`ToolsError::ApprovalStore`].
+    /// Errors: [`ToolsError::Store`] (for example when the session does not exist).
     pub async fn request(
         &self,
         session: SessionId,
@@ -224,6 +145,7 @@ impl<S: ApprovalStore> ApprovalService<S> {
         call: &ValidatedCall,
         now: DateTime<Utc>,
     ) -> Result<ApprovalRecord, ToolsError> {
+        let now = to_millis(now);
         let record = ApprovalRecord::request(
             session,
             turn,
@@ -233,7 +155,10 @@ impl<S: ApprovalStore> ApprovalService<S> {
             now,
             self.ttl,
         );
-        self.store.create_approval(&record).await?;
+        self.store
+            .create_approval(self.tenant, &record)
+            .await
+            .map_err(ToolsError::Store)?;
         Ok(record)
     }
 
@@ -242,7 +167,7 @@ impl<S: ApprovalStore> ApprovalService<S> {
     /// expiry marks the approval expired and fails.
     ///
     /// Errors: [`ToolsError::ApprovalArgsMismatch`] (nothing changes), [`ToolsError::ApprovalConflict`],
-    /// [`ToolsError::ApprovalExpired`], [`ToolsError::ApprovalNotFound`], [`ToolsError::ApprovalStore`].
+    /// [`ToolsError::ApprovalExpired`], [`ToolsError::ApprovalNotFound`], [`ToolsError::Store`].
     pub async fn decide(
         &self,
         id: ApprovalId,
@@ -250,18 +175,39 @@ impl<S: ApprovalStore> ApprovalService<S> {
         args_hash: &str,
         now: DateTime<Utc>,
     ) -> Result<ApprovalRecord, ToolsError> {
+        let now = to_millis(now);
         match self
             .store
-            .decide_approval(id, decision, args_hash, now)
+            .decide_approval(self.tenant, id, decision, args_hash, now)
             .await
+            .map_err(|e| map_store_error(id, e))
         {
             Ok(Decided::Now(record) | Decided::Already(record)) => Ok(record),
             Err(err @ ToolsError::ApprovalExpired { .. }) => {
-                // Best effort: persist the expiry so the call gets its rejected result.
-                let _ = self.store.expire_approval(id, now).await;
+                // Persist the expiry so the call gets its rejected result; if another worker
+                // already did, the row says so and nothing more is needed.
+                self.expire_if_pending(id, now).await?;
                 Err(err)
             }
             Err(err) => Err(err),
+        }
+    }
+
+    /// Marks approval `id` expired if it is still pending and overdue at `now`; returns the row.
+    async fn expire_if_pending(
+        &self,
+        id: ApprovalId,
+        now: DateTime<Utc>,
+    ) -> Result<ApprovalRecord, ToolsError> {
+        let record = self.get(id).await?;
+        if !record.is_overdue(now) {
+            return Ok(record);
+        }
+        match self.store.expire_approval(self.tenant, id, now).await {
+            Ok(expired) => Ok(expired),
+            // Decided or expired by someone else in between: the row is the truth.
+            Err(StoreError::Conflict(_)) => self.get(id).await,
+            Err(e) => Err(map_store_error(id, e)),
         }
     }
 
@@ -269,7 +215,7 @@ impl<S: ApprovalStore> ApprovalService<S> {
     /// session rules derived from `subject` for `allow_for_session`), or one rejected result
     /// (denied with the human's reason, or expired).
     ///
-    /// Errors: [`ToolsError::ApprovalNotFound`], [`ToolsError::ApprovalStore`].
+    /// Errors: [`ToolsError::ApprovalNotFound`], [`ToolsError::Store`].
     pub async fn resolve(
         &self,
         id: ApprovalId,
@@ -277,10 +223,7 @@ impl<S: ApprovalStore> ApprovalService<S> {
         subject: &Subject,
         now: DateTime<Utc>,
     ) -> Result<Resolution, ToolsError> {
-        let mut record = self.store.get_approval(id).await?;
-        if record.is_overdue(now) {
-            record = self.store.expire_approval(id, now).await?;
-        }
+        let record = self.expire_if_pending(id, to_millis(now)).await?;
         let reject = |text: String| {
             Resolution::Rejected(ToolResult::from_output(
                 &call.call_id,

@@ -1,13 +1,20 @@
 //! Artifacts: full tool outputs stored outside the transcript (the model sees a capped view and a
 //! pointer it can read back with `read_file {"path": "artifact://<id>"}`).
 //!
-//! [`ArtifactSink`] is the seam the runtime wires to the store's artifacts table;
-//! [`FsArtifactSink`] keeps them as files in a directory (the session's data dir).
+//! [`ArtifactSink`] is where they go: [`StoreArtifactSink`] keeps them in the [`Store`]'s
+//! artifacts table, owned by the session (the runtime's choice); [`FsArtifactSink`] keeps them as
+//! files in a directory (embedding without a store). Either way `artifact://<id>` can only name
+//! an artifact of this sink: ids are checked, and a store artifact of another session is "not
+//! found".
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
+
+use keel_core::ids::{SessionId, TenantId};
+use keel_store::{Store, StoreError};
 
 use crate::error::ToolsError;
 
@@ -33,8 +40,9 @@ impl ArtifactRef {
 /// Where full outputs go.
 #[async_trait]
 pub trait ArtifactSink: Send + Sync {
-    /// Stores `bytes` as artifact `name` of tool call `call_id`; storing the same call and name
-    /// again replaces it (so a re-run after a crash is harmless).
+    /// Stores `bytes` as artifact `name` of tool call `call_id` and returns where it is. Storing
+    /// the same call and name again is harmless (a re-run after a crash): the file sink replaces
+    /// the artifact, the store sink adds a new one.
     ///
     /// Errors: [`ToolsError::Artifact`] when it cannot be stored.
     async fn put(
@@ -132,6 +140,81 @@ impl ArtifactSink for FsArtifactSink {
                     e.to_string()
                 },
             })
+    }
+}
+
+/// Artifacts in the [`Store`], owned by one session of one tenant.
+pub struct StoreArtifactSink {
+    store: Arc<dyn Store>,
+    tenant: TenantId,
+    session: SessionId,
+}
+
+impl StoreArtifactSink {
+    /// Stores artifacts of `session` (which must exist in `store`) for `tenant`.
+    pub fn new(store: Arc<dyn Store>, tenant: TenantId, session: SessionId) -> Self {
+        Self {
+            store,
+            tenant,
+            session,
+        }
+    }
+}
+
+impl std::fmt::Debug for StoreArtifactSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreArtifactSink")
+            .field("store", &self.store.backend())
+            .field("tenant", &self.tenant)
+            .field("session", &self.session)
+            .finish()
+    }
+}
+
+#[async_trait]
+impl ArtifactSink for StoreArtifactSink {
+    async fn put(
+        &self,
+        call_id: &str,
+        name: &str,
+        bytes: Vec<u8>,
+    ) -> Result<ArtifactRef, ToolsError> {
+        let size_bytes = bytes.len() as u64;
+        let id = self
+            .store
+            .put_artifact(
+                self.tenant,
+                self.session,
+                &artifact_id(call_id, name),
+                "text/plain; charset=utf-8",
+                &bytes,
+            )
+            .await
+            .map_err(|e| ToolsError::Artifact {
+                id: artifact_id(call_id, name),
+                reason: format!("cannot store it: {e}"),
+            })?;
+        Ok(ArtifactRef { id, size_bytes })
+    }
+
+    async fn get(&self, id: &str) -> Result<Vec<u8>, ToolsError> {
+        let not_found = || ToolsError::Artifact {
+            id: id.to_owned(),
+            reason: "no such artifact; use the exact artifact://<id> a truncated result names"
+                .into(),
+        };
+        if !valid_id(id) {
+            return Err(not_found());
+        }
+        match self.store.get_artifact(self.tenant, id).await {
+            // Another session's artifact is not this session's to read.
+            Ok(artifact) if artifact.session_id == self.session => Ok(artifact.data),
+            Ok(_) | Err(StoreError::NotFound { .. }) => Err(not_found()),
+            Err(e) => Err(ToolsError::Artifact {
+                id: id.to_owned(),
+                reason: format!("cannot read it: {e}"),
+            }),
+        }
     }
 }
 

@@ -101,9 +101,9 @@ pub enum ToolsError {
         /// When it expired (milliseconds since the Unix epoch).
         expired_at_ms: i64,
     },
-    /// The approval store failed.
-    #[error("approval store: {0}")]
-    ApprovalStore(String),
+    /// The store (approvals, artifacts) failed.
+    #[error("store: {0}")]
+    Store(#[source] keel_store::StoreError),
     /// An I/O error outside any tool call (for example creating the sandbox's temp dir).
     #[error("{context}: {source}")]
     Io {

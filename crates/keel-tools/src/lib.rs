@@ -6,13 +6,14 @@
 //! ([`ToolContext`](tool::ToolContext)); the [`ToolRegistry`](registry::ToolRegistry) every call
 //! goes through (strict JSON Schema validation, authorization, execution, result budget); the
 //! pure [`policy`] (permission modes, allow/ask/deny rules, shell command splitting); durable
-//! [`approval`]s over a small persistence seam;  workspace confinement
+//! [`approval`]s stored in a [`keel_store::Store`]; workspace confinement
 //! ([`workspace::Workspace`]); the [`sandbox`] for `shell` (Landlock + seccomp); [`artifact`]s for
 //! full outputs; the [`builtin`] tools of a coding agent.
 //!
-//! **Must not touch:** the journal, sessions, turns or model calls (that is `keel-runtime`), the
-//! database (artifacts and approvals reach storage only through the [`artifact::ArtifactSink`] and
-//! [`approval::ApprovalStore`] traits), and nothing here changes policy because of tool output.
+//! **Must not touch:** the journal, sessions, turns or model calls (that is `keel-runtime`), SQL
+//! or any backend (approvals and artifacts reach storage only through the `keel_store::Store`
+//! trait, or a plain directory for [`artifact::FsArtifactSink`]), and nothing here changes policy
+//! because of tool output.
 //!
 //! ## Layout
 //! - [`tool`] — `Tool`, `ToolContext`, `ToolOutput`, `ToolResult`, `EffectClass`, `ToolLimits`.
@@ -21,7 +22,7 @@
 //! - [`approval`] — `ApprovalService`: ask → pending approval → decision → run or rejected result.
 //! - [`workspace`] — path resolution and confinement.
 //! - [`sandbox`] — `Sandbox`, `SandboxMode` (`off`, `read_only`, `workspace_write`).
-//! - [`artifact`] — `ArtifactSink`, `FsArtifactSink`, `artifact://<id>` pointers.
+//! - [`artifact`] — `ArtifactSink`, `StoreArtifactSink`, `FsArtifactSink`, `artifact://<id>` pointers.
 //! - [`builtin`] — `read_file`, `write_file`, `edit_file`, `list_dir`, `glob`, `grep`, `shell`.
 //! - [`error`] — `ToolsError`, the crate's one error type.
 //!

@@ -1,8 +1,12 @@
-use chrono::{Duration, Utc};
-use keel_core::ids::{SessionId, TurnId};
+use chrono::{Duration, SubsecRound, Utc};
+use keel_core::ids::TurnId;
 use keel_core::machine::ApprovalStatus;
 use keel_core::{ApprovalDecision, args_hash};
-use keel_tools::approval::{ApprovalService, MemoryApprovalStore, Resolution};
+use std::sync::Arc;
+
+use keel_core::ids::TenantId;
+use keel_store::{SqlStore, Store};
+use keel_tools::approval::{ApprovalService, Resolution};
 use keel_tools::error::ToolsError;
 use keel_tools::policy::{PermissionMode, Policy, Verdict};
 use keel_tools::registry::{Dispatch, ToolCallRequest, ValidatedCall};
@@ -10,7 +14,7 @@ use keel_tools::sandbox::SandboxMode;
 use keel_tools::tool::ToolResultStatus;
 use serde_json::json;
 
-use crate::common::Fixture;
+use crate::common::{Durable, Fixture};
 
 fn fixture() -> Fixture {
     Fixture::with(SandboxMode::Off, Policy::new(PermissionMode::Default))
@@ -37,25 +41,28 @@ async fn ask(f: &Fixture, command: &str) -> (ValidatedCall, keel_tools::policy::
 
 struct Pending {
     f: Fixture,
+    db: Durable,
     call: ValidatedCall,
     subject: keel_tools::policy::Subject,
-    service: ApprovalService<MemoryApprovalStore>,
+    service: ApprovalService,
     now: chrono::DateTime<Utc>,
     record: keel_core::ApprovalRecord,
 }
 
-/// A shell call that policy asks about, with its approval requested at `now`.
+/// A shell call that policy asks about, with its approval requested at `now` in a SQLite store.
 async fn pending(command: &str, ttl: Duration) -> Pending {
     let f = fixture();
     let (call, subject) = ask(&f, command).await;
-    let service = ApprovalService::new(MemoryApprovalStore::default()).with_ttl(ttl);
-    let now = Utc::now();
+    let db = Durable::new().await;
+    let service = db.service(ttl);
+    let now = Utc::now().trunc_subsecs(3);
     let record = service
-        .request(SessionId::new(), TurnId::new(), &call, now)
+        .request(db.session, TurnId::new(), &call, now)
         .await
         .unwrap();
     Pending {
         f,
+        db,
         call,
         subject,
         service,
@@ -73,6 +80,7 @@ async fn ask_creates_an_approval_bound_to_the_call_and_its_arguments() {
         service: _,
         now,
         record,
+        db: _db,
     } = pending("touch made", Duration::hours(24)).await;
     assert_eq!(record.tool_call_id.0, "call_7");
     assert_eq!(
@@ -93,6 +101,7 @@ async fn allow_once_runs_the_call_and_deciding_twice_is_idempotent() {
         service,
         now,
         record,
+        db: _db,
     } = pending("touch made", Duration::hours(24)).await;
     let hash = record.args_hash.clone();
     let first = service
@@ -146,6 +155,7 @@ async fn a_decision_for_other_arguments_is_rejected() {
         service,
         now,
         record,
+        db: _db,
     } = pending("rm -rf build", Duration::hours(24)).await;
     let other = args_hash(&json!({"command": "rm -rf /"}));
     let err = service
@@ -171,6 +181,7 @@ async fn deny_gives_the_model_a_rejected_result_with_the_reason() {
         service,
         now,
         record,
+        db: _db,
     } = pending("git push --force", Duration::hours(24)).await;
     let deny = ApprovalDecision::Deny {
         reason: "never force-push main".into(),
@@ -195,15 +206,15 @@ async fn deny_gives_the_model_a_rejected_result_with_the_reason() {
 
 #[tokio::test]
 async fn an_expired_approval_rejects_the_call_saying_it_expired() {
-    let f = fixture();
-    let (call, subject) = ask(&f, "touch late").await;
-    let service =
-        ApprovalService::new(MemoryApprovalStore::default()).with_ttl(Duration::minutes(5));
-    let now = Utc::now();
-    let record = service
-        .request(SessionId::new(), TurnId::new(), &call, now)
-        .await
-        .unwrap();
+    let Pending {
+        f,
+        call,
+        subject,
+        service,
+        now,
+        record,
+        db: _db,
+    } = pending("touch late", Duration::minutes(5)).await;
     match service
         .resolve(
             record.approval_id,
@@ -244,15 +255,16 @@ async fn an_expired_approval_rejects_the_call_saying_it_expired() {
 
 #[tokio::test]
 async fn expiry_is_noticed_on_resolve_even_without_a_decision() {
-    let f = fixture();
-    let (call, subject) = ask(&f, "touch x").await;
-    let service =
-        ApprovalService::new(MemoryApprovalStore::default()).with_ttl(Duration::seconds(1));
-    let now = Utc::now();
-    let record = service
-        .request(SessionId::new(), TurnId::new(), &call, now)
-        .await
-        .unwrap();
+    let Pending {
+        call,
+        subject,
+        service,
+        now,
+        record,
+        // Keep the database (a temp dir) alive for the whole test.
+        db: _db,
+        f: _f,
+    } = pending("touch x", Duration::seconds(1)).await;
     let r = service
         .resolve(
             record.approval_id,
@@ -281,6 +293,7 @@ async fn allow_for_session_adds_rules_so_the_same_call_runs_without_asking() {
         service,
         now,
         record,
+        db: _db,
     } = pending("cargo fmt && cargo check", Duration::hours(24)).await;
     service
         .decide(
@@ -317,7 +330,8 @@ async fn allow_for_session_adds_rules_so_the_same_call_runs_without_asking() {
 
 #[tokio::test]
 async fn unknown_approval_is_an_error() {
-    let service = ApprovalService::new(MemoryApprovalStore::default());
+    let db = Durable::new().await;
+    let service = db.service(Duration::hours(24));
     let err = service
         .decide(
             keel_core::ids::ApprovalId::new(),
@@ -330,10 +344,53 @@ async fn unknown_approval_is_an_error() {
     assert!(matches!(err, ToolsError::ApprovalNotFound { .. }), "{err}");
 }
 
-async fn status(
-    service: &ApprovalService<MemoryApprovalStore>,
-    id: keel_core::ids::ApprovalId,
-) -> ApprovalStatus {
-    use keel_tools::approval::ApprovalStore;
-    service.store().get_approval(id).await.unwrap().status
+async fn status(service: &ApprovalService, id: keel_core::ids::ApprovalId) -> ApprovalStatus {
+    service.get(id).await.unwrap().status
+}
+
+#[tokio::test]
+async fn a_pending_approval_survives_a_restart_and_another_worker_decides_it() {
+    let Pending {
+        f,
+        db,
+        call,
+        subject,
+        service,
+        now,
+        record,
+    } = pending("touch after-restart", Duration::hours(24)).await;
+    drop(service);
+    // A fresh process opens the same database file.
+    let reopened: Arc<dyn Store> = Arc::new(SqlStore::open_sqlite(&db.path).await.unwrap());
+    let other = ApprovalService::new(reopened, db.tenant);
+    assert_eq!(other.get(record.approval_id).await.unwrap(), record);
+    other
+        .decide(
+            record.approval_id,
+            ApprovalDecision::AllowOnce,
+            &record.args_hash,
+            now,
+        )
+        .await
+        .unwrap();
+    assert!(matches!(
+        other
+            .resolve(record.approval_id, &call, &subject, now)
+            .await
+            .unwrap(),
+        Resolution::Run { .. }
+    ));
+    let result = f.registry.execute(&call, &f.ctx).await;
+    assert_eq!(
+        result.status,
+        ToolResultStatus::Succeeded,
+        "{}",
+        result.content
+    );
+    // Another tenant cannot see it.
+    let stranger = ApprovalService::new(Arc::clone(&db.store), TenantId::new());
+    assert!(matches!(
+        stranger.get(record.approval_id).await,
+        Err(ToolsError::ApprovalNotFound { .. })
+    ));
 }

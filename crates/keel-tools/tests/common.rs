@@ -3,13 +3,16 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use keel_core::ids::{SessionId, TenantId};
+use keel_store::{NewSession, SqlStore, Store};
+use keel_tools::approval::ApprovalService;
 use keel_tools::artifact::FsArtifactSink;
 use keel_tools::policy::{PermissionMode, Policy};
 use keel_tools::registry::{Dispatch, ToolCallRequest, ToolRegistry};
 use keel_tools::sandbox::{Sandbox, SandboxMode};
 use keel_tools::tool::{NoProgress, StepSnapshot, ToolContext, ToolLimits, ToolResult};
 use keel_tools::workspace::Workspace;
-use serde_json::Value;
+use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 pub struct Fixture {
@@ -71,5 +74,47 @@ impl Fixture {
                 panic!("unexpected ask: {}", decision.reason)
             }
         }
+    }
+}
+
+/// A real SQLite store in a temp dir with one session, and an approval service over it.
+pub struct Durable {
+    pub _dir: tempfile::TempDir,
+    pub path: std::path::PathBuf,
+    pub store: Arc<dyn Store>,
+    pub tenant: TenantId,
+    pub session: SessionId,
+}
+
+impl Durable {
+    pub async fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("keel.db");
+        let store: Arc<dyn Store> = Arc::new(SqlStore::open_sqlite(&path).await.unwrap());
+        let tenant = TenantId::new();
+        let session = SessionId::new();
+        store
+            .create_session(
+                tenant,
+                NewSession {
+                    session_id: session,
+                    release_id: keel_core::ReleaseId::from("sha256:test"),
+                    parent_session_id: None,
+                    metadata: json!({}),
+                },
+            )
+            .await
+            .unwrap();
+        Self {
+            _dir: dir,
+            path,
+            store,
+            tenant,
+            session,
+        }
+    }
+
+    pub fn service(&self, ttl: chrono::Duration) -> ApprovalService {
+        ApprovalService::new(Arc::clone(&self.store), self.tenant).with_ttl(ttl)
     }
 }

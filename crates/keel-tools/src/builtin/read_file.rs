@@ -147,7 +147,7 @@ fn render(
     let start = offset.unwrap_or(1).max(1) as usize;
     if start > total {
         return ToolOutput::error(format!(
-            "read_file failed: offset {start} is past the end of `{shown}`, which has {total} lines"
+            "read_file failed: offset {start} is past the end of `{shown}`, which has {total} lines; give an offset from 1 to {total}"
         ));
     }
     let limit = limit.map_or(default_lines, |l| l as usize).max(1);

@@ -85,8 +85,8 @@ impl Tool for Shell {
             .unwrap_or(ctx.limits.shell_default_timeout_ms);
         if timeout_ms > ctx.limits.shell_max_timeout_ms {
             return ToolOutput::error(format!(
-                "shell failed: timeout_ms {timeout_ms} exceeds the maximum of {} ms",
-                ctx.limits.shell_max_timeout_ms
+                "shell failed: timeout_ms {timeout_ms} exceeds the maximum of {} ms; give a smaller timeout_ms or leave it out (default {} ms)",
+                ctx.limits.shell_max_timeout_ms, ctx.limits.shell_default_timeout_ms
             ));
         }
         let workdir = match resolve("shell", ctx, args.workdir.as_deref().unwrap_or(".")) {
