@@ -139,6 +139,14 @@ pub enum EventBody {
         /// The user's message.
         input: String,
     },
+    /// Someone asked to cancel the turn (a user, or a newer input with the multitask strategy
+    /// `interrupt`). A durable intent: whichever worker runs the session next aborts the turn.
+    /// Correlation: `turn_id`.
+    #[serde(rename = "turn.cancel_requested")]
+    TurnCancelRequested {
+        /// Why, for people (`cancelled by user`, `interrupted by a newer input`).
+        reason: String,
+    },
     /// The turn left the queue (`preparing`). Correlation: `turn_id`.
     #[serde(rename = "turn.started")]
     TurnStarted {},
@@ -189,6 +197,10 @@ pub enum EventBody {
         /// Delay before the next attempt, ms, if one follows.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         retry_in_ms: Option<u64>,
+        /// Model responses this attempt consumed (0 for a cancelled attempt): the session's script
+        /// position advances by it (see `keel_model::ModelRequest::response_index`).
+        #[serde(default = "one")]
+        responses_consumed: u64,
     },
     /// The step's response ended. Correlation: `step_id`, `attempt`.
     #[serde(rename = "step.completed")]
@@ -201,14 +213,26 @@ pub enum EventBody {
         usage: Usage,
         /// Cost of this response, USD.
         cost_usd: f64,
+        /// The response's visible text (the assistant message of the transcript), redacted.
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        text: String,
+        /// Provider reasoning items to send back on later requests (opaque to the core).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        reasoning: Vec<Value>,
+        /// Model responses this attempt consumed (the script position advances by it).
+        #[serde(default = "one")]
+        responses_consumed: u64,
     },
     /// The step failed for good. Correlation: `step_id`.
     #[serde(rename = "step.failed")]
     StepFailed {
-        /// Provider error class.
+        /// Provider error class (`cancelled` when the turn was cancelled).
         error_kind: String,
         /// Message.
         message: String,
+        /// Model responses the failed attempt consumed (0 when it was cancelled).
+        #[serde(default = "one")]
+        responses_consumed: u64,
     },
     /// The model proposed a call. Correlation: `turn_id`, `step_id`, `tool_call_id`.
     #[serde(rename = "tool_call.proposed")]
@@ -262,6 +286,14 @@ pub enum EventBody {
         /// Why.
         error: String,
     },
+    /// A human decided what an `outcome_unknown` effect did. The worker applies it: `committed`
+    /// and `failed` finish the call with that result, `retry` dispatches it again as a new attempt.
+    /// Correlation: `operation_key`.
+    #[serde(rename = "effect.decided")]
+    EffectDecided {
+        /// The decision.
+        decision: EffectDecision,
+    },
     /// A human decision was requested. Correlation: `tool_call_id`, `approval_id`.
     #[serde(rename = "approval.requested")]
     ApprovalRequested {
@@ -294,11 +326,35 @@ pub enum EventBody {
     },
 }
 
+fn one() -> u64 {
+    1
+}
+
+/// A human's decision on an effect whose outcome is unknown after a crash or timeout.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "decision", rename_all = "snake_case")]
+pub enum EffectDecision {
+    /// It happened; `outcome` (the recorded or supplied one) is the call's result.
+    Committed {
+        /// The outcome the model sees.
+        #[serde(default)]
+        outcome: Value,
+    },
+    /// It did not happen; the model sees a failure saying `error`.
+    Failed {
+        /// Why.
+        error: String,
+    },
+    /// Dispatch it again as a new attempt.
+    Retry,
+}
+
 /// Every event type name, in declaration order.
 pub const EVENT_TYPES: &[&str] = &[
     "session.created",
     "session.status_changed",
     "turn.queued",
+    "turn.cancel_requested",
     "turn.started",
     "turn.phase_changed",
     "turn.finished",
@@ -317,6 +373,7 @@ pub const EVENT_TYPES: &[&str] = &[
     "effect.outcome_unknown",
     "effect.committed",
     "effect.failed",
+    "effect.decided",
     "approval.requested",
     "approval.decided",
     "approval.expired",
@@ -330,6 +387,7 @@ impl EventBody {
             EventBody::SessionCreated { .. } => "session.created",
             EventBody::SessionStatusChanged { .. } => "session.status_changed",
             EventBody::TurnQueued { .. } => "turn.queued",
+            EventBody::TurnCancelRequested { .. } => "turn.cancel_requested",
             EventBody::TurnStarted {} => "turn.started",
             EventBody::TurnPhaseChanged { .. } => "turn.phase_changed",
             EventBody::TurnFinished { .. } => "turn.finished",
@@ -348,6 +406,7 @@ impl EventBody {
             EventBody::EffectOutcomeUnknown {} => "effect.outcome_unknown",
             EventBody::EffectCommitted { .. } => "effect.committed",
             EventBody::EffectFailed { .. } => "effect.failed",
+            EventBody::EffectDecided { .. } => "effect.decided",
             EventBody::ApprovalRequested { .. } => "approval.requested",
             EventBody::ApprovalDecided { .. } => "approval.decided",
             EventBody::ApprovalExpired {} => "approval.expired",
@@ -542,6 +601,9 @@ mod tests {
             EventBody::TurnQueued {
                 input: "fix the bug".into(),
             },
+            EventBody::TurnCancelRequested {
+                reason: "cancelled by user".into(),
+            },
             EventBody::TurnStarted {},
             EventBody::TurnPhaseChanged {
                 phase: TurnStatus::Sampling,
@@ -568,16 +630,21 @@ mod tests {
                 error_kind: "rate_limited".into(),
                 message: "slow down".into(),
                 retry_in_ms: Some(100),
+                responses_consumed: 1,
             },
             EventBody::StepCompleted {
                 model: "openai:gpt-5".into(),
                 stop_reason: "tool_use".into(),
                 usage: Usage::default(),
                 cost_usd: 0.0,
+                text: "calling a tool".into(),
+                reasoning: vec![json!({"provider": "openai", "id": "rs_1"})],
+                responses_consumed: 1,
             },
             EventBody::StepFailed {
                 error_kind: "authentication".into(),
                 message: "bad key".into(),
+                responses_consumed: 1,
             },
             EventBody::ToolCallProposed {
                 name: "shell".into(),
@@ -601,6 +668,9 @@ mod tests {
             },
             EventBody::EffectFailed {
                 error: "not found".into(),
+            },
+            EventBody::EffectDecided {
+                decision: EffectDecision::Retry,
             },
             EventBody::ApprovalRequested {
                 args_hash: "sha256:cd".into(),

@@ -31,7 +31,8 @@ pub mod state;
 pub use approval::{ApprovalDecision, ApprovalError, ApprovalRecord, Decided, args_hash};
 pub use budget::{Budget, BudgetLimit, Consumed, TerminalReason, Usage};
 pub use event::{
-    Correlation, DecodeErrorKind, EVENT_TYPES, Event, EventBody, EventDecodeError, SCHEMA_VERSION,
+    Correlation, DecodeErrorKind, EVENT_TYPES, EffectDecision, Event, EventBody, EventDecodeError,
+    SCHEMA_VERSION,
 };
 pub use ids::{
     ApprovalId, LeaseEpoch, OperationKey, PrincipalId, ReleaseId, SessionId, StepId, TenantId,

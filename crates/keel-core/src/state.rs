@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use crate::budget::{TerminalReason, Usage};
-use crate::event::{Event, EventBody};
+use crate::event::{EffectDecision, Event, EventBody};
 use crate::ids::{
     ApprovalId, OperationKey, ReleaseId, SessionId, StepId, TenantId, ToolCallId, TurnId,
 };
@@ -131,6 +131,8 @@ pub struct TurnState {
     pub queued_at: DateTime<Utc>,
     /// When it left the queue.
     pub started_at: Option<DateTime<Utc>>,
+    /// Why cancellation was requested (`turn.cancel_requested`), if it was.
+    pub cancel_requested: Option<String>,
 }
 
 /// A step as folded from the journal.
@@ -190,6 +192,8 @@ pub struct EffectState {
     pub attempts: u32,
     /// Hash of the request.
     pub request_hash: String,
+    /// A human's decision on it while `outcome_unknown`, until the worker applies it.
+    pub decision: Option<EffectDecision>,
 }
 
 /// An approval as folded from the journal.
@@ -392,10 +396,24 @@ impl SessionState {
                         terminal_reason: None,
                         queued_at: ev.ts,
                         started_at: None,
+                        cancel_requested: None,
                     },
                 );
                 self.turn_order.push(id);
                 self.queue.push_back(id);
+            }
+            EventBody::TurnCancelRequested { reason } => {
+                let id = c.turn_id.ok_or_else(|| missing("turn_id"))?;
+                let turn = self
+                    .turns
+                    .get(&id)
+                    .ok_or_else(|| unknown("turn", id.to_string()))?;
+                if turn.status.is_terminal() {
+                    return Err(rule("a finished turn cannot be cancelled"));
+                }
+                if let Some(turn) = self.turns.get_mut(&id) {
+                    turn.cancel_requested.get_or_insert_with(|| reason.clone());
+                }
             }
             EventBody::TurnStarted {} => {
                 let id = c.turn_id.ok_or_else(|| missing("turn_id"))?;
@@ -693,6 +711,7 @@ impl SessionState {
                         status: EffectStatus::INITIAL,
                         attempts: 0,
                         request_hash: request_hash.clone(),
+                        decision: None,
                     },
                 );
             }
@@ -700,6 +719,7 @@ impl SessionState {
                 let key = self.effect_transition(ev, EffectStatus::Dispatched)?;
                 if let Some(e) = self.effects.get_mut(&key) {
                     e.attempts += 1;
+                    e.decision = None;
                 }
             }
             EventBody::EffectOutcomeUnknown {} => {
@@ -710,6 +730,25 @@ impl SessionState {
             }
             EventBody::EffectFailed { .. } => {
                 self.effect_transition(ev, EffectStatus::Failed)?;
+            }
+            EventBody::EffectDecided { decision } => {
+                let key = c
+                    .operation_key
+                    .clone()
+                    .ok_or_else(|| missing("operation_key"))?;
+                let effect = self
+                    .effects
+                    .get(&key)
+                    .ok_or_else(|| unknown("effect", key.to_string()))?;
+                if effect.status != EffectStatus::OutcomeUnknown {
+                    return Err(rule("only an outcome_unknown effect is decided by a human"));
+                }
+                if effect.decision.is_some() {
+                    return Err(rule("the effect is already decided"));
+                }
+                if let Some(e) = self.effects.get_mut(&key) {
+                    e.decision = Some(decision.clone());
+                }
             }
             EventBody::ApprovalRequested {
                 args_hash,

@@ -118,6 +118,9 @@ fn a_turn_with_an_approved_side_effecting_call_folds_to_completed() {
                     ..Usage::default()
                 },
                 cost_usd: 0.01,
+                text: String::new(),
+                reasoning: Vec::new(),
+                responses_consumed: 1,
             },
         )
         .push(
@@ -203,6 +206,9 @@ fn a_turn_with_an_approved_side_effecting_call_folds_to_completed() {
                     ..Usage::default()
                 },
                 cost_usd: 0.02,
+                text: String::new(),
+                reasoning: Vec::new(),
+                responses_consumed: 1,
             },
         )
         .push(Correlation::turn(t), finished(TerminalReason::Completed))
@@ -401,6 +407,7 @@ fn a_turn_cannot_finish_while_a_call_has_no_result() {
         EventBody::StepFailed {
             error_kind: "aborted".into(),
             message: "cancelled".into(),
+            responses_consumed: 0,
         },
     );
     let mut state = SessionState::replay(&j.events).unwrap();
@@ -431,6 +438,7 @@ fn a_retried_step_is_the_same_step_with_a_growing_attempt() {
             error_kind: "overloaded".into(),
             message: "".into(),
             retry_in_ms: Some(10),
+            responses_consumed: 1,
         },
     )
     .push(

@@ -38,6 +38,8 @@ enum Op {
     ApprDecide(u8, bool),
     ApprExpire(u8),
     Compact(u8, u64),
+    CancelRequest(u8),
+    EffDecide(u8, bool),
 }
 
 /// Every op over the id pools.
@@ -49,6 +51,7 @@ fn all_ops() -> Vec<Op> {
     for t in 0..2u8 {
         v.push(Op::Queue(t));
         v.push(Op::Start(t));
+        v.push(Op::CancelRequest(t));
         for p in TurnStatus::ALL {
             v.push(Op::Phase(t, *p));
         }
@@ -95,6 +98,8 @@ fn all_ops() -> Vec<Op> {
             Op::EffUnknown(e),
             Op::EffCommit(e),
             Op::EffFail(e),
+            Op::EffDecide(e, true),
+            Op::EffDecide(e, false),
         ]);
     }
     for a in 0..2u8 {
@@ -194,6 +199,7 @@ impl Ids {
                     error_kind: "overloaded".into(),
                     message: "".into(),
                     retry_in_ms: None,
+                    responses_consumed: 1,
                 },
             ),
             Op::StepComplete(s) => (
@@ -207,6 +213,9 @@ impl Ids {
                         ..Usage::default()
                     },
                     cost_usd: 0.5,
+                    text: String::new(),
+                    reasoning: Vec::new(),
+                    responses_consumed: 1,
                 },
             ),
             Op::StepFail(s) => (
@@ -214,6 +223,7 @@ impl Ids {
                 EventBody::StepFailed {
                     error_kind: "x".into(),
                     message: "".into(),
+                    responses_consumed: 1,
                 },
             ),
             Op::Propose(t, s, c) => (
@@ -275,6 +285,22 @@ impl Ids {
             Op::ApprExpire(a) => (
                 Correlation::default().with_approval(self.approval(*a)),
                 EventBody::ApprovalExpired {},
+            ),
+            Op::CancelRequest(t) => (
+                Correlation::turn(self.turn(*t)),
+                EventBody::TurnCancelRequested {
+                    reason: "user".into(),
+                },
+            ),
+            Op::EffDecide(e, retry) => (
+                self.eff_corr(*e),
+                EventBody::EffectDecided {
+                    decision: if *retry {
+                        EffectDecision::Retry
+                    } else {
+                        EffectDecision::Failed { error: "no".into() }
+                    },
+                },
             ),
             Op::Compact(t, n) => (
                 Correlation::turn(self.turn(*t)),
