@@ -2,9 +2,11 @@
 //!
 //! Group commit (SQLite): an append queues its request, then takes the writer. Whoever holds the
 //! writer drains the whole queue and commits it in one `BEGIN IMMEDIATE … COMMIT` (one fsync),
-//! each request inside its own savepoint so a failed compare-and-set or a bad row affects only
-//! that request. The commit runs in a spawned task: a caller that is cancelled mid-commit cannot
-//! leave the writer inside a transaction or abandon other callers' appends. A request whose caller
+//! with set-wise statements (one `UPDATE … FROM (VALUES …)` for every compare-and-set, one
+//! multi-row `INSERT` for every event); a refused compare-and-set writes nothing, and a failing
+//! statement makes each request retry alone, so one bad request affects only itself. The commit
+//! runs in a spawned task: a caller that is cancelled mid-commit cannot leave the writer inside a
+//! transaction or abandon other callers' appends. A request whose caller
 //! was cancelled before its batch committed may still be committed; callers read the journal to
 //! learn the outcome, as after any interrupted write.
 
@@ -100,28 +102,7 @@ pub(crate) async fn apply_one(
     .execute(&mut *conn)
     .await?;
     if done.rows_affected() == 0 {
-        let row = sqlx::query(&dialect.sql(
-            "SELECT version, lease_epoch, lease_owner FROM sessions WHERE tenant_id = ? AND session_id = ?",
-        ))
-        .bind(req.tenant.clone())
-        .bind(req.session.clone())
-        .fetch_optional(&mut *conn)
-        .await?;
-        let Some(row) = row else {
-            return Ok(Err(CasFailure::Missing));
-        };
-        let version: i64 = row.try_get("version")?;
-        let epoch: i64 = row.try_get("lease_epoch")?;
-        let owner: Option<String> = row.try_get("lease_owner")?;
-        if epoch != req.epoch || owner.is_none() {
-            return Ok(Err(CasFailure::Lease {
-                current: LeaseEpoch(u64::try_from(epoch).unwrap_or(0)),
-                owner,
-            }));
-        }
-        return Ok(Err(CasFailure::Stale {
-            actual: u64::try_from(version).unwrap_or(0),
-        }));
+        return Ok(Err(classify(conn, dialect, req).await?));
     }
     let insert = dialect.sql(
         "INSERT INTO events (tenant_id, session_id, seq, type, ts, body) VALUES (?, ?, ?, ?, ?, ?)",
@@ -138,6 +119,36 @@ pub(crate) async fn apply_one(
             .await?;
     }
     Ok(Ok(u64::try_from(req.expected + req.count).unwrap_or(0)))
+}
+
+/// Why the compare-and-set of `req` matched no row.
+async fn classify(
+    conn: &mut AnyConnection,
+    dialect: Dialect,
+    req: &AppendRequest,
+) -> Result<CasFailure> {
+    let row = sqlx::query(&dialect.sql(
+        "SELECT version, lease_epoch, lease_owner FROM sessions WHERE tenant_id = ? AND session_id = ?",
+    ))
+    .bind(req.tenant.clone())
+    .bind(req.session.clone())
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some(row) = row else {
+        return Ok(CasFailure::Missing);
+    };
+    let version: i64 = row.try_get("version")?;
+    let epoch: i64 = row.try_get("lease_epoch")?;
+    let owner: Option<String> = row.try_get("lease_owner")?;
+    if epoch != req.epoch || owner.is_none() {
+        return Ok(CasFailure::Lease {
+            current: LeaseEpoch(u64::try_from(epoch).unwrap_or(0)),
+            owner,
+        });
+    }
+    Ok(CasFailure::Stale {
+        actual: u64::try_from(version).unwrap_or(0),
+    })
 }
 
 struct Pending {
@@ -209,28 +220,148 @@ async fn commit_batch(
     }
 }
 
+/// Most requests in one batched `UPDATE` (6 parameters each, under SQLite's 32,766 limit).
+const UPDATE_CHUNK: usize = 2000;
+/// Most events in one batched `INSERT` (6 parameters each).
+const INSERT_CHUNK: usize = 5000;
+
+/// Commits a batch. The fast path writes the whole batch with a handful of set-wise statements;
+/// if any statement fails (a corrupt row, a constraint), the transaction rolls back as a whole and
+/// every request is retried alone, so only the faulty one fails.
 async fn run_batch(
     conn: &mut AnyConnection,
     batch: &[Pending],
 ) -> Result<Vec<Result<u64, CasFailure>>> {
-    let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
-    let mut results = Vec::with_capacity(batch.len());
-    for pending in batch {
-        sqlx::query("SAVEPOINT keel_append")
-            .execute(&mut *tx)
-            .await?;
-        let result = match apply_one(&mut tx, Dialect::Sqlite, &pending.req).await {
-            Ok(r) => r,
-            Err(e) => Err(CasFailure::Store(e)),
-        };
-        if result.is_err() {
-            sqlx::query("ROLLBACK TO keel_append")
-                .execute(&mut *tx)
-                .await?;
+    match run_batch_set_wise(conn, batch).await {
+        Ok(results) => Ok(results),
+        Err(e) => {
+            tracing::warn!(error = %e, size = batch.len(), "batched append failed; retrying requests one by one");
+            let mut results = Vec::with_capacity(batch.len());
+            for pending in batch {
+                let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
+                match apply_one(&mut tx, Dialect::Sqlite, &pending.req).await {
+                    Ok(Ok(v)) => {
+                        tx.commit().await?;
+                        results.push(Ok(v));
+                    }
+                    Ok(Err(refused)) => {
+                        tx.rollback().await?;
+                        results.push(Err(refused));
+                    }
+                    Err(e) => {
+                        tx.rollback().await?;
+                        results.push(Err(CasFailure::Store(e)));
+                    }
+                }
+            }
+            Ok(results)
         }
-        sqlx::query("RELEASE keel_append").execute(&mut *tx).await?;
-        results.push(result);
+    }
+}
+
+/// One transaction: per round (each session at most once per round, in arrival order), one
+/// `UPDATE … FROM (VALUES …) RETURNING` does every compare-and-set; then one multi-row `INSERT`
+/// writes the events of the requests that won.
+async fn run_batch_set_wise(
+    conn: &mut AnyConnection,
+    batch: &[Pending],
+) -> Result<Vec<Result<u64, CasFailure>>> {
+    let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
+    let mut results: Vec<Option<Result<u64, CasFailure>>> =
+        (0..batch.len()).map(|_| None).collect();
+    let mut won: Vec<usize> = Vec::with_capacity(batch.len());
+    let mut remaining: Vec<usize> = (0..batch.len()).collect();
+    let now = now_ms();
+    while !remaining.is_empty() {
+        let mut seen = std::collections::HashSet::new();
+        let (round, later): (Vec<usize>, Vec<usize>) = remaining
+            .iter()
+            .partition(|&&i| seen.insert(batch[i].req.session.as_str()));
+        for chunk in round.chunks(UPDATE_CHUNK) {
+            let mut sql = String::from("WITH v(t_id, s_id, exp, ep, cnt, st) AS (VALUES ");
+            for k in 0..chunk.len() {
+                sql.push_str(if k == 0 {
+                    "(?, ?, ?, ?, ?, ?)"
+                } else {
+                    ", (?, ?, ?, ?, ?, ?)"
+                });
+            }
+            sql.push_str(
+                ") UPDATE sessions SET version = sessions.version + v.cnt, \
+                 status = COALESCE(v.st, sessions.status), updated_at = ? FROM v \
+                 WHERE sessions.tenant_id = v.t_id AND sessions.session_id = v.s_id \
+                 AND sessions.version = v.exp AND sessions.lease_epoch = v.ep \
+                 AND sessions.lease_owner IS NOT NULL RETURNING session_id",
+            );
+            let mut q = sqlx::query(&sql);
+            for &i in chunk {
+                let r = &batch[i].req;
+                q = q
+                    .bind(r.tenant.clone())
+                    .bind(r.session.clone())
+                    .bind(r.expected)
+                    .bind(r.epoch)
+                    .bind(r.count)
+                    .bind(r.status.clone());
+            }
+            let rows = q.bind(now).fetch_all(&mut *tx).await?;
+            let mut updated = std::collections::HashSet::new();
+            for row in rows {
+                updated.insert(row.try_get::<String, _>("session_id")?);
+            }
+            for &i in chunk {
+                let r = &batch[i].req;
+                if updated.contains(&r.session) {
+                    results[i] = Some(Ok(u64::try_from(r.expected + r.count).unwrap_or(0)));
+                    won.push(i);
+                } else {
+                    results[i] = Some(Err(classify(&mut tx, Dialect::Sqlite, r).await?));
+                }
+            }
+        }
+        remaining = later;
+    }
+    let rows: Vec<(&AppendRequest, &(i64, &'static str, i64, String))> = won
+        .iter()
+        .flat_map(|&i| {
+            batch[i]
+                .req
+                .rows
+                .iter()
+                .map(move |row| (&batch[i].req, row))
+        })
+        .collect();
+    for chunk in rows.chunks(INSERT_CHUNK) {
+        let mut sql =
+            String::from("INSERT INTO events (tenant_id, session_id, seq, type, ts, body) VALUES ");
+        for k in 0..chunk.len() {
+            sql.push_str(if k == 0 {
+                "(?, ?, ?, ?, ?, ?)"
+            } else {
+                ", (?, ?, ?, ?, ?, ?)"
+            });
+        }
+        let mut q = sqlx::query(&sql);
+        for (req, (seq, ty, ts, body)) in chunk {
+            q = q
+                .bind(req.tenant.clone())
+                .bind(req.session.clone())
+                .bind(*seq)
+                .bind(*ty)
+                .bind(*ts)
+                .bind(body.clone());
+        }
+        q.execute(&mut *tx).await?;
     }
     tx.commit().await?;
-    Ok(results)
+    Ok(results
+        .into_iter()
+        .map(|r| {
+            r.unwrap_or_else(|| {
+                Err(CasFailure::Store(StoreError::Conflict(
+                    "append not processed".into(),
+                )))
+            })
+        })
+        .collect())
 }

@@ -5,8 +5,8 @@
 //! - **SQLite**: WAL, `synchronous=FULL`, `busy_timeout` 5 s. One dedicated writer connection takes
 //!   every write (`BEGIN IMMEDIATE`); journal appends go through **group commit** ([`group_commit`]):
 //!   appends that arrive while a commit is in flight are committed together in the next
-//!   transaction, each in its own savepoint so one failed compare-and-set does not affect the
-//!   others, with one fsync for the batch. Readers use a small pool. Waiters are woken in-process
+//!   transaction with set-wise statements, one fsync for the batch; a refused compare-and-set
+//!   does not affect the others. Readers use a small pool. Waiters are woken in-process
 //!   and poll every 50 ms (other processes' writes).
 //! - **PostgreSQL**: a pool; each append is one transaction; `pg_notify` on the channel
 //!   `keel_<schema>` carries the session id to `LISTEN`ers, with a 500 ms poll as a fallback
@@ -1147,7 +1147,9 @@ impl Store for SqlStore {
             .execute(&mut *conn)
             .await?;
             if done.rows_affected() == 1 {
-                return Ok(Decided::Now(next));
+                // Return the row as stored (timestamps at the store's millisecond precision).
+                drop(conn);
+                return Ok(Decided::Now(self.get_approval(tenant, id).await?));
             }
         }
         Err(StoreError::Conflict(format!(
