@@ -20,6 +20,9 @@ use super::waiters::Waiters;
 use super::{Dialect, now_ms, to_i64};
 use crate::error::{Result, StoreError};
 
+/// One event row: seq, type, timestamp (Unix ms), encoded envelope.
+type EventRow = (i64, &'static str, i64, String);
+
 /// An append, ready to write.
 pub(crate) struct AppendRequest {
     session_id: SessionId,
@@ -29,7 +32,7 @@ pub(crate) struct AppendRequest {
     epoch: i64,
     count: i64,
     status: Option<String>,
-    rows: Vec<(i64, &'static str, i64, String)>,
+    rows: Vec<EventRow>,
 }
 
 impl AppendRequest {
@@ -321,7 +324,7 @@ async fn run_batch_set_wise(
         }
         remaining = later;
     }
-    let rows: Vec<(&AppendRequest, &(i64, &'static str, i64, String))> = won
+    let rows: Vec<(&AppendRequest, &EventRow)> = won
         .iter()
         .flat_map(|&i| {
             batch[i]
