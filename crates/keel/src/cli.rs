@@ -1,28 +1,286 @@
-//! Command-line shape: one [`Command`] enum, one variant per subcommand group. Logic lives in the
-//! library crates; each arm only wires arguments to them.
+//! Command-line shape: one [`Command`] enum, one variant per subcommand group, and [`run`], which
+//! wires each to the modules of this crate and the library crates.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use keel_core::{ApprovalDecision, SessionStatus};
 
-/// Keel: a durable agent runtime.
+use crate::config::{Config, Locations, Overrides};
+use crate::exit;
+
+/// Keel: a durable coding agent in the terminal and headless.
 #[derive(Debug, Parser)]
-#[command(name = "keel", version, about)]
+#[command(name = "keel", version, about, after_help = exit::HELP)]
 pub struct Cli {
+    /// Options every command takes.
+    #[command(flatten)]
+    pub global: GlobalArgs,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
 }
 
+/// Options every command takes.
+#[derive(Debug, Clone, Default, Args)]
+pub struct GlobalArgs {
+    /// Workspace directory: what the agent works on, and where keel.toml is read (default: the
+    /// current directory).
+    #[arg(long, global = true, value_name = "DIR")]
+    pub workspace: Option<PathBuf>,
+    /// Store: sqlite://PATH or postgres://… (default: SQLite in the user data directory,
+    /// $XDG_DATA_HOME/keel/keel.db).
+    #[arg(long, global = true, value_name = "URL")]
+    pub store: Option<String>,
+    /// Show error details (cause chain and backtrace).
+    #[arg(short, long, global = true)]
+    pub verbose: bool,
+}
+
+/// Settings of a run, given on the command line; they override keel.toml.
+#[derive(Debug, Clone, Default, Args)]
+pub struct RunArgs {
+    /// Model: openai:MODEL, openai-responses:MODEL, anthropic:MODEL or script:PATH (replaces the
+    /// configured route).
+    #[arg(long, value_name = "SPEC")]
+    pub model: Option<String>,
+    /// Base URL of an OpenAI-compatible server (for openai: and openai-responses: models),
+    /// e.g. http://127.0.0.1:8080/v1.
+    #[arg(long, value_name = "URL")]
+    pub base_url: Option<String>,
+    /// What runs without asking.
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub permission_mode: Option<PermissionModeArg>,
+    /// How `shell` is confined.
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub sandbox: Option<SandboxArg>,
+    /// Output: text (interactive on a terminal) or jsonl (one event per line, then a result).
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    pub output: Option<OutputArg>,
+    /// Most model samplings per turn.
+    #[arg(long, value_name = "N")]
+    pub max_steps: Option<u32>,
+    /// Most cost per turn, USD.
+    #[arg(long, value_name = "USD")]
+    pub max_cost_usd: Option<f64>,
+    /// Wall-clock limit per turn: 500ms, 30s, 15m, 2h or plain seconds.
+    #[arg(long, value_name = "DURATION")]
+    pub timeout: Option<String>,
+}
+
+impl RunArgs {
+    /// These flags (and `--store`) as configuration overrides. A relative `script:` path is made
+    /// absolute against the current directory, so that `resume` finds it from anywhere.
+    pub fn overrides(&self, store: Option<&str>) -> Overrides {
+        let cwd = std::env::current_dir().unwrap_or_default();
+        Overrides {
+            model: self
+                .model
+                .as_deref()
+                .map(|m| crate::model_spec::absolutize(m, &cwd)),
+            base_url: self.base_url.clone(),
+            permission_mode: self.permission_mode.map(|m| m.snake().to_owned()),
+            sandbox: self.sandbox.map(|m| m.snake().to_owned()),
+            output: self.output.map(|m| m.snake().to_owned()),
+            max_steps: self.max_steps,
+            max_cost_usd: self.max_cost_usd,
+            timeout: self.timeout.clone(),
+            store: store.map(str::to_owned),
+        }
+    }
+}
+
+/// `--permission-mode` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum PermissionModeArg {
+    /// Read-only tools run; everything else asks.
+    Default,
+    /// As default, and file edits inside the workspace run too.
+    AcceptEdits,
+    /// Nothing that writes runs (denied, not asked).
+    ReadOnly,
+    /// Everything runs unless a deny rule says otherwise.
+    Bypass,
+}
+
+impl PermissionModeArg {
+    fn snake(self) -> &'static str {
+        match self {
+            Self::Default => "default",
+            Self::AcceptEdits => "accept_edits",
+            Self::ReadOnly => "read_only",
+            Self::Bypass => "bypass",
+        }
+    }
+}
+
+/// `--sandbox` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum SandboxArg {
+    /// No confinement.
+    Off,
+    /// Shell commands write nothing but a private temp dir; no network.
+    ReadOnly,
+    /// Shell commands write the workspace and a private temp dir; no network.
+    WorkspaceWrite,
+}
+
+impl SandboxArg {
+    fn snake(self) -> &'static str {
+        match self {
+            Self::Off => "off",
+            Self::ReadOnly => "read_only",
+            Self::WorkspaceWrite => "workspace_write",
+        }
+    }
+}
+
+/// `--output` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum OutputArg {
+    /// Text for people (interactive on a terminal).
+    Text,
+    /// One JSON event per line, ending with one `result` line.
+    Jsonl,
+}
+
+impl OutputArg {
+    fn snake(self) -> &'static str {
+        match self {
+            Self::Text => "text",
+            Self::Jsonl => "jsonl",
+        }
+    }
+}
+
 /// Top-level subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Start a session in the workspace and run PROMPT (interactive without one on a terminal).
+    Run {
+        /// The task; read from standard input when `-`.
+        prompt: Option<String>,
+        /// Run settings.
+        #[command(flatten)]
+        args: RunArgs,
+    },
+    /// Continue a session: after Ctrl-C, a crash, a pending approval or a finished turn (with a
+    /// new PROMPT). Restores the session's workspace, model, permission mode, sandbox and budgets;
+    /// flags given here override them.
+    Resume {
+        /// The session.
+        session: String,
+        /// A follow-up task (optional: without one, an unfinished turn is continued).
+        prompt: Option<String>,
+        /// Run settings.
+        #[command(flatten)]
+        args: RunArgs,
+    },
+    /// Inspect sessions in the store.
+    #[command(subcommand)]
+    Sessions(SessionsCommand),
+    /// Allow a pending tool call.
+    Approve {
+        /// The approval id (from the prompt, the result line or `keel sessions show`).
+        approval: String,
+        /// Also allow the same call pattern for the rest of the session.
+        #[arg(long)]
+        for_session: bool,
+    },
+    /// Deny a pending tool call; the model sees the reason.
+    Deny {
+        /// The approval id.
+        approval: String,
+        /// Why (shown to the model).
+        #[arg(long, default_value = "denied by the user")]
+        reason: String,
+    },
+    /// Decide what an effect whose outcome is unknown (after a crash) did.
+    Resolve {
+        /// The effect's operation key (from `keel sessions show`).
+        operation_key: String,
+        /// It happened (committed), it did not (failed), or dispatch it again (retry).
+        #[arg(long = "as", value_enum, value_name = "OUTCOME")]
+        outcome: ResolveArg,
+        /// A note the model sees with the result.
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Cancel a session's running turn (it stays resumable).
+    Cancel {
+        /// The session.
+        session: String,
+    },
+    /// Configuration.
+    #[command(subcommand)]
+    Config(ConfigCommand),
     /// Model adapters: diagnose provider streams.
     #[command(subcommand)]
     Model(ModelCommand),
+}
+
+/// `keel resolve --as` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ResolveArg {
+    /// The side effect happened.
+    Committed,
+    /// It did not happen.
+    Failed,
+    /// Dispatch it again.
+    Retry,
+}
+
+/// `keel sessions ...`
+#[derive(Debug, Subcommand)]
+pub enum SessionsCommand {
+    /// List sessions, oldest first.
+    List {
+        /// Only sessions in this status (created, running, idle, requires_action, closed).
+        #[arg(long)]
+        status: Option<String>,
+        /// At most this many.
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show a session: turns, pending approvals, unresolved effects, totals.
+    Show {
+        /// The session.
+        session: String,
+        /// As JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a session's events as JSON lines.
+    Events {
+        /// The session.
+        session: String,
+        /// Keep printing new events as they happen (until the session closes or Ctrl-C).
+        #[arg(long, short)]
+        follow: bool,
+        /// Start at this sequence number.
+        #[arg(long, default_value_t = 1)]
+        from: u64,
+    },
+}
+
+/// `keel config ...`
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Print the effective configuration (files merged, flags applied), secrets masked.
+    Show {
+        /// As JSON instead of TOML.
+        #[arg(long)]
+        json: bool,
+        /// Run settings to apply, as `keel run` would.
+        #[command(flatten)]
+        args: RunArgs,
+    },
 }
 
 /// `keel model ...`
@@ -59,15 +317,133 @@ impl From<WireArg> for keel_model::Wire {
     }
 }
 
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+/// The configuration for commands that only need the store.
+fn store_config(global: &GlobalArgs) -> anyhow::Result<Config> {
+    let overrides = Overrides {
+        store: global.store.clone(),
+        ..Overrides::default()
+    };
+    Ok(Config::load(
+        global.workspace.as_deref(),
+        &Locations::from_env(),
+        &overrides,
+    )?)
+}
+
 /// Runs a parsed command line.
+///
+/// # Errors
+/// Anything that stops the command; `main` prints it on one line.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let global = cli.global;
     match cli.command {
         Command::Model(ModelCommand::Parse { wire, file }) => model_parse(wire.into(), &file),
+        Command::Config(ConfigCommand::Show { json, args }) => {
+            let config = Config::load(
+                global.workspace.as_deref(),
+                &Locations::from_env(),
+                &args.overrides(global.store.as_deref()),
+            )?;
+            let table = config.to_masked_table();
+            let mut out = std::io::stdout().lock();
+            if json {
+                writeln!(out, "{}", serde_json::to_string_pretty(&table)?)?;
+            } else {
+                let sources = if config.sources.is_empty() {
+                    "defaults".to_owned()
+                } else {
+                    format!("defaults, {}", config.sources.join(", "))
+                };
+                writeln!(out, "# effective configuration; merged from: {sources}")?;
+                write!(out, "{}", toml::to_string(&table)?)?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Sessions(cmd) => {
+            let config = store_config(&global)?;
+            runtime()?.block_on(async move {
+                let store = crate::store::open(&config.store).await?;
+                match cmd {
+                    SessionsCommand::List {
+                        status,
+                        limit,
+                        json,
+                    } => {
+                        let status = status
+                            .map(|s| {
+                                s.replace('-', "_").parse::<SessionStatus>().map_err(|_| {
+                                    anyhow::anyhow!(
+                                        "unknown status {s:?}: expected created, running, idle, requires_action or closed"
+                                    )
+                                })
+                            })
+                            .transpose()?;
+                        crate::sessions::list(&store, status, limit, json).await?;
+                    }
+                    SessionsCommand::Show { session, json } => {
+                        let id = crate::sessions::parse_session(&session)?;
+                        crate::sessions::show(&store, id, json).await?;
+                    }
+                    SessionsCommand::Events {
+                        session,
+                        follow,
+                        from,
+                    } => {
+                        let id = crate::sessions::parse_session(&session)?;
+                        crate::sessions::events(&store, id, from, follow).await?;
+                    }
+                }
+                Ok(ExitCode::SUCCESS)
+            })
+        }
+        Command::Approve {
+            approval,
+            for_session,
+        } => {
+            let decision = if for_session {
+                ApprovalDecision::AllowForSession
+            } else {
+                ApprovalDecision::AllowOnce
+            };
+            decide(&global, &approval, decision)
+        }
+        Command::Deny { approval, reason } => {
+            decide(&global, &approval, ApprovalDecision::Deny { reason })
+        }
+        Command::Resolve { .. }
+        | Command::Cancel { .. }
+        | Command::Run { .. }
+        | Command::Resume { .. } => {
+            anyhow::bail!("this command needs keel-runtime, which this build does not have yet")
+        }
     }
 }
 
+fn decide(
+    global: &GlobalArgs,
+    approval: &str,
+    decision: ApprovalDecision,
+) -> anyhow::Result<ExitCode> {
+    let config = store_config(global)?;
+    let id = crate::decide::parse_approval(approval)?;
+    runtime()?.block_on(async move {
+        let store = crate::store::open(&config.store).await?;
+        let line = crate::decide::decide(&store, id, decision).await?;
+        println!("{line}");
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
 /// `keel model parse`: exit status 0 when the stream completed, 1 when it ended in an error.
-fn model_parse(wire: keel_model::Wire, file: &std::path::Path) -> anyhow::Result<ExitCode> {
+fn model_parse(wire: keel_model::Wire, file: &Path) -> anyhow::Result<ExitCode> {
     let body = if file.as_os_str() == "-" {
         let mut buf = Vec::new();
         std::io::Read::read_to_end(&mut std::io::stdin(), &mut buf)

@@ -1,15 +1,18 @@
-//! The `keel` binary: parses arguments and hands off to the library crates.
-
-mod cli;
+//! The `keel` binary: parses arguments and hands off to [`keel_cli::cli::run`].
 
 use clap::Parser;
 
 fn main() -> std::process::ExitCode {
-    let cli = cli::Cli::parse();
-    match cli::run(cli) {
+    let cli = keel_cli::cli::Cli::parse();
+    let verbose = cli.global.verbose;
+    match keel_cli::cli::run(cli) {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("keel: {error:#}");
+            if verbose {
+                eprintln!("keel: {error:?}");
+            } else {
+                eprintln!("keel: {error:#}");
+            }
             std::process::ExitCode::FAILURE
         }
     }

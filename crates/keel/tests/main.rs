@@ -2,4 +2,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may unwrap (workspace rule applies to library code)
 
+mod common;
+mod config_show;
 mod model_parse;

@@ -1,0 +1,61 @@
+//! `keel approve|deny APPROVAL`: a human's decision on a pending approval, written durably so
+//! that the process running the session (or the next `keel resume`) acts on it.
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use keel_core::{ApprovalDecision, ApprovalId, Decided};
+use keel_store::Store;
+
+use crate::store::local_tenant;
+
+/// Parses an approval id with an actionable error.
+///
+/// # Errors
+/// When `text` is not an approval id.
+pub fn parse_approval(text: &str) -> anyhow::Result<ApprovalId> {
+    text.trim().parse().map_err(|_| {
+        anyhow::anyhow!(
+            "{text:?} is not an approval id (`keel sessions show SESSION` lists pending approvals)"
+        )
+    })
+}
+
+/// Decides approval `id`; returns a line for people.
+///
+/// # Errors
+/// Unknown approval; a refused decision (already decided otherwise, expired).
+pub async fn decide(
+    store: &Arc<dyn Store>,
+    id: ApprovalId,
+    decision: ApprovalDecision,
+) -> anyhow::Result<String> {
+    let tenant = local_tenant();
+    let record = store
+        .get_approval(tenant, id)
+        .await
+        .with_context(|| format!("no approval {id} in this store"))?;
+    let decided = store
+        .decide_approval(
+            tenant,
+            id,
+            decision.clone(),
+            &record.args_hash,
+            chrono::Utc::now(),
+        )
+        .await
+        .with_context(|| format!("cannot decide approval {id}"))?;
+    let (record, again) = match decided {
+        Decided::Now(r) => (r, ""),
+        Decided::Already(r) => (r, " (it already was)"),
+    };
+    let verb = match decision {
+        ApprovalDecision::AllowOnce => "allowed once",
+        ApprovalDecision::AllowForSession => "allowed for the session",
+        ApprovalDecision::Deny { .. } => "denied",
+    };
+    Ok(format!(
+        "approval {id} ({} call {}) {verb}{again}; a running session continues, otherwise `keel resume {}`",
+        record.tool_name, record.tool_call_id, record.session_id
+    ))
+}

@@ -1,0 +1,27 @@
+//! # keel (the CLI) — a coding agent in the terminal and headless, on the durable runtime
+//!
+//! **Owns:** the command line (`keel run|resume|sessions|approve|deny|resolve|cancel|config|model`),
+//! configuration files (`keel.toml`) and their merging with flags, secret masking for display,
+//! model specs → model routes, the headless JSONL stream and its `result` line, the interactive
+//! terminal, exit codes, and turning errors into one line a person can act on.
+//!
+//! **Must not touch:** session semantics (the turn loop, recovery, budgets and policy are
+//! `keel-runtime`'s and `keel-tools`'), SQL (only through `keel_store::Store`), provider wire
+//! formats (`keel-model`). The binary (`main.rs`) only parses arguments and calls [`cli::run`].
+//!
+//! ## Layout
+//! - [`cli`] — the clap command tree and the dispatch of each command. Start reading here.
+//! - [`config`] — `keel.toml` layers, [`config::Config`], [`config::mask_secrets`].
+//! - [`model_spec`] — `openai:M`, `anthropic:M`, `script:PATH` → `keel_model::ModelRoute`.
+//! - [`exit`] — exit codes, one per terminal reason.
+//! - [`store`] — opening the store with actionable errors; the local tenant.
+//! - [`sessions`] — `sessions list|show|events`.
+//! - [`decide`] — `approve` / `deny`.
+
+pub mod cli;
+pub mod config;
+pub mod decide;
+pub mod exit;
+pub mod model_spec;
+pub mod sessions;
+pub mod store;

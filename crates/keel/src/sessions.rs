@@ -1,0 +1,332 @@
+//! `keel sessions list|show|events`: read-only views of the store, safe to run from another
+//! terminal while a session runs.
+
+use std::io::Write;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use keel_core::{
+    ApprovalStatus, EffectStatus, Event, EventBody, SessionId, SessionState, SessionStatus,
+};
+use keel_store::{SessionQuery, Store};
+use serde_json::{Value, json};
+
+use crate::store::local_tenant;
+
+/// Parses a session id with an actionable error.
+///
+/// # Errors
+/// When `text` is not a session id.
+pub fn parse_session(text: &str) -> anyhow::Result<SessionId> {
+    text.trim().parse().map_err(|_| {
+        anyhow::anyhow!("{text:?} is not a session id (see `keel sessions list` for the ids)")
+    })
+}
+
+/// Reads a session's whole journal and folds it.
+///
+/// # Errors
+/// Store errors; a journal that does not fold.
+pub async fn load_state(
+    store: &Arc<dyn Store>,
+    session: SessionId,
+) -> anyhow::Result<(Vec<Event>, SessionState)> {
+    let events = store
+        .read(local_tenant(), session, 1, None)
+        .await
+        .with_context(|| format!("cannot read session {session}"))?;
+    let state = SessionState::replay(&events)
+        .with_context(|| format!("the journal of session {session} does not replay"))?;
+    Ok((events, state))
+}
+
+/// The first line of the most recent user input of a session, shortened for a table.
+fn last_input(state: &SessionState) -> String {
+    let input = state
+        .turn_order
+        .last()
+        .and_then(|t| state.turns.get(t))
+        .map(|t| t.input.as_str())
+        .unwrap_or_default();
+    let line = input.lines().next().unwrap_or_default();
+    if line.chars().count() > 60 {
+        format!("{}…", line.chars().take(59).collect::<String>())
+    } else {
+        line.to_owned()
+    }
+}
+
+fn status_name(status: SessionStatus) -> String {
+    match serde_json::to_value(status) {
+        Ok(Value::String(s)) => s,
+        _ => format!("{status:?}"),
+    }
+}
+
+/// `keel sessions list`.
+///
+/// # Errors
+/// Store errors.
+pub async fn list(
+    store: &Arc<dyn Store>,
+    status: Option<SessionStatus>,
+    limit: u32,
+    json_out: bool,
+) -> anyhow::Result<()> {
+    let query = SessionQuery {
+        status,
+        limit: Some(limit),
+        ..SessionQuery::default()
+    };
+    let sessions = store.list_sessions(local_tenant(), &query).await?;
+    let mut out = std::io::stdout().lock();
+    if !json_out {
+        writeln!(
+            out,
+            "{:<36}  {:<15}  {:<20}  {:>5}  LAST INPUT",
+            "SESSION", "STATUS", "CREATED", "TURNS"
+        )?;
+    }
+    for record in sessions {
+        let (_, state) = load_state(store, record.session_id).await?;
+        let created = record.created_at.format("%Y-%m-%d %H:%M:%S").to_string();
+        if json_out {
+            let line = json!({
+                "session_id": record.session_id,
+                "status": record.status,
+                "created_at": record.created_at,
+                "updated_at": record.updated_at,
+                "turns": state.turn_order.len(),
+                "workspace": record.metadata.get("workspace"),
+                "last_input": last_input(&state),
+            });
+            writeln!(out, "{line}")?;
+        } else {
+            writeln!(
+                out,
+                "{:<36}  {:<15}  {:<20}  {:>5}  {}",
+                record.session_id,
+                status_name(record.status),
+                created,
+                state.turn_order.len(),
+                last_input(&state)
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// A session's summary as JSON: status, turns, pending approvals, unresolved effects, totals.
+///
+/// # Errors
+/// Store errors.
+pub async fn summary(store: &Arc<dyn Store>, session: SessionId) -> anyhow::Result<Value> {
+    let tenant = local_tenant();
+    let record = store
+        .get_session(tenant, session)
+        .await
+        .with_context(|| format!("no session {session} in this store"))?;
+    let (_, state) = load_state(store, session).await?;
+    let turns: Vec<Value> = state
+        .turn_order
+        .iter()
+        .filter_map(|id| state.turns.get(id))
+        .map(|t| {
+            json!({
+                "turn_id": t.id,
+                "status": t.status,
+                "terminal_reason": t.terminal_reason,
+                "input": t.input,
+                "steps": t.steps.len(),
+                "usage": t.usage,
+                "cost_usd": t.cost_usd,
+            })
+        })
+        .collect();
+    let approvals: Vec<Value> = store
+        .list_approvals(tenant, session, Some(ApprovalStatus::Pending))
+        .await?
+        .into_iter()
+        .map(|a| {
+            json!({
+                "approval_id": a.approval_id,
+                "tool_call_id": a.tool_call_id,
+                "tool_name": a.tool_name,
+                "arguments": a.arguments,
+                "expires_at": a.expires_at,
+            })
+        })
+        .collect();
+    let effects: Vec<Value> = store
+        .list_effects(tenant, session, Some(EffectStatus::OutcomeUnknown))
+        .await?
+        .into_iter()
+        .map(|e| {
+            json!({
+                "operation_key": e.operation_key,
+                "tool_call_id": e.tool_call_id,
+                "tool_name": e.tool_name,
+                "attempts": e.attempts,
+            })
+        })
+        .collect();
+    Ok(json!({
+        "session_id": session,
+        "status": record.status,
+        "release_id": record.release_id,
+        "version": record.version,
+        "created_at": record.created_at,
+        "metadata": record.metadata,
+        "config": state.config,
+        "lease_owner": record.lease.as_ref().map(|l| l.owner.clone()),
+        "turns": turns,
+        "pending_approvals": approvals,
+        "unresolved_effects": effects,
+        "usage": state.usage,
+        "cost_usd": state.cost_usd,
+        "num_steps": state.num_steps,
+    }))
+}
+
+/// `keel sessions show`.
+///
+/// # Errors
+/// Store errors.
+pub async fn show(
+    store: &Arc<dyn Store>,
+    session: SessionId,
+    json_out: bool,
+) -> anyhow::Result<()> {
+    let s = summary(store, session).await?;
+    let mut out = std::io::stdout().lock();
+    if json_out {
+        writeln!(out, "{}", serde_json::to_string_pretty(&s)?)?;
+        return Ok(());
+    }
+    let str_of = |v: &Value| match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "-".into(),
+        other => other.to_string(),
+    };
+    writeln!(out, "session    {}", str_of(&s["session_id"]))?;
+    writeln!(out, "status     {}", str_of(&s["status"]))?;
+    writeln!(out, "release    {}", str_of(&s["release_id"]))?;
+    if let Some(w) = s["config"].get("workspace") {
+        writeln!(out, "workspace  {}", str_of(w))?;
+    }
+    if let Some(m) = s["config"].get("model_route") {
+        writeln!(out, "model      {}", str_of(m))?;
+    }
+    writeln!(
+        out,
+        "totals     {} steps, {} input + {} output tokens, ${:.4}",
+        s["num_steps"],
+        s["usage"]["input_tokens"],
+        s["usage"]["output_tokens"],
+        s["cost_usd"].as_f64().unwrap_or(0.0)
+    )?;
+    writeln!(out, "turns")?;
+    for t in s["turns"].as_array().into_iter().flatten() {
+        let reason = match &t["terminal_reason"] {
+            Value::Null => str_of(&t["status"]),
+            r => str_of(r),
+        };
+        let input = str_of(&t["input"]);
+        let first = input.lines().next().unwrap_or_default();
+        writeln!(
+            out,
+            "  {}  {:<16}  {} steps  {}",
+            str_of(&t["turn_id"]),
+            reason,
+            t["steps"],
+            first
+        )?;
+    }
+    let approvals = s["pending_approvals"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    if !approvals.is_empty() {
+        writeln!(
+            out,
+            "pending approvals (keel approve ID | keel deny ID --reason TEXT)"
+        )?;
+        for a in approvals {
+            writeln!(
+                out,
+                "  {}  {} {}",
+                str_of(&a["approval_id"]),
+                str_of(&a["tool_name"]),
+                a["arguments"]
+            )?;
+        }
+    }
+    let effects = s["unresolved_effects"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    if !effects.is_empty() {
+        writeln!(
+            out,
+            "effects with unknown outcome (keel resolve KEY --as committed|failed|retry)"
+        )?;
+        for e in effects {
+            writeln!(
+                out,
+                "  {}  {}",
+                str_of(&e["operation_key"]),
+                str_of(&e["tool_name"])
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// `keel sessions events`: the journal as JSON lines from `from_seq`; with `follow`, keeps
+/// printing new events as they are appended until the session is closed (or the process is
+/// interrupted).
+///
+/// # Errors
+/// Store errors; a closed standard output.
+pub async fn events(
+    store: &Arc<dyn Store>,
+    session: SessionId,
+    from_seq: u64,
+    follow: bool,
+) -> anyhow::Result<()> {
+    let tenant = local_tenant();
+    store
+        .get_session(tenant, session)
+        .await
+        .with_context(|| format!("no session {session} in this store"))?;
+    let mut next = from_seq.max(1);
+    loop {
+        let batch = store.read(tenant, session, next, Some(500)).await?;
+        let mut closed = false;
+        {
+            let mut out = std::io::stdout().lock();
+            for event in &batch {
+                writeln!(out, "{}", serde_json::to_string(event)?)?;
+                next = event.seq + 1;
+                closed |= matches!(
+                    event.body,
+                    EventBody::SessionStatusChanged {
+                        status: SessionStatus::Closed,
+                        ..
+                    }
+                );
+            }
+            out.flush()?;
+        }
+        if batch.len() == 500 {
+            continue;
+        }
+        if !follow || closed {
+            return Ok(());
+        }
+        store
+            .wait_for_version(tenant, session, next - 1, Duration::from_secs(5))
+            .await?;
+    }
+}

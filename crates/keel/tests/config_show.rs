@@ -1,0 +1,156 @@
+//! `keel config show`: layers merge in order (user file, workspace file, flags) and every secret
+//! is masked.
+
+use crate::common::{Env, stdout};
+
+#[test]
+fn config_show_merges_layers_and_masks_secrets() {
+    let env = Env::new();
+    env.write(
+        "config/keel/keel.toml",
+        r#"
+model = "openai:gpt-5"
+instructions = "user instructions"
+[providers.openai]
+api_key = "sk-user-file-secret"
+[providers.anthropic]
+api_key_env = "MY_ANTHROPIC_KEY"
+[budget]
+max_steps = 10
+max_tokens = 5000
+"#,
+    );
+    env.write(
+        "ws/keel.toml",
+        r#"
+permission_mode = "accept_edits"
+store = "postgres://keel:hunter2@db.local/keel"
+[env]
+GITHUB_TOKEN = "ghp_workspace_secret"
+DATABASE_URL = { value = "mysql://app@db/plain-looking-but-marked", secret = true }
+PLAIN = "visible-value"
+[budget]
+max_cost_usd = 1.5
+[policy]
+deny = ["read_file(./secrets/**)"]
+client_password = "pw-nested-secret"
+"#,
+    );
+    // An unknown key inside [policy] is refused with the file named; drop it and continue.
+    let out = env.run(&["config", "show", "--workspace", "ws"]);
+    assert!(!out.status.success());
+    let err = crate::common::stderr(&out);
+    assert!(
+        err.contains("ws/keel.toml") && err.contains("client_password"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    let text = std::fs::read_to_string(env.path("ws/keel.toml"))
+        .unwrap()
+        .replace("client_password = \"pw-nested-secret\"\n", "");
+    env.write("ws/keel.toml", &text);
+
+    let out = env
+        .keel()
+        .args(["config", "show", "--workspace", "ws", "--max-steps", "3"])
+        .args([
+            "--sandbox",
+            "read-only",
+            "--model",
+            "anthropic:claude-sonnet-4-5",
+        ])
+        .env("OPENAI_API_KEY", "sk-env-secret")
+        .env("MY_ANTHROPIC_KEY", "sk-ant-env-secret")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", crate::common::stderr(&out));
+    let shown = stdout(&out);
+    for secret in [
+        "sk-user-file-secret",
+        "hunter2",
+        "ghp_workspace_secret",
+        "plain-looking-but-marked",
+        "sk-env-secret",
+        "sk-ant-env-secret",
+    ] {
+        assert!(!shown.contains(secret), "{secret} leaked:\n{shown}");
+    }
+    let table: toml::Table = shown.parse().unwrap();
+    // Flags win over files, the workspace file over the user file, tables merge key by key.
+    assert_eq!(table["model"].as_str(), Some("anthropic:claude-sonnet-4-5"));
+    assert_eq!(table["sandbox"].as_str(), Some("read_only"));
+    assert_eq!(table["permission_mode"].as_str(), Some("accept_edits"));
+    assert_eq!(table["instructions"].as_str(), Some("user instructions"));
+    assert_eq!(table["budget"]["max_steps"].as_integer(), Some(3));
+    assert_eq!(
+        table["budget"]["max_tokens"].as_integer(),
+        Some(5000),
+        "counts are not secrets"
+    );
+    assert_eq!(table["budget"]["max_cost_usd"].as_float(), Some(1.5));
+    assert_eq!(table["env"]["PLAIN"].as_str(), Some("visible-value"));
+    assert_eq!(table["env"]["GITHUB_TOKEN"].as_str(), Some("********"));
+    assert_eq!(table["env"]["DATABASE_URL"].as_str(), Some("********"));
+    assert_eq!(
+        table["providers"]["openai"]["api_key"].as_str(),
+        Some("********")
+    );
+    assert_eq!(
+        table["providers"]["anthropic"]["api_key_env"].as_str(),
+        Some("MY_ANTHROPIC_KEY"),
+        "the name of a variable is not a secret"
+    );
+    assert!(
+        table["providers"]["anthropic"]["api_key"]
+            .as_str()
+            .unwrap()
+            .contains("$MY_ANTHROPIC_KEY"),
+        "says where the key comes from"
+    );
+    assert_eq!(
+        table["store"].as_str(),
+        Some("postgres://keel:********@db.local/keel")
+    );
+    assert!(shown.starts_with("# effective configuration; merged from: defaults, "));
+
+    // JSON output masks the same way.
+    let out = env
+        .keel()
+        .args(["config", "show", "--json", "--workspace", "ws"])
+        .env("OPENAI_API_KEY", "sk-env-secret")
+        .output()
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["env"]["GITHUB_TOKEN"], "********");
+    assert!(!stdout(&out).contains("hunter2"));
+}
+
+#[test]
+fn config_show_defaults_to_sqlite_in_the_user_data_dir() {
+    let env = Env::new();
+    let out = env.run(&["config", "show", "--workspace", "ws"]);
+    assert!(out.status.success());
+    let table: toml::Table = stdout(&out).parse().unwrap();
+    assert_eq!(table["store"].as_str().unwrap(), env.store());
+    assert_eq!(table["permission_mode"].as_str(), Some("default"));
+    assert_eq!(table["sandbox"].as_str(), Some("workspace_write"));
+    let ws = std::fs::canonicalize(env.ws()).unwrap();
+    assert_eq!(table["workspace"].as_str().unwrap(), ws.to_str().unwrap());
+}
+
+#[test]
+fn invalid_values_are_named() {
+    let env = Env::new();
+    env.write("ws/keel.toml", "permission_mode = \"yolo\"\n");
+    let out = env.run(&["config", "show", "--workspace", "ws"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = crate::common::stderr(&out);
+    assert!(
+        err.contains("permission_mode") && err.contains("yolo") && err.contains("bypass"),
+        "{err}"
+    );
+    env.write("ws/keel.toml", "model = [\n");
+    let err = crate::common::stderr(&env.run(&["config", "show", "--workspace", "ws"]));
+    assert!(err.contains("keel.toml is not valid TOML"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}
