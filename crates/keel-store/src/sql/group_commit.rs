@@ -124,6 +124,57 @@ pub(crate) async fn apply_one(
     Ok(Ok(u64::try_from(req.expected + req.count).unwrap_or(0)))
 }
 
+/// PostgreSQL: the whole append — compare-and-set, event rows and the wake-up notification — as
+/// one statement (data-modifying CTEs run atomically in one implicit transaction, one round trip).
+/// The events are inserted, and the notification sent, only if the compare-and-set matched.
+pub(crate) async fn append_postgres(
+    pool: &sqlx::AnyPool,
+    channel: &str,
+    req: &AppendRequest,
+) -> Result<Result<u64, CasFailure>> {
+    let mut sql = String::from(
+        "WITH upd AS (UPDATE sessions SET version = version + ?, status = COALESCE(?, status), updated_at = ? \
+         WHERE tenant_id = ? AND session_id = ? AND version = ? AND lease_epoch = ? AND lease_owner IS NOT NULL \
+         RETURNING tenant_id, session_id), \
+         ins AS (INSERT INTO events (tenant_id, session_id, seq, type, ts, body) \
+         SELECT upd.tenant_id, upd.session_id, v.seq, v.type, v.ts, v.body FROM upd CROSS JOIN (VALUES ",
+    );
+    for k in 0..req.rows.len() {
+        sql.push_str(if k == 0 {
+            "(?, ?, ?, ?)"
+        } else {
+            ", (?, ?, ?, ?)"
+        });
+    }
+    sql.push_str(
+        ") AS v(seq, type, ts, body) RETURNING 1), \
+         note AS (SELECT pg_notify(?, ?) FROM upd) \
+         SELECT (SELECT count(*) FROM upd) AS updated, (SELECT count(*) FROM note) AS notified",
+    );
+    let sql = Dialect::Postgres.sql(&sql);
+    let mut q = sqlx::query(&sql)
+        .bind(req.count)
+        .bind(req.status.clone())
+        .bind(now_ms())
+        .bind(req.tenant.clone())
+        .bind(req.session.clone())
+        .bind(req.expected)
+        .bind(req.epoch);
+    for (seq, ty, ts, body) in &req.rows {
+        q = q.bind(*seq).bind(*ty).bind(*ts).bind(body.clone());
+    }
+    let row = q
+        .bind(channel.to_owned())
+        .bind(req.session.clone())
+        .fetch_one(pool)
+        .await?;
+    if row.try_get::<i64, _>("updated")? == 1 {
+        return Ok(Ok(u64::try_from(req.expected + req.count).unwrap_or(0)));
+    }
+    let mut conn = pool.acquire().await?;
+    Ok(Err(classify(&mut conn, Dialect::Postgres, req).await?))
+}
+
 /// Why the compare-and-set of `req` matched no row.
 async fn classify(
     conn: &mut AnyConnection,
@@ -173,12 +224,18 @@ impl GroupCommit {
         writer: Arc<Mutex<AnyConnection>>,
         waiters: Arc<Waiters>,
     ) -> Result<u64, CasFailure> {
-        let (reply, answer) = oneshot::channel();
+        let (reply, mut answer) = oneshot::channel();
         self.queue
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(Pending { req, reply });
-        let guard = writer.lock_owned().await;
+        // Wait for the writer or for our answer, whichever comes first: a request committed by
+        // another leader returns at once instead of queueing behind the next commit (convoy).
+        let guard = tokio::select! {
+            biased;
+            done = &mut answer => return done.unwrap_or_else(|_| Err(aborted())),
+            guard = writer.lock_owned() => guard,
+        };
         let batch = std::mem::take(&mut *self.queue.lock().unwrap_or_else(|p| p.into_inner()));
         if batch.is_empty() {
             // Someone else committed our request while we waited for the writer.
@@ -188,12 +245,15 @@ impl GroupCommit {
             let task = tokio::spawn(commit_batch(guard, batch, waiters));
             let _ = task.await;
         }
-        answer.await.unwrap_or_else(|_| {
-            Err(CasFailure::Store(StoreError::Conflict(
-                "the append's commit task ended without an answer; read the journal to learn the outcome".into(),
-            )))
-        })
+        answer.await.unwrap_or_else(|_| Err(aborted()))
     }
+}
+
+fn aborted() -> CasFailure {
+    CasFailure::Store(StoreError::Conflict(
+        "the append's commit task ended without an answer; read the journal to learn the outcome"
+            .into(),
+    ))
 }
 
 async fn commit_batch(

@@ -742,20 +742,7 @@ impl Store for SqlStore {
                     .await
             }
             None => {
-                let mut conn = self.inner.pool.acquire().await?;
-                let mut tx = conn.begin().await?;
-                let result = group_commit::apply_one(&mut tx, Dialect::Postgres, &req).await?;
-                if result.is_ok() {
-                    sqlx::query("SELECT pg_notify($1, $2)::text")
-                        .bind(self.inner.channel.clone())
-                        .bind(session.to_string())
-                        .execute(&mut *tx)
-                        .await?;
-                    tx.commit().await?;
-                } else {
-                    tx.rollback().await?;
-                }
-                result
+                group_commit::append_postgres(&self.inner.pool, &self.inner.channel, &req).await?
             }
         };
         match outcome {
