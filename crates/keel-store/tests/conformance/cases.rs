@@ -15,6 +15,11 @@ fn tenant() -> TenantId {
 }
 
 pub async fn create_and_get_session(h: &Harness) {
+    let expected_backend = match h.location {
+        super::harness::Location::Sqlite(_) => "sqlite",
+        super::harness::Location::Postgres { .. } => "postgres",
+    };
+    assert_eq!(h.store.backend(), expected_backend);
     let t = tenant();
     let id = SessionId::new();
     let parent = SessionId::new();
