@@ -1,0 +1,201 @@
+//! Configuration: per session ([`SessionConfig`], pinned in `session.created` so any worker can
+//! resume the session) and per worker process ([`RuntimeOptions`]).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use keel_core::Budget;
+use keel_model::PriceTable;
+use keel_tools::policy::{PermissionMode, Policy, Rule};
+use keel_tools::sandbox::SandboxMode;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Result, RuntimeError};
+
+/// What happens to an input submitted while the session has a turn in progress.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MultitaskStrategy {
+    /// Queue it durably; it runs when the active turn ends (default).
+    #[default]
+    Enqueue,
+    /// Refuse it with [`RuntimeError::TurnInProgress`]; nothing is written.
+    Reject,
+    /// Queue it and cancel the active turn (`turn.cancel_requested`, then `aborted`).
+    Interrupt,
+}
+
+/// Settings pinned for a session's life (journaled, redacted, in `session.created.config`).
+/// Every field has a default; units are in the names.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SessionConfig {
+    /// The workspace every tool path is confined to; `AGENTS.md` is read from its root.
+    pub workspace: PathBuf,
+    /// Permission mode (`default`, `accept_edits`, `read_only`, `bypass`).
+    pub permission_mode: PermissionMode,
+    /// `allow` rules (`shell(cargo test *)`, `read_file`, …).
+    pub allow: Vec<String>,
+    /// `ask` rules.
+    pub ask: Vec<String>,
+    /// `deny` rules.
+    pub deny: Vec<String>,
+    /// How `shell` is confined.
+    pub sandbox: SandboxMode,
+    /// Per-turn limits; fields left `None` fall back to the release's budget.
+    pub turn_budget: Budget,
+    /// Per-session limits (over all turns).
+    pub session_budget: Budget,
+    /// Per-tenant daily limits; only `max_tokens` and `max_cost_usd` apply.
+    pub tenant_daily_budget: Budget,
+    /// What a second input does while a turn is in progress.
+    pub multitask: MultitaskStrategy,
+    /// The model's context window, tokens.
+    pub context_window_tokens: u64,
+    /// Compact when the projected context reaches this fraction of the window (default 0.8).
+    pub compact_at_fraction: f64,
+    /// The same failing call (tool, arguments, error) this many times in a turn ends it with
+    /// `loop_detected` (default 3).
+    pub loop_threshold: u32,
+    /// Time limit of one tool call, ms (`None`: the tool's own limits only).
+    pub tool_timeout_ms: Option<u64>,
+    /// Wall-clock limit of one turn, ms; on expiry everything below is cancelled, dispatched
+    /// effects become `outcome_unknown` and the turn ends `failed`.
+    pub turn_timeout_ms: Option<u64>,
+    /// Time from sending a model request to its first event, ms.
+    pub model_first_token_timeout_ms: Option<u64>,
+    /// Time from sending a model request to its end, ms.
+    pub model_total_timeout_ms: Option<u64>,
+    /// How long an approval waits for a decision, ms (default 24 h).
+    pub approval_ttl_ms: u64,
+    /// Extra secret patterns (regular expressions) redacted from events.
+    pub secret_patterns: Vec<String>,
+    /// Names of environment variables whose values are secret.
+    pub secret_env: Vec<String>,
+}
+
+impl Default for SessionConfig {
+    fn default() -> Self {
+        Self {
+            workspace: PathBuf::from("."),
+            permission_mode: PermissionMode::Default,
+            allow: Vec::new(),
+            ask: Vec::new(),
+            deny: Vec::new(),
+            sandbox: SandboxMode::WorkspaceWrite,
+            turn_budget: Budget::default(),
+            session_budget: Budget::default(),
+            tenant_daily_budget: Budget::default(),
+            multitask: MultitaskStrategy::Enqueue,
+            context_window_tokens: 200_000,
+            compact_at_fraction: 0.8,
+            loop_threshold: 3,
+            tool_timeout_ms: None,
+            turn_timeout_ms: None,
+            model_first_token_timeout_ms: None,
+            model_total_timeout_ms: None,
+            approval_ttl_ms: 24 * 3600 * 1000,
+            secret_patterns: Vec::new(),
+            secret_env: Vec::new(),
+        }
+    }
+}
+
+impl SessionConfig {
+    /// The configured policy (mode and rules), without session rules.
+    ///
+    /// # Errors
+    /// [`RuntimeError::InvalidInput`] naming a rule that does not parse.
+    pub fn policy(&self) -> Result<Policy> {
+        let mut policy = Policy::new(self.permission_mode);
+        let bad = |e: keel_tools::ToolsError| RuntimeError::InvalidInput(e.to_string());
+        for r in &self.allow {
+            policy = policy.with_rule(Rule::allow(r).map_err(bad)?);
+        }
+        for r in &self.ask {
+            policy = policy.with_rule(Rule::ask(r).map_err(bad)?);
+        }
+        for r in &self.deny {
+            policy = policy.with_rule(Rule::deny(r).map_err(bad)?);
+        }
+        Ok(policy)
+    }
+
+    /// Checks every field a session needs before anything is written.
+    ///
+    /// # Errors
+    /// [`RuntimeError::InvalidInput`] naming the field.
+    pub fn validate(&self) -> Result<()> {
+        self.policy()?;
+        crate::redact::Redactor::new(&self.secret_patterns, &[])?;
+        if !(self.compact_at_fraction > 0.0 && self.compact_at_fraction <= 1.0) {
+            return Err(RuntimeError::InvalidInput(format!(
+                "compact_at_fraction must be in (0, 1], got {}",
+                self.compact_at_fraction
+            )));
+        }
+        if self.context_window_tokens == 0 {
+            return Err(RuntimeError::InvalidInput(
+                "context_window_tokens must be positive".into(),
+            ));
+        }
+        if self.loop_threshold == 0 {
+            return Err(RuntimeError::InvalidInput(
+                "loop_threshold must be at least 1".into(),
+            ));
+        }
+        if !self.workspace.is_dir() {
+            return Err(RuntimeError::InvalidInput(format!(
+                "workspace {} is not a directory",
+                self.workspace.display()
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Merges `over` onto `base`: each limit of `over` that is set wins.
+pub(crate) fn merge_budget(base: Budget, over: Budget) -> Budget {
+    Budget {
+        max_steps: over.max_steps.or(base.max_steps),
+        max_tokens: over.max_tokens.or(base.max_tokens),
+        max_cost_usd: over.max_cost_usd.or(base.max_cost_usd),
+        max_tool_calls: over.max_tool_calls.or(base.max_tool_calls),
+        max_wall_time_ms: over.max_wall_time_ms.or(base.max_wall_time_ms),
+    }
+}
+
+/// Settings of one worker process.
+#[derive(Debug, Clone)]
+pub struct RuntimeOptions {
+    /// Worker name; the lease owner is `<name>@<host>:<pid>`.
+    pub worker_name: String,
+    /// Lease time-to-live (default 10 s); heartbeats renew it every third of it.
+    pub lease_ttl: Duration,
+    /// How long to wait for another live worker's lease before [`RuntimeError::SessionBusy`]
+    /// (default: one lease TTL plus a second).
+    pub lease_wait: Duration,
+    /// Prices for cost accounting (USD).
+    pub prices: PriceTable,
+    /// Capacity of each session's ephemeral delta buffer (default 1024); a subscriber further
+    /// behind loses deltas and is told how many.
+    pub delta_buffer: usize,
+    /// Grace a cancelled tool gets to return its own result before the runtime records one, ms.
+    pub cancel_grace_ms: u64,
+}
+
+impl Default for RuntimeOptions {
+    fn default() -> Self {
+        Self {
+            worker_name: format!(
+                "keel-worker-{}",
+                &keel_core::SessionId::new().to_string()[24..]
+            ),
+            lease_ttl: Duration::from_secs(10),
+            lease_wait: Duration::from_secs(11),
+            prices: PriceTable::default(),
+            delta_buffer: 1024,
+            cancel_grace_ms: 5_000,
+        }
+    }
+}

@@ -1,0 +1,185 @@
+//! Context projection: what the model sees for one step, frozen once per step.
+//!
+//! A [`ContextSnapshot`] holds the instructions (the release's, then the workspace's `AGENTS.md`
+//! if present), the transcript after the last compaction boundary (preceded by the compaction
+//! summary), the tool schemas visible under the step's policy, and that policy. The step's
+//! proposed calls are validated and authorized against this same snapshot.
+//!
+//! **Token estimate.** Bytes / 4 (rounded up) plus 4 tokens of framing per item — a documented
+//! byte-based estimator instead of a tokenizer (tiktoken-rs would add a large build for a figure
+//! that only decides *when* to compact). Each transcript item is estimated once when it is added
+//! to the [`crate::journal::Projection`] and cached there; a step sums cached numbers, it never
+//! re-tokenizes the transcript.
+
+use std::path::Path;
+
+use keel_model::{Message, ModelRequest, RequestPurpose, ToolSchema};
+use keel_tools::ToolRegistry;
+use keel_tools::policy::{Policy, PolicyRequest, Subject, Verdict};
+use keel_tools::tool::EffectClass;
+use serde::Serialize;
+
+use crate::journal::Projection;
+
+/// Estimated tokens of a text: ceil(bytes / 4).
+pub fn estimate_tokens(text: &str) -> u64 {
+    (text.len() as u64).div_ceil(4)
+}
+
+/// Estimated tokens of one transcript item (text plus 4 tokens of framing).
+pub fn estimate_message_tokens(m: &Message) -> u64 {
+    4 + match m {
+        Message::User { content } | Message::Tool { content, .. } => estimate_tokens(content),
+        Message::Assistant {
+            text, tool_calls, ..
+        } => {
+            estimate_tokens(text)
+                + tool_calls
+                    .iter()
+                    .map(|c| {
+                        estimate_tokens(&c.name) + estimate_tokens(&c.arguments.to_string()) + 4
+                    })
+                    .sum::<u64>()
+        }
+    }
+}
+
+/// The heading the compaction summary is shown under.
+pub const SUMMARY_PREFIX: &str =
+    "Summary of the earlier conversation (older messages were compacted):\n";
+
+/// What the model sees for one step.
+#[derive(Debug, Clone, Serialize)]
+pub struct ContextSnapshot {
+    /// System prompt.
+    pub instructions: String,
+    /// Transcript after the last compaction boundary (the summary first, as a user message).
+    pub messages: Vec<Message>,
+    /// Tools the model may call.
+    pub tools: Vec<ToolSchema>,
+    /// Index of the first transcript item shown.
+    pub first_item: u64,
+    /// Estimated tokens of the whole request.
+    pub estimated_tokens: u64,
+    /// The policy calls of this step are authorized against.
+    #[serde(skip)]
+    pub policy: Policy,
+}
+
+impl ContextSnapshot {
+    /// The model request for this snapshot.
+    pub fn request(&self, purpose: RequestPurpose, response_index: u64) -> ModelRequest {
+        ModelRequest {
+            instructions: (!self.instructions.is_empty()).then(|| self.instructions.clone()),
+            messages: self.messages.clone(),
+            tools: self.tools.clone(),
+            purpose,
+            response_index: Some(response_index),
+            ..ModelRequest::default()
+        }
+    }
+}
+
+/// Whether `tool` is visible under `policy`: hidden when the policy denies every use of it
+/// (a bare `deny <tool>` rule, or a mode that denies its effect class).
+fn visible(policy: &Policy, name: &str, effect: EffectClass) -> bool {
+    let subject = Subject::Other(String::new());
+    policy
+        .evaluate(&PolicyRequest {
+            tool: name,
+            effect,
+            subject: &subject,
+        })
+        .verdict
+        != Verdict::Deny
+}
+
+/// Builds the snapshot for the next step.
+pub fn project(
+    instructions: &str,
+    workspace: &Path,
+    allowed_tools: &[String],
+    registry: &ToolRegistry,
+    policy: Policy,
+    proj: &Projection,
+) -> ContextSnapshot {
+    let mut system = instructions.to_owned();
+    if let Ok(agents) = std::fs::read_to_string(workspace.join("AGENTS.md")) {
+        if !system.is_empty() {
+            system.push_str("\n\n");
+        }
+        system.push_str("# AGENTS.md (workspace instructions)\n\n");
+        system.push_str(agents.trim_end());
+    }
+    let tools: Vec<ToolSchema> = registry
+        .specs()
+        .into_iter()
+        .filter(|s| allowed_tools.is_empty() || allowed_tools.contains(&s.name))
+        .filter(|s| visible(&policy, &s.name, s.effect))
+        .map(|s| ToolSchema {
+            name: s.name,
+            description: s.description,
+            parameters: s.input_schema,
+        })
+        .collect();
+    let first = usize::try_from(proj.first_kept)
+        .unwrap_or(usize::MAX)
+        .min(proj.items.len());
+    let mut messages = Vec::with_capacity(proj.items.len() - first + 1);
+    let mut tokens = estimate_tokens(&system)
+        + tools
+            .iter()
+            .map(|t| estimate_tokens(&t.description) + estimate_tokens(&t.parameters.to_string()))
+            .sum::<u64>();
+    if let Some(summary) = &proj.summary {
+        let m = Message::User {
+            content: format!("{SUMMARY_PREFIX}{summary}"),
+        };
+        tokens += estimate_message_tokens(&m);
+        messages.push(m);
+    }
+    messages.extend(proj.items[first..].iter().cloned());
+    tokens += proj.item_tokens[first..].iter().sum::<u64>();
+    ContextSnapshot {
+        instructions: system,
+        messages,
+        tools,
+        first_item: first as u64,
+        estimated_tokens: tokens,
+        policy,
+    }
+}
+
+/// Indices after `from` where a kept range may start: a `user` or `assistant` item (never a
+/// `tool` item, which must follow its call).
+pub fn boundaries(proj: &Projection, from: u64) -> Vec<u64> {
+    proj.items
+        .iter()
+        .enumerate()
+        .skip(
+            usize::try_from(from)
+                .unwrap_or(usize::MAX)
+                .saturating_add(1),
+        )
+        .filter(|(_, m)| !matches!(m, Message::Tool { .. }))
+        .map(|(i, _)| i as u64)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn estimate_is_a_quarter_of_the_bytes_rounded_up() {
+        assert_eq!(estimate_tokens(""), 0);
+        assert_eq!(estimate_tokens("abcd"), 1);
+        assert_eq!(estimate_tokens("abcde"), 2);
+        assert_eq!(
+            estimate_message_tokens(&Message::User {
+                content: "abcdefgh".into()
+            }),
+            6
+        );
+    }
+}

@@ -1,0 +1,107 @@
+//! The runtime's one error type.
+
+use keel_core::{ApplyError, OperationKey, SessionId, ToolCallId, TurnId};
+use keel_store::StoreError;
+use keel_tools::ToolsError;
+
+/// Everything a [`crate::Runtime`] call can fail with. Variants name the input at fault; none of
+/// them loses a committed event (the journal is only ever appended with compare-and-set).
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// The store failed (connection, corrupt row, …) or refused a write.
+    #[error("store: {0}")]
+    Store(#[from] StoreError),
+    /// Tools or approvals failed in a way that is the caller's concern.
+    #[error("tools: {0}")]
+    Tools(#[from] ToolsError),
+    /// The caller passed something unusable (empty input, an unknown permission mode, a bad rule
+    /// or secret pattern, an unknown workspace). Nothing was written.
+    #[error("invalid input: {0}")]
+    InvalidInput(String),
+    /// The session's `config` (pinned in `session.created`) cannot be read by this build.
+    #[error("session {session}: its pinned config cannot be read: {reason}")]
+    Config {
+        /// The session.
+        session: SessionId,
+        /// What is wrong.
+        reason: String,
+    },
+    /// An event the runtime built was refused by the session fold: a bug in the runtime, or a
+    /// request that does not fit the session's state (e.g. deciding an effect that is not
+    /// `outcome_unknown`). Nothing was written.
+    #[error("session {session}: {source}")]
+    Rejected {
+        /// The session.
+        session: SessionId,
+        /// The fold's reason, naming the event.
+        source: ApplyError,
+    },
+    /// Another worker holds the session's lease and did not give it up in time.
+    #[error(
+        "session {session} is being run by {owner}; wait for it to finish or for its lease to expire"
+    )]
+    SessionBusy {
+        /// The session.
+        session: SessionId,
+        /// The lease holder.
+        owner: String,
+    },
+    /// This worker lost the session's lease (it expired and another worker took over). The
+    /// session continues there; nothing this worker did after losing it was written.
+    #[error("session {session}: lease lost to another worker")]
+    LeaseLost {
+        /// The session.
+        session: SessionId,
+    },
+    /// Multitask strategy `reject`: the session already has an active or queued turn.
+    #[error(
+        "session {session} already has turn {turn} in progress (multitask strategy reject); wait for it or use enqueue/interrupt"
+    )]
+    TurnInProgress {
+        /// The session.
+        session: SessionId,
+        /// The active or queued turn.
+        turn: TurnId,
+    },
+    /// No turn to cancel.
+    #[error("session {session} has no active or queued turn to cancel")]
+    NoActiveTurn {
+        /// The session.
+        session: SessionId,
+    },
+    /// The tool call is not open in the session.
+    #[error("session {session}: tool call {call} is not running or waiting")]
+    NoSuchToolCall {
+        /// The session.
+        session: SessionId,
+        /// The call.
+        call: ToolCallId,
+    },
+    /// The effect does not exist or is not waiting for a decision.
+    #[error("session {session}: effect {key} is not outcome_unknown")]
+    EffectNotUnknown {
+        /// The session.
+        session: SessionId,
+        /// The operation key.
+        key: OperationKey,
+    },
+    /// The session is closed.
+    #[error("session {session} is closed")]
+    Closed {
+        /// The session.
+        session: SessionId,
+    },
+}
+
+impl RuntimeError {
+    /// Maps store lease errors to [`RuntimeError::LeaseLost`].
+    pub(crate) fn from_append(session: SessionId, e: StoreError) -> Self {
+        match e {
+            StoreError::LeaseLost { .. } => RuntimeError::LeaseLost { session },
+            other => RuntimeError::Store(other),
+        }
+    }
+}
+
+/// Shorthand.
+pub type Result<T, E = RuntimeError> = std::result::Result<T, E>;

@@ -1,0 +1,285 @@
+//! Event subscriptions with backpressure.
+//!
+//! A [`Subscription`] yields durable events from any sequence number — replayed from the
+//! journal, then tailed live (`Store::wait_for_version`, so writes of other processes are seen
+//! too) — interleaved with ephemeral [`Delta`]s (model text, tool-call arguments, tool progress)
+//! of sessions run in this process. Deltas go through a bounded per-session buffer
+//! (`tokio::sync::broadcast`): the session never waits for a subscriber; a subscriber that falls
+//! further behind than the buffer loses the oldest deltas and receives a
+//! [`SubscriptionItem::Gap`] saying how many. Consecutive text deltas are coalesced on the way
+//! out. Durable events are never lost: they are re-read from the journal. Everything is redacted
+//! before it is handed out.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use keel_core::{Event, SessionId, TenantId};
+use keel_store::Store;
+use keel_tools::tool::ToolProgress;
+use serde::Serialize;
+use tokio::sync::broadcast;
+
+use crate::error::Result;
+use crate::redact::Redactor;
+
+/// An ephemeral, coalescible piece of live output.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum DeltaKind {
+    /// Model text.
+    Text {
+        /// The text.
+        text: String,
+    },
+    /// Model reasoning text.
+    Reasoning {
+        /// The text.
+        text: String,
+    },
+    /// A fragment of a tool call's arguments as the model streams them.
+    ToolArguments {
+        /// The call.
+        call_id: String,
+        /// The fragment.
+        delta: String,
+    },
+    /// Progress of a running tool.
+    ToolProgress {
+        /// The call.
+        call_id: String,
+        /// The progress.
+        progress: ToolProgress,
+    },
+}
+
+/// A delta with the journal version it follows.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Delta {
+    /// The session.
+    pub session_id: SessionId,
+    /// The journal version when it was produced (it belongs after event `after_seq`).
+    pub after_seq: u64,
+    /// What it is.
+    #[serde(flatten)]
+    pub kind: DeltaKind,
+}
+
+/// One item of a subscription.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "item", rename_all = "snake_case")]
+pub enum SubscriptionItem {
+    /// A durable journal event.
+    Event {
+        /// The event (boxed: events are large, deltas small).
+        event: Box<Event>,
+    },
+    /// Live output.
+    Delta {
+        /// The delta.
+        delta: Delta,
+    },
+    /// The subscriber was too slow: `dropped` deltas were lost (durable events never are).
+    Gap {
+        /// How many deltas.
+        dropped: u64,
+    },
+}
+
+/// Per-session delta channels of this process.
+#[derive(Debug)]
+pub(crate) struct Hub {
+    capacity: usize,
+    channels: Mutex<HashMap<SessionId, broadcast::Sender<Delta>>>,
+}
+
+impl Hub {
+    pub(crate) fn new(capacity: usize) -> Self {
+        Self {
+            capacity: capacity.max(1),
+            channels: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub(crate) fn sender(&self, session: SessionId) -> broadcast::Sender<Delta> {
+        let mut map = self.channels.lock().unwrap_or_else(PoisonError::into_inner);
+        map.entry(session)
+            .or_insert_with(|| broadcast::channel(self.capacity).0)
+            .clone()
+    }
+}
+
+/// A live view of one session's events. See the module docs.
+pub struct Subscription {
+    store: Arc<dyn Store>,
+    tenant: TenantId,
+    session: SessionId,
+    next_seq: u64,
+    buffered: VecDeque<SubscriptionItem>,
+    deltas: broadcast::Receiver<Delta>,
+    redactor: Arc<Redactor>,
+    /// Longest wait on the store per poll (the SQLite tail also polls every 50 ms).
+    poll: Duration,
+}
+
+impl std::fmt::Debug for Subscription {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Subscription")
+            .field("session", &self.session)
+            .field("next_seq", &self.next_seq)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Subscription {
+    pub(crate) fn new(
+        store: Arc<dyn Store>,
+        tenant: TenantId,
+        session: SessionId,
+        from_seq: u64,
+        deltas: broadcast::Receiver<Delta>,
+        redactor: Arc<Redactor>,
+    ) -> Self {
+        Self {
+            store,
+            tenant,
+            session,
+            next_seq: from_seq.max(1),
+            buffered: VecDeque::new(),
+            deltas,
+            redactor,
+            poll: Duration::from_millis(500),
+        }
+    }
+
+    /// The sequence number of the next durable event this subscription will yield.
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    fn redact_event(&self, ev: Event) -> Event {
+        let Ok(mut v) = serde_json::to_value(&ev) else {
+            return ev;
+        };
+        self.redactor.redact_value(&mut v);
+        serde_json::from_value(v).unwrap_or(ev)
+    }
+
+    fn redact_delta(&self, mut d: Delta) -> Delta {
+        match &mut d.kind {
+            DeltaKind::Text { text } | DeltaKind::Reasoning { text } => {
+                *text = self.redactor.redact_str(text);
+            }
+            DeltaKind::ToolArguments { delta, .. } => *delta = self.redactor.redact_str(delta),
+            DeltaKind::ToolProgress { progress, .. } => match progress {
+                ToolProgress::Output { text } | ToolProgress::Status { text } => {
+                    *text = self.redactor.redact_str(text);
+                }
+            },
+        }
+        d
+    }
+
+    /// Takes whatever deltas are waiting, coalescing consecutive text; `None` when none are.
+    fn drain_deltas(&mut self) -> Option<SubscriptionItem> {
+        let mut out: Option<Delta> = None;
+        loop {
+            match self.deltas.try_recv() {
+                Ok(d) => {
+                    let d = self.redact_delta(d);
+                    match (&mut out, d) {
+                        (None, d) => out = Some(d),
+                        (
+                            Some(Delta {
+                                kind: DeltaKind::Text { text: acc },
+                                after_seq,
+                                ..
+                            }),
+                            Delta {
+                                kind: DeltaKind::Text { text },
+                                after_seq: s,
+                                ..
+                            },
+                        ) if *after_seq == s => acc.push_str(&text),
+                        (Some(_), d) => {
+                            self.buffered
+                                .push_back(SubscriptionItem::Delta { delta: d });
+                            break;
+                        }
+                    }
+                }
+                Err(broadcast::error::TryRecvError::Lagged(n)) => {
+                    if let Some(d) = out.take() {
+                        self.buffered
+                            .push_back(SubscriptionItem::Gap { dropped: n });
+                        return Some(SubscriptionItem::Delta { delta: d });
+                    }
+                    return Some(SubscriptionItem::Gap { dropped: n });
+                }
+                Err(_) => break,
+            }
+        }
+        out.map(|delta| SubscriptionItem::Delta { delta })
+    }
+
+    async fn read_durable(&mut self) -> Result<bool> {
+        let events = self
+            .store
+            .read(self.tenant, self.session, self.next_seq, Some(256))
+            .await?;
+        let got = !events.is_empty();
+        for ev in events {
+            self.next_seq = ev.seq + 1;
+            let ev = self.redact_event(ev);
+            self.buffered.push_back(SubscriptionItem::Event {
+                event: Box::new(ev),
+            });
+        }
+        Ok(got)
+    }
+
+    /// The next item, waiting for one.
+    ///
+    /// # Errors
+    /// Store errors (the subscription stays usable: call again).
+    pub async fn next(&mut self) -> Result<SubscriptionItem> {
+        loop {
+            if let Some(item) = self.buffered.pop_front() {
+                return Ok(item);
+            }
+            if self.read_durable().await? {
+                continue;
+            }
+            if let Some(item) = self.drain_deltas() {
+                return Ok(item);
+            }
+            let after = self.next_seq - 1;
+            tokio::select! {
+                r = self.store.wait_for_version(self.tenant, self.session, after, self.poll) => { r?; }
+                r = self.deltas.recv() => match r {
+                    Ok(d) => {
+                        let d = self.redact_delta(d);
+                        self.buffered.push_back(SubscriptionItem::Delta { delta: d });
+                    }
+                    Err(broadcast::error::RecvError::Lagged(n)) => {
+                        self.buffered.push_back(SubscriptionItem::Gap { dropped: n });
+                    }
+                    Err(broadcast::error::RecvError::Closed) => {
+                        tokio::time::sleep(self.poll).await;
+                    }
+                },
+            }
+        }
+    }
+
+    /// Like [`Subscription::next`] but gives up after `timeout` with `Ok(None)`.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub async fn next_timeout(&mut self, timeout: Duration) -> Result<Option<SubscriptionItem>> {
+        match tokio::time::timeout(timeout, self.next()).await {
+            Ok(r) => r.map(Some),
+            Err(_) => Ok(None),
+        }
+    }
+}

@@ -1,0 +1,17 @@
+//! keel-runtime integration tests: one binary, one module per behaviour area. Tests that talk
+//! to PostgreSQL use a fresh schema of `KEEL_TEST_DATABASE_URL` (default
+//! `postgres://postgres@127.0.0.1:5432/test`), dropped afterwards.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+mod common;
+
+mod budgets;
+mod cancel;
+mod compaction;
+mod context;
+mod recovery;
+mod streaming;
+mod subscribe;
+mod tools;
+mod turn_loop;

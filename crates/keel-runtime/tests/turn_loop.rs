@@ -1,0 +1,239 @@
+//! The turn loop with the scripted model: event order, multi-step turns, multitask strategies,
+//! script position across turns, bad input.
+
+use keel_core::{SessionStatus, TerminalReason};
+use keel_runtime::{MultitaskStrategy, RuntimeError};
+use serde_json::json;
+
+use crate::common::*;
+use crate::on_both;
+
+on_both!(
+    a_text_turn_journals_every_transition_and_ends_with_turn_finished,
+    a_multi_step_turn_runs_tools_and_completes,
+    the_script_position_carries_across_turns,
+);
+
+async fn a_text_turn_journals_every_transition_and_ends_with_turn_finished(b: Backend) {
+    let f = fixture(
+        b,
+        &[json!({"text": "hello there", "usage": {"input_tokens": 10, "output_tokens": 5}})],
+        |_| {},
+    )
+    .await;
+    f.rt.submit(f.tenant, f.session, "say hi").await.unwrap();
+    // The input is durable before anything runs.
+    assert_eq!(f.types().await, ["session.created", "turn.queued"]);
+    let out = f.rt.run(f.tenant, f.session).await.unwrap();
+    assert_eq!(out.status, SessionStatus::Idle);
+    assert_eq!(out.turns.len(), 1);
+    let t = &out.turns[0];
+    assert_eq!(t.terminal_reason, TerminalReason::Completed);
+    assert_eq!(t.final_text, "hello there");
+    assert_eq!(t.usage.input_tokens, 10);
+    assert_eq!(t.num_steps, 1);
+    assert_eq!(
+        f.types().await,
+        [
+            "session.created",
+            "turn.queued",
+            "session.status_changed",
+            "turn.started",
+            "turn.phase_changed",
+            "step.started",
+            "step.streaming",
+            "step.completed",
+            "turn.finished",
+            "session.status_changed",
+        ]
+    );
+}
+
+async fn a_multi_step_turn_runs_tools_and_completes(b: Backend) {
+    let f = fixture(
+        b,
+        &[
+            json!({"tool_calls": [call("read_file", json!({"path": "README.md"})), call("counter", json!({"label": "a"}))]}),
+            json!({"tool_calls": [call("counter", json!({"label": "b"}))]}),
+            json!({"text": "all done"}),
+        ],
+        |_| {},
+    )
+    .await;
+    f.rt.submit(f.tenant, f.session, "count twice")
+        .await
+        .unwrap();
+    let out = f.rt.run(f.tenant, f.session).await.unwrap();
+    assert_eq!(
+        out.turns[0].terminal_reason,
+        TerminalReason::Completed,
+        "{out:?}"
+    );
+    assert_eq!(out.turns[0].num_steps, 3);
+    let lines = f.counter_lines();
+    assert_eq!(lines, ["call_1_1 a", "call_2_0 b"]);
+    let evs = f.events().await;
+    let effects: Vec<_> = evs
+        .iter()
+        .map(|e| e.type_name())
+        .filter(|t| t.starts_with("effect."))
+        .collect();
+    assert_eq!(
+        effects,
+        [
+            "effect.prepared",
+            "effect.dispatched",
+            "effect.committed",
+            "effect.prepared",
+            "effect.dispatched",
+            "effect.committed"
+        ]
+    );
+    // Intent before effect: prepared and dispatched are committed before the call starts.
+    let pos = |ty: &str, call: &str| {
+        evs.iter()
+            .position(|e| {
+                e.type_name() == ty
+                    && e.correlation.tool_call_id.as_ref().map(|c| c.as_str()) == Some(call)
+            })
+            .unwrap()
+    };
+    assert!(pos("effect.prepared", "call_1_1") < pos("tool_call.started", "call_1_1"));
+    let ctx = f.rt.project_context(f.tenant, f.session).await.unwrap();
+    assert_eq!(
+        ctx.messages.len(),
+        1 + 1 + 2 + 1 + 1 + 1,
+        "user, assistant, 2 results, assistant, result, assistant"
+    );
+}
+
+async fn the_script_position_carries_across_turns(b: Backend) {
+    let f = fixture(b, &[json!({"text": "one"}), json!({"text": "two"})], |_| {}).await;
+    f.rt.submit(f.tenant, f.session, "first").await.unwrap();
+    let a = f.rt.run(f.tenant, f.session).await.unwrap();
+    f.rt.submit(f.tenant, f.session, "second").await.unwrap();
+    let b2 = f.rt.run(f.tenant, f.session).await.unwrap();
+    assert_eq!(a.turns[0].final_text, "one");
+    assert_eq!(b2.turns[0].final_text, "two");
+}
+
+#[tokio::test]
+async fn enqueue_runs_queued_inputs_in_order() {
+    let f = fixture(
+        Backend::Sqlite,
+        &[json!({"text": "one"}), json!({"text": "two"})],
+        |_| {},
+    )
+    .await;
+    let t1 = f.rt.submit(f.tenant, f.session, "first").await.unwrap();
+    let t2 = f.rt.submit(f.tenant, f.session, "second").await.unwrap();
+    let out = f.rt.run(f.tenant, f.session).await.unwrap();
+    let ids: Vec<_> = out.turns.iter().map(|t| t.turn_id).collect();
+    assert_eq!(ids, [t1, t2]);
+    assert!(
+        out.turns
+            .iter()
+            .all(|t| t.terminal_reason == TerminalReason::Completed)
+    );
+}
+
+#[tokio::test]
+async fn reject_refuses_input_while_a_turn_is_queued_and_writes_nothing() {
+    let f = fixture(Backend::Sqlite, &[json!({"text": "one"})], |c| {
+        c.multitask = MultitaskStrategy::Reject
+    })
+    .await;
+    let t1 = f.rt.submit(f.tenant, f.session, "first").await.unwrap();
+    let before = f.events().await.len();
+    let err =
+        f.rt.submit(f.tenant, f.session, "second")
+            .await
+            .unwrap_err();
+    assert!(
+        matches!(err, RuntimeError::TurnInProgress { turn, .. } if turn == t1),
+        "{err}"
+    );
+    assert_eq!(f.events().await.len(), before);
+    let out = f.rt.run(f.tenant, f.session).await.unwrap();
+    assert_eq!(out.turns.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn interrupt_aborts_the_active_turn_and_runs_the_new_input() {
+    let f = fixture(
+        Backend::Sqlite,
+        &[
+            json!({"tool_calls": [call("sleep", json!({"ms": 60000}))]}),
+            json!({"text": "second answer"}),
+        ],
+        |c| c.multitask = MultitaskStrategy::Interrupt,
+    )
+    .await;
+    let t1 = f.rt.submit(f.tenant, f.session, "first").await.unwrap();
+    let rt = f.rt.clone();
+    let (tenant, session) = (f.tenant, f.session);
+    let run = tokio::spawn(async move { rt.run(tenant, session).await });
+    wait_for_event(&f.db.store, f.tenant, f.session, "tool_call.started").await;
+    let t2 = f.rt.submit(f.tenant, f.session, "second").await.unwrap();
+    let out = run.await.unwrap().unwrap();
+    let got: Vec<_> = out
+        .turns
+        .iter()
+        .map(|t| (t.turn_id, t.terminal_reason))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (t1, TerminalReason::Aborted),
+            (t2, TerminalReason::Completed)
+        ]
+    );
+    assert_eq!(out.turns[1].final_text, "second answer");
+}
+
+#[tokio::test]
+async fn empty_input_is_refused_and_nothing_is_written() {
+    let f = fixture(Backend::Sqlite, &[json!({"text": "x"})], |_| {}).await;
+    let err = f.rt.submit(f.tenant, f.session, "   ").await.unwrap_err();
+    assert!(matches!(err, RuntimeError::InvalidInput(_)), "{err}");
+    assert_eq!(f.types().await, ["session.created"]);
+}
+
+#[tokio::test]
+async fn a_bad_config_is_refused_before_anything_is_written() {
+    let db = db(Backend::Sqlite).await;
+    let rt = runtime(&db, scripted(&[json!({"text": "x"})]));
+    let ws = workspace();
+    let mut cfg = config(ws.path());
+    cfg.deny = vec!["shell(".into()];
+    let err = rt
+        .create_session(
+            keel_core::TenantId::new(),
+            &release(&[], Default::default()),
+            cfg,
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RuntimeError::InvalidInput(_)), "{err}");
+}
+
+#[tokio::test]
+async fn a_model_error_fails_the_turn_and_names_it() {
+    let f = fixture(
+        Backend::Sqlite,
+        &[json!({"error": {"kind": "authentication"}})],
+        |_| {},
+    )
+    .await;
+    f.rt.submit(f.tenant, f.session, "hi").await.unwrap();
+    let out = f.rt.run(f.tenant, f.session).await.unwrap();
+    assert_eq!(out.turns[0].terminal_reason, TerminalReason::Failed);
+    assert!(
+        out.turns[0]
+            .error
+            .as_deref()
+            .unwrap()
+            .contains("authentication"),
+        "{out:?}"
+    );
+}
