@@ -1,1 +1,149 @@
-//! compaction
+//! Compaction: at a fraction of the context window, after a provider overflow, and giving up
+//! with `prompt_too_long`.
+
+use keel_core::{EventBody, TerminalReason};
+use keel_model::Message;
+use serde_json::json;
+
+use crate::common::*;
+use crate::on_both;
+
+on_both!(
+    a_context_over_the_threshold_is_compacted_behind_a_boundary,
+    a_provider_overflow_compacts_and_retries_the_step_once,
+    three_failed_compactions_end_the_turn_with_prompt_too_long,
+);
+
+fn long_text() -> String {
+    "lorem ipsum dolor sit amet ".repeat(24)
+}
+
+async fn a_context_over_the_threshold_is_compacted_behind_a_boundary(b: Backend) {
+    let f = fixture_with(
+        b,
+        scripted(&[json!({"text": long_text()}), json!({"text": "short"})]),
+        &["none"],
+        Default::default(),
+        |c| {
+            c.context_window_tokens = 200;
+        },
+    )
+    .await;
+    f.rt.submit(f.tenant, f.session, "first").await.unwrap();
+    f.rt.run(f.tenant, f.session).await.unwrap();
+    f.rt.submit(f.tenant, f.session, "second").await.unwrap();
+    let out = f.rt.run(f.tenant, f.session).await.unwrap();
+    assert_eq!(out.turns[0].terminal_reason, TerminalReason::Completed);
+    assert_eq!(out.turns[0].final_text, "short");
+    let evs = f.events().await;
+    let c = evs
+        .iter()
+        .find(|e| e.type_name() == "context.compacted")
+        .expect("compacted");
+    let EventBody::ContextCompacted {
+        first_kept_item,
+        tokens_before,
+        tokens_after,
+        ..
+    } = &c.body
+    else {
+        panic!()
+    };
+    assert_eq!(*first_kept_item, 2, "keeps the second user message");
+    assert!(tokens_after < tokens_before);
+    // The journal keeps the full history; the model sees the summary then the kept items.
+    assert!(
+        evs.iter().any(
+            |e| matches!(&e.body, EventBody::StepCompleted { text, .. } if *text == long_text())
+        )
+    );
+    let ctx = f.rt.project_context(f.tenant, f.session).await.unwrap();
+    let Message::User { content } = &ctx.messages[0] else {
+        panic!()
+    };
+    assert!(
+        content.starts_with(keel_runtime::context::SUMMARY_PREFIX),
+        "{content}"
+    );
+    assert_eq!(ctx.messages.len(), 3, "summary, second input, answer");
+}
+
+async fn a_provider_overflow_compacts_and_retries_the_step_once(b: Backend) {
+    let f = fixture(
+        b,
+        &[
+            json!({"text": "one"}),
+            json!({"error": {"kind": "context_overflow"}}),
+            json!({"text": "two"}),
+        ],
+        |_| {},
+    )
+    .await;
+    f.rt.submit(f.tenant, f.session, "first").await.unwrap();
+    f.rt.run(f.tenant, f.session).await.unwrap();
+    f.rt.submit(f.tenant, f.session, "second").await.unwrap();
+    let out = f.rt.run(f.tenant, f.session).await.unwrap();
+    assert_eq!(
+        (
+            out.turns[0].terminal_reason,
+            out.turns[0].final_text.as_str()
+        ),
+        (TerminalReason::Completed, "two")
+    );
+    let types = f.types().await;
+    let i = types
+        .iter()
+        .position(|t| *t == "step.attempt_failed")
+        .unwrap();
+    assert_eq!(
+        &types[i + 1..i + 4],
+        [
+            "turn.phase_changed",
+            "context.compacted",
+            "turn.phase_changed"
+        ]
+    );
+    let evs = f.events().await;
+    let retried = evs
+        .iter()
+        .filter(|e| e.type_name() == "step.started")
+        .last()
+        .unwrap();
+    assert_eq!(
+        retried.correlation.attempt,
+        Some(2),
+        "same step, next attempt"
+    );
+}
+
+async fn three_failed_compactions_end_the_turn_with_prompt_too_long(b: Backend) {
+    let overflow = json!({"error": {"kind": "context_overflow"}});
+    let f = fixture(
+        b,
+        &[
+            json!({"text": "one"}),
+            overflow.clone(),
+            overflow.clone(),
+            overflow,
+            json!({"text": "never"}),
+        ],
+        |_| {},
+    )
+    .await;
+    f.rt.submit(f.tenant, f.session, "first").await.unwrap();
+    f.rt.run(f.tenant, f.session).await.unwrap();
+    f.rt.submit(f.tenant, f.session, "second").await.unwrap();
+    let out = f.rt.run(f.tenant, f.session).await.unwrap();
+    assert_eq!(
+        out.turns[0].terminal_reason,
+        TerminalReason::PromptTooLong,
+        "{out:?}"
+    );
+    let overflows = f
+        .types()
+        .await
+        .iter()
+        .filter(|t| **t == "step.attempt_failed")
+        .count();
+    assert_eq!(overflows, 3);
+}

@@ -1,1 +1,330 @@
-//! recovery
+//! Crash recovery: a worker child process is killed (`kill -9`, via `KEEL_CRASH_AT`) right after
+//! each journal append of a scripted multi-step turn with a side-effecting tool writing to a
+//! counter file; a fresh worker takes the lease over at once (the owner is a dead process on
+//! this host), folds the journal and finishes. Every turn completes and no effect happens twice.
+
+use std::collections::BTreeSet;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use keel_core::{EffectDecision, EventBody, SessionStatus, TenantId, TerminalReason};
+use keel_runtime::{PendingAction, Runtime, RuntimeOptions};
+use serde_json::{Value, json};
+
+use crate::common::*;
+
+fn script_lines() -> Vec<Value> {
+    vec![
+        json!({"text": "step one", "tool_calls": [call("read_file", json!({"path": "README.md"})), call("counter", json!({"label": "a"}))]}),
+        json!({"tool_calls": [call("counter", json!({"label": "b"})), call("counter", json!({"label": "c"}))]}),
+        json!({"text": "done"}),
+    ]
+}
+
+/// The worker process: runs one session to the end (or until killed). A no-op unless
+/// `KEEL_TEST_WORKER` is set (the parent test sets it).
+#[test]
+#[ignore = "entry point of the crash test's worker child process"]
+fn crash_worker_process() {
+    let Ok(spec) = std::env::var("KEEL_TEST_WORKER") else {
+        return;
+    };
+    let spec: Value = serde_json::from_str(&spec).unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        let store = keel_store::open(spec["location"].as_str().unwrap())
+            .await
+            .unwrap();
+        let model = Arc::new(
+            keel_model::ScriptedModel::from_file(spec["script"].as_str().unwrap()).unwrap(),
+        );
+        let runtime = Runtime::new(store, model, registry(), RuntimeOptions::default());
+        let tenant: TenantId = spec["tenant"].as_str().unwrap().parse().unwrap();
+        let session = spec["session"].as_str().unwrap().parse().unwrap();
+        let out = runtime.run(tenant, session).await.unwrap();
+        println!("WORKER_OUTCOME {}", serde_json::to_string(&out).unwrap());
+    });
+}
+
+struct Run {
+    status: std::process::ExitStatus,
+    sites: Vec<String>,
+}
+
+fn worker(spec: &Value, crash_at: Option<u64>, log: &std::path::Path) -> Run {
+    let _ = std::fs::remove_file(log);
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args([
+        "recovery::crash_worker_process",
+        "--exact",
+        "--ignored",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env("KEEL_TEST_WORKER", spec.to_string())
+    .env("KEEL_CRASH_LOG", log)
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::null());
+    match crash_at {
+        Some(n) => cmd.env("KEEL_CRASH_AT", n.to_string()),
+        None => cmd.env_remove("KEEL_CRASH_AT"),
+    };
+    let status = cmd.status().unwrap();
+    let sites = std::fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| {
+            l.split_once(' ')
+                .map(|(_, s)| s.to_owned())
+                .unwrap_or_default()
+        })
+        .collect();
+    Run { status, sites }
+}
+
+struct Prepared {
+    f: Fixture,
+    spec: Value,
+    _script: tempfile::NamedTempFile,
+}
+
+async fn prepare(b: Backend) -> Prepared {
+    let f = fixture(b, &script_lines(), |_| {}).await;
+    let script = tempfile::NamedTempFile::new().unwrap();
+    let text: Vec<String> = script_lines().iter().map(Value::to_string).collect();
+    std::fs::write(script.path(), text.join("\n")).unwrap();
+    f.rt.submit(f.tenant, f.session, "count three times")
+        .await
+        .unwrap();
+    let spec = json!({
+        "location": f.db.location,
+        "script": script.path(),
+        "tenant": f.tenant.to_string(),
+        "session": f.session.to_string(),
+    });
+    Prepared {
+        f,
+        spec,
+        _script: script,
+    }
+}
+
+async fn a_worker_killed_at_every_append_recovers_without_duplicate_effects(b: Backend) {
+    let logdir = tempfile::tempdir().unwrap();
+    let log = logdir.path().join("appends.log");
+    // Reference: an uninterrupted run enumerates the append sites.
+    let reference = prepare(b).await;
+    let clean = worker(&reference.spec, None, &log);
+    assert!(clean.status.success());
+    let n_points = clean.sites.len() as u64;
+    assert!(
+        n_points >= 20,
+        "a multi-step turn has many append sites: {:?}",
+        clean.sites
+    );
+    let ref_ctx = reference
+        .f
+        .rt
+        .project_context(reference.f.tenant, reference.f.session)
+        .await
+        .unwrap();
+    let ref_messages = serde_json::to_value(&ref_ctx.messages).unwrap();
+    assert_eq!(reference.f.counter_lines().len(), 3);
+
+    let mut covered = 0u64;
+    let mut sites = BTreeSet::new();
+    let mut reconciled_failed = 0;
+    for n in 1..=n_points {
+        let p = prepare(b).await;
+        let crashed = worker(&p.spec, Some(n), &log);
+        assert!(
+            !crashed.status.success(),
+            "kill point {n}: the worker must die"
+        );
+        assert_eq!(
+            crashed.sites.len() as u64,
+            n,
+            "kill point {n}: died right after append {n}"
+        );
+        sites.insert(crashed.sites.last().cloned().unwrap_or_default());
+        let recovered = worker(&p.spec, None, &log);
+        assert!(
+            recovered.status.success(),
+            "kill point {n}: the restarted worker must finish"
+        );
+        covered += 1;
+
+        let view = p.f.rt.view(p.f.tenant, p.f.session).await.unwrap();
+        assert_eq!(view.state.status, SessionStatus::Idle, "kill point {n}");
+        assert_eq!(view.turns.len(), 1);
+        assert_eq!(
+            view.turns[0].terminal_reason,
+            TerminalReason::Completed,
+            "kill point {n}: {:?}",
+            view.turns[0]
+        );
+        // Zero duplicate effects: every call id appears at most once in the counter file.
+        let lines = p.f.counter_lines();
+        let ids: BTreeSet<&str> = lines.iter().map(|l| l.split(' ').next().unwrap()).collect();
+        assert_eq!(
+            ids.len(),
+            lines.len(),
+            "kill point {n}: duplicate effect: {lines:?}"
+        );
+        assert!(lines.len() <= 3);
+        // Every committed event survived; the projected context is what an uninterrupted run
+        // sees, unless a dispatched effect was reconciled as not having happened.
+        let evs = p.f.events().await;
+        if evs
+            .iter()
+            .any(|e| matches!(e.body, EventBody::EffectFailed { .. }))
+        {
+            reconciled_failed += 1;
+        } else {
+            assert_eq!(lines.len(), 3, "kill point {n}");
+            let ctx =
+                p.f.rt
+                    .project_context(p.f.tenant, p.f.session)
+                    .await
+                    .unwrap();
+            assert_eq!(
+                serde_json::to_value(&ctx.messages).unwrap(),
+                ref_messages,
+                "kill point {n}"
+            );
+        }
+    }
+    assert_eq!(covered, n_points, "every append site was a kill point");
+    eprintln!(
+        "crash test ({b:?}): {covered} kill points covered, sites {sites:?}, {reconciled_failed} dispatched effects reconciled as not done"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_killed_at_every_append_recovers_without_duplicate_effects_sqlite() {
+    a_worker_killed_at_every_append_recovers_without_duplicate_effects(Backend::Sqlite).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_worker_killed_at_every_append_recovers_without_duplicate_effects_postgres() {
+    a_worker_killed_at_every_append_recovers_without_duplicate_effects(Backend::Postgres).await;
+}
+
+/// Simulates a worker that vanished while a side-effecting call that cannot reconcile was
+/// dispatched: the run is dropped mid-call and its lease taken over.
+async fn vanish_mid_effect(f: &Fixture) {
+    let rt = f.rt.clone();
+    let (tenant, session) = (f.tenant, f.session);
+    let run = tokio::spawn(async move { rt.run(tenant, session).await });
+    wait_for_event(&f.db.store, f.tenant, f.session, "effect.dispatched").await;
+    run.abort();
+    let _ = run.await;
+    let rec = f.db.store.get_session(f.tenant, f.session).await.unwrap();
+    let holder = rec.lease.unwrap().owner;
+    let lease =
+        f.db.store
+            .take_over_lease(
+                f.tenant,
+                f.session,
+                &holder,
+                rec.lease_epoch,
+                "test",
+                Duration::from_secs(5),
+            )
+            .await
+            .unwrap();
+    f.db.store.release_lease(f.tenant, &lease).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_unknown_effect_goes_to_a_human_and_each_decision_applies() {
+    for decision in [
+        EffectDecision::Committed {
+            outcome: json!("it was done"),
+        },
+        EffectDecision::Failed {
+            error: "nothing happened".into(),
+        },
+        EffectDecision::Retry,
+    ] {
+        let f = fixture(
+            Backend::Sqlite,
+            &[
+                json!({"tool_calls": [call("slow_effect", json!({"ms": 60000}))]}),
+                json!({"text": "done"}),
+            ],
+            |_| {},
+        )
+        .await;
+        f.rt.submit(f.tenant, f.session, "do it").await.unwrap();
+        vanish_mid_effect(&f).await;
+        let out = f.rt.run(f.tenant, f.session).await.unwrap();
+        assert_eq!(out.status, SessionStatus::RequiresAction);
+        let [
+            PendingAction::Effect {
+                operation_key,
+                tool_name,
+                ..
+            },
+        ] = out.pending.as_slice()
+        else {
+            panic!("{:?}", out.pending)
+        };
+        assert_eq!(tool_name, "slow_effect");
+        let retry = decision == EffectDecision::Retry;
+        f.rt.resolve_effect(f.tenant, f.session, operation_key, decision.clone())
+            .await
+            .unwrap();
+        // A second decision is refused: the effect is no longer waiting.
+        let again =
+            f.rt.resolve_effect(f.tenant, f.session, operation_key, EffectDecision::Retry)
+                .await;
+        assert!(again.is_err());
+        if retry {
+            // Retry dispatches again; let this one finish quickly by cancelling the tool.
+            let rt = f.rt.clone();
+            let (tenant, session) = (f.tenant, f.session);
+            let run = tokio::spawn(async move { rt.run(tenant, session).await });
+            let evs_deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+            loop {
+                let n = f
+                    .events()
+                    .await
+                    .iter()
+                    .filter(|e| e.type_name() == "effect.dispatched")
+                    .count();
+                if n == 2 {
+                    break;
+                }
+                assert!(tokio::time::Instant::now() < evs_deadline);
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            let call = f
+                .events()
+                .await
+                .iter()
+                .find_map(|e| e.correlation.tool_call_id.clone())
+                .unwrap();
+            // The call may not be registered yet for a moment.
+            while f.rt.cancel_tool_call(f.session, &call).is_err() {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            let out = run.await.unwrap().unwrap();
+            assert_eq!(out.turns[0].terminal_reason, TerminalReason::Completed);
+        } else {
+            let out = f.rt.run(f.tenant, f.session).await.unwrap();
+            assert_eq!(
+                out.turns[0].terminal_reason,
+                TerminalReason::Completed,
+                "{out:?}"
+            );
+        }
+        let types = f.types().await;
+        assert!(types.contains(&"effect.outcome_unknown") && types.contains(&"effect.decided"));
+    }
+}
