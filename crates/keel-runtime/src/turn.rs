@@ -348,6 +348,18 @@ impl Runner {
 
     async fn run_turn(self: Arc<Self>, turn: TurnId) -> Result<TurnEnd> {
         let token = self.turn_token();
+        // The turn's wall-clock limit cancels everything below the turn when it passes.
+        let started = self
+            .read(|j| j.state.turns.get(&turn).and_then(|t| t.started_at))
+            .await;
+        let timer = self.turn_deadline(started).map(|at| {
+            let token = token.clone();
+            AbortOnDrop(tokio::spawn(async move {
+                tokio::time::sleep_until(at).await;
+                token.cancel();
+            }))
+        });
+        let _timer = timer;
         let mut compacted_for_step = false;
         loop {
             if self.lost.is_cancelled() {
@@ -2060,6 +2072,15 @@ impl Runner {
             .await;
         self.append("turn.finished", items).await?;
         Ok(())
+    }
+}
+
+/// Aborts a background task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

@@ -106,8 +106,8 @@ async fn a_provider_overflow_compacts_and_retries_the_step_once(b: Backend) {
     let evs = f.events().await;
     let retried = evs
         .iter()
-        .filter(|e| e.type_name() == "step.started")
-        .last()
+        .rev()
+        .find(|e| e.type_name() == "step.started")
         .unwrap();
     assert_eq!(
         retried.correlation.attempt,
