@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use keel_core::{ApprovalDecision, SessionStatus};
+use keel_core::{ApprovalDecision, EffectDecision, SessionStatus};
 
 use crate::config::{Config, Locations, Overrides};
 use crate::exit;
@@ -317,7 +317,11 @@ impl From<WireArg> for keel_model::Wire {
     }
 }
 
-fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+/// The async runtime of one command: two worker threads (signals and I/O need a driver).
+///
+/// # Errors
+/// When the runtime cannot start.
+pub fn tokio_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -325,8 +329,11 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .context("cannot start the async runtime")
 }
 
-/// The configuration for commands that only need the store.
-fn store_config(global: &GlobalArgs) -> anyhow::Result<Config> {
+/// The configuration for commands that only need the store (`--store`, `--workspace`).
+///
+/// # Errors
+/// As [`Config::load`].
+pub fn store_config(global: &GlobalArgs) -> anyhow::Result<Config> {
     let overrides = Overrides {
         store: global.store.clone(),
         ..Overrides::default()
@@ -369,7 +376,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Sessions(cmd) => {
             let config = store_config(&global)?;
-            runtime()?.block_on(async move {
+            tokio_runtime()?.block_on(async move {
                 let store = crate::store::open(&config.store).await?;
                 match cmd {
                     SessionsCommand::List {
@@ -418,12 +425,39 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Deny { approval, reason } => {
             decide(&global, &approval, ApprovalDecision::Deny { reason })
         }
-        Command::Resolve { .. }
-        | Command::Cancel { .. }
-        | Command::Run { .. }
-        | Command::Resume { .. } => {
-            anyhow::bail!("this command needs keel-runtime, which this build does not have yet")
+        Command::Run { prompt, args } => Ok(crate::session_cmd::execute(
+            &global,
+            &args,
+            prompt,
+            crate::session_cmd::Target::New,
+        )),
+        Command::Resume {
+            session,
+            prompt,
+            args,
+        } => Ok(crate::session_cmd::execute(
+            &global,
+            &args,
+            prompt,
+            crate::session_cmd::Target::Resume(session),
+        )),
+        Command::Resolve {
+            operation_key,
+            outcome,
+            reason,
+        } => {
+            let decision = match outcome {
+                ResolveArg::Committed => EffectDecision::Committed {
+                    outcome: reason.map_or(serde_json::Value::Null, serde_json::Value::String),
+                },
+                ResolveArg::Failed => EffectDecision::Failed {
+                    error: reason.unwrap_or_else(|| "the user says it did not happen".into()),
+                },
+                ResolveArg::Retry => EffectDecision::Retry,
+            };
+            crate::session_cmd::resolve(&global, &operation_key, decision)
         }
+        Command::Cancel { session } => crate::session_cmd::cancel(&global, &session),
     }
 }
 
@@ -434,7 +468,7 @@ fn decide(
 ) -> anyhow::Result<ExitCode> {
     let config = store_config(global)?;
     let id = crate::decide::parse_approval(approval)?;
-    runtime()?.block_on(async move {
+    tokio_runtime()?.block_on(async move {
         let store = crate::store::open(&config.store).await?;
         let line = crate::decide::decide(&store, id, decision).await?;
         println!("{line}");

@@ -17,11 +17,23 @@
 //! - [`store`] — opening the store with actionable errors; the local tenant.
 //! - [`sessions`] — `sessions list|show|events`.
 //! - [`decide`] — `approve` / `deny`.
+//! - [`run`] — `run` / `resume` on `keel_runtime::Runtime`: release and session settings from
+//!   the configuration, driving, Ctrl-C, the result.
+//! - [`session_cmd`] — the `run`, `resume`, `cancel`, `resolve` commands; JSONL, text or
+//!   interactive mode.
+//! - [`interactive`] — prompts, follow-ups, approval and effect questions on a terminal.
+//! - [`output`] — the JSONL stream and its `result` line; text and the live terminal view.
+//! - [`report`] — failure messages that say what to do.
 
 pub mod cli;
 pub mod config;
 pub mod decide;
 pub mod exit;
+pub mod interactive;
 pub mod model_spec;
+pub mod output;
+pub mod report;
+pub mod run;
+pub mod session_cmd;
 pub mod sessions;
 pub mod store;

@@ -72,6 +72,30 @@ impl ModelSpec {
     }
 }
 
+/// Splits a pinned base URL off a spec: `openai:MODEL@http://host/v1` → (`openai:MODEL`,
+/// `http://host/v1`). Releases pin the base URL of OpenAI-compatible servers this way, so that
+/// `keel resume` reaches the same server.
+pub fn split_base_url(spec: &str) -> (&str, Option<&str>) {
+    match spec.find("@http://").or_else(|| spec.find("@https://")) {
+        Some(i) => (&spec[..i], Some(&spec[i + 1..])),
+        None => (spec, None),
+    }
+}
+
+/// Pins `base_url` into an `openai:` or `openai-responses:` spec (replacing a pinned one);
+/// other specs are returned unchanged.
+pub fn pin_base_url(spec: &str, base_url: Option<&str>) -> String {
+    let (bare, pinned) = split_base_url(spec);
+    let openai = matches!(
+        ModelSpec::parse(bare),
+        Ok(ModelSpec::OpenaiChat(_) | ModelSpec::OpenaiResponses(_))
+    );
+    match base_url.or(pinned) {
+        Some(url) if openai => format!("{bare}@{url}"),
+        _ => bare.to_owned(),
+    }
+}
+
 /// Makes a `script:` spec's relative path absolute against `base`; other specs are returned as
 /// they are (also invalid ones: they are reported when the route is built).
 pub fn absolutize(spec: &str, base: &Path) -> String {
@@ -109,9 +133,10 @@ fn provider_config(
 /// # Errors
 /// [`SpecError`] (missing API key names the variable to set; a script names its file and line).
 pub fn build_model(spec: &str, config: &Config) -> Result<Arc<dyn ModelClient>, SpecError> {
-    let parsed = ModelSpec::parse(spec)?;
+    let (bare, pinned) = split_base_url(spec);
+    let parsed = ModelSpec::parse(bare)?;
     let settings = config.providers.get(parsed.provider());
-    let openai_base = config.base_url.as_deref();
+    let openai_base = pinned.or(config.base_url.as_deref());
     Ok(match parsed {
         ModelSpec::OpenaiChat(m) => Arc::new(HttpModel::openai_chat(provider_config(
             &m,
@@ -179,5 +204,17 @@ mod tests {
             "script:/tmp/x/s.jsonl"
         );
         assert_eq!(absolutize("openai:gpt-5", Path::new("/x")), "openai:gpt-5");
+        let pinned = pin_base_url("openai:llama3", Some("http://127.0.0.1:8080/v1"));
+        assert_eq!(pinned, "openai:llama3@http://127.0.0.1:8080/v1");
+        assert_eq!(
+            split_base_url(&pinned),
+            ("openai:llama3", Some("http://127.0.0.1:8080/v1"))
+        );
+        assert_eq!(pin_base_url(&pinned, None), pinned);
+        assert_eq!(
+            pin_base_url(&pinned, Some("https://other/v1")),
+            "openai:llama3@https://other/v1"
+        );
+        assert_eq!(pin_base_url("anthropic:c", Some("http://x")), "anthropic:c");
     }
 }

@@ -158,15 +158,15 @@ pub async fn summary(store: &Arc<dyn Store>, session: SessionId) -> anyhow::Resu
             })
         })
         .collect();
-    let effects: Vec<Value> = store
-        .list_effects(tenant, session, Some(EffectStatus::OutcomeUnknown))
-        .await?
-        .into_iter()
+    let effects: Vec<Value> = state
+        .effects
+        .values()
+        .filter(|e| e.status == EffectStatus::OutcomeUnknown && e.decision.is_none())
         .map(|e| {
             json!({
-                "operation_key": e.operation_key,
+                "operation_key": e.key,
                 "tool_call_id": e.tool_call_id,
-                "tool_name": e.tool_name,
+                "tool_name": state.tool_calls.get(&e.tool_call_id).map(|c| c.name.clone()),
                 "attempts": e.attempts,
             })
         })

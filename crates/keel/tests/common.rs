@@ -75,3 +75,136 @@ pub fn stdout(o: &Output) -> String {
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
+
+/// Parses JSON lines; panics on a line that is not JSON (the stream must be pure JSONL).
+pub fn jsonl_lines(stdout: &[u8]) -> Vec<serde_json::Value> {
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not a JSON line ({e}): {l}")))
+        .collect()
+}
+
+/// Checks the JSONL contract: every line has `type` and `session_id`, and exactly one
+/// `result` line, the last. Returns the result line.
+pub fn check_stream(lines: &[serde_json::Value]) -> serde_json::Value {
+    let results = lines.iter().filter(|l| l["type"] == "result").count();
+    assert_eq!(results, 1, "exactly one result line: {lines:#?}");
+    let last = lines.last().unwrap();
+    assert_eq!(last["type"], "result", "the result line is last");
+    for l in lines {
+        assert!(
+            l.get("type").is_some() && l.get("session_id").is_some(),
+            "{l}"
+        );
+    }
+    for key in [
+        "terminal_reason",
+        "usage",
+        "cost_usd",
+        "num_steps",
+        "duration_ms",
+    ] {
+        assert!(last.get(key).is_some(), "result lacks {key}: {last}");
+    }
+    last.clone()
+}
+
+/// A `keel` process running in the background, its standard output read line by line.
+pub struct Running {
+    /// The process.
+    pub child: std::process::Child,
+    lines: std::sync::mpsc::Receiver<String>,
+    /// Every line read so far.
+    pub seen: Vec<String>,
+}
+
+impl Running {
+    /// Starts `cmd` with piped standard output.
+    pub fn start(mut cmd: Command) -> Self {
+        cmd.stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        let mut child = cmd.spawn().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Running {
+            child,
+            lines: rx,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Reads lines until one contains `needle` (panics after `secs` seconds); returns it.
+    pub fn wait_for(&mut self, needle: &str, secs: u64) -> String {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    self.seen.push(line.clone());
+                    if line.contains(needle) {
+                        return line;
+                    }
+                }
+                Err(_) => panic!(
+                    "no line with {needle:?} within {secs}s; saw:\n{}",
+                    self.seen.join("\n")
+                ),
+            }
+        }
+    }
+
+    /// Sends a signal (`INT`, `KILL`, …) to the process.
+    pub fn signal(&self, name: &str) {
+        let ok = Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "kill -{name}");
+    }
+
+    /// Waits for the process to exit (panics after `secs`), reads the rest of its output and
+    /// returns the exit code (`None` when killed by a signal) with every line.
+    pub fn finish(mut self, secs: u64) -> (Option<i32>, Vec<String>) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+        let status = loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                break s;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!(
+                    "keel did not exit within {secs}s; saw:\n{}",
+                    self.seen.join("\n")
+                );
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        while let Ok(line) = self.lines.recv_timeout(std::time::Duration::from_secs(2)) {
+            self.seen.push(line);
+        }
+        (status.code(), std::mem::take(&mut self.seen))
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Parses collected lines as JSON.
+pub fn parse_lines(lines: &[String]) -> Vec<serde_json::Value> {
+    jsonl_lines(lines.join("\n").as_bytes())
+}

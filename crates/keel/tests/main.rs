@@ -4,4 +4,7 @@
 
 mod common;
 mod config_show;
+mod errors;
+mod headless;
 mod model_parse;
+mod realworld;

@@ -1,0 +1,397 @@
+//! `keel run` and `keel resume` on the durable runtime.
+//!
+//! A run creates a session pinned to a content-hashed [`Release`] built from the configuration
+//! (model route, instructions, tools, policy rules, budget) and a [`SessionConfig`] (workspace,
+//! permission mode, sandbox, budgets), journals the prompt, then drives [`Runtime::run`] while a
+//! subscription prints the session's events. A resume reads the release and the pinned config
+//! back from the store, so a bare `keel resume SESSION` continues with the same workspace, model
+//! route, permission mode, sandbox and budgets.
+//!
+//! Ctrl-C (SIGINT) cancels the running turn durably (`turn.cancel_requested`); a second one
+//! exits at once. Either way the session stays resumable.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Instant;
+
+use anyhow::Context;
+use keel_core::{
+    AgentDefinition, EventBody, Release, SessionId, SessionStatus, TenantId, TerminalReason,
+    TurnId, TurnStatus,
+};
+use keel_model::ModelClient;
+use keel_runtime::{RunOutcome, Runtime, RuntimeOptions, SessionConfig};
+use keel_store::Store;
+use keel_tools::ToolRegistry;
+use tokio::sync::watch;
+
+use crate::config::Config;
+use crate::model_spec::{build_route, pin_base_url};
+use crate::output::{Printer, ResultLine};
+use crate::store::local_tenant;
+
+/// Instructions used when the configuration gives none.
+pub const DEFAULT_INSTRUCTIONS: &str = "You are Keel, a careful coding agent working in a \
+software repository (the workspace). Use the tools to inspect files before changing them, make \
+the smallest change that solves the task, run the project's checks when you can, and finish \
+with a short summary of what you changed.";
+
+/// The message a bare `keel resume` sends when the last turn did not complete.
+pub const CONTINUE_PROMPT: &str = "The previous turn was interrupted before it finished. \
+Continue the task from where it stopped:";
+
+/// A printer shared by the subscription pump and the code that drives the run.
+pub type SharedPrinter = Arc<Mutex<dyn Printer>>;
+
+/// A session ready to be driven.
+pub struct Prepared {
+    /// The runtime (one per process).
+    pub runtime: Runtime,
+    /// The local tenant.
+    pub tenant: TenantId,
+    /// The session.
+    pub session: SessionId,
+    /// The first journal sequence number to print.
+    pub from_seq: u64,
+    /// The turn this invocation submitted, if any.
+    pub turn: Option<TurnId>,
+    /// When the invocation started.
+    pub started: Instant,
+}
+
+impl std::fmt::Debug for Prepared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prepared")
+            .field("session", &self.session)
+            .field("from_seq", &self.from_seq)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The release a configuration describes.
+pub fn release_of(config: &Config) -> Release {
+    let route = config
+        .model_route
+        .iter()
+        .map(|s| pin_base_url(s, config.base_url.as_deref()))
+        .collect();
+    let instructions = if config.instructions.trim().is_empty() {
+        DEFAULT_INSTRUCTIONS.to_owned()
+    } else {
+        config.instructions.clone()
+    };
+    Release::new(AgentDefinition {
+        name: "keel".into(),
+        model_route: route,
+        instructions,
+        tools: config.tools.clone(),
+        policy: serde_json::json!({
+            "allow": config.policy.allow,
+            "ask": config.policy.ask,
+            "deny": config.policy.deny,
+        }),
+        budget: config.budget,
+    })
+}
+
+/// The session settings a configuration describes.
+pub fn session_config_of(config: &Config) -> SessionConfig {
+    SessionConfig {
+        workspace: config.workspace.clone(),
+        permission_mode: config.permission_mode,
+        allow: config.policy.allow.clone(),
+        ask: config.policy.ask.clone(),
+        deny: config.policy.deny.clone(),
+        sandbox: config.sandbox,
+        turn_budget: config.budget,
+        secret_env: config
+            .env
+            .iter()
+            .filter(|(name, v)| v.is_secret(name))
+            .map(|(name, _)| name.clone())
+            .collect(),
+        ..SessionConfig::default()
+    }
+}
+
+fn runtime_for(store: Arc<dyn Store>, model: Arc<dyn ModelClient>) -> anyhow::Result<Runtime> {
+    let tools = ToolRegistry::with_builtins().context("cannot set up the built-in tools")?;
+    let options = RuntimeOptions {
+        worker_name: "keel-cli".into(),
+        ..RuntimeOptions::default()
+    };
+    Ok(Runtime::new(store, model, tools, options))
+}
+
+/// Creates a session for `config` and journals `prompt` as its first turn.
+///
+/// # Errors
+/// Model set-up (missing key, bad script), store and runtime errors.
+pub async fn prepare_run(config: &Config, prompt: &str) -> anyhow::Result<Prepared> {
+    let started = Instant::now();
+    let model = Arc::new(build_route(config)?);
+    let store = crate::store::open(&config.store).await?;
+    let runtime = runtime_for(store, model)?;
+    let tenant = local_tenant();
+    let session = runtime
+        .create_session(tenant, &release_of(config), session_config_of(config))
+        .await?;
+    let turn = runtime.submit(tenant, session, prompt).await?;
+    Ok(Prepared {
+        runtime,
+        tenant,
+        session,
+        from_seq: 1,
+        turn: Some(turn),
+        started,
+    })
+}
+
+/// What a stored session pins: its release and its session settings.
+#[derive(Debug, Clone)]
+pub struct Pinned {
+    /// The release.
+    pub release: Release,
+    /// The settings from `session.created`.
+    pub config: SessionConfig,
+    /// The journal's version.
+    pub version: u64,
+}
+
+/// Reads what `session` pinned.
+///
+/// # Errors
+/// Unknown session, unreadable release or config.
+pub async fn pinned(store: &Arc<dyn Store>, session: SessionId) -> anyhow::Result<Pinned> {
+    let tenant = local_tenant();
+    let record = store.get_session(tenant, session).await.with_context(|| {
+        format!("no session {session} in this store (see `keel sessions list`)")
+    })?;
+    let first = store.read(tenant, session, 1, Some(1)).await?;
+    let config = match first.first().map(|e| &e.body) {
+        Some(EventBody::SessionCreated { config, .. }) => {
+            serde_json::from_value::<SessionConfig>(config.clone())
+                .with_context(|| format!("session {session}: its pinned settings cannot be read"))?
+        }
+        _ => anyhow::bail!("session {session} has no session.created event"),
+    };
+    let release = store
+        .get_release(tenant, &record.release_id)
+        .await
+        .with_context(|| format!("session {session}: cannot read its release"))?;
+    Ok(Pinned {
+        release,
+        config,
+        version: record.version,
+    })
+}
+
+/// Continues `session`: with `prompt`, a new turn; without one, whatever is unfinished (an
+/// active or queued turn, a decided approval) or, when the last turn was aborted or failed, a
+/// turn that asks the model to continue it.
+///
+/// `config` supplies provider settings (keys, base URLs) and overrides: a model given on the
+/// command line replaces the pinned route.
+///
+/// # Errors
+/// Unknown session; model set-up; store and runtime errors.
+pub async fn prepare_resume(
+    store: Arc<dyn Store>,
+    config: &Config,
+    session: SessionId,
+    prompt: Option<&str>,
+    model_override: bool,
+) -> anyhow::Result<Prepared> {
+    let started = Instant::now();
+    let pinned = pinned(&store, session).await?;
+    let mut route_config = config.clone();
+    if !model_override {
+        route_config.model_route = pinned.release.definition.model_route.clone();
+    }
+    let model = Arc::new(build_route(&route_config)?);
+    let runtime = runtime_for(store, model)?;
+    let tenant = local_tenant();
+    let view = runtime.view(tenant, session).await?;
+    let state = &view.state;
+    if state.status == SessionStatus::Closed {
+        anyhow::bail!("session {session} is closed; start a new one with `keel run`");
+    }
+    let unfinished = state.active_turn.is_some()
+        || !state.queue.is_empty()
+        || state.status == SessionStatus::RequiresAction;
+    let turn = match prompt {
+        Some(p) => Some(runtime.submit(tenant, session, p).await?),
+        None if unfinished => None,
+        None => {
+            let last = state.turn_order.last().and_then(|t| state.turns.get(t));
+            match last {
+                Some(t) if t.status != TurnStatus::Completed => {
+                    let input = format!("{CONTINUE_PROMPT}\n\n{}", t.input);
+                    Some(runtime.submit(tenant, session, &input).await?)
+                }
+                _ => None,
+            }
+        }
+    };
+    Ok(Prepared {
+        runtime,
+        tenant,
+        session,
+        from_seq: pinned.version + 1,
+        turn,
+        started,
+    })
+}
+
+/// Prints subscription items until told the version to stop after, then through it.
+async fn pump(
+    mut sub: keel_runtime::Subscription,
+    printer: SharedPrinter,
+    mut stop: watch::Receiver<Option<u64>>,
+) {
+    loop {
+        if stop.borrow().is_some_and(|v| sub.next_seq() > v) {
+            return;
+        }
+        tokio::select! {
+            item = sub.next() => match item {
+                Ok(item) => printer.lock().unwrap_or_else(PoisonError::into_inner).item(&item),
+                Err(e) => {
+                    tracing_note(&printer, &format!("event subscription: {e}"));
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+            },
+            changed = stop.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+fn tracing_note(printer: &SharedPrinter, text: &str) {
+    printer
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .note(text);
+}
+
+/// How one drive of the session ended.
+#[derive(Debug)]
+pub enum Driven {
+    /// `Runtime::run` returned.
+    Finished(Box<RunOutcome>),
+    /// The runtime failed (lease lost, store error, …).
+    Error(anyhow::Error),
+    /// A second Ctrl-C: the user wants out now.
+    Interrupted,
+}
+
+/// Runs the session until it is idle or waits on a human, printing its events; the first Ctrl-C
+/// cancels the running turn, a second returns [`Driven::Interrupted`] at once.
+pub async fn drive(p: &Prepared, printer: &SharedPrinter) -> (Driven, u64) {
+    let sub = match p.runtime.subscribe(p.tenant, p.session, p.from_seq).await {
+        Ok(s) => s,
+        Err(e) => return (Driven::Error(e.into()), p.from_seq),
+    };
+    let (stop_tx, stop_rx) = watch::channel(None);
+    let pump_task = tokio::spawn(pump(sub, printer.clone(), stop_rx));
+    let run = p.runtime.run(p.tenant, p.session);
+    tokio::pin!(run);
+    let mut interrupts = 0u32;
+    let driven = loop {
+        tokio::select! {
+            r = &mut run => break match r {
+                Ok(o) => Driven::Finished(Box::new(o)),
+                Err(e) => Driven::Error(e.into()),
+            },
+            _ = tokio::signal::ctrl_c() => {
+                interrupts += 1;
+                if interrupts >= 2 {
+                    break Driven::Interrupted;
+                }
+                tracing_note(printer, "⊘ cancelling the turn — press Ctrl-C again to exit");
+                let rt = p.runtime.clone();
+                let (tenant, session) = (p.tenant, p.session);
+                tokio::spawn(async move {
+                    let _ = rt.cancel_turn(tenant, session).await;
+                });
+            }
+        }
+    };
+    let version = match &driven {
+        Driven::Finished(o) => o.version,
+        _ => match p.runtime.view(p.tenant, p.session).await {
+            Ok(v) => v.state.version,
+            Err(_) => 0,
+        },
+    };
+    if matches!(driven, Driven::Interrupted) {
+        pump_task.abort();
+    } else {
+        let _ = stop_tx.send(Some(version));
+        // The pump reads the rest from the store; bounded only against a store that broke.
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(120), pump_task).await;
+    }
+    let next = version + 1;
+    (driven, next)
+}
+
+/// The result line for how a drive ended.
+pub async fn result_of(p: &Prepared, driven: &Driven) -> ResultLine {
+    let elapsed = u64::try_from(p.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let mut r = ResultLine::startup_failure(String::new(), elapsed);
+    r.session_id = Some(p.session);
+    r.error = None;
+    let view = p.runtime.view(p.tenant, p.session).await.ok();
+    let turn_stats = |turn: Option<TurnId>, r: &mut ResultLine| {
+        if let Some(t) = turn.and_then(|t| view.as_ref().and_then(|v| v.state.turns.get(&t))) {
+            r.usage = t.usage;
+            r.cost_usd = t.cost_usd;
+            r.num_steps = u32::try_from(t.steps.len()).unwrap_or(u32::MAX);
+        }
+    };
+    match driven {
+        Driven::Interrupted => {
+            r.terminal_reason = TerminalReason::Aborted;
+            turn_stats(
+                view.as_ref().and_then(|v| v.state.active_turn).or(p.turn),
+                &mut r,
+            );
+        }
+        Driven::Error(e) => {
+            r.terminal_reason = TerminalReason::Failed;
+            r.error = Some(format!("{e:#}"));
+            turn_stats(p.turn, &mut r);
+        }
+        Driven::Finished(o) if o.status == SessionStatus::RequiresAction => {
+            r.terminal_reason = TerminalReason::RequiresAction;
+            r.pending = o.pending.clone();
+            turn_stats(view.as_ref().and_then(|v| v.state.active_turn), &mut r);
+        }
+        Driven::Finished(o) => {
+            let finished = p
+                .turn
+                .and_then(|t| o.turns.iter().find(|x| x.turn_id == t))
+                .or(o.turns.last())
+                .cloned()
+                .or_else(|| view.as_ref().and_then(|v| v.turns.last().cloned()));
+            match finished {
+                Some(t) => {
+                    r.terminal_reason = t.terminal_reason;
+                    r.limit = t.limit;
+                    r.usage = t.usage;
+                    r.cost_usd = t.cost_usd;
+                    r.num_steps = t.num_steps;
+                    r.duration_ms = t.duration_ms;
+                    r.error = t.error.as_deref().map(crate::report::explain_model_failure);
+                    r.final_text = t.final_text;
+                }
+                None => {
+                    r.terminal_reason = TerminalReason::Completed;
+                }
+            }
+        }
+    }
+    r
+}

@@ -1,0 +1,371 @@
+//! The commands that act on a session through the runtime: `run`, `resume`, `cancel`, `resolve`.
+
+use std::io::{IsTerminal, Read};
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use keel_core::{EffectDecision, OperationKey, SessionId, SessionStatus, TerminalReason};
+use keel_model::{Script, ScriptedModel};
+use keel_runtime::Runtime;
+use keel_store::Store;
+
+use crate::cli::{GlobalArgs, OutputArg, RunArgs};
+use crate::config::{Config, Locations, OutputFormat};
+use crate::exit;
+use crate::interactive::Lines;
+use crate::output::{JsonlPrinter, Printer, ResultLine, TextPrinter};
+use crate::run::{Driven, Prepared, SharedPrinter, drive, prepare_resume, prepare_run, result_of};
+use crate::store::local_tenant;
+
+/// How a run talks to its user.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Jsonl,
+    Text,
+    Interactive,
+}
+
+fn mode_of(output: OutputFormat) -> Mode {
+    match output {
+        OutputFormat::Jsonl => Mode::Jsonl,
+        OutputFormat::Text if std::io::stdout().is_terminal() && std::io::stdin().is_terminal() => {
+            Mode::Interactive
+        }
+        OutputFormat::Text => Mode::Text,
+    }
+}
+
+fn printer_for(mode: Mode) -> SharedPrinter {
+    match mode {
+        Mode::Jsonl => Arc::new(Mutex::new(JsonlPrinter)),
+        Mode::Text => Arc::new(Mutex::new(TextPrinter::new(false))),
+        Mode::Interactive => Arc::new(Mutex::new(TextPrinter::new(true))),
+    }
+}
+
+/// Reads the prompt: `-` means standard input.
+fn read_prompt(prompt: Option<String>) -> anyhow::Result<Option<String>> {
+    match prompt.as_deref() {
+        Some("-") => {
+            let mut text = String::new();
+            std::io::stdin()
+                .read_to_string(&mut text)
+                .context("cannot read the prompt from standard input")?;
+            Ok(Some(text))
+        }
+        _ => Ok(prompt),
+    }
+}
+
+/// What `run`/`resume` should do.
+#[derive(Debug, Clone)]
+pub enum Target {
+    /// Start a session.
+    New,
+    /// Continue one.
+    Resume(String),
+}
+
+/// `keel run` / `keel resume`: returns the exit code of the terminal reason. Errors before the
+/// session runs are reported on one line (and, with `--output jsonl`, as a `failed` result line).
+pub fn execute(
+    global: &GlobalArgs,
+    args: &RunArgs,
+    prompt: Option<String>,
+    target: Target,
+) -> ExitCode {
+    let started = Instant::now();
+    let flag_jsonl = args.output == Some(OutputArg::Jsonl);
+    let fail = |error: anyhow::Error, jsonl: bool| {
+        let text = if global.verbose {
+            format!("{error:?}")
+        } else {
+            format!("{error:#}")
+        };
+        eprintln!("keel: {text}");
+        if jsonl {
+            let elapsed = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+            JsonlPrinter.result(&ResultLine::startup_failure(format!("{error:#}"), elapsed));
+        }
+        ExitCode::from(exit::code(TerminalReason::Failed))
+    };
+    let rt = match crate::cli::tokio_runtime() {
+        Ok(rt) => rt,
+        Err(e) => return fail(e, flag_jsonl),
+    };
+    rt.block_on(async {
+        let (prepared, mode) = match prepare(global, args, prompt, target).await {
+            Ok(x) => x,
+            Err((e, jsonl)) => return fail(e, jsonl || flag_jsonl),
+        };
+        let code = converse(prepared, mode).await;
+        ExitCode::from(code)
+    })
+}
+
+type PrepareError = (anyhow::Error, bool);
+
+async fn prepare(
+    global: &GlobalArgs,
+    args: &RunArgs,
+    prompt: Option<String>,
+    target: Target,
+) -> Result<(Prepared, Mode), PrepareError> {
+    let locations = Locations::from_env();
+    let overrides = args.overrides(global.store.as_deref());
+    let plain = |e: anyhow::Error| (e, false);
+    let config = Config::load(global.workspace.as_deref(), &locations, &overrides)
+        .map_err(|e| plain(e.into()))?;
+    let jsonl = config.output == OutputFormat::Jsonl;
+    let with_mode = |e: anyhow::Error| (e, jsonl);
+    let mode = mode_of(config.output);
+    let prompt = read_prompt(prompt).map_err(with_mode)?;
+    match target {
+        Target::New => {
+            let prompt = match prompt {
+                Some(p) => p,
+                None if mode == Mode::Interactive => {
+                    let mut lines = Lines::spawn();
+                    match lines.ask("› ").await {
+                        Some(p) if !p.trim().is_empty() => p,
+                        _ => return Err(with_mode(anyhow::anyhow!("no prompt given"))),
+                    }
+                }
+                None if !std::io::stdin().is_terminal() => read_prompt(Some("-".into()))
+                    .map_err(with_mode)?
+                    .unwrap_or_default(),
+                None => {
+                    return Err(with_mode(anyhow::anyhow!(
+                        "no prompt: give one, e.g. keel run \"fix the failing test\", or `-` to read it from standard input"
+                    )));
+                }
+            };
+            let p = prepare_run(&config, &prompt).await.map_err(with_mode)?;
+            Ok((p, mode))
+        }
+        Target::Resume(session) => {
+            let session = crate::sessions::parse_session(&session).map_err(with_mode)?;
+            let store = crate::store::open(&config.store)
+                .await
+                .map_err(|e| with_mode(e.into()))?;
+            // The session's workspace, unless --workspace was given; its keel.toml supplies
+            // provider settings (keys, base URLs).
+            let pinned = crate::run::pinned(&store, session)
+                .await
+                .map_err(with_mode)?;
+            let workspace = global
+                .workspace
+                .clone()
+                .unwrap_or_else(|| pinned.config.workspace.clone());
+            let config = Config::load(Some(&workspace), &locations, &overrides)
+                .map_err(|e| with_mode(e.into()))?;
+            let p = prepare_resume(
+                store,
+                &config,
+                session,
+                prompt.as_deref(),
+                args.model.is_some(),
+            )
+            .await
+            .map_err(with_mode)?;
+            Ok((p, mode_of(config.output)))
+        }
+    }
+}
+
+/// Drives the session; in interactive mode asks about pending actions and reads follow-ups.
+async fn converse(mut p: Prepared, mode: Mode) -> u8 {
+    let printer = printer_for(mode);
+    let mut lines = (mode == Mode::Interactive).then(Lines::spawn);
+    if let Ok(view) = p.runtime.view(p.tenant, p.session).await {
+        printer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .seed(&view.state);
+    }
+    loop {
+        let (driven, next_seq) = drive(&p, &printer).await;
+        p.from_seq = next_seq;
+        if let (Driven::Finished(o), Some(lines)) = (&driven, lines.as_mut())
+            && o.status == SessionStatus::RequiresAction
+            && !o.pending.is_empty()
+        {
+            match crate::interactive::decide_pending(&p, &o.pending, lines).await {
+                Ok(true) => continue,
+                Ok(false) => {}
+                Err(e) => printer
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .note(&format!("keel: {e:#}")),
+            }
+        }
+        let result = result_of(&p, &driven).await;
+        printer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .result(&result);
+        let code = exit::code(result.terminal_reason);
+        if matches!(driven, Driven::Interrupted) {
+            return code;
+        }
+        let Some(lines) = lines.as_mut() else {
+            return code;
+        };
+        let next = loop {
+            match lines.ask("› ").await {
+                None => return code,
+                Some(l) if matches!(l.trim(), "exit" | "quit" | "/exit") => return code,
+                Some(l) if l.trim().is_empty() => {}
+                Some(l) => break l,
+            }
+        };
+        match p.runtime.submit(p.tenant, p.session, &next).await {
+            Ok(turn) => {
+                p.turn = Some(turn);
+                p.started = Instant::now();
+            }
+            Err(e) => {
+                eprintln!("keel: {e}");
+                return exit::code(TerminalReason::Failed);
+            }
+        }
+    }
+}
+
+/// A runtime for commands that do not sample a model themselves.
+fn bare_runtime(store: Arc<dyn Store>) -> anyhow::Result<Runtime> {
+    let model = Arc::new(ScriptedModel::new(Script::parse("(no model)", "")?));
+    let tools = keel_tools::ToolRegistry::with_builtins()?;
+    Ok(Runtime::new(
+        store,
+        model,
+        tools,
+        keel_runtime::RuntimeOptions {
+            worker_name: "keel-cli".into(),
+            ..keel_runtime::RuntimeOptions::default()
+        },
+    ))
+}
+
+/// `keel resolve KEY --as committed|failed|retry`.
+///
+/// # Errors
+/// Unknown effect, an effect not waiting for a decision, store errors.
+pub fn resolve(
+    global: &GlobalArgs,
+    key: &str,
+    decision: EffectDecision,
+) -> anyhow::Result<ExitCode> {
+    let config = crate::cli::store_config(global)?;
+    crate::cli::tokio_runtime()?.block_on(async move {
+        let store = crate::store::open(&config.store).await?;
+        let key = OperationKey(key.trim().to_owned());
+        // An operation key is `<session>/<step>/<call>`.
+        let session = key
+            .as_str()
+            .split('/')
+            .next()
+            .and_then(|s| s.parse::<SessionId>().ok())
+            .with_context(|| {
+                format!("{key:?} is not an operation key (`keel sessions show SESSION` lists them)")
+            })?;
+        let (_, state) = crate::sessions::load_state(&store, session).await?;
+        let tool = state
+            .effects
+            .get(&key)
+            .and_then(|e| state.tool_calls.get(&e.tool_call_id))
+            .map(|c| c.name.clone())
+            .with_context(|| format!("session {session} has no effect {key}"))?;
+        let rt = bare_runtime(store)?;
+        rt.resolve_effect(local_tenant(), session, &key, decision.clone())
+            .await
+            .with_context(|| format!("cannot resolve effect {key}"))?;
+        let verb = match decision {
+            EffectDecision::Committed { .. } => "committed",
+            EffectDecision::Failed { .. } => "failed",
+            EffectDecision::Retry => "to be retried",
+        };
+        println!(
+            "effect {key} ({tool}) marked {verb}; `keel resume {session}` continues the session"
+        );
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+/// The pid of a live process of this host holding `session`'s lease, if any.
+async fn local_runner(store: &Arc<dyn Store>, session: SessionId) -> anyhow::Result<Option<u32>> {
+    let record = store.get_session(local_tenant(), session).await?;
+    let Some(lease) = record.lease else {
+        return Ok(None);
+    };
+    if lease.expires_at < chrono::Utc::now() {
+        return Ok(None);
+    }
+    let Some((_, hostpid)) = lease.owner.rsplit_once('@') else {
+        return Ok(None);
+    };
+    let Some((host, pid)) = hostpid.rsplit_once(':') else {
+        return Ok(None);
+    };
+    let Ok(pid) = pid.parse::<u32>() else {
+        return Ok(None);
+    };
+    let alive = std::path::Path::new("/proc").join(pid.to_string()).exists();
+    Ok(
+        (host == keel_runtime::lease::hostname() && alive && pid != std::process::id())
+            .then_some(pid),
+    )
+}
+
+/// `keel cancel SESSION`: a session run by a `keel` process of this host is interrupted like
+/// Ctrl-C in its terminal (SIGINT: that process journals `turn.cancel_requested` and ends the
+/// turn `aborted`); otherwise the cancellation is journaled here.
+///
+/// # Errors
+/// Unknown session, no turn to cancel, store errors.
+pub fn cancel(global: &GlobalArgs, session: &str) -> anyhow::Result<ExitCode> {
+    let config = crate::cli::store_config(global)?;
+    let session = crate::sessions::parse_session(session)?;
+    crate::cli::tokio_runtime()?.block_on(async move {
+        let store = crate::store::open(&config.store).await?;
+        store
+            .get_session(local_tenant(), session)
+            .await
+            .with_context(|| format!("no session {session} in this store"))?;
+        if let Some(pid) = local_runner(&store, session).await? {
+            let status = std::process::Command::new("kill")
+                .args(["-INT", &pid.to_string()])
+                .status()
+                .context("cannot run `kill` to interrupt the running keel")?;
+            if !status.success() {
+                anyhow::bail!("cannot interrupt process {pid}, which runs session {session}");
+            }
+            // Wait until the running process has recorded the cancellation.
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                let (_, state) = crate::sessions::load_state(&store, session).await?;
+                let requested = state
+                    .active_turn
+                    .and_then(|t| state.turns.get(&t))
+                    .is_none_or(|t| t.cancel_requested.is_some());
+                if requested || Instant::now() > deadline {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            println!("cancelling the turn of session {session} (run by process {pid})");
+            return Ok(ExitCode::SUCCESS);
+        }
+        let rt = bare_runtime(store)?;
+        let turn = rt
+            .cancel_turn(local_tenant(), session)
+            .await
+            .with_context(|| format!("cannot cancel session {session}"))?;
+        println!(
+            "cancelled turn {turn} of session {session}; `keel resume {session}` continues it"
+        );
+        Ok(ExitCode::SUCCESS)
+    })
+}

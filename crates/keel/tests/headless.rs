@@ -1,0 +1,333 @@
+//! `keel run --output jsonl` and `keel resume`: the stream always ends with one `result` line,
+//! each terminal reason has its own exit code, and sessions survive Ctrl-C and `kill -9`.
+
+use serde_json::Value;
+
+use crate::common::{Env, Running, check_stream, jsonl_lines, parse_lines, stderr};
+
+/// Runs `keel run` headless with `script` (the scripted model's lines) and extra flags.
+fn run_script(env: &Env, script: &str, flags: &[&str]) -> (Option<i32>, Vec<Value>) {
+    env.write("script.jsonl", script);
+    let out = env
+        .keel()
+        .args(["run", "--workspace", "ws", "--model", "script:script.jsonl"])
+        .args(["--output", "jsonl"])
+        .args(flags)
+        .arg("do the task")
+        .output()
+        .unwrap();
+    (out.status.code(), jsonl_lines(&out.stdout))
+}
+
+const ASK_WRITE: &str = r#"{"tool_calls":[{"name":"write_file","arguments":{"path":"a.txt","content":"hello"}}]}
+{"text":"wrote it"}
+"#;
+
+#[test]
+fn each_terminal_reason_has_its_exit_code_and_one_result_line() {
+    let env = Env::new();
+    let cases: &[(&str, &str, &[&str], i32)] = &[
+        ("completed", "{\"text\":\"done\"}\n", &[], 0),
+        (
+            "failed",
+            "{\"error\":{\"kind\":\"invalid_request\"}}\n",
+            &[],
+            1,
+        ),
+        ("requires_action", ASK_WRITE, &[], 3),
+        (
+            "budget_exhausted",
+            "{\"tool_calls\":[{\"name\":\"list_dir\",\"arguments\":{\"path\":\".\"}}]}\n{\"tool_calls\":[{\"name\":\"list_dir\",\"arguments\":{\"path\":\".\"}}]}\n{\"text\":\"done\"}\n",
+            &["--max-steps", "1"],
+            5,
+        ),
+        (
+            "loop_detected",
+            &"{\"tool_calls\":[{\"name\":\"read_file\",\"arguments\":{\"path\":\"missing.txt\"}}]}\n".repeat(4),
+            &[],
+            6,
+        ),
+        (
+            "prompt_too_long",
+            &"{\"error\":{\"kind\":\"context_overflow\"}}\n".repeat(4),
+            &[],
+            7,
+        ),
+    ];
+    for (reason, script, flags, code) in cases {
+        let (exit, lines) = run_script(&env, script, flags);
+        let result = check_stream(&lines);
+        assert_eq!(result["terminal_reason"], *reason, "{result}");
+        assert_eq!(exit, Some(*code), "{reason}: {result}");
+        assert_eq!(result["session_id"], lines[0]["session_id"]);
+        assert_eq!(lines[0]["type"], "session.created");
+        if *reason == "budget_exhausted" {
+            assert_eq!(result["limit"], "steps");
+        }
+        if *reason == "requires_action" {
+            assert_eq!(result["pending"][0]["kind"], "approval");
+            assert_eq!(result["pending"][0]["tool_name"], "write_file");
+        }
+    }
+}
+
+#[test]
+fn tool_results_appear_as_the_model_sees_them() {
+    let env = Env::new();
+    env.write("ws/big.txt", &"0123456789\n".repeat(20_000));
+    let (exit, lines) = run_script(
+        &env,
+        "{\"tool_calls\":[{\"name\":\"shell\",\"arguments\":{\"command\":\"cat big.txt\"}}]}\n{\"text\":\"ok\"}\n",
+        &["--permission-mode", "bypass", "--sandbox", "off"],
+    );
+    assert_eq!(exit, Some(0));
+    check_stream(&lines);
+    let finished: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["type"] == "tool_call.finished")
+        .collect();
+    assert_eq!(finished.len(), 1);
+    let output = finished[0]["payload"]["output"].as_str().unwrap();
+    assert!(
+        output.len() < 220_000 / 2,
+        "the stream carries the truncated result, {} bytes",
+        output.len()
+    );
+    assert!(output.contains("0123456789"));
+}
+
+/// Runs [`ASK_WRITE`] until it waits on its approval, decides it with `keel DECISION…` from
+/// another process, resumes, and returns the resumed stream.
+fn decide_then_resume(env: &Env, decision: &[&str]) -> Vec<Value> {
+    let (exit, lines) = run_script(env, ASK_WRITE, &[]);
+    assert_eq!(exit, Some(3));
+    let result = check_stream(&lines);
+    let session = result["session_id"].as_str().unwrap().to_owned();
+    let approval = result["pending"][0]["approval_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let show = env.run(&["sessions", "show", &session]);
+    assert!(
+        crate::common::stdout(&show).contains(&approval),
+        "show lists the pending approval"
+    );
+    let out = env.run(&[&[decision[0], approval.as_str()], &decision[1..]].concat());
+    assert!(out.status.success(), "{}", stderr(&out));
+    // Deciding again differently is refused, on one line.
+    let other = if decision[0] == "approve" {
+        "deny"
+    } else {
+        "approve"
+    };
+    let out = env.run(&[other, &approval]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(stderr(&out).trim().lines().count(), 1, "{}", stderr(&out));
+    let out = env.run(&["resume", &session, "--output", "jsonl"]);
+    let lines = jsonl_lines(&out.stdout);
+    assert_eq!(check_stream(&lines)["terminal_reason"], "completed");
+    assert_eq!(out.status.code(), Some(0));
+    assert!(
+        lines.iter().all(|l| l["type"] != "session.created"),
+        "resume prints only new events"
+    );
+    lines
+}
+
+#[test]
+fn approve_from_another_process_then_resume_runs_the_call() {
+    let env = Env::new();
+    decide_then_resume(&env, &["approve"]);
+    assert_eq!(
+        std::fs::read_to_string(env.ws().join("a.txt")).unwrap(),
+        "hello"
+    );
+}
+
+#[test]
+fn deny_from_another_process_then_resume_gives_the_model_the_reason() {
+    let env = Env::new();
+    let lines = decide_then_resume(&env, &["deny", "--reason", "not in this repo"]);
+    let rejected = lines
+        .iter()
+        .find(|l| l["type"] == "tool_call.finished")
+        .unwrap();
+    assert_eq!(rejected["payload"]["status"], "rejected");
+    assert!(
+        rejected["payload"]["output"]
+            .as_str()
+            .unwrap()
+            .contains("not in this repo")
+    );
+    assert!(!env.ws().join("a.txt").exists());
+}
+
+fn slow_shell_script(secs: u32) -> String {
+    format!(
+        "{{\"tool_calls\":[{{\"name\":\"shell\",\"arguments\":{{\"command\":\"sleep {secs}\"}}}}]}}\n{{\"text\":\"done\"}}\n"
+    )
+}
+
+fn start_run(env: &Env, script: &str, flags: &[&str]) -> Running {
+    env.write("script.jsonl", script);
+    let mut cmd = env.keel();
+    cmd.args(["run", "--workspace", "ws", "--model", "script:script.jsonl"])
+        .args([
+            "--output",
+            "jsonl",
+            "--permission-mode",
+            "bypass",
+            "--sandbox",
+            "off",
+        ])
+        .args(flags)
+        .arg("do the task");
+    Running::start(cmd)
+}
+
+fn session_of(line: &str) -> String {
+    let v: Value = serde_json::from_str(line).unwrap();
+    v["session_id"].as_str().unwrap().to_owned()
+}
+
+#[test]
+fn ctrl_c_aborts_the_turn_and_a_bare_resume_completes() {
+    let env = Env::new();
+    let mut run = start_run(&env, &slow_shell_script(30), &[]);
+    let session = session_of(&run.wait_for("session.created", 30));
+    run.wait_for("tool_call.started", 30);
+    run.signal("INT");
+    let (code, lines) = run.finish(30);
+    let result = check_stream(&parse_lines(&lines));
+    assert_eq!(result["terminal_reason"], "aborted", "{result}");
+    assert_eq!(code, Some(4));
+    let out = env.run(&["resume", &session, "--output", "jsonl"]);
+    let result = check_stream(&jsonl_lines(&out.stdout));
+    assert_eq!(result["terminal_reason"], "completed", "{result}");
+    assert_eq!(result["final_text"], "done");
+    assert_eq!(out.status.code(), Some(0));
+}
+
+#[test]
+fn cancel_from_another_process_aborts_the_running_turn() {
+    let env = Env::new();
+    let mut run = start_run(&env, &slow_shell_script(30), &[]);
+    let session = session_of(&run.wait_for("session.created", 30));
+    run.wait_for("tool_call.started", 30);
+    let out = env.run(&["cancel", &session]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let (code, lines) = run.finish(30);
+    let lines = parse_lines(&lines);
+    let result = check_stream(&lines);
+    assert_eq!(result["terminal_reason"], "aborted", "{result}");
+    assert_eq!(code, Some(4));
+    assert!(lines.iter().any(|l| l["type"] == "turn.cancel_requested"));
+    let finished = lines
+        .iter()
+        .find(|l| l["type"] == "tool_call.finished")
+        .expect("the cancelled call got its one result");
+    assert_eq!(finished["payload"]["status"], "cancelled");
+}
+
+#[test]
+fn kill_9_mid_turn_then_a_bare_resume_completes() {
+    let env = Env::new();
+    // The model is slow to answer; the process dies while the step streams.
+    let script = "{\"delay_ms\":1500,\"tool_calls\":[{\"name\":\"list_dir\",\"arguments\":{\"path\":\".\"}}]}\n{\"text\":\"done\"}\n";
+    let mut run = start_run(&env, script, &[]);
+    let session = session_of(&run.wait_for("session.created", 30));
+    run.wait_for("step.started", 30);
+    run.signal("KILL");
+    let (code, _) = run.finish(30);
+    assert_eq!(code, None, "killed by a signal");
+    let out = env.run(&["resume", &session, "--output", "jsonl"]);
+    let lines = jsonl_lines(&out.stdout);
+    let result = check_stream(&lines);
+    assert_eq!(result["terminal_reason"], "completed", "{result}");
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(result["final_text"], "done");
+}
+
+#[test]
+fn kill_9_during_a_side_effect_is_resolved_from_another_process() {
+    let env = Env::new();
+    let mut run = start_run(&env, &slow_shell_script(30), &[]);
+    let session = session_of(&run.wait_for("session.created", 30));
+    run.wait_for("effect.dispatched", 30);
+    run.signal("KILL");
+    run.finish(30);
+    // The shell command may or may not have run: a human must say.
+    let out = env.run(&["resume", &session, "--output", "jsonl"]);
+    let result = check_stream(&jsonl_lines(&out.stdout));
+    assert_eq!(result["terminal_reason"], "requires_action", "{result}");
+    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(result["pending"][0]["kind"], "effect");
+    let key = result["pending"][0]["operation_key"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let out = env.run(&["resolve", &key, "--as", "committed"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = env.run(&["resume", &session, "--output", "jsonl"]);
+    let lines = jsonl_lines(&out.stdout);
+    let result = check_stream(&lines);
+    assert_eq!(result["terminal_reason"], "completed", "{result}");
+    assert!(lines.iter().any(|l| l["type"] == "effect.committed"));
+    // Resolving twice is refused.
+    let out = env.run(&["resolve", &key, "--as", "failed"]);
+    assert_eq!(out.status.code(), Some(1));
+}
+
+#[test]
+fn events_follow_from_another_process_sees_the_whole_turn() {
+    let env = Env::new();
+    let mut run = start_run(&env, &slow_shell_script(1), &[]);
+    let session = session_of(&run.wait_for("session.created", 30));
+    let mut follow = {
+        let mut cmd = env.keel();
+        cmd.args(["sessions", "events", &session, "--follow"]);
+        Running::start(cmd)
+    };
+    follow.wait_for("tool_call.started", 30);
+    follow.wait_for("turn.finished", 30);
+    follow.wait_for("\"idle\"", 30);
+    let (code, run_lines) = run.finish(30);
+    assert_eq!(code, Some(0));
+    // The follower printed the same durable events as the run, in order.
+    let run_events: Vec<String> = run_lines
+        .iter()
+        .filter(|l| !l.contains("\"type\":\"result\""))
+        .cloned()
+        .collect();
+    assert_eq!(
+        follow.seen.len(),
+        run_events.len(),
+        "follower:\n{}\nrun:\n{}",
+        follow.seen.join("\n"),
+        run_events.join("\n")
+    );
+    assert_eq!(follow.seen, run_events);
+    follow.signal("INT");
+}
+
+#[test]
+fn resume_with_a_prompt_continues_the_same_session() {
+    let env = Env::new();
+    let (exit, lines) = run_script(&env, "{\"text\":\"first\"}\n{\"text\":\"second\"}\n", &[]);
+    assert_eq!(exit, Some(0));
+    let session = check_stream(&lines)["session_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let out = env.run(&["resume", &session, "and now this", "--output", "jsonl"]);
+    let result = check_stream(&jsonl_lines(&out.stdout));
+    assert_eq!(result["final_text"], "second", "the next script line");
+    assert_eq!(result["session_id"], session.as_str());
+    let list = crate::common::stdout(&env.run(&["sessions", "list", "--json"]));
+    let sessions: Vec<Value> = list
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(sessions.len(), 1);
+    assert_eq!(sessions[0]["turns"], 2);
+}
