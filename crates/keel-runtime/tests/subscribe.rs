@@ -1,1 +1,142 @@
-//! subscribe
+//! Subscriptions: replay + tail, a stalled subscriber never slows the session, secrets are
+//! redacted from every event.
+
+use std::time::{Duration, Instant};
+
+use keel_core::Budget;
+use keel_runtime::{REDACTED, RuntimeOptions, SubscriptionItem};
+use serde_json::json;
+
+use crate::common::*;
+
+fn chatty(n_words: usize) -> serde_json::Value {
+    json!({"text": "word ".repeat(n_words)})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stalled_subscriber_does_not_slow_the_session_and_loses_only_deltas() {
+    let db = db(Backend::Sqlite).await;
+    let rt = keel_runtime::Runtime::new(
+        db.store.clone(),
+        scripted(&[chatty(5000)]),
+        registry(),
+        RuntimeOptions {
+            delta_buffer: 16,
+            ..RuntimeOptions::default()
+        },
+    );
+    let ws = workspace();
+    let tenant = keel_core::TenantId::new();
+    let session = rt
+        .create_session(tenant, &release(&[], Budget::default()), config(ws.path()))
+        .await
+        .unwrap();
+    // Baseline without a subscriber, then with one that never reads.
+    rt.submit(tenant, session, "talk").await.unwrap();
+    let mut stalled = rt.subscribe(tenant, session, 1).await.unwrap();
+    let t0 = Instant::now();
+    let out = tokio::time::timeout(Duration::from_secs(30), rt.run(tenant, session))
+        .await
+        .unwrap()
+        .unwrap();
+    let with_stalled = t0.elapsed();
+    assert_eq!(out.turns.len(), 1);
+    eprintln!("a 5000-delta turn with a stalled subscriber: {with_stalled:?}");
+    // Now read: every durable event arrives in order, the lost deltas are reported as a gap.
+    let total = db.store.read(tenant, session, 1, None).await.unwrap().len() as u64;
+    let mut seqs = Vec::new();
+    let mut gaps = 0;
+    let mut deltas = 0;
+    while let Some(item) = stalled
+        .next_timeout(Duration::from_millis(1500))
+        .await
+        .unwrap()
+    {
+        match item {
+            SubscriptionItem::Event { event } => seqs.push(event.seq),
+            SubscriptionItem::Gap { dropped } => gaps += dropped,
+            SubscriptionItem::Delta { .. } => deltas += 1,
+        }
+        if seqs.len() as u64 == total && gaps > 0 {
+            break;
+        }
+    }
+    assert_eq!(seqs, (1..=total).collect::<Vec<_>>());
+    assert!(gaps > 0, "the slow subscriber was told it lost deltas");
+    assert!(deltas <= 16 + 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_subscriber_from_a_sequence_number_replays_then_tails() {
+    let f = fixture(
+        Backend::Sqlite,
+        &[json!({"text": "one"}), json!({"text": "two"})],
+        |_| {},
+    )
+    .await;
+    f.rt.submit(f.tenant, f.session, "first").await.unwrap();
+    f.rt.run(f.tenant, f.session).await.unwrap();
+    let version = f.events().await.len() as u64;
+    let mut sub = f.rt.subscribe(f.tenant, f.session, version).await.unwrap();
+    let SubscriptionItem::Event { event } = sub.next().await.unwrap() else {
+        panic!()
+    };
+    assert_eq!(event.seq, version);
+    f.rt.submit(f.tenant, f.session, "second").await.unwrap();
+    let SubscriptionItem::Event { event } = sub
+        .next_timeout(Duration::from_secs(20))
+        .await
+        .unwrap()
+        .unwrap()
+    else {
+        panic!()
+    };
+    assert_eq!((event.seq, event.type_name()), (version + 1, "turn.queued"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_secret_is_redacted_from_every_event_and_delta() {
+    // A value of an environment variable marked secret (cargo sets this one for test processes).
+    let var = "CARGO_MANIFEST_DIR".to_owned();
+    let env_secret = std::env::var(&var).unwrap();
+    let api_key = "sk-abcdefghijklmnopqrstuvwxyz123456";
+    let lines = [
+        json!({"text": format!("the key is {api_key} ok"), "tool_calls": [call("read_file", json!({"path": "secret.txt"}))]}),
+        json!({"text": "done tok_9999"}),
+    ];
+    let f = fixture(Backend::Sqlite, &lines, |c| {
+        c.secret_patterns = vec!["tok_[0-9]{4}".into()];
+        c.secret_env = vec![var.clone()];
+    })
+    .await;
+    std::fs::write(
+        f.ws.path().join("secret.txt"),
+        format!("password={env_secret}\nkey={api_key}\n"),
+    )
+    .unwrap();
+    let mut sub = f.rt.subscribe(f.tenant, f.session, 1).await.unwrap();
+    f.rt.submit(f.tenant, f.session, "read the secret")
+        .await
+        .unwrap();
+    f.rt.run(f.tenant, f.session).await.unwrap();
+    let mut seen = Vec::new();
+    while let Some(item) = sub.next_timeout(Duration::from_millis(700)).await.unwrap() {
+        seen.push(serde_json::to_string(&item).unwrap());
+    }
+    let stored: Vec<String> = f
+        .events()
+        .await
+        .iter()
+        .map(keel_core::Event::encode)
+        .collect();
+    for text in seen.iter().chain(stored.iter()) {
+        assert!(!text.contains(api_key), "{text}");
+        assert!(!text.contains("tok_9999"), "{text}");
+        assert!(!text.contains(&env_secret), "{text}");
+    }
+    assert!(stored.iter().any(|t| t.contains(REDACTED)));
+    assert!(
+        seen.iter().any(|t| t.contains("delta")),
+        "deltas were seen too"
+    );
+}
