@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use chrono::Utc;
 use keel_core::{
     ApprovalDecision, ApprovalId, ApprovalRecord, Correlation, EffectDecision, EffectStatus,
-    EventBody, OperationKey, Release, SessionId, SessionState, SessionStatus, StateMachine,
-    TenantId, ToolCallId, ToolCallStatus, TurnId,
+    EventBody, OperationKey, Release, SessionId, SessionState, SessionStatus, TenantId, ToolCallId,
+    ToolCallStatus, TurnId,
 };
 use keel_model::ModelClient;
 use keel_store::{Lease, NewSession, Store};
@@ -783,9 +783,4 @@ pub(crate) fn config_of(j: &Journal) -> Result<SessionConfig> {
         session: j.session,
         reason: e.to_string(),
     })
-}
-
-/// Whether a tool-call status is terminal (re-exported for hosts).
-pub fn is_terminal(status: ToolCallStatus) -> bool {
-    status.is_terminal()
 }

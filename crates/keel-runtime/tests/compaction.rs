@@ -147,3 +147,78 @@ async fn three_failed_compactions_end_the_turn_with_prompt_too_long(b: Backend) 
         .count();
     assert_eq!(overflows, 3);
 }
+
+/// A summary request that itself overflows drops the oldest transcript items first and tries
+/// again (fake provider: compaction requests with more than 6 messages overflow).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_compaction_that_overflows_drops_the_oldest_items_first() {
+    use std::sync::{Arc, Mutex};
+
+    use keel_model::{ErrorKind, HttpModel, ProviderConfig, Wire};
+    use keel_testkit::{FakeModelServer, FakeResponse, Fault, Handler, Pacing, Reply};
+
+    let step = Arc::new(Mutex::new(0usize));
+    let summary_sizes = Arc::new(Mutex::new(Vec::new()));
+    let (s2, sizes2) = (step.clone(), summary_sizes.clone());
+    let handler: Handler = Arc::new(move |req| {
+        let is_summary = req.body["system"]
+            .as_str()
+            .is_some_and(|s| s.contains("summaries"));
+        let n = req.body["messages"].as_array().map_or(0, Vec::len);
+        if is_summary {
+            sizes2.lock().unwrap().push(n);
+            return if n > 6 {
+                Reply::Fault(Fault::Http(ErrorKind::ContextOverflow))
+            } else {
+                Reply::Respond(FakeResponse::text("a short summary"))
+            };
+        }
+        let mut k = s2.lock().unwrap();
+        *k += 1;
+        match *k {
+            1..=3 => Reply::Respond(FakeResponse::text(format!("answer {k}"))),
+            4 => Reply::Fault(Fault::Http(ErrorKind::ContextOverflow)),
+            _ => Reply::Respond(FakeResponse::text("fits now")),
+        }
+    });
+    let server = FakeModelServer::start(handler, Pacing::default())
+        .await
+        .unwrap();
+    let model = HttpModel::new(
+        Wire::Anthropic,
+        ProviderConfig::new("fake")
+            .with_base_url(server.anthropic_base_url())
+            .with_api_key("k"),
+    )
+    .unwrap();
+    let f = fixture_with(
+        Backend::Sqlite,
+        Arc::new(model),
+        &["none"],
+        Default::default(),
+        |_| {},
+    )
+    .await;
+    for input in ["one", "two", "three", "four"] {
+        f.rt.submit(f.tenant, f.session, input).await.unwrap();
+    }
+    let out = f.rt.run(f.tenant, f.session).await.unwrap();
+    let last = out.turns.last().unwrap();
+    assert_eq!(
+        (last.terminal_reason, last.final_text.as_str()),
+        (TerminalReason::Completed, "fits now"),
+        "{out:?}"
+    );
+    let sizes = summary_sizes.lock().unwrap().clone();
+    assert!(
+        sizes.len() >= 2 && sizes[0] > 6 && *sizes.last().unwrap() <= 6,
+        "{sizes:?}"
+    );
+    // (The Anthropic wire merges adjacent user messages, so counts fall by one or two.)
+    assert!(
+        sizes.windows(2).all(|w| w[1] <= w[0]),
+        "no retry sends more: {sizes:?}"
+    );
+    let evs = f.events().await;
+    assert!(evs.iter().any(|e| e.type_name() == "context.compacted"));
+}
