@@ -155,6 +155,11 @@ async fn prepare(
             let pinned = crate::run::pinned(&store, session)
                 .await
                 .map_err(with_mode)?;
+            for flag in pinned_flags(args) {
+                eprintln!(
+                    "keel: {flag} is pinned by session {session} and cannot be changed on resume yet; using the session's"
+                );
+            }
             let workspace = global
                 .workspace
                 .clone()
@@ -173,6 +178,20 @@ async fn prepare(
             Ok((p, mode_of(config.output)))
         }
     }
+}
+
+/// The run flags `resume` cannot apply: the runtime pins them in `session.created`.
+fn pinned_flags(args: &RunArgs) -> Vec<&'static str> {
+    [
+        (args.permission_mode.is_some(), "--permission-mode"),
+        (args.sandbox.is_some(), "--sandbox"),
+        (args.max_steps.is_some(), "--max-steps"),
+        (args.max_cost_usd.is_some(), "--max-cost-usd"),
+        (args.timeout.is_some(), "--timeout"),
+    ]
+    .into_iter()
+    .filter_map(|(given, flag)| given.then_some(flag))
+    .collect()
 }
 
 /// Drives the session; in interactive mode asks about pending actions and reads follow-ups.

@@ -331,3 +331,36 @@ fn resume_with_a_prompt_continues_the_same_session() {
     assert_eq!(sessions.len(), 1);
     assert_eq!(sessions[0]["turns"], 2);
 }
+
+#[test]
+fn resume_restores_the_pinned_workspace_permission_mode_and_model() {
+    let env = Env::new();
+    let script = "{\"text\":\"first\"}\n{\"tool_calls\":[{\"name\":\"write_file\",\"arguments\":{\"path\":\"b.txt\",\"content\":\"pinned\"}}]}\n{\"text\":\"wrote\"}\n";
+    let (exit, lines) = run_script(&env, script, &["--permission-mode", "bypass"]);
+    assert_eq!(exit, Some(0));
+    let session = check_stream(&lines)["session_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // From another directory, with no flags: same workspace, same model, still bypass (a write
+    // would ask under the default mode).
+    std::fs::create_dir_all(env.path("elsewhere")).unwrap();
+    let out = env
+        .keel()
+        .current_dir(env.path("elsewhere"))
+        .args(["resume", &session, "write b.txt", "--output", "jsonl"])
+        .args(["--permission-mode", "read-only"])
+        .output()
+        .unwrap();
+    let result = check_stream(&jsonl_lines(&out.stdout));
+    assert_eq!(result["terminal_reason"], "completed", "{result}");
+    assert_eq!(
+        std::fs::read_to_string(env.ws().join("b.txt")).unwrap(),
+        "pinned"
+    );
+    assert!(
+        stderr(&out).contains("--permission-mode is pinned by session"),
+        "a flag resume cannot apply is named: {}",
+        stderr(&out)
+    );
+}

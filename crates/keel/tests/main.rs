@@ -5,6 +5,7 @@
 mod common;
 mod config_show;
 mod errors;
+mod example;
 mod headless;
 mod model_parse;
 mod realworld;
