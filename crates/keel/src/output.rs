@@ -111,6 +111,8 @@ struct RunningCall {
 pub struct TextPrinter {
     live: bool,
     streamed: bool,
+    /// Seq of the last `step.completed` shown: later text deltas of that step are stale.
+    completed_seq: u64,
     at_line_start: bool,
     proposed: HashMap<String, String>,
     running: HashMap<String, RunningCall>,
@@ -143,6 +145,7 @@ impl TextPrinter {
         Self {
             live,
             streamed: false,
+            completed_seq: 0,
             at_line_start: true,
             proposed: HashMap::new(),
             running: HashMap::new(),
@@ -294,11 +297,15 @@ impl Printer for TextPrinter {
                     .tool_call_id
                     .as_ref()
                     .map(|c| c.as_str().to_owned());
+                if matches!(event.body, EventBody::StepCompleted { .. }) {
+                    self.completed_seq = event.seq;
+                }
                 self.event(&event.body, call.as_deref());
             }
             SubscriptionItem::Delta { delta } => {
                 if let DeltaKind::Text { text } = &delta.kind
                     && self.live
+                    && delta.after_seq >= self.completed_seq
                 {
                     self.streamed = true;
                     self.out(text);

@@ -96,11 +96,13 @@ pub fn execute(
         Err(e) => return fail(e, flag_jsonl),
     };
     rt.block_on(async {
-        let (prepared, mode) = match prepare(global, args, prompt, target).await {
+        // One reader of standard input for the whole process, started when first needed.
+        let mut lines: Option<Lines> = None;
+        let (prepared, mode) = match prepare(global, args, prompt, target, &mut lines).await {
             Ok(x) => x,
             Err((e, jsonl)) => return fail(e, jsonl || flag_jsonl),
         };
-        let code = converse(prepared, mode).await;
+        let code = converse(prepared, mode, &mut lines).await;
         ExitCode::from(code)
     })
 }
@@ -112,6 +114,7 @@ async fn prepare(
     args: &RunArgs,
     prompt: Option<String>,
     target: Target,
+    lines: &mut Option<Lines>,
 ) -> Result<(Prepared, Mode), PrepareError> {
     let locations = Locations::from_env();
     let overrides = args.overrides(global.store.as_deref());
@@ -127,8 +130,7 @@ async fn prepare(
             let prompt = match prompt {
                 Some(p) => p,
                 None if mode == Mode::Interactive => {
-                    let mut lines = Lines::spawn();
-                    match lines.ask("› ").await {
+                    match lines.get_or_insert_with(Lines::spawn).ask("› ").await {
                         Some(p) if !p.trim().is_empty() => p,
                         _ => return Err(with_mode(anyhow::anyhow!("no prompt given"))),
                     }
@@ -195,9 +197,13 @@ fn pinned_flags(args: &RunArgs) -> Vec<&'static str> {
 }
 
 /// Drives the session; in interactive mode asks about pending actions and reads follow-ups.
-async fn converse(mut p: Prepared, mode: Mode) -> u8 {
+async fn converse(mut p: Prepared, mode: Mode, lines: &mut Option<Lines>) -> u8 {
     let printer = printer_for(mode);
-    let mut lines = (mode == Mode::Interactive).then(Lines::spawn);
+    let mut lines = if mode == Mode::Interactive {
+        Some(lines.get_or_insert_with(Lines::spawn))
+    } else {
+        None
+    };
     if let Ok(view) = p.runtime.view(p.tenant, p.session).await {
         printer
             .lock()

@@ -37,8 +37,16 @@ impl Env {
         )
     }
 
-    /// A `keel` command in this environment (cwd = the environment's root).
+    /// A `keel` command in this environment (cwd = the environment's root), standard input
+    /// closed.
     pub fn keel(&self) -> Command {
+        let mut c = self.keel_tty();
+        c.stdin(std::process::Stdio::null());
+        c
+    }
+
+    /// As [`Env::keel`] with standard streams inherited, for a pseudo-terminal.
+    pub fn keel_tty(&self) -> Command {
         let mut c = Command::new(env!("CARGO_BIN_EXE_keel"));
         c.current_dir(self.dir.path())
             .env("HOME", self.dir.path())
@@ -49,7 +57,7 @@ impl Env {
             .env_remove("ANTHROPIC_API_KEY")
             .env_remove("ANTHROPIC_BASE_URL")
             .env_remove("RUST_BACKTRACE")
-            .stdin(std::process::Stdio::null());
+            .env("TERM", "xterm");
         c
     }
 

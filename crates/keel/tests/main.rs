@@ -7,5 +7,6 @@ mod config_show;
 mod errors;
 mod example;
 mod headless;
+mod interactive;
 mod model_parse;
 mod realworld;

@@ -1,0 +1,168 @@
+//! The interactive terminal, driven through a pseudo-terminal: prompt and follow-up in one
+//! session, approval prompts (allow once, allow for the session, deny with a reason), Ctrl-C
+//! cancelling the running turn while the session stays resumable, a second Ctrl-C exiting.
+
+use rexpect::session::{PtySession, spawn_command};
+
+use crate::common::{Env, check_stream, jsonl_lines};
+
+const TIMEOUT_MS: u64 = 30_000;
+
+/// rexpect reads the terminal byte by byte as Latin-1: a UTF-8 needle must be spelled the same way.
+fn l1(text: &str) -> String {
+    text.bytes().map(char::from).collect()
+}
+
+fn start(env: &Env, script: &str, flags: &[&str]) -> PtySession {
+    env.write("script.jsonl", script);
+    let mut cmd = env.keel_tty();
+    cmd.args(["run", "--workspace", "ws", "--model", "script:script.jsonl"])
+        .args(flags);
+    spawn_command(cmd, Some(TIMEOUT_MS)).unwrap()
+}
+
+/// Waits for the process to exit; returns its exit code.
+fn exit_code(p: &mut PtySession) -> Option<i32> {
+    p.exp_eof().unwrap();
+    match p.process.wait().unwrap() {
+        rexpect::process::wait::WaitStatus::Exited(_, code) => Some(code),
+        _ => None,
+    }
+}
+
+fn session_in(text: &str) -> String {
+    let i = text.rfind("session ").unwrap() + "session ".len();
+    text[i..i + 36].to_owned()
+}
+
+#[test]
+fn prompt_approval_and_follow_up_in_one_session() {
+    let env = Env::new();
+    let script = concat!(
+        "{\"text\":\"I will write the file.\",\"tool_calls\":[{\"name\":\"write_file\",\"arguments\":{\"path\":\"a.txt\",\"content\":\"one\"}}]}\n",
+        "{\"text\":\"Wrote a.txt.\"}\n",
+        "{\"tool_calls\":[{\"name\":\"write_file\",\"arguments\":{\"path\":\"b.txt\",\"content\":\"two\"}}]}\n",
+        "{\"text\":\"Not writing b.txt then.\"}\n",
+    );
+    let mut p = start(&env, script, &[]);
+    p.exp_string(&l1("› ")).unwrap();
+    p.send_line("write a.txt").unwrap();
+    p.exp_string("I will write the file.").unwrap();
+    p.exp_string("write_file").unwrap();
+    p.exp_string("needs approval").unwrap();
+    p.exp_string("[y] allow once").unwrap();
+    p.send_line("y").unwrap();
+    p.exp_string("Wrote a.txt.").unwrap();
+    let summary = p.exp_string(&l1("── completed")).unwrap();
+    let _ = summary;
+    let tail = p.exp_string(&l1("› ")).unwrap();
+    let session = session_in(&tail);
+    assert_eq!(
+        std::fs::read_to_string(env.ws().join("a.txt")).unwrap(),
+        "one"
+    );
+    // A follow-up continues the same session; this time the call is denied with a reason.
+    p.send_line("now b.txt").unwrap();
+    p.exp_string("needs approval").unwrap();
+    p.exp_string("[n] deny").unwrap();
+    p.send_line("n").unwrap();
+    p.exp_string("reason").unwrap();
+    p.send_line("b.txt is generated").unwrap();
+    p.exp_string("Not writing b.txt then.").unwrap();
+    p.exp_string(&l1("── completed")).unwrap();
+    p.exp_string(&l1("› ")).unwrap();
+    p.send_line("exit").unwrap();
+    assert_eq!(exit_code(&mut p), Some(0));
+    assert!(!env.ws().join("b.txt").exists());
+    // Both turns are in the one session; the model saw the reason.
+    let out = env.run(&["sessions", "events", &session]);
+    let events = jsonl_lines(&out.stdout);
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| e["type"] == "turn.finished")
+            .count(),
+        2
+    );
+    let rejected = events
+        .iter()
+        .filter(|e| e["type"] == "tool_call.finished")
+        .find(|e| e["payload"]["status"] == "rejected")
+        .unwrap();
+    assert!(
+        rejected["payload"]["output"]
+            .as_str()
+            .unwrap()
+            .contains("b.txt is generated")
+    );
+}
+
+#[test]
+fn allow_for_session_stops_asking_for_the_same_call() {
+    let env = Env::new();
+    let call = "{\"tool_calls\":[{\"name\":\"shell\",\"arguments\":{\"command\":\"echo hi\"}}]}\n";
+    let script = format!("{call}{call}{{\"text\":\"done twice\"}}\n");
+    let mut p = start(&env, &script, &["--sandbox", "off"]);
+    p.exp_string(&l1("› ")).unwrap();
+    p.send_line("say hi twice").unwrap();
+    p.exp_string("needs approval").unwrap();
+    p.exp_string("[a] allow for this session").unwrap();
+    p.send_line("a").unwrap();
+    let between = p.exp_string("done twice").unwrap();
+    assert!(
+        !between.contains("needs approval"),
+        "asked again: {between}"
+    );
+    p.exp_string(&l1("── completed")).unwrap();
+    p.exp_string(&l1("› ")).unwrap();
+    p.send_control('d').unwrap();
+    assert_eq!(exit_code(&mut p), Some(0));
+}
+
+#[test]
+fn ctrl_c_cancels_the_turn_and_the_session_resumes() {
+    let env = Env::new();
+    let script = concat!(
+        "{\"text\":\"Running a long command.\",\"tool_calls\":[{\"name\":\"shell\",\"arguments\":{\"command\":\"sleep 30\"}}]}\n",
+        "{\"text\":\"Finished after the interruption.\"}\n",
+    );
+    let mut p = start(
+        &env,
+        script,
+        &["--permission-mode", "bypass", "--sandbox", "off"],
+    );
+    p.exp_string(&l1("› ")).unwrap();
+    p.send_line("run the long command").unwrap();
+    p.exp_string("Running a long command.").unwrap();
+    p.exp_string("sleep 30").unwrap(); // the spinner's label
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    p.send_control('c').unwrap();
+    p.exp_string(&l1("── aborted")).unwrap();
+    let tail = p.exp_string(&l1("› ")).unwrap();
+    let session = session_in(&tail);
+    p.send_line("exit").unwrap();
+    assert_eq!(exit_code(&mut p), Some(4), "aborted");
+    // A bare resume (headless here) continues and completes.
+    let out = env.run(&["resume", &session, "--output", "jsonl"]);
+    let result = check_stream(&jsonl_lines(&out.stdout));
+    assert_eq!(result["terminal_reason"], "completed", "{result}");
+    assert_eq!(result["final_text"], "Finished after the interruption.");
+}
+
+#[test]
+fn a_second_ctrl_c_exits_at_once() {
+    let env = Env::new();
+    // The model itself is slow: the first Ctrl-C cancels, the second exits without waiting.
+    let script = "{\"delay_ms\":30000,\"text\":\"late\"}\n";
+    let mut p = start(&env, script, &[]);
+    p.exp_string(&l1("› ")).unwrap();
+    p.send_line("wait").unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    p.send_control('c').unwrap();
+    p.exp_string("Ctrl-C again").unwrap();
+    p.send_control('c').unwrap();
+    let started = std::time::Instant::now();
+    let code = exit_code(&mut p);
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    assert_eq!(code, Some(4));
+}
