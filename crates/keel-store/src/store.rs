@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use crate::error::Result;
 use crate::types::{
-    Artifact, EffectInsert, EffectRecord, EffectUpdate, Lease, MemoryEntry, NewSession,
+    Artifact, EffectInsert, EffectRecord, EffectUpdate, Intent, Lease, MemoryEntry, NewSession,
     SessionQuery, SessionRecord, TranscriptItem,
 };
 
@@ -155,6 +155,46 @@ pub trait Store: Send + Sync + 'static {
     /// # Errors
     /// `LeaseLost` if the epoch or owner changed.
     async fn release_lease(&self, tenant: TenantId, lease: &Lease) -> Result<()>;
+
+    // --- intents ----------------------------------------------------------------------------
+
+    /// Posts a durable intent for a session (no lease needed) and wakes [`Store::wait_for_intent`]
+    /// waiters at once (same process, or PostgreSQL) or within one poll interval (SQLite, other
+    /// processes).
+    ///
+    /// # Errors
+    /// `NotFound` if the session does not exist for the tenant.
+    async fn post_intent(
+        &self,
+        tenant: TenantId,
+        session: SessionId,
+        kind: &str,
+        payload: &Value,
+    ) -> Result<Intent>;
+
+    /// Waits until the session has at least one intent or `timeout` passes; returns whether it
+    /// has one. Wake-up as for [`Store::wait_for_version`].
+    ///
+    /// # Errors
+    /// `NotFound`.
+    async fn wait_for_intent(
+        &self,
+        tenant: TenantId,
+        session: SessionId,
+        timeout: Duration,
+    ) -> Result<bool>;
+
+    /// The session's intents, oldest first.
+    async fn list_intents(&self, tenant: TenantId, session: SessionId) -> Result<Vec<Intent>>;
+
+    /// Deletes an intent once handled; returns whether it existed (so two handlers can tell who
+    /// took it).
+    async fn delete_intent(
+        &self,
+        tenant: TenantId,
+        session: SessionId,
+        intent_id: &str,
+    ) -> Result<bool>;
 
     // --- effects ----------------------------------------------------------------------------
 

@@ -176,3 +176,19 @@ pub struct Artifact {
     /// Creation time.
     pub created_at: DateTime<Utc>,
 }
+
+/// A durable request for a session, posted by anyone while a worker may hold its lease (new
+/// input, a cancellation). The lease holder journals it, then deletes it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Intent {
+    /// Its id (UUIDv7 text; ordering within one millisecond follows it).
+    pub intent_id: String,
+    /// The session.
+    pub session_id: SessionId,
+    /// What is asked, e.g. `input`, `cancel_turn`, `cancel_tool_call` (the runtime's vocabulary).
+    pub kind: String,
+    /// Its arguments.
+    pub payload: Value,
+    /// When it was posted.
+    pub created_at: DateTime<Utc>,
+}

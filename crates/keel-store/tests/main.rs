@@ -2,4 +2,5 @@
 //! (`conformance::sqlite::…`, `conformance::postgres::…`), and crash tests with `kill -9`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod backends;
 mod conformance;

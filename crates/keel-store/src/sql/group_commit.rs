@@ -45,11 +45,20 @@ impl AppendRequest {
     ) -> Result<Self> {
         let mut rows = Vec::with_capacity(events.len());
         for ev in events {
+            let body = ev.encode();
+            // Refuse what could never be read back (e.g. a NaN cost encodes as null): a journal
+            // row that fails to decode would brick the session.
+            Event::decode(&body).map_err(|e| {
+                StoreError::InvalidInput(format!(
+                    "event seq {} does not survive encoding: {}",
+                    ev.seq, e.kind
+                ))
+            })?;
             rows.push((
                 to_i64(ev.seq)?,
                 ev.type_name(),
                 ev.ts.timestamp_millis(),
-                ev.encode(),
+                body,
             ));
         }
         Ok(AppendRequest {
@@ -236,7 +245,10 @@ impl GroupCommit {
             done = &mut answer => return done.unwrap_or_else(|_| Err(aborted())),
             guard = writer.lock_owned() => guard,
         };
-        let batch = std::mem::take(&mut *self.queue.lock().unwrap_or_else(|p| p.into_inner()));
+        let mut batch = std::mem::take(&mut *self.queue.lock().unwrap_or_else(|p| p.into_inner()));
+        // A request whose caller is gone (cancelled while queued) is dropped, not committed
+        // later behind the caller's back: its outcome is "not written".
+        batch.retain(|p| !p.reply.is_closed());
         if batch.is_empty() {
             // Someone else committed our request while we waited for the writer.
             drop(guard);
@@ -301,24 +313,27 @@ async fn run_batch(
             tracing::warn!(error = %e, size = batch.len(), "batched append failed; retrying requests one by one");
             let mut results = Vec::with_capacity(batch.len());
             for pending in batch {
-                let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
-                match apply_one(&mut tx, Dialect::Sqlite, &pending.req).await {
-                    Ok(Ok(v)) => {
-                        tx.commit().await?;
-                        results.push(Ok(v));
-                    }
-                    Ok(Err(refused)) => {
-                        tx.rollback().await?;
-                        results.push(Err(refused));
-                    }
-                    Err(e) => {
-                        tx.rollback().await?;
-                        results.push(Err(CasFailure::Store(e)));
-                    }
-                }
+                results.push(append_alone(conn, &pending.req).await);
             }
             Ok(results)
         }
+    }
+}
+
+/// One request in its own transaction; every failure is this request's own.
+async fn append_alone(conn: &mut AnyConnection, req: &AppendRequest) -> Result<u64, CasFailure> {
+    let mut tx = conn
+        .begin_with("BEGIN IMMEDIATE")
+        .await
+        .map_err(|e| CasFailure::Store(e.into()))?;
+    match apply_one(&mut tx, Dialect::Sqlite, req).await {
+        Ok(Ok(v)) => {
+            tx.commit().await.map_err(|e| CasFailure::Store(e.into()))?;
+            Ok(v)
+        }
+        Ok(Err(refused)) => Err(refused),
+        // Dropping the transaction rolls it back.
+        Err(e) => Err(CasFailure::Store(e)),
     }
 }
 

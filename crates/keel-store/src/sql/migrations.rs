@@ -9,7 +9,7 @@
 
 use keel_core::canonical::content_hash;
 use serde_json::Value;
-use sqlx::{AnyConnection, Connection, Row};
+use sqlx::{AnyConnection, Connection, Executor, Row};
 
 use super::{Dialect, now_ms};
 use crate::error::{Result, StoreError};
@@ -22,31 +22,75 @@ pub(crate) struct Migration {
 }
 
 /// Every migration this build knows, in order.
-pub(crate) const MIGRATIONS: &[Migration] = &[Migration {
-    version: 1,
-    name: "journal_and_owned_tables",
-    sql: include_str!("../../migrations/0001_journal_and_owned_tables.sql"),
-}];
+pub(crate) const MIGRATIONS: &[Migration] = &[
+    Migration {
+        version: 1,
+        name: "journal_and_owned_tables",
+        sql: include_str!("../../migrations/0001_journal_and_owned_tables.sql"),
+    },
+    Migration {
+        version: 2,
+        name: "intents",
+        sql: include_str!("../../migrations/0002_intents.sql"),
+    },
+];
 
 fn checksum(m: &Migration) -> String {
     content_hash(&Value::String(m.sql.to_owned()))
 }
 
-/// Brings the connected database to the latest schema.
-pub(crate) async fn run(conn: &mut AnyConnection, dialect: Dialect) -> Result<()> {
-    sqlx::raw_sql(
+/// Brings the connected database to the latest schema; returns the connection.
+///
+/// (Statements run through `Executor::execute`, not `sqlx::raw_sql`: the latter makes the future
+/// fail `Send` for a borrowed connection, so a store could not be opened inside `tokio::spawn`.)
+pub(crate) async fn run(mut conn: AnyConnection, dialect: Dialect) -> Result<AnyConnection> {
+    migrate(&mut conn, dialect).await?;
+    Ok(conn)
+}
+
+/// PostgreSQL: under one session-level advisory lock (so processes opening the same fresh database
+/// at once take turns instead of racing on the catalog), creates `schema` if given, switches to it
+/// with `search_path` (`SET search_path …`), migrates, unlocks and closes the connection.
+pub(crate) async fn setup_postgres(
+    mut conn: AnyConnection,
+    schema: Option<&str>,
+    search_path: Option<&'static str>,
+) -> Result<()> {
+    conn.execute("SELECT pg_advisory_lock(7365415)::text")
+        .await?;
+    let create = schema.map(|s| format!("CREATE SCHEMA IF NOT EXISTS \"{s}\""));
+    let mut setup = Ok(());
+    if let (Some(create), Some(sp)) = (&create, search_path) {
+        setup = conn.execute(create.as_str()).await.map(|_| ());
+        if setup.is_ok() {
+            setup = conn.execute(sp).await.map(|_| ());
+        }
+    }
+    let setup = match setup {
+        Ok(()) => migrate(&mut conn, Dialect::Postgres).await,
+        Err(e) => Err(e.into()),
+    };
+    let unlock = conn
+        .execute("SELECT pg_advisory_unlock(7365415)::text")
+        .await;
+    setup?;
+    unlock?;
+    conn.close().await?;
+    Ok(())
+}
+
+async fn migrate(conn: &mut AnyConnection, dialect: Dialect) -> Result<()> {
+    conn.execute(
         "CREATE TABLE IF NOT EXISTS keel_migrations (\
            version BIGINT PRIMARY KEY, name TEXT NOT NULL, checksum TEXT NOT NULL, applied_at BIGINT NOT NULL)",
     )
-    .execute(&mut *conn)
     .await?;
     let mut tx = match dialect {
         Dialect::Sqlite => conn.begin_with("BEGIN IMMEDIATE").await?,
         Dialect::Postgres => conn.begin().await?,
     };
     if dialect == Dialect::Postgres {
-        sqlx::raw_sql("SELECT pg_advisory_xact_lock(hashtext(current_schema()))::text")
-            .execute(&mut *tx)
+        tx.execute("SELECT pg_advisory_xact_lock(hashtext(current_schema()))::text")
             .await?;
     }
     let applied =
@@ -99,7 +143,7 @@ pub(crate) async fn run(conn: &mut AnyConnection, dialect: Dialect) -> Result<()
             });
         }
         let sql = m.sql.replace("{blob}", dialect.blob_type());
-        sqlx::raw_sql(&sql).execute(&mut *tx).await?;
+        tx.execute(sql.as_str()).await?;
         sqlx::query(&dialect.sql(
             "INSERT INTO keel_migrations (version, name, checksum, applied_at) VALUES (?, ?, ?, ?)",
         ))

@@ -9,7 +9,7 @@
 //!   does not affect the others. Readers use a small pool. Waiters are woken in-process
 //!   and poll every 50 ms (other processes' writes).
 //! - **PostgreSQL**: a pool; each append is one transaction; `pg_notify` on the channel
-//!   `keel_<schema>` carries the session id to `LISTEN`ers, with a 500 ms poll as a fallback
+//!   `keel_<schema>` carries the session id to `LISTEN`ers, with a 2 s poll as a fallback
 //!   while the listener reconnects. An optional schema isolates a store (tests use one per run).
 
 mod group_commit;
@@ -38,8 +38,8 @@ use tokio::task::JoinHandle;
 use crate::error::{Result, StoreError};
 use crate::store::Store;
 use crate::types::{
-    Artifact, EffectInsert, EffectRecord, EffectUpdate, Lease, LeaseInfo, MemoryEntry, NewSession,
-    SessionQuery, SessionRecord, TranscriptItem,
+    Artifact, EffectInsert, EffectRecord, EffectUpdate, Intent, Lease, LeaseInfo, MemoryEntry,
+    NewSession, SessionQuery, SessionRecord, TranscriptItem,
 };
 use group_commit::{AppendRequest, GroupCommit};
 use waiters::Waiters;
@@ -47,7 +47,7 @@ use waiters::Waiters;
 /// Poll interval of `wait_for_version` on SQLite (bound on cross-process wake-up latency).
 pub const SQLITE_POLL: Duration = Duration::from_millis(50);
 /// Fallback poll interval on PostgreSQL (normally LISTEN/NOTIFY wakes waiters at once).
-pub const POSTGRES_POLL: Duration = Duration::from_millis(500);
+pub const POSTGRES_POLL: Duration = Duration::from_secs(2);
 
 /// Which SQL dialect a store speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -102,6 +102,25 @@ pub(crate) fn now_ms() -> i64 {
 
 fn ms_to_time(ms: i64) -> DateTime<Utc> {
     DateTime::<Utc>::from_timestamp_millis(ms).unwrap_or_default()
+}
+
+/// A non-negative integer column, or `CorruptRow`.
+fn non_negative(table: &'static str, id: impl ToString, column: &str, v: i64) -> Result<u64> {
+    u64::try_from(v).map_err(|_| corrupt(table, id, format!("{column} is {v}")))
+}
+
+/// A timestamp column (Unix ms) within range, or `CorruptRow`.
+fn time_col(
+    table: &'static str,
+    id: impl ToString,
+    column: &str,
+    ms: i64,
+) -> Result<DateTime<Utc>> {
+    if ms < 0 {
+        return Err(corrupt(table, id, format!("{column} is {ms}")));
+    }
+    DateTime::<Utc>::from_timestamp_millis(ms)
+        .ok_or_else(|| corrupt(table, id, format!("{column} is {ms}")))
 }
 
 fn ttl_ms(ttl: Duration) -> i64 {
@@ -187,7 +206,7 @@ impl SqlStore {
                 StoreError::InvalidInput(format!("cannot create {}: {e}", dir.display()))
             })?;
         }
-        let url = format!("sqlite://{}?mode=rwc", path.display());
+        let url = format!("sqlite://{}?mode=rwc", percent_encode_path(path));
         let options: AnyConnectOptions = url.parse()?;
         let pool = AnyPoolOptions::new()
             .max_connections(4)
@@ -203,8 +222,7 @@ impl SqlStore {
             })
             .connect_with(options)
             .await?;
-        let mut writer = pool.acquire().await?.detach();
-        migrations::run(&mut writer, Dialect::Sqlite).await?;
+        let writer = migrations::run(pool.acquire().await?.detach(), Dialect::Sqlite).await?;
         Ok(SqlStore {
             inner: Arc::new(Inner {
                 pool,
@@ -238,30 +256,31 @@ impl SqlStore {
                 "schema name {s:?} must match [a-z0-9_]+"
             )));
         }
-        if let Some(s) = schema {
-            let mut conn = AnyConnection::connect(url).await?;
-            conn.execute(format!("CREATE SCHEMA IF NOT EXISTS \"{s}\"").as_str())
-                .await?;
-            conn.close().await?;
+        // 'static so the per-connection hook's future is Send for every connection lifetime (one
+        // small string per opened store).
+        let search_path: Option<&'static str> =
+            schema.map(|s| &*Box::leak(format!("SET search_path TO \"{s}\"").into_boxed_str()));
+        {
+            // Schema creation and migrations run under one session-level advisory lock, so
+            // processes opening the same fresh database at once take turns instead of racing on
+            // the catalog.
+            let conn = AnyConnection::connect(url).await?;
+            migrations::setup_postgres(conn, schema, search_path).await?;
         }
-        let search_path = schema.map(|s| format!("SET search_path TO \"{s}\""));
         let pool = AnyPoolOptions::new()
             .max_connections(16)
             .after_connect(move |conn, _meta| {
-                let search_path = search_path.clone();
                 Box::pin(async move {
+                    // Durable on return, whatever the server's default.
+                    conn.execute("SET synchronous_commit = on").await?;
                     if let Some(sp) = search_path {
-                        conn.execute(sp.as_str()).await?;
+                        conn.execute(sp).await?;
                     }
                     Ok(())
                 })
             })
             .connect(url)
             .await?;
-        {
-            let mut conn = pool.acquire().await?;
-            migrations::run(&mut conn, Dialect::Postgres).await?;
-        }
         let waiters = Arc::new(Waiters::default());
         let channel = channel_name(schema);
         let listener = start_listener(url, &channel, waiters.clone()).await?;
@@ -311,13 +330,20 @@ impl SqlStore {
     where
         E: Executor<'e, Database = Any>,
     {
-        let row = sqlx::query(
-            &self.sql("SELECT 1 AS one FROM sessions WHERE tenant_id = ? AND session_id = ?"),
-        )
-        .bind(tenant.to_string())
-        .bind(session.to_string())
-        .fetch_optional(exec)
-        .await?;
+        // PostgreSQL: FOR SHARE holds off a concurrent delete_session until this transaction ends.
+        let sql = match self.inner.dialect {
+            Dialect::Sqlite => {
+                "SELECT 1 AS one FROM sessions WHERE tenant_id = ? AND session_id = ?"
+            }
+            Dialect::Postgres => {
+                "SELECT 1 AS one FROM sessions WHERE tenant_id = $1 AND session_id = $2 FOR SHARE"
+            }
+        };
+        let row = sqlx::query(sql)
+            .bind(tenant.to_string())
+            .bind(session.to_string())
+            .fetch_optional(exec)
+            .await?;
         Ok(row.is_some())
     }
 
@@ -341,7 +367,45 @@ impl SqlStore {
         .fetch_optional(&self.inner.pool)
         .await?
         .ok_or_else(|| not_found("session", session))?;
-        Ok(u64::try_from(row.try_get::<i64, _>("version")?).unwrap_or(0))
+        non_negative("sessions", session, "version", row.try_get("version")?)
+    }
+
+    /// Re-evaluates `ready` whenever the session's waiters are woken (an append or an intent in
+    /// this process, a PostgreSQL notification) and at least every poll interval, until it holds
+    /// or `timeout` passes; returns whether it held.
+    async fn wait_until<F, Fut>(
+        &self,
+        session: SessionId,
+        timeout: Duration,
+        mut ready: F,
+    ) -> Result<bool>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<bool>>,
+    {
+        let start = tokio::time::Instant::now();
+        // A timeout too large to represent waits "forever" (about 34 years).
+        let deadline = start
+            .checked_add(timeout)
+            .unwrap_or(start + Duration::from_secs(1 << 30));
+        let reg = self.inner.waiters.register(session);
+        loop {
+            let notified = reg.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if ready().await? {
+                return Ok(true);
+            }
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                return Ok(false);
+            }
+            let nap = (deadline - now).min(self.inner.poll);
+            tokio::select! {
+                _ = &mut notified => {}
+                _ = tokio::time::sleep(nap) => {}
+            }
+        }
     }
 
     /// Runs a lease `UPDATE … RETURNING lease_epoch, lease_expires_at` whose last two parameters
@@ -477,19 +541,26 @@ fn session_from_row(row: &AnyRow) -> Result<SessionRecord> {
         status: status
             .parse::<SessionStatus>()
             .map_err(|e| corrupt("sessions", &id, e))?,
-        version: u64::try_from(row.try_get::<i64, _>("version")?).unwrap_or(0),
-        wake_at: wake_at.map(ms_to_time),
+        version: non_negative("sessions", &id, "version", row.try_get("version")?)?,
+        wake_at: wake_at
+            .map(|w| time_col("sessions", &id, "wake_at", w))
+            .transpose()?,
         lease: match (lease_owner, lease_expires_at) {
             (Some(owner), Some(exp)) => Some(LeaseInfo {
                 owner,
-                expires_at: ms_to_time(exp),
+                expires_at: time_col("sessions", &id, "lease_expires_at", exp)?,
             }),
             _ => None,
         },
-        lease_epoch: LeaseEpoch(u64::try_from(row.try_get::<i64, _>("lease_epoch")?).unwrap_or(0)),
+        lease_epoch: LeaseEpoch(non_negative(
+            "sessions",
+            &id,
+            "lease_epoch",
+            row.try_get("lease_epoch")?,
+        )?),
         metadata: parse_json("sessions", &id, &metadata)?,
-        created_at: ms_to_time(row.try_get("created_at")?),
-        updated_at: ms_to_time(row.try_get("updated_at")?),
+        created_at: time_col("sessions", &id, "created_at", row.try_get("created_at")?)?,
+        updated_at: time_col("sessions", &id, "updated_at", row.try_get("updated_at")?)?,
     })
 }
 
@@ -505,7 +576,8 @@ fn effect_from_row(row: &AnyRow) -> Result<EffectRecord> {
             .parse::<EffectStatus>()
             .map_err(|e| corrupt("effects", &key, e))?,
         request_hash: row.try_get("request_hash")?,
-        attempts: u32::try_from(row.try_get::<i64, _>("attempts")?).unwrap_or(u32::MAX),
+        attempts: u32::try_from(row.try_get::<i64, _>("attempts")?)
+            .map_err(|_| corrupt("effects", &key, "attempts out of range"))?,
         outcome: outcome
             .as_deref()
             .map(|o| parse_json("effects", &key, o))
@@ -564,12 +636,29 @@ fn event_from_row(session: SessionId, row: &AnyRow) -> Result<Event> {
     Ok(ev)
 }
 
-fn validate_batch(session: SessionId, expected_version: u64, events: &[Event]) -> Result<()> {
+fn validate_batch(
+    tenant: TenantId,
+    session: SessionId,
+    expected_version: u64,
+    events: &[Event],
+) -> Result<()> {
     if events.is_empty() {
         return Err(StoreError::InvalidInput("append of no events".into()));
     }
     for (i, ev) in events.iter().enumerate() {
-        let want = expected_version + 1 + i as u64;
+        let want = expected_version
+            .checked_add(1 + i as u64)
+            .filter(|v| i64::try_from(*v).is_ok())
+            .ok_or_else(|| {
+                StoreError::InvalidInput(format!("version {expected_version} is out of range"))
+            })?;
+        if let keel_core::EventBody::SessionCreated { tenant_id, .. } = &ev.body
+            && *tenant_id != tenant
+        {
+            return Err(StoreError::InvalidInput(format!(
+                "session.created names tenant {tenant_id}, appended as tenant {tenant}"
+            )));
+        }
         if ev.session_id != session {
             return Err(StoreError::InvalidInput(format!(
                 "event seq {} names session {}, appended to {session}",
@@ -590,7 +679,7 @@ fn validate_batch(session: SessionId, expected_version: u64, events: &[Event]) -
 fn like_literal(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('%');
-    for ch in s.to_lowercase().chars() {
+    for ch in s.chars() {
         if matches!(ch, '%' | '_' | '\\') {
             out.push('\\');
         }
@@ -703,14 +792,8 @@ impl Store for SqlStore {
     async fn delete_session(&self, tenant: TenantId, session: SessionId) -> Result<()> {
         let mut conn = self.write_conn().await?;
         let mut tx = self.begin(&mut conn).await?;
-        for table in ["events", "transcript", "effects", "approvals", "artifacts"] {
-            let sql = format!("DELETE FROM {table} WHERE tenant_id = ? AND session_id = ?");
-            sqlx::query(&self.inner.dialect.sql(&sql))
-                .bind(tenant.to_string())
-                .bind(session.to_string())
-                .execute(&mut *tx)
-                .await?;
-        }
+        // The session row goes first: its row lock makes concurrent appends and inserts of owned
+        // rows wait for this transaction and then find no session (no orphans).
         let done =
             sqlx::query(&self.sql("DELETE FROM sessions WHERE tenant_id = ? AND session_id = ?"))
                 .bind(tenant.to_string())
@@ -719,6 +802,21 @@ impl Store for SqlStore {
                 .await?;
         if done.rows_affected() == 0 {
             return Err(not_found("session", session));
+        }
+        for table in [
+            "events",
+            "transcript",
+            "effects",
+            "approvals",
+            "artifacts",
+            "intents",
+        ] {
+            let sql = format!("DELETE FROM {table} WHERE tenant_id = ? AND session_id = ?");
+            sqlx::query(&self.inner.dialect.sql(&sql))
+                .bind(tenant.to_string())
+                .bind(session.to_string())
+                .execute(&mut *tx)
+                .await?;
         }
         tx.commit().await?;
         Ok(())
@@ -732,7 +830,7 @@ impl Store for SqlStore {
         lease_epoch: LeaseEpoch,
         events: &[Event],
     ) -> Result<u64> {
-        validate_batch(session, expected_version, events)?;
+        validate_batch(tenant, session, expected_version, events)?;
         let req = AppendRequest::new(tenant, session, expected_version, lease_epoch, events)?;
         let outcome = match &self.inner.writer {
             Some(writer) => {
@@ -792,23 +890,15 @@ impl Store for SqlStore {
         after_version: u64,
         timeout: Duration,
     ) -> Result<u64> {
-        let deadline = tokio::time::Instant::now() + timeout;
-        let reg = self.inner.waiters.register(session);
-        loop {
-            let notified = reg.notify.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
+        let version = std::sync::atomic::AtomicU64::new(0);
+        let seen = &version;
+        self.wait_until(session, timeout, move || async move {
             let v = self.current_version(tenant, session).await?;
-            let now = tokio::time::Instant::now();
-            if v > after_version || now >= deadline {
-                return Ok(v);
-            }
-            let nap = (deadline - now).min(self.inner.poll);
-            tokio::select! {
-                _ = &mut notified => {}
-                _ = tokio::time::sleep(nap) => {}
-            }
-        }
+            seen.store(v, std::sync::atomic::Ordering::Relaxed);
+            Ok(v > after_version)
+        })
+        .await?;
+        Ok(version.into_inner())
     }
 
     async fn acquire_lease(
@@ -936,7 +1026,122 @@ impl Store for SqlStore {
         }
     }
 
+    async fn post_intent(
+        &self,
+        tenant: TenantId,
+        session: SessionId,
+        kind: &str,
+        payload: &Value,
+    ) -> Result<Intent> {
+        let intent = Intent {
+            intent_id: uuid_v7_text(),
+            session_id: session,
+            kind: kind.to_owned(),
+            payload: payload.clone(),
+            created_at: ms_to_time(now_ms()),
+        };
+        let mut conn = self.write_conn().await?;
+        let mut tx = self.begin(&mut conn).await?;
+        if !self.session_exists(&mut *tx, tenant, session).await? {
+            return Err(not_found("session", session));
+        }
+        sqlx::query(&self.sql(
+            "INSERT INTO intents (tenant_id, session_id, intent_id, kind, payload, created_at) VALUES (?, ?, ?, ?, ?, ?)",
+        ))
+        .bind(tenant.to_string())
+        .bind(session.to_string())
+        .bind(intent.intent_id.clone())
+        .bind(intent.kind.clone())
+        .bind(intent.payload.to_string())
+        .bind(intent.created_at.timestamp_millis())
+        .execute(&mut *tx)
+        .await?;
+        if self.inner.dialect == Dialect::Postgres {
+            sqlx::query("SELECT pg_notify($1, $2)::text")
+                .bind(self.inner.channel.clone())
+                .bind(session.to_string())
+                .execute(&mut *tx)
+                .await?;
+        }
+        tx.commit().await?;
+        self.inner.waiters.notify(session);
+        Ok(intent)
+    }
+
+    async fn wait_for_intent(
+        &self,
+        tenant: TenantId,
+        session: SessionId,
+        timeout: Duration,
+    ) -> Result<bool> {
+        self.wait_until(session, timeout, || async {
+            let row = sqlx::query(&self.sql(
+                "SELECT (SELECT count(*) FROM intents WHERE tenant_id = ? AND session_id = ?) AS n, \
+                 (SELECT count(*) FROM sessions WHERE tenant_id = ? AND session_id = ?) AS s",
+            ))
+            .bind(tenant.to_string())
+            .bind(session.to_string())
+            .bind(tenant.to_string())
+            .bind(session.to_string())
+            .fetch_one(&self.inner.pool)
+            .await?;
+            if row.try_get::<i64, _>("s")? == 0 {
+                return Err(not_found("session", session));
+            }
+            Ok(row.try_get::<i64, _>("n")? > 0)
+        })
+        .await
+    }
+
+    async fn list_intents(&self, tenant: TenantId, session: SessionId) -> Result<Vec<Intent>> {
+        let rows = sqlx::query(&self.sql(
+            "SELECT intent_id, kind, payload, created_at FROM intents \
+             WHERE tenant_id = ? AND session_id = ? ORDER BY created_at, intent_id",
+        ))
+        .bind(tenant.to_string())
+        .bind(session.to_string())
+        .fetch_all(&self.inner.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                let id: String = r.try_get("intent_id")?;
+                Ok(Intent {
+                    payload: parse_json("intents", &id, &r.try_get::<String, _>("payload")?)?,
+                    intent_id: id,
+                    session_id: session,
+                    kind: r.try_get("kind")?,
+                    created_at: ms_to_time(r.try_get("created_at")?),
+                })
+            })
+            .collect()
+    }
+
+    async fn delete_intent(
+        &self,
+        tenant: TenantId,
+        session: SessionId,
+        intent_id: &str,
+    ) -> Result<bool> {
+        let mut conn = self.write_conn().await?;
+        let done =
+            sqlx::query(&self.sql(
+                "DELETE FROM intents WHERE tenant_id = ? AND session_id = ? AND intent_id = ?",
+            ))
+            .bind(tenant.to_string())
+            .bind(session.to_string())
+            .bind(intent_id.to_owned())
+            .execute(&mut *conn)
+            .await?;
+        Ok(done.rows_affected() > 0)
+    }
+
     async fn insert_effect(&self, tenant: TenantId, effect: &EffectRecord) -> Result<EffectInsert> {
+        if effect.status != EffectStatus::Prepared {
+            return Err(StoreError::InvalidInput(format!(
+                "effect {} must be inserted as prepared, not {}",
+                effect.operation_key, effect.status
+            )));
+        }
         let now = now_ms();
         let mut conn = self.write_conn().await?;
         let mut tx = self.begin(&mut conn).await?;
@@ -1272,7 +1477,7 @@ impl Store for SqlStore {
                 let idx: i64 = r.try_get("idx")?;
                 let turn: Option<String> = r.try_get("turn_id")?;
                 Ok(TranscriptItem {
-                    index: u64::try_from(idx).unwrap_or(0),
+                    index: non_negative("transcript", idx, "idx", idx)?,
                     turn_id: turn
                         .as_deref()
                         .map(|t| parse_id("transcript", t))
@@ -1335,7 +1540,7 @@ impl Store for SqlStore {
             Some(ns) => {
                 sqlx::query(&self.sql(
                     "SELECT namespace, key, value, updated_at FROM memory WHERE tenant_id = ? AND namespace = ? \
-                     AND (LOWER(key) LIKE ? ESCAPE '\\' OR LOWER(value) LIKE ? ESCAPE '\\') \
+                     AND (LOWER(key) LIKE LOWER(?) ESCAPE '\\' OR LOWER(value) LIKE LOWER(?) ESCAPE '\\') \
                      ORDER BY updated_at DESC, key LIMIT ?",
                 ))
                 .bind(tenant.to_string())
@@ -1349,7 +1554,7 @@ impl Store for SqlStore {
             None => {
                 sqlx::query(&self.sql(
                     "SELECT namespace, key, value, updated_at FROM memory WHERE tenant_id = ? \
-                     AND (LOWER(key) LIKE ? ESCAPE '\\' OR LOWER(value) LIKE ? ESCAPE '\\') \
+                     AND (LOWER(key) LIKE LOWER(?) ESCAPE '\\' OR LOWER(value) LIKE LOWER(?) ESCAPE '\\') \
                      ORDER BY updated_at DESC, key LIMIT ?",
                 ))
                 .bind(tenant.to_string())
@@ -1490,4 +1695,18 @@ fn memory_from_row(row: &AnyRow) -> Result<MemoryEntry> {
 fn uuid_v7_text() -> String {
     // Artifact ids share the time-ordered UUIDv7 scheme of the core ids.
     keel_core::SessionId::new().to_string()
+}
+
+/// Percent-encodes a file path for a `sqlite://` URL (everything but `[A-Za-z0-9/._-]`), so `?`,
+/// `%`, `#` and spaces in paths name the file they say.
+fn percent_encode_path(path: &Path) -> String {
+    let mut out = String::new();
+    for b in path.to_string_lossy().bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'/' | b'.' | b'_' | b'-') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }

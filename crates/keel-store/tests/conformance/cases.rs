@@ -494,9 +494,10 @@ pub async fn wait_for_version_wakes_on_append(h: &Harness) {
     let woke = Instant::now();
     let appended = appender.await.unwrap();
     assert_eq!(v, 2);
-    // Correctness deadline, 10x+ the 100 ms bound: the waiter must not sleep out its timeout.
+    // Correctness deadline: well under the 2 s PostgreSQL fallback poll, so only a working
+    // wake-up (in-process notify, NOTIFY) passes; typical figures are a few ms.
     assert!(
-        woke.duration_since(appended) < Duration::from_secs(2),
+        woke.duration_since(appended) < Duration::from_secs(1),
         "woke {:?} after the append",
         woke.duration_since(appended)
     );
@@ -529,7 +530,12 @@ pub async fn wait_for_version_wakes_across_store_instances(h: &Harness) {
     let woke = Instant::now();
     let appended = appender.await.unwrap();
     assert_eq!(v, 2);
-    assert!(woke.duration_since(appended) < Duration::from_secs(2));
+    // Another instance: PostgreSQL NOTIFY (fallback poll 2 s), SQLite polling every 50 ms.
+    assert!(
+        woke.duration_since(appended) < Duration::from_secs(1),
+        "woke {:?} after the append",
+        woke.duration_since(appended)
+    );
 }
 
 pub async fn tenant_isolation(h: &Harness) {
@@ -1309,12 +1315,29 @@ pub async fn migrations_are_idempotent_and_refuse_foreign_schemas(h: &Harness) {
     match h.reopen().await.err() {
         Some(StoreError::SchemaTooNew {
             found: 999,
-            supported: 1,
+            supported: 2,
         }) => {}
         other => panic!("expected SchemaTooNew, got {other:?}"),
     }
     h.raw("DELETE FROM keel_migrations WHERE version = 999")
         .await;
+    // A gap in the recorded history (migration 1 missing below 2).
+    h.raw("DELETE FROM keel_migrations WHERE version = 1").await;
+    let err = h.reopen().await.err().unwrap();
+    assert!(
+        matches!(&err, StoreError::MigrationMismatch { version: 1, .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("missing"), "{err}");
+    // (Restore the row exactly as it was: reopen on a copy is not possible, so re-insert it.)
+    h.raw(&format!(
+        "INSERT INTO keel_migrations (version, name, checksum, applied_at) VALUES (1, 'journal_and_owned_tables', '{}', 0)",
+        keel_core::canonical::content_hash(&serde_json::Value::String(
+            include_str!("../../migrations/0001_journal_and_owned_tables.sql").to_owned()
+        ))
+    ))
+    .await;
+    assert!(h.reopen().await.is_ok());
     // A recorded migration that differs from this build's.
     h.raw("UPDATE keel_migrations SET checksum = 'sha256:changed' WHERE version = 1")
         .await;
@@ -1358,4 +1381,377 @@ pub async fn many_sessions_append_concurrently(h: &Harness) {
 
 pub async fn crash_mid_append_keeps_every_committed_event(h: &Harness) {
     super::crash::kill_appender_and_check(h).await;
+}
+
+pub async fn intents_are_posted_listed_and_deleted(h: &Harness) {
+    let t = tenant();
+    let f = session(&h.store, t).await;
+    // Nothing pending: the wait times out.
+    assert!(
+        !h.store
+            .wait_for_intent(t, f.session, Duration::from_millis(100))
+            .await
+            .unwrap()
+    );
+    // Posting needs no lease, and wakes a worker waiting for intents.
+    let store = h.store.clone();
+    let sid = f.session;
+    let waiter = tokio::spawn(async move {
+        let start = Instant::now();
+        assert!(
+            store
+                .wait_for_intent(t, sid, Duration::from_secs(30))
+                .await
+                .unwrap()
+        );
+        start.elapsed()
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let a = h
+        .store
+        .post_intent(t, f.session, "cancel_turn", &json!({}))
+        .await
+        .unwrap();
+    assert!(
+        waiter.await.unwrap() < Duration::from_secs(5),
+        "a posted intent wakes the waiter"
+    );
+    // From another store instance (another process) too.
+    let other = h.reopen().await.unwrap();
+    let start = Instant::now();
+    assert!(
+        other
+            .wait_for_intent(t, f.session, Duration::from_secs(30))
+            .await
+            .unwrap()
+    );
+    assert!(start.elapsed() < Duration::from_secs(5));
+    let b = h
+        .store
+        .post_intent(t, f.session, "input", &json!({"text": "and then this"}))
+        .await
+        .unwrap();
+    let listed = h.store.list_intents(t, f.session).await.unwrap();
+    assert_eq!(listed, vec![a.clone(), b.clone()]);
+    assert_eq!(listed[1].payload["text"], "and then this");
+    // Another tenant sees nothing and cannot post.
+    assert!(
+        h.store
+            .list_intents(tenant(), f.session)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(matches!(
+        h.store
+            .post_intent(tenant(), f.session, "x", &json!({}))
+            .await,
+        Err(StoreError::NotFound { .. })
+    ));
+    assert!(
+        h.store
+            .delete_intent(t, f.session, &a.intent_id)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !h.store
+            .delete_intent(t, f.session, &a.intent_id)
+            .await
+            .unwrap(),
+        "only one handler takes it"
+    );
+    assert_eq!(h.store.list_intents(t, f.session).await.unwrap(), vec![b]);
+    // Deleting the session deletes its intents.
+    h.store.delete_session(t, f.session).await.unwrap();
+    assert!(h.store.list_intents(t, f.session).await.unwrap().is_empty());
+}
+
+/// Inputs at the edges of the types give typed errors, never panics.
+pub async fn edge_inputs_are_typed_errors(h: &Harness) {
+    let t = tenant();
+    let f = session(&h.store, t).await;
+    let err = h
+        .store
+        .append(
+            t,
+            f.session,
+            u64::MAX,
+            f.lease.epoch,
+            &events(f.session, 1, 1),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::InvalidInput(_)), "{err}");
+    // A very large timeout is "forever", not an overflow.
+    let store = h.store.clone();
+    let (sid, epoch) = (f.session, f.lease.epoch);
+    let waiter =
+        tokio::spawn(async move { store.wait_for_version(t, sid, 1, Duration::MAX).await });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    h.store
+        .append(t, f.session, 1, epoch, &events(f.session, 1, 1))
+        .await
+        .unwrap();
+    assert_eq!(waiter.await.unwrap().unwrap(), 2);
+    // An event that cannot be read back (NaN encodes as null) is refused before it is written.
+    let nan = Event::new(
+        f.session,
+        3,
+        Utc::now(),
+        Correlation::step(TurnId::new(), StepId::new(), 1),
+        EventBody::StepCompleted {
+            model: "m".into(),
+            stop_reason: "end_turn".into(),
+            usage: Usage::default(),
+            cost_usd: f64::NAN,
+            text: String::new(),
+            reasoning: Vec::new(),
+            responses_consumed: 1,
+        },
+    );
+    let err = h
+        .store
+        .append(t, f.session, 2, f.lease.epoch, &[nan])
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::InvalidInput(_)), "{err}");
+    assert_eq!(
+        h.store.read(t, f.session, 0, None).await.unwrap().len(),
+        2,
+        "the journal still reads"
+    );
+    // session.created must name the tenant it is appended as.
+    let other = session_row(&h.store, t).await;
+    let lease = h
+        .store
+        .acquire_lease(t, other, "w", Duration::from_secs(10))
+        .await
+        .unwrap();
+    let created = Event::new(
+        other,
+        1,
+        Utc::now(),
+        Correlation::default(),
+        EventBody::SessionCreated {
+            tenant_id: tenant(),
+            release_id: ReleaseId::from("r"),
+            config: json!({}),
+        },
+    );
+    let err = h
+        .store
+        .append(t, other, 0, lease.epoch, &[created])
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("names tenant"), "{err}");
+    // Effects enter as prepared.
+    let mut e = effect(f.session, "k");
+    e.status = EffectStatus::Committed;
+    assert!(matches!(
+        h.store.insert_effect(t, &e).await,
+        Err(StoreError::InvalidInput(_))
+    ));
+}
+
+/// A session row without a journal (created, not yet initialized).
+async fn session_row(store: &Arc<dyn Store>, t: TenantId) -> SessionId {
+    let id = SessionId::new();
+    store
+        .create_session(
+            t,
+            NewSession {
+                session_id: id,
+                release_id: ReleaseId::from("r"),
+                parent_session_id: None,
+                metadata: json!({}),
+            },
+        )
+        .await
+        .unwrap();
+    id
+}
+
+/// An append whose caller gave up while it was queued is never committed later.
+pub async fn an_abandoned_append_is_not_committed_later(h: &Harness) {
+    let t = tenant();
+    let f = session(&h.store, t).await;
+    // Keep the writer busy with a large write, then give up on an append queued behind it.
+    let big = vec![0u8; 32 << 20];
+    let store = h.store.clone();
+    let sid = f.session;
+    let busy = tokio::spawn(async move {
+        store
+            .put_artifact(t, sid, "big", "application/octet-stream", &big)
+            .await
+    });
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    let _ = tokio::time::timeout(
+        Duration::from_millis(1),
+        h.store
+            .append(t, f.session, 1, f.lease.epoch, &events(f.session, 1, 1)),
+    )
+    .await;
+    busy.await.unwrap().unwrap();
+    // Whatever happened to it happened by now: the version does not move afterwards.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let v1 = h.store.get_session(t, f.session).await.unwrap().version;
+    h.store
+        .put_artifact(t, f.session, "nudge", "text/plain", b"x")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let v2 = h.store.get_session(t, f.session).await.unwrap().version;
+    assert_eq!(v1, v2, "an abandoned append landed later");
+    // The worker carries on from what it reads.
+    h.store
+        .append(t, f.session, v1, f.lease.epoch, &events(f.session, v1, 1))
+        .await
+        .unwrap();
+}
+
+/// Case folding agrees on both backends for what both can fold (ASCII), and exact text always
+/// matches.
+pub async fn memory_search_folds_ascii_and_matches_exact_text(h: &Harness) {
+    let t = tenant();
+    h.store
+        .memory_put(t, "people", "author", &json!("Émile Zola"))
+        .await
+        .unwrap();
+    assert_eq!(
+        h.store
+            .memory_search(t, None, "Émile Zola", 10)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(
+        h.store
+            .memory_search(t, None, "ZOLA", 10)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(
+        h.store
+            .memory_search(t, None, "mile", 10)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+/// Lease, wait, effect and approval calls of another tenant behave as not found.
+pub async fn tenant_isolation_of_leases_effects_and_approvals(h: &Harness) {
+    let (a, b) = (tenant(), tenant());
+    let f = session(&h.store, a).await;
+    let nf = |r: Result<(), StoreError>| {
+        matches!(
+            r,
+            Err(StoreError::NotFound { .. }) | Err(StoreError::LeaseLost { .. })
+        )
+    };
+    assert!(nf(h
+        .store
+        .renew_lease(b, &f.lease, Duration::from_secs(5))
+        .await
+        .map(|_| ())));
+    assert!(nf(h.store.release_lease(b, &f.lease).await));
+    assert!(nf(h
+        .store
+        .take_over_lease(
+            b,
+            f.session,
+            "worker-a",
+            f.lease.epoch,
+            "x",
+            Duration::from_secs(5)
+        )
+        .await
+        .map(|_| ())));
+    assert!(nf(h
+        .store
+        .wait_for_version(b, f.session, 0, Duration::from_millis(10))
+        .await
+        .map(|_| ())));
+    assert!(nf(h
+        .store
+        .wait_for_intent(b, f.session, Duration::from_millis(10))
+        .await
+        .map(|_| ())));
+    h.store
+        .insert_effect(a, &effect(f.session, "k"))
+        .await
+        .unwrap();
+    let up = EffectUpdate {
+        from: EffectStatus::Prepared,
+        to: EffectStatus::Dispatched,
+        outcome: None,
+        error: None,
+    };
+    assert!(nf(h
+        .store
+        .update_effect(b, &OperationKey::from("k"), up)
+        .await
+        .map(|_| ())));
+    let ap = ApprovalRecord::request(
+        f.session,
+        TurnId::new(),
+        ToolCallId::from("c"),
+        "shell",
+        json!({}),
+        Utc::now(),
+        ChronoDuration::hours(1),
+    );
+    h.store.create_approval(a, &ap).await.unwrap();
+    assert!(nf(h
+        .store
+        .decide_approval(
+            b,
+            ap.approval_id,
+            ApprovalDecision::AllowOnce,
+            &ap.args_hash,
+            Utc::now()
+        )
+        .await
+        .map(|_| ())));
+    assert!(nf(h
+        .store
+        .expire_approval(b, ap.approval_id, Utc::now())
+        .await
+        .map(|_| ())));
+    // A's lease, effect and approval are untouched.
+    assert_eq!(
+        h.store.get_session(a, f.session).await.unwrap().lease_epoch,
+        f.lease.epoch
+    );
+    assert_eq!(
+        h.store
+            .get_effect(a, &OperationKey::from("k"))
+            .await
+            .unwrap()
+            .status,
+        EffectStatus::Prepared
+    );
+    assert_eq!(
+        h.store
+            .get_approval(a, ap.approval_id)
+            .await
+            .unwrap()
+            .status,
+        ApprovalStatus::Pending
+    );
+}
+
+/// Opening a store is Send, so it can happen inside tokio::spawn.
+pub async fn opening_a_store_is_send(h: &Harness) {
+    let location = h.location.open_string();
+    let store = tokio::spawn(async move { keel_store::open(&location).await })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(store.backend(), h.store.backend());
 }

@@ -37,7 +37,9 @@ pub async fn kill_appender_and_check(h: &Harness) {
             .spawn()
             .unwrap();
         let stdout = child.stdout.take().unwrap();
-        // Read "committed N" lines on a thread; kill once enough were seen, mid-stream.
+        // Read "committed N" lines on a thread and report once enough were seen; keep draining
+        // afterwards so the child never dies of a closed pipe: it must die by SIGKILL, mid-append.
+        let (tx, rx) = std::sync::mpsc::channel();
         let reader = std::thread::spawn(move || {
             let mut last = 0u64;
             let mut count = 0u64;
@@ -47,13 +49,13 @@ pub async fn kill_appender_and_check(h: &Harness) {
                     last = v.trim().parse().unwrap();
                     count += 1;
                     if count == kill_after {
-                        return (last, true);
+                        let _ = tx.send((last, true));
                     }
                 }
             }
-            (last, false)
+            let _ = tx.send((last, false));
         });
-        let (last_seen, reached) = tokio::task::spawn_blocking(move || reader.join().unwrap())
+        let (last_seen, reached) = tokio::task::spawn_blocking(move || rx.recv().unwrap())
             .await
             .unwrap();
         assert!(
@@ -63,7 +65,14 @@ pub async fn kill_appender_and_check(h: &Harness) {
         // The child is still appending: kill -9 lands at an arbitrary point of its next append.
         std::thread::sleep(Duration::from_micros(300 * round as u64));
         child.kill().unwrap();
-        child.wait().unwrap();
+        let status = child.wait().unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(
+            status.signal(),
+            Some(9),
+            "round {round}: the child must die by SIGKILL, not exit on its own"
+        );
+        reader.join().unwrap();
         seen_committed = seen_committed.max(last_seen);
 
         // Reopen (a fresh store, as after a restart) and check the journal.

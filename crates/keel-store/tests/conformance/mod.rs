@@ -57,4 +57,10 @@ conformance!(
     migrations_are_idempotent_and_refuse_foreign_schemas,
     many_sessions_append_concurrently,
     crash_mid_append_keeps_every_committed_event,
+    intents_are_posted_listed_and_deleted,
+    edge_inputs_are_typed_errors,
+    an_abandoned_append_is_not_committed_later,
+    memory_search_folds_ascii_and_matches_exact_text,
+    tenant_isolation_of_leases_effects_and_approvals,
+    opening_a_store_is_send,
 );

@@ -1,0 +1,78 @@
+//! Backend-specific behaviour that the shared conformance suite cannot express.
+
+use keel_core::TenantId;
+use keel_store::{SessionQuery, SqlStore, Store, StoreError};
+use sqlx::{Connection, Executor};
+
+use crate::conformance::harness::pg_url;
+
+/// SQLite file paths with URL-significant characters name the file they say.
+#[tokio::test]
+async fn sqlite_paths_with_url_characters_open_the_named_file() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["a?b.db", "a%20b.db", "a b#c.db"] {
+        let path = dir.path().join(name);
+        let store = SqlStore::open_sqlite(&path).await.unwrap();
+        store
+            .list_sessions(TenantId::new(), &SessionQuery::default())
+            .await
+            .unwrap();
+        drop(store);
+        assert!(path.exists(), "{name} was not created under its own name");
+    }
+    assert!(
+        !dir.path().join("a b.db").exists(),
+        "a%20b.db must not open 'a b.db'"
+    );
+}
+
+/// A SQLite database from a newer build is refused with a typed error that says what to do.
+#[tokio::test]
+async fn sqlite_store_from_a_newer_build_is_a_typed_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("keel.db");
+    drop(SqlStore::open_sqlite(&path).await.unwrap());
+    sqlx::any::install_default_drivers();
+    let mut c = sqlx::AnyConnection::connect(&format!("sqlite://{}", path.display()))
+        .await
+        .unwrap();
+    c.execute("INSERT INTO keel_migrations (version, name, checksum, applied_at) VALUES (50, 'x', 'y', 0)")
+        .await
+        .unwrap();
+    c.close().await.unwrap();
+    let err = SqlStore::open_sqlite(&path).await.err().unwrap();
+    assert!(
+        matches!(err, StoreError::SchemaTooNew { found: 50, .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("upgrade keel"), "{err}");
+}
+
+/// Several processes opening one fresh PostgreSQL schema at once all succeed (setup is
+/// serialized by an advisory lock).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_concurrent_first_opens_all_succeed() {
+    let schema = format!("keel_test_open_{}", uuid::Uuid::now_v7().simple());
+    let url = pg_url();
+    let mut tasks = Vec::new();
+    for _ in 0..8 {
+        let (url, schema) = (url.clone(), schema.clone());
+        tasks.push(tokio::spawn(async move {
+            SqlStore::connect_postgres(&url, Some(&schema))
+                .await
+                .map(|_| ())
+        }));
+    }
+    let mut errors = Vec::new();
+    for t in tasks {
+        if let Err(e) = t.await.unwrap() {
+            errors.push(e.to_string());
+        }
+    }
+    sqlx::any::install_default_drivers();
+    let mut c = sqlx::AnyConnection::connect(&url).await.unwrap();
+    c.execute(format!("DROP SCHEMA IF EXISTS \"{schema}\" CASCADE").as_str())
+        .await
+        .unwrap();
+    assert!(errors.is_empty(), "{errors:?}");
+}
