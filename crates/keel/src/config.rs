@@ -30,7 +30,7 @@
 //! [providers.openai]                       # openai, openai-responses, anthropic
 //! api_key_env = "MY_OPENAI_KEY"            # where to read the key (default OPENAI_API_KEY)
 //!
-//! [env]                                    # variables given to tools
+//! [env]                                    # secret names: redacted from events (see below)
 //! RUST_LOG = "info"
 //! DATABASE_URL = { value = "postgres://u:pw@h/db", secret = true }
 //! ```
@@ -38,6 +38,11 @@
 //! [`mask_secrets`] hides every value whose key names a key, token, secret or password (except
 //! counts such as `max_tokens`), every `[env]` value marked `secret = true`, and passwords inside
 //! URLs; `keel config show` prints the result.
+//!
+//! `[env]` names environment variables; the names of secret ones (marked, or named like a secret)
+//! become the session's `secret_env`, so the runtime redacts their values from events and
+//! transcripts. Tools inherit keel's own environment: the values written here are not passed to
+//! them yet (that needs a hook in keel-tools/keel-runtime).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -260,7 +265,7 @@ pub struct FileConfig {
     /// Provider settings by provider name.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub providers: BTreeMap<String, ProviderSettings>,
-    /// Variables given to tools.
+    /// Environment variables; secret ones are redacted from events.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, EnvValue>,
 }
@@ -376,7 +381,7 @@ pub struct Config {
     pub policy: PolicyConfig,
     /// Provider settings.
     pub providers: BTreeMap<String, ProviderSettings>,
-    /// Variables given to tools.
+    /// Environment variables; secret ones are redacted from events.
     pub env: BTreeMap<String, EnvValue>,
 }
 

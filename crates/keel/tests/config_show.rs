@@ -154,3 +154,52 @@ fn invalid_values_are_named() {
     assert!(err.contains("keel.toml is not valid TOML"), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");
 }
+
+#[test]
+fn help_documents_every_exit_code() {
+    let env = Env::new();
+    let help = stdout(&env.run(&["--help"]));
+    for (code, reason) in [
+        (0, "completed"),
+        (1, "failed"),
+        (3, "requires_action"),
+        (4, "aborted"),
+        (5, "budget_exhausted"),
+        (6, "loop_detected"),
+        (7, "prompt_too_long"),
+    ] {
+        assert!(help.contains(&format!("  {code}  {reason}")), "{help}");
+    }
+    let readme = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"),
+    )
+    .unwrap();
+    for reason in [
+        "completed",
+        "failed",
+        "requires_action",
+        "aborted",
+        "budget_exhausted",
+    ] {
+        assert!(
+            readme.contains(&format!("| `{reason}` |")),
+            "README documents {reason}"
+        );
+    }
+}
+
+#[test]
+fn the_readme_keel_toml_example_is_valid() {
+    let readme = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"),
+    )
+    .unwrap();
+    let start = readme.find("```toml\n").unwrap() + "```toml\n".len();
+    let end = start + readme[start..].find("```").unwrap();
+    let env = Env::new();
+    env.write("ws/keel.toml", &readme[start..end]);
+    let out = env.run(&["config", "show", "--workspace", "ws"]);
+    assert!(out.status.success(), "{}", crate::common::stderr(&out));
+    let table: toml::Table = stdout(&out).parse().unwrap();
+    assert_eq!(table["env"]["DATABASE_URL"].as_str(), Some("********"));
+}

@@ -364,3 +364,36 @@ fn resume_restores_the_pinned_workspace_permission_mode_and_model() {
         stderr(&out)
     );
 }
+
+#[test]
+fn timeout_and_cost_flags_are_budgets() {
+    let env = Env::new();
+    let (exit, lines) = run_script(
+        &env,
+        &slow_shell_script(2),
+        &[
+            "--permission-mode",
+            "bypass",
+            "--sandbox",
+            "off",
+            "--timeout",
+            "1s",
+        ],
+    );
+    let result = check_stream(&lines);
+    assert_eq!(result["terminal_reason"], "budget_exhausted", "{result}");
+    assert_eq!(result["limit"], "wall_time");
+    assert_eq!(exit, Some(5));
+    let session = result["session_id"].as_str().unwrap();
+    let show = crate::common::stdout(&env.run(&["sessions", "show", session, "--json"]));
+    let show: Value = serde_json::from_str(&show).unwrap();
+    assert_eq!(show["config"]["turn_budget"]["max_wall_time_ms"], 1000);
+    let (_, lines) = run_script(&env, "{\"text\":\"ok\"}\n", &["--max-cost-usd", "0.5"]);
+    let session = check_stream(&lines)["session_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let show = crate::common::stdout(&env.run(&["sessions", "show", &session, "--json"]));
+    let show: Value = serde_json::from_str(&show).unwrap();
+    assert_eq!(show["config"]["turn_budget"]["max_cost_usd"], 0.5);
+}

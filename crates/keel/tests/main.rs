@@ -9,4 +9,5 @@ mod example;
 mod headless;
 mod interactive;
 mod model_parse;
+mod postgres;
 mod realworld;

@@ -1,0 +1,84 @@
+//! `--store postgres://…`: the same run, resume and session commands on the shared store. Uses
+//! `KEEL_TEST_DATABASE_URL` (default `postgres://postgres@127.0.0.1:5432/test`) with a fresh
+//! schema, dropped afterwards.
+
+use crate::common::{Env, check_stream, jsonl_lines, stderr, stdout};
+
+/// A fresh schema, dropped on drop.
+struct Schema {
+    base: String,
+    name: String,
+}
+
+impl Schema {
+    fn new() -> Self {
+        let base = std::env::var("KEEL_TEST_DATABASE_URL")
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+        let name = format!("keel_cli_{}", uuid::Uuid::now_v7().simple());
+        Schema { base, name }
+    }
+
+    fn url(&self) -> String {
+        let sep = if self.base.contains('?') { '&' } else { '?' };
+        format!("{}{sep}keel_schema={}", self.base, self.name)
+    }
+}
+
+impl Drop for Schema {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("psql")
+            .arg(&self.base)
+            .arg("-qc")
+            .arg(format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name))
+            .output();
+    }
+}
+
+#[test]
+fn run_and_resume_on_postgres() {
+    let schema = Schema::new();
+    let env = Env::new();
+    env.write(
+        "script.jsonl",
+        "{\"tool_calls\":[{\"name\":\"write_file\",\"arguments\":{\"path\":\"pg.txt\",\"content\":\"pg\"}}]}\n{\"text\":\"stored in postgres\"}\n",
+    );
+    let url = schema.url();
+    let out = env.run(&[
+        "run",
+        "--store",
+        &url,
+        "--workspace",
+        "ws",
+        "--model",
+        "script:script.jsonl",
+        "--output",
+        "jsonl",
+        "write it",
+    ]);
+    let result = check_stream(&jsonl_lines(&out.stdout));
+    assert_eq!(
+        result["terminal_reason"],
+        "requires_action",
+        "{result} {}",
+        stderr(&out)
+    );
+    let session = result["session_id"].as_str().unwrap().to_owned();
+    let approval = result["pending"][0]["approval_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let out = env.run(&["approve", "--store", &url, &approval]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = env.run(&["resume", "--store", &url, &session, "--output", "jsonl"]);
+    let result = check_stream(&jsonl_lines(&out.stdout));
+    assert_eq!(result["terminal_reason"], "completed", "{result}");
+    assert_eq!(
+        std::fs::read_to_string(env.ws().join("pg.txt")).unwrap(),
+        "pg"
+    );
+    let list = stdout(&env.run(&["sessions", "list", "--store", &url]));
+    assert!(list.contains(&session), "{list}");
+    // The default SQLite store knows nothing of it.
+    let out = env.run(&["sessions", "show", &session]);
+    assert_eq!(out.status.code(), Some(1));
+}
