@@ -541,6 +541,11 @@ impl Event {
                 )));
             }
         };
+        if version == 0 {
+            return Err(err(DecodeErrorKind::Malformed(
+                "schema_version 0 does not exist".into(),
+            )));
+        }
         if version > SCHEMA_VERSION {
             return Err(err(DecodeErrorKind::NewerSchema {
                 found: version,
@@ -771,6 +776,18 @@ mod tests {
         assert_eq!(ev.ts.timestamp_millis(), 1_764_468_928_123);
         assert_eq!(ev.correlation.turn_id, Some(t));
         assert_eq!(ev.body, EventBody::TurnQueued { input: "hi".into() });
+    }
+
+    #[test]
+    fn schema_version_zero_is_refused() {
+        let text =
+            json!({"schema_version": 0, "session_id": SessionId::new().to_string(), "seq": 1,
+            "ts_ms": 0, "type": "turn.started"})
+            .to_string();
+        assert!(matches!(
+            Event::decode(&text).unwrap_err().kind,
+            DecodeErrorKind::Malformed(_)
+        ));
     }
 
     #[test]

@@ -366,6 +366,11 @@ impl SessionState {
                 if to == SessionStatus::Idle && self.active_turn.is_some() {
                     return Err(rule("a session with an active turn cannot be idle"));
                 }
+                if to == SessionStatus::Closed && self.active_turn.is_some() {
+                    return Err(rule(
+                        "a session with an active turn cannot close; finish or abort the turn first",
+                    ));
+                }
                 if to == SessionStatus::RequiresAction && self.active_turn.is_none() {
                     return Err(rule(
                         "only a session with an active turn can require action",
@@ -689,9 +694,7 @@ impl SessionState {
                     .tool_call_id
                     .clone()
                     .ok_or_else(|| missing("tool_call_id"))?;
-                if !self.tool_calls.contains_key(&call_id) {
-                    return Err(unknown("tool_call", call_id.to_string()));
-                }
+                self.live_call(&call_id, seq, ty)?;
                 if self.effects.contains_key(&key) {
                     return Err(ApplyError::Duplicate {
                         seq,
@@ -759,9 +762,7 @@ impl SessionState {
                     .tool_call_id
                     .clone()
                     .ok_or_else(|| missing("tool_call_id"))?;
-                if !self.tool_calls.contains_key(&call_id) {
-                    return Err(unknown("tool_call", call_id.to_string()));
-                }
+                self.live_call(&call_id, seq, ty)?;
                 if self.approvals.contains_key(&id) {
                     return Err(ApplyError::Duplicate {
                         seq,
@@ -798,6 +799,33 @@ impl SessionState {
             }
         }
         self.version = seq;
+        Ok(())
+    }
+
+    /// The call must exist, be unfinished and belong to the active turn: effects and approvals
+    /// are only ever opened for a call that can still get its one result.
+    fn live_call(
+        &self,
+        call_id: &ToolCallId,
+        seq: u64,
+        event_type: &'static str,
+    ) -> Result<(), ApplyError> {
+        let call = self
+            .tool_calls
+            .get(call_id)
+            .ok_or_else(|| ApplyError::UnknownEntity {
+                seq,
+                event_type,
+                entity: "tool_call",
+                id: call_id.to_string(),
+            })?;
+        if call.status.is_terminal() || self.active_turn != Some(call.turn_id) {
+            return Err(ApplyError::Rule {
+                seq,
+                event_type,
+                rule: "effects and approvals open only for an unfinished call of the active turn",
+            });
+        }
         Ok(())
     }
 

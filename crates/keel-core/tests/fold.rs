@@ -577,3 +577,74 @@ fn an_outcome_unknown_effect_can_be_dispatched_again_or_decided() {
     );
     assert!(matches!(err, ApplyError::Transition { .. }));
 }
+
+#[test]
+fn a_session_with_an_active_turn_cannot_close() {
+    let (j, _) = running_turn();
+    let err = refused(
+        &j,
+        j.next(
+            Correlation::default(),
+            EventBody::SessionStatusChanged {
+                status: SessionStatus::Closed,
+                reason: None,
+            },
+        ),
+    );
+    assert!(err.to_string().contains("cannot close"), "{err}");
+}
+
+#[test]
+fn effects_and_approvals_open_only_for_live_calls_of_the_active_turn() {
+    let (mut j, t) = running_turn();
+    let s = StepId::new();
+    let call = ToolCallId::from("c");
+    let key = OperationKey::for_call(j.session, s, &call);
+    j.push(
+        Correlation::turn(t),
+        EventBody::TurnPhaseChanged {
+            phase: TurnStatus::Sampling,
+        },
+    )
+    .push(
+        Correlation::step(t, s, 1),
+        EventBody::StepStarted { model: "m".into() },
+    )
+    .push(Correlation::step(t, s, 1), EventBody::StepStreaming {})
+    .push(
+        Correlation::tool_call(t, s, call.clone()),
+        EventBody::ToolCallProposed {
+            name: "shell".into(),
+            arguments: json!({}),
+        },
+    )
+    .push(
+        Correlation::tool_call(t, s, call.clone()),
+        EventBody::ToolCallFinished {
+            status: ToolCallStatus::Cancelled,
+            output: "cancelled".into(),
+            is_error: true,
+        },
+    );
+    let err = refused(
+        &j,
+        j.next(
+            Correlation::tool_call(t, s, call.clone()).with_operation(key),
+            EventBody::EffectPrepared {
+                request_hash: "h".into(),
+            },
+        ),
+    );
+    assert!(err.to_string().contains("unfinished call"), "{err}");
+    let err = refused(
+        &j,
+        j.next(
+            Correlation::tool_call(t, s, call).with_approval(ApprovalId::new()),
+            EventBody::ApprovalRequested {
+                args_hash: "h".into(),
+                expires_at: Utc::now(),
+            },
+        ),
+    );
+    assert!(err.to_string().contains("unfinished call"), "{err}");
+}

@@ -421,6 +421,16 @@ fn check_invariants(state: &SessionState) {
     if state.status == SessionStatus::RequiresAction {
         assert!(state.active_turn.is_some());
     }
+    if state.status == SessionStatus::Closed {
+        assert!(state.active_turn.is_none(), "closed with an active turn");
+        assert!(
+            state.tool_calls.values().all(|c| c.status.is_terminal()),
+            "closed with a call that never got its result"
+        );
+    }
+    for e in state.effects.values() {
+        assert!(state.tool_calls.contains_key(&e.tool_call_id));
+    }
     for step in state.steps.values() {
         assert!(state.turns.contains_key(&step.turn_id));
         assert!(step.attempt >= 1);
@@ -568,7 +578,7 @@ fn the_generator_reaches_deep_states() {
     let mut runner = TestRunner::deterministic();
     let strat = choices(80);
     let mut seen: BTreeMap<&'static str, u32> = BTreeMap::new();
-    for _ in 0..60 {
+    for _ in 0..200 {
         let c = strat.new_tree(&mut runner).unwrap().current();
         let (state, _, _) = run(&c);
         for t in state.turns.values() {
