@@ -110,7 +110,8 @@ struct RunningCall {
 /// tool call shows a spinner, then its duration.
 pub struct TextPrinter {
     live: bool,
-    streamed: bool,
+    /// Text of the current step already shown from live deltas.
+    streamed: String,
     /// Seq of the last `step.completed` shown: later text deltas of that step are stale.
     completed_seq: u64,
     at_line_start: bool,
@@ -144,7 +145,7 @@ impl TextPrinter {
     pub fn new(live: bool) -> Self {
         Self {
             live,
-            streamed: false,
+            streamed: String::new(),
             completed_seq: 0,
             at_line_start: true,
             proposed: HashMap::new(),
@@ -170,15 +171,24 @@ impl TextPrinter {
 
     fn event(&mut self, body: &EventBody, call: Option<&str>) {
         match body {
-            EventBody::StepStarted { .. } => self.streamed = false,
+            EventBody::StepStarted { .. } => self.streamed.clear(),
             EventBody::StepCompleted { text, .. } => {
-                if !self.streamed && !text.is_empty() {
-                    let text = text.clone();
-                    self.line(text.trim_end());
-                } else if self.streamed && !self.at_line_start {
-                    self.out("\n");
+                // Deltas may have shown part of the text before the event arrived: show the rest.
+                let streamed = std::mem::take(&mut self.streamed);
+                match text.strip_prefix(streamed.as_str()) {
+                    Some(rest) if !streamed.is_empty() => {
+                        let rest = rest.trim_end().to_owned();
+                        self.out(&rest);
+                        if !self.at_line_start {
+                            self.out("\n");
+                        }
+                    }
+                    _ if !text.is_empty() => {
+                        let text = text.clone();
+                        self.line(text.trim_end());
+                    }
+                    _ => {}
                 }
-                self.streamed = false;
             }
             EventBody::StepAttemptFailed {
                 error_kind,
@@ -307,7 +317,7 @@ impl Printer for TextPrinter {
                     && self.live
                     && delta.after_seq >= self.completed_seq
                 {
-                    self.streamed = true;
+                    self.streamed.push_str(text);
                     self.out(text);
                 }
             }

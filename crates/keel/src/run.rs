@@ -163,9 +163,7 @@ pub struct Pinned {
 /// Unknown session, unreadable release or config.
 pub async fn pinned(store: &Arc<dyn Store>, session: SessionId) -> anyhow::Result<Pinned> {
     let tenant = local_tenant();
-    let record = store.get_session(tenant, session).await.with_context(|| {
-        format!("no session {session} in this store (see `keel sessions list`)")
-    })?;
+    let record = crate::sessions::get_session(store, session).await?;
     let first = store.read(tenant, session, 1, Some(1)).await?;
     let config = match first.first().map(|e| &e.body) {
         Some(EventBody::SessionCreated { config, .. }) => {
@@ -242,19 +240,27 @@ pub async fn prepare_resume(
     })
 }
 
-/// Prints subscription items until told the version to stop after, then through it.
+/// Prints subscription items until told the version to stop after, then through it. Counts
+/// what it printed itself: the subscription reads ahead, so its `next_seq` may be past events
+/// it has not handed out yet.
 async fn pump(
     mut sub: keel_runtime::Subscription,
     printer: SharedPrinter,
     mut stop: watch::Receiver<Option<u64>>,
 ) {
+    let mut printed = sub.next_seq().saturating_sub(1);
     loop {
-        if stop.borrow().is_some_and(|v| sub.next_seq() > v) {
+        if stop.borrow().is_some_and(|v| printed >= v) {
             return;
         }
         tokio::select! {
             item = sub.next() => match item {
-                Ok(item) => printer.lock().unwrap_or_else(PoisonError::into_inner).item(&item),
+                Ok(item) => {
+                    if let keel_runtime::SubscriptionItem::Event { event } = &item {
+                        printed = event.seq;
+                    }
+                    printer.lock().unwrap_or_else(PoisonError::into_inner).item(&item);
+                }
                 Err(e) => {
                     tracing_note(&printer, &format!("event subscription: {e}"));
                     tokio::time::sleep(std::time::Duration::from_millis(100)).await;

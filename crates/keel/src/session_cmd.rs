@@ -355,10 +355,7 @@ pub fn cancel(global: &GlobalArgs, session: &str) -> anyhow::Result<ExitCode> {
     let session = crate::sessions::parse_session(session)?;
     crate::cli::tokio_runtime()?.block_on(async move {
         let store = crate::store::open(&config.store).await?;
-        store
-            .get_session(local_tenant(), session)
-            .await
-            .with_context(|| format!("no session {session} in this store"))?;
+        crate::sessions::get_session(&store, session).await?;
         if let Some(pid) = local_runner(&store, session).await? {
             let status = std::process::Command::new("kill")
                 .args(["-INT", &pid.to_string()])

@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use keel_core::{
     ApprovalStatus, EffectStatus, Event, EventBody, SessionId, SessionState, SessionStatus,
+    ToolCallStatus,
 };
 use keel_store::{SessionQuery, Store};
 use serde_json::{Value, json};
@@ -22,6 +23,23 @@ pub fn parse_session(text: &str) -> anyhow::Result<SessionId> {
     text.trim().parse().map_err(|_| {
         anyhow::anyhow!("{text:?} is not a session id (see `keel sessions list` for the ids)")
     })
+}
+
+/// Reads a session's row; an unknown id says how to find the right one.
+///
+/// # Errors
+/// Unknown session; store errors.
+pub async fn get_session(
+    store: &Arc<dyn Store>,
+    session: SessionId,
+) -> anyhow::Result<keel_store::SessionRecord> {
+    match store.get_session(local_tenant(), session).await {
+        Ok(r) => Ok(r),
+        Err(keel_store::StoreError::NotFound { .. }) => Err(anyhow::anyhow!(
+            "no session {session} in this store (see `keel sessions list`, or pass the --store it was run with)"
+        )),
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Reads a session's whole journal and folds it.
@@ -123,10 +141,7 @@ pub async fn list(
 /// Store errors.
 pub async fn summary(store: &Arc<dyn Store>, session: SessionId) -> anyhow::Result<Value> {
     let tenant = local_tenant();
-    let record = store
-        .get_session(tenant, session)
-        .await
-        .with_context(|| format!("no session {session} in this store"))?;
+    let record = get_session(store, session).await?;
     let (_, state) = load_state(store, session).await?;
     let turns: Vec<Value> = state
         .turn_order
@@ -148,6 +163,13 @@ pub async fn summary(store: &Arc<dyn Store>, session: SessionId) -> anyhow::Resu
         .list_approvals(tenant, session, Some(ApprovalStatus::Pending))
         .await?
         .into_iter()
+        // A call whose turn ended (e.g. cancelled) no longer waits, whatever the row says.
+        .filter(|a| {
+            state
+                .tool_calls
+                .get(&a.tool_call_id)
+                .is_some_and(|c| c.status == ToolCallStatus::AwaitingApproval)
+        })
         .map(|a| {
             json!({
                 "approval_id": a.approval_id,
@@ -175,6 +197,11 @@ pub async fn summary(store: &Arc<dyn Store>, session: SessionId) -> anyhow::Resu
         "session_id": session,
         "status": record.status,
         "release_id": record.release_id,
+        "model_route": store
+            .get_release(tenant, &record.release_id)
+            .await
+            .ok()
+            .map(|r| r.definition.model_route),
         "version": record.version,
         "created_at": record.created_at,
         "metadata": record.metadata,
@@ -215,8 +242,17 @@ pub async fn show(
     if let Some(w) = s["config"].get("workspace") {
         writeln!(out, "workspace  {}", str_of(w))?;
     }
-    if let Some(m) = s["config"].get("model_route") {
-        writeln!(out, "model      {}", str_of(m))?;
+    if let Some(route) = s["model_route"].as_array() {
+        let route: Vec<String> = route.iter().map(str_of).collect();
+        writeln!(out, "model      {}", route.join(" -> "))?;
+    }
+    if let Some(mode) = s["config"].get("permission_mode") {
+        writeln!(
+            out,
+            "mode       {} (sandbox {})",
+            str_of(mode),
+            str_of(&s["config"]["sandbox"])
+        )?;
     }
     writeln!(
         out,
@@ -296,10 +332,7 @@ pub async fn events(
     follow: bool,
 ) -> anyhow::Result<()> {
     let tenant = local_tenant();
-    store
-        .get_session(tenant, session)
-        .await
-        .with_context(|| format!("no session {session} in this store"))?;
+    get_session(store, session).await?;
     let mut next = from_seq.max(1);
     loop {
         let batch = store.read(tenant, session, next, Some(500)).await?;
