@@ -14,6 +14,8 @@
 //! ## Layout
 //! - [`runtime`] — [`Runtime`], the API hosts call. Start reading here.
 //! - [`turn`] — the loop: turns, steps, tools, compaction, budgets, recovery.
+//! - [`intent`] — durable intents: input and cancellations from processes that do not run the
+//!   session.
 //! - [`journal`] — [`journal::Journal::append`], the one place the runtime writes events (CAS on
 //!   version + lease epoch), and [`journal::Projection`], the model-visible transcript.
 //! - [`context`] — [`ContextSnapshot`]: what a step shows the model; token estimates.
@@ -55,6 +57,9 @@
 //!   — on any worker.
 //! - [`Runtime::cancel_turn`] (durable `turn.cancel_requested`) and
 //!   [`Runtime::cancel_tool_call`].
+//! - `submit`, `cancel_turn` and `cancel_tool_call` work from **any process**: when another live
+//!   worker runs the session they post a durable intent that worker handles within moments
+//!   (see [`intent`]); no caller waits out a lease.
 //! - [`Runtime::subscribe`] from any sequence number; [`Runtime::view`] and
 //!   [`Runtime::project_context`] for inspection.
 //!
@@ -74,6 +79,7 @@
 pub mod config;
 pub mod context;
 pub mod error;
+pub mod intent;
 pub mod journal;
 pub mod lease;
 pub mod redact;

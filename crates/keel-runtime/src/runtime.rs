@@ -3,12 +3,13 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use chrono::Utc;
 use keel_core::{
     ApprovalDecision, ApprovalId, ApprovalRecord, Correlation, EffectDecision, EffectStatus,
-    EventBody, OperationKey, Release, SessionId, SessionState, SessionStatus, TenantId, ToolCallId,
-    ToolCallStatus, TurnId,
+    EventBody, OperationKey, Release, SessionId, SessionState, SessionStatus, StateMachine,
+    TenantId, ToolCallId, ToolCallStatus, TurnId,
 };
 use keel_model::ModelClient;
 use keel_store::{Lease, NewSession, Store};
@@ -21,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{MultitaskStrategy, RuntimeOptions, SessionConfig};
 use crate::context::ContextSnapshot;
 use crate::error::{Result, RuntimeError};
+use crate::intent::{self, CancelToolCallIntent, CancelTurnIntent, InputIntent, Posted};
 use crate::journal::{Journal, TurnOutcome};
 use crate::lease;
 use crate::redact::Redactor;
@@ -122,7 +124,7 @@ impl std::fmt::Debug for Runtime {
 }
 
 /// The journal of a session, held either by a run in this process or under a short lease.
-enum Held {
+pub(crate) enum Held {
     Local(tokio::sync::OwnedMutexGuard<Journal>),
     Leased(Box<Journal>, Lease),
 }
@@ -260,11 +262,67 @@ impl Runtime {
                 "input is empty; a turn needs a message".into(),
             ));
         }
-        let mut held = self.hold(tenant, session).await?;
-        let r = self.submit_held(held.journal(), input, strategy).await;
+        if let Ok(held) = self.hold_now(tenant, session).await? {
+            return self
+                .submit_on(tenant, held, input, strategy, TurnId::new())
+                .await;
+        }
+        // Another live worker runs the session: ask it through a durable intent.
+        let state = self.fold(tenant, session).await?;
+        let busy = |s: &SessionState| s.active_turn.or_else(|| s.queue.front().copied());
+        if state.status == SessionStatus::Closed {
+            return Err(RuntimeError::Closed { session });
+        }
+        let pinned = serde_json::from_value::<SessionConfig>(state.config.clone())
+            .map(|c| c.multitask)
+            .unwrap_or_default();
+        if strategy.unwrap_or(pinned) == MultitaskStrategy::Reject
+            && let Some(t) = busy(&state)
+        {
+            return Err(RuntimeError::TurnInProgress { session, turn: t });
+        }
+        let turn = TurnId::new();
+        let payload = serde_json::to_value(InputIntent {
+            turn_id: turn,
+            input: input.to_owned(),
+            strategy,
+        })
+        .map_err(|e| RuntimeError::InvalidInput(format!("input: {e}")))?;
+        match self
+            .post_and_wait(tenant, session, intent::INPUT, &payload, |s| {
+                s.turns.contains_key(&turn)
+            })
+            .await?
+        {
+            Posted::Handled => Ok(turn),
+            Posted::Local(held) => self.submit_on(tenant, held, input, strategy, turn).await,
+            Posted::Consumed(s) if s.status == SessionStatus::Closed => {
+                Err(RuntimeError::Closed { session })
+            }
+            Posted::Consumed(s) => Err(match busy(&s) {
+                Some(t) => RuntimeError::TurnInProgress { session, turn: t },
+                None => RuntimeError::InvalidInput(format!(
+                    "session {session}: the worker running it did not accept the input"
+                )),
+            }),
+        }
+    }
+
+    async fn submit_on(
+        &self,
+        tenant: TenantId,
+        mut held: Held,
+        input: &str,
+        strategy: Option<MultitaskStrategy>,
+        turn: TurnId,
+    ) -> Result<TurnId> {
+        let r = self
+            .submit_held(held.journal(), input, strategy, turn)
+            .await;
         if r.is_ok()
             && strategy_of(held.journal(), strategy) == MultitaskStrategy::Interrupt
-            && let Some(a) = self.active(session)
+            && let Held::Local(j) = &held
+            && let Some(a) = self.active(j.session)
             && let Some(t) = a
                 .turn_cancel
                 .lock()
@@ -277,11 +335,13 @@ impl Runtime {
         r
     }
 
-    async fn submit_held(
+    /// Journals `input` as turn `turn` by the multitask strategy (the caller holds `j`).
+    pub(crate) async fn submit_held(
         &self,
         j: &mut Journal,
         input: &str,
         strategy: Option<MultitaskStrategy>,
+        turn: TurnId,
     ) -> Result<TurnId> {
         if j.state.status == SessionStatus::Closed {
             return Err(RuntimeError::Closed { session: j.session });
@@ -291,7 +351,6 @@ impl Runtime {
             .state
             .active_turn
             .or_else(|| j.state.queue.front().copied());
-        let turn = TurnId::new();
         let mut items = vec![(
             Correlation::turn(turn),
             EventBody::TurnQueued {
@@ -367,7 +426,9 @@ impl Runtime {
         session: SessionId,
         lease: &Lease,
     ) -> Result<RunOutcome> {
-        let journal = self.load(tenant, session, lease).await?;
+        let mut journal = self.load(tenant, session, lease).await?;
+        // Intents posted while nobody ran the session (or left by a crashed handler) first.
+        self.handle_intents(&mut journal, None).await?;
         let config = config_of(&journal)?;
         let release_id = journal
             .state
@@ -401,6 +462,8 @@ impl Runtime {
             stop.clone(),
             lost.clone(),
         );
+        let watcher =
+            intent::spawn_watcher(self.clone(), tenant, session, active.clone(), stop.clone());
         let approvals = ApprovalService::new(self.inner.store.clone(), tenant).with_ttl(
             chrono::Duration::milliseconds(
                 i64::try_from(config.approval_ttl_ms).unwrap_or(i64::MAX),
@@ -429,6 +492,7 @@ impl Runtime {
             .remove(&session);
         stop.cancel();
         let _ = hb.await;
+        let _ = watcher.await;
         let (turns, status, version) = result?;
         let mut j = active.journal.lock().await;
         let pending = if status == SessionStatus::RequiresAction {
@@ -478,15 +542,53 @@ impl Runtime {
     }
 
     /// Cancels the session's active turn (or, with none active, its oldest queued turn): journals
-    /// `turn.cancel_requested` — a durable intent — and stops the stream and every running tool
-    /// if this process runs the session. The turn ends `aborted`, every open call gets a result.
-    /// A session waiting in `requires_action` is aborted at once (this call runs it).
-    /// Returns the cancelled turn.
+    /// `turn.cancel_requested` — a durable intent — and stops the stream and every running tool.
+    /// Works from any process: when another live worker runs the session, a `cancel_turn` intent
+    /// is posted (see [`crate::intent`]) and this returns once that worker has journaled it (it
+    /// then stops the turn). The turn ends `aborted`, every open call gets a result. A session
+    /// nobody runs (e.g. waiting in `requires_action`) is aborted at once (this call runs it).
+    /// Returns the cancelled turn; cancelling a turn already being cancelled is a no-op.
     ///
     /// # Errors
-    /// [`RuntimeError::NoActiveTurn`]; [`RuntimeError::SessionBusy`]; store errors.
+    /// [`RuntimeError::NoActiveTurn`]; [`RuntimeError::SessionBusy`] when the worker running the
+    /// session neither handles the intent nor gives the lease up within `lease_wait`; store
+    /// errors.
     pub async fn cancel_turn(&self, tenant: TenantId, session: SessionId) -> Result<TurnId> {
-        let mut held = self.hold(tenant, session).await?;
+        if let Ok(held) = self.hold_now(tenant, session).await? {
+            return self.cancel_on(tenant, session, held).await;
+        }
+        let state = self.fold(tenant, session).await?;
+        let Some(turn) = state.active_turn.or_else(|| state.queue.front().copied()) else {
+            return Err(RuntimeError::NoActiveTurn { session });
+        };
+        let requested = |s: &SessionState| {
+            s.turns
+                .get(&turn)
+                .is_some_and(|t| t.cancel_requested.is_some() || t.status.is_terminal())
+        };
+        if requested(&state) {
+            return Ok(turn);
+        }
+        let payload = serde_json::to_value(CancelTurnIntent {
+            turn_id: turn,
+            reason: "cancelled by user".into(),
+        })
+        .map_err(|e| RuntimeError::InvalidInput(format!("cancel: {e}")))?;
+        match self
+            .post_and_wait(tenant, session, intent::CANCEL_TURN, &payload, requested)
+            .await?
+        {
+            Posted::Handled | Posted::Consumed(_) => Ok(turn),
+            Posted::Local(held) => self.cancel_on(tenant, session, held).await,
+        }
+    }
+
+    async fn cancel_on(
+        &self,
+        tenant: TenantId,
+        session: SessionId,
+        mut held: Held,
+    ) -> Result<TurnId> {
         let j = held.journal();
         let Some(turn) = j
             .state
@@ -535,28 +637,65 @@ impl Runtime {
         Ok(turn)
     }
 
-    /// Cancels one tool call: a running call of a session this process runs gets a `cancelled`
-    /// result and the turn continues.
+    /// Cancels one running tool call: it gets a `cancelled` result and the turn continues. Works
+    /// from any process: when another worker runs the session, a `cancel_tool_call` intent is
+    /// posted and this returns once that worker has taken it (the result follows).
     ///
     /// # Errors
-    /// [`RuntimeError::NoSuchToolCall`] when the call is not running here.
-    pub fn cancel_tool_call(&self, session: SessionId, call: &ToolCallId) -> Result<()> {
-        let token = self.active(session).and_then(|a| {
+    /// [`RuntimeError::NoSuchToolCall`] when the call is not open in the session (or, for a
+    /// session nobody runs, not running anywhere); [`RuntimeError::SessionBusy`]; store errors.
+    pub async fn cancel_tool_call(
+        &self,
+        tenant: TenantId,
+        session: SessionId,
+        call: &ToolCallId,
+    ) -> Result<()> {
+        let no_such = || RuntimeError::NoSuchToolCall {
+            session,
+            call: call.clone(),
+        };
+        if let Some(t) = self.active(session).and_then(|a| {
             a.tool_cancel
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .get(call.as_str())
                 .cloned()
-        });
-        match token {
-            Some(t) => {
-                t.cancel();
-                Ok(())
-            }
-            None => Err(RuntimeError::NoSuchToolCall {
+        }) {
+            t.cancel();
+            return Ok(());
+        }
+        if let Ok(held) = self.hold_now(tenant, session).await? {
+            // Nobody runs the session, so nothing runs the call.
+            self.unhold(tenant, held).await;
+            return Err(no_such());
+        }
+        let finished = |s: &SessionState| {
+            s.tool_calls
+                .get(call)
+                .is_none_or(|c| c.status.is_terminal())
+        };
+        if finished(&self.fold(tenant, session).await?) {
+            return Err(no_such());
+        }
+        let payload = serde_json::to_value(CancelToolCallIntent {
+            call_id: call.clone(),
+        })
+        .map_err(|e| RuntimeError::InvalidInput(format!("cancel: {e}")))?;
+        match self
+            .post_and_wait(
+                tenant,
                 session,
-                call: call.clone(),
-            }),
+                intent::CANCEL_TOOL_CALL,
+                &payload,
+                finished,
+            )
+            .await?
+        {
+            Posted::Handled | Posted::Consumed(_) => Ok(()),
+            Posted::Local(held) => {
+                self.unhold(tenant, held).await;
+                Err(no_such())
+            }
         }
     }
 
@@ -738,6 +877,42 @@ impl Runtime {
         Ok(j)
     }
 
+    /// Holds the session now if this process runs it or its lease is free (or a dead local
+    /// worker's); otherwise returns the live holder's owner string.
+    pub(crate) async fn hold_now(
+        &self,
+        tenant: TenantId,
+        session: SessionId,
+    ) -> Result<std::result::Result<Held, String>> {
+        if let Some(a) = self.active(session) {
+            let g = a.journal.clone().lock_owned().await;
+            if !g.closed {
+                return Ok(Ok(Held::Local(g)));
+            }
+        }
+        let lease = match lease::acquire(
+            &self.inner.store,
+            tenant,
+            session,
+            &self.inner.owner,
+            self.inner.options.lease_ttl,
+            Duration::ZERO,
+        )
+        .await
+        {
+            Ok(l) => l,
+            Err(RuntimeError::SessionBusy { owner, .. }) => return Ok(Err(owner)),
+            Err(e) => return Err(e),
+        };
+        match self.load(tenant, session, &lease).await {
+            Ok(j) => Ok(Ok(Held::Leased(Box::new(j), lease))),
+            Err(e) => {
+                let _ = self.inner.store.release_lease(tenant, &lease).await;
+                Err(e)
+            }
+        }
+    }
+
     async fn hold(&self, tenant: TenantId, session: SessionId) -> Result<Held> {
         if let Some(a) = self.active(session) {
             let g = a.journal.clone().lock_owned().await;
@@ -764,7 +939,7 @@ impl Runtime {
         }
     }
 
-    async fn unhold(&self, tenant: TenantId, held: Held) {
+    pub(crate) async fn unhold(&self, tenant: TenantId, held: Held) {
         if let Held::Leased(_, lease) = held
             && let Err(e) = self.inner.store.release_lease(tenant, &lease).await
         {
@@ -773,7 +948,7 @@ impl Runtime {
     }
 }
 
-fn strategy_of(j: &Journal, strategy: Option<MultitaskStrategy>) -> MultitaskStrategy {
+pub(crate) fn strategy_of(j: &Journal, strategy: Option<MultitaskStrategy>) -> MultitaskStrategy {
     strategy.unwrap_or_else(|| config_of(j).map(|c| c.multitask).unwrap_or_default())
 }
 

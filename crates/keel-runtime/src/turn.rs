@@ -294,6 +294,15 @@ impl Runner {
             if j.state.active_turn.is_some() || !j.state.queue.is_empty() {
                 continue;
             }
+            // An intent posted just now would otherwise wait for the next run.
+            let rt = crate::runtime::Runtime {
+                inner: self.rt.clone(),
+            };
+            match rt.handle_intents(&mut j, Some(&self.active)).await {
+                Ok(0) => {}
+                Ok(_) => continue,
+                Err(e) => tracing::warn!(session = %self.session, "handling intents: {e}"),
+            }
             if j.state.status == SessionStatus::Running
                 || j.state.status == SessionStatus::RequiresAction
             {

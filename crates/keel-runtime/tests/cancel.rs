@@ -88,9 +88,7 @@ async fn cancelling_one_tool_gives_it_a_cancelled_result_and_the_turn_continues(
     let run = tokio::spawn(async move { rt.run(tenant, session).await });
     wait_for_event(&f.db.store, f.tenant, f.session, "tool_call.started").await;
     let id = ToolCallId::from("call_1_0");
-    while f.rt.cancel_tool_call(f.session, &id).is_err() {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    cancel_call_when_running(&f, &id).await;
     let out = tokio::time::timeout(Duration::from_secs(20), run)
         .await
         .unwrap()

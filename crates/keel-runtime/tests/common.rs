@@ -172,6 +172,36 @@ pub fn runtime(db: &Db, model: Arc<dyn ModelClient>) -> Runtime {
     )
 }
 
+/// A second store handle on the same database, as another process would open it.
+pub async fn second_store(db: &Db) -> Arc<dyn Store> {
+    match &db.pg {
+        Some((url, schema)) => {
+            Arc::new(SqlStore::connect_postgres(url, Some(schema)).await.unwrap())
+        }
+        None => {
+            let path = db.location.trim_start_matches("sqlite://");
+            Arc::new(SqlStore::open_sqlite(Path::new(path)).await.unwrap())
+        }
+    }
+}
+
+/// Another worker ("process") over a second store handle on the same database. It never
+/// samples: its model has no lines.
+pub async fn other_process(db: &Db) -> Runtime {
+    Runtime::new(
+        second_store(db).await,
+        scripted(&[json!({"text": "unused"})]),
+        registry(),
+        RuntimeOptions {
+            worker_name: "other".into(),
+            lease_ttl: Duration::from_secs(5),
+            lease_wait: Duration::from_secs(6),
+            cancel_grace_ms: 2_000,
+            ..RuntimeOptions::default()
+        },
+    )
+}
+
 /// Everything a test needs for one session.
 pub struct Fixture {
     pub db: Db,
@@ -372,4 +402,16 @@ pub async fn wait_for_event(
 
 pub fn call(name: &str, args: Value) -> Value {
     json!({"name": name, "arguments": args})
+}
+
+/// Cancels `call` through the fixture's runtime as soon as it is registered as running.
+pub async fn cancel_call_when_running(f: &Fixture, call: &keel_core::ToolCallId) {
+    while f
+        .rt
+        .cancel_tool_call(f.tenant, f.session, call)
+        .await
+        .is_err()
+    {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 }

@@ -10,6 +10,7 @@ mod budgets;
 mod cancel;
 mod compaction;
 mod context;
+mod intents;
 mod recovery;
 mod streaming;
 mod subscribe;

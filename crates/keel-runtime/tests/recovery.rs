@@ -311,9 +311,7 @@ async fn an_unknown_effect_goes_to_a_human_and_each_decision_applies() {
                 .find_map(|e| e.correlation.tool_call_id.clone())
                 .unwrap();
             // The call may not be registered yet for a moment.
-            while f.rt.cancel_tool_call(f.session, &call).is_err() {
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
+            cancel_call_when_running(&f, &call).await;
             let out = run.await.unwrap().unwrap();
             assert_eq!(out.turns[0].terminal_reason, TerminalReason::Completed);
         } else {
