@@ -397,3 +397,18 @@ fn timeout_and_cost_flags_are_budgets() {
     let show: Value = serde_json::from_str(&show).unwrap();
     assert_eq!(show["config"]["turn_budget"]["max_cost_usd"], 0.5);
 }
+
+#[test]
+fn a_second_interrupt_still_ends_the_stream_with_its_result() {
+    let env = Env::new();
+    // The model never answers in time: the first SIGTERM cancels, the second exits at once.
+    let mut run = start_run(&env, "{\"delay_ms\":60000,\"text\":\"late\"}\n", &[]);
+    run.wait_for("step.started", 30);
+    run.signal("TERM");
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    run.signal("INT");
+    let (code, lines) = run.finish(20);
+    let result = check_stream(&parse_lines(&lines));
+    assert_eq!(result["terminal_reason"], "aborted", "{result}");
+    assert_eq!(code, Some(4));
+}
