@@ -14,6 +14,8 @@
 //! ## Layout
 //! - [`runtime`] — [`Runtime`], the API hosts call. Start reading here.
 //! - [`turn`] — the loop: turns, steps, tools, compaction, budgets, recovery.
+//! - `effects` — the store's effects table written beside the journal; duplicate-dispatch
+//!   detection by operation key.
 //! - [`intent`] — durable intents: input and cancellations from processes that do not run the
 //!   session.
 //! - [`journal`] — [`journal::Journal::append`], the one place the runtime writes events (CAS on
@@ -78,6 +80,7 @@
 
 pub mod config;
 pub mod context;
+pub(crate) mod effects;
 pub mod error;
 pub mod intent;
 pub mod journal;

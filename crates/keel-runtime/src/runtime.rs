@@ -429,6 +429,7 @@ impl Runtime {
         let mut journal = self.load(tenant, session, lease).await?;
         // Intents posted while nobody ran the session (or left by a crashed handler) first.
         self.handle_intents(&mut journal, None).await?;
+        crate::effects::reconcile(self.inner.store.as_ref(), tenant, &journal.state).await?;
         let config = config_of(&journal)?;
         let release_id = journal
             .state

@@ -173,9 +173,41 @@ impl Runner {
                 session: self.session,
             });
         }
+        // Effects touched by this append, with what the table records for them.
+        let touched: Vec<(OperationKey, Option<Value>, Option<String>)> = items
+            .iter()
+            .filter_map(|(c, body)| {
+                let key = c.operation_key.clone()?;
+                match body {
+                    EventBody::EffectPrepared { .. }
+                    | EventBody::EffectDispatched {}
+                    | EventBody::EffectOutcomeUnknown {} => Some((key, None, None)),
+                    EventBody::EffectCommitted { outcome } => {
+                        Some((key, Some(outcome.clone()), None))
+                    }
+                    EventBody::EffectFailed { error } => Some((key, None, Some(error.clone()))),
+                    _ => None,
+                }
+            })
+            .collect();
         let mut j = self.active.journal.lock().await;
         let v = j.append(site, items).await?;
         self.active.version.store(v, Ordering::SeqCst);
+        for (key, outcome, error) in touched {
+            if let Some(effect) = j.state.effects.get(&key) {
+                let row = self.rt.store.get_effect(self.tenant, &key).await.ok();
+                crate::effects::sync(
+                    self.rt.store.as_ref(),
+                    self.tenant,
+                    &j.state,
+                    effect,
+                    row,
+                    outcome,
+                    error,
+                )
+                .await;
+            }
+        }
         Ok(v)
     }
 
@@ -1204,15 +1236,40 @@ impl Runner {
         let side_effecting = v.effect != EffectClass::ReadOnly;
         let key = OperationKey::for_call(self.session, step, &call);
         if side_effecting {
+            let request_hash = content_hash(&json!({"tool": v.name, "arguments": v.arguments}));
+            if matches!(mode, ExecMode::Fresh) {
+                let rec = self
+                    .read(|j| crate::effects::record(&j.state, &key, &call, &v.name, &request_hash))
+                    .await;
+                if let Some(rec) = rec
+                    && let crate::effects::Claim::Duplicate(found) =
+                        crate::effects::claim(self.rt.store.as_ref(), self.tenant, &rec).await?
+                {
+                    // Dispatched before by someone: never again. Journal it as dispatched with
+                    // an unknown outcome; reconciliation or a human settles it.
+                    tracing::warn!(session = %self.session, %key, status = %found.as_str(), "refused a second dispatch of an operation key");
+                    let ecorr = corr.clone().with_operation(key.clone());
+                    items.push((ecorr.clone(), EventBody::EffectPrepared { request_hash }));
+                    items.push((
+                        Correlation::default()
+                            .with_operation(key.clone())
+                            .with_attempt(1),
+                        EventBody::EffectDispatched {},
+                    ));
+                    items.push((corr.clone(), EventBody::ToolCallStarted {}));
+                    items.push((
+                        Correlation::default().with_operation(key.clone()),
+                        EventBody::EffectOutcomeUnknown {},
+                    ));
+                    self.append("effect.duplicate", items).await?;
+                    return Ok(());
+                }
+            }
             let dispatch_attempt = match mode {
                 ExecMode::Fresh => {
                     items.push((
                         corr.clone().with_operation(key.clone()),
-                        EventBody::EffectPrepared {
-                            request_hash: content_hash(
-                                &json!({"tool": v.name, "arguments": v.arguments}),
-                            ),
-                        },
+                        EventBody::EffectPrepared { request_hash },
                     ));
                     1
                 }

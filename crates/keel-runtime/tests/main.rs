@@ -10,6 +10,7 @@ mod budgets;
 mod cancel;
 mod compaction;
 mod context;
+mod effects;
 mod intents;
 mod recovery;
 mod streaming;
