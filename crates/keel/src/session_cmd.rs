@@ -3,7 +3,7 @@
 use std::io::{IsTerminal, Read};
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::Context;
 use keel_core::{EffectDecision, OperationKey, SessionId, SessionStatus, TerminalReason};
@@ -319,67 +319,18 @@ pub fn resolve(
     })
 }
 
-/// The pid of a live process of this host holding `session`'s lease, if any.
-async fn local_runner(store: &Arc<dyn Store>, session: SessionId) -> anyhow::Result<Option<u32>> {
-    let record = store.get_session(local_tenant(), session).await?;
-    let Some(lease) = record.lease else {
-        return Ok(None);
-    };
-    if lease.expires_at < chrono::Utc::now() {
-        return Ok(None);
-    }
-    let Some((_, hostpid)) = lease.owner.rsplit_once('@') else {
-        return Ok(None);
-    };
-    let Some((host, pid)) = hostpid.rsplit_once(':') else {
-        return Ok(None);
-    };
-    let Ok(pid) = pid.parse::<u32>() else {
-        return Ok(None);
-    };
-    let alive = std::path::Path::new("/proc").join(pid.to_string()).exists();
-    Ok(
-        (host == keel_runtime::lease::hostname() && alive && pid != std::process::id())
-            .then_some(pid),
-    )
-}
-
-/// `keel cancel SESSION`: a session run by a `keel` process of this host is interrupted like
-/// Ctrl-C in its terminal (SIGINT: that process journals `turn.cancel_requested` and ends the
-/// turn `aborted`); otherwise the cancellation is journaled here.
+/// `keel cancel SESSION`: journals the cancellation of the session's running (or oldest queued)
+/// turn. When another process runs the session, a durable `cancel_turn` intent asks it to, and
+/// this returns once that process has recorded it (keel-runtime's `Runtime::cancel_turn`).
 ///
 /// # Errors
-/// Unknown session, no turn to cancel, store errors.
+/// Unknown session, no turn to cancel, a runner that did not answer, store errors.
 pub fn cancel(global: &GlobalArgs, session: &str) -> anyhow::Result<ExitCode> {
     let config = crate::cli::store_config(global)?;
     let session = crate::sessions::parse_session(session)?;
     crate::cli::tokio_runtime()?.block_on(async move {
         let store = crate::store::open(&config.store).await?;
         crate::sessions::get_session(&store, session).await?;
-        if let Some(pid) = local_runner(&store, session).await? {
-            let status = std::process::Command::new("kill")
-                .args(["-INT", &pid.to_string()])
-                .status()
-                .context("cannot run `kill` to interrupt the running keel")?;
-            if !status.success() {
-                anyhow::bail!("cannot interrupt process {pid}, which runs session {session}");
-            }
-            // Wait until the running process has recorded the cancellation.
-            let deadline = Instant::now() + Duration::from_secs(30);
-            loop {
-                let (_, state) = crate::sessions::load_state(&store, session).await?;
-                let requested = state
-                    .active_turn
-                    .and_then(|t| state.turns.get(&t))
-                    .is_none_or(|t| t.cancel_requested.is_some());
-                if requested || Instant::now() > deadline {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            println!("cancelling the turn of session {session} (run by process {pid})");
-            return Ok(ExitCode::SUCCESS);
-        }
         let rt = bare_runtime(store)?;
         let turn = rt
             .cancel_turn(local_tenant(), session)
