@@ -166,3 +166,31 @@ fn a_second_ctrl_c_exits_at_once() {
     assert!(started.elapsed() < std::time::Duration::from_secs(10));
     assert_eq!(code, Some(4));
 }
+
+#[test]
+fn an_approval_decided_from_another_terminal_continues_the_session() {
+    let env = Env::new();
+    let script = concat!(
+        "{\"tool_calls\":[{\"name\":\"write_file\",\"arguments\":{\"path\":\"c.txt\",\"content\":\"from afar\"}}]}\n",
+        "{\"text\":\"Approved elsewhere.\"}\n",
+    );
+    let mut p = start(&env, script, &[]);
+    p.exp_string(&l1("› ")).unwrap();
+    p.send_line("write c.txt").unwrap();
+    p.exp_string("keel approve|deny ").unwrap();
+    let rest = p.exp_string(")").unwrap();
+    let approval = rest.trim().to_owned();
+    p.exp_string("[y] allow once").unwrap();
+    let out = env.run(&["approve", &approval]);
+    assert!(out.status.success(), "{}", crate::common::stderr(&out));
+    p.exp_string("decided from another terminal").unwrap();
+    p.exp_string("Approved elsewhere.").unwrap();
+    p.exp_string(&l1("── completed")).unwrap();
+    p.exp_string(&l1("› ")).unwrap();
+    p.send_line("exit").unwrap();
+    assert_eq!(exit_code(&mut p), Some(0));
+    assert_eq!(
+        std::fs::read_to_string(env.ws().join("c.txt")).unwrap(),
+        "from afar"
+    );
+}
