@@ -501,6 +501,17 @@ impl Runtime {
         } else {
             Vec::new()
         };
+        // The durable timer: the earliest pending approval's expiry, or none.
+        let wake = pending
+            .iter()
+            .filter_map(|p| match p {
+                PendingAction::Approval { expires_at, .. } => Some(*expires_at),
+                PendingAction::Effect { .. } => None,
+            })
+            .min();
+        if let Err(e) = self.inner.store.set_wake_at(tenant, session, wake).await {
+            tracing::warn!(%session, "setting the wake-up time: {e}");
+        }
         Ok(RunOutcome {
             session_id: session,
             status,
@@ -537,6 +548,45 @@ impl Runtime {
                     tool_name: call.name.clone(),
                     arguments: call.arguments.clone(),
                 });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Runs every session of `tenant` whose wake-up time is due at `now` (at most 100 per call,
+    /// oldest first): the durable timer set for a pending approval's expiry. [`Runtime::run`]
+    /// expires overdue approvals before anything else — the call gets a `rejected` result saying
+    /// the approval expired, and the turn continues — and sets the next wake-up time (or clears
+    /// it). Hosts call this periodically (a worker loop, `keel` on start). A session this
+    /// process runs is skipped; one another worker runs is skipped after waiting `lease_wait`
+    /// for its lease (that worker acts on it).
+    ///
+    /// # Errors
+    /// Store errors listing the sessions. A session that fails to run is logged and skipped.
+    pub async fn run_due(
+        &self,
+        tenant: TenantId,
+        now: chrono::DateTime<Utc>,
+    ) -> Result<Vec<RunOutcome>> {
+        let due = self
+            .inner
+            .store
+            .list_sessions(
+                tenant,
+                &keel_store::SessionQuery {
+                    wake_before: Some(now),
+                    ..keel_store::SessionQuery::default()
+                },
+            )
+            .await?;
+        let mut out = Vec::with_capacity(due.len());
+        for rec in due {
+            if self.active(rec.session_id).is_some() {
+                continue;
+            }
+            match self.run(tenant, rec.session_id).await {
+                Ok(o) => out.push(o),
+                Err(e) => tracing::warn!(session = %rec.session_id, "due session not run: {e}"),
             }
         }
         Ok(out)

@@ -11,6 +11,7 @@ mod cancel;
 mod compaction;
 mod context;
 mod effects;
+mod expiry;
 mod intents;
 mod recovery;
 mod streaming;
