@@ -62,9 +62,13 @@ pub struct SessionConfig {
     /// Wall-clock limit of one turn, ms; on expiry everything below is cancelled, dispatched
     /// effects become `outcome_unknown` and the turn ends `failed`.
     pub turn_timeout_ms: Option<u64>,
-    /// Time from sending a model request to its first event, ms.
+    /// Time from sending a step's model request to its first content event, ms. It bounds the
+    /// whole model call including the route's own retries and fallbacks: when it passes the
+    /// stream is closed, the step fails with `error_kind: timeout` and the turn ends `failed`.
+    /// (A provider `timeout` error raised inside the route is retried per the route first.)
     pub model_first_token_timeout_ms: Option<u64>,
-    /// Time from sending a model request to its end, ms.
+    /// Time from sending a step's model request to its end, ms; on expiry as for
+    /// `model_first_token_timeout_ms`.
     pub model_total_timeout_ms: Option<u64>,
     /// How long an approval waits for a decision, ms (default 24 h).
     pub approval_ttl_ms: u64,

@@ -1,11 +1,9 @@
 //! Cancellation (turn, one tool, during streaming, during an approval wait) and timeouts.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use keel_core::{Budget, EventBody, SessionStatus, TerminalReason, ToolCallId, ToolCallStatus};
-use keel_model::{HttpModel, ProviderConfig, Wire};
-use keel_testkit::{FakeModelServer, FakeResponse, Pacing, Reply};
+use keel_testkit::Pacing;
 use keel_tools::policy::PermissionMode;
 use serde_json::json;
 
@@ -104,23 +102,15 @@ async fn cancelling_one_tool_gives_it_a_cancelled_result_and_the_turn_continues(
 
 async fn cancelling_during_streaming_closes_the_connection_and_aborts_the_turn(b: Backend) {
     let long = "word ".repeat(400);
-    let server = FakeModelServer::start_fixed(
-        Reply::Respond(FakeResponse::text(long)),
+    let (server, model) = paced_model(
+        long,
         Pacing {
             time_to_first_token_ms: 0,
             tokens_per_second: Some(50.0),
         },
     )
-    .await
-    .unwrap();
-    let model = HttpModel::new(
-        Wire::Anthropic,
-        ProviderConfig::new("claude-test")
-            .with_base_url(server.anthropic_base_url())
-            .with_api_key("k"),
-    )
-    .unwrap();
-    let f = fixture_with(b, Arc::new(model), &[], Budget::default(), |_| {}).await;
+    .await;
+    let f = fixture_with(b, model, &[], Budget::default(), |_| {}).await;
     f.rt.submit(f.tenant, f.session, "talk").await.unwrap();
     let rt = f.rt.clone();
     let (tenant, session) = (f.tenant, f.session);

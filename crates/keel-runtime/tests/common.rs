@@ -415,3 +415,25 @@ pub async fn cancel_call_when_running(f: &Fixture, call: &keel_core::ToolCallId)
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
+
+/// A fake server answering every request with `text` at `pacing`, and an Anthropic-wire model
+/// over it. Keep the server alive as long as the model is used.
+pub async fn paced_model(
+    text: String,
+    pacing: keel_testkit::Pacing,
+) -> (keel_testkit::FakeModelServer, Arc<dyn ModelClient>) {
+    let server = keel_testkit::FakeModelServer::start_fixed(
+        keel_testkit::Reply::Respond(keel_testkit::FakeResponse::text(text)),
+        pacing,
+    )
+    .await
+    .unwrap();
+    let model = keel_model::HttpModel::new(
+        keel_model::Wire::Anthropic,
+        keel_model::ProviderConfig::new("claude-test")
+            .with_base_url(server.anthropic_base_url())
+            .with_api_key("k"),
+    )
+    .unwrap();
+    (server, Arc::new(model))
+}

@@ -16,5 +16,6 @@ mod intents;
 mod recovery;
 mod streaming;
 mod subscribe;
+mod timeouts;
 mod tools;
 mod turn_loop;
