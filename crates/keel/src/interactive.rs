@@ -56,7 +56,7 @@ impl Lines {
         drop(out);
         tokio::select! {
             line = self.rx.recv() => line.map_or(Answer::Quit, Answer::Line),
-            _ = tokio::signal::ctrl_c() => {
+            () = crate::signals::next() => {
                 println!();
                 Answer::Quit
             }

@@ -24,6 +24,7 @@
 //! - [`interactive`] — prompts, follow-ups, approval and effect questions on a terminal.
 //! - [`output`] — the JSONL stream and its `result` line; text and the live terminal view.
 //! - [`report`] — failure messages that say what to do.
+//! - [`signals`] — Ctrl-C and SIGTERM as one queue for the process.
 
 pub mod cli;
 pub mod config;
@@ -36,4 +37,5 @@ pub mod report;
 pub mod run;
 pub mod session_cmd;
 pub mod sessions;
+pub mod signals;
 pub mod store;

@@ -282,22 +282,6 @@ fn tracing_note(printer: &SharedPrinter, text: &str) {
         .note(text);
 }
 
-/// Resolves on the next Ctrl-C (SIGINT) or SIGTERM.
-async fn interrupted(sigterm: &mut Option<tokio::signal::unix::Signal>) {
-    let term = async {
-        match sigterm.as_mut() {
-            Some(s) => {
-                s.recv().await;
-            }
-            None => std::future::pending::<()>().await,
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        () = term => {}
-    }
-}
-
 /// How one drive of the session ended.
 #[derive(Debug)]
 pub enum Driven {
@@ -320,18 +304,16 @@ pub async fn drive(p: &Prepared, printer: &SharedPrinter) -> (Driven, u64) {
     let pump_task = tokio::spawn(pump(sub, printer.clone(), stop_rx));
     let run = p.runtime.run(p.tenant, p.session);
     tokio::pin!(run);
+    // SIGTERM (a supervisor stopping keel) counts like Ctrl-C: the turn is cancelled and the run
+    // still ends with its result.
     let mut interrupts = 0u32;
-    // SIGTERM (a supervisor stopping keel) is treated like Ctrl-C: the turn is cancelled and
-    // the run still ends with its result.
-    let mut sigterm =
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
     let driven = loop {
         tokio::select! {
             r = &mut run => break match r {
                 Ok(o) => Driven::Finished(Box::new(o)),
                 Err(e) => Driven::Error(e.into()),
             },
-            () = interrupted(&mut sigterm) => {
+            () = crate::signals::next() => {
                 interrupts += 1;
                 if interrupts >= 2 {
                     break Driven::Interrupted;

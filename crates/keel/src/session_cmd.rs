@@ -96,6 +96,7 @@ pub fn execute(
         Err(e) => return fail(e, flag_jsonl),
     };
     rt.block_on(async {
+        crate::signals::install();
         // One reader of standard input for the whole process, started when first needed.
         let mut lines: Option<Lines> = None;
         let (prepared, mode) = match prepare(global, args, prompt, target, &mut lines).await {
