@@ -203,3 +203,46 @@ fn the_readme_keel_toml_example_is_valid() {
     let table: toml::Table = stdout(&out).parse().unwrap();
     assert_eq!(table["env"]["DATABASE_URL"].as_str(), Some("********"));
 }
+
+#[test]
+fn keel_toml_route_and_instructions_become_a_pinned_content_hashed_release() {
+    let env = Env::new();
+    // keel-model's route counts every failed attempt as a consumed response, the primary's too,
+    // so the fallback's position is past the retries: give it the same answer on every line.
+    env.write(
+        "ws/fallback.jsonl",
+        &"{\"text\":\"from the fallback\"}\n".repeat(10),
+    );
+    let toml = "model = \"openai:nowhere\"\nbase_url = \"http://127.0.0.1:9/v1\"\nfallback_models = [\"script:fallback.jsonl\"]\ninstructions = \"Be brief.\"\n";
+    env.write("ws/keel.toml", toml);
+    let run = || {
+        let out = env.run(&["run", "--workspace", "ws", "--output", "jsonl", "hi"]);
+        let lines = crate::common::jsonl_lines(&out.stdout);
+        let result = crate::common::check_stream(&lines);
+        let release = lines[0]["payload"]["release_id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        (result, release, lines)
+    };
+    // The primary is unreachable: retried, then the route falls back to the script.
+    let (result, first, lines) = run();
+    assert_eq!(result["terminal_reason"], "completed", "{result}");
+    assert_eq!(result["final_text"], "from the fallback");
+    assert!(lines.iter().any(|l| l["type"] == "step.attempt_failed"));
+    let session = result["session_id"].as_str().unwrap();
+    let show = stdout(&env.run(&["sessions", "show", session, "--json"]));
+    let show: serde_json::Value = serde_json::from_str(&show).unwrap();
+    let route = show["model_route"].as_array().unwrap();
+    assert_eq!(
+        route[0], "openai:nowhere@http://127.0.0.1:9/v1",
+        "base URL pinned"
+    );
+    assert!(route[1].as_str().unwrap().ends_with("/ws/fallback.jsonl"));
+    // Same configuration, same release; another instruction, another release.
+    let (_, second, _) = run();
+    assert_eq!(first, second);
+    env.write("ws/keel.toml", &toml.replace("Be brief.", "Be thorough."));
+    let (_, third, _) = run();
+    assert_ne!(first, third);
+}
