@@ -5,11 +5,19 @@
 //! summary), the tool schemas visible under the step's policy, and that policy. The step's
 //! proposed calls are validated and authorized against this same snapshot.
 //!
-//! **Token estimate.** Bytes / 4 (rounded up) plus 4 tokens of framing per item — a documented
-//! byte-based estimator instead of a tokenizer (tiktoken-rs would add a large build for a figure
-//! that only decides *when* to compact). Each transcript item is estimated once when it is added
-//! to the [`crate::journal::Projection`] and cached there; a step sums cached numbers, it never
-//! re-tokenizes the transcript.
+//! **Token estimate.** The provider's own count first: the last completed step's
+//! `usage.input_tokens` is the exact size of the context it was sampled on, so the next step's
+//! context is that number plus an estimate of the items added since (the step's assistant item
+//! and its tool results) — see [`crate::journal::TokenAnchor`]. Only when there is no such
+//! count (the first step, a provider that reports none, or right after a compaction moved the
+//! boundary) is the whole context estimated. Estimates are bytes / 4 (rounded up) plus 4 tokens
+//! of framing per item — a byte-based estimator instead of a tokenizer (tiktoken-rs would add a
+//! large build for a figure that only decides *when* to compact, and it is exact for no
+//! provider but OpenAI's). Each transcript item is estimated once when it is added to the
+//! [`crate::journal::Projection`] and cached there; a step adds cached numbers, it never
+//! re-tokenizes the transcript. (Changes of the instructions or tool list since the counted
+//! step — `AGENTS.md` edited, a tool allowed for the session — are not re-counted until the
+//! next step reports its usage.)
 
 use std::path::Path;
 
@@ -140,6 +148,13 @@ pub fn project(
     }
     messages.extend(proj.items[first..].iter().cloned());
     tokens += proj.item_tokens[first..].iter().sum::<u64>();
+    if let Some(a) = proj.anchor
+        && a.first_kept == proj.first_kept
+        && (first..=proj.items.len()).contains(&a.items)
+    {
+        // The provider counted everything up to `a.items`; estimate only what came after.
+        tokens = a.input_tokens + proj.item_tokens[a.items..].iter().sum::<u64>();
+    }
     ContextSnapshot {
         instructions: system,
         messages,

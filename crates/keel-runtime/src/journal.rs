@@ -59,6 +59,9 @@ pub struct Projection {
     pub items: Vec<Message>,
     /// Estimated tokens of each item, computed once when the item is added.
     pub item_tokens: Vec<u64>,
+    /// The provider's count of the last completed step's prompt, when it reported one: the
+    /// exact context size at that step. Context estimates count it plus the items added since.
+    pub anchor: Option<TokenAnchor>,
     /// Model responses the session consumed (the next request's `response_index`).
     pub position: u64,
     /// The last compaction summary.
@@ -77,8 +80,25 @@ pub struct Projection {
     pub last_text: HashMap<TurnId, String>,
     /// Finished turns.
     pub finished: HashMap<TurnId, TurnOutcome>,
+    /// Tokens and cost (USD) of the session's completed steps per UTC day (`YYYY-MM-DD` of the
+    /// `step.completed` event), for the tenant's daily budget.
+    pub usage_by_day: HashMap<String, (u64, f64)>,
+    /// The UTC day of the last `step.completed`.
+    pub last_step_day: Option<String>,
     /// (tool, arguments) of calls allowed for the rest of the session.
     pub allowed_for_session: Vec<(String, Value)>,
+}
+
+/// A provider-reported prompt size and the transcript it covered (see [`Projection::anchor`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TokenAnchor {
+    /// Prompt tokens the provider counted for the step (cache reads and writes included).
+    pub input_tokens: u64,
+    /// Transcript items that existed when the step was sampled (the request showed
+    /// `first_kept..items`).
+    pub items: usize,
+    /// The compaction boundary at that step.
+    pub first_kept: u64,
 }
 
 impl Projection {
@@ -122,12 +142,26 @@ impl Projection {
                 text,
                 reasoning,
                 responses_consumed,
+                usage,
+                cost_usd,
                 ..
             } => {
                 self.position += responses_consumed;
+                let day = ev.ts.format("%Y-%m-%d").to_string();
+                let d = self.usage_by_day.entry(day.clone()).or_default();
+                d.0 = d.0.saturating_add(usage.total_tokens());
+                d.1 += cost_usd;
+                self.last_step_day = Some(day);
                 let Some(step) = c.step_id.and_then(|s| state.steps.get(&s)) else {
                     return;
                 };
+                // The step's request showed the items up to here (results are added after the
+                // assistant item), from `first_kept` on.
+                self.anchor = (usage.input_tokens > 0).then_some(TokenAnchor {
+                    input_tokens: usage.input_tokens,
+                    items: self.items.len(),
+                    first_kept: self.first_kept,
+                });
                 // Every call of the step (a call of an abandoned attempt has its own result).
                 let calls: Vec<ToolCallId> = step.tool_calls.clone();
                 let tool_calls = calls
@@ -177,6 +211,7 @@ impl Projection {
             } => {
                 self.summary = Some(summary.clone());
                 self.first_kept = *first_kept_item;
+                self.anchor = None;
             }
             EventBody::ApprovalDecided {
                 decision: ApprovalDecision::AllowForSession,
@@ -323,15 +358,7 @@ impl Journal {
     }
 
     fn redact_body(&self, body: EventBody) -> EventBody {
-        let Ok(mut v) = serde_json::to_value(&body) else {
-            return body;
-        };
-        let before = v.clone();
-        self.redactor.redact_value(&mut v);
-        if v == before {
-            return body;
-        }
-        serde_json::from_value(v).unwrap_or(body)
+        self.redactor.redact_typed(body)
     }
 
     /// Appends `items` atomically at the current version under the lease's epoch, after

@@ -9,7 +9,12 @@
 //! than 6 bytes are ignored so `1` or `true` are not blanked everywhere). Matches become
 //! [`REDACTED`].
 
+use std::ops::Range;
+use std::sync::Arc;
+
 use regex::Regex;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::error::{Result, RuntimeError};
@@ -80,6 +85,70 @@ impl Redactor {
         out.into_owned()
     }
 
+    /// Byte ranges of `text` holding secrets, sorted, with overlapping or touching ranges merged.
+    fn spans(&self, text: &str) -> Vec<Range<usize>> {
+        let mut spans: Vec<Range<usize>> = Vec::new();
+        for lit in &self.literals {
+            spans.extend(
+                text.match_indices(lit.as_str())
+                    .map(|(i, m)| i..i + m.len()),
+            );
+        }
+        for re in &self.patterns {
+            spans.extend(re.find_iter(text).map(|m| m.range()));
+        }
+        spans.sort_by_key(|r| (r.start, r.end));
+        let mut merged: Vec<Range<usize>> = Vec::with_capacity(spans.len());
+        for r in spans {
+            match merged.last_mut() {
+                Some(last) if r.start <= last.end => last.end = last.end.max(r.end),
+                _ => merged.push(r),
+            }
+        }
+        merged
+    }
+
+    /// Redacts a serializable value (an event, an event body) and returns it with the same type.
+    /// A string whose redaction would make the value unreadable (an id, a timestamp, an enum
+    /// name matched by a configured pattern) is left as it is; every other string is redacted —
+    /// the value never falls back to its unredacted form as a whole. A value that does not
+    /// serialize is returned unchanged (every runtime type serializes).
+    pub fn redact_typed<T: Serialize + DeserializeOwned>(&self, item: T) -> T {
+        let Ok(original) = serde_json::to_value(&item) else {
+            return item;
+        };
+        let mut whole = original.clone();
+        self.redact_value(&mut whole);
+        if whole == original {
+            return item;
+        }
+        if let Ok(v) = serde_json::from_value(whole) {
+            return v;
+        }
+        // Rare: some redacted string is structural. Redact leaf by leaf, keeping each change
+        // that leaves the value readable.
+        let mut paths = Vec::new();
+        string_paths(&original, String::new(), &mut paths);
+        let mut current = original;
+        for path in paths {
+            let Some(Value::String(s)) = current.pointer(&path) else {
+                continue;
+            };
+            let r = self.redact_str(s);
+            if r == *s {
+                continue;
+            }
+            let mut candidate = current.clone();
+            if let Some(slot) = candidate.pointer_mut(&path) {
+                *slot = Value::String(r);
+            }
+            if serde_json::from_value::<T>(candidate.clone()).is_ok() {
+                current = candidate;
+            }
+        }
+        serde_json::from_value(current).unwrap_or(item)
+    }
+
     /// Redacts every string (values, not keys) of a JSON value in place.
     pub fn redact_value(&self, value: &mut Value) {
         match value {
@@ -96,6 +165,115 @@ impl Redactor {
     }
 }
 
+/// JSON pointers of every string leaf of `v`.
+fn string_paths(v: &Value, prefix: String, out: &mut Vec<String>) {
+    match v {
+        Value::String(_) => out.push(prefix),
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                string_paths(item, format!("{prefix}/{i}"), out);
+            }
+        }
+        Value::Object(map) => {
+            for (k, item) in map {
+                let k = k.replace('~', "~0").replace('/', "~1");
+                string_paths(item, format!("{prefix}/{k}"), out);
+            }
+        }
+        Value::Null | Value::Bool(_) | Value::Number(_) => {}
+    }
+}
+
+/// Redacts text that arrives in pieces (model text, tool-call arguments, tool output), so a
+/// secret split across two pieces is still caught.
+///
+/// It holds back the last `hold` bytes of what it was given (at least 256 bytes, and at least
+/// the longest secret value), and any secret that reaches into them, until more text arrives or
+/// [`StreamRedactor::finish`] is called. What it returns, concatenated, equals the redaction of
+/// the whole text for every secret shorter than the hold (longer ones are caught as long as the
+/// pattern already matches their first `hold` bytes, which every built-in pattern does).
+#[derive(Debug)]
+pub struct StreamRedactor {
+    redactor: Arc<Redactor>,
+    raw: String,
+    emitted: usize,
+    hold: usize,
+}
+
+impl StreamRedactor {
+    /// A redactor for one stream.
+    pub fn new(redactor: Arc<Redactor>) -> Self {
+        let hold = redactor
+            .literals
+            .iter()
+            .map(String::len)
+            .max()
+            .unwrap_or(0)
+            .max(256);
+        Self {
+            redactor,
+            raw: String::new(),
+            emitted: 0,
+            hold,
+        }
+    }
+
+    /// Adds `chunk`; returns the redacted text that is now safe to show (may be empty).
+    pub fn push(&mut self, chunk: &str) -> String {
+        self.raw.push_str(chunk);
+        let cut = self.raw.len().saturating_sub(self.hold);
+        self.emit(cut, false)
+    }
+
+    /// The end of the stream: returns the redacted rest.
+    pub fn finish(&mut self) -> String {
+        self.emit(self.raw.len(), true)
+    }
+
+    fn emit(&mut self, cut: usize, last: bool) -> String {
+        let mut cut = floor_boundary(&self.raw, cut);
+        if cut <= self.emitted {
+            return String::new();
+        }
+        let window = floor_boundary(&self.raw, self.emitted.saturating_sub(self.hold));
+        let spans: Vec<Range<usize>> = self
+            .redactor
+            .spans(&self.raw[window..])
+            .into_iter()
+            .map(|r| r.start + window..r.end + window)
+            .collect();
+        if !last && let Some(s) = spans.iter().find(|s| s.start < cut && s.end >= cut) {
+            // A secret reaching the cut may still grow: keep it back whole.
+            cut = s.start.max(self.emitted);
+        }
+        if cut <= self.emitted {
+            return String::new();
+        }
+        let mut out = String::with_capacity(cut - self.emitted);
+        let mut pos = self.emitted;
+        for s in spans
+            .iter()
+            .filter(|s| s.end > self.emitted && s.start < cut)
+        {
+            let start = s.start.max(pos);
+            out.push_str(&self.raw[pos..start]);
+            out.push_str(REDACTED);
+            pos = s.end.min(cut);
+        }
+        out.push_str(&self.raw[pos..cut]);
+        self.emitted = cut;
+        out
+    }
+}
+
+fn floor_boundary(s: &str, mut i: usize) -> usize {
+    i = i.min(s.len());
+    while i > 0 && !s.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -110,6 +288,54 @@ mod tests {
         assert!(!s.contains("tok_1234"), "{s}");
         assert!(!s.contains("abcdefghijklmnopqrstu"), "{s}");
         assert_eq!(r.redact_str("nothing here"), "nothing here");
+    }
+
+    #[test]
+    fn a_secret_split_across_chunks_is_redacted_in_the_stream() {
+        let r = Arc::new(Redactor::new(&["tok_[0-9]{4}".into()], &[]).unwrap());
+        let text = format!(
+            "{} key sk-abcdefghij{} and tok_12{}34 end é",
+            "x".repeat(300),
+            "klmnopqrstuvwx",
+            ""
+        );
+        for split in [1, 3, 7, 64, 301, 310, 317] {
+            let mut s = StreamRedactor::new(r.clone());
+            let mut out = String::new();
+            let bytes: Vec<char> = text.chars().collect();
+            for chunk in bytes.chunks(split) {
+                let piece: String = chunk.iter().collect();
+                let got = s.push(&piece);
+                assert!(!got.contains("sk-"), "split {split}: {got}");
+                out.push_str(&got);
+            }
+            out.push_str(&s.finish());
+            assert_eq!(out, r.redact_str(&text), "split {split}");
+            assert!(
+                !out.contains("abcdefghij") && !out.contains("tok_12"),
+                "{out}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_pattern_matching_a_structural_field_still_redacts_the_rest() {
+        #[derive(serde::Serialize, serde::Deserialize, Debug, PartialEq)]
+        struct Ev {
+            ts: chrono::DateTime<chrono::Utc>,
+            payload: String,
+        }
+        // A configured pattern that also matches the timestamp: the payload must still be
+        // redacted (the value must not fall back to its unredacted form).
+        let r = Redactor::new(&["[0-9]{4}-[0-9]{2}-[0-9]{2}".into()], &[]).unwrap();
+        let ev = Ev {
+            ts: chrono::Utc::now(),
+            payload: "license 1234-56-78".into(),
+        };
+        let ts = ev.ts;
+        let out = r.redact_typed(ev);
+        assert_eq!(out.ts, ts);
+        assert_eq!(out.payload, format!("license {REDACTED}"));
     }
 
     #[test]

@@ -827,7 +827,12 @@ impl Runtime {
         let first = self.inner.store.read(tenant, session, 1, Some(1)).await?;
         let redactor = match first.first().map(|e| &e.body) {
             Some(EventBody::SessionCreated { config, .. }) => {
-                let c: SessionConfig = serde_json::from_value(config.clone()).unwrap_or_default();
+                // A config this build cannot read must not silently drop its secret patterns.
+                let c: SessionConfig =
+                    serde_json::from_value(config.clone()).map_err(|e| RuntimeError::Config {
+                        session,
+                        reason: e.to_string(),
+                    })?;
                 Redactor::new(&c.secret_patterns, &c.secret_env)?
             }
             _ => Redactor::new(&[], &[])?,

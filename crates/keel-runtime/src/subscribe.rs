@@ -158,11 +158,7 @@ impl Subscription {
     }
 
     fn redact_event(&self, ev: Event) -> Event {
-        let Ok(mut v) = serde_json::to_value(&ev) else {
-            return ev;
-        };
-        self.redactor.redact_value(&mut v);
-        serde_json::from_value(v).unwrap_or(ev)
+        self.redactor.redact_typed(ev)
     }
 
     fn redact_delta(&self, mut d: Delta) -> Delta {

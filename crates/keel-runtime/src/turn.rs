@@ -34,11 +34,46 @@ use crate::config::{SessionConfig, merge_budget};
 use crate::context::{ContextSnapshot, boundaries, project};
 use crate::error::{Result, RuntimeError};
 use crate::journal::{Journal, TurnOutcome};
+use crate::redact::{Redactor, StreamRedactor};
 use crate::runtime::{Active, Inner};
 use crate::subscribe::{Delta, DeltaKind};
 
-/// The memory namespace holding tenant usage per UTC day (`{"tokens": n, "cost_usd": x}`).
+/// The memory namespace holding tenant usage: one entry per session and UTC day, key
+/// `<YYYY-MM-DD>/<session id>`, value `{"tokens": n, "cost_usd": x}`.
 pub const TENANT_USAGE_NAMESPACE: &str = "keel.tenant_usage";
+
+/// Most per-session entries summed for one tenant day (sessions beyond it are not counted).
+const TENANT_USAGE_MAX_SESSIONS: u32 = 100_000;
+
+/// The tenant's tokens and cost (USD) on UTC day `day` (`YYYY-MM-DD`): the sum of its sessions'
+/// entries (and of a whole-day entry written by older builds under the key `<day>`).
+///
+/// # Errors
+/// Store errors.
+pub async fn tenant_usage_on(
+    store: &dyn keel_store::Store,
+    tenant: TenantId,
+    day: &str,
+) -> Result<(u64, f64)> {
+    let entries = store
+        .memory_search(
+            tenant,
+            Some(TENANT_USAGE_NAMESPACE),
+            day,
+            TENANT_USAGE_MAX_SESSIONS,
+        )
+        .await?;
+    let prefix = format!("{day}/");
+    Ok(entries
+        .iter()
+        .filter(|e| e.key == day || e.key.starts_with(&prefix))
+        .fold((0, 0.0), |(t, c), e| {
+            (
+                t + e.value["tokens"].as_u64().unwrap_or(0),
+                c + e.value["cost_usd"].as_f64().unwrap_or(0.0),
+            )
+        }))
+}
 
 type Items = Vec<(Correlation, EventBody)>;
 
@@ -77,14 +112,18 @@ pub(crate) fn session_policy(
     Ok(policy)
 }
 
+/// Tool progress into the session's delta buffer, redacted per call as a stream (a secret
+/// split across two output chunks is still caught).
 struct HubProgress {
     sender: tokio::sync::broadcast::Sender<Delta>,
     session: SessionId,
     active: Arc<Active>,
+    redactor: Arc<Redactor>,
+    streams: Mutex<HashMap<String, StreamRedactor>>,
 }
 
-impl ProgressSink for HubProgress {
-    fn report(&self, call_id: &str, progress: ToolProgress) {
+impl HubProgress {
+    fn send(&self, call_id: &str, progress: ToolProgress) {
         let _ = self.sender.send(Delta {
             session_id: self.session,
             after_seq: self.active.version.load(Ordering::SeqCst),
@@ -93,6 +132,43 @@ impl ProgressSink for HubProgress {
                 progress,
             },
         });
+    }
+
+    /// Sends what the call's output stream still holds back (the call has finished).
+    fn finish(&self, call_id: &str) {
+        let rest = self
+            .streams
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(call_id)
+            .map(|mut s| s.finish());
+        if let Some(text) = rest.filter(|t| !t.is_empty()) {
+            self.send(call_id, ToolProgress::Output { text });
+        }
+    }
+}
+
+impl ProgressSink for HubProgress {
+    fn report(&self, call_id: &str, progress: ToolProgress) {
+        let progress = match progress {
+            ToolProgress::Output { text } => {
+                let text = self
+                    .streams
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .entry(call_id.to_owned())
+                    .or_insert_with(|| StreamRedactor::new(self.redactor.clone()))
+                    .push(&text);
+                if text.is_empty() {
+                    return;
+                }
+                ToolProgress::Output { text }
+            }
+            ToolProgress::Status { text } => ToolProgress::Status {
+                text: self.redactor.redact_str(&text),
+            },
+        };
+        self.send(call_id, progress);
     }
 }
 
@@ -111,6 +187,9 @@ pub(crate) struct Runner {
     sandbox: Sandbox,
     artifacts: Arc<dyn ArtifactSink>,
     progress: Arc<dyn ProgressSink>,
+    hub_progress: Arc<HubProgress>,
+    /// The session's secrets, for deltas (redacted as streams before they leave the runner).
+    redactor: Arc<Redactor>,
     deltas: tokio::sync::broadcast::Sender<Delta>,
     /// Tool tasks running in this process.
     inflight: Mutex<Vec<tokio::task::JoinHandle<()>>>,
@@ -139,11 +218,15 @@ impl Runner {
         let artifacts: Arc<dyn ArtifactSink> =
             Arc::new(StoreArtifactSink::new(rt.store.clone(), tenant, session));
         let deltas = rt.hub.sender(session);
-        let progress: Arc<dyn ProgressSink> = Arc::new(HubProgress {
+        let redactor = Arc::new(Redactor::new(&config.secret_patterns, &config.secret_env)?);
+        let hub_progress = Arc::new(HubProgress {
             sender: deltas.clone(),
             session,
             active: active.clone(),
+            redactor: redactor.clone(),
+            streams: Mutex::new(HashMap::new()),
         });
+        let progress: Arc<dyn ProgressSink> = hub_progress.clone();
         Ok(Self {
             rt,
             tenant,
@@ -157,6 +240,8 @@ impl Runner {
             sandbox,
             artifacts,
             progress,
+            hub_progress,
+            redactor,
             deltas,
             inflight: Mutex::new(Vec::new()),
             step_policy: Mutex::new(None),
@@ -714,30 +799,32 @@ impl Runner {
     }
 
     async fn tenant_usage(&self) -> Result<(u64, f64)> {
-        let e = self
-            .rt
-            .store
-            .memory_get(self.tenant, TENANT_USAGE_NAMESPACE, &Self::today())
-            .await?;
-        Ok(e.map_or((0, 0.0), |e| {
-            (
-                e.value["tokens"].as_u64().unwrap_or(0),
-                e.value["cost_usd"].as_f64().unwrap_or(0.0),
-            )
-        }))
+        tenant_usage_on(self.rt.store.as_ref(), self.tenant, &Self::today()).await
     }
 
-    /// Adds a step's usage to the tenant's day (read-modify-write; concurrent workers of one
-    /// tenant may under-count by a step).
-    async fn add_tenant_usage(&self, usage: &Usage, cost: f64) -> Result<()> {
-        let (tokens, c) = self.tenant_usage().await?;
+    /// Records the session's usage of the day of its last completed step in the tenant's usage
+    /// table, as an absolute figure folded from the journal under the key `<day>/<session>`.
+    /// Only the session's lease holder writes that key, so concurrent workers of one tenant
+    /// never overwrite each other's counts, and a write lost to a crash is repaired by the
+    /// session's next step.
+    async fn record_tenant_usage(&self) -> Result<()> {
+        let Some((day, (tokens, cost))) = self
+            .read(|j| {
+                let day = j.proj.last_step_day.clone()?;
+                let used = j.proj.usage_by_day.get(&day).copied()?;
+                Some((day, used))
+            })
+            .await
+        else {
+            return Ok(());
+        };
         self.rt
             .store
             .memory_put(
                 self.tenant,
                 TENANT_USAGE_NAMESPACE,
-                &Self::today(),
-                &json!({"tokens": tokens + usage.total_tokens(), "cost_usd": c + cost}),
+                &format!("{day}/{}", self.session),
+                &json!({"tokens": tokens, "cost_usd": cost}),
             )
             .await?;
         Ok(())
@@ -795,6 +882,10 @@ impl Runner {
         let mut usage = Usage::default();
         let mut cost = 0.0;
         let mut timed_out: Option<&'static str> = None;
+        // Deltas are redacted as streams: a secret split across two deltas is still caught.
+        let mut text_out = StreamRedactor::new(self.redactor.clone());
+        let mut reasoning_out = StreamRedactor::new(self.redactor.clone());
+        let mut args_out: HashMap<String, StreamRedactor> = HashMap::new();
         let far = tokio::time::Instant::now() + Duration::from_secs(365 * 24 * 3600);
         let outcome: std::result::Result<String, ProviderError> = loop {
             let deadline = [
@@ -843,11 +934,17 @@ impl Runner {
             }
             match ev {
                 StreamEvent::TextDelta { text: t } => {
-                    self.delta(DeltaKind::Text { text: t.clone() });
+                    let shown = text_out.push(&t);
+                    if !shown.is_empty() {
+                        self.delta(DeltaKind::Text { text: shown });
+                    }
                     text.push_str(&t);
                 }
                 StreamEvent::ReasoningDelta { text: t } => {
-                    self.delta(DeltaKind::Reasoning { text: t })
+                    let shown = reasoning_out.push(&t);
+                    if !shown.is_empty() {
+                        self.delta(DeltaKind::Reasoning { text: shown });
+                    }
                 }
                 StreamEvent::Reasoning { item } => {
                     if let Ok(v) = serde_json::to_value(&item) {
@@ -856,7 +953,16 @@ impl Runner {
                 }
                 StreamEvent::ToolCallStart { .. } => {}
                 StreamEvent::ToolCallDelta { id, delta } => {
-                    self.delta(DeltaKind::ToolArguments { call_id: id, delta });
+                    let shown = args_out
+                        .entry(id.clone())
+                        .or_insert_with(|| StreamRedactor::new(self.redactor.clone()))
+                        .push(&delta);
+                    if !shown.is_empty() {
+                        self.delta(DeltaKind::ToolArguments {
+                            call_id: id,
+                            delta: shown,
+                        });
+                    }
                 }
                 StreamEvent::ToolCallEnd {
                     id,
@@ -865,6 +971,14 @@ impl Runner {
                     invalid,
                     ..
                 } => {
+                    if let Some(rest) = args_out.remove(&id).map(|mut s| s.finish())
+                        && !rest.is_empty()
+                    {
+                        self.delta(DeltaKind::ToolArguments {
+                            call_id: id.clone(),
+                            delta: rest,
+                        });
+                    }
                     let id = self
                         .clone()
                         .proposed(turn, step, attempt, id, name, arguments, invalid, &snapshot)
@@ -882,6 +996,14 @@ impl Runner {
                         .unwrap_or(0.0);
                 }
                 StreamEvent::Completed { stop_reason, .. } => {
+                    let rest = reasoning_out.finish();
+                    if !rest.is_empty() {
+                        self.delta(DeltaKind::Reasoning { text: rest });
+                    }
+                    let rest = text_out.finish();
+                    if !rest.is_empty() {
+                        self.delta(DeltaKind::Text { text: rest });
+                    }
                     break Ok(serde_json::to_value(stop_reason)
                         .ok()
                         .and_then(|v| v.as_str().map(str::to_owned))
@@ -898,6 +1020,9 @@ impl Runner {
                     (text, reasoning, usage, cost, streaming) =
                         (String::new(), Vec::new(), Usage::default(), 0.0, false);
                     seen.clear();
+                    text_out = StreamRedactor::new(self.redactor.clone());
+                    reasoning_out = StreamRedactor::new(self.redactor.clone());
+                    args_out.clear();
                 }
                 StreamEvent::Fallback { error, to, .. } => {
                     let _ = to;
@@ -906,6 +1031,9 @@ impl Runner {
                     (text, reasoning, usage, cost, streaming) =
                         (String::new(), Vec::new(), Usage::default(), 0.0, false);
                     seen.clear();
+                    text_out = StreamRedactor::new(self.redactor.clone());
+                    reasoning_out = StreamRedactor::new(self.redactor.clone());
+                    args_out.clear();
                 }
             }
         };
@@ -967,7 +1095,7 @@ impl Runner {
                     items.push(phase_item(turn, TurnStatus::ExecutingTools));
                 }
                 self.append("step.completed", items).await?;
-                self.add_tenant_usage(&usage, cost).await?;
+                self.record_tenant_usage().await?;
             }
             Err(error) => {
                 if step_token.is_cancelled() && timed_out.is_none() {
@@ -1337,6 +1465,7 @@ impl Runner {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .remove(call.as_str());
+        self.hub_progress.finish(call.as_str());
         let interrupted = token.is_cancelled();
         let (status, output) = match (&result, timed_out) {
             (_, true) => (

@@ -7,6 +7,9 @@ use crate::common::*;
 use crate::on_both;
 
 on_both!(
+    concurrent_sessions_of_a_tenant_count_every_step_toward_its_day,
+    a_cost_budget_ends_the_turn_naming_cost,
+    a_wall_time_budget_ends_the_turn_naming_wall_time,
     max_steps_ends_the_turn_with_budget_exhausted_naming_steps,
     a_token_budget_ends_the_turn_naming_tokens,
     a_tool_call_budget_ends_the_turn_naming_tool_calls,
@@ -179,4 +182,105 @@ async fn a_tenant_daily_token_budget_spans_sessions(b: Backend) {
         (out.turns[0].terminal_reason, out.turns[0].limit),
         (TerminalReason::BudgetExhausted, Some(BudgetLimit::Tokens))
     );
+}
+
+/// Eight sessions of one tenant finishing steps at the same time: the tenant's day counts every
+/// token (no read-modify-write of one shared row that concurrent workers could under-count).
+async fn concurrent_sessions_of_a_tenant_count_every_step_toward_its_day(b: Backend) {
+    let line = json!({"text": "one", "usage": {"input_tokens": 10, "output_tokens": 5}});
+    let f = fixture(b, &[line.clone(), line.clone()], |_| {}).await;
+    let mut sessions = vec![f.session];
+    for _ in 0..7 {
+        sessions.push(
+            f.rt.create_session(
+                f.tenant,
+                &release(&[], Budget::default()),
+                config(f.ws.path()),
+            )
+            .await
+            .unwrap(),
+        );
+    }
+    // Each session runs on its own worker (runtime), all at once, two steps each.
+    let mut runs = Vec::new();
+    for s in &sessions {
+        let rt = runtime(&f.db, scripted(&[line.clone(), line.clone()]));
+        let (tenant, s) = (f.tenant, *s);
+        runs.push(tokio::spawn(async move {
+            for input in ["a", "b"] {
+                rt.submit(tenant, s, input).await.unwrap();
+                rt.run(tenant, s).await.unwrap();
+            }
+        }));
+    }
+    for r in runs {
+        r.await.unwrap();
+    }
+    let day = chrono::Utc::now().format("%Y-%m-%d").to_string();
+    let (tokens, _) = keel_runtime::turn::tenant_usage_on(f.db.store.as_ref(), f.tenant, &day)
+        .await
+        .unwrap();
+    assert_eq!(tokens, 8 * 2 * 15);
+}
+
+async fn a_cost_budget_ends_the_turn_naming_cost(b: Backend) {
+    // The scripted model's label has no price, so the cost comes from a price table.
+    let model = scripted(&sleepy_lines(5));
+    let db = db(b).await;
+    let mut prices = keel_model::PriceTable::default();
+    prices.set(
+        model.model(),
+        keel_model::Price {
+            input: 1_000_000.0,
+            output: 0.0,
+            cache_read: 0.0,
+            cache_write: 0.0,
+        },
+    );
+    let rt = keel_runtime::Runtime::new(
+        db.store.clone(),
+        model,
+        registry(),
+        keel_runtime::RuntimeOptions {
+            prices,
+            ..keel_runtime::RuntimeOptions::default()
+        },
+    );
+    let ws = workspace();
+    let tenant = keel_core::TenantId::new();
+    let mut cfg = config(ws.path());
+    // 10 input tokens at $1/token = $10 a step: the third step is not started.
+    cfg.turn_budget.max_cost_usd = Some(15.0);
+    let s = rt
+        .create_session(tenant, &release(&[], Budget::default()), cfg)
+        .await
+        .unwrap();
+    rt.submit(tenant, s, "spend").await.unwrap();
+    let out = rt.run(tenant, s).await.unwrap();
+    let t = &out.turns[0];
+    assert_eq!(
+        (t.terminal_reason, t.limit, t.num_steps),
+        (TerminalReason::BudgetExhausted, Some(BudgetLimit::Cost), 2),
+        "{t:?}"
+    );
+    assert!((t.cost_usd - 20.0).abs() < 1e-6, "{t:?}");
+}
+
+async fn a_wall_time_budget_ends_the_turn_naming_wall_time(b: Backend) {
+    // Each step's tool sleeps 300 ms; a 500 ms wall-time budget stops the turn before step 3.
+    let lines: Vec<_> = (0..10)
+        .map(|_| json!({"tool_calls": [call("sleep", json!({"ms": 300}))]}))
+        .collect();
+    let f = fixture(b, &lines, |c| c.turn_budget.max_wall_time_ms = Some(500)).await;
+    f.rt.submit(f.tenant, f.session, "wait").await.unwrap();
+    let out = f.rt.run(f.tenant, f.session).await.unwrap();
+    let t = &out.turns[0];
+    assert_eq!(
+        (t.terminal_reason, t.limit),
+        (TerminalReason::BudgetExhausted, Some(BudgetLimit::WallTime)),
+        "{t:?}"
+    );
+    assert!((1..=2).contains(&t.num_steps), "{t:?}");
+    assert!(t.duration_ms >= 500, "{t:?}");
+    finished(&f).await;
 }

@@ -11,6 +11,7 @@ use crate::common::*;
 use crate::on_both;
 
 on_both!(
+    a_tool_timeout_fails_that_call_and_the_turn_continues,
     cancelling_the_turn_stops_running_tools_and_gives_every_call_a_result,
     cancelling_one_tool_gives_it_a_cancelled_result_and_the_turn_continues,
     cancelling_during_streaming_closes_the_connection_and_aborts_the_turn,
@@ -183,10 +184,9 @@ async fn a_turn_timeout_makes_dispatched_effects_outcome_unknown_never_failed(b:
     every_call_has_one_result(&f).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_tool_timeout_fails_that_call_and_the_turn_continues() {
+async fn a_tool_timeout_fails_that_call_and_the_turn_continues(b: Backend) {
     let f = fixture(
-        Backend::Sqlite,
+        b,
         &[
             json!({"tool_calls": [call("sleep", json!({"ms": 60000}))]}),
             json!({"text": "moved on"}),

@@ -148,6 +148,7 @@ pub fn registry() -> ToolRegistry {
     r.register(Arc::new(CounterTool)).unwrap();
     r.register(Arc::new(SleepTool)).unwrap();
     r.register(Arc::new(SlowEffectTool)).unwrap();
+    r.register(Arc::new(ChunksTool)).unwrap();
     r
 }
 
@@ -350,6 +351,38 @@ impl Tool for SleepTool {
             () = ctx.cancel.cancelled() => ToolOutput::cancelled("sleep was cancelled"),
             () = tokio::time::sleep(Duration::from_millis(ms)) => ToolOutput::success(format!("slept {ms} ms")),
         }
+    }
+}
+
+/// A read-only tool that reports each of `pieces` as an output progress chunk (10 ms apart)
+/// and returns them joined.
+pub struct ChunksTool;
+
+#[async_trait]
+impl Tool for ChunksTool {
+    fn name(&self) -> &str {
+        "chunks"
+    }
+    fn description(&self) -> &str {
+        "Prints pieces."
+    }
+    fn input_schema(&self) -> Value {
+        json!({"type": "object", "properties": {"pieces": {"type": "array", "items": {"type": "string"}}}, "required": ["pieces"], "additionalProperties": false})
+    }
+    fn effect(&self) -> EffectClass {
+        EffectClass::ReadOnly
+    }
+    async fn call(&self, args: Value, ctx: &ToolContext) -> ToolOutput {
+        let pieces: Vec<String> =
+            serde_json::from_value(args["pieces"].clone()).unwrap_or_default();
+        for p in &pieces {
+            ctx.progress.report(
+                &ctx.call_id,
+                keel_tools::tool::ToolProgress::Output { text: p.clone() },
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        ToolOutput::success(pieces.concat())
     }
 }
 

@@ -9,6 +9,8 @@ use crate::common::*;
 use crate::on_both;
 
 on_both!(
+    the_providers_prompt_count_decides_when_to_compact,
+    a_compaction_that_overflows_drops_the_oldest_items_first,
     a_context_over_the_threshold_is_compacted_behind_a_boundary,
     a_provider_overflow_compacts_and_retries_the_step_once,
     three_failed_compactions_end_the_turn_with_prompt_too_long,
@@ -150,8 +152,7 @@ async fn three_failed_compactions_end_the_turn_with_prompt_too_long(b: Backend) 
 
 /// A summary request that itself overflows drops the oldest transcript items first and tries
 /// again (fake provider: compaction requests with more than 6 messages overflow).
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_compaction_that_overflows_drops_the_oldest_items_first() {
+async fn a_compaction_that_overflows_drops_the_oldest_items_first(b: Backend) {
     use std::sync::{Arc, Mutex};
 
     use keel_model::{ErrorKind, HttpModel, ProviderConfig, Wire};
@@ -191,14 +192,7 @@ async fn a_compaction_that_overflows_drops_the_oldest_items_first() {
             .with_api_key("k"),
     )
     .unwrap();
-    let f = fixture_with(
-        Backend::Sqlite,
-        Arc::new(model),
-        &["none"],
-        Default::default(),
-        |_| {},
-    )
-    .await;
+    let f = fixture_with(b, Arc::new(model), &["none"], Default::default(), |_| {}).await;
     for input in ["one", "two", "three", "four"] {
         f.rt.submit(f.tenant, f.session, input).await.unwrap();
     }
@@ -221,4 +215,43 @@ async fn a_compaction_that_overflows_drops_the_oldest_items_first() {
     );
     let evs = f.events().await;
     assert!(evs.iter().any(|e| e.type_name() == "context.compacted"));
+}
+
+/// The last step's `usage.input_tokens` is the context size the provider counted: a short
+/// transcript the provider says is 170k tokens (of a 200k window, compacting at 0.8) is compacted
+/// before the next step, where a byte estimate alone would never compact it; a small count does
+/// not compact.
+async fn the_providers_prompt_count_decides_when_to_compact(b: Backend) {
+    for (input_tokens, compacts) in [(170_000u64, true), (1_000, false)] {
+        let f = fixture(
+            b,
+            &[
+                json!({"text": "one", "tool_calls": [call("sleep", json!({"ms": 0}))], "usage": {"input_tokens": input_tokens, "output_tokens": 5}}),
+                json!({"text": "two"}),
+            ],
+            |_| {},
+        )
+        .await;
+        f.rt.submit(f.tenant, f.session, "go").await.unwrap();
+        let out = f.rt.run(f.tenant, f.session).await.unwrap();
+        assert_eq!(out.turns[0].terminal_reason, TerminalReason::Completed);
+        let compacted: Vec<u64> = f
+            .events()
+            .await
+            .iter()
+            .filter_map(|e| match &e.body {
+                EventBody::ContextCompacted { tokens_before, .. } => Some(*tokens_before),
+                _ => None,
+            })
+            .collect();
+        if compacts {
+            assert_eq!(compacted.len(), 1, "{compacted:?}");
+            assert!(
+                (170_000..171_000).contains(&compacted[0]),
+                "the provider's count plus the items added since: {compacted:?}"
+            );
+        } else {
+            assert!(compacted.is_empty(), "{compacted:?}");
+        }
+    }
 }

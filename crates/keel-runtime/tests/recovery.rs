@@ -13,6 +13,9 @@ use keel_runtime::{PendingAction, Runtime, RuntimeOptions};
 use serde_json::{Value, json};
 
 use crate::common::*;
+use crate::on_both;
+
+on_both!(an_unknown_effect_goes_to_a_human_and_each_decision_applies);
 
 fn script_lines() -> Vec<Value> {
     vec![
@@ -241,8 +244,7 @@ async fn vanish_mid_effect(f: &Fixture) {
     f.db.store.release_lease(f.tenant, &lease).await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn an_unknown_effect_goes_to_a_human_and_each_decision_applies() {
+async fn an_unknown_effect_goes_to_a_human_and_each_decision_applies(b: Backend) {
     for decision in [
         EffectDecision::Committed {
             outcome: json!("it was done"),
@@ -253,7 +255,7 @@ async fn an_unknown_effect_goes_to_a_human_and_each_decision_applies() {
         EffectDecision::Retry,
     ] {
         let f = fixture(
-            Backend::Sqlite,
+            b,
             &[
                 json!({"tool_calls": [call("slow_effect", json!({"ms": 60000}))]}),
                 json!({"text": "done"}),

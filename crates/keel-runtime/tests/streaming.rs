@@ -11,6 +11,9 @@ use keel_tools::policy::PermissionMode;
 use serde_json::{Value, json};
 
 use crate::common::*;
+use crate::on_both;
+
+on_both!(a_read_only_call_starts_before_the_model_stream_ends);
 
 fn script(lines: &[Value]) -> Script {
     let text: Vec<String> = lines.iter().map(Value::to_string).collect();
@@ -29,8 +32,7 @@ fn model(server: &FakeModelServer, wire: Wire) -> Arc<HttpModel> {
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_read_only_call_starts_before_the_model_stream_ends() {
+async fn a_read_only_call_starts_before_the_model_stream_ends(b: Backend) {
     let lines = [
         json!({"text": "let me look", "tool_calls": [call("read_file", json!({"path": "README.md"})), call("counter", json!({"label": "after"}))]}),
         json!({"text": "done"}),
@@ -47,7 +49,7 @@ async fn a_read_only_call_starts_before_the_model_stream_ends() {
     .await
     .unwrap();
     let f = fixture_with(
-        Backend::Sqlite,
+        b,
         model(&server, Wire::Anthropic),
         &[],
         Budget::default(),

@@ -4,18 +4,26 @@
 use std::time::{Duration, Instant};
 
 use keel_core::Budget;
-use keel_runtime::{REDACTED, RuntimeOptions, SubscriptionItem};
+use keel_runtime::{DeltaKind, REDACTED, RuntimeOptions, SubscriptionItem};
+use keel_tools::tool::ToolProgress;
 use serde_json::json;
 
 use crate::common::*;
+use crate::on_both;
+
+on_both!(a_secret_split_across_deltas_is_redacted_and_tool_progress_reaches_subscribers);
+on_both!(
+    a_stalled_subscriber_does_not_slow_the_session_and_loses_only_deltas,
+    a_subscriber_from_a_sequence_number_replays_then_tails,
+    a_secret_is_redacted_from_every_event_and_delta
+);
 
 fn chatty(n_words: usize) -> serde_json::Value {
     json!({"text": "word ".repeat(n_words)})
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_stalled_subscriber_does_not_slow_the_session_and_loses_only_deltas() {
-    let db = db(Backend::Sqlite).await;
+async fn a_stalled_subscriber_does_not_slow_the_session_and_loses_only_deltas(b: Backend) {
+    let db = db(b).await;
     let rt = keel_runtime::Runtime::new(
         db.store.clone(),
         scripted(&[chatty(5000)]),
@@ -66,14 +74,8 @@ async fn a_stalled_subscriber_does_not_slow_the_session_and_loses_only_deltas() 
     assert!(deltas <= 16 + 1);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_subscriber_from_a_sequence_number_replays_then_tails() {
-    let f = fixture(
-        Backend::Sqlite,
-        &[json!({"text": "one"}), json!({"text": "two"})],
-        |_| {},
-    )
-    .await;
+async fn a_subscriber_from_a_sequence_number_replays_then_tails(b: Backend) {
+    let f = fixture(b, &[json!({"text": "one"}), json!({"text": "two"})], |_| {}).await;
     f.rt.submit(f.tenant, f.session, "first").await.unwrap();
     f.rt.run(f.tenant, f.session).await.unwrap();
     let version = f.events().await.len() as u64;
@@ -94,8 +96,7 @@ async fn a_subscriber_from_a_sequence_number_replays_then_tails() {
     assert_eq!((event.seq, event.type_name()), (version + 1, "turn.queued"));
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_secret_is_redacted_from_every_event_and_delta() {
+async fn a_secret_is_redacted_from_every_event_and_delta(b: Backend) {
     // A value of an environment variable marked secret (cargo sets this one for test processes).
     let var = "CARGO_MANIFEST_DIR".to_owned();
     let env_secret = std::env::var(&var).unwrap();
@@ -104,7 +105,7 @@ async fn a_secret_is_redacted_from_every_event_and_delta() {
         json!({"text": format!("the key is {api_key} ok"), "tool_calls": [call("read_file", json!({"path": "secret.txt"}))]}),
         json!({"text": "done tok_9999"}),
     ];
-    let f = fixture(Backend::Sqlite, &lines, |c| {
+    let f = fixture(b, &lines, |c| {
         c.secret_patterns = vec!["tok_[0-9]{4}".into()];
         c.secret_env = vec![var.clone()];
     })
@@ -138,5 +139,66 @@ async fn a_secret_is_redacted_from_every_event_and_delta() {
     assert!(
         seen.iter().any(|t| t.contains("delta")),
         "deltas were seen too"
+    );
+}
+
+/// A secret that reaches subscribers in two deltas (the scripted model streams word by word, so
+/// `Bearer ` and the token are separate text deltas; the tool prints a key in two output chunks)
+/// is redacted in the delta stream, and tool progress reaches subscribers while the tool runs.
+async fn a_secret_split_across_deltas_is_redacted_and_tool_progress_reaches_subscribers(
+    b: Backend,
+) {
+    let token = "abcdefghijklmnopqrstuvwxyz0123";
+    let lines = [
+        json!({"text": format!("auth: Bearer {token} then tok_12 34"), "tool_calls": [call("chunks", json!({"pieces": ["key=sk-abcdefghij", "klmnopqrstuvwxyz99 ", "line two\n"]}))]}),
+        json!({"text": "done"}),
+    ];
+    let f = fixture(b, &lines, |c| {
+        c.secret_patterns = vec!["tok_[0-9]{2} [0-9]{2}".into()];
+    })
+    .await;
+    let mut sub = f.rt.subscribe(f.tenant, f.session, 1).await.unwrap();
+    f.rt.submit(f.tenant, f.session, "go").await.unwrap();
+    f.rt.run(f.tenant, f.session).await.unwrap();
+    let mut text = String::new();
+    let mut progress = String::new();
+    let mut last_progress_after = 0;
+    let mut result_seq = None;
+    while let Some(item) = sub.next_timeout(Duration::from_millis(700)).await.unwrap() {
+        match item {
+            SubscriptionItem::Delta { delta } => match delta.kind {
+                DeltaKind::Text { text: t } => text.push_str(&t),
+                DeltaKind::ToolProgress {
+                    progress: ToolProgress::Output { text: t },
+                    call_id,
+                } => {
+                    assert_eq!(call_id, "call_1_0");
+                    progress.push_str(&t);
+                    last_progress_after = delta.after_seq;
+                }
+                _ => {}
+            },
+            SubscriptionItem::Event { event } => {
+                if event.type_name() == "tool_call.finished" && result_seq.is_none() {
+                    result_seq = Some(event.seq);
+                }
+            }
+            SubscriptionItem::Gap { .. } => panic!("no gap expected"),
+        }
+    }
+    assert_eq!(
+        text,
+        format!("auth: {REDACTED} then {REDACTED}done"),
+        "the model text deltas"
+    );
+    assert_eq!(
+        progress,
+        format!("key={REDACTED} line two\n"),
+        "the tool output deltas"
+    );
+    // Every progress delta was produced before the call's result was journaled.
+    assert!(
+        last_progress_after > 0 && last_progress_after < result_seq.unwrap(),
+        "progress after seq {last_progress_after}, result at {result_seq:?}"
     );
 }

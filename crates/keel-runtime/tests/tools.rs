@@ -8,7 +8,11 @@ use serde_json::json;
 use crate::common::*;
 use crate::on_both;
 
-on_both!(an_approved_call_runs_on_the_next_run_and_the_turn_completes);
+on_both!(
+    a_denied_call_gets_a_rejected_result_the_model_reads,
+    unknown_tools_invalid_arguments_and_policy_denials_each_get_one_result,
+    an_approved_call_runs_on_the_next_run_and_the_turn_completes
+);
 
 async fn an_approved_call_runs_on_the_next_run_and_the_turn_completes(b: Backend) {
     let f = fixture(
@@ -86,10 +90,9 @@ async fn an_approved_call_runs_on_the_next_run_and_the_turn_completes(b: Backend
     }
 }
 
-#[tokio::test]
-async fn a_denied_call_gets_a_rejected_result_the_model_reads() {
+async fn a_denied_call_gets_a_rejected_result_the_model_reads(b: Backend) {
     let f = fixture(
-        Backend::Sqlite,
+        b,
         &[
             json!({"tool_calls": [call("counter", json!({"label": "x"}))]}),
             json!({"text": "ok, not counting"}),
@@ -136,10 +139,9 @@ async fn a_denied_call_gets_a_rejected_result_the_model_reads() {
     assert!(f.counter_lines().is_empty());
 }
 
-#[tokio::test]
-async fn unknown_tools_invalid_arguments_and_policy_denials_each_get_one_result() {
+async fn unknown_tools_invalid_arguments_and_policy_denials_each_get_one_result(b: Backend) {
     let f = fixture(
-        Backend::Sqlite,
+        b,
         &[
             json!({"tool_calls": [call("teleport", json!({})), call("read_file", json!({"nope": 1})), call("counter", json!({"label": "x"}))]}),
             json!({"text": "understood"}),

@@ -9,6 +9,12 @@ use crate::common::*;
 use crate::on_both;
 
 on_both!(
+    enqueue_runs_queued_inputs_in_order,
+    reject_refuses_input_while_a_turn_is_queued_and_writes_nothing,
+    interrupt_aborts_the_active_turn_and_runs_the_new_input,
+    empty_input_is_refused_and_nothing_is_written,
+    a_bad_config_is_refused_before_anything_is_written,
+    a_model_error_fails_the_turn_and_names_it,
     a_text_turn_journals_every_transition_and_ends_with_turn_finished,
     a_multi_step_turn_runs_tools_and_completes,
     the_script_position_carries_across_turns,
@@ -117,14 +123,8 @@ async fn the_script_position_carries_across_turns(b: Backend) {
     assert_eq!(b2.turns[0].final_text, "two");
 }
 
-#[tokio::test]
-async fn enqueue_runs_queued_inputs_in_order() {
-    let f = fixture(
-        Backend::Sqlite,
-        &[json!({"text": "one"}), json!({"text": "two"})],
-        |_| {},
-    )
-    .await;
+async fn enqueue_runs_queued_inputs_in_order(b: Backend) {
+    let f = fixture(b, &[json!({"text": "one"}), json!({"text": "two"})], |_| {}).await;
     let t1 = f.rt.submit(f.tenant, f.session, "first").await.unwrap();
     let t2 = f.rt.submit(f.tenant, f.session, "second").await.unwrap();
     let out = f.rt.run(f.tenant, f.session).await.unwrap();
@@ -137,9 +137,8 @@ async fn enqueue_runs_queued_inputs_in_order() {
     );
 }
 
-#[tokio::test]
-async fn reject_refuses_input_while_a_turn_is_queued_and_writes_nothing() {
-    let f = fixture(Backend::Sqlite, &[json!({"text": "one"})], |c| {
+async fn reject_refuses_input_while_a_turn_is_queued_and_writes_nothing(b: Backend) {
+    let f = fixture(b, &[json!({"text": "one"})], |c| {
         c.multitask = MultitaskStrategy::Reject
     })
     .await;
@@ -158,10 +157,9 @@ async fn reject_refuses_input_while_a_turn_is_queued_and_writes_nothing() {
     assert_eq!(out.turns.len(), 1);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn interrupt_aborts_the_active_turn_and_runs_the_new_input() {
+async fn interrupt_aborts_the_active_turn_and_runs_the_new_input(b: Backend) {
     let f = fixture(
-        Backend::Sqlite,
+        b,
         &[
             json!({"tool_calls": [call("sleep", json!({"ms": 60000}))]}),
             json!({"text": "second answer"}),
@@ -191,17 +189,15 @@ async fn interrupt_aborts_the_active_turn_and_runs_the_new_input() {
     assert_eq!(out.turns[1].final_text, "second answer");
 }
 
-#[tokio::test]
-async fn empty_input_is_refused_and_nothing_is_written() {
-    let f = fixture(Backend::Sqlite, &[json!({"text": "x"})], |_| {}).await;
+async fn empty_input_is_refused_and_nothing_is_written(b: Backend) {
+    let f = fixture(b, &[json!({"text": "x"})], |_| {}).await;
     let err = f.rt.submit(f.tenant, f.session, "   ").await.unwrap_err();
     assert!(matches!(err, RuntimeError::InvalidInput(_)), "{err}");
     assert_eq!(f.types().await, ["session.created"]);
 }
 
-#[tokio::test]
-async fn a_bad_config_is_refused_before_anything_is_written() {
-    let db = db(Backend::Sqlite).await;
+async fn a_bad_config_is_refused_before_anything_is_written(b: Backend) {
+    let db = db(b).await;
     let rt = runtime(&db, scripted(&[json!({"text": "x"})]));
     let ws = workspace();
     let mut cfg = config(ws.path());
@@ -217,14 +213,8 @@ async fn a_bad_config_is_refused_before_anything_is_written() {
     assert!(matches!(err, RuntimeError::InvalidInput(_)), "{err}");
 }
 
-#[tokio::test]
-async fn a_model_error_fails_the_turn_and_names_it() {
-    let f = fixture(
-        Backend::Sqlite,
-        &[json!({"error": {"kind": "authentication"}})],
-        |_| {},
-    )
-    .await;
+async fn a_model_error_fails_the_turn_and_names_it(b: Backend) {
+    let f = fixture(b, &[json!({"error": {"kind": "authentication"}})], |_| {}).await;
     f.rt.submit(f.tenant, f.session, "hi").await.unwrap();
     let out = f.rt.run(f.tenant, f.session).await.unwrap();
     assert_eq!(out.turns[0].terminal_reason, TerminalReason::Failed);
