@@ -30,8 +30,8 @@ pub use error::{Result, StoreError};
 pub use sql::{Dialect, SqlStore};
 pub use store::Store;
 pub use types::{
-    Artifact, EffectInsert, EffectRecord, EffectUpdate, Intent, Lease, LeaseInfo, MemoryEntry,
-    NewSession, SessionQuery, SessionRecord, TranscriptItem,
+    Artifact, DueSession, EffectInsert, EffectRecord, EffectUpdate, Intent, Lease, LeaseInfo,
+    MemoryEntry, NewSession, SessionQuery, SessionRecord, TranscriptItem,
 };
 
 /// Opens a store from a location: `postgres://…` / `postgresql://…` (optionally with

@@ -12,8 +12,8 @@ use serde_json::Value;
 
 use crate::error::Result;
 use crate::types::{
-    Artifact, EffectInsert, EffectRecord, EffectUpdate, Intent, Lease, MemoryEntry, NewSession,
-    SessionQuery, SessionRecord, TranscriptItem,
+    Artifact, DueSession, EffectInsert, EffectRecord, EffectUpdate, Intent, Lease, MemoryEntry,
+    NewSession, SessionQuery, SessionRecord, TranscriptItem,
 };
 
 /// Durable storage for sessions, their journals and everything they own.
@@ -41,12 +41,25 @@ pub trait Store: Send + Sync + 'static {
     /// `NotFound`.
     async fn get_session(&self, tenant: TenantId, session: SessionId) -> Result<SessionRecord>;
 
-    /// Lists the tenant's sessions matching `query`, oldest first.
+    /// Lists the tenant's sessions matching `query`: oldest first (page with `query.after`), or
+    /// earliest wake-up first when `query.wake_before` is set.
+    ///
+    /// # Errors
+    /// `CorruptRow` for a row that cannot be read; `Database`.
     async fn list_sessions(
         &self,
         tenant: TenantId,
         query: &SessionQuery,
     ) -> Result<Vec<SessionRecord>>;
+
+    /// Sessions of every tenant whose wake-up time is at or before `before`, earliest first, at
+    /// most `limit` (≤ 1000). The one query not scoped by tenant: it is the scheduler's scan, run
+    /// by workers that serve all tenants; each result names its tenant and every further call is
+    /// scoped by it.
+    ///
+    /// # Errors
+    /// `CorruptRow`; `Database`.
+    async fn due_sessions(&self, before: DateTime<Utc>, limit: u32) -> Result<Vec<DueSession>>;
 
     /// Sets (or clears) the session's wake-up time: a durable timer a worker acts on when it is due
     /// (a long retry-after, an approval's expiry, a scheduled resumption).
@@ -132,7 +145,8 @@ pub trait Store: Send + Sync + 'static {
     /// holder known to be gone (a dead process on this host). Bumps the epoch.
     ///
     /// # Errors
-    /// `LeaseLost` if the lease is no longer `dead_owner`'s at that epoch; `NotFound`.
+    /// `LeaseLost` if the lease is no longer `dead_owner`'s at that epoch; `NotFound` for an
+    /// unknown session.
     async fn take_over_lease(
         &self,
         tenant: TenantId,
@@ -146,14 +160,17 @@ pub trait Store: Send + Sync + 'static {
     /// Extends a held lease to `now + ttl` (heartbeat). An expired lease that nobody took over can
     /// still be renewed: its epoch is still current.
     ///
+    /// Lease times are taken from the caller's clock (Unix ms); the epoch, not the clock, is the
+    /// fence, so clock skew between workers costs at most an early or late takeover.
+    ///
     /// # Errors
-    /// `LeaseLost` if the epoch or owner changed.
+    /// `LeaseLost` if the epoch or owner changed; `NotFound` for an unknown session.
     async fn renew_lease(&self, tenant: TenantId, lease: &Lease, ttl: Duration) -> Result<Lease>;
 
     /// Gives a lease up; the next acquisition need not wait for expiry.
     ///
     /// # Errors
-    /// `LeaseLost` if the epoch or owner changed.
+    /// `LeaseLost` if the epoch or owner changed; `NotFound` for an unknown session.
     async fn release_lease(&self, tenant: TenantId, lease: &Lease) -> Result<()>;
 
     // --- intents ----------------------------------------------------------------------------
@@ -184,11 +201,17 @@ pub trait Store: Send + Sync + 'static {
         timeout: Duration,
     ) -> Result<bool>;
 
-    /// The session's intents, oldest first.
+    /// The session's intents, oldest first (empty for an unknown session).
+    ///
+    /// # Errors
+    /// `CorruptRow`; `Database`.
     async fn list_intents(&self, tenant: TenantId, session: SessionId) -> Result<Vec<Intent>>;
 
     /// Deletes an intent once handled; returns whether it existed (so two handlers can tell who
     /// took it).
+    ///
+    /// # Errors
+    /// `Database`.
     async fn delete_intent(
         &self,
         tenant: TenantId,
@@ -223,7 +246,11 @@ pub trait Store: Send + Sync + 'static {
     /// `NotFound`.
     async fn get_effect(&self, tenant: TenantId, key: &OperationKey) -> Result<EffectRecord>;
 
-    /// Lists a session's effects, optionally in one status, oldest first.
+    /// Lists a session's effects, optionally in one status, oldest first (empty for an unknown
+    /// session).
+    ///
+    /// # Errors
+    /// `CorruptRow`; `Database`.
     async fn list_effects(
         &self,
         tenant: TenantId,
@@ -270,7 +297,11 @@ pub trait Store: Send + Sync + 'static {
         now: DateTime<Utc>,
     ) -> Result<ApprovalRecord>;
 
-    /// Lists a session's approvals, optionally in one status, oldest first.
+    /// Lists a session's approvals, optionally in one status, oldest first (empty for an unknown
+    /// session).
+    ///
+    /// # Errors
+    /// `CorruptRow`; `Database`.
     async fn list_approvals(
         &self,
         tenant: TenantId,
@@ -293,6 +324,9 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<()>;
 
     /// Reads transcript items with `index >= from_index`, in order.
+    ///
+    /// # Errors
+    /// `NotFound` for an unknown session; `CorruptRow`; `Database`.
     async fn read_transcript(
         &self,
         tenant: TenantId,
@@ -303,6 +337,9 @@ pub trait Store: Send + Sync + 'static {
     // --- memory -----------------------------------------------------------------------------
 
     /// Writes (inserts or replaces) a memory entry.
+    ///
+    /// # Errors
+    /// `Database`.
     async fn memory_put(
         &self,
         tenant: TenantId,
@@ -311,7 +348,10 @@ pub trait Store: Send + Sync + 'static {
         value: &Value,
     ) -> Result<()>;
 
-    /// Reads a memory entry.
+    /// Reads a memory entry (`None` if absent).
+    ///
+    /// # Errors
+    /// `CorruptRow`; `Database`.
     async fn memory_get(
         &self,
         tenant: TenantId,
@@ -320,7 +360,12 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<Option<MemoryEntry>>;
 
     /// Entries whose key or value contains `query` (case-insensitive, literal — `%` and `_` are not
-    /// wildcards), in one namespace or all, most recently written first, at most `limit`.
+    /// wildcards), in one namespace or all, most recently written first, at most `limit`. Case
+    /// folding: ASCII on every backend (PostgreSQL also folds other letters); the exact text always
+    /// matches.
+    ///
+    /// # Errors
+    /// `CorruptRow`; `Database`.
     async fn memory_search(
         &self,
         tenant: TenantId,
@@ -330,6 +375,9 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<Vec<MemoryEntry>>;
 
     /// Deletes a memory entry; returns whether it existed.
+    ///
+    /// # Errors
+    /// `Database`.
     async fn memory_delete(&self, tenant: TenantId, namespace: &str, key: &str) -> Result<bool>;
 
     // --- artifacts --------------------------------------------------------------------------

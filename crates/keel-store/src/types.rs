@@ -81,8 +81,22 @@ pub struct SessionQuery {
     pub wake_before: Option<DateTime<Utc>>,
     /// Only children of this session.
     pub parent_session_id: Option<SessionId>,
-    /// At most this many (default 100, at most 1000), oldest first.
+    /// Page after this session (creation order); ignored with `wake_before`.
+    pub after: Option<SessionId>,
+    /// At most this many (default 100, at most 1000): oldest first, or earliest wake-up first
+    /// with `wake_before`.
     pub limit: Option<u32>,
+}
+
+/// A session whose wake-up time has come, from [`crate::Store::due_sessions`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DueSession {
+    /// Its tenant.
+    pub tenant_id: TenantId,
+    /// The session.
+    pub session_id: SessionId,
+    /// When it asked to be woken.
+    pub wake_at: DateTime<Utc>,
 }
 
 /// One side effect's row, keyed by its operation key.

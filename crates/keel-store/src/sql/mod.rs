@@ -38,8 +38,8 @@ use tokio::task::JoinHandle;
 use crate::error::{Result, StoreError};
 use crate::store::Store;
 use crate::types::{
-    Artifact, EffectInsert, EffectRecord, EffectUpdate, Intent, Lease, LeaseInfo, MemoryEntry,
-    NewSession, SessionQuery, SessionRecord, TranscriptItem,
+    Artifact, DueSession, EffectInsert, EffectRecord, EffectUpdate, Intent, Lease, LeaseInfo,
+    MemoryEntry, NewSession, SessionQuery, SessionRecord, TranscriptItem,
 };
 use group_commit::{AppendRequest, GroupCommit};
 use waiters::Waiters;
@@ -493,11 +493,12 @@ fn parse_json(table: &'static str, id: impl ToString, text: &str) -> Result<Valu
 fn channel_name(schema: Option<&str>) -> String {
     match schema {
         Some(s) => {
-            let mut c = format!("keel_{s}");
+            // Prefixed by the schema, as the notification is about that schema's journal.
+            let mut c = format!("{s}_keel_events");
             c.truncate(63);
             c
         }
-        None => "keel_public".to_owned(),
+        None => "public_keel_events".to_owned(),
     }
 }
 
@@ -621,11 +622,22 @@ fn approval_from_row(row: &AnyRow) -> Result<ApprovalRecord> {
 fn event_from_row(session: SessionId, row: &AnyRow) -> Result<Event> {
     let seq: i64 = row.try_get("seq")?;
     let body: String = row.try_get("body")?;
+    let row_type: String = row.try_get("type")?;
     let ev = Event::decode(&body).map_err(|mut e| {
         e.session_id = e.session_id.or(Some(session));
         e.seq = e.seq.or(u64::try_from(seq).ok());
         StoreError::CorruptEvent(e)
     })?;
+    if ev.type_name() != row_type {
+        return Err(corrupt(
+            "events",
+            format!("{session}/{seq}"),
+            format!(
+                "type column {row_type:?} but the body is a {}",
+                ev.type_name()
+            ),
+        ));
+    }
     if ev.session_id != session || i64::try_from(ev.seq).ok() != Some(seq) {
         return Err(corrupt(
             "events",
@@ -750,7 +762,18 @@ impl Store for SqlStore {
         if query.parent_session_id.is_some() {
             sql.push_str(" AND parent_session_id = ?");
         }
-        sql.push_str(" ORDER BY created_at, session_id LIMIT ?");
+        if query.wake_before.is_some() {
+            // Due timers: earliest first.
+            sql.push_str(" ORDER BY wake_at, session_id LIMIT ?");
+        } else {
+            if query.after.is_some() {
+                sql.push_str(
+                    " AND (created_at, session_id) > \
+                     (SELECT created_at, session_id FROM sessions WHERE tenant_id = ? AND session_id = ?)",
+                );
+            }
+            sql.push_str(" ORDER BY created_at, session_id LIMIT ?");
+        }
         let sql = self.inner.dialect.sql(&sql);
         let mut q = sqlx::query(&sql).bind(tenant.to_string());
         if let Some(s) = query.status {
@@ -762,9 +785,33 @@ impl Store for SqlStore {
         if let Some(p) = query.parent_session_id {
             q = q.bind(p.to_string());
         }
+        if let (Some(after), None) = (query.after, query.wake_before) {
+            q = q.bind(tenant.to_string()).bind(after.to_string());
+        }
         q = q.bind(i64::from(query.limit.unwrap_or(100).min(1000)));
         let rows = q.fetch_all(&self.inner.pool).await?;
         rows.iter().map(session_from_row).collect()
+    }
+
+    async fn due_sessions(&self, before: DateTime<Utc>, limit: u32) -> Result<Vec<DueSession>> {
+        let rows = sqlx::query(&self.sql(
+            "SELECT tenant_id, session_id, wake_at FROM sessions \
+             WHERE wake_at IS NOT NULL AND wake_at <= ? ORDER BY wake_at, session_id LIMIT ?",
+        ))
+        .bind(before.timestamp_millis())
+        .bind(i64::from(limit.min(1000)))
+        .fetch_all(&self.inner.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                let id: String = r.try_get("session_id")?;
+                Ok(DueSession {
+                    tenant_id: parse_id("sessions", &r.try_get::<String, _>("tenant_id")?)?,
+                    session_id: parse_id("sessions", &id)?,
+                    wake_at: time_col("sessions", &id, "wake_at", r.try_get("wake_at")?)?,
+                })
+            })
+            .collect()
     }
 
     async fn set_wake_at(
@@ -869,7 +916,7 @@ impl Store for SqlStore {
         limit: Option<u32>,
     ) -> Result<Vec<Event>> {
         let rows = sqlx::query(&self.sql(
-            "SELECT seq, body FROM events WHERE tenant_id = ? AND session_id = ? AND seq >= ? ORDER BY seq LIMIT ?",
+            "SELECT seq, type, body FROM events WHERE tenant_id = ? AND session_id = ? AND seq >= ? ORDER BY seq LIMIT ?",
         ))
         .bind(tenant.to_string())
         .bind(session.to_string())

@@ -1755,3 +1755,106 @@ pub async fn opening_a_store_is_send(h: &Harness) {
         .unwrap();
     assert_eq!(store.backend(), h.store.backend());
 }
+
+/// Listing pages past any number of sessions; due timers come earliest first; the scheduler's scan
+/// sees due sessions of every tenant, each named with its tenant.
+pub async fn sessions_page_and_due_timers_span_tenants(h: &Harness) {
+    let (a, b) = (tenant(), tenant());
+    let mut ids = Vec::new();
+    for _ in 0..5 {
+        ids.push(session(&h.store, a).await.session);
+    }
+    let mut seen = Vec::new();
+    let mut after = None;
+    loop {
+        let page = h
+            .store
+            .list_sessions(
+                a,
+                &SessionQuery {
+                    after,
+                    limit: Some(2),
+                    ..SessionQuery::default()
+                },
+            )
+            .await
+            .unwrap();
+        if page.is_empty() {
+            break;
+        }
+        after = page.last().map(|s| s.session_id);
+        seen.extend(page.into_iter().map(|s| s.session_id));
+    }
+    assert_eq!(
+        seen, ids,
+        "pages cover every session once, in creation order"
+    );
+    let now = Utc::now();
+    let other = session(&h.store, b).await.session;
+    h.store
+        .set_wake_at(a, ids[3], Some(now - ChronoDuration::seconds(1)))
+        .await
+        .unwrap();
+    h.store
+        .set_wake_at(a, ids[1], Some(now - ChronoDuration::seconds(3)))
+        .await
+        .unwrap();
+    h.store
+        .set_wake_at(b, other, Some(now - ChronoDuration::seconds(2)))
+        .await
+        .unwrap();
+    h.store
+        .set_wake_at(a, ids[0], Some(now + ChronoDuration::hours(1)))
+        .await
+        .unwrap();
+    let due = h
+        .store
+        .list_sessions(
+            a,
+            &SessionQuery {
+                wake_before: Some(now),
+                ..SessionQuery::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        due.iter().map(|s| s.session_id).collect::<Vec<_>>(),
+        vec![ids[1], ids[3]],
+        "earliest wake-up first"
+    );
+    let all_due = h.store.due_sessions(now, 100).await.unwrap();
+    let mine: Vec<(TenantId, SessionId)> = all_due
+        .iter()
+        .filter(|d| d.tenant_id == a || d.tenant_id == b)
+        .map(|d| (d.tenant_id, d.session_id))
+        .collect();
+    assert_eq!(mine, vec![(a, ids[1]), (b, other), (a, ids[3])]);
+}
+
+/// A journal row whose type column disagrees with its body is reported, not trusted.
+pub async fn an_event_row_whose_type_disagrees_is_corrupt(h: &Harness) {
+    let t = tenant();
+    let f = session(&h.store, t).await;
+    h.store
+        .append(t, f.session, 1, f.lease.epoch, &events(f.session, 1, 1))
+        .await
+        .unwrap();
+    h.raw(&format!(
+        "UPDATE events SET type = 'turn.started' WHERE session_id = '{}' AND seq = 2",
+        f.session
+    ))
+    .await;
+    let err = h.store.read(t, f.session, 2, None).await.unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            StoreError::CorruptRow {
+                table: "events",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("turn.queued"), "{err}");
+}

@@ -63,4 +63,6 @@ conformance!(
     memory_search_folds_ascii_and_matches_exact_text,
     tenant_isolation_of_leases_effects_and_approvals,
     opening_a_store_is_send,
+    sessions_page_and_due_timers_span_tenants,
+    an_event_row_whose_type_disagrees_is_corrupt,
 );
