@@ -9,7 +9,7 @@
 //!   does not affect the others. Readers use a small pool. Waiters are woken in-process
 //!   and poll every 50 ms (other processes' writes).
 //! - **PostgreSQL**: a pool; each append is one transaction; `pg_notify` on the channel
-//!   `keel_<schema>` carries the session id to `LISTEN`ers, with a 2 s poll as a fallback
+//!   `<schema>_keel_events` carries the session id to `LISTEN`ers, with a 2 s poll as a fallback
 //!   while the listener reconnects. An optional schema isolates a store (tests use one per run).
 
 mod group_commit;
@@ -238,7 +238,7 @@ impl SqlStore {
     }
 
     /// Connects to PostgreSQL at `url` and migrates. With `schema`, the store lives in that schema
-    /// (created if missing) and its notification channel is `keel_<schema>`; tests use one fresh
+    /// (created if missing) and its notification channel is `<schema>_keel_events`; tests use one fresh
     /// schema per run so parallel runs never collide.
     ///
     /// # Errors
