@@ -19,7 +19,7 @@ use keel_core::{
     TurnId, TurnStatus,
 };
 use keel_model::ModelClient;
-use keel_runtime::{RunOutcome, Runtime, RuntimeOptions, SessionConfig};
+use keel_runtime::{PendingAction, RunOutcome, Runtime, RuntimeOptions, SessionConfig};
 use keel_store::Store;
 use keel_tools::ToolRegistry;
 use tokio::sync::watch;
@@ -282,6 +282,68 @@ fn tracing_note(printer: &SharedPrinter, text: &str) {
         .note(text);
 }
 
+/// Whether another live process holds the session's lease (it runs the session now).
+async fn run_elsewhere(p: &Prepared) -> bool {
+    let Ok(record) = p.runtime.store().get_session(p.tenant, p.session).await else {
+        return false;
+    };
+    record.lease.is_some_and(|l| {
+        l.expires_at > chrono::Utc::now()
+            && l.owner != p.runtime.owner()
+            && !keel_runtime::lease::owner_is_dead_local_process(&l.owner)
+    })
+}
+
+/// Runs the session; when another live process already runs it (a prompt given to `resume` was
+/// handed to it as a durable input), follows it instead until the turn ends or waits on a
+/// human, and takes over if that process goes away with work left.
+async fn run_or_follow(p: &Prepared) -> keel_runtime::Result<RunOutcome> {
+    loop {
+        if !run_elsewhere(p).await {
+            return p.runtime.run(p.tenant, p.session).await;
+        }
+        let view = p.runtime.view(p.tenant, p.session).await?;
+        let state = &view.state;
+        let done = match p.turn {
+            Some(t) => state.turns.get(&t).is_some_and(|t| {
+                matches!(
+                    t.status,
+                    TurnStatus::Completed | TurnStatus::Aborted | TurnStatus::Failed
+                )
+            }),
+            None => state.active_turn.is_none() && state.queue.is_empty(),
+        };
+        if done || state.status == SessionStatus::RequiresAction {
+            return Ok(RunOutcome {
+                session_id: p.session,
+                status: state.status,
+                version: state.version,
+                turns: view.turns.clone(),
+                pending: pending_approvals(p, state).await,
+            });
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
+/// The approvals a session waits on, as the runtime reports them.
+async fn pending_approvals(p: &Prepared, state: &keel_core::SessionState) -> Vec<PendingAction> {
+    let Ok(rows) = crate::sessions::waiting_approvals(p.runtime.store(), p.session, state).await
+    else {
+        return Vec::new();
+    };
+    rows.into_iter()
+        .map(|a| PendingAction::Approval {
+            approval_id: a.approval_id,
+            tool_call_id: a.tool_call_id,
+            tool_name: a.tool_name,
+            arguments: a.arguments,
+            args_hash: a.args_hash,
+            expires_at: a.expires_at,
+        })
+        .collect()
+}
+
 /// How one drive of the session ended.
 #[derive(Debug)]
 pub enum Driven {
@@ -302,7 +364,7 @@ pub async fn drive(p: &Prepared, printer: &SharedPrinter) -> (Driven, u64) {
     };
     let (stop_tx, stop_rx) = watch::channel(None);
     let pump_task = tokio::spawn(pump(sub, printer.clone(), stop_rx));
-    let run = p.runtime.run(p.tenant, p.session);
+    let run = run_or_follow(p);
     tokio::pin!(run);
     // SIGTERM (a supervisor stopping keel) counts like Ctrl-C: the turn is cancelled and the run
     // still ends with its result.

@@ -42,6 +42,29 @@ pub async fn get_session(
     }
 }
 
+/// The pending approvals whose call still waits on them (a call whose turn ended, e.g.
+/// cancelled, no longer waits, whatever its approval row says).
+///
+/// # Errors
+/// Store errors.
+pub async fn waiting_approvals(
+    store: &Arc<dyn Store>,
+    session: SessionId,
+    state: &SessionState,
+) -> anyhow::Result<Vec<keel_core::ApprovalRecord>> {
+    Ok(store
+        .list_approvals(local_tenant(), session, Some(ApprovalStatus::Pending))
+        .await?
+        .into_iter()
+        .filter(|a| {
+            state
+                .tool_calls
+                .get(&a.tool_call_id)
+                .is_some_and(|c| c.status == ToolCallStatus::AwaitingApproval)
+        })
+        .collect())
+}
+
 /// Reads a session's whole journal and folds it.
 ///
 /// # Errors
@@ -159,17 +182,9 @@ pub async fn summary(store: &Arc<dyn Store>, session: SessionId) -> anyhow::Resu
             })
         })
         .collect();
-    let approvals: Vec<Value> = store
-        .list_approvals(tenant, session, Some(ApprovalStatus::Pending))
+    let approvals: Vec<Value> = waiting_approvals(store, session, &state)
         .await?
         .into_iter()
-        // A call whose turn ended (e.g. cancelled) no longer waits, whatever the row says.
-        .filter(|a| {
-            state
-                .tool_calls
-                .get(&a.tool_call_id)
-                .is_some_and(|c| c.status == ToolCallStatus::AwaitingApproval)
-        })
         .map(|a| {
             json!({
                 "approval_id": a.approval_id,

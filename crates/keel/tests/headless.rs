@@ -412,3 +412,30 @@ fn a_second_interrupt_still_ends_the_stream_with_its_result() {
     assert_eq!(result["terminal_reason"], "aborted", "{result}");
     assert_eq!(code, Some(4));
 }
+
+#[test]
+fn resume_with_a_prompt_while_another_process_runs_the_session_follows_it() {
+    let env = Env::new();
+    let script = "{\"tool_calls\":[{\"name\":\"shell\",\"arguments\":{\"command\":\"sleep 2\"}}]}\n{\"text\":\"first done\"}\n{\"text\":\"second done\"}\n";
+    let mut run = start_run(&env, script, &[]);
+    let session = session_of(&run.wait_for("session.created", 30));
+    run.wait_for("tool_call.started", 30);
+    // A second terminal adds a turn: the running process takes it as a durable input, and
+    // this one follows the session until that turn ends.
+    let out = env.run(&["resume", &session, "and then this", "--output", "jsonl"]);
+    let result = check_stream(&jsonl_lines(&out.stdout));
+    assert_eq!(
+        result["terminal_reason"],
+        "completed",
+        "{result} {}",
+        stderr(&out)
+    );
+    assert_eq!(result["final_text"], "second done");
+    assert_eq!(out.status.code(), Some(0));
+    let (code, lines) = run.finish(30);
+    assert_eq!(code, Some(0));
+    assert_eq!(
+        check_stream(&parse_lines(&lines))["final_text"],
+        "first done"
+    );
+}
