@@ -27,6 +27,15 @@ pub trait ModelClient: Send + Sync {
     /// Starts one call. Never fails up front: every failure arrives as a terminal
     /// [`StreamEvent::Error`]. Must be polled inside a Tokio runtime with the time driver.
     fn stream(&self, request: ModelRequest) -> EventStream;
+
+    /// Whether this model's responses (successes and failures alike) take a position in the
+    /// session's [`ModelRequest::response_index`]: true for the scripted model, whose line `k`
+    /// answers the session's `k`-th such response; false (the default) for providers that do not
+    /// read the index, so their attempts never move a script on. A [`crate::ModelRoute`] is true
+    /// when any of its models is, and tells per attempt ([`StreamEvent::Attempt`]).
+    fn consumes_responses(&self) -> bool {
+        false
+    }
 }
 
 /// A [`Sink`] feeding a bounded channel.

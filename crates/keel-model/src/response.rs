@@ -66,9 +66,12 @@ pub struct ModelResponse {
     pub usage: Vec<ModelUsage>,
     /// Attempts made (1 without retries).
     pub attempts: u32,
-    /// Attempts that ended with a response or an error (a cancelled attempt does not count):
-    /// the number of model responses this step adds to the session's
-    /// [`crate::ModelRequest::response_index`].
+    /// Attempts of models that [`crate::ModelClient::consumes_responses`] (the scripted model)
+    /// that ended with a response or an error (a cancelled attempt does not count): the number
+    /// of model responses this step adds to the session's
+    /// [`crate::ModelRequest::response_index`]. Attempts of other models (an HTTP primary before
+    /// a scripted fallback) add nothing. A stream without `attempt` events (a bare client) counts
+    /// as one consuming model.
     pub responses_consumed: u64,
     /// Model switches `(from, to)`.
     pub fallbacks: Vec<(String, String)>,
@@ -119,6 +122,8 @@ pub async fn collect(mut events: EventStream, model: &str, prices: &PriceTable) 
         responses_consumed: 0,
         fallbacks: Vec::new(),
     };
+    // Whether the current attempt takes a position; `attempt` events say, per model.
+    let mut consumes = true;
     while let Some(event) = events.next().await {
         match event {
             StreamEvent::TextDelta { text } => r.text.push_str(&text),
@@ -159,26 +164,31 @@ pub async fn collect(mut events: EventStream, model: &str, prices: &PriceTable) 
                 }
             }
             StreamEvent::Completed { stop_reason, .. } => {
-                r.responses_consumed += 1;
+                r.responses_consumed += u64::from(consumes);
                 r.outcome = Outcome::Completed { stop_reason }
             }
             StreamEvent::Error { error } => {
-                r.responses_consumed += 1;
+                r.responses_consumed += u64::from(consumes);
                 r.outcome = Outcome::Failed { error }
             }
             StreamEvent::Cancelled => r.outcome = Outcome::Cancelled,
-            StreamEvent::Attempt { attempt, model } => {
+            StreamEvent::Attempt {
+                attempt,
+                model,
+                consumes_response,
+            } => {
                 r.attempts = attempt;
                 r.model = model;
+                consumes = consumes_response;
             }
             StreamEvent::Retry { .. } => {
-                r.responses_consumed += 1;
+                r.responses_consumed += u64::from(consumes);
                 r.text.clear();
                 r.tool_calls.clear();
                 r.reasoning.clear();
             }
             StreamEvent::Fallback { from, to, .. } => {
-                r.responses_consumed += 1;
+                r.responses_consumed += u64::from(consumes);
                 r.text.clear();
                 r.tool_calls.clear();
                 r.reasoning.clear();

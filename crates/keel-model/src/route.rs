@@ -118,6 +118,7 @@ impl ModelRoute {
                     .emit(StreamEvent::Attempt {
                         attempt,
                         model: model.model().to_string(),
+                        consumes_response: model.consumes_responses(),
                     })
                     .await
                 {
@@ -126,9 +127,12 @@ impl ModelRoute {
                 let Some(error) = forward(model.stream(request.clone()), sink).await else {
                     return;
                 };
-                // The failed attempt was a model response of the session (a scripted error line
-                // is consumed): the next attempt gets the next position.
-                request.response_index = request.response_index.map(|i| i.saturating_add(1));
+                // A failed scripted attempt was a model response of the session (its error line
+                // is consumed): the next attempt gets the next position. Other providers' failures
+                // take no position, so a scripted fallback starts where the session stands.
+                if model.consumes_responses() {
+                    request.response_index = request.response_index.map(|i| i.saturating_add(1));
+                }
                 let retry_after_too_long = error
                     .retry_after_ms
                     .is_some_and(|ms| ms > self.policy.max_retry_after_ms);
@@ -196,6 +200,10 @@ impl ModelClient for ModelRoute {
     fn stream(&self, request: ModelRequest) -> EventStream {
         let route = self.clone();
         event_stream(move |mut sink| async move { route.run(request, &mut sink).await })
+    }
+
+    fn consumes_responses(&self) -> bool {
+        self.models.iter().any(|m| m.consumes_responses())
     }
 }
 

@@ -11,7 +11,9 @@
 //!
 //! **Position.** The session's position is [`ModelRequest::response_index`]: how many model
 //! responses (successful or failed) it already completed, across all turns; the request gets line
-//! `response_index + 1`. A re-sampled step (same index) gets the same line again. Without a
+//! `response_index + 1`. A re-sampled step (same index) gets the same line again. Only the
+//! scripted model's own responses take positions: in a route with an HTTP primary and a scripted
+//! fallback, the primary's failed attempts leave the script where it was. Without a
 //! `response_index`, the model counts finished responses itself, starting from
 //! [`ScriptedModel::starting_at`]. A cancelled call consumes nothing. Compaction requests
 //! ([`RequestPurpose::Compaction`]) get a built-in summary and consume nothing. Past the last line
@@ -386,6 +388,10 @@ impl ModelClient for ScriptedModel {
         event_stream(move |mut sink| async move {
             this.run(request, &mut sink).await;
         })
+    }
+
+    fn consumes_responses(&self) -> bool {
+        true
     }
 }
 

@@ -20,12 +20,14 @@ pub struct ModelRequest {
     pub sampling: SamplingOptions,
     /// Why the call is made; compaction requests do not consume scripted lines.
     pub purpose: RequestPurpose,
-    /// How many model responses this session already completed, across all its turns, counting
-    /// failed attempts too (the runtime adds [`crate::ModelResponse::responses_consumed`] after
-    /// each step). Only the scripted model uses it: this request gets script line
-    /// `response_index + 1`, so a re-sampled step gets the same line and a retry the next one.
-    /// [`crate::ModelRoute`] advances it by one for each attempt it retries or falls back from.
-    /// `None` lets the scripted model count itself.
+    /// How many scripted model responses this session already completed, across all its turns,
+    /// counting failed attempts (injected error lines) too (the runtime adds
+    /// [`crate::ModelResponse::responses_consumed`] after each step). Only responses of models
+    /// that [`crate::ModelClient::consumes_responses`] count: attempts of an HTTP provider in
+    /// the same route never move it. Only the scripted model uses it: this request gets script
+    /// line `response_index + 1`, so a re-sampled step gets the same line and a retry the next
+    /// one. [`crate::ModelRoute`] advances it by one for each such attempt it retries or falls
+    /// back from. `None` lets the scripted model count itself.
     pub response_index: Option<u64>,
     /// Cancelling it ends the stream at once with [`StreamEvent::Cancelled`] and closes the HTTP
     /// connection.
@@ -337,6 +339,11 @@ pub enum StreamEvent {
         attempt: u32,
         /// Model label ([`crate::ModelClient::model`]).
         model: String,
+        /// Whether this attempt's response or failure takes a position in the session's
+        /// [`ModelRequest::response_index`] ([`crate::ModelClient::consumes_responses`] of the
+        /// model): true for a scripted model, false for an HTTP provider.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        consumes_response: bool,
     },
     /// Emitted by [`crate::ModelRoute`]: the attempt failed and will be retried on the same model
     /// after `delay_ms`. Discard anything the failed attempt streamed.

@@ -316,3 +316,156 @@ async fn fake_server_honours_script_delay_retry_after_and_exhaustion() {
         );
     }
 }
+
+// --- positions in routes: only the scripted model's own responses take a line ----------------
+
+fn fast(max_attempts: u32) -> RetryPolicy {
+    RetryPolicy {
+        max_attempts,
+        base_delay_ms: 1,
+        max_delay_ms: 2,
+        max_retry_after_ms: 10_000,
+    }
+}
+
+fn scripted(name: &str, text: &str) -> Arc<dyn ModelClient> {
+    Arc::new(ScriptedModel::new(Script::parse(name, text).unwrap()))
+}
+
+/// One step as the runtime runs it: the request at `position`, the position after it.
+async fn step(route: &ModelRoute, position: u64) -> (keel_model::ModelResponse, u64) {
+    let r = collect(
+        route.stream(at(position)),
+        route.model(),
+        &PriceTable::default(),
+    )
+    .await;
+    let next = position + r.responses_consumed;
+    (r, next)
+}
+
+#[tokio::test]
+async fn failed_http_attempts_before_a_scripted_fallback_take_no_line() {
+    let handler: keel_testkit::Handler =
+        Arc::new(|_| keel_testkit::Reply::Fault(keel_testkit::Fault::ServerError));
+    let server = FakeModelServer::start(handler, Pacing::default())
+        .await
+        .unwrap();
+    let http: Arc<dyn ModelClient> = Arc::new(model_for(&server, Wire::OpenaiChat, "gpt-4o"));
+    assert!(!http.consumes_responses());
+    let fallback = scripted(
+        "fallback.jsonl",
+        "{\"text\": \"line one\"}\n{\"text\": \"line two\"}\n",
+    );
+    let route = ModelRoute::new(vec![http, fallback], fast(4)).unwrap();
+    assert!(route.consumes_responses(), "a route with a scripted model");
+
+    let attempts: Vec<(String, bool)> = events(&route, at(0))
+        .await
+        .into_iter()
+        .filter_map(|e| match e {
+            StreamEvent::Attempt {
+                model,
+                consumes_response,
+                ..
+            } => Some((model, consumes_response)),
+            _ => None,
+        })
+        .collect();
+    let mut expected = vec![("gpt-4o".to_string(), false); 4];
+    expected.push(("scripted:fallback.jsonl".to_string(), true));
+    assert_eq!(attempts, expected);
+
+    let (first, position) = step(&route, 0).await;
+    assert_eq!(
+        (
+            first.text.as_str(),
+            first.attempts,
+            first.responses_consumed
+        ),
+        ("line one", 5, 1),
+        "four failed HTTP attempts, then the script's line 1: {first:?}"
+    );
+    let (second, position) = step(&route, position).await;
+    assert_eq!(
+        (second.text.as_str(), second.attempts, position),
+        ("line two", 5, 2),
+        "the second step gets line 2: {second:?}"
+    );
+    assert_eq!(server.requests().len(), 12, "4 HTTP attempts per call");
+}
+
+#[tokio::test]
+async fn a_scripted_error_before_an_http_fallback_takes_its_line_the_http_answer_none() {
+    let server = FakeModelServer::start_scripted(
+        Script::parse("srv.jsonl", "{\"text\": \"from http\"}\n").unwrap(),
+        Pacing::default(),
+    )
+    .await
+    .unwrap();
+    let primary = scripted(
+        "primary.jsonl",
+        "{\"error\": {\"kind\": \"server_error\"}}\n{\"text\": \"primary two\"}\n",
+    );
+    let http: Arc<dyn ModelClient> = Arc::new(model_for(&server, Wire::OpenaiChat, "gpt-4o"));
+    let route = ModelRoute::new(vec![primary, http], fast(1)).unwrap();
+    let (first, position) = step(&route, 0).await;
+    assert_eq!(
+        (first.text.as_str(), first.responses_consumed),
+        ("from http", 1),
+        "{first:?}"
+    );
+    let (second, _) = step(&route, position).await;
+    assert_eq!(second.text, "primary two");
+}
+
+#[tokio::test]
+async fn two_scripted_models_in_a_route_share_the_position() {
+    let primary = scripted(
+        "a.jsonl",
+        "{\"error\": {\"kind\": \"server_error\"}}\n{\"error\": {\"kind\": \"server_error\"}}\n{\"text\": \"a3\"}\n{\"text\": \"a4\"}\n",
+    );
+    let fallback = scripted(
+        "b.jsonl",
+        "{\"text\": \"b1\"}\n{\"text\": \"b2\"}\n{\"text\": \"b3\"}\n",
+    );
+    let route = ModelRoute::new(vec![primary, fallback], fast(2)).unwrap();
+    let (first, position) = step(&route, 0).await;
+    assert_eq!(
+        (
+            first.text.as_str(),
+            first.attempts,
+            first.responses_consumed,
+            first.model.as_str()
+        ),
+        ("b3", 3, 3, "scripted:b.jsonl"),
+        "a's lines 1 and 2 failed, then b answers from line 3: {first:?}"
+    );
+    let (second, position) = step(&route, position).await;
+    assert_eq!((second.text.as_str(), position), ("a4", 4));
+}
+
+#[tokio::test]
+async fn a_scripted_model_alone_counts_error_lines_as_before() {
+    let model = ScriptedModel::new(script());
+    assert!(model.consumes_responses());
+    let error = collect(model.stream(at(1)), model.model(), &PriceTable::default()).await;
+    assert!(
+        matches!(&error.outcome, Outcome::Failed { error } if error.kind == ErrorKind::RateLimited),
+        "{error:?}"
+    );
+    assert_eq!(error.responses_consumed, 1, "an error line is a response");
+    let done = collect(model.stream(at(2)), model.model(), &PriceTable::default()).await;
+    assert_eq!((done.text.as_str(), done.responses_consumed), ("Done.", 1));
+
+    let alone: Arc<dyn ModelClient> = Arc::new(ScriptedModel::new(script()));
+    let route = ModelRoute::new(vec![alone], fast(4)).unwrap();
+    let (first, position) = step(&route, 0).await;
+    assert_eq!((first.text.as_str(), position), ("Let me look.", 1));
+    let (second, position) = step(&route, position).await;
+    assert_eq!(
+        (second.text.as_str(), second.attempts, position),
+        ("Done.", 2, 3),
+        "the error line and its retry both count"
+    );
+}

@@ -877,6 +877,9 @@ impl Runner {
         let mut streaming = false;
         // Calls the current attempt proposed (or re-proposed); others of the step were abandoned.
         let mut seen: std::collections::HashSet<ToolCallId> = std::collections::HashSet::new();
+        // Whether the current attempt takes a scripted position (`responses_consumed`): only a
+        // scripted model's responses do; a route says per attempt.
+        let mut consumes = self.rt.model.consumes_responses();
         let mut text = String::new();
         let mut reasoning: Vec<Value> = Vec::new();
         let mut usage = Usage::default();
@@ -1013,9 +1016,12 @@ impl Runner {
                 StreamEvent::Cancelled => {
                     break Err(ProviderError::new(ErrorKind::Timeout, "cancelled"));
                 }
-                StreamEvent::Attempt { .. } => {}
+                StreamEvent::Attempt {
+                    consumes_response, ..
+                } => consumes = consumes_response,
                 StreamEvent::Retry { error, delay_ms } => {
-                    self.retry_attempt(turn, step, &mut attempt, &model, &error, Some(delay_ms))
+                    let failed = (&error, u64::from(consumes));
+                    self.retry_attempt(turn, step, &mut attempt, &model, failed, Some(delay_ms))
                         .await?;
                     (text, reasoning, usage, cost, streaming) =
                         (String::new(), Vec::new(), Usage::default(), 0.0, false);
@@ -1026,7 +1032,8 @@ impl Runner {
                 }
                 StreamEvent::Fallback { error, to, .. } => {
                     let _ = to;
-                    self.retry_attempt(turn, step, &mut attempt, &model, &error, None)
+                    let failed = (&error, u64::from(consumes));
+                    self.retry_attempt(turn, step, &mut attempt, &model, failed, None)
                         .await?;
                     (text, reasoning, usage, cost, streaming) =
                         (String::new(), Vec::new(), Usage::default(), 0.0, false);
@@ -1080,7 +1087,7 @@ impl Runner {
                         cost_usd: cost,
                         text,
                         reasoning,
-                        responses_consumed: 1,
+                        responses_consumed: u64::from(consumes),
                     },
                 ));
                 let has_calls = self
@@ -1125,7 +1132,7 @@ impl Runner {
                                 error_kind: error.kind.as_str().into(),
                                 message: error.message.clone(),
                                 retry_in_ms: None,
-                                responses_consumed: 1,
+                                responses_consumed: u64::from(consumes),
                             },
                         )],
                     )
@@ -1154,7 +1161,7 @@ impl Runner {
                         EventBody::StepFailed {
                             error_kind: error.kind.as_str().into(),
                             message: error.message.clone(),
-                            responses_consumed: 1,
+                            responses_consumed: u64::from(consumes),
                         },
                     )],
                 )
@@ -1177,7 +1184,7 @@ impl Runner {
         step: StepId,
         attempt: &mut u32,
         model: &str,
-        error: &ProviderError,
+        (error, responses_consumed): (&ProviderError, u64),
         retry_in_ms: Option<u64>,
     ) -> Result<()> {
         let corr = Correlation::step(turn, step, *attempt);
@@ -1192,7 +1199,7 @@ impl Runner {
                         error_kind: error.kind.as_str().into(),
                         message: error.message.clone(),
                         retry_in_ms,
-                        responses_consumed: 1,
+                        responses_consumed,
                     },
                 ),
                 (

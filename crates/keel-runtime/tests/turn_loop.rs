@@ -18,6 +18,7 @@ on_both!(
     a_text_turn_journals_every_transition_and_ends_with_turn_finished,
     a_multi_step_turn_runs_tools_and_completes,
     the_script_position_carries_across_turns,
+    failed_http_attempts_before_a_scripted_fallback_take_no_script_line,
 );
 
 async fn a_text_turn_journals_every_transition_and_ends_with_turn_finished(b: Backend) {
@@ -121,6 +122,50 @@ async fn the_script_position_carries_across_turns(b: Backend) {
     let b2 = f.rt.run(f.tenant, f.session).await.unwrap();
     assert_eq!(a.turns[0].final_text, "one");
     assert_eq!(b2.turns[0].final_text, "two");
+}
+
+async fn failed_http_attempts_before_a_scripted_fallback_take_no_script_line(b: Backend) {
+    let handler: keel_testkit::Handler =
+        std::sync::Arc::new(|_| keel_testkit::Reply::Fault(keel_testkit::Fault::ServerError));
+    let server = keel_testkit::FakeModelServer::start(handler, keel_testkit::Pacing::default())
+        .await
+        .unwrap();
+    let http = keel_model::HttpModel::new(
+        keel_model::Wire::OpenaiChat,
+        keel_model::ProviderConfig::new("gpt-4o")
+            .with_base_url(server.base_url(keel_model::Wire::OpenaiChat))
+            .with_api_key("k"),
+    )
+    .unwrap();
+    let policy = keel_model::RetryPolicy {
+        max_attempts: 2,
+        base_delay_ms: 1,
+        max_delay_ms: 2,
+        max_retry_after_ms: 1_000,
+    };
+    let route = keel_model::ModelRoute::new(
+        vec![
+            std::sync::Arc::new(http),
+            scripted(&[json!({"text": "one"}), json!({"text": "two"})]),
+        ],
+        policy,
+    )
+    .unwrap();
+    let f = fixture_with(
+        b,
+        std::sync::Arc::new(route),
+        &[],
+        keel_core::Budget::default(),
+        |_| {},
+    )
+    .await;
+    f.rt.submit(f.tenant, f.session, "first").await.unwrap();
+    let a = f.rt.run(f.tenant, f.session).await.unwrap();
+    f.rt.submit(f.tenant, f.session, "second").await.unwrap();
+    let b2 = f.rt.run(f.tenant, f.session).await.unwrap();
+    assert_eq!(a.turns[0].final_text, "one");
+    assert_eq!(b2.turns[0].final_text, "two", "line 2, not line 4");
+    assert_eq!(server.requests().len(), 4, "two HTTP attempts per step");
 }
 
 async fn enqueue_runs_queued_inputs_in_order(b: Backend) {
