@@ -133,6 +133,16 @@ pub enum EventBody {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
     },
+    /// The session's settings changed: `changes` is a JSON merge patch (RFC 7386, see
+    /// [`crate::patch`]) over the config of `session.created` and every earlier change, in
+    /// journal order. Accepted only between turns — no active turn, or the active turn suspended
+    /// in `requires_action` — and never in a closed session; it takes effect from the next
+    /// step, tool call and turn a worker runs. Correlation: none.
+    #[serde(rename = "session.config_changed")]
+    SessionConfigChanged {
+        /// A JSON object: keys replace the config's, nested objects merge, `null` removes.
+        changes: Value,
+    },
     /// User input accepted; the turn is `queued`. Correlation: `turn_id`.
     #[serde(rename = "turn.queued")]
     TurnQueued {
@@ -353,6 +363,7 @@ pub enum EffectDecision {
 pub const EVENT_TYPES: &[&str] = &[
     "session.created",
     "session.status_changed",
+    "session.config_changed",
     "turn.queued",
     "turn.cancel_requested",
     "turn.started",
@@ -386,6 +397,7 @@ impl EventBody {
         match self {
             EventBody::SessionCreated { .. } => "session.created",
             EventBody::SessionStatusChanged { .. } => "session.status_changed",
+            EventBody::SessionConfigChanged { .. } => "session.config_changed",
             EventBody::TurnQueued { .. } => "turn.queued",
             EventBody::TurnCancelRequested { .. } => "turn.cancel_requested",
             EventBody::TurnStarted {} => "turn.started",
@@ -602,6 +614,9 @@ mod tests {
             EventBody::SessionStatusChanged {
                 status: SessionStatus::Running,
                 reason: None,
+            },
+            EventBody::SessionConfigChanged {
+                changes: json!({"permission_mode": "bypass", "turn_budget": {"max_steps": 1}}),
             },
             EventBody::TurnQueued {
                 input: "fix the bug".into(),

@@ -18,6 +18,7 @@
 //! - [`budget`] — [`Budget`], [`Usage`], [`TerminalReason`], [`BudgetLimit`].
 //! - [`release`] — [`Release`] (content-hashed [`AgentDefinition`]), [`Tenant`], [`Principal`].
 //! - [`canonical`] — canonical JSON and `sha256:` content hashes.
+//! - [`patch`] — JSON merge patches, the shape of `session.config_changed`.
 
 pub mod approval;
 pub mod budget;
@@ -25,6 +26,7 @@ pub mod canonical;
 pub mod event;
 pub mod ids;
 pub mod machine;
+pub mod patch;
 pub mod release;
 pub mod state;
 
@@ -42,5 +44,6 @@ pub use machine::{
     ApprovalStatus, EffectStatus, Machine, SessionStatus, StateMachine, StepStatus, ToolCallStatus,
     TransitionError, TurnStatus, UnknownState, check_transition,
 };
+pub use patch::{merge_diff, merge_patch};
 pub use release::{AgentDefinition, Principal, PrincipalKind, Release, Tenant};
 pub use state::{ApplyError, SessionState};

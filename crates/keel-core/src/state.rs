@@ -222,7 +222,8 @@ pub struct SessionState {
     pub release_id: Option<ReleaseId>,
     /// Parent session, for spawned agents.
     pub parent_session_id: Option<SessionId>,
-    /// Host settings pinned at creation.
+    /// Host settings: those pinned at creation with every `session.config_changed` merged in,
+    /// in order (the effective config).
     pub config: Value,
     /// Current status (`created` before the first event too).
     pub status: SessionStatus,
@@ -377,6 +378,17 @@ impl SessionState {
                     ));
                 }
                 self.status = to;
+            }
+            EventBody::SessionConfigChanged { changes } => {
+                if !changes.is_object() {
+                    return Err(rule("config changes must be a JSON object"));
+                }
+                if self.active_turn.is_some() && self.status != SessionStatus::RequiresAction {
+                    return Err(rule(
+                        "the config can change only between turns or while a turn waits on a human",
+                    ));
+                }
+                crate::patch::merge_patch(&mut self.config, changes);
             }
             EventBody::TurnQueued { input } => {
                 let id = c.turn_id.ok_or_else(|| missing("turn_id"))?;

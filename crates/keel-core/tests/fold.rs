@@ -648,3 +648,62 @@ fn effects_and_approvals_open_only_for_live_calls_of_the_active_turn() {
     );
     assert!(err.to_string().contains("unfinished call"), "{err}");
 }
+
+#[test]
+fn config_changes_merge_in_order_between_turns_only() {
+    let mut j = Journal::new();
+    j.push(
+        Correlation::default(),
+        EventBody::SessionCreated {
+            tenant_id: TenantId::new(),
+            release_id: ReleaseId::from("r"),
+            config: json!({"permission_mode": "default", "turn_budget": {"max_steps": 5}}),
+        },
+    )
+    .push(
+        Correlation::default(),
+        EventBody::SessionConfigChanged {
+            changes: json!({"permission_mode": "bypass", "turn_budget": {"max_cost_usd": 1.5}}),
+        },
+    )
+    .push(
+        Correlation::default(),
+        EventBody::SessionConfigChanged {
+            changes: json!({"turn_budget": {"max_steps": null}, "host": {"base_url": "http://h"}}),
+        },
+    );
+    let state = SessionState::replay(&j.events).unwrap();
+    assert_eq!(
+        state.config,
+        json!({"permission_mode": "bypass", "turn_budget": {"max_cost_usd": 1.5},
+            "host": {"base_url": "http://h"}})
+    );
+
+    let not_object = j.next(
+        Correlation::default(),
+        EventBody::SessionConfigChanged { changes: json!(3) },
+    );
+    assert!(matches!(refused(&j, not_object), ApplyError::Rule { .. }));
+
+    let (mut running, t) = running_turn();
+    let change = EventBody::SessionConfigChanged {
+        changes: json!({"permission_mode": "bypass"}),
+    };
+    let err = refused(
+        &running,
+        running.next(Correlation::default(), change.clone()),
+    );
+    assert!(err.to_string().contains("between turns"), "{err}");
+    // A turn suspended on a human may have its settings changed.
+    running
+        .push(
+            Correlation::turn(t),
+            EventBody::TurnPhaseChanged {
+                phase: TurnStatus::Sampling,
+            },
+        )
+        .status(SessionStatus::RequiresAction)
+        .push(Correlation::default(), change);
+    let state = SessionState::replay(&running.events).unwrap();
+    assert_eq!(state.config["permission_mode"], "bypass");
+}

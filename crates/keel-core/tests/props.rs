@@ -40,6 +40,7 @@ enum Op {
     Compact(u8, u64),
     CancelRequest(u8),
     EffDecide(u8, bool),
+    Config(u8),
 }
 
 /// Every op over the id pools.
@@ -109,11 +110,16 @@ fn all_ops() -> Vec<Op> {
             Op::ApprExpire(a),
         ]);
     }
+    v.push(Op::Config(0));
+    v.push(Op::Config(1));
     v
 }
 
+/// Ops the guided generator picks rarely: those that end things, and config changes (accepted
+/// between turns, which would crowd out the deep ops).
 fn ends_things(op: &Op) -> bool {
     match op {
+        Op::Config(_) => true,
         Op::Finish(_, reason) => *reason != TerminalReason::Completed,
         other => matches!(
             other,
@@ -164,6 +170,13 @@ impl Ids {
                 EventBody::SessionStatusChanged {
                     status: *status,
                     reason: None,
+                },
+            ),
+            Op::Config(n) => (
+                Correlation::default(),
+                EventBody::SessionConfigChanged {
+                    changes: json!({"permission_mode": if *n == 0 { "bypass" } else { "default" },
+                        "turn_budget": {"max_steps": n}}),
                 },
             ),
             Op::Queue(t) => (
