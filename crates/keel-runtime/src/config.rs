@@ -1,6 +1,8 @@
 //! Configuration: per session ([`SessionConfig`], pinned in `session.created` so any worker can
-//! resume the session) and per worker process ([`RuntimeOptions`]).
+//! resume the session, and changed between turns by `session.config_changed` through
+//! [`crate::Runtime::update_config`]) and per worker process ([`RuntimeOptions`]).
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -25,8 +27,10 @@ pub enum MultitaskStrategy {
     Interrupt,
 }
 
-/// Settings pinned for a session's life (journaled, redacted, in `session.created.config`).
-/// Every field has a default; units are in the names.
+/// Settings pinned with a session (journaled, redacted, in `session.created.config`) and changed
+/// only by `session.config_changed` ([`crate::Runtime::update_config`]); the effective config is
+/// the created one with every change merged in, in journal order. Every field has a default;
+/// units are in the names.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct SessionConfig {
@@ -76,6 +80,10 @@ pub struct SessionConfig {
     pub secret_patterns: Vec<String>,
     /// Names of environment variables whose values are secret.
     pub secret_env: Vec<String>,
+    /// Settings of the host that created the session, which the runtime stores and never reads
+    /// (e.g. the `keel` CLI's `base_url` of an OpenAI-compatible server). Keys are the host's;
+    /// values any JSON. Pinned and changeable like every other field.
+    pub host: BTreeMap<String, serde_json::Value>,
 }
 
 impl Default for SessionConfig {
@@ -101,6 +109,7 @@ impl Default for SessionConfig {
             approval_ttl_ms: 24 * 3600 * 1000,
             secret_patterns: Vec::new(),
             secret_env: Vec::new(),
+            host: BTreeMap::new(),
         }
     }
 }
@@ -147,6 +156,19 @@ impl SessionConfig {
             return Err(RuntimeError::InvalidInput(
                 "loop_threshold must be at least 1".into(),
             ));
+        }
+        for (name, b) in [
+            ("turn_budget", &self.turn_budget),
+            ("session_budget", &self.session_budget),
+            ("tenant_daily_budget", &self.tenant_daily_budget),
+        ] {
+            if let Some(c) = b.max_cost_usd
+                && !(c.is_finite() && c >= 0.0)
+            {
+                return Err(RuntimeError::InvalidInput(format!(
+                    "{name}.max_cost_usd must be a non-negative number of USD, got {c}"
+                )));
+            }
         }
         if !self.workspace.is_dir() {
             return Err(RuntimeError::InvalidInput(format!(

@@ -63,6 +63,17 @@ pub enum RuntimeError {
         /// The active or queued turn.
         turn: TurnId,
     },
+    /// [`crate::Runtime::update_config`] while a turn runs: settings change only between turns
+    /// or while the active turn waits on a human (`requires_action`). Nothing was written.
+    #[error(
+        "session {session}: turn {turn} is running; its settings can change only between turns or while a turn waits on a human (cancel it or wait for it to end)"
+    )]
+    TurnRunning {
+        /// The session.
+        session: SessionId,
+        /// The running turn.
+        turn: TurnId,
+    },
     /// No turn to cancel.
     #[error("session {session} has no active or queued turn to cancel")]
     NoActiveTurn {

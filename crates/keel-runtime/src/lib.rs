@@ -49,6 +49,8 @@
 //! - [`Runtime::create_session`] pins a [`keel_core::Release`] and a [`SessionConfig`]
 //!   (workspace, permission mode and rules, sandbox, budgets, timeouts, compaction, multitask
 //!   strategy, secrets) in `session.created`.
+//! - [`Runtime::update_config`] changes those settings between turns (`session.config_changed`,
+//!   a merge patch the fold applies; every later step on any worker uses the effective config).
 //! - [`Runtime::submit`] journals `turn.queued` first (multitask `enqueue` / `reject` /
 //!   `interrupt`).
 //! - [`Runtime::run`] runs until `idle` or `requires_action` and returns a [`RunOutcome`]: the

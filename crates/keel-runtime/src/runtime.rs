@@ -227,6 +227,86 @@ impl Runtime {
         Ok(session)
     }
 
+    /// Changes the session's settings: `change` edits a copy of the effective config (the one
+    /// pinned in `session.created` with every earlier change merged in); the result is validated
+    /// as [`Runtime::create_session`] validates a config, and the difference is journaled as
+    /// `session.config_changed` (a JSON merge patch). Every later step, tool call and turn — on
+    /// any worker, after a restart too — uses the new settings: permission mode and rules,
+    /// sandbox, budgets, timeouts, compaction, multitask strategy, `host`. A change equal to the
+    /// current config writes nothing. Allowed between turns and while the active turn waits on a
+    /// human (`requires_action`); an approval already requested keeps waiting for its decision.
+    /// Returns the effective config afterwards.
+    ///
+    /// # Errors
+    /// [`RuntimeError::InvalidInput`] for a bad value (rule, fraction, workspace, negative cost)
+    /// or a change of `secret_patterns`/`secret_env` (fixed at creation);
+    /// [`RuntimeError::TurnRunning`]; [`RuntimeError::SessionBusy`] when a worker (this process
+    /// or another) is running the session — change it once that run returns;
+    /// [`RuntimeError::Closed`]; [`RuntimeError::Config`]; store errors. Nothing is written on
+    /// error.
+    pub async fn update_config(
+        &self,
+        tenant: TenantId,
+        session: SessionId,
+        change: impl FnOnce(&mut SessionConfig),
+    ) -> Result<SessionConfig> {
+        let held = match self.hold_now(tenant, session).await? {
+            Ok(Held::Local(g)) => {
+                drop(g);
+                return Err(RuntimeError::SessionBusy {
+                    session,
+                    owner: self.inner.owner.clone(),
+                });
+            }
+            Ok(held) => held,
+            Err(owner) => return Err(RuntimeError::SessionBusy { session, owner }),
+        };
+        let mut held = held;
+        let r = Self::update_held(held.journal(), change).await;
+        self.unhold(tenant, held).await;
+        r
+    }
+
+    async fn update_held(
+        j: &mut Journal,
+        change: impl FnOnce(&mut SessionConfig),
+    ) -> Result<SessionConfig> {
+        let session = j.session;
+        if j.state.status == SessionStatus::Closed {
+            return Err(RuntimeError::Closed { session });
+        }
+        if let Some(turn) = j.state.active_turn
+            && j.state.status != SessionStatus::RequiresAction
+        {
+            return Err(RuntimeError::TurnRunning { session, turn });
+        }
+        let old = config_of(j)?;
+        let mut new = old.clone();
+        change(&mut new);
+        if new.secret_patterns != old.secret_patterns || new.secret_env != old.secret_env {
+            return Err(RuntimeError::InvalidInput(format!(
+                "session {session}: secret_patterns and secret_env are fixed when the session is created"
+            )));
+        }
+        new.validate()?;
+        let value = |c: &SessionConfig| {
+            serde_json::to_value(c).map_err(|e| RuntimeError::InvalidInput(format!("config: {e}")))
+        };
+        let changes = keel_core::merge_diff(&value(&old)?, &value(&new)?);
+        if changes.as_object().is_some_and(serde_json::Map::is_empty) {
+            return Ok(new);
+        }
+        j.append(
+            "session.config_changed",
+            vec![(
+                Correlation::default(),
+                EventBody::SessionConfigChanged { changes },
+            )],
+        )
+        .await?;
+        config_of(j)
+    }
+
     /// Accepts user input into the journal (`turn.queued`) before anything else happens, by the
     /// session's multitask strategy: `enqueue` queues it; `reject` refuses it while a turn is
     /// active or queued; `interrupt` queues it and journals `turn.cancel_requested` for the
@@ -1008,7 +1088,7 @@ pub(crate) fn strategy_of(j: &Journal, strategy: Option<MultitaskStrategy>) -> M
     strategy.unwrap_or_else(|| config_of(j).map(|c| c.multitask).unwrap_or_default())
 }
 
-/// The session's pinned config.
+/// The session's effective config (created + changes, folded).
 pub(crate) fn config_of(j: &Journal) -> Result<SessionConfig> {
     serde_json::from_value(j.state.config.clone()).map_err(|e| RuntimeError::Config {
         session: j.session,

@@ -9,6 +9,7 @@ mod common;
 mod budgets;
 mod cancel;
 mod compaction;
+mod config_changes;
 mod context;
 mod effects;
 mod expiry;
