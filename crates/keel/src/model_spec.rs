@@ -73,26 +73,12 @@ impl ModelSpec {
 }
 
 /// Splits a pinned base URL off a spec: `openai:MODEL@http://host/v1` → (`openai:MODEL`,
-/// `http://host/v1`). Releases pin the base URL of OpenAI-compatible servers this way, so that
-/// `keel resume` reaches the same server.
+/// `http://host/v1`). Releases of sessions created by earlier builds pinned the base URL of
+/// OpenAI-compatible servers this way; sessions now keep it in the config's `host.base_url`.
 pub fn split_base_url(spec: &str) -> (&str, Option<&str>) {
     match spec.find("@http://").or_else(|| spec.find("@https://")) {
         Some(i) => (&spec[..i], Some(&spec[i + 1..])),
         None => (spec, None),
-    }
-}
-
-/// Pins `base_url` into an `openai:` or `openai-responses:` spec (replacing a pinned one);
-/// other specs are returned unchanged.
-pub fn pin_base_url(spec: &str, base_url: Option<&str>) -> String {
-    let (bare, pinned) = split_base_url(spec);
-    let openai = matches!(
-        ModelSpec::parse(bare),
-        Ok(ModelSpec::OpenaiChat(_) | ModelSpec::OpenaiResponses(_))
-    );
-    match base_url.or(pinned) {
-        Some(url) if openai => format!("{bare}@{url}"),
-        _ => bare.to_owned(),
     }
 }
 
@@ -204,17 +190,11 @@ mod tests {
             "script:/tmp/x/s.jsonl"
         );
         assert_eq!(absolutize("openai:gpt-5", Path::new("/x")), "openai:gpt-5");
-        let pinned = pin_base_url("openai:llama3", Some("http://127.0.0.1:8080/v1"));
-        assert_eq!(pinned, "openai:llama3@http://127.0.0.1:8080/v1");
+        // The form earlier builds pinned into a release's route.
         assert_eq!(
-            split_base_url(&pinned),
+            split_base_url("openai:llama3@http://127.0.0.1:8080/v1"),
             ("openai:llama3", Some("http://127.0.0.1:8080/v1"))
         );
-        assert_eq!(pin_base_url(&pinned, None), pinned);
-        assert_eq!(
-            pin_base_url(&pinned, Some("https://other/v1")),
-            "openai:llama3@https://other/v1"
-        );
-        assert_eq!(pin_base_url("anthropic:c", Some("http://x")), "anthropic:c");
+        assert_eq!(split_base_url("anthropic:c"), ("anthropic:c", None));
     }
 }

@@ -3,9 +3,15 @@
 //! A run creates a session pinned to a content-hashed [`Release`] built from the configuration
 //! (model route, instructions, tools, policy rules, budget) and a [`SessionConfig`] (workspace,
 //! permission mode, sandbox, budgets), journals the prompt, then drives [`Runtime::run`] while a
-//! subscription prints the session's events. A resume reads the release and the pinned config
+//! subscription prints the session's events. A resume reads the release and the effective config
 //! back from the store, so a bare `keel resume SESSION` continues with the same workspace, model
-//! route, permission mode, sandbox and budgets.
+//! route, permission mode, sandbox and budgets; `--permission-mode`, `--sandbox`, `--max-steps`,
+//! `--max-cost-usd`, `--timeout` and `--base-url` given to resume change them for this and every
+//! later turn ([`Runtime::update_config`], journaled as `session.config_changed`).
+//!
+//! The base URL of an OpenAI-compatible server is kept in the config's host slot
+//! (`host.base_url`, [`HOST_BASE_URL`]); sessions created before kept it in the release's route
+//! as `openai:MODEL@URL`, which is still read.
 //!
 //! Ctrl-C (SIGINT) cancels the running turn durably (`turn.cancel_requested`); a second one
 //! exits at once. Either way the session stays resumable.
@@ -25,7 +31,7 @@ use keel_tools::ToolRegistry;
 use tokio::sync::watch;
 
 use crate::config::Config;
-use crate::model_spec::{build_route, pin_base_url};
+use crate::model_spec::{build_route, split_base_url};
 use crate::output::{Printer, ResultLine};
 use crate::store::local_tenant;
 
@@ -38,6 +44,9 @@ with a short summary of what you changed.";
 /// The message a bare `keel resume` sends when the last turn did not complete.
 pub const CONTINUE_PROMPT: &str = "The previous turn was interrupted before it finished. \
 Continue the task from where it stopped:";
+
+/// The key of [`SessionConfig::host`] that holds the OpenAI-compatible base URL (a string).
+pub const HOST_BASE_URL: &str = "base_url";
 
 /// A printer shared by the subscription pump and the code that drives the run.
 pub type SharedPrinter = Arc<Mutex<dyn Printer>>;
@@ -69,11 +78,7 @@ impl std::fmt::Debug for Prepared {
 
 /// The release a configuration describes.
 pub fn release_of(config: &Config) -> Release {
-    let route = config
-        .model_route
-        .iter()
-        .map(|s| pin_base_url(s, config.base_url.as_deref()))
-        .collect();
+    let route = config.model_route.clone();
     let instructions = if config.instructions.trim().is_empty() {
         DEFAULT_INSTRUCTIONS.to_owned()
     } else {
@@ -109,8 +114,77 @@ pub fn session_config_of(config: &Config) -> SessionConfig {
             .filter(|(name, v)| v.is_secret(name))
             .map(|(name, _)| name.clone())
             .collect(),
+        host: config
+            .base_url
+            .iter()
+            .map(|url| {
+                (
+                    HOST_BASE_URL.to_owned(),
+                    serde_json::Value::from(url.as_str()),
+                )
+            })
+            .collect(),
         ..SessionConfig::default()
     }
+}
+
+/// Settings given to `keel resume` that change the session's config; `None` keeps the session's.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ResumeChanges {
+    /// `--permission-mode`.
+    pub permission_mode: Option<keel_tools::policy::PermissionMode>,
+    /// `--sandbox`.
+    pub sandbox: Option<keel_tools::sandbox::SandboxMode>,
+    /// `--max-steps`: per-turn steps.
+    pub max_steps: Option<u32>,
+    /// `--max-cost-usd`: per-turn cost, USD.
+    pub max_cost_usd: Option<f64>,
+    /// `--timeout`: per-turn wall-clock limit, ms.
+    pub max_wall_time_ms: Option<u64>,
+    /// `--base-url`: the OpenAI-compatible server, kept in `host.base_url`.
+    pub base_url: Option<String>,
+}
+
+impl ResumeChanges {
+    /// Whether any setting is to change.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// Applies the given settings to `c`.
+    pub fn apply(&self, c: &mut SessionConfig) {
+        if let Some(m) = self.permission_mode {
+            c.permission_mode = m;
+        }
+        if let Some(m) = self.sandbox {
+            c.sandbox = m;
+        }
+        if let Some(n) = self.max_steps {
+            c.turn_budget.max_steps = Some(n);
+        }
+        if let Some(usd) = self.max_cost_usd {
+            c.turn_budget.max_cost_usd = Some(usd);
+        }
+        if let Some(ms) = self.max_wall_time_ms {
+            c.turn_budget.max_wall_time_ms = Some(ms);
+        }
+        if let Some(url) = &self.base_url {
+            c.host.insert(
+                HOST_BASE_URL.to_owned(),
+                serde_json::Value::from(url.as_str()),
+            );
+        }
+    }
+}
+
+/// The base URL a session pinned: `host.base_url`, else none (older sessions carry it in their
+/// route as `openai:MODEL@URL`, which [`build_route`] reads).
+pub fn pinned_base_url(config: &SessionConfig) -> Option<String> {
+    config
+        .host
+        .get(HOST_BASE_URL)
+        .and_then(serde_json::Value::as_str)
+        .map(str::to_owned)
 }
 
 fn runtime_for(store: Arc<dyn Store>, model: Arc<dyn ModelClient>) -> anyhow::Result<Runtime> {
@@ -146,12 +220,12 @@ pub async fn prepare_run(config: &Config, prompt: &str) -> anyhow::Result<Prepar
     })
 }
 
-/// What a stored session pins: its release and its session settings.
+/// What a stored session pins: its release and its effective session settings.
 #[derive(Debug, Clone)]
 pub struct Pinned {
     /// The release.
     pub release: Release,
-    /// The settings from `session.created`.
+    /// The settings from `session.created` with every `session.config_changed` applied.
     pub config: SessionConfig,
     /// The journal's version.
     pub version: u64,
@@ -164,14 +238,15 @@ pub struct Pinned {
 pub async fn pinned(store: &Arc<dyn Store>, session: SessionId) -> anyhow::Result<Pinned> {
     let tenant = local_tenant();
     let record = crate::sessions::get_session(store, session).await?;
-    let first = store.read(tenant, session, 1, Some(1)).await?;
-    let config = match first.first().map(|e| &e.body) {
-        Some(EventBody::SessionCreated { config, .. }) => {
-            serde_json::from_value::<SessionConfig>(config.clone())
-                .with_context(|| format!("session {session}: its pinned settings cannot be read"))?
-        }
-        _ => anyhow::bail!("session {session} has no session.created event"),
-    };
+    let (events, state) = crate::sessions::load_state(store, session).await?;
+    if !matches!(
+        events.first().map(|e| &e.body),
+        Some(EventBody::SessionCreated { .. })
+    ) {
+        anyhow::bail!("session {session} has no session.created event");
+    }
+    let config = serde_json::from_value::<SessionConfig>(state.config)
+        .with_context(|| format!("session {session}: its pinned settings cannot be read"))?;
     let release = store
         .get_release(tenant, &record.release_id)
         .await
@@ -188,16 +263,19 @@ pub async fn pinned(store: &Arc<dyn Store>, session: SessionId) -> anyhow::Resul
 /// turn that asks the model to continue it.
 ///
 /// `config` supplies provider settings (keys, base URLs) and overrides: a model given on the
-/// command line replaces the pinned route.
+/// command line replaces the pinned route (for this invocation). `changes` (flags given to
+/// resume) are journaled first as a config change, so they hold for later turns too.
 ///
 /// # Errors
-/// Unknown session; model set-up; store and runtime errors.
+/// Unknown session; model set-up; a change the runtime refuses (a bad value, a turn running, the
+/// session run by another process); store and runtime errors.
 pub async fn prepare_resume(
     store: Arc<dyn Store>,
     config: &Config,
     session: SessionId,
     prompt: Option<&str>,
     model_override: bool,
+    changes: &ResumeChanges,
 ) -> anyhow::Result<Prepared> {
     let started = Instant::now();
     let pinned = pinned(&store, session).await?;
@@ -205,9 +283,27 @@ pub async fn prepare_resume(
     if !model_override {
         route_config.model_route = pinned.release.definition.model_route.clone();
     }
+    // The base URL: --base-url, else the session's, else a legacy `@URL` in the route, else
+    // keel.toml's.
+    if let Some(url) = changes.base_url.clone() {
+        route_config.base_url = Some(url);
+        route_config.model_route = route_config
+            .model_route
+            .iter()
+            .map(|s| split_base_url(s).0.to_owned())
+            .collect();
+    } else if let Some(url) = pinned_base_url(&pinned.config) {
+        route_config.base_url = Some(url);
+    }
     let model = Arc::new(build_route(&route_config)?);
     let runtime = runtime_for(store, model)?;
     let tenant = local_tenant();
+    if !changes.is_empty() {
+        runtime
+            .update_config(tenant, session, |c| changes.apply(c))
+            .await
+            .with_context(|| format!("cannot change the settings of session {session}"))?;
+    }
     let view = runtime.view(tenant, session).await?;
     let state = &view.state;
     if state.status == SessionStatus::Closed {

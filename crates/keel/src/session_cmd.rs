@@ -16,7 +16,9 @@ use crate::config::{Config, Locations, OutputFormat};
 use crate::exit;
 use crate::interactive::Lines;
 use crate::output::{JsonlPrinter, Printer, ResultLine, TextPrinter};
-use crate::run::{Driven, Prepared, SharedPrinter, drive, prepare_resume, prepare_run, result_of};
+use crate::run::{
+    Driven, Prepared, ResumeChanges, SharedPrinter, drive, prepare_resume, prepare_run, result_of,
+};
 use crate::store::local_tenant;
 
 /// How a run talks to its user.
@@ -158,23 +160,20 @@ async fn prepare(
             let pinned = crate::run::pinned(&store, session)
                 .await
                 .map_err(with_mode)?;
-            for flag in pinned_flags(args) {
-                eprintln!(
-                    "keel: {flag} is pinned by session {session} and cannot be changed on resume yet; using the session's"
-                );
-            }
             let workspace = global
                 .workspace
                 .clone()
                 .unwrap_or_else(|| pinned.config.workspace.clone());
             let config = Config::load(Some(&workspace), &locations, &overrides)
                 .map_err(|e| with_mode(e.into()))?;
+            let changes = resume_changes(args, &config);
             let p = prepare_resume(
                 store,
                 &config,
                 session,
                 prompt.as_deref(),
                 args.model.is_some(),
+                &changes,
             )
             .await
             .map_err(with_mode)?;
@@ -183,18 +182,17 @@ async fn prepare(
     }
 }
 
-/// The run flags `resume` cannot apply: the runtime pins them in `session.created`.
-fn pinned_flags(args: &RunArgs) -> Vec<&'static str> {
-    [
-        (args.permission_mode.is_some(), "--permission-mode"),
-        (args.sandbox.is_some(), "--sandbox"),
-        (args.max_steps.is_some(), "--max-steps"),
-        (args.max_cost_usd.is_some(), "--max-cost-usd"),
-        (args.timeout.is_some(), "--timeout"),
-    ]
-    .into_iter()
-    .filter_map(|(given, flag)| given.then_some(flag))
-    .collect()
+/// The settings flags given to `resume`, as parsed into `config` (which also holds keel.toml's
+/// values: only the flags given change the session).
+fn resume_changes(args: &RunArgs, config: &Config) -> ResumeChanges {
+    ResumeChanges {
+        permission_mode: args.permission_mode.map(|_| config.permission_mode),
+        sandbox: args.sandbox.map(|_| config.sandbox),
+        max_steps: args.max_steps,
+        max_cost_usd: args.max_cost_usd,
+        max_wall_time_ms: args.timeout.as_ref().and(config.budget.max_wall_time_ms),
+        base_url: args.base_url.clone(),
+    }
 }
 
 /// Drives the session; in interactive mode asks about pending actions and reads follow-ups.

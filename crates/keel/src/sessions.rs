@@ -231,6 +231,22 @@ pub async fn summary(store: &Arc<dyn Store>, session: SessionId) -> anyhow::Resu
     }))
 }
 
+/// The limits of a session's effective turn budget for `sessions show`, e.g. `max_steps 1,
+/// timeout 30000 ms`; empty when none is set.
+fn turn_limits(budget: &Value) -> String {
+    [
+        ("max_steps", "max_steps", ""),
+        ("max_tokens", "max_tokens", ""),
+        ("max_cost_usd", "max_cost_usd", ""),
+        ("max_tool_calls", "max_tool_calls", ""),
+        ("max_wall_time_ms", "timeout", " ms"),
+    ]
+    .iter()
+    .filter_map(|(key, label, unit)| budget.get(*key).map(|v| format!("{label} {v}{unit}")))
+    .collect::<Vec<_>>()
+    .join(", ")
+}
+
 /// `keel sessions show`.
 ///
 /// # Errors
@@ -268,6 +284,16 @@ pub async fn show(
             str_of(mode),
             str_of(&s["config"]["sandbox"])
         )?;
+    }
+    let limits = turn_limits(&s["config"]["turn_budget"]);
+    if !limits.is_empty() {
+        writeln!(out, "limits     {limits} per turn")?;
+    }
+    if let Some(url) = s["config"]["host"]
+        .get(crate::run::HOST_BASE_URL)
+        .and_then(Value::as_str)
+    {
+        writeln!(out, "base url   {url}")?;
     }
     writeln!(
         out,

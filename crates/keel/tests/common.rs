@@ -216,3 +216,22 @@ impl Drop for Running {
 pub fn parse_lines(lines: &[String]) -> Vec<serde_json::Value> {
     jsonl_lines(lines.join("\n").as_bytes())
 }
+
+/// Runs `keel run` headless in `env` with `script` (the scripted model's lines) and extra flags;
+/// returns the exit code and the JSONL lines.
+pub fn run_script(
+    env: &Env,
+    script: &str,
+    flags: &[&str],
+) -> (Option<i32>, Vec<serde_json::Value>) {
+    env.write("script.jsonl", script);
+    let out = env
+        .keel()
+        .args(["run", "--workspace", "ws", "--model", "script:script.jsonl"])
+        .args(["--output", "jsonl"])
+        .args(flags)
+        .arg("do the task")
+        .output()
+        .unwrap();
+    (out.status.code(), jsonl_lines(&out.stdout))
+}

@@ -234,9 +234,10 @@ fn keel_toml_route_and_instructions_become_a_pinned_content_hashed_release() {
     let show = stdout(&env.run(&["sessions", "show", session, "--json"]));
     let show: serde_json::Value = serde_json::from_str(&show).unwrap();
     let route = show["model_route"].as_array().unwrap();
+    assert_eq!(route[0], "openai:nowhere");
     assert_eq!(
-        route[0], "openai:nowhere@http://127.0.0.1:9/v1",
-        "base URL pinned"
+        show["config"]["host"]["base_url"], "http://127.0.0.1:9/v1",
+        "base URL pinned in the config's host slot"
     );
     assert!(route[1].as_str().unwrap().ends_with("/ws/fallback.jsonl"));
     // Same configuration, same release; another instruction, another release.

@@ -11,3 +11,4 @@ mod interactive;
 mod model_parse;
 mod postgres;
 mod realworld;
+mod resume_changes;

@@ -1,0 +1,127 @@
+//! `keel resume` with settings flags: they change the session's config (journaled as
+//! `session.config_changed`) for this and every later turn.
+
+use serde_json::Value;
+
+use crate::common::{Env, check_stream, jsonl_lines, run_script, stderr, stdout};
+
+/// `keel run` headless with the scripted model's `script` and extra flags; returns the session.
+fn start(env: &Env, script: &str, flags: &[&str]) -> (Option<i32>, String) {
+    let (code, lines) = run_script(env, script, flags);
+    let result = check_stream(&lines);
+    (code, result["session_id"].as_str().unwrap().to_owned())
+}
+
+fn resume(env: &Env, session: &str, args: &[&str]) -> (Option<i32>, Vec<Value>, String) {
+    let out = env
+        .keel()
+        .args(["resume", session, "--output", "jsonl"])
+        .args(args)
+        .output()
+        .unwrap();
+    (out.status.code(), jsonl_lines(&out.stdout), stderr(&out))
+}
+
+fn show_json(env: &Env, session: &str) -> Value {
+    serde_json::from_str(&stdout(&env.run(&["sessions", "show", session, "--json"]))).unwrap()
+}
+
+const WRITE_TWICE: &str = r#"{"tool_calls":[{"name":"write_file","arguments":{"path":"a.txt","content":"first"}}]}
+{"tool_calls":[{"name":"write_file","arguments":{"path":"a.txt","content":"second"}}]}
+{"text":"wrote it"}
+"#;
+
+#[test]
+fn resume_with_permission_mode_bypass_lets_a_call_that_needed_approval_run() {
+    let env = Env::new();
+    let (code, session) = start(&env, WRITE_TWICE, &[]);
+    assert_eq!(code, Some(3), "the write waits on an approval");
+    let out = env.run(&["cancel", &session]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let (code, lines, err) = resume(
+        &env,
+        &session,
+        &["write it again", "--permission-mode", "bypass"],
+    );
+    let result = check_stream(&lines);
+    assert_eq!(result["terminal_reason"], "completed", "{result} {err}");
+    assert_eq!(code, Some(0));
+    assert!(
+        !lines.iter().any(|l| l["type"] == "approval.requested"),
+        "no approval asked under bypass"
+    );
+    assert!(
+        lines.iter().any(|l| l["type"] == "session.config_changed"
+            && l["payload"]["changes"]["permission_mode"] == "bypass"),
+        "the change is journaled"
+    );
+    assert_eq!(
+        std::fs::read_to_string(env.ws().join("a.txt")).unwrap(),
+        "second"
+    );
+    assert!(!err.contains("pinned"), "no notice any more: {err}");
+    // The change holds for later turns: a bare resume with a prompt still runs without asking.
+    assert_eq!(
+        show_json(&env, &session)["config"]["permission_mode"],
+        "bypass"
+    );
+}
+
+#[test]
+fn resume_with_max_steps_1_ends_with_budget_exhausted_and_show_reflects_the_settings() {
+    let env = Env::new();
+    let script = "{\"text\":\"first\"}\n{\"tool_calls\":[{\"name\":\"list_dir\",\"arguments\":{\"path\":\".\"}}]}\n{\"tool_calls\":[{\"name\":\"list_dir\",\"arguments\":{\"path\":\".\"}}]}\n{\"text\":\"done\"}\n";
+    let (code, session) = start(&env, script, &["--max-steps", "5"]);
+    assert_eq!(code, Some(0));
+    let (code, lines, err) = resume(
+        &env,
+        &session,
+        &[
+            "list twice",
+            "--max-steps",
+            "1",
+            "--max-cost-usd",
+            "2.5",
+            "--timeout",
+            "10m",
+            "--sandbox",
+            "read-only",
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+        ],
+    );
+    let result = check_stream(&lines);
+    assert_eq!(
+        result["terminal_reason"], "budget_exhausted",
+        "{result} {err}"
+    );
+    assert_eq!(result["limit"], "steps");
+    assert_eq!(code, Some(5));
+    let show = show_json(&env, &session);
+    let config = &show["config"];
+    assert_eq!(config["turn_budget"]["max_steps"], 1);
+    assert_eq!(config["turn_budget"]["max_cost_usd"], 2.5);
+    assert_eq!(config["turn_budget"]["max_wall_time_ms"], 600_000);
+    assert_eq!(config["sandbox"], "read_only");
+    assert_eq!(config["host"]["base_url"], "http://127.0.0.1:9/v1");
+    let text = stdout(&env.run(&["sessions", "show", &session]));
+    assert!(
+        text.contains("max_steps 1") && text.contains("timeout 600000 ms"),
+        "{text}"
+    );
+    assert!(text.contains("sandbox read_only"), "{text}");
+    assert!(text.contains("base url   http://127.0.0.1:9/v1"), "{text}");
+}
+
+#[test]
+fn an_invalid_setting_on_resume_is_refused_and_changes_nothing() {
+    let env = Env::new();
+    let (code, session) = start(&env, "{\"text\":\"first\"}\n", &[]);
+    assert_eq!(code, Some(0));
+    let before = show_json(&env, &session);
+    let (code, _, err) = resume(&env, &session, &["more", "--max-cost-usd=-1"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("max_cost_usd"), "{err}");
+    let after = show_json(&env, &session);
+    assert_eq!(before["version"], after["version"], "nothing written");
+}
