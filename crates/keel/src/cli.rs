@@ -45,11 +45,11 @@ pub struct GlobalArgs {
 pub struct RunArgs {
     /// Model: openai:MODEL, openai-responses:MODEL, anthropic:MODEL or script:PATH (replaces the
     /// configured route).
-    #[arg(long, value_name = "SPEC")]
+    #[arg(long, value_name = "SPEC", value_parser = parse_model_arg)]
     pub model: Option<String>,
     /// Base URL of an OpenAI-compatible server (for openai: and openai-responses: models),
     /// e.g. http://127.0.0.1:8080/v1.
-    #[arg(long, value_name = "URL")]
+    #[arg(long, value_name = "URL", value_parser = parse_base_url_arg)]
     pub base_url: Option<String>,
     /// What runs without asking.
     #[arg(long, value_enum, value_name = "MODE")]
@@ -64,11 +64,46 @@ pub struct RunArgs {
     #[arg(long, value_name = "N")]
     pub max_steps: Option<u32>,
     /// Most cost per turn, USD.
-    #[arg(long, value_name = "USD")]
+    #[arg(long, value_name = "USD", value_parser = parse_cost_arg)]
     pub max_cost_usd: Option<f64>,
     /// Wall-clock limit per turn: 500ms, 30s, 15m, 2h or plain seconds.
-    #[arg(long, value_name = "DURATION")]
+    #[arg(long, value_name = "DURATION", value_parser = parse_timeout_arg)]
     pub timeout: Option<String>,
+}
+
+/// `--model`: a spec keel knows (`openai:M`, `anthropic:M`, `script:PATH`, …).
+fn parse_model_arg(text: &str) -> Result<String, String> {
+    let (bare, _) = crate::model_spec::split_base_url(text);
+    crate::model_spec::ModelSpec::parse(bare)
+        .map(|_| text.to_owned())
+        .map_err(|e| e.to_string())
+}
+
+/// `--base-url`: an `http://` or `https://` URL with a host.
+fn parse_base_url_arg(text: &str) -> Result<String, String> {
+    crate::config::check_base_url(text)
+        .map(|()| text.to_owned())
+        .map_err(|e| e.to_string())
+}
+
+/// `--max-cost-usd`: a finite number, 0 or more.
+fn parse_cost_arg(text: &str) -> Result<f64, String> {
+    let usd: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number of US dollars"))?;
+    crate::config::check_cost(usd).map_err(|_| {
+        format!("{text:?}: expected a finite number of US dollars, 0 or more (e.g. 2.5)")
+    })
+}
+
+/// `--timeout`: a duration keel understands.
+fn parse_timeout_arg(text: &str) -> Result<String, String> {
+    crate::config::parse_duration_ms(text)
+        .map(|_| text.to_owned())
+        .map_err(|_| {
+            format!("{text:?}: expected a duration such as 500ms, 30s, 15m, 2h or plain seconds")
+        })
 }
 
 impl RunArgs {
@@ -99,8 +134,10 @@ pub enum PermissionModeArg {
     /// Read-only tools run; everything else asks.
     Default,
     /// As default, and file edits inside the workspace run too.
+    #[value(alias = "accept_edits")]
     AcceptEdits,
     /// Nothing that writes runs (denied, not asked).
+    #[value(alias = "read_only")]
     ReadOnly,
     /// Everything runs unless a deny rule says otherwise.
     Bypass,
@@ -123,8 +160,10 @@ pub enum SandboxArg {
     /// No confinement.
     Off,
     /// Shell commands write nothing but a private temp dir; no network.
+    #[value(alias = "read_only")]
     ReadOnly,
     /// Shell commands write the workspace and a private temp dir; no network.
+    #[value(alias = "workspace_write")]
     WorkspaceWrite,
 }
 

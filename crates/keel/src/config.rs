@@ -100,6 +100,34 @@ pub enum ConfigError {
         "workspace {0} does not exist or is not a directory (create it or pass an existing one with --workspace)"
     )]
     NoWorkspace(PathBuf),
+    /// A value in one file is wrong; the message says what is accepted.
+    #[error("{path}: {message}")]
+    InFile {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong and what is accepted.
+        message: String,
+    },
+    /// The workspace's `keel.toml` (untrusted: it comes with the repository) loosens a safety
+    /// setting; the message names the file, the setting and how to accept it.
+    #[error("{0}")]
+    Untrusted(String),
+    /// A name that is not one of the known ones.
+    #[error("unknown {field} entry {value:?}: known are {known}")]
+    Unknown {
+        /// The field (`tools.enabled`).
+        field: &'static str,
+        /// The unknown name.
+        value: String,
+        /// The known names.
+        known: String,
+    },
+    /// A policy rule does not parse.
+    #[error("{message}")]
+    Rule {
+        /// The parser's message (names the rule).
+        message: String,
+    },
     /// No user data directory is known (no `$HOME`, no `$XDG_DATA_HOME`).
     #[error("no data directory for the default store: set $XDG_DATA_HOME or pass --store")]
     NoDataDir,
@@ -404,13 +432,196 @@ fn read_layer(path: &Path) -> Result<Option<toml::Table>, ConfigError> {
             message: e.to_string().trim().replace('\n', " "),
         })?;
     // Check the layer on its own so that an error names the file it is in.
-    FileConfig::deserialize(toml::Value::Table(table.clone())).map_err(|e| {
+    let layer = FileConfig::deserialize(toml::Value::Table(table.clone())).map_err(|e| {
         ConfigError::Invalid {
             sources: path.display().to_string(),
             message: e.to_string().trim().replace('\n', " "),
         }
     })?;
+    validate_layer(&layer).map_err(|e| ConfigError::InFile {
+        path: path.to_owned(),
+        message: e.to_string(),
+    })?;
     Ok(Some(table))
+}
+
+/// Checks the values of one layer (or of the merged result), so that a mistake is reported
+/// with the file it is in, by every command that reads the configuration.
+///
+/// # Errors
+/// The first value out of its domain.
+pub fn validate_layer(layer: &FileConfig) -> Result<(), ConfigError> {
+    if let Some(m) = &layer.permission_mode {
+        parse_permission_mode(m)?;
+    }
+    if let Some(m) = &layer.sandbox {
+        parse_sandbox(m)?;
+    }
+    if let Some(m) = &layer.output {
+        parse_output(m)?;
+    }
+    if let Some(s) = &layer.store {
+        check_store_url(s)?;
+    }
+    if let Some(u) = &layer.base_url {
+        check_base_url(u)?;
+    }
+    if let Some(b) = &layer.budget {
+        if let Some(c) = b.max_cost_usd {
+            check_cost(c)?;
+        }
+        if let Some(t) = &b.timeout {
+            parse_duration_ms(t)?;
+        }
+    }
+    if let Some(tools) = &layer.tools {
+        let known: Vec<String> = keel_tools::builtin::builtin_tools()
+            .iter()
+            .map(|t| t.name().to_owned())
+            .collect();
+        if let Some(unknown) = tools.enabled.iter().find(|t| !known.contains(t)) {
+            return Err(ConfigError::Unknown {
+                field: "tools.enabled",
+                value: unknown.clone(),
+                known: known.join(", "),
+            });
+        }
+    }
+    if let Some(p) = &layer.policy {
+        for rule in p.allow.iter().chain(&p.ask).chain(&p.deny) {
+            keel_tools::policy::RulePattern::parse(rule).map_err(|e| ConfigError::Rule {
+                message: e.to_string(),
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// Checks a budget in USD: finite and not negative.
+///
+/// # Errors
+/// [`ConfigError::Value`].
+pub fn check_cost(usd: f64) -> Result<f64, ConfigError> {
+    if usd.is_finite() && usd >= 0.0 {
+        Ok(usd)
+    } else {
+        Err(ConfigError::Value {
+            field: "budget.max_cost_usd",
+            value: usd.to_string(),
+            expected: "a finite number of US dollars, 0 or more",
+        })
+    }
+}
+
+/// Checks a store location: `sqlite://PATH`, `postgres://…`, `postgresql://…` or a plain path.
+///
+/// # Errors
+/// [`ConfigError::Value`] for any other scheme.
+pub fn check_store_url(store: &str) -> Result<(), ConfigError> {
+    match store.split_once("://") {
+        None => Ok(()),
+        Some(("sqlite" | "postgres" | "postgresql", _)) => Ok(()),
+        Some(_) => Err(ConfigError::Value {
+            field: "store",
+            value: store.to_owned(),
+            expected: "sqlite://PATH, postgres://…, postgresql://… or a plain file path",
+        }),
+    }
+}
+
+/// Checks a base URL: `http://` or `https://` with a host.
+///
+/// # Errors
+/// [`ConfigError::Value`].
+pub fn check_base_url(text: &str) -> Result<(), ConfigError> {
+    let rest = text
+        .strip_prefix("http://")
+        .or_else(|| text.strip_prefix("https://"));
+    let host = rest.map(|r| r.split(['/', '?', '#']).next().unwrap_or_default());
+    match host {
+        Some(h) if !h.is_empty() && !text.chars().any(char::is_whitespace) => Ok(()),
+        _ => Err(ConfigError::Value {
+            field: "base_url",
+            value: text.to_owned(),
+            expected: "an http:// or https:// URL with a host, e.g. http://127.0.0.1:8080/v1",
+        }),
+    }
+}
+
+/// How strict a permission mode is: higher is stricter.
+fn permission_rank(mode: PermissionMode) -> u8 {
+    match mode {
+        PermissionMode::ReadOnly => 3,
+        PermissionMode::Default => 2,
+        PermissionMode::AcceptEdits => 1,
+        PermissionMode::Bypass => 0,
+    }
+}
+
+/// How strict a sandbox is: higher is stricter.
+fn sandbox_rank(mode: SandboxMode) -> u8 {
+    match mode {
+        SandboxMode::ReadOnly => 2,
+        SandboxMode::WorkspaceWrite => 1,
+        SandboxMode::Off => 0,
+    }
+}
+
+/// Refuses a workspace layer that loosens `permission_mode` or `sandbox` relative to `trusted`
+/// (the defaults and the user config), unless the flags set the field themselves.
+fn check_workspace_layer(
+    path: &Path,
+    workspace: &toml::Table,
+    trusted: &toml::Table,
+    flags: &toml::Table,
+    user_file: Option<&Path>,
+) -> Result<(), ConfigError> {
+    let text = |t: &toml::Table, k: &str| t.get(k).and_then(toml::Value::as_str).map(str::to_owned);
+    let user_file = user_file.map_or_else(
+        || "~/.config/keel/keel.toml".to_owned(),
+        |p| p.display().to_string(),
+    );
+    let untrusted = |field: &str, value: String, baseline: String, flag: &str| {
+        ConfigError::Untrusted(format!(
+            "{} sets {field} = \"{value}\", looser than \"{baseline}\" from your configuration; a workspace's keel.toml may only tighten it (to accept, pass --{flag} {} or put it in your user config {user_file})",
+            path.display(),
+            value.replace('_', "-"),
+        ))
+    };
+    if let (Some(ws), None) = (
+        text(workspace, "permission_mode"),
+        text(flags, "permission_mode"),
+    ) {
+        let mode = parse_permission_mode(&ws)?;
+        let base = match text(trusted, "permission_mode") {
+            Some(b) => parse_permission_mode(&b)?,
+            None => PermissionMode::Default,
+        };
+        if permission_rank(mode) < permission_rank(base) {
+            return Err(untrusted(
+                "permission_mode",
+                snake(&mode),
+                snake(&base),
+                "permission-mode",
+            ));
+        }
+    }
+    if let (Some(ws), None) = (text(workspace, "sandbox"), text(flags, "sandbox")) {
+        let mode = parse_sandbox(&ws)?;
+        let base = match text(trusted, "sandbox") {
+            Some(b) => parse_sandbox(&b)?,
+            None => SandboxMode::WorkspaceWrite,
+        };
+        if sandbox_rank(mode) < sandbox_rank(base) {
+            return Err(untrusted(
+                "sandbox",
+                mode.as_str().to_owned(),
+                base.as_str().to_owned(),
+                "sandbox",
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Merges `over` into `base`: tables key by key, everything else replaced.
@@ -534,17 +745,53 @@ impl Config {
         let mut merged = toml::Table::new();
         let mut sources = Vec::new();
         let workspace_file = workspace.join(CONFIG_FILE);
-        let files = locations
-            .user_file
-            .iter()
-            .chain(std::iter::once(&workspace_file));
-        for file in files {
-            if let Some(layer) = read_layer(file)? {
-                merge(&mut merged, layer);
-                sources.push(file.display().to_string());
-            }
+        if let Some(user_file) = &locations.user_file
+            && let Some(layer) = read_layer(user_file)?
+        {
+            merge(&mut merged, layer);
+            sources.push(user_file.display().to_string());
         }
         let flags = overrides.to_table();
+        // The user file may name the workspace's own keel.toml (a workspace in the config dir):
+        // read it once, as the user's.
+        let same_file = locations.user_file.as_ref() == Some(&workspace_file);
+        if !same_file && let Some(layer) = read_layer(&workspace_file)? {
+            check_workspace_layer(
+                &workspace_file,
+                &layer,
+                &merged,
+                &flags,
+                locations.user_file.as_deref(),
+            )?;
+            let allow = layer
+                .get("policy")
+                .and_then(|p| p.get("allow"))
+                .and_then(toml::Value::as_array)
+                .map_or(0, Vec::len);
+            if allow > 0 {
+                eprintln!(
+                    "keel: note: {} adds {allow} `allow` polic{} (calls that run without asking)",
+                    workspace_file.display(),
+                    if allow == 1 { "y rule" } else { "y rules" }
+                );
+            }
+            merge(&mut merged, layer);
+            sources.push(workspace_file.display().to_string());
+        }
+        if overrides.base_url.is_some()
+            && let Some(model) = &overrides.model
+            && !matches!(
+                crate::model_spec::ModelSpec::parse(crate::model_spec::split_base_url(model).0),
+                Ok(crate::model_spec::ModelSpec::OpenaiChat(_)
+                    | crate::model_spec::ModelSpec::OpenaiResponses(_))
+            )
+        {
+            return Err(ConfigError::Value {
+                field: "--base-url",
+                value: model.clone(),
+                expected: "--base-url applies to openai: and openai-responses: models only (drop it, or set [providers.NAME] base_url in keel.toml)",
+            });
+        }
         if !flags.is_empty() {
             merge(&mut merged, flags);
             sources.push("flags".into());
@@ -589,11 +836,12 @@ impl Config {
             Some(s) => s.clone(),
             None => default_store(locations)?,
         };
+        validate_layer(&file)?;
         let b = file.budget.clone().unwrap_or_default();
         let budget = Budget {
             max_steps: b.max_steps,
             max_tokens: b.max_tokens,
-            max_cost_usd: b.max_cost_usd,
+            max_cost_usd: b.max_cost_usd.map(check_cost).transpose()?,
             max_tool_calls: b.max_tool_calls,
             max_wall_time_ms: b.timeout.as_deref().map(parse_duration_ms).transpose()?,
         };
@@ -714,6 +962,11 @@ pub fn mask_secrets(table: &mut toml::Table, env: &BTreeMap<String, EnvValue>) {
                 for (name, v) in vars.iter_mut() {
                     if env.get(name).is_some_and(|e| e.is_secret(name)) {
                         *v = toml::Value::String(MASK.into());
+                    } else if let toml::Value::Table(detailed) = v {
+                        // `{ value = "…", secret = false }`: the flag is not a secret.
+                        if let Some(toml::Value::String(s)) = detailed.get_mut("value") {
+                            *s = mask_url_password(s);
+                        }
                     } else {
                         mask_value(name, v);
                     }

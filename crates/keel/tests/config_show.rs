@@ -11,6 +11,7 @@ fn config_show_merges_layers_and_masks_secrets() {
         r#"
 model = "openai:gpt-5"
 instructions = "user instructions"
+permission_mode = "accept_edits"
 [providers.openai]
 api_key = "sk-user-file-secret"
 [providers.anthropic]
@@ -23,7 +24,6 @@ max_tokens = 5000
     env.write(
         "ws/keel.toml",
         r#"
-permission_mode = "accept_edits"
 store = "postgres://keel:hunter2@db.local/keel"
 [env]
 GITHUB_TOKEN = "ghp_workspace_secret"
@@ -197,7 +197,8 @@ fn the_readme_keel_toml_example_is_valid() {
     let start = readme.find("```toml\n").unwrap() + "```toml\n".len();
     let end = start + readme[start..].find("```").unwrap();
     let env = Env::new();
-    env.write("ws/keel.toml", &readme[start..end]);
+    // As the user config: a workspace's keel.toml may not loosen permission_mode.
+    env.write("config/keel/keel.toml", &readme[start..end]);
     let out = env.run(&["config", "show", "--workspace", "ws"]);
     assert!(out.status.success(), "{}", crate::common::stderr(&out));
     let table: toml::Table = stdout(&out).parse().unwrap();

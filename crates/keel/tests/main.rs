@@ -12,3 +12,4 @@ mod model_parse;
 mod postgres;
 mod realworld;
 mod resume_changes;
+mod untrusted_config;

@@ -119,9 +119,10 @@ fn an_invalid_setting_on_resume_is_refused_and_changes_nothing() {
     let (code, session) = start(&env, "{\"text\":\"first\"}\n", &[]);
     assert_eq!(code, Some(0));
     let before = show_json(&env, &session);
+    // A usage error (exit 2), refused before the store is touched.
     let (code, _, err) = resume(&env, &session, &["more", "--max-cost-usd=-1"]);
-    assert_eq!(code, Some(1), "{err}");
-    assert!(err.contains("max_cost_usd"), "{err}");
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("--max-cost-usd"), "{err}");
     let after = show_json(&env, &session);
     assert_eq!(before["version"], after["version"], "nothing written");
 }
