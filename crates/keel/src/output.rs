@@ -127,8 +127,50 @@ impl std::fmt::Debug for TextPrinter {
     }
 }
 
-/// Shortens `text` to its first line and at most `max` characters.
+/// Whether `c` must not reach a terminal raw: control characters other than newline and tab
+/// (ESC, BEL, CR, C1 controls, …) would move the cursor, clear the screen or set the title.
+fn is_unsafe(c: char) -> bool {
+    c.is_control() && c != '\n' && c != '\t'
+}
+
+/// `text` made safe for a terminal: ESC becomes `␛`, every other control character except
+/// newline and tab becomes `\u{…}`. Untrusted output (model text, tool arguments and outputs,
+/// stored prompts) stays data in every human-readable rendering; JSON output is not passed
+/// through this.
+pub fn visible(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(is_unsafe) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            '\u{1b}' => out.push('␛'),
+            c if is_unsafe(c) => out.push_str(&format!("\\u{{{:x}}}", u32::from(c))),
+            c => out.push(c),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// A writer that passes everything through [`visible`]; for human-readable listings.
+#[derive(Debug)]
+pub struct Visible<W: Write>(pub W);
+
+impl<W: Write> Write for Visible<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let text = String::from_utf8_lossy(buf);
+        self.0.write_all(visible(&text).as_bytes())?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+}
+
+/// Shortens `text` to its first line and at most `max` characters, made [`visible`].
 pub fn one_line(text: &str, max: usize) -> String {
+    let text = visible(text);
     let first = text.lines().next().unwrap_or_default();
     let more = text.lines().nth(1).is_some();
     if first.chars().count() > max {
@@ -155,7 +197,7 @@ impl TextPrinter {
 
     fn out(&mut self, text: &str) {
         let mut out = std::io::stdout().lock();
-        let _ = out.write_all(text.as_bytes());
+        let _ = out.write_all(visible(text).as_bytes());
         let _ = out.flush();
         if let Some(last) = text.chars().last() {
             self.at_line_start = last == '\n';
@@ -226,7 +268,7 @@ impl TextPrinter {
                     if let Ok(style) = ProgressStyle::with_template("{spinner} {msg} {elapsed}") {
                         pb.set_style(style);
                     }
-                    pb.set_message(label.clone());
+                    pb.set_message(visible(&label).into_owned());
                     pb.enable_steady_tick(Duration::from_millis(100));
                     pb
                 });

@@ -121,7 +121,11 @@ pub async fn list(
         ..SessionQuery::default()
     };
     let sessions = store.list_sessions(local_tenant(), &query).await?;
-    let mut out = std::io::stdout().lock();
+    let mut out: Box<dyn Write> = if json_out {
+        Box::new(std::io::stdout().lock())
+    } else {
+        Box::new(crate::output::Visible(std::io::stdout().lock()))
+    };
     if !json_out {
         writeln!(
             out,
@@ -262,6 +266,8 @@ pub async fn show(
         writeln!(out, "{}", serde_json::to_string_pretty(&s)?)?;
         return Ok(());
     }
+    // Stored prompts and tool names are untrusted: keep them data on a terminal.
+    let mut out = crate::output::Visible(out);
     let str_of = |v: &Value| match v {
         Value::String(s) => s.clone(),
         Value::Null => "-".into(),

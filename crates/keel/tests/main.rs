@@ -12,4 +12,5 @@ mod model_parse;
 mod postgres;
 mod realworld;
 mod resume_changes;
+mod terminal_escapes;
 mod untrusted_config;
