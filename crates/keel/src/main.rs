@@ -7,11 +7,13 @@ fn main() -> std::process::ExitCode {
     let verbose = cli.global.verbose;
     match keel_cli::cli::run(cli) {
         Ok(code) => code,
+        // `keel sessions events S | head -1`: the reader has what it wanted.
+        Err(error) if keel_cli::report::is_broken_pipe(&error) => std::process::ExitCode::SUCCESS,
         Err(error) => {
             if verbose {
                 eprintln!("keel: {error:?}");
             } else {
-                eprintln!("keel: {error:#}");
+                eprintln!("keel: {}", keel_cli::report::describe(&error));
             }
             std::process::ExitCode::FAILURE
         }

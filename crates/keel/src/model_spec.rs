@@ -36,6 +36,16 @@ pub enum SpecError {
         "no model configured: pass --model (e.g. --model openai:gpt-5 or --model script:demo.jsonl) or set `model` in keel.toml"
     )]
     Missing,
+    /// No API key where `[providers.NAME] api_key_env` says to read it.
+    #[error(
+        "no API key for {provider}: set ${var} (named by [providers.{provider}] api_key_env in keel.toml)"
+    )]
+    MissingConfiguredKey {
+        /// The provider section.
+        provider: String,
+        /// The configured variable.
+        var: String,
+    },
     /// The adapter refused its configuration (missing API key, bad script line, …).
     #[error(transparent)]
     Model(#[from] ModelError),
@@ -123,20 +133,27 @@ pub fn build_model(spec: &str, config: &Config) -> Result<Arc<dyn ModelClient>, 
     let parsed = ModelSpec::parse(bare)?;
     let settings = config.providers.get(parsed.provider());
     let openai_base = pinned.or(config.base_url.as_deref());
+    let key_var = settings.and_then(|s| s.api_key_env.clone());
+    let provider = parsed.provider();
+    let missing_key = |e: ModelError| match (e, key_var.clone()) {
+        (ModelError::MissingApiKey { .. }, Some(var)) => SpecError::MissingConfiguredKey {
+            provider: provider.to_owned(),
+            var,
+        },
+        (e, _) => SpecError::Model(e),
+    };
     Ok(match parsed {
-        ModelSpec::OpenaiChat(m) => Arc::new(HttpModel::openai_chat(provider_config(
-            &m,
-            settings,
-            openai_base,
-        ))?),
-        ModelSpec::OpenaiResponses(m) => Arc::new(HttpModel::openai_responses(provider_config(
-            &m,
-            settings,
-            openai_base,
-        ))?),
-        ModelSpec::Anthropic(m) => {
-            Arc::new(HttpModel::anthropic(provider_config(&m, settings, None))?)
-        }
+        ModelSpec::OpenaiChat(m) => Arc::new(
+            HttpModel::openai_chat(provider_config(&m, settings, openai_base))
+                .map_err(missing_key)?,
+        ),
+        ModelSpec::OpenaiResponses(m) => Arc::new(
+            HttpModel::openai_responses(provider_config(&m, settings, openai_base))
+                .map_err(missing_key)?,
+        ),
+        ModelSpec::Anthropic(m) => Arc::new(
+            HttpModel::anthropic(provider_config(&m, settings, None)).map_err(missing_key)?,
+        ),
         ModelSpec::Script(path) => {
             let path = if path.is_relative() {
                 config.workspace.join(path)

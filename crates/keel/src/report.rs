@@ -19,6 +19,32 @@ pub fn explain_model_failure(error: &str) -> String {
     one
 }
 
+/// An error and its causes on one line, each cause once: a cause whose text its parent's message
+/// already includes (`cannot read X: No such file…` caused by `No such file…`) is not repeated.
+pub fn describe(error: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        let text = text.trim();
+        if text.is_empty() || line.contains(text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(text);
+    }
+    line
+}
+
+/// Whether the error is standard output (or error) closed by the reader (`keel … | head`).
+pub fn is_broken_pipe(error: &anyhow::Error) -> bool {
+    error.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
 fn after<'a>(text: &'a str, marker: &str) -> &'a str {
     text.find(marker)
         .map_or(text, |i| &text[i + marker.len()..])
@@ -56,5 +82,14 @@ mod tests {
             "the script ended early: /x/s.jsonl has 2 lines and model response 3 was requested"
         );
         assert_eq!(explain_model_failure("a\nb"), "a b");
+    }
+
+    #[test]
+    fn causes_are_not_repeated() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "No such file");
+        let e = anyhow::Error::new(io).context("cannot read s.jsonl: No such file");
+        assert_eq!(describe(&e), "cannot read s.jsonl: No such file");
+        let e = anyhow::anyhow!("inner").context("outer");
+        assert_eq!(describe(&e), "outer: inner");
     }
 }

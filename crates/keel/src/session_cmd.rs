@@ -84,12 +84,15 @@ pub fn execute(
         let text = if global.verbose {
             format!("{error:?}")
         } else {
-            format!("{error:#}")
+            crate::report::describe(&error)
         };
         eprintln!("keel: {text}");
         if jsonl {
             let elapsed = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-            JsonlPrinter.result(&ResultLine::startup_failure(format!("{error:#}"), elapsed));
+            JsonlPrinter.result(&ResultLine::startup_failure(
+                crate::report::describe(&error),
+                elapsed,
+            ));
         }
         ExitCode::from(exit::code(TerminalReason::Failed))
     };
@@ -222,7 +225,7 @@ async fn converse(mut p: Prepared, mode: Mode, lines: &mut Option<Lines>) -> u8 
                 Err(e) => printer
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
-                    .note(&format!("keel: {e:#}")),
+                    .note(&format!("keel: {}", crate::report::describe(&e))),
             }
         }
         let result = result_of(&p, &driven).await;
@@ -293,7 +296,10 @@ pub fn resolve(
             .next()
             .and_then(|s| s.parse::<SessionId>().ok())
             .with_context(|| {
-                format!("{key:?} is not an operation key (`keel sessions show SESSION` lists them)")
+                format!(
+                    "{:?} is not an operation key (`keel sessions show SESSION` lists them)",
+                    key.as_str()
+                )
             })?;
         let (_, state) = crate::sessions::load_state(&store, session).await?;
         let tool = state

@@ -1,0 +1,68 @@
+//! Error lines: each cause once, no Rust debug formatting, and a closed standard output
+//! (`keel … | head -1`) is a quiet success.
+
+use crate::common::{Env, run_script, stderr};
+
+#[test]
+fn a_cause_is_printed_once() {
+    let env = Env::new();
+    let out = env.run(&[
+        "run",
+        "--workspace",
+        "ws",
+        "--model",
+        "script:missing.jsonl",
+        "x",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert_eq!(err.matches("os error 2").count(), 1, "{err}");
+    let out = env.run(&["resolve", "nonexistent", "--as", "committed"]);
+    let err = stderr(&out);
+    assert!(!err.contains("OperationKey("), "{err}");
+    assert!(
+        err.contains("\"nonexistent\" is not an operation key"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_closed_stdout_ends_sessions_events_quietly() {
+    let env = Env::new();
+    let (code, lines) = run_script(&env, "{\"text\":\"done\"}\n", &[]);
+    assert_eq!(code, Some(0));
+    let session = lines[0]["session_id"].as_str().unwrap().to_owned();
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = env
+        .keel()
+        .args(["sessions", "events", &session])
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stderr(&out), "");
+}
+
+#[test]
+fn a_missing_key_names_the_configured_variable() {
+    let env = Env::new();
+    env.write(
+        "config/keel/keel.toml",
+        "[providers.anthropic]\napi_key_env = \"MY_ANTHROPIC_KEY\"\n",
+    );
+    let out = env.run(&[
+        "run",
+        "--workspace",
+        "ws",
+        "--model",
+        "anthropic:claude-sonnet-4-5",
+        "hi",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(err.contains("$MY_ANTHROPIC_KEY"), "{err}");
+    assert!(!err.contains("ANTHROPIC_API_KEY"), "{err}");
+}
