@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use anyhow::Context;
-use keel_core::{ApprovalDecision, ApprovalId, Decided};
+use keel_core::{ApprovalDecision, ApprovalId, ApprovalStatus, Decided, StateMachine};
 use keel_store::Store;
 
 use crate::store::local_tenant;
@@ -35,6 +35,25 @@ pub async fn decide(
         .get_approval(tenant, id)
         .await
         .with_context(|| format!("no approval {id} in this store"))?;
+    if record.status == ApprovalStatus::Pending
+        && let Ok((_, state)) = crate::sessions::load_state(store, record.session_id).await
+        && let Some(turn) = state.turns.get(&record.turn_id)
+        && turn.status.is_terminal()
+    {
+        anyhow::bail!(
+            "approval {id} is no longer pending: its turn ended ({}); `keel resume {}` starts a new turn, where the model may propose the call again",
+            turn.status.as_str(),
+            record.session_id
+        );
+    }
+    // A second deny stands as the first (its reason is kept), as a second approve does.
+    if record.status == ApprovalStatus::Denied && matches!(decision, ApprovalDecision::Deny { .. })
+    {
+        return Ok(format!(
+            "approval {id} ({} call {}) denied (it already was); a running session continues, otherwise `keel resume {}`",
+            record.tool_name, record.tool_call_id, record.session_id
+        ));
+    }
     let decided = store
         .decide_approval(
             tenant,

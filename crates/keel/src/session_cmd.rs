@@ -308,15 +308,26 @@ pub fn resolve(
             .and_then(|e| state.tool_calls.get(&e.tool_call_id))
             .map(|c| c.name.clone())
             .with_context(|| format!("session {session} has no effect {key}"))?;
-        let rt = bare_runtime(store)?;
-        rt.resolve_effect(local_tenant(), session, &key, decision.clone())
-            .await
-            .with_context(|| format!("cannot resolve effect {key}"))?;
         let verb = match decision {
             EffectDecision::Committed { .. } => "committed",
             EffectDecision::Failed { .. } => "failed",
             EffectDecision::Retry => "to be retried",
         };
+        // The same decision again (a repeated command) succeeds quietly, as `keel approve` does.
+        if state.effects.get(&key).is_some_and(|e| {
+            e.decision
+                .as_ref()
+                .is_some_and(|d| std::mem::discriminant(d) == std::mem::discriminant(&decision))
+        }) {
+            println!(
+                "effect {key} ({tool}) marked {verb} (it already was); `keel resume {session}` continues the session"
+            );
+            return Ok(ExitCode::SUCCESS);
+        }
+        let rt = bare_runtime(store)?;
+        rt.resolve_effect(local_tenant(), session, &key, decision.clone())
+            .await
+            .with_context(|| format!("cannot resolve effect {key}"))?;
         println!(
             "effect {key} ({tool}) marked {verb}; `keel resume {session}` continues the session"
         );

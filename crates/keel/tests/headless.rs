@@ -254,6 +254,10 @@ fn kill_9_during_a_side_effect_is_resolved_from_another_process() {
         .to_owned();
     let out = env.run(&["resolve", &key, "--as", "committed"]);
     assert!(out.status.success(), "{}", stderr(&out));
+    // The same decision again succeeds quietly (idempotent, like a second approve).
+    let out = env.run(&["resolve", &key, "--as", "committed"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(crate::common::stdout(&out).contains("already"));
     let out = env.run(&["resume", &session, "--output", "jsonl"]);
     let lines = jsonl_lines(&out.stdout);
     let result = check_stream(&lines);

@@ -4,6 +4,7 @@
 
 mod common;
 mod config_show;
+mod decisions;
 mod error_lines;
 mod errors;
 mod example;
