@@ -106,6 +106,7 @@ pub fn execute(
         let mut lines: Option<Lines> = None;
         let (prepared, mode) = match prepare(global, args, prompt, target, &mut lines).await {
             Ok(x) => x,
+            Err((e, _)) if e.is::<LeftWithoutPrompt>() => return ExitCode::SUCCESS,
             Err((e, jsonl)) => return fail(e, jsonl || flag_jsonl),
         };
         let code = converse(prepared, mode, &mut lines).await;
@@ -114,6 +115,16 @@ pub fn execute(
 }
 
 type PrepareError = (anyhow::Error, bool);
+
+/// The person left at the first prompt (empty line, `exit`, Ctrl-D): nothing ran, exit 0.
+#[derive(Debug, thiserror::Error)]
+#[error("left without a prompt")]
+struct LeftWithoutPrompt;
+
+/// `exit`, `quit` or `/exit`: the words that leave the interactive terminal.
+fn is_leave_word(line: &str) -> bool {
+    matches!(line.trim(), "exit" | "quit" | "/exit")
+}
 
 async fn prepare(
     global: &GlobalArgs,
@@ -137,8 +148,8 @@ async fn prepare(
                 Some(p) => p,
                 None if mode == Mode::Interactive => {
                     match lines.get_or_insert_with(Lines::spawn).ask("› ").await {
-                        Some(p) if !p.trim().is_empty() => p,
-                        _ => return Err(with_mode(anyhow::anyhow!("no prompt given"))),
+                        Some(p) if !p.trim().is_empty() && !is_leave_word(&p) => p,
+                        _ => return Err(with_mode(anyhow::Error::new(LeftWithoutPrompt))),
                     }
                 }
                 None if !std::io::stdin().is_terminal() => read_prompt(Some("-".into()))
@@ -243,7 +254,7 @@ async fn converse(mut p: Prepared, mode: Mode, lines: &mut Option<Lines>) -> u8 
         let next = loop {
             match lines.ask("› ").await {
                 None => return code,
-                Some(l) if matches!(l.trim(), "exit" | "quit" | "/exit") => return code,
+                Some(l) if is_leave_word(&l) => return code,
                 Some(l) if l.trim().is_empty() => {}
                 Some(l) => break l,
             }

@@ -194,3 +194,20 @@ fn an_approval_decided_from_another_terminal_continues_the_session() {
         "from afar"
     );
 }
+
+#[test]
+fn exit_or_an_empty_line_at_the_first_prompt_leaves_with_0_and_no_session() {
+    let env = Env::new();
+    for answer in ["exit", ""] {
+        let mut p = start(&env, "{\"text\":\"should not run\"}\n", &[]);
+        p.exp_string(&l1("› ")).unwrap();
+        p.send_line(answer).unwrap();
+        assert_eq!(exit_code(&mut p), Some(0), "{answer:?}");
+    }
+    let mut p = start(&env, "{\"text\":\"should not run\"}\n", &[]);
+    p.exp_string(&l1("› ")).unwrap();
+    p.send_control('d').unwrap();
+    assert_eq!(exit_code(&mut p), Some(0), "Ctrl-D");
+    let out = env.run(&["sessions", "list", "--json"]);
+    assert_eq!(crate::common::stdout(&out).trim(), "", "no session");
+}
