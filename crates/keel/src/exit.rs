@@ -35,7 +35,7 @@ pub const HELP: &str = "\
 Exit codes of run and resume (one per terminal reason):
   0  completed          the model ended the turn
   1  failed             an error the runtime could not recover from (or keel could not start)
-  2  usage error        the command line was not understood
+  2  usage error        the command line was not understood (reported before any output: no JSONL result line)
   3  requires_action    waiting on a human: `keel approve|deny APPROVAL` or `keel resolve KEY`, then `keel resume SESSION`
   4  aborted            cancelled (Ctrl-C or `keel cancel SESSION`); `keel resume SESSION` continues
   5  budget_exhausted   a limit ran out (steps, tokens, cost, tool_calls, wall_time)

@@ -181,3 +181,18 @@ fn config_files_are_checked_with_the_file_named() {
         "{shown}"
     );
 }
+
+#[test]
+fn usage_errors_print_no_stream_as_documented() {
+    let env = Env::new();
+    let out = run_ws(&env, &["--output", "jsonl", "--bogus"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(stdout(&out), "", "no stream before a usage error");
+    let help = stdout(&env.run(&["--help"]));
+    assert!(help.contains("no JSONL result line"), "{help}");
+    let readme = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"),
+    )
+    .unwrap();
+    assert!(readme.contains("before any stream starts"));
+}
