@@ -107,6 +107,14 @@ fn parse_timeout_arg(text: &str) -> Result<String, String> {
 }
 
 impl RunArgs {
+    /// Why `--base-url` does not apply to `--model`, when it does not (it is for `openai:` and
+    /// `openai-responses:` models only).
+    pub fn base_url_mismatch(&self) -> Option<String> {
+        self.base_url.as_ref()?;
+        let model = self.model.as_deref()?;
+        (!crate::config::base_url_applies(model)).then(|| format!("--base-url applies to openai: and openai-responses: models only, not --model {model}"))
+    }
+
     /// These flags (and `--store`) as configuration overrides. A relative `script:` path is made
     /// absolute against the current directory, so that `resume` finds it from anywhere.
     pub fn overrides(&self, store: Option<&str>) -> Overrides {
@@ -464,12 +472,20 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Deny { approval, reason } => {
             decide(&global, &approval, ApprovalDecision::Deny { reason })
         }
-        Command::Run { prompt, args } => Ok(crate::session_cmd::execute(
-            &global,
-            &args,
-            prompt,
-            crate::session_cmd::Target::New,
-        )),
+        Command::Run { prompt, args } => {
+            if let Some(message) = args.base_url_mismatch() {
+                use clap::CommandFactory;
+                Cli::command()
+                    .error(clap::error::ErrorKind::ArgumentConflict, message)
+                    .exit();
+            }
+            Ok(crate::session_cmd::execute(
+                &global,
+                &args,
+                prompt,
+                crate::session_cmd::Target::New,
+            ))
+        }
         Command::Resume {
             session,
             prompt,

@@ -548,6 +548,15 @@ pub fn check_base_url(text: &str) -> Result<(), ConfigError> {
     }
 }
 
+/// Whether a base URL applies to model `spec` (`openai:` and `openai-responses:` do).
+pub fn base_url_applies(spec: &str) -> bool {
+    matches!(
+        crate::model_spec::ModelSpec::parse(crate::model_spec::split_base_url(spec).0),
+        Ok(crate::model_spec::ModelSpec::OpenaiChat(_)
+            | crate::model_spec::ModelSpec::OpenaiResponses(_))
+    )
+}
+
 /// How strict a permission mode is: higher is stricter.
 fn permission_rank(mode: PermissionMode) -> u8 {
     match mode {
@@ -780,16 +789,12 @@ impl Config {
         }
         if overrides.base_url.is_some()
             && let Some(model) = &overrides.model
-            && !matches!(
-                crate::model_spec::ModelSpec::parse(crate::model_spec::split_base_url(model).0),
-                Ok(crate::model_spec::ModelSpec::OpenaiChat(_)
-                    | crate::model_spec::ModelSpec::OpenaiResponses(_))
-            )
+            && !base_url_applies(model)
         {
             return Err(ConfigError::Value {
-                field: "--base-url",
+                field: "--model",
                 value: model.clone(),
-                expected: "--base-url applies to openai: and openai-responses: models only (drop it, or set [providers.NAME] base_url in keel.toml)",
+                expected: "--base-url applies to openai: and openai-responses: models only (drop --base-url, or set [providers.NAME] base_url in keel.toml)",
             });
         }
         if !flags.is_empty() {

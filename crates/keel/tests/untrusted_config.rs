@@ -144,7 +144,7 @@ fn bad_flag_values_are_usage_errors() {
     }
     // --base-url does not apply to a scripted model.
     let out = run_ws(&env, &["--base-url", "http://127.0.0.1:9/v1"]);
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("--base-url"), "{}", stderr(&out));
     no_sessions(&env);
     // Both spellings of a mode are accepted by flags and files.
