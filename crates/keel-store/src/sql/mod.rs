@@ -408,6 +408,36 @@ impl SqlStore {
         }
     }
 
+    /// Rows of a session-owned table (`select` is `SELECT … FROM table`), optionally in one
+    /// status, oldest first then by `id_col`.
+    async fn list_of_session<T>(
+        &self,
+        select: &str,
+        id_col: &str,
+        tenant: TenantId,
+        session: SessionId,
+        status: Option<&'static str>,
+        map: fn(&AnyRow) -> Result<T>,
+    ) -> Result<Vec<T>> {
+        let mut sql = format!("{select} WHERE tenant_id = ? AND session_id = ?");
+        if status.is_some() {
+            sql.push_str(" AND status = ?");
+        }
+        sql.push_str(&format!(" ORDER BY created_at, {id_col}"));
+        let sql = self.inner.dialect.sql(&sql);
+        let mut q = sqlx::query(&sql)
+            .bind(tenant.to_string())
+            .bind(session.to_string());
+        if let Some(s) = status {
+            q = q.bind(s);
+        }
+        q.fetch_all(&self.inner.pool)
+            .await?
+            .iter()
+            .map(map)
+            .collect()
+    }
+
     /// Runs a lease `UPDATE … RETURNING lease_epoch, lease_expires_at` whose last two parameters
     /// are the tenant and the session; `binds` fill the ones before.
     async fn lease_write(
@@ -1284,24 +1314,16 @@ impl Store for SqlStore {
         session: SessionId,
         status: Option<EffectStatus>,
     ) -> Result<Vec<EffectRecord>> {
-        let mut sql =
-            format!("SELECT {EFFECT_COLS} FROM effects WHERE tenant_id = ? AND session_id = ?");
-        if status.is_some() {
-            sql.push_str(" AND status = ?");
-        }
-        sql.push_str(" ORDER BY created_at, operation_key");
-        let sql = self.inner.dialect.sql(&sql);
-        let mut q = sqlx::query(&sql)
-            .bind(tenant.to_string())
-            .bind(session.to_string());
-        if let Some(s) = status {
-            q = q.bind(s.as_str());
-        }
-        q.fetch_all(&self.inner.pool)
-            .await?
-            .iter()
-            .map(effect_from_row)
-            .collect()
+        let sql = format!("SELECT {EFFECT_COLS} FROM effects");
+        self.list_of_session(
+            &sql,
+            "operation_key",
+            tenant,
+            session,
+            status.map(|s| s.as_str()),
+            effect_from_row,
+        )
+        .await
     }
 
     async fn create_approval(&self, tenant: TenantId, a: &ApprovalRecord) -> Result<()> {
@@ -1430,24 +1452,16 @@ impl Store for SqlStore {
         session: SessionId,
         status: Option<ApprovalStatus>,
     ) -> Result<Vec<ApprovalRecord>> {
-        let mut sql =
-            format!("SELECT {APPROVAL_COLS} FROM approvals WHERE tenant_id = ? AND session_id = ?");
-        if status.is_some() {
-            sql.push_str(" AND status = ?");
-        }
-        sql.push_str(" ORDER BY created_at, approval_id");
-        let sql = self.inner.dialect.sql(&sql);
-        let mut q = sqlx::query(&sql)
-            .bind(tenant.to_string())
-            .bind(session.to_string());
-        if let Some(s) = status {
-            q = q.bind(s.as_str());
-        }
-        q.fetch_all(&self.inner.pool)
-            .await?
-            .iter()
-            .map(approval_from_row)
-            .collect()
+        let sql = format!("SELECT {APPROVAL_COLS} FROM approvals");
+        self.list_of_session(
+            &sql,
+            "approval_id",
+            tenant,
+            session,
+            status.map(|s| s.as_str()),
+            approval_from_row,
+        )
+        .await
     }
 
     async fn append_transcript(
