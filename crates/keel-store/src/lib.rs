@@ -4,7 +4,8 @@
 //! and PostgreSQL, the shared store for many workers), the embedded schema migrations, the journal
 //! append with compare-and-set versions and lease fencing, SQLite group commit, wake-ups
 //! (LISTEN/NOTIFY, polling), and everything sessions own: effects, approvals, transcript items,
-//! tenant memory, artifacts and releases.
+//! tenant memory, tenant usage totals, artifacts and releases; side-table writes that commit with
+//! an append ([`AppendExtras`]) and per-handle commit counts ([`CommitCounts`]).
 //!
 //! **Must not touch:** session semantics (what an event means is `keel_core::SessionState::apply`'s
 //! business — the store only records, orders and fences), model or tool I/O, scheduling policy.
@@ -30,8 +31,9 @@ pub use error::{Result, StoreError};
 pub use sql::{Dialect, SqlStore};
 pub use store::Store;
 pub use types::{
-    Artifact, DueSession, EffectInsert, EffectRecord, EffectUpdate, Intent, Lease, LeaseInfo,
-    MemoryEntry, NewSession, SessionQuery, SessionRecord, TranscriptItem,
+    AppendExtras, Artifact, CommitCounts, DueSession, EffectInsert, EffectRecord, EffectUpdate,
+    Intent, Lease, LeaseInfo, MemoryEntry, NewSession, SessionQuery, SessionRecord, TranscriptItem,
+    UsageDelta, UsageRow,
 };
 
 /// Opens a store from a location: `postgres://…` / `postgresql://…` (optionally with

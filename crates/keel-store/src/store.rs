@@ -12,8 +12,8 @@ use serde_json::Value;
 
 use crate::error::Result;
 use crate::types::{
-    Artifact, DueSession, EffectInsert, EffectRecord, EffectUpdate, Intent, Lease, MemoryEntry,
-    NewSession, SessionQuery, SessionRecord, TranscriptItem,
+    AppendExtras, Artifact, CommitCounts, DueSession, EffectInsert, EffectRecord, EffectUpdate,
+    Intent, Lease, MemoryEntry, NewSession, SessionQuery, SessionRecord, TranscriptItem, UsageRow,
 };
 
 /// Durable storage for sessions, their journals and everything they own.
@@ -26,6 +26,11 @@ use crate::types::{
 pub trait Store: Send + Sync + 'static {
     /// Which backend this is (`sqlite`, `postgres`).
     fn backend(&self) -> &'static str;
+
+    /// Durable commits this handle has made so far, by kind ([`CommitCounts`]): an
+    /// [`Store::append_with`] counts one journal commit whatever its extras; other writes count
+    /// in `tables` or `leases`. For tests and metrics that check how many commits a step costs.
+    fn commits(&self) -> CommitCounts;
 
     // --- sessions ---------------------------------------------------------------------------
 
@@ -88,6 +93,8 @@ pub trait Store: Send + Sync + 'static {
     /// `session.created` / `session.status_changed` in the batch. Returns the new version.
     /// Durable on return (SQLite: `synchronous=FULL`; PostgreSQL: synchronous commit).
     ///
+    /// [`Store::append_with`] with no extras.
+    ///
     /// # Errors
     /// `StaleVersion` or `LeaseLost` (nothing written), `NotFound`, `InvalidInput`.
     async fn append(
@@ -97,6 +104,37 @@ pub trait Store: Send + Sync + 'static {
         expected_version: u64,
         lease_epoch: LeaseEpoch,
         events: &[Event],
+    ) -> Result<u64> {
+        self.append_with(
+            tenant,
+            session,
+            expected_version,
+            lease_epoch,
+            events,
+            &AppendExtras::default(),
+        )
+        .await
+    }
+
+    /// [`Store::append`] plus side-table writes ([`AppendExtras`]: effect rows, new approvals,
+    /// tenant usage, the session's wake-up time) in the same transaction: one durable commit.
+    /// The extras are written only if the compare-and-set succeeds; if any of them fails, nothing
+    /// is written, events included, and its error is returned. With SQLite group commit each
+    /// request's extras commit with its own events only, and a request whose extras fail fails
+    /// alone. Counts one journal commit ([`Store::commits`]).
+    ///
+    /// # Errors
+    /// As [`Store::append`]; `Conflict` for an approval id that exists or an effect's operation
+    /// key held by another session; `InvalidInput` for an effect or approval of another session,
+    /// a usage day that is not `YYYY-MM-DD`, a negative or non-finite cost, a count past 2^63.
+    async fn append_with(
+        &self,
+        tenant: TenantId,
+        session: SessionId,
+        expected_version: u64,
+        lease_epoch: LeaseEpoch,
+        events: &[Event],
+        extras: &AppendExtras,
     ) -> Result<u64>;
 
     /// Reads events with `seq >= from_seq`, in order, at most `limit` (all if `None`).
@@ -379,6 +417,16 @@ pub trait Store: Send + Sync + 'static {
     /// # Errors
     /// `Database`.
     async fn memory_delete(&self, tenant: TenantId, namespace: &str, key: &str) -> Result<bool>;
+
+    // --- usage ------------------------------------------------------------------------------
+
+    /// The tenant's usage totals (added by [`AppendExtras::usage`]) for the UTC days
+    /// `from_day ..= to_day` (`YYYY-MM-DD`), ordered by day, then model. Another tenant's usage
+    /// is never included. Usage outlives the sessions that spent it.
+    ///
+    /// # Errors
+    /// `InvalidInput` for a day that is not `YYYY-MM-DD`; `CorruptRow`; `Database`.
+    async fn usage(&self, tenant: TenantId, from_day: &str, to_day: &str) -> Result<Vec<UsageRow>>;
 
     // --- artifacts --------------------------------------------------------------------------
 

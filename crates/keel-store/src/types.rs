@@ -2,8 +2,8 @@
 
 use chrono::{DateTime, Utc};
 use keel_core::{
-    EffectStatus, LeaseEpoch, OperationKey, ReleaseId, SessionId, SessionStatus, TenantId,
-    ToolCallId, TurnId,
+    ApprovalRecord, EffectStatus, LeaseEpoch, OperationKey, ReleaseId, SessionId, SessionStatus,
+    TenantId, ToolCallId, TurnId, Usage,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -205,4 +205,85 @@ pub struct Intent {
     pub payload: Value,
     /// When it was posted.
     pub created_at: DateTime<Utc>,
+}
+
+/// Side-table writes that commit in the same transaction as a journal append (one durable
+/// commit), given to [`crate::Store::append_with`]. They are written only if the append's
+/// compare-and-set succeeds; if any of them fails, nothing of the append is written.
+///
+/// Effects and approvals must belong to the appended session (`InvalidInput` otherwise), so they
+/// are scoped by the tenant the append's compare-and-set already checked.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AppendExtras {
+    /// Effect rows to insert or replace (keyed by tenant + operation key): the journal's view of
+    /// each effect after the batch (status, attempts, outcome, error, `updated_at` …). Any status
+    /// may be written (no transition check: the journal is authoritative). A replaced row keeps
+    /// its original `created_at`; an operation key held by another session is a `Conflict`.
+    pub effects: Vec<EffectRecord>,
+    /// New approval rows (a request); an existing id is a `Conflict` and the whole append writes
+    /// nothing.
+    pub approvals: Vec<ApprovalRecord>,
+    /// Usage added to the tenant's per-day, per-model totals (see [`crate::Store::usage`]).
+    pub usage: Vec<UsageDelta>,
+    /// `Some(Some(t))` sets the session's wake-up time, `Some(None)` clears it, `None` leaves it.
+    pub wake_at: Option<Option<DateTime<Utc>>>,
+}
+
+impl AppendExtras {
+    /// No side-table writes: the append is a plain [`crate::Store::append`].
+    pub fn is_empty(&self) -> bool {
+        self.effects.is_empty()
+            && self.approvals.is_empty()
+            && self.usage.is_empty()
+            && self.wake_at.is_none()
+    }
+}
+
+/// Usage to add to a tenant's totals for one UTC day and one model.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct UsageDelta {
+    /// The UTC day, `YYYY-MM-DD` (zero-padded; anything else is `InvalidInput`).
+    pub day: String,
+    /// The model, as the runtime names it (e.g. `openai:gpt-4.1`); any string.
+    pub model: String,
+    /// Tokens to add, field by field.
+    pub usage: Usage,
+    /// Cost to add, in US dollars (finite and not negative, else `InvalidInput`).
+    pub cost_usd: f64,
+    /// Model steps (responses) to add.
+    pub steps: u32,
+}
+
+/// A tenant's usage on one UTC day for one model: the sum of every [`UsageDelta`] committed for
+/// it, from [`crate::Store::usage`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct UsageRow {
+    /// The UTC day, `YYYY-MM-DD`.
+    pub day: String,
+    /// The model.
+    pub model: String,
+    /// Tokens, summed field by field.
+    pub usage: Usage,
+    /// Cost in US dollars, summed.
+    pub cost_usd: f64,
+    /// Model steps, summed.
+    pub steps: u64,
+}
+
+/// Durable commits this store handle (and its clones) has made, by kind: monotonic counters,
+/// from [`crate::Store::commits`]. A write call counts once when its write commits, also if it
+/// found nothing to change (an existing effect, a delete of nothing); a write that fails counts
+/// nothing, and reads never count.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CommitCounts {
+    /// `append` / `append_with` calls that committed: one per call, whatever group commit merges
+    /// (its extras included).
+    pub journal: u64,
+    /// Every other committed write: sessions, effects, approvals, memory, usage, artifacts,
+    /// releases, intents, wake-ups, transcript, deletes. (`decide_approval` answering
+    /// `Decided::Already` writes nothing and counts nothing.)
+    pub tables: u64,
+    /// Lease writes that succeeded: `acquire_lease`, `take_over_lease`, `renew_lease`,
+    /// `release_lease`.
+    pub leases: u64,
 }

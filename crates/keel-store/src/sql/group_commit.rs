@@ -4,7 +4,11 @@
 //! writer drains the whole queue and commits it in one `BEGIN IMMEDIATE … COMMIT` (one fsync),
 //! with set-wise statements (one `UPDATE … FROM (VALUES …)` for every compare-and-set, one
 //! multi-row `INSERT` for every event); a refused compare-and-set writes nothing, and a failing
-//! statement makes each request retry alone, so one bad request affects only itself. The commit
+//! statement makes each request retry alone, so one bad request affects only itself. A request
+//! with side-table extras ([`crate::AppendExtras`]) is written in the same transaction inside its
+//! own `SAVEPOINT` (compare-and-set, events, extras): if its compare-and-set is refused or an
+//! extra fails, it rolls back to the savepoint, so it writes nothing and fails alone while the
+//! rest of the batch commits; requests without extras keep the set-wise path. The commit
 //! runs in a spawned task: a caller that is cancelled mid-commit cannot leave the writer inside a
 //! transaction or abandon other callers' appends. A request whose caller
 //! was cancelled before its batch committed may still be committed; callers read the journal to
@@ -16,9 +20,11 @@ use keel_core::{Event, LeaseEpoch, SessionId, StateMachine, TenantId};
 use sqlx::{AnyConnection, Connection, Row};
 use tokio::sync::{Mutex, OwnedMutexGuard, oneshot};
 
+use super::extras::Extras;
 use super::waiters::Waiters;
 use super::{Dialect, now_ms, to_i64};
 use crate::error::{Result, StoreError};
+use crate::types::AppendExtras;
 
 /// One event row: seq, type, timestamp (Unix ms), encoded envelope.
 type EventRow = (i64, &'static str, i64, String);
@@ -33,6 +39,8 @@ pub(crate) struct AppendRequest {
     count: i64,
     status: Option<String>,
     rows: Vec<EventRow>,
+    /// Side-table writes to commit with the events; `None` when there are none (fast path).
+    extras: Option<Extras>,
 }
 
 impl AppendRequest {
@@ -42,7 +50,9 @@ impl AppendRequest {
         expected_version: u64,
         epoch: LeaseEpoch,
         events: &[Event],
+        extras: &AppendExtras,
     ) -> Result<Self> {
+        let extras = Extras::prepare(session, extras)?;
         let mut rows = Vec::with_capacity(events.len());
         for ev in events {
             let body = ev.encode();
@@ -74,7 +84,21 @@ impl AppendRequest {
                 .find_map(|e| e.body.session_status())
                 .map(|s| s.as_str().to_owned()),
             rows,
+            extras,
         })
+    }
+
+    /// Writes this request's extras (if any) in the caller's transaction, after its
+    /// compare-and-set succeeded.
+    async fn apply_extras(&self, conn: &mut AnyConnection, dialect: Dialect) -> Result<()> {
+        match &self.extras {
+            Some(extras) => {
+                extras
+                    .apply(conn, dialect, &self.tenant, &self.session)
+                    .await
+            }
+            None => Ok(()),
+        }
     }
 }
 
@@ -135,7 +159,9 @@ pub(crate) async fn apply_one(
 
 /// PostgreSQL: the whole append — compare-and-set, event rows and the wake-up notification — as
 /// one statement (data-modifying CTEs run atomically in one implicit transaction, one round trip).
-/// The events are inserted, and the notification sent, only if the compare-and-set matched.
+/// The events are inserted, and the notification sent, only if the compare-and-set matched. With
+/// extras, that statement and the extras run in one explicit transaction (the notification is
+/// delivered at its commit); an extra that fails rolls the whole append back.
 pub(crate) async fn append_postgres(
     pool: &sqlx::AnyPool,
     channel: &str,
@@ -172,15 +198,27 @@ pub(crate) async fn append_postgres(
     for (seq, ty, ts, body) in &req.rows {
         q = q.bind(*seq).bind(*ty).bind(*ts).bind(body.clone());
     }
-    let row = q
-        .bind(channel.to_owned())
-        .bind(req.session.clone())
-        .fetch_one(pool)
-        .await?;
-    if row.try_get::<i64, _>("updated")? == 1 {
-        return Ok(Ok(u64::try_from(req.expected + req.count).unwrap_or(0)));
-    }
-    let mut conn = pool.acquire().await?;
+    let q = q.bind(channel.to_owned()).bind(req.session.clone());
+    let new_version = u64::try_from(req.expected + req.count).unwrap_or(0);
+    let mut conn = if req.extras.is_none() {
+        let row = q.fetch_one(pool).await?;
+        if row.try_get::<i64, _>("updated")? == 1 {
+            return Ok(Ok(new_version));
+        }
+        pool.acquire().await?
+    } else {
+        let mut conn = pool.acquire().await?;
+        let mut tx = conn.begin().await?;
+        let row = q.fetch_one(&mut *tx).await?;
+        if row.try_get::<i64, _>("updated")? == 1 {
+            // An error returns early and drops the transaction: it rolls back, events included.
+            req.apply_extras(&mut tx, Dialect::Postgres).await?;
+            tx.commit().await?;
+            return Ok(Ok(new_version));
+        }
+        tx.rollback().await?;
+        conn
+    };
     Ok(Err(classify(&mut conn, Dialect::Postgres, req).await?))
 }
 
@@ -328,6 +366,10 @@ async fn append_alone(conn: &mut AnyConnection, req: &AppendRequest) -> Result<u
         .map_err(|e| CasFailure::Store(e.into()))?;
     match apply_one(&mut tx, Dialect::Sqlite, req).await {
         Ok(Ok(v)) => {
+            // A failing extra returns early: dropping the transaction rolls the events back too.
+            req.apply_extras(&mut tx, Dialect::Sqlite)
+                .await
+                .map_err(CasFailure::Store)?;
             tx.commit().await.map_err(|e| CasFailure::Store(e.into()))?;
             Ok(v)
         }
@@ -337,9 +379,40 @@ async fn append_alone(conn: &mut AnyConnection, req: &AppendRequest) -> Result<u
     }
 }
 
+/// One request with extras inside its own savepoint of the batch's transaction: compare-and-set,
+/// events, extras. A refused compare-and-set or a failing write rolls back to the savepoint, so
+/// the request writes nothing and fails alone. The outer error (the savepoint itself failed, e.g.
+/// the transaction is gone) fails the batch, which is then retried request by request.
+async fn append_in_savepoint(
+    conn: &mut AnyConnection,
+    req: &AppendRequest,
+) -> Result<Result<u64, CasFailure>> {
+    sqlx::query("SAVEPOINT keel_append")
+        .execute(&mut *conn)
+        .await?;
+    let outcome = match apply_one(conn, Dialect::Sqlite, req).await {
+        Ok(Ok(v)) => match req.apply_extras(conn, Dialect::Sqlite).await {
+            Ok(()) => Ok(v),
+            Err(e) => Err(CasFailure::Store(e)),
+        },
+        Ok(Err(refused)) => Err(refused),
+        Err(e) => Err(CasFailure::Store(e)),
+    };
+    if outcome.is_err() {
+        sqlx::query("ROLLBACK TO keel_append")
+            .execute(&mut *conn)
+            .await?;
+    }
+    sqlx::query("RELEASE keel_append")
+        .execute(&mut *conn)
+        .await?;
+    Ok(outcome)
+}
+
 /// One transaction: per round (each session at most once per round, in arrival order), one
-/// `UPDATE … FROM (VALUES …) RETURNING` does every compare-and-set; then one multi-row `INSERT`
-/// writes the events of the requests that won.
+/// `UPDATE … FROM (VALUES …) RETURNING` does the compare-and-set of every request without extras,
+/// and each request with extras is written in its own savepoint ([`append_in_savepoint`]); then
+/// one multi-row `INSERT` writes the events of the requests without extras that won.
 async fn run_batch_set_wise(
     conn: &mut AnyConnection,
     batch: &[Pending],
@@ -355,7 +428,13 @@ async fn run_batch_set_wise(
         let (round, later): (Vec<usize>, Vec<usize>) = remaining
             .iter()
             .partition(|&&i| seen.insert(batch[i].req.session.as_str()));
-        for chunk in round.chunks(UPDATE_CHUNK) {
+        let (plain, with_extras): (Vec<usize>, Vec<usize>) = round
+            .into_iter()
+            .partition(|&i| batch[i].req.extras.is_none());
+        for &i in &with_extras {
+            results[i] = Some(append_in_savepoint(&mut tx, &batch[i].req).await?);
+        }
+        for chunk in plain.chunks(UPDATE_CHUNK) {
             let mut sql = String::from("WITH v(t_id, s_id, exp, ep, cnt, st) AS (VALUES ");
             for k in 0..chunk.len() {
                 sql.push_str(if k == 0 {
@@ -442,4 +521,231 @@ async fn run_batch_set_wise(
             })
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use std::time::Duration;
+
+    use chrono::Utc;
+    use keel_core::{ApprovalRecord, Correlation, EventBody, ToolCallId, TurnId, Usage};
+
+    use super::*;
+    use crate::store::Store;
+    use crate::types::{NewSession, UsageDelta};
+    use crate::{SqlStore, StoreError};
+
+    fn queued(session: SessionId, after: u64, n: u64) -> Vec<Event> {
+        (1..=n)
+            .map(|i| {
+                Event::new(
+                    session,
+                    after + i,
+                    Utc::now(),
+                    Correlation::default(),
+                    EventBody::TurnQueued {
+                        input: format!("{}", after + i),
+                    },
+                )
+            })
+            .collect()
+    }
+
+    fn approval(session: SessionId) -> ApprovalRecord {
+        ApprovalRecord::request(
+            session,
+            TurnId::new(),
+            ToolCallId::from("c"),
+            "shell",
+            serde_json::json!({}),
+            Utc::now(),
+            chrono::Duration::hours(1),
+        )
+    }
+
+    fn usage(steps: u32) -> UsageDelta {
+        UsageDelta {
+            day: "2026-05-01".into(),
+            model: "m".into(),
+            usage: Usage {
+                input_tokens: u64::from(steps),
+                ..Usage::default()
+            },
+            cost_usd: 0.5,
+            steps,
+        }
+    }
+
+    /// A store with `n` leased sessions at version 0.
+    async fn setup(
+        dir: &tempfile::TempDir,
+        n: usize,
+    ) -> (SqlStore, TenantId, Vec<(SessionId, LeaseEpoch)>) {
+        let store = SqlStore::open_sqlite(&dir.path().join("k.db"))
+            .await
+            .unwrap();
+        let t = TenantId::new();
+        let mut sessions = Vec::new();
+        for _ in 0..n {
+            let s = SessionId::new();
+            store
+                .create_session(
+                    t,
+                    NewSession {
+                        session_id: s,
+                        release_id: keel_core::ReleaseId::from("r"),
+                        parent_session_id: None,
+                        metadata: serde_json::json!({}),
+                    },
+                )
+                .await
+                .unwrap();
+            let lease = store
+                .acquire_lease(t, s, "w", Duration::from_secs(30))
+                .await
+                .unwrap();
+            sessions.push((s, lease.epoch));
+        }
+        (store, t, sessions)
+    }
+
+    fn pending(requests: Vec<Result<AppendRequest>>) -> Vec<Pending> {
+        requests
+            .into_iter()
+            .map(|req| Pending {
+                req: req.unwrap(),
+                reply: oneshot::channel().0,
+            })
+            .collect()
+    }
+
+    fn summary(results: &[Result<u64, CasFailure>]) -> Vec<String> {
+        results
+            .iter()
+            .map(|r| match r {
+                Ok(v) => format!("ok {v}"),
+                Err(CasFailure::Stale { actual }) => format!("stale {actual}"),
+                Err(CasFailure::Store(StoreError::Conflict(_))) => "conflict".into(),
+                Err(_) => "other".into(),
+            })
+            .collect()
+    }
+
+    /// One hand-built batch mixing both paths, several rounds of one session, a refused
+    /// compare-and-set and failing extras: every request gets its own outcome and only the
+    /// successful ones are written, in one transaction.
+    #[tokio::test]
+    async fn a_mixed_batch_commits_exactly_the_requests_that_succeed() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, t, sessions) = setup(&dir, 2).await;
+        let [(s1, e1), (s2, e2)] = [sessions[0], sessions[1]];
+        let taken = approval(s2);
+        store.create_approval(t, &taken).await.unwrap();
+
+        let with = |usage_steps: u32, approvals: Vec<ApprovalRecord>| AppendExtras {
+            approvals,
+            usage: vec![usage(usage_steps)],
+            ..AppendExtras::default()
+        };
+        let requests = vec![
+            // Round 1: s1 on the fast path; s2 with extras that conflict (rolled back alone).
+            AppendRequest::new(t, s1, 0, e1, &queued(s1, 0, 1), &AppendExtras::default()),
+            AppendRequest::new(
+                t,
+                s2,
+                0,
+                e2,
+                &queued(s2, 0, 1),
+                &with(100, vec![approval(s2), taken.clone()]),
+            ),
+            // Round 2: s1 with extras after the fast-path append; s2 on the fast path at 0
+            // (the failed request left the version where it was).
+            AppendRequest::new(
+                t,
+                s1,
+                1,
+                e1,
+                &queued(s1, 1, 2),
+                &with(1, vec![approval(s1)]),
+            ),
+            AppendRequest::new(t, s2, 0, e2, &queued(s2, 0, 1), &AppendExtras::default()),
+            // Round 3: s1 with extras, stale (rolled back alone); round 4: s1 with extras again.
+            AppendRequest::new(t, s1, 1, e1, &queued(s1, 1, 1), &with(1000, vec![])),
+            AppendRequest::new(t, s1, 3, e1, &queued(s1, 3, 1), &with(10, vec![])),
+        ];
+        let batch = pending(requests);
+        let writer = store.inner.writer.clone().unwrap();
+        let results = {
+            let mut conn = writer.lock().await;
+            run_batch(&mut conn, &batch).await.unwrap()
+        };
+        assert_eq!(
+            summary(&results),
+            ["ok 1", "conflict", "ok 3", "ok 1", "stale 3", "ok 4"]
+        );
+        assert_eq!(store.read(t, s1, 0, None).await.unwrap().len(), 4);
+        assert_eq!(store.read(t, s2, 0, None).await.unwrap().len(), 1);
+        assert_eq!(store.get_session(t, s1).await.unwrap().version, 4);
+        assert_eq!(store.list_approvals(t, s1, None).await.unwrap().len(), 1);
+        assert_eq!(
+            store.list_approvals(t, s2, None).await.unwrap(),
+            vec![store.get_approval(t, taken.approval_id).await.unwrap()],
+            "the conflicting request's other approval was rolled back"
+        );
+        let rows = store.usage(t, "2026-05-01", "2026-05-01").await.unwrap();
+        assert_eq!(rows.len(), 1);
+        assert_eq!((rows[0].steps, rows[0].cost_usd), (11, 1.0));
+    }
+
+    /// A fast-path statement that fails (an event row already at that seq) fails the set-wise
+    /// transaction; every request is then retried alone, extras included, and only the faulty
+    /// one fails.
+    #[tokio::test]
+    async fn a_failing_fast_path_retries_requests_with_extras_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, t, sessions) = setup(&dir, 2).await;
+        let [(s1, e1), (s2, e2)] = [sessions[0], sessions[1]];
+        let writer = store.inner.writer.clone().unwrap();
+        {
+            let mut conn = writer.lock().await;
+            let row = queued(s2, 0, 1).remove(0);
+            sqlx::query(
+                "INSERT INTO events (tenant_id, session_id, seq, type, ts, body) VALUES (?, ?, 1, ?, 0, ?)",
+            )
+            .bind(t.to_string())
+            .bind(s2.to_string())
+            .bind(row.type_name())
+            .bind(row.encode())
+            .execute(&mut *conn)
+            .await
+            .unwrap();
+        }
+        let batch = pending(vec![
+            AppendRequest::new(
+                t,
+                s1,
+                0,
+                e1,
+                &queued(s1, 0, 1),
+                &AppendExtras {
+                    approvals: vec![approval(s1)],
+                    usage: vec![usage(2)],
+                    ..AppendExtras::default()
+                },
+            ),
+            AppendRequest::new(t, s2, 0, e2, &queued(s2, 0, 1), &AppendExtras::default()),
+        ]);
+        let results = {
+            let mut conn = writer.lock().await;
+            run_batch(&mut conn, &batch).await.unwrap()
+        };
+        assert_eq!(summary(&results), ["ok 1", "other"]);
+        assert_eq!(store.get_session(t, s1).await.unwrap().version, 1);
+        assert_eq!(store.get_session(t, s2).await.unwrap().version, 0);
+        assert_eq!(store.list_approvals(t, s1, None).await.unwrap().len(), 1);
+        let rows = store.usage(t, "2026-05-01", "2026-05-01").await.unwrap();
+        assert_eq!(rows[0].steps, 2, "extras applied once, by the retry");
+    }
 }

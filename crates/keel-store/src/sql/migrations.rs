@@ -33,6 +33,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "intents",
         sql: include_str!("../../migrations/0002_intents.sql"),
     },
+    Migration {
+        version: 3,
+        name: "usage",
+        sql: include_str!("../../migrations/0003_usage.sql"),
+    },
 ];
 
 fn checksum(m: &Migration) -> String {

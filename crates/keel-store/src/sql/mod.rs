@@ -12,6 +12,7 @@
 //!   `<schema>_keel_events` carries the session id to `LISTEN`ers, with a 2 s poll as a fallback
 //!   while the listener reconnects. An optional schema isolates a store (tests use one per run).
 
+mod extras;
 mod group_commit;
 mod migrations;
 mod waiters;
@@ -19,6 +20,7 @@ mod waiters;
 use std::borrow::Cow;
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -38,8 +40,9 @@ use tokio::task::JoinHandle;
 use crate::error::{Result, StoreError};
 use crate::store::Store;
 use crate::types::{
-    Artifact, DueSession, EffectInsert, EffectRecord, EffectUpdate, Intent, Lease, LeaseInfo,
-    MemoryEntry, NewSession, SessionQuery, SessionRecord, TranscriptItem,
+    AppendExtras, Artifact, CommitCounts, DueSession, EffectInsert, EffectRecord, EffectUpdate,
+    Intent, Lease, LeaseInfo, MemoryEntry, NewSession, SessionQuery, SessionRecord, TranscriptItem,
+    UsageRow,
 };
 use group_commit::{AppendRequest, GroupCommit};
 use waiters::Waiters;
@@ -151,6 +154,24 @@ struct Inner {
     /// PostgreSQL only: the NOTIFY channel.
     channel: String,
     poll: Duration,
+    /// Committed writes, by kind ([`Store::commits`]).
+    commits: Counters,
+}
+
+/// The counters behind [`CommitCounts`].
+#[derive(Default)]
+struct Counters {
+    journal: AtomicU64,
+    tables: AtomicU64,
+    leases: AtomicU64,
+}
+
+/// Which [`CommitCounts`] counter a committed write adds to.
+#[derive(Clone, Copy)]
+enum Commit {
+    Journal,
+    Tables,
+    Leases,
 }
 
 impl Drop for Inner {
@@ -233,6 +254,7 @@ impl SqlStore {
                 listener: None,
                 channel: String::new(),
                 poll: SQLITE_POLL,
+                commits: Counters::default(),
             }),
         })
     }
@@ -294,6 +316,7 @@ impl SqlStore {
                 listener: Some(listener),
                 channel,
                 poll: POSTGRES_POLL,
+                commits: Counters::default(),
             }),
         })
     }
@@ -301,6 +324,17 @@ impl SqlStore {
     /// The SQL dialect.
     pub fn dialect(&self) -> Dialect {
         self.inner.dialect
+    }
+
+    /// Counts one committed write (called once per write call, after its commit).
+    fn committed(&self, kind: Commit) {
+        let c = &self.inner.commits;
+        let counter = match kind {
+            Commit::Journal => &c.journal,
+            Commit::Tables => &c.tables,
+            Commit::Leases => &c.leases,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
     }
 
     fn sql<'a>(&self, sql: &'a str) -> Cow<'a, str> {
@@ -462,10 +496,13 @@ impl SqlStore {
             .fetch_optional(&mut *conn)
             .await?;
         match row {
-            Some(r) => Ok(Some((
-                r.try_get("lease_epoch")?,
-                r.try_get("lease_expires_at")?,
-            ))),
+            Some(r) => {
+                self.committed(Commit::Leases);
+                Ok(Some((
+                    r.try_get("lease_epoch")?,
+                    r.try_get("lease_expires_at")?,
+                )))
+            }
             None => Ok(None),
         }
     }
@@ -737,6 +774,15 @@ impl Store for SqlStore {
         self.inner.dialect.name()
     }
 
+    fn commits(&self) -> CommitCounts {
+        let c = &self.inner.commits;
+        CommitCounts {
+            journal: c.journal.load(Ordering::Relaxed),
+            tables: c.tables.load(Ordering::Relaxed),
+            leases: c.leases.load(Ordering::Relaxed),
+        }
+    }
+
     async fn create_session(&self, tenant: TenantId, new: NewSession) -> Result<SessionRecord> {
         let now = now_ms();
         let mut conn = self.write_conn().await?;
@@ -762,6 +808,7 @@ impl Store for SqlStore {
                 new.session_id
             )));
         }
+        self.committed(Commit::Tables);
         self.get_session(tenant, new.session_id).await
     }
 
@@ -863,6 +910,7 @@ impl Store for SqlStore {
         if done.rows_affected() == 0 {
             return Err(not_found("session", session));
         }
+        self.committed(Commit::Tables);
         Ok(())
     }
 
@@ -896,19 +944,28 @@ impl Store for SqlStore {
                 .await?;
         }
         tx.commit().await?;
+        self.committed(Commit::Tables);
         Ok(())
     }
 
-    async fn append(
+    async fn append_with(
         &self,
         tenant: TenantId,
         session: SessionId,
         expected_version: u64,
         lease_epoch: LeaseEpoch,
         events: &[Event],
+        extras: &AppendExtras,
     ) -> Result<u64> {
         validate_batch(tenant, session, expected_version, events)?;
-        let req = AppendRequest::new(tenant, session, expected_version, lease_epoch, events)?;
+        let req = AppendRequest::new(
+            tenant,
+            session,
+            expected_version,
+            lease_epoch,
+            events,
+            extras,
+        )?;
         let outcome = match &self.inner.writer {
             Some(writer) => {
                 self.inner
@@ -921,7 +978,10 @@ impl Store for SqlStore {
             }
         };
         match outcome {
-            Ok(v) => Ok(v),
+            Ok(v) => {
+                self.committed(Commit::Journal);
+                Ok(v)
+            }
             Err(group_commit::CasFailure::Missing) => Err(not_found("session", session)),
             Err(group_commit::CasFailure::Stale { actual }) => Err(StoreError::StaleVersion {
                 session,
@@ -1141,6 +1201,7 @@ impl Store for SqlStore {
                 .await?;
         }
         tx.commit().await?;
+        self.committed(Commit::Tables);
         self.inner.waiters.notify(session);
         Ok(intent)
     }
@@ -1209,6 +1270,7 @@ impl Store for SqlStore {
             .bind(intent_id.to_owned())
             .execute(&mut *conn)
             .await?;
+        self.committed(Commit::Tables);
         Ok(done.rows_affected() > 0)
     }
 
@@ -1249,6 +1311,7 @@ impl Store for SqlStore {
         .await?;
         if done.rows_affected() == 1 {
             tx.commit().await?;
+            self.committed(Commit::Tables);
             return Ok(EffectInsert::Inserted);
         }
         let sql =
@@ -1259,6 +1322,7 @@ impl Store for SqlStore {
             .fetch_one(&mut *tx)
             .await?;
         tx.commit().await?;
+        self.committed(Commit::Tables);
         Ok(EffectInsert::Existing(effect_from_row(&row)?))
     }
 
@@ -1286,6 +1350,9 @@ impl Store for SqlStore {
         .execute(&mut *conn)
         .await?;
         drop(conn);
+        if done.rows_affected() > 0 {
+            self.committed(Commit::Tables);
+        }
         let current = self.get_effect(tenant, key).await?;
         if done.rows_affected() == 0 {
             return Err(StoreError::Conflict(format!(
@@ -1359,6 +1426,7 @@ impl Store for SqlStore {
             )));
         }
         tx.commit().await?;
+        self.committed(Commit::Tables);
         Ok(())
     }
 
@@ -1408,6 +1476,7 @@ impl Store for SqlStore {
             .execute(&mut *conn)
             .await?;
             if done.rows_affected() == 1 {
+                self.committed(Commit::Tables);
                 // Return the row as stored (timestamps at the store's millisecond precision).
                 drop(conn);
                 return Ok(Decided::Now(self.get_approval(tenant, id).await?));
@@ -1436,6 +1505,9 @@ impl Store for SqlStore {
         .execute(&mut *conn)
         .await?;
         drop(conn);
+        if done.rows_affected() > 0 {
+            self.committed(Commit::Tables);
+        }
         let rec = self.get_approval(tenant, id).await?;
         if done.rows_affected() == 0 {
             return Err(StoreError::Conflict(format!(
@@ -1512,6 +1584,7 @@ impl Store for SqlStore {
             }
         }
         tx.commit().await?;
+        self.committed(Commit::Tables);
         Ok(())
     }
 
@@ -1569,6 +1642,7 @@ impl Store for SqlStore {
         .bind(now_ms())
         .execute(&mut *conn)
         .await?;
+        self.committed(Commit::Tables);
         Ok(())
     }
 
@@ -1639,7 +1713,24 @@ impl Store for SqlStore {
         .bind(key.to_owned())
         .execute(&mut *conn)
         .await?;
+        self.committed(Commit::Tables);
         Ok(done.rows_affected() > 0)
+    }
+
+    async fn usage(&self, tenant: TenantId, from_day: &str, to_day: &str) -> Result<Vec<UsageRow>> {
+        extras::check_day(from_day)?;
+        extras::check_day(to_day)?;
+        let rows = sqlx::query(&self.sql(
+            "SELECT day, model, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, \
+             reasoning_tokens, cost_usd, steps FROM usage \
+             WHERE tenant_id = ? AND day >= ? AND day <= ? ORDER BY day, model",
+        ))
+        .bind(tenant.to_string())
+        .bind(from_day.to_owned())
+        .bind(to_day.to_owned())
+        .fetch_all(&self.inner.pool)
+        .await?;
+        rows.iter().map(usage_from_row).collect()
     }
 
     async fn put_artifact(
@@ -1671,6 +1762,7 @@ impl Store for SqlStore {
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
+        self.committed(Commit::Tables);
         Ok(id)
     }
 
@@ -1713,6 +1805,7 @@ impl Store for SqlStore {
         .bind(now_ms())
         .execute(&mut *conn)
         .await?;
+        self.committed(Commit::Tables);
         Ok(())
     }
 
@@ -1740,6 +1833,27 @@ impl Store for SqlStore {
         }
         Ok(release)
     }
+}
+
+fn usage_from_row(row: &AnyRow) -> Result<UsageRow> {
+    let day: String = row.try_get("day")?;
+    let model: String = row.try_get("model")?;
+    let id = format!("{day}/{model}");
+    let count =
+        |column: &str| -> Result<u64> { non_negative("usage", &id, column, row.try_get(column)?) };
+    Ok(UsageRow {
+        usage: keel_core::Usage {
+            input_tokens: count("input_tokens")?,
+            output_tokens: count("output_tokens")?,
+            cache_read_tokens: count("cache_read_tokens")?,
+            cache_write_tokens: count("cache_write_tokens")?,
+            reasoning_tokens: count("reasoning_tokens")?,
+        },
+        cost_usd: row.try_get("cost_usd")?,
+        steps: count("steps")?,
+        day,
+        model,
+    })
 }
 
 fn memory_from_row(row: &AnyRow) -> Result<MemoryEntry> {

@@ -1315,7 +1315,7 @@ pub async fn migrations_are_idempotent_and_refuse_foreign_schemas(h: &Harness) {
     match h.reopen().await.err() {
         Some(StoreError::SchemaTooNew {
             found: 999,
-            supported: 2,
+            supported: 3,
         }) => {}
         other => panic!("expected SchemaTooNew, got {other:?}"),
     }
@@ -1857,4 +1857,747 @@ pub async fn an_event_row_whose_type_disagrees_is_corrupt(h: &Harness) {
         "{err}"
     );
     assert!(err.to_string().contains("turn.queued"), "{err}");
+}
+
+// --- append extras, usage, commit counts ---------------------------------------------------------
+
+fn approval(session: SessionId, call: &str) -> ApprovalRecord {
+    ApprovalRecord::request(
+        session,
+        TurnId::new(),
+        ToolCallId::from(call),
+        "shell",
+        json!({"command": call}),
+        Utc::now(),
+        ChronoDuration::hours(1),
+    )
+}
+
+fn delta(day: &str, model: &str, input: u64, cost_usd: f64, steps: u32) -> UsageDelta {
+    UsageDelta {
+        day: day.into(),
+        model: model.into(),
+        usage: Usage {
+            input_tokens: input,
+            output_tokens: 2 * input,
+            cache_read_tokens: 3,
+            cache_write_tokens: 4,
+            reasoning_tokens: 5,
+        },
+        cost_usd,
+        steps,
+    }
+}
+
+/// A time at the store's millisecond precision.
+fn ms(t: chrono::DateTime<Utc>) -> chrono::DateTime<Utc> {
+    chrono::DateTime::from_timestamp_millis(t.timestamp_millis()).unwrap()
+}
+
+/// Everything an append's extras could have written, to compare before and after a refused one.
+async fn side_tables(
+    h: &Harness,
+    t: TenantId,
+    s: SessionId,
+) -> (
+    u64,
+    usize,
+    Vec<EffectRecord>,
+    Vec<ApprovalRecord>,
+    Vec<UsageRow>,
+    Option<chrono::DateTime<Utc>>,
+) {
+    let rec = h.store.get_session(t, s).await.unwrap();
+    (
+        rec.version,
+        h.store.read(t, s, 0, None).await.unwrap().len(),
+        h.store.list_effects(t, s, None).await.unwrap(),
+        h.store.list_approvals(t, s, None).await.unwrap(),
+        h.store.usage(t, "2000-01-01", "2999-12-31").await.unwrap(),
+        rec.wake_at,
+    )
+}
+
+pub async fn append_with_writes_events_and_extras_atomically(h: &Harness) {
+    let t = tenant();
+    let f = session(&h.store, t).await;
+    // An effect first inserted the ordinary way; the append's row replaces it.
+    let prepared = effect(f.session, "k/replaced");
+    h.store.insert_effect(t, &prepared).await.unwrap();
+    let first = h
+        .store
+        .get_effect(t, &prepared.operation_key)
+        .await
+        .unwrap();
+    let wake = ms(Utc::now() + ChronoDuration::minutes(5));
+    let mut dispatched = first.clone();
+    dispatched.status = EffectStatus::Dispatched;
+    dispatched.attempts = 1;
+    dispatched.updated_at = ms(Utc::now() + ChronoDuration::seconds(1));
+    let mut fresh = effect(f.session, "k/new");
+    fresh.status = EffectStatus::Committed;
+    fresh.attempts = 1;
+    fresh.outcome = Some(json!({"exit_code": 0}));
+    fresh.created_at = ms(Utc::now());
+    fresh.updated_at = fresh.created_at;
+    let ask = approval(f.session, "call_9");
+    let extras = AppendExtras {
+        effects: vec![dispatched.clone(), fresh.clone()],
+        approvals: vec![ask.clone()],
+        usage: vec![delta("2026-03-01", "openai:gpt", 100, 0.25, 1)],
+        wake_at: Some(Some(wake)),
+    };
+    assert!(!extras.is_empty());
+    assert!(AppendExtras::default().is_empty());
+    let v = h
+        .store
+        .append_with(
+            t,
+            f.session,
+            1,
+            f.lease.epoch,
+            &events(f.session, 1, 2),
+            &extras,
+        )
+        .await
+        .unwrap();
+    assert_eq!(v, 3);
+    assert_eq!(h.store.read(t, f.session, 0, None).await.unwrap().len(), 3);
+    let got = h
+        .store
+        .get_effect(t, &dispatched.operation_key)
+        .await
+        .unwrap();
+    assert_eq!((got.status, got.attempts), (EffectStatus::Dispatched, 1));
+    assert_eq!(got.updated_at, dispatched.updated_at);
+    assert_eq!(
+        got.created_at, first.created_at,
+        "a replaced row keeps created_at"
+    );
+    let got = h.store.get_effect(t, &fresh.operation_key).await.unwrap();
+    assert_eq!(got, fresh, "a new effect row is written as given");
+    let stored = h.store.get_approval(t, ask.approval_id).await.unwrap();
+    assert_eq!(stored.status, ApprovalStatus::Pending);
+    assert_eq!(stored.args_hash, ask.args_hash);
+    assert_eq!(ms(stored.expires_at), ms(ask.expires_at));
+    let usage = h.store.usage(t, "2026-03-01", "2026-03-01").await.unwrap();
+    assert_eq!(
+        usage,
+        vec![UsageRow {
+            day: "2026-03-01".into(),
+            model: "openai:gpt".into(),
+            usage: delta("", "", 100, 0.0, 0).usage,
+            cost_usd: 0.25,
+            steps: 1,
+        }]
+    );
+    let rec = h.store.get_session(t, f.session).await.unwrap();
+    assert_eq!((rec.version, rec.wake_at), (3, Some(wake)));
+    // Whatever the wake-up time, `None` leaves it; `Some(None)` clears it.
+    let mut committed = dispatched.clone();
+    committed.status = EffectStatus::Committed;
+    committed.outcome = Some(json!({"ok": true}));
+    h.store
+        .append_with(
+            t,
+            f.session,
+            3,
+            f.lease.epoch,
+            &events(f.session, 3, 1),
+            &AppendExtras {
+                effects: vec![committed.clone()],
+                ..AppendExtras::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        h.store.get_session(t, f.session).await.unwrap().wake_at,
+        Some(wake)
+    );
+    let got = h
+        .store
+        .get_effect(t, &committed.operation_key)
+        .await
+        .unwrap();
+    assert_eq!(got.status, EffectStatus::Committed);
+    assert_eq!(got.outcome, Some(json!({"ok": true})));
+    h.store
+        .append_with(
+            t,
+            f.session,
+            4,
+            f.lease.epoch,
+            &events(f.session, 4, 1),
+            &AppendExtras {
+                wake_at: Some(None),
+                ..AppendExtras::default()
+            },
+        )
+        .await
+        .unwrap();
+    let rec = h.store.get_session(t, f.session).await.unwrap();
+    assert_eq!((rec.version, rec.wake_at), (5, None));
+    // Plain `append` is `append_with` with no extras.
+    h.store
+        .append(t, f.session, 5, f.lease.epoch, &events(f.session, 5, 1))
+        .await
+        .unwrap();
+    assert_eq!(
+        h.store
+            .list_effects(t, f.session, None)
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+    assert_eq!(
+        h.store
+            .list_approvals(t, f.session, None)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+}
+
+pub async fn stale_append_with_writes_none_of_its_extras(h: &Harness) {
+    let t = tenant();
+    let f = session(&h.store, t).await;
+    let wake = ms(Utc::now() + ChronoDuration::minutes(5));
+    h.store.set_wake_at(t, f.session, Some(wake)).await.unwrap();
+    let extras = AppendExtras {
+        effects: vec![effect(f.session, "k/stale")],
+        approvals: vec![approval(f.session, "call_1")],
+        usage: vec![delta("2026-03-01", "m", 10, 1.0, 1)],
+        wake_at: Some(None),
+    };
+    let before = side_tables(h, t, f.session).await;
+    // Stale version (behind and ahead).
+    for expected in [0, 7] {
+        let err = h
+            .store
+            .append_with(
+                t,
+                f.session,
+                expected,
+                f.lease.epoch,
+                &events(f.session, expected, 1),
+                &extras,
+            )
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, StoreError::StaleVersion { actual: 1, .. }),
+            "{err}"
+        );
+    }
+    // A lost lease.
+    let err = h
+        .store
+        .append_with(
+            t,
+            f.session,
+            1,
+            LeaseEpoch(f.lease.epoch.0 + 1),
+            &events(f.session, 1, 1),
+            &extras,
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::LeaseLost { .. }), "{err}");
+    // Another tenant's view of the session.
+    let err = h
+        .store
+        .append_with(
+            tenant(),
+            f.session,
+            1,
+            f.lease.epoch,
+            &events(f.session, 1, 1),
+            &extras,
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::NotFound { .. }), "{err}");
+    assert_eq!(side_tables(h, t, f.session).await, before);
+    assert!(matches!(
+        h.store
+            .get_approval(t, extras.approvals[0].approval_id)
+            .await,
+        Err(StoreError::NotFound { .. })
+    ));
+}
+
+pub async fn a_failing_extra_makes_the_whole_append_write_nothing(h: &Harness) {
+    let t = tenant();
+    let f = session(&h.store, t).await;
+    let other = session(&h.store, t).await;
+    let existing = approval(f.session, "call_1");
+    h.store.create_approval(t, &existing).await.unwrap();
+    h.store
+        .insert_effect(t, &effect(other.session, "k/other"))
+        .await
+        .unwrap();
+    let wake = ms(Utc::now() + ChronoDuration::minutes(5));
+    let good = AppendExtras {
+        effects: vec![effect(f.session, "k/1")],
+        approvals: vec![approval(f.session, "call_2")],
+        usage: vec![delta("2026-03-01", "m", 10, 1.0, 1)],
+        wake_at: Some(Some(wake)),
+    };
+    let before = side_tables(h, t, f.session).await;
+    let try_with = |extras: AppendExtras| {
+        let store = h.store.clone();
+        let (sid, epoch) = (f.session, f.lease.epoch);
+        async move {
+            store
+                .append_with(t, sid, 1, epoch, &events(sid, 1, 2), &extras)
+                .await
+        }
+    };
+    // An approval id that exists: Conflict, and neither events nor any other extra are written
+    // (the good rows come first, so they were written and rolled back).
+    let mut dup = good.clone();
+    dup.approvals.push(existing.clone());
+    let err = try_with(dup).await.unwrap_err();
+    assert!(matches!(err, StoreError::Conflict(_)), "{err}");
+    // An operation key held by another session: Conflict.
+    let mut taken = good.clone();
+    let mut stolen = effect(f.session, "k/other");
+    stolen.status = EffectStatus::Committed;
+    taken.effects.push(stolen);
+    let err = try_with(taken).await.unwrap_err();
+    assert!(matches!(err, StoreError::Conflict(_)), "{err}");
+    // Rows of another session, bad usage: InvalidInput before anything is written.
+    let mut foreign = good.clone();
+    foreign.effects.push(effect(other.session, "k/2"));
+    let err = try_with(foreign).await.unwrap_err();
+    assert!(matches!(err, StoreError::InvalidInput(_)), "{err}");
+    let mut foreign = good.clone();
+    foreign.approvals = vec![approval(other.session, "call_3")];
+    let err = try_with(foreign).await.unwrap_err();
+    assert!(matches!(err, StoreError::InvalidInput(_)), "{err}");
+    for (day, cost) in [
+        ("2026-3-01", 1.0),
+        ("2026-02-30", 1.0),
+        ("today", 1.0),
+        ("2026-03-01", f64::NAN),
+        ("2026-03-01", -1.0),
+        ("2026-03-01", f64::INFINITY),
+    ] {
+        let mut bad = good.clone();
+        bad.usage.push(delta(day, "m", 1, cost, 1));
+        let err = try_with(bad).await.unwrap_err();
+        assert!(
+            matches!(err, StoreError::InvalidInput(_)),
+            "{day} {cost}: {err}"
+        );
+    }
+    assert_eq!(side_tables(h, t, f.session).await, before);
+    assert_eq!(
+        h.store
+            .get_effect(t, &OperationKey::from("k/other"))
+            .await
+            .unwrap()
+            .status,
+        EffectStatus::Prepared,
+        "the other session's effect is untouched"
+    );
+    // The same append without the failing extra goes through at the same version.
+    assert_eq!(try_with(good.clone()).await.unwrap(), 3);
+    let after = side_tables(h, t, f.session).await;
+    assert_eq!(
+        (after.0, after.1, after.2.len(), after.3.len()),
+        (3, 3, 1, 2)
+    );
+    assert_eq!(after.4.len(), 1);
+    assert_eq!(after.5, Some(wake));
+}
+
+pub async fn usage_accumulates_and_is_tenant_scoped(h: &Harness) {
+    let (t, u) = (tenant(), tenant());
+    let f = session(&h.store, t).await;
+    let g = session(&h.store, u).await;
+    let mut v = 1;
+    for (day, model, input, cost) in [
+        ("2026-03-02", "b", 10, 0.5),
+        ("2026-03-01", "b", 1, 0.25),
+        ("2026-03-02", "a", 100, 1.0),
+        ("2026-03-02", "b", 20, 0.5),
+        ("2026-03-03", "a", 7, 0.125),
+    ] {
+        v = h
+            .store
+            .append_with(
+                t,
+                f.session,
+                v,
+                f.lease.epoch,
+                &events(f.session, v, 1),
+                &AppendExtras {
+                    usage: vec![delta(day, model, input, cost, 1)],
+                    ..AppendExtras::default()
+                },
+            )
+            .await
+            .unwrap();
+    }
+    // Two deltas in one append add up too.
+    h.store
+        .append_with(
+            u,
+            g.session,
+            1,
+            g.lease.epoch,
+            &events(g.session, 1, 1),
+            &AppendExtras {
+                usage: vec![
+                    delta("2026-03-02", "b", 1000, 10.0, 3),
+                    delta("2026-03-02", "b", 1000, 10.0, 3),
+                ],
+                ..AppendExtras::default()
+            },
+        )
+        .await
+        .unwrap();
+    let rows = h.store.usage(t, "2026-03-01", "2026-03-03").await.unwrap();
+    let keys: Vec<(&str, &str)> = rows
+        .iter()
+        .map(|r| (r.day.as_str(), r.model.as_str()))
+        .collect();
+    assert_eq!(
+        keys,
+        vec![
+            ("2026-03-01", "b"),
+            ("2026-03-02", "a"),
+            ("2026-03-02", "b"),
+            ("2026-03-03", "a"),
+        ],
+        "ordered by day, then model"
+    );
+    let b2 = &rows[2];
+    assert_eq!(
+        b2.usage,
+        Usage {
+            input_tokens: 30,
+            output_tokens: 60,
+            cache_read_tokens: 6,
+            cache_write_tokens: 8,
+            reasoning_tokens: 10,
+        }
+    );
+    assert_eq!((b2.cost_usd, b2.steps), (1.0, 2));
+    assert_eq!(rows[3].cost_usd, 0.125);
+    // The range is inclusive at both ends.
+    let mid = h.store.usage(t, "2026-03-02", "2026-03-02").await.unwrap();
+    assert_eq!(mid.len(), 2);
+    assert!(
+        h.store
+            .usage(t, "2026-03-04", "2026-12-31")
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        h.store
+            .usage(t, "2026-03-03", "2026-03-01")
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // The other tenant sees only its own.
+    let theirs = h.store.usage(u, "2026-01-01", "2026-12-31").await.unwrap();
+    assert_eq!(theirs.len(), 1);
+    assert_eq!(
+        (
+            theirs[0].usage.input_tokens,
+            theirs[0].cost_usd,
+            theirs[0].steps
+        ),
+        (2000, 20.0, 6)
+    );
+    assert!(
+        h.store
+            .usage(tenant(), "2026-01-01", "2026-12-31")
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    for (from, to) in [
+        ("2026-3-1", "2026-03-02"),
+        ("2026-03-01", "2026-13-01"),
+        ("", "2026-03-01"),
+        ("2026-03-01 ", "2026-03-02"),
+    ] {
+        let err = h.store.usage(t, from, to).await.unwrap_err();
+        assert!(
+            matches!(err, StoreError::InvalidInput(_)),
+            "{from}..{to}: {err}"
+        );
+    }
+    // Usage is the tenant's, not the session's: it outlives the session.
+    h.store.delete_session(t, f.session).await.unwrap();
+    assert_eq!(
+        h.store.usage(t, "2026-03-01", "2026-03-03").await.unwrap(),
+        rows
+    );
+}
+
+/// Many tasks appending with extras at once (on SQLite they share group commits): two racers per
+/// session and version (one wins; only the winner's extras land), a request whose approval always
+/// conflicts (fails alone), and plain appends on the fast path, all mixed in the same batches.
+pub async fn concurrent_append_with_applies_each_requests_extras_once(h: &Harness) {
+    const TASKS: usize = 24;
+    const ROUNDS: u64 = 5;
+    let t = tenant();
+    let day = "2026-04-01";
+    let before = h.store.commits();
+    let mut tasks = Vec::new();
+    for _ in 0..TASKS {
+        let store: Arc<dyn Store> = h.store.clone();
+        let s = session(&store, t).await;
+        let poison = session(&store, t).await;
+        let plain = session(&store, t).await;
+        let taken = approval(poison.session, "taken");
+        store.create_approval(t, &taken).await.unwrap();
+        tasks.push(tokio::spawn(async move {
+            let mut v = 1;
+            let mut vq = 1;
+            let mut winners = Vec::new();
+            for i in 0..ROUNDS {
+                let extras_for = |who: &str| AppendExtras {
+                    effects: vec![effect(s.session, &format!("{}/{i}/{who}", s.session))],
+                    approvals: vec![approval(s.session, &format!("{i}/{who}"))],
+                    usage: vec![delta(day, "race", 1, 0.5, 1)],
+                    wake_at: Some(Some(ms(Utc::now()))),
+                };
+                let (xa, xb) = (extras_for("a"), extras_for("b"));
+                let (ea, eb) = (events(s.session, v, 1), events(s.session, v, 2));
+                let ep = events(poison.session, 1, 1);
+                let eq = events(plain.session, vq, 1);
+                let xp = AppendExtras {
+                    approvals: vec![approval(poison.session, "new"), taken.clone()],
+                    usage: vec![delta(day, "poison", 1, 0.5, 1)],
+                    ..AppendExtras::default()
+                };
+                let (ra, rb, rp, rq) = tokio::join!(
+                    store.append_with(t, s.session, v, s.lease.epoch, &ea, &xa),
+                    store.append_with(t, s.session, v, s.lease.epoch, &eb, &xb),
+                    store.append_with(t, poison.session, 1, poison.lease.epoch, &ep, &xp),
+                    store.append(t, plain.session, vq, plain.lease.epoch, &eq),
+                );
+                assert!(matches!(rp, Err(StoreError::Conflict(_))), "{rp:?}");
+                vq = rq.unwrap();
+                let (won, lost, lost_x) = match (ra, rb) {
+                    (Ok(n), Err(e)) => ((n, xa), e, xb),
+                    (Err(e), Ok(n)) => ((n, xb), e, xa),
+                    other => panic!("exactly one racer wins: {other:?}"),
+                };
+                assert!(matches!(lost, StoreError::StaleVersion { .. }), "{lost}");
+                assert!(matches!(
+                    store.get_approval(t, lost_x.approvals[0].approval_id).await,
+                    Err(StoreError::NotFound { .. })
+                ));
+                assert!(matches!(
+                    store.get_effect(t, &lost_x.effects[0].operation_key).await,
+                    Err(StoreError::NotFound { .. })
+                ));
+                v = won.0;
+                winners.push(won.1);
+            }
+            (s, poison, plain, v, vq, winners)
+        }));
+    }
+    for task in tasks {
+        let (s, poison, plain, v, vq, winners) = task.await.unwrap();
+        let evs = h.store.read(t, s.session, 0, None).await.unwrap();
+        assert_eq!(evs.len() as u64, v);
+        SessionState::replay(&evs).unwrap();
+        let effects = h.store.list_effects(t, s.session, None).await.unwrap();
+        let mut want: Vec<_> = winners
+            .iter()
+            .map(|x| x.effects[0].operation_key.clone())
+            .collect();
+        let mut got: Vec<_> = effects.iter().map(|e| e.operation_key.clone()).collect();
+        want.sort_by(|a, b| a.0.cmp(&b.0));
+        got.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(got, want, "exactly the winners' effects");
+        let approvals = h.store.list_approvals(t, s.session, None).await.unwrap();
+        assert_eq!(approvals.len(), ROUNDS as usize);
+        for x in &winners {
+            h.store
+                .get_approval(t, x.approvals[0].approval_id)
+                .await
+                .unwrap();
+        }
+        let rec = h.store.get_session(t, s.session).await.unwrap();
+        assert_eq!(rec.wake_at, winners.last().unwrap().wake_at.unwrap());
+        // The poisoned requests wrote nothing.
+        let p = side_tables(h, t, poison.session).await;
+        assert_eq!((p.0, p.1, p.2.len(), p.3.len()), (1, 1, 0, 1));
+        assert_eq!(vq, 1 + ROUNDS);
+        assert_eq!(
+            h.store.get_session(t, plain.session).await.unwrap().version,
+            vq
+        );
+    }
+    let usage = h.store.usage(t, day, day).await.unwrap();
+    assert_eq!(usage.len(), 1, "no poison usage: {usage:?}");
+    let n = TASKS as u64 * ROUNDS;
+    assert_eq!(usage[0].model, "race");
+    assert_eq!((usage[0].steps, usage[0].usage.input_tokens), (n, n));
+    assert_eq!(usage[0].cost_usd, 0.5 * n as f64);
+    // One journal commit per successful caller (winners, plain appends, and each fixture's
+    // session.created), however group commit merged them.
+    let after = h.store.commits();
+    assert_eq!(after.journal - before.journal, 2 * n + 3 * TASKS as u64);
+}
+
+pub async fn commit_counts_follow_committed_writes(h: &Harness) {
+    let t = tenant();
+    let c0 = h.store.commits();
+    let f = session(&h.store, t).await;
+    let c1 = h.store.commits();
+    assert_eq!(
+        (
+            c1.journal - c0.journal,
+            c1.tables - c0.tables,
+            c1.leases - c0.leases
+        ),
+        (1, 1, 1),
+        "create_session, acquire_lease, append"
+    );
+    // One append_with with every kind of extra: one journal commit, no table commit.
+    h.store
+        .append_with(
+            t,
+            f.session,
+            1,
+            f.lease.epoch,
+            &events(f.session, 1, 3),
+            &AppendExtras {
+                effects: vec![effect(f.session, "k/1"), effect(f.session, "k/2")],
+                approvals: vec![approval(f.session, "c")],
+                usage: vec![delta("2026-03-01", "m", 1, 0.0, 1)],
+                wake_at: Some(Some(Utc::now())),
+            },
+        )
+        .await
+        .unwrap();
+    let c2 = h.store.commits();
+    assert_eq!(
+        c2,
+        CommitCounts {
+            journal: c1.journal + 1,
+            ..c1
+        }
+    );
+    h.store
+        .insert_effect(t, &effect(f.session, "k/3"))
+        .await
+        .unwrap();
+    let c3 = h.store.commits();
+    assert_eq!(
+        c3,
+        CommitCounts {
+            tables: c2.tables + 1,
+            ..c2
+        }
+    );
+    let other = SessionId::new();
+    h.store
+        .create_session(
+            t,
+            NewSession {
+                session_id: other,
+                release_id: ReleaseId::from("x"),
+                parent_session_id: None,
+                metadata: json!({}),
+            },
+        )
+        .await
+        .unwrap();
+    let lease = h
+        .store
+        .acquire_lease(t, other, "w", Duration::from_secs(30))
+        .await
+        .unwrap();
+    let c4 = h.store.commits();
+    assert_eq!(
+        c4,
+        CommitCounts {
+            tables: c3.tables + 1,
+            leases: c3.leases + 1,
+            ..c3
+        }
+    );
+    // Failed writes count nothing: stale, lost lease, failing extras, a held lease, a conflict.
+    let _ = h
+        .store
+        .append(t, f.session, 1, f.lease.epoch, &events(f.session, 1, 1))
+        .await
+        .unwrap_err();
+    let _ = h
+        .store
+        .append(t, f.session, 4, LeaseEpoch(99), &events(f.session, 4, 1))
+        .await
+        .unwrap_err();
+    let _ = h
+        .store
+        .append_with(
+            t,
+            f.session,
+            4,
+            f.lease.epoch,
+            &events(f.session, 4, 1),
+            &AppendExtras {
+                approvals: vec![
+                    h.store.list_approvals(t, f.session, None).await.unwrap()[0].clone(),
+                ],
+                ..AppendExtras::default()
+            },
+        )
+        .await
+        .unwrap_err();
+    let _ = h
+        .store
+        .acquire_lease(t, other, "x", Duration::from_secs(30))
+        .await
+        .unwrap_err();
+    let _ = h
+        .store
+        .create_approval(
+            t,
+            &h.store.list_approvals(t, f.session, None).await.unwrap()[0],
+        )
+        .await
+        .unwrap_err();
+    let _ = h
+        .store
+        .set_wake_at(t, SessionId::new(), None)
+        .await
+        .unwrap_err();
+    assert_eq!(h.store.commits(), c4);
+    // Lease writes count as leases, the rest as tables; reads count nothing.
+    let lease = h
+        .store
+        .renew_lease(t, &lease, Duration::from_secs(30))
+        .await
+        .unwrap();
+    h.store.release_lease(t, &lease).await.unwrap();
+    h.store.set_wake_at(t, other, None).await.unwrap();
+    h.store.memory_put(t, "ns", "k", &json!(1)).await.unwrap();
+    h.store.memory_get(t, "ns", "k").await.unwrap();
+    h.store.usage(t, "2026-03-01", "2026-03-01").await.unwrap();
+    h.store.read(t, f.session, 0, None).await.unwrap();
+    let c5 = h.store.commits();
+    assert_eq!(
+        c5,
+        CommitCounts {
+            tables: c4.tables + 2,
+            leases: c4.leases + 2,
+            ..c4
+        }
+    );
 }

@@ -65,4 +65,10 @@ conformance!(
     opening_a_store_is_send,
     sessions_page_and_due_timers_span_tenants,
     an_event_row_whose_type_disagrees_is_corrupt,
+    append_with_writes_events_and_extras_atomically,
+    stale_append_with_writes_none_of_its_extras,
+    a_failing_extra_makes_the_whole_append_write_nothing,
+    usage_accumulates_and_is_tenant_scoped,
+    concurrent_append_with_applies_each_requests_extras_once,
+    commit_counts_follow_committed_writes,
 );

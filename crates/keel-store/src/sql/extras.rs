@@ -1,0 +1,288 @@
+//! Side-table writes that commit with a journal append ([`AppendExtras`]): validated and encoded
+//! before the append is queued (so a malformed extra is `InvalidInput` and nothing is written),
+//! then written inside the append's transaction, after its compare-and-set succeeded.
+
+use chrono::NaiveDate;
+use keel_core::{SessionId, StateMachine};
+use serde_json::Value;
+use sqlx::AnyConnection;
+
+use super::{Dialect, to_i64};
+use crate::error::{Result, StoreError};
+use crate::types::AppendExtras;
+
+/// One effect row to insert or replace.
+struct EffectRow {
+    key: String,
+    call: String,
+    tool: String,
+    status: &'static str,
+    request_hash: String,
+    attempts: i64,
+    outcome: Option<String>,
+    error: Option<String>,
+    created_at: i64,
+    updated_at: i64,
+}
+
+/// One approval row to insert.
+struct ApprovalRow {
+    id: String,
+    turn: String,
+    call: String,
+    tool: String,
+    arguments: String,
+    args_hash: String,
+    status: &'static str,
+    decision: Option<String>,
+    created_at: i64,
+    expires_at: i64,
+    decided_at: Option<i64>,
+}
+
+/// Usage to add to one (day, model) total.
+struct UsageAdd {
+    day: String,
+    model: String,
+    input: i64,
+    output: i64,
+    cache_read: i64,
+    cache_write: i64,
+    reasoning: i64,
+    cost: f64,
+    steps: i64,
+}
+
+/// [`AppendExtras`], checked and encoded for the append of `session`.
+pub(crate) struct Extras {
+    effects: Vec<EffectRow>,
+    approvals: Vec<ApprovalRow>,
+    usage: Vec<UsageAdd>,
+    /// Unix ms; `Some(None)` clears.
+    wake_at: Option<Option<i64>>,
+}
+
+impl Extras {
+    /// Checks and encodes `extras` for an append to `session`; `None` when there is nothing to
+    /// write (the append's fast path).
+    ///
+    /// # Errors
+    /// `InvalidInput`: an effect or approval of another session, a bad usage day, a negative or
+    /// non-finite cost, a count past 2^63.
+    pub fn prepare(session: SessionId, extras: &AppendExtras) -> Result<Option<Self>> {
+        if extras.is_empty() {
+            return Ok(None);
+        }
+        let mut effects = Vec::with_capacity(extras.effects.len());
+        for e in &extras.effects {
+            if e.session_id != session {
+                return Err(StoreError::InvalidInput(format!(
+                    "effect {} names session {}, appended to {session}",
+                    e.operation_key, e.session_id
+                )));
+            }
+            effects.push(EffectRow {
+                key: e.operation_key.0.clone(),
+                call: e.tool_call_id.0.clone(),
+                tool: e.tool_name.clone(),
+                status: e.status.as_str(),
+                request_hash: e.request_hash.clone(),
+                attempts: i64::from(e.attempts),
+                outcome: e.outcome.as_ref().map(Value::to_string),
+                error: e.error.clone(),
+                created_at: e.created_at.timestamp_millis(),
+                updated_at: e.updated_at.timestamp_millis(),
+            });
+        }
+        let mut approvals = Vec::with_capacity(extras.approvals.len());
+        for a in &extras.approvals {
+            if a.session_id != session {
+                return Err(StoreError::InvalidInput(format!(
+                    "approval {} names session {}, appended to {session}",
+                    a.approval_id, a.session_id
+                )));
+            }
+            let decision = a
+                .decision
+                .as_ref()
+                .map(serde_json::to_string)
+                .transpose()
+                .map_err(|e| StoreError::InvalidInput(format!("approval decision: {e}")))?;
+            approvals.push(ApprovalRow {
+                id: a.approval_id.to_string(),
+                turn: a.turn_id.to_string(),
+                call: a.tool_call_id.0.clone(),
+                tool: a.tool_name.clone(),
+                arguments: a.arguments.to_string(),
+                args_hash: a.args_hash.clone(),
+                status: a.status.as_str(),
+                decision,
+                created_at: a.created_at.timestamp_millis(),
+                expires_at: a.expires_at.timestamp_millis(),
+                decided_at: a.decided_at.map(|t| t.timestamp_millis()),
+            });
+        }
+        let mut usage = Vec::with_capacity(extras.usage.len());
+        for u in &extras.usage {
+            check_day(&u.day)?;
+            if !u.cost_usd.is_finite() || u.cost_usd < 0.0 {
+                return Err(StoreError::InvalidInput(format!(
+                    "usage cost {} for {} / {} must be finite and not negative",
+                    u.cost_usd, u.day, u.model
+                )));
+            }
+            usage.push(UsageAdd {
+                day: u.day.clone(),
+                model: u.model.clone(),
+                input: to_i64(u.usage.input_tokens)?,
+                output: to_i64(u.usage.output_tokens)?,
+                cache_read: to_i64(u.usage.cache_read_tokens)?,
+                cache_write: to_i64(u.usage.cache_write_tokens)?,
+                reasoning: to_i64(u.usage.reasoning_tokens)?,
+                cost: u.cost_usd,
+                steps: i64::from(u.steps),
+            });
+        }
+        Ok(Some(Extras {
+            effects,
+            approvals,
+            usage,
+            wake_at: extras.wake_at.map(|w| w.map(|t| t.timestamp_millis())),
+        }))
+    }
+
+    /// Writes the extras inside the caller's transaction, after the append's compare-and-set
+    /// succeeded (so the session exists for `tenant`). On error the caller must roll back.
+    ///
+    /// # Errors
+    /// `Conflict` for an approval id that exists or an operation key held by another session;
+    /// `Database`.
+    pub async fn apply(
+        &self,
+        conn: &mut AnyConnection,
+        dialect: Dialect,
+        tenant: &str,
+        session: &str,
+    ) -> Result<()> {
+        if !self.effects.is_empty() {
+            let sql = dialect.sql(
+                "INSERT INTO effects (tenant_id, operation_key, session_id, tool_call_id, tool_name, status, \
+                 request_hash, attempts, outcome, error, created_at, updated_at) \
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
+                 ON CONFLICT (tenant_id, operation_key) DO UPDATE SET tool_call_id = excluded.tool_call_id, \
+                 tool_name = excluded.tool_name, status = excluded.status, request_hash = excluded.request_hash, \
+                 attempts = excluded.attempts, outcome = excluded.outcome, error = excluded.error, \
+                 updated_at = excluded.updated_at WHERE effects.session_id = excluded.session_id",
+            );
+            for e in &self.effects {
+                let done = sqlx::query(&sql)
+                    .bind(tenant.to_owned())
+                    .bind(e.key.clone())
+                    .bind(session.to_owned())
+                    .bind(e.call.clone())
+                    .bind(e.tool.clone())
+                    .bind(e.status)
+                    .bind(e.request_hash.clone())
+                    .bind(e.attempts)
+                    .bind(e.outcome.clone())
+                    .bind(e.error.clone())
+                    .bind(e.created_at)
+                    .bind(e.updated_at)
+                    .execute(&mut *conn)
+                    .await?;
+                if done.rows_affected() == 0 {
+                    return Err(StoreError::Conflict(format!(
+                        "effect {} belongs to another session than {session}",
+                        e.key
+                    )));
+                }
+            }
+        }
+        if !self.approvals.is_empty() {
+            let sql = dialect.sql(
+                "INSERT INTO approvals (tenant_id, approval_id, session_id, turn_id, tool_call_id, tool_name, \
+                 arguments, args_hash, status, decision, created_at, expires_at, decided_at) \
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            );
+            for a in &self.approvals {
+                let done = sqlx::query(&sql)
+                    .bind(tenant.to_owned())
+                    .bind(a.id.clone())
+                    .bind(session.to_owned())
+                    .bind(a.turn.clone())
+                    .bind(a.call.clone())
+                    .bind(a.tool.clone())
+                    .bind(a.arguments.clone())
+                    .bind(a.args_hash.clone())
+                    .bind(a.status)
+                    .bind(a.decision.clone())
+                    .bind(a.created_at)
+                    .bind(a.expires_at)
+                    .bind(a.decided_at)
+                    .execute(&mut *conn)
+                    .await?;
+                if done.rows_affected() == 0 {
+                    return Err(StoreError::Conflict(format!(
+                        "approval {} already exists",
+                        a.id
+                    )));
+                }
+            }
+        }
+        if !self.usage.is_empty() {
+            let sql = dialect.sql(
+                "INSERT INTO usage (tenant_id, day, model, input_tokens, output_tokens, cache_read_tokens, \
+                 cache_write_tokens, reasoning_tokens, cost_usd, steps) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
+                 ON CONFLICT (tenant_id, day, model) DO UPDATE SET \
+                 input_tokens = usage.input_tokens + excluded.input_tokens, \
+                 output_tokens = usage.output_tokens + excluded.output_tokens, \
+                 cache_read_tokens = usage.cache_read_tokens + excluded.cache_read_tokens, \
+                 cache_write_tokens = usage.cache_write_tokens + excluded.cache_write_tokens, \
+                 reasoning_tokens = usage.reasoning_tokens + excluded.reasoning_tokens, \
+                 cost_usd = usage.cost_usd + excluded.cost_usd, \
+                 steps = usage.steps + excluded.steps",
+            );
+            for u in &self.usage {
+                sqlx::query(&sql)
+                    .bind(tenant.to_owned())
+                    .bind(u.day.clone())
+                    .bind(u.model.clone())
+                    .bind(u.input)
+                    .bind(u.output)
+                    .bind(u.cache_read)
+                    .bind(u.cache_write)
+                    .bind(u.reasoning)
+                    .bind(u.cost)
+                    .bind(u.steps)
+                    .execute(&mut *conn)
+                    .await?;
+            }
+        }
+        if let Some(at) = self.wake_at {
+            sqlx::query(
+                &dialect
+                    .sql("UPDATE sessions SET wake_at = ? WHERE tenant_id = ? AND session_id = ?"),
+            )
+            .bind(at)
+            .bind(tenant.to_owned())
+            .bind(session.to_owned())
+            .execute(&mut *conn)
+            .await?;
+        }
+        Ok(())
+    }
+}
+
+/// A UTC day as `YYYY-MM-DD` (a real date, zero-padded), or `InvalidInput`.
+pub(crate) fn check_day(day: &str) -> Result<()> {
+    let ok = day.len() == 10
+        && NaiveDate::parse_from_str(day, "%Y-%m-%d")
+            .is_ok_and(|d| d.format("%Y-%m-%d").to_string() == day);
+    if ok {
+        Ok(())
+    } else {
+        Err(StoreError::InvalidInput(format!(
+            "day {day:?} is not a UTC date YYYY-MM-DD"
+        )))
+    }
+}
