@@ -2,7 +2,7 @@
 //!
 //! **Owns:** typed ids, the vocabulary's state machines as transition tables, the event envelope and
 //! event types, the session fold (`SessionState::apply`), approvals' decision rules, budgets, usage,
-//! terminal reasons, releases and content hashes.
+//! terminal reasons, releases and content hashes, and the planner (state → the next action).
 //!
 //! **Must not touch:** files, sockets, clocks (callers pass timestamps in), databases, async
 //! runtimes. Everything here is deterministic so that replaying a journal always gives the same state.
@@ -19,6 +19,8 @@
 //! - [`release`] — [`Release`] (content-hashed [`AgentDefinition`]), [`Tenant`], [`Principal`].
 //! - [`canonical`] — canonical JSON and `sha256:` content hashes.
 //! - [`patch`] — JSON merge patches, the shape of `session.config_changed`.
+//! - [`plan`] — the planner: [`plan::next`] says from the folded state what the runtime does
+//!   next ([`Next`]); the runtime's driver does it.
 
 pub mod approval;
 pub mod budget;
@@ -27,6 +29,7 @@ pub mod event;
 pub mod ids;
 pub mod machine;
 pub mod patch;
+pub mod plan;
 pub mod release;
 pub mod state;
 
@@ -45,5 +48,6 @@ pub use machine::{
     TransitionError, TurnStatus, UnknownState, check_transition,
 };
 pub use patch::{merge_diff, merge_patch};
+pub use plan::{EffectClass, Next};
 pub use release::{AgentDefinition, Principal, PrincipalKind, Release, Tenant};
 pub use state::{ApplyError, SessionState};

@@ -133,6 +133,11 @@ pub struct TurnState {
     pub started_at: Option<DateTime<Utc>>,
     /// Why cancellation was requested (`turn.cancel_requested`), if it was.
     pub cancel_requested: Option<String>,
+    /// How many steps the turn had when its context was last compacted (`context.compacted`):
+    /// equal to `steps.len()` means the next step's context is already compacted.
+    pub compacted_at_step: Option<usize>,
+    /// Model attempts of the turn that failed with `context_overflow`.
+    pub overflows: u32,
 }
 
 /// A step as folded from the journal.
@@ -152,6 +157,11 @@ pub struct StepState {
     pub stop_reason: Option<String>,
     /// Calls it proposed, in the model's order.
     pub tool_calls: Vec<ToolCallId>,
+    /// Its last attempt failed with `context_overflow` and the context was not compacted since:
+    /// compact before the next attempt.
+    pub overflowed: bool,
+    /// Why it failed (`step.failed`): the error class and the message.
+    pub failure: Option<(String, String)>,
 }
 
 /// A tool call as folded from the journal.
@@ -253,6 +263,8 @@ pub struct SessionState {
     pub cost_usd: f64,
     /// Session totals: completed steps.
     pub num_steps: u32,
+    /// Sum of finished turns' durations (`turn.finished` `duration_ms`), ms.
+    pub finished_turns_ms: u64,
 }
 
 impl Default for SessionStatus {
@@ -414,6 +426,8 @@ impl SessionState {
                         queued_at: ev.ts,
                         started_at: None,
                         cancel_requested: None,
+                        compacted_at_step: None,
+                        overflows: 0,
                     },
                 );
                 self.turn_order.push(id);
@@ -475,7 +489,9 @@ impl SessionState {
                 }
             }
             EventBody::TurnFinished {
-                terminal_reason, ..
+                terminal_reason,
+                duration_ms,
+                ..
             } => {
                 let id = c.turn_id.ok_or_else(|| missing("turn_id"))?;
                 let turn = self
@@ -515,6 +531,7 @@ impl SessionState {
                     turn.status = to;
                     turn.terminal_reason = Some(*terminal_reason);
                 }
+                self.finished_turns_ms = self.finished_turns_ms.saturating_add(*duration_ms);
             }
             EventBody::StepStarted { model } => {
                 let turn_id = c.turn_id.ok_or_else(|| missing("turn_id"))?;
@@ -542,6 +559,8 @@ impl SessionState {
                                 model: model.clone(),
                                 stop_reason: None,
                                 tool_calls: Vec::new(),
+                                overflowed: false,
+                                failure: None,
                             },
                         );
                         if let Some(turn) = self.turns.get_mut(&turn_id) {
@@ -573,7 +592,7 @@ impl SessionState {
             EventBody::StepStreaming {} => {
                 self.step_transition(ev, StepStatus::Streaming)?;
             }
-            EventBody::StepAttemptFailed { .. } => {
+            EventBody::StepAttemptFailed { error_kind, .. } => {
                 let step_id = c.step_id.ok_or_else(|| missing("step_id"))?;
                 let step = self
                     .steps
@@ -581,6 +600,15 @@ impl SessionState {
                     .ok_or_else(|| unknown("step", step_id.to_string()))?;
                 if step.status.is_terminal() {
                     return Err(rule("a finished step has no further attempts"));
+                }
+                if error_kind == "context_overflow" {
+                    let turn_id = step.turn_id;
+                    if let Some(step) = self.steps.get_mut(&step_id) {
+                        step.overflowed = true;
+                    }
+                    if let Some(turn) = self.turns.get_mut(&turn_id) {
+                        turn.overflows += 1;
+                    }
                 }
             }
             EventBody::StepCompleted {
@@ -601,8 +629,15 @@ impl SessionState {
                 self.cost_usd += cost_usd;
                 self.num_steps += 1;
             }
-            EventBody::StepFailed { .. } => {
-                self.step_transition(ev, StepStatus::Failed)?;
+            EventBody::StepFailed {
+                error_kind,
+                message,
+                ..
+            } => {
+                let (step_id, _) = self.step_transition(ev, StepStatus::Failed)?;
+                if let Some(step) = self.steps.get_mut(&step_id) {
+                    step.failure = Some((error_kind.clone(), message.clone()));
+                }
             }
             EventBody::ToolCallProposed { name, arguments } => {
                 let turn_id = c.turn_id.ok_or_else(|| missing("turn_id"))?;
@@ -803,11 +838,19 @@ impl SessionState {
             EventBody::ContextCompacted {
                 first_kept_item, ..
             } => {
-                c.turn_id.ok_or_else(|| missing("turn_id"))?;
+                let turn_id = c.turn_id.ok_or_else(|| missing("turn_id"))?;
                 if *first_kept_item < self.compaction_boundary {
                     return Err(rule("a compaction boundary never moves backwards"));
                 }
                 self.compaction_boundary = *first_kept_item;
+                if let Some(turn) = self.turns.get_mut(&turn_id) {
+                    turn.compacted_at_step = Some(turn.steps.len());
+                    for s in &turn.steps {
+                        if let Some(step) = self.steps.get_mut(s) {
+                            step.overflowed = false;
+                        }
+                    }
+                }
             }
         }
         self.version = seq;

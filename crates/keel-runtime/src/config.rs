@@ -208,6 +208,10 @@ pub struct RuntimeOptions {
     pub delta_buffer: usize,
     /// Grace a cancelled tool gets to return its own result before the runtime records one, ms.
     pub cancel_grace_ms: u64,
+    /// A phase that keeps events staged longer than this (a long model stream, a slow
+    /// read-only tool) commits them early so observers in other processes see it running
+    /// (default 200 ms). Fast phases stay one commit each.
+    pub checkpoint_after: Duration,
 }
 
 impl Default for RuntimeOptions {
@@ -222,6 +226,7 @@ impl Default for RuntimeOptions {
             prices: PriceTable::default(),
             delta_buffer: 1024,
             cancel_grace_ms: 5_000,
+            checkpoint_after: Duration::from_millis(200),
         }
     }
 }

@@ -1,26 +1,29 @@
-//! The effects table beside the journal.
+//! The effects table and the usage table beside the journal.
 //!
 //! The journal is authoritative for every effect (`effect.*` events). The store's effects table
-//! (operation key → status, request hash, attempts, outcome) is written alongside it so that
-//! other workers and operators can query effects without folding journals
-//! (`list_effects(session, Some(OutcomeUnknown))`), and so that a second dispatch of the same
-//! operation key is detected *across workers*: before a first dispatch the runtime inserts the
-//! row as `prepared` ([`keel_store::Store::insert_effect`]); an existing row that is no longer
-//! `prepared` means the operation was dispatched before, and the call is not dispatched again
-//! (it goes to reconciliation or a human as `outcome_unknown`).
+//! (operation key → status, request hash, attempts, outcome) follows it so that other workers
+//! and operators can query effects without folding journals
+//! (`list_effects(session, Some(OutcomeUnknown))`). Each staged `effect.*` event derives the
+//! effect's row ([`side_rows`]), and the row commits in the same store transaction as the event
+//! ([`keel_store::AppendExtras`]): the table can never claim a dispatch the journal does not
+//! have. The same goes for usage: every `step.completed` adds its tokens and cost to the
+//! tenant's per-day, per-model totals in that transaction.
 //!
-//! After each journal append that touches effects the rows are moved to the journal's status by
-//! compare-and-set ([`sync`]); a worker that starts a session reconciles the whole table with
-//! the journal ([`reconcile`]), so a crash between the append and the row update heals on the
-//! next run. A row that cannot follow (the table's transition table refuses the move) is logged
-//! and left: the journal wins.
+//! A worker that starts a session reconciles the whole table with the journal ([`reconcile`]),
+//! which repairs rows written by builds that kept the table apart from the journal. A row that
+//! cannot follow (the table's transition table refuses the move) is logged and left: the
+//! journal wins.
 
 use std::collections::HashMap;
 
 use chrono::Utc;
 use keel_core::state::EffectState;
-use keel_core::{EffectStatus, OperationKey, SessionState, StateMachine, TenantId};
-use keel_store::{EffectInsert, EffectRecord, EffectUpdate, Store, StoreError};
+use keel_core::{
+    EffectStatus, Event, EventBody, OperationKey, SessionState, StateMachine, TenantId,
+};
+use keel_store::{
+    AppendExtras, EffectInsert, EffectRecord, EffectUpdate, Store, StoreError, UsageDelta,
+};
 use serde_json::Value;
 
 use crate::error::Result;
@@ -49,28 +52,79 @@ pub(crate) fn record(
     })
 }
 
-/// What a first dispatch of `rec` finds in the table.
-pub(crate) enum Claim {
-    /// The row is new or still `prepared` (a worker that crashed before journaling): dispatch.
-    Dispatch,
-    /// The key was dispatched before (the row's status is given): do not dispatch again.
-    Duplicate(EffectStatus),
-}
-
-/// Inserts the row for a first dispatch; see [`Claim`].
-///
-/// # Errors
-/// Store errors.
-pub(crate) async fn claim(
-    store: &dyn Store,
-    tenant: TenantId,
-    rec: &EffectRecord,
-) -> Result<Claim> {
-    Ok(match store.insert_effect(tenant, rec).await? {
-        EffectInsert::Inserted => Claim::Dispatch,
-        EffectInsert::Existing(row) if row.status == EffectStatus::Prepared => Claim::Dispatch,
-        EffectInsert::Existing(row) => Claim::Duplicate(row.status),
-    })
+/// The side-table rows event `ev` (already folded into `state`) brings: its effect's row as the
+/// journal now has it, or the usage of a completed step. Merged into `extras`, which commit with
+/// the event.
+pub(crate) fn side_rows(state: &SessionState, ev: &Event, extras: &mut AppendExtras) {
+    let (outcome, error) = match &ev.body {
+        EventBody::StepCompleted {
+            model,
+            usage,
+            cost_usd,
+            ..
+        } => {
+            extras.usage.push(UsageDelta {
+                day: ev.ts.format("%Y-%m-%d").to_string(),
+                model: model.clone(),
+                usage: *usage,
+                cost_usd: if cost_usd.is_finite() && *cost_usd > 0.0 {
+                    *cost_usd
+                } else {
+                    0.0
+                },
+                steps: 1,
+            });
+            return;
+        }
+        EventBody::EffectPrepared { .. }
+        | EventBody::EffectDispatched {}
+        | EventBody::EffectOutcomeUnknown {} => (None, None),
+        EventBody::EffectCommitted { outcome } => (Some(outcome.clone()), None),
+        EventBody::EffectFailed { error } => (None, Some(error.clone())),
+        _ => return,
+    };
+    let Some(effect) = ev
+        .correlation
+        .operation_key
+        .as_ref()
+        .and_then(|k| state.effects.get(k))
+    else {
+        return;
+    };
+    let name = state
+        .tool_calls
+        .get(&effect.tool_call_id)
+        .map_or("", |c| c.name.as_str());
+    let Some(mut row) = record(
+        state,
+        &effect.key,
+        &effect.tool_call_id,
+        name,
+        &effect.request_hash,
+    ) else {
+        return;
+    };
+    row.status = effect.status;
+    row.attempts = effect.attempts;
+    row.created_at = ev.ts;
+    row.updated_at = ev.ts;
+    match extras
+        .effects
+        .iter_mut()
+        .find(|r| r.operation_key == effect.key)
+    {
+        Some(existing) => {
+            row.created_at = existing.created_at;
+            row.outcome = outcome.or(existing.outcome.take());
+            row.error = error.or(existing.error.take());
+            *existing = row;
+        }
+        None => {
+            row.outcome = outcome;
+            row.error = error;
+            extras.effects.push(row);
+        }
+    }
 }
 
 /// Moves `row` (or a new row, when `None`) to the journal's `effect` by compare-and-set, through

@@ -20,12 +20,12 @@ use keel_core::{
     SessionState, TenantId, TerminalReason, ToolCallId, TurnId, Usage,
 };
 use keel_model::{Message, ReasoningItem, ToolCall};
-use keel_store::{Store, StoreError};
+use keel_store::{AppendExtras, Store, StoreError};
 use serde_json::Value;
 
-use crate::context::estimate_message_tokens;
 use crate::error::{Result, RuntimeError};
 use crate::redact::Redactor;
+use crate::tokens::estimate_message_tokens;
 
 /// How a finished turn ended, as journaled in `turn.finished`.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -303,6 +303,11 @@ fn after_append(site: &'static str) {
 }
 
 /// A session's journal held under a lease.
+///
+/// Events are *staged* (`Journal::stage`: redacted, checked against the fold and applied to
+/// the in-memory state) and *committed* (`Journal::commit`: every staged event, with the side
+/// rows that belong to them, in one store transaction). The driver commits once per phase
+/// (see `crate::driver`); everything else appends (stage + commit) at once.
 pub struct Journal {
     pub(crate) store: Arc<dyn Store>,
     pub(crate) tenant: TenantId,
@@ -313,6 +318,14 @@ pub struct Journal {
     pub(crate) redactor: Arc<Redactor>,
     /// Set when the worker holding it has finished with the session (lease released).
     pub(crate) closed: bool,
+    /// The version the store holds (`state.version` minus the staged events).
+    pub(crate) durable: u64,
+    /// Events applied to the state but not yet in the store, oldest first.
+    staged: Vec<Event>,
+    /// Side rows that commit with the staged events.
+    pub(crate) extras: AppendExtras,
+    /// When the oldest staged event was staged.
+    staged_since: Option<std::time::Instant>,
 }
 
 impl Journal {
@@ -336,11 +349,16 @@ impl Journal {
             proj: Projection::default(),
             redactor,
             closed: false,
+            durable: 0,
+            staged: Vec::new(),
+            extras: AppendExtras::default(),
+            staged_since: None,
         };
         j.reload().await?;
         Ok(j)
     }
 
+    /// Folds the stored journal again, dropping whatever was staged.
     async fn reload(&mut self) -> Result<()> {
         let events = self.store.read(self.tenant, self.session, 1, None).await?;
         let mut state = SessionState::default();
@@ -354,24 +372,42 @@ impl Journal {
         }
         self.state = state;
         self.proj = proj;
+        self.durable = self.state.version;
+        self.staged.clear();
+        self.extras = AppendExtras::default();
+        self.staged_since = None;
         Ok(())
     }
 
-    fn redact_body(&self, body: EventBody) -> EventBody {
-        self.redactor.redact_typed(body)
-    }
-
-    /// Appends `items` atomically at the current version under the lease's epoch, after
-    /// redacting them and checking them against the fold. Returns the new version.
+    /// The session's effective config (created + changes, folded).
     ///
     /// # Errors
-    /// [`RuntimeError::Rejected`] (nothing written) when the fold refuses an event;
-    /// [`RuntimeError::LeaseLost`] when another worker took the session over; store errors.
-    pub async fn append(
-        &mut self,
-        site: &'static str,
-        items: Vec<(Correlation, EventBody)>,
-    ) -> Result<u64> {
+    /// [`RuntimeError::Config`] when this build cannot read it.
+    pub(crate) fn config(&self) -> Result<crate::config::SessionConfig> {
+        serde_json::from_value(self.state.config.clone()).map_err(|e| RuntimeError::Config {
+            session: self.session,
+            reason: e.to_string(),
+        })
+    }
+
+    /// Whether events are staged and not yet committed.
+    pub(crate) fn has_staged(&self) -> bool {
+        !self.staged.is_empty()
+    }
+
+    /// How long the oldest staged event has waited for its commit.
+    pub(crate) fn staged_for(&self) -> Option<std::time::Duration> {
+        self.staged_since.map(|t| t.elapsed())
+    }
+
+    /// Stages `items`: redacts them, checks them against the fold and applies them to the state
+    /// and the projection, without writing. Effect and usage rows for the store's side tables
+    /// are derived here and commit with the events. Returns the version after them.
+    ///
+    /// # Errors
+    /// [`RuntimeError::Rejected`] when the fold refuses an event: nothing of `items` is staged
+    /// (what was staged before stays).
+    pub(crate) async fn stage(&mut self, items: Vec<(Correlation, EventBody)>) -> Result<u64> {
         if items.is_empty() {
             return Ok(self.state.version);
         }
@@ -386,34 +422,71 @@ impl Journal {
                     base + 1 + i as u64,
                     now,
                     corr,
-                    self.redact_body(body),
+                    self.redactor.redact_typed(body),
                 )
             })
             .collect();
-        // Check against the fold first; a refusal leaves a partially applied state, so reload.
-        let mut proj_events = Vec::with_capacity(events.len());
-        for ev in &events {
+        for (i, ev) in events.iter().enumerate() {
             if let Err(source) = self.state.apply(ev) {
+                // The fold applied events[..i]: rebuild the state from the store and the events
+                // staged before this call (all of which it accepted).
+                let _ = i; // events[..i] were applied; the reload below undoes them
+                let earlier = std::mem::take(&mut self.staged);
+                let extras = std::mem::take(&mut self.extras);
                 self.reload().await?;
+                for ev in &earlier {
+                    if self.state.apply(ev).is_ok() {
+                        self.proj.apply(&self.state, ev);
+                    }
+                }
+                self.staged = earlier;
+                self.extras = extras;
                 return Err(RuntimeError::Rejected {
                     session: self.session,
                     source,
                 });
             }
-            proj_events.push(ev);
         }
-        match self
+        for ev in &events {
+            self.proj.apply(&self.state, ev);
+            crate::effects::side_rows(&self.state, ev, &mut self.extras);
+        }
+        if self.staged.is_empty() {
+            self.staged_since = Some(std::time::Instant::now());
+        }
+        self.staged.extend(events);
+        Ok(self.state.version)
+    }
+
+    /// Commits everything staged (and the side rows) in one store transaction at the durable
+    /// version under the lease's epoch. `site` names the commit for fault injection. Returns
+    /// the durable version.
+    ///
+    /// # Errors
+    /// [`RuntimeError::LeaseLost`] when another worker took the session over; store errors. On
+    /// error the staged events are dropped and the state is folded again from the store.
+    pub(crate) async fn commit(&mut self, site: &'static str) -> Result<u64> {
+        if self.staged.is_empty() {
+            // Side rows travel with events; without events there is nothing to commit yet.
+            return Ok(self.durable);
+        }
+        let r = self
             .store
-            .append(self.tenant, self.session, base, self.epoch, &events)
-            .await
-        {
+            .append_with(
+                self.tenant,
+                self.session,
+                self.durable,
+                self.epoch,
+                &self.staged,
+                &self.extras,
+            )
+            .await;
+        match r {
             Ok(v) => {
-                // Re-fold the projection with the state as of each event: replay the batch.
-                if events.len() == 1 {
-                    self.proj.apply(&self.state, &events[0]);
-                } else {
-                    self.reproject_tail(&events);
-                }
+                self.durable = v;
+                self.staged.clear();
+                self.extras = AppendExtras::default();
+                self.staged_since = None;
                 after_append(site);
                 Ok(v)
             }
@@ -431,11 +504,18 @@ impl Journal {
         }
     }
 
-    /// Applies a batch to the projection. The projection only reads per-entity data that later
-    /// events of the same batch cannot remove, so the final state serves for each event.
-    fn reproject_tail(&mut self, events: &[Event]) {
-        for ev in events {
-            self.proj.apply(&self.state, ev);
-        }
+    /// Appends `items` now: stages them and commits (with anything staged before) in one store
+    /// transaction. Returns the new version.
+    ///
+    /// # Errors
+    /// [`RuntimeError::Rejected`] (nothing written) when the fold refuses an event;
+    /// [`RuntimeError::LeaseLost`] when another worker took the session over; store errors.
+    pub async fn append(
+        &mut self,
+        site: &'static str,
+        items: Vec<(Correlation, EventBody)>,
+    ) -> Result<u64> {
+        self.stage(items).await?;
+        self.commit(site).await
     }
 }

@@ -11,21 +11,27 @@
 //! argument parsing or terminal output (that is the `keel` binary). The state machines are
 //! `keel-core`'s; every transition here is an event the core fold accepts.
 //!
-//! ## Layout
-//! - [`runtime`] — [`Runtime`], the API hosts call. Start reading here.
-//! - [`turn`] — the loop: turns, steps, tools, compaction, budgets, recovery.
-//! - `effects` — the store's effects table written beside the journal; duplicate-dispatch
-//!   detection by operation key.
+//! ## Layout (in reading order)
+//! - [`runtime`] — [`Runtime`], the API hosts call: create, configure and run sessions. Start
+//!   reading here. `control` (submit, cancel, decide) and `inspect` (subscribe, view, the
+//!   projected context) add to it.
+//! - `driver` — the loop: asks the planner ([`keel_core::plan::next`]) what to do next, does
+//!   it, commits once per phase. `facts` gathers the planner's plain inputs.
+//! - The phases, one module each: `sampling` (request, stream, retries, fallback, proposals),
+//!   `tools` (validation, policy, parallel and sequential execution, one result per call),
+//!   `approvals` (requests, decisions, waiting on humans), `recovery` (calls a dead worker
+//!   left running; reconcile), `compaction`, [`budgets`] (the tenant's usage), `turn_end`.
+//! - `progress` — tool output into the live delta stream, redacted.
 //! - [`intent`] — durable intents: input and cancellations from processes that do not run the
-//!   session.
-//! - [`journal`] — [`journal::Journal::append`], the one place the runtime writes events (CAS on
-//!   version + lease epoch), and [`journal::Projection`], the model-visible transcript.
-//! - [`context`] — [`ContextSnapshot`]: what a step shows the model; token estimates.
+//!   session. `hold` — holding a journal outside a run. `shared` — the worker's and each
+//!   running session's shared handles.
+//! - `effects` — the effects and usage rows that commit with the journal.
+//! - [`journal`] — [`journal::Journal`]: staged events and their one commit (CAS on version +
+//!   lease epoch), and [`journal::Projection`], the model-visible transcript.
+//! - [`context`] — [`ContextSnapshot`]: what a step shows the model; [`tokens`] estimates.
 //! - [`subscribe`] — [`Subscription`]: replay + live tail + bounded ephemeral deltas.
-//! - [`redact`] — [`Redactor`].
-//! - [`lease`] — lease owner strings, take-over of dead local workers, heartbeats.
-//! - [`config`] — [`SessionConfig`] (pinned per session), [`RuntimeOptions`] (per worker).
-//! - [`error`] — [`RuntimeError`], the crate's one error type.
+//! - [`lease`], [`redact`], [`config`] ([`SessionConfig`] per session, [`RuntimeOptions`] per
+//!   worker), [`error`] ([`RuntimeError`], the crate's one error type).
 //!
 //! ## Using it (for hosts: the CLI, the server, tests)
 //!
@@ -68,8 +74,8 @@
 //!   [`Runtime::project_context`] for inspection.
 //!
 //! ## Recovery
-//! A worker that starts (or takes over a lease) folds the journal and continues from where the
-//! active turn is: succeeded calls are reused; cancelled calls stay cancelled; a read-only call
+//! Not a separate code path: a worker that starts (or takes over a lease) folds the journal and
+//! asks the planner, which answers from the state exactly as it would have before the crash: succeeded calls are reused; cancelled calls stay cancelled; a read-only call
 //! left running is re-run; a side-effecting call left dispatched becomes `outcome_unknown` and
 //! is reconciled by its tool (`Tool::reconcile`) or put to a human (`requires_action`); an
 //! idempotent write is dispatched again; a step that was streaming is re-sampled (same step,
@@ -77,20 +83,60 @@
 //! (`responses_consumed` on step events).
 //!
 //! ## Fault injection
-//! `KEEL_CRASH_AT=<n>` kills the process (`kill -9`) right after its n-th journal append;
+//! `KEEL_CRASH_AT=<n>` kills the process (`kill -9`) right after its n-th journal commit;
 //! `KEEL_CRASH_LOG=<file>` logs `<n> <site>` for every append (see [`journal`]).
 
-pub mod config;
-pub mod context;
-pub(crate) mod effects;
-pub mod error;
-pub mod intent;
-pub mod journal;
-pub mod lease;
-pub mod redact;
+// Reading order: the API hosts call, the driver and its planner inputs, the phase modules,
+// then the journal and what everything stands on. (Blank lines keep rustfmt from sorting.)
 pub mod runtime;
+
+pub(crate) mod control;
+
+pub(crate) mod inspect;
+
+pub(crate) mod driver;
+
+pub(crate) mod facts;
+
+pub(crate) mod sampling;
+
+pub(crate) mod tools;
+
+pub(crate) mod approvals;
+
+pub(crate) mod recovery;
+
+pub(crate) mod compaction;
+
+pub mod budgets;
+
+pub(crate) mod turn_end;
+
+pub(crate) mod progress;
+
+pub mod intent;
+
+pub(crate) mod hold;
+
+pub(crate) mod shared;
+
+pub(crate) mod effects;
+
+pub mod journal;
+
+pub mod context;
+
+pub mod tokens;
+
 pub mod subscribe;
-pub mod turn;
+
+pub mod lease;
+
+pub mod redact;
+
+pub mod config;
+
+pub mod error;
 
 pub use config::{MultitaskStrategy, RuntimeOptions, SessionConfig};
 pub use context::ContextSnapshot;

@@ -217,7 +217,7 @@ async fn concurrent_sessions_of_a_tenant_count_every_step_toward_its_day(b: Back
         r.await.unwrap();
     }
     let day = chrono::Utc::now().format("%Y-%m-%d").to_string();
-    let (tokens, _) = keel_runtime::turn::tenant_usage_on(f.db.store.as_ref(), f.tenant, &day)
+    let (tokens, _) = keel_runtime::budgets::tenant_usage_on(f.db.store.as_ref(), f.tenant, &day)
         .await
         .unwrap();
     assert_eq!(tokens, 8 * 2 * 15);

@@ -8,6 +8,7 @@ mod common;
 
 mod budgets;
 mod cancel;
+mod commits;
 mod compaction;
 mod config_changes;
 mod context;

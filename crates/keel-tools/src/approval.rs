@@ -134,8 +134,28 @@ impl ApprovalService {
             .map_err(|e| map_store_error(id, e))
     }
 
-    /// Creates and stores a pending approval for `call` (bound to its id and the hash of its exact
-    /// arguments), expiring `ttl` after `now`.
+    /// A pending approval for `call` (bound to its id and the hash of its exact arguments),
+    /// expiring `ttl` after `now`, not yet stored: the runtime commits it with the journal's
+    /// `approval.requested` in one transaction.
+    pub fn new_request(
+        &self,
+        session: SessionId,
+        turn: TurnId,
+        call: &ValidatedCall,
+        now: DateTime<Utc>,
+    ) -> ApprovalRecord {
+        ApprovalRecord::request(
+            session,
+            turn,
+            ToolCallId::from(call.call_id.as_str()),
+            call.name.clone(),
+            call.arguments.clone(),
+            to_millis(now),
+            self.ttl,
+        )
+    }
+
+    /// Creates and stores a pending approval for `call` (see [`ApprovalService::new_request`]).
     ///
     /// Errors: [`ToolsError::Store`] (for example when the session does not exist).
     pub async fn request(
@@ -145,21 +165,24 @@ impl ApprovalService {
         call: &ValidatedCall,
         now: DateTime<Utc>,
     ) -> Result<ApprovalRecord, ToolsError> {
-        let now = to_millis(now);
-        let record = ApprovalRecord::request(
-            session,
-            turn,
-            ToolCallId::from(call.call_id.as_str()),
-            call.name.clone(),
-            call.arguments.clone(),
-            now,
-            self.ttl,
-        );
+        let record = self.new_request(session, turn, call, now);
         self.store
             .create_approval(self.tenant, &record)
             .await
             .map_err(ToolsError::Store)?;
         Ok(record)
+    }
+
+    /// Marks approval `id` expired in the table if it is still pending and overdue at `now`;
+    /// returns the row as it then is.
+    ///
+    /// Errors: [`ToolsError::ApprovalNotFound`], [`ToolsError::Store`].
+    pub async fn expire_overdue(
+        &self,
+        id: ApprovalId,
+        now: DateTime<Utc>,
+    ) -> Result<ApprovalRecord, ToolsError> {
+        self.expire_if_pending(id, to_millis(now)).await
     }
 
     /// Records `decision` on approval `id`, made for the arguments hashing to `args_hash` (the hash

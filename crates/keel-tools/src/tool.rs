@@ -13,17 +13,9 @@ use crate::policy::{Policy, Subject};
 use crate::sandbox::Sandbox;
 use crate::workspace::Workspace;
 
-/// How a tool affects the world; drives policy defaults and crash recovery.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum EffectClass {
-    /// Observes only; safe to re-run after a crash.
-    ReadOnly,
-    /// Writes, but running it twice with the same arguments gives the same result (write_file).
-    IdempotentWrite,
-    /// Arbitrary side effects; never blindly re-run (shell, most MCP tools).
-    SideEffecting,
-}
+/// How a tool affects the world; drives policy defaults and crash recovery (defined in
+/// `keel-core`, where the planner reads it).
+pub use keel_core::EffectClass;
 
 /// What the model is told about a tool: name, description and the JSON Schema of its input.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

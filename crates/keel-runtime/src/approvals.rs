@@ -1,0 +1,167 @@
+//! The approvals phase: asking humans, applying their decisions, waiting for them.
+//!
+//! An approval is a row (the approvals table, where humans decide from any process) and events
+//! (`approval.requested`, `approval.decided` / `approval.expired`). The row commits with
+//! `approval.requested` in one transaction; a decision is journaled when the planner sees it in
+//! the table — allowed only for the exact argument hash the approval was requested for. Waiting
+//! on a human is `session.status_changed(requires_action)` with the session's wake-up time at
+//! the earliest pending expiry, committed together.
+
+use std::sync::atomic::Ordering;
+
+use chrono::Utc;
+use keel_core::plan::ApprovalOutcome;
+use keel_core::{
+    ApprovalDecision, ApprovalId, ApprovalStatus, Correlation, EventBody, SessionStatus, StepId,
+    ToolCallId, ToolCallStatus, TurnId,
+};
+use keel_tools::ToolCallRequest;
+
+use crate::driver::{Runner, finished_item, status_item};
+use crate::error::Result;
+
+impl Runner {
+    /// Requests an approval for each call: the row and the events stage together.
+    pub(crate) async fn request_approvals(
+        &self,
+        turn: TurnId,
+        step: StepId,
+        calls: Vec<ToolCallId>,
+    ) -> Result<()> {
+        let now = Utc::now();
+        let mut j = self.active.journal.lock().await;
+        let mut items = Vec::new();
+        let mut rows = Vec::new();
+        for id in calls {
+            let Some(call) = j.state.tool_calls.get(&id) else {
+                continue;
+            };
+            let req = ToolCallRequest {
+                call_id: id.to_string(),
+                name: call.name.clone(),
+                arguments: call.arguments.clone(),
+            };
+            let Ok(v) = self.rt.tools.validate(&req) else {
+                continue;
+            };
+            let corr = Correlation::tool_call(turn, step, id.clone());
+            if call.status == ToolCallStatus::Proposed {
+                items.push((corr.clone(), EventBody::ToolCallValidating {}));
+            }
+            let rec = self.approvals.new_request(self.session, turn, &v, now);
+            let acorr = corr.with_approval(rec.approval_id);
+            items.push((
+                acorr.clone(),
+                EventBody::ApprovalRequested {
+                    args_hash: rec.args_hash.clone(),
+                    expires_at: rec.expires_at,
+                },
+            ));
+            items.push((acorr, EventBody::ToolCallAwaitingApproval {}));
+            rows.push(rec);
+        }
+        j.stage(items).await?;
+        j.extras.approvals.extend(rows);
+        Ok(())
+    }
+
+    /// Journals a decision the approvals table holds (or the approval's expiry).
+    pub(crate) async fn apply_approval(
+        &self,
+        turn: TurnId,
+        step: StepId,
+        call: ToolCallId,
+        approval: ApprovalId,
+        outcome: ApprovalOutcome,
+    ) -> Result<()> {
+        let name = self
+            .read(|j| j.state.tool_calls.get(&call).map(|c| c.name.clone()))
+            .await
+            .unwrap_or_default();
+        let acorr = Correlation::default().with_approval(approval);
+        let reject =
+            |text: String| finished_item(turn, step, &call, ToolCallStatus::Rejected, text, true);
+        let items = match outcome {
+            ApprovalOutcome::Allowed(decision) => {
+                vec![(acorr, EventBody::ApprovalDecided { decision })]
+            }
+            ApprovalOutcome::Denied { reason } => vec![
+                (
+                    acorr,
+                    EventBody::ApprovalDecided {
+                        decision: ApprovalDecision::Deny {
+                            reason: reason.clone(),
+                        },
+                    },
+                ),
+                reject(format!(
+                    "The user denied this `{name}` call: {reason}. It was not run; do not retry it unchanged."
+                )),
+            ],
+            ApprovalOutcome::HashMismatch => {
+                let reason = "the decision was made for other arguments than this call's";
+                vec![
+                    (
+                        acorr,
+                        EventBody::ApprovalDecided {
+                            decision: ApprovalDecision::Deny {
+                                reason: reason.into(),
+                            },
+                        },
+                    ),
+                    reject(format!(
+                        "The approval for this `{name}` call was refused: {reason}. It was not run."
+                    )),
+                ]
+            }
+            ApprovalOutcome::Expired => {
+                // Persist the expiry in the table so no late decision can land.
+                let rec = self.approvals.expire_overdue(approval, Utc::now()).await?;
+                if rec.status == ApprovalStatus::Allowed || rec.status == ApprovalStatus::Denied {
+                    // Decided just now: the next planning pass applies the decision.
+                    return Ok(());
+                }
+                vec![
+                    (acorr, EventBody::ApprovalExpired {}),
+                    reject(format!(
+                        "The approval for this `{name}` call expired at {} without a decision; the call was not run. Ask again if it is still needed.",
+                        rec.expires_at.to_rfc3339()
+                    )),
+                ]
+            }
+        };
+        self.stage(items).await?;
+        Ok(())
+    }
+
+    /// Only humans can move the turn on: `requires_action`, with the wake-up time at the
+    /// earliest pending approval's expiry, committed with everything staged.
+    pub(crate) async fn wait_for_human(&self, turn: TurnId) -> Result<()> {
+        let mut j = self.active.journal.lock().await;
+        let wake = j
+            .state
+            .approvals
+            .values()
+            .filter(|a| a.status == ApprovalStatus::Pending)
+            .filter(|a| {
+                j.state
+                    .tool_calls
+                    .get(&a.tool_call_id)
+                    .is_some_and(|c| c.turn_id == turn)
+            })
+            .map(|a| a.expires_at)
+            .min();
+        if j.state.status != SessionStatus::RequiresAction {
+            j.stage(vec![status_item(
+                SessionStatus::RequiresAction,
+                "waiting on a human decision",
+            )])
+            .await?;
+        }
+        j.extras.wake_at = Some(wake);
+        let v = j.commit("session.requires_action").await?;
+        self.active.version.store(v, Ordering::SeqCst);
+        self.pending_outcome.store(false, Ordering::SeqCst);
+        Ok(())
+    }
+}

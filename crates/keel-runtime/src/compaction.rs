@@ -1,0 +1,166 @@
+//! The compaction phase: older transcript summarized behind a boundary.
+//!
+//! The summary is a model call of its own (`RequestPurpose::Compaction`, which takes no
+//! scripted position); the boundary is the first transcript item kept. After a provider
+//! overflow only the newest item group is kept. Failures are counted per turn; the planner
+//! ends the turn `prompt_too_long` when compaction cannot bring the context under the window.
+
+use std::sync::atomic::Ordering;
+
+use keel_core::{Correlation, EventBody, TurnId, TurnStatus};
+use keel_model::{ErrorKind, Message, ModelRequest, RequestPurpose};
+
+use crate::context::boundaries;
+use crate::driver::{Runner, lock, phase_item};
+use crate::error::Result;
+
+impl Runner {
+    /// Summarizes older transcript behind a boundary (`context.compacted`). `aggressive` keeps
+    /// only the latest item group (after a provider overflow). A compaction that fails is
+    /// counted; the planner ends the turn `prompt_too_long` when too many did.
+    pub(crate) async fn compact(&self, turn: TurnId, aggressive: bool) -> Result<()> {
+        let status = self
+            .read(|j| j.state.turns.get(&turn).map(|t| t.status))
+            .await;
+        if status != Some(TurnStatus::Compacting) {
+            self.stage(vec![phase_item(turn, TurnStatus::Compacting)])
+                .await?;
+        }
+        let snapshot = {
+            let j = self.active.journal.lock().await;
+            self.project(&j)?
+        };
+        let (from, cands, items, tokens, prev) = self
+            .read(|j| {
+                (
+                    j.proj.first_kept,
+                    boundaries(&j.proj, j.proj.first_kept),
+                    j.proj.items.clone(),
+                    j.proj.item_tokens.clone(),
+                    j.proj.summary.clone(),
+                )
+            })
+            .await;
+        let target = (self.config.context_window_tokens as f64 * self.config.compact_at_fraction
+            / 2.0) as u64;
+        let keep_from = if aggressive {
+            cands.last().copied()
+        } else {
+            cands
+                .iter()
+                .copied()
+                .find(|c| {
+                    tokens[usize::try_from(*c).unwrap_or(usize::MAX).min(tokens.len())..]
+                        .iter()
+                        .sum::<u64>()
+                        <= target
+                })
+                .or_else(|| cands.last().copied())
+        };
+        let Some(keep_from) = keep_from else {
+            return self.compaction_failed(turn).await;
+        };
+        let lo = usize::try_from(from).unwrap_or(0);
+        let hi = usize::try_from(keep_from).unwrap_or(0).min(items.len());
+        let mut input: Vec<Message> = items[lo..hi].to_vec();
+        loop {
+            let mut messages = vec![Message::User {
+                content: match &prev {
+                    Some(s) => format!("{}{s}", crate::context::SUMMARY_PREFIX),
+                    None => "The conversation to summarize follows.".into(),
+                },
+            }];
+            messages.extend(input.iter().cloned());
+            messages.push(Message::User {
+                content: "Summarize the conversation above for your own later use: the user's goals, decisions, facts learned, files touched and work still open. Be concise.".into(),
+            });
+            let position = self.read(|j| j.proj.position).await;
+            let request = ModelRequest {
+                instructions: Some(
+                    "You write compact, faithful summaries of agent conversations.".into(),
+                ),
+                messages,
+                purpose: RequestPurpose::Compaction,
+                response_index: Some(position),
+                cancel: self.turn_token().child_token(),
+                ..ModelRequest::default()
+            };
+            let resp = keel_model::collect(
+                self.rt.model.stream(request),
+                self.rt.model.model(),
+                &self.rt.options.prices,
+            )
+            .await;
+            match resp.outcome {
+                keel_model::Outcome::Completed { .. } => {
+                    let summary = resp.text;
+                    let after: u64 = tokens[hi..].iter().sum::<u64>()
+                        + crate::context::estimate_tokens(&summary);
+                    self.stage(vec![
+                        (
+                            Correlation::turn(turn),
+                            EventBody::ContextCompacted {
+                                summary,
+                                first_kept_item: keep_from,
+                                tokens_before: snapshot.estimated_tokens,
+                                tokens_after: after,
+                            },
+                        ),
+                        phase_item(turn, TurnStatus::Sampling),
+                    ])
+                    .await?;
+                    return Ok(());
+                }
+                keel_model::Outcome::Cancelled => return Ok(()),
+                keel_model::Outcome::Failed { error } => {
+                    if self.count_compaction_failure(turn).await {
+                        return Ok(());
+                    }
+                    if error.kind == ErrorKind::ContextOverflow && !input.is_empty() {
+                        // Drop the oldest item group first.
+                        let mut cut = 1;
+                        while cut < input.len() && matches!(input[cut], Message::Tool { .. }) {
+                            cut += 1;
+                        }
+                        input.drain(..cut);
+                        continue;
+                    }
+                    return self.back_to_sampling().await;
+                }
+            }
+        }
+    }
+
+    /// Counts a failed compaction of `turn`; true when the turn has had too many (the planner
+    /// ends it `prompt_too_long`).
+    async fn count_compaction_failure(&self, turn: TurnId) -> bool {
+        let local = {
+            let mut f = lock(&self.compaction_failures);
+            let n = f.entry(turn).or_default();
+            *n += 1;
+            *n
+        };
+        let overflows = self
+            .read(|j| j.state.turns.get(&turn).map_or(0, |t| t.overflows))
+            .await;
+        local + overflows.saturating_sub(1) >= self.limits().max_compaction_failures
+    }
+
+    async fn compaction_failed(&self, turn: TurnId) -> Result<()> {
+        if self.count_compaction_failure(turn).await {
+            return Ok(());
+        }
+        self.back_to_sampling().await
+    }
+
+    /// A compaction that did not happen: sample on without compacting again before the step.
+    async fn back_to_sampling(&self) -> Result<()> {
+        self.skip_compaction.store(true, Ordering::SeqCst);
+        let turn = self.read(|j| j.state.active_turn).await;
+        if let Some(turn) = turn {
+            self.stage(vec![phase_item(turn, TurnStatus::Sampling)])
+                .await?;
+        }
+        Ok(())
+    }
+}

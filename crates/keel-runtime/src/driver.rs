@@ -1,0 +1,546 @@
+//! The driver: asks the planner ([`keel_core::plan::next`]) what to do, does it, journals it.
+//!
+//! [`Runner::run`] is the whole loop. Each pass gathers the plain facts the planner needs (the
+//! step's frozen policy verdict for each open call, the approvals table's decisions, the
+//! context estimate, the tenant's usage) and matches the answer exhaustively; each arm hands
+//! off to the phase module that owns it: [`crate::sampling`], [`crate::tools`],
+//! [`crate::approvals`], [`crate::recovery`], [`crate::compaction`], [`crate::turn_end`].
+//!
+//! **One store commit per phase.** Events are staged ([`Journal::stage`]) as work happens and
+//! committed together ([`Journal::commit`]) only where durability is owed: when a turn starts;
+//! before a side effect is dispatched (its intent: `effect.prepared` + `effect.dispatched` +
+//! `tool_call.started`, with the step's proposal and validation when they are still staged);
+//! after a side effect's outcome (merged into the next dispatch's commit or the step's end);
+//! when a step's calls have all finished (`turn.sampling`: a read-only step is one commit);
+//! before waiting on a human; when the turn finishes; when the session goes idle. A crash
+//! loses at most the staged part of the current step, which the planner then plans again
+//! (a read-only call re-runs, a model step re-samples from the same scripted position).
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use chrono::Utc;
+use keel_core::plan::{CallFacts, Next};
+use keel_core::{
+    Correlation, EventBody, OperationKey, Release, SessionId, SessionStatus, StateMachine, StepId,
+    TenantId, ToolCallId, ToolCallStatus, TurnId, TurnStatus,
+};
+use keel_tools::approval::ApprovalService;
+use keel_tools::artifact::{ArtifactSink, StoreArtifactSink};
+use keel_tools::policy::Policy;
+use keel_tools::sandbox::Sandbox;
+use keel_tools::tool::ProgressSink;
+use keel_tools::workspace::Workspace;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::SessionConfig;
+use crate::context::ContextSnapshot;
+use crate::error::{Result, RuntimeError};
+use crate::journal::{Journal, TurnOutcome};
+use crate::progress::HubProgress;
+use crate::redact::Redactor;
+use crate::shared::{Active, Inner};
+use crate::subscribe::{Delta, DeltaKind};
+
+/// `(correlation, body)` pairs to stage.
+pub(crate) type Items = Vec<(Correlation, EventBody)>;
+
+/// One worker's run of one session.
+pub(crate) struct Runner {
+    pub(crate) rt: Arc<Inner>,
+    pub(crate) tenant: TenantId,
+    pub(crate) session: SessionId,
+    pub(crate) release: Release,
+    pub(crate) config: SessionConfig,
+    pub(crate) active: Arc<Active>,
+    pub(crate) approvals: ApprovalService,
+    /// Cancelled when the lease is lost.
+    pub(crate) lost: CancellationToken,
+    pub(crate) workspace: Workspace,
+    pub(crate) sandbox: Sandbox,
+    pub(crate) artifacts: Arc<dyn ArtifactSink>,
+    pub(crate) progress: Arc<dyn ProgressSink>,
+    pub(crate) hub_progress: Arc<HubProgress>,
+    /// The session's secrets, for deltas (redacted as streams before they leave the runner).
+    pub(crate) redactor: Arc<Redactor>,
+    pub(crate) deltas: tokio::sync::broadcast::Sender<Delta>,
+    /// Tool tasks running in this process.
+    pub(crate) inflight: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// The policy frozen with the last step's snapshot.
+    pub(crate) step_policy: Mutex<Option<(StepId, Policy)>>,
+    /// What validation and the step's frozen policy said of each call (stable per step).
+    pub(crate) call_facts: Mutex<HashMap<ToolCallId, CallFacts>>,
+    /// The snapshot the last planning pass projected, for the step it planned.
+    pub(crate) snapshot: Mutex<Option<(u64, ContextSnapshot)>>,
+    /// Compactions that failed per turn (besides provider overflows).
+    pub(crate) compaction_failures: Mutex<HashMap<TurnId, u32>>,
+    /// A compaction before the next step failed: sample without it.
+    pub(crate) skip_compaction: AtomicBool,
+    /// Effects whose reconcile answered "unknown" here.
+    pub(crate) unreconciled: Mutex<BTreeSet<OperationKey>>,
+    /// A side effect's outcome is staged and not yet committed.
+    pub(crate) pending_outcome: AtomicBool,
+    /// Turns finished by this run.
+    pub(crate) finished: Mutex<Vec<TurnId>>,
+}
+
+/// Aborts a background task when dropped.
+pub(crate) struct AbortOnDrop(pub(crate) tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Locks a std mutex, ignoring poisoning (the data stays usable).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Runner {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        rt: Arc<Inner>,
+        tenant: TenantId,
+        session: SessionId,
+        release: Release,
+        config: SessionConfig,
+        active: Arc<Active>,
+        approvals: ApprovalService,
+        lost: CancellationToken,
+    ) -> Result<Self> {
+        let workspace = Workspace::new(&config.workspace)?;
+        let sandbox = Sandbox::new(config.sandbox)?;
+        let artifacts: Arc<dyn ArtifactSink> =
+            Arc::new(StoreArtifactSink::new(rt.store.clone(), tenant, session));
+        let deltas = rt.hub.sender(session);
+        let redactor = Arc::new(Redactor::new(&config.secret_patterns, &config.secret_env)?);
+        let hub_progress = Arc::new(HubProgress {
+            sender: deltas.clone(),
+            session,
+            active: active.clone(),
+            redactor: redactor.clone(),
+            streams: Mutex::new(HashMap::new()),
+        });
+        let progress: Arc<dyn ProgressSink> = hub_progress.clone();
+        Ok(Self {
+            rt,
+            tenant,
+            session,
+            release,
+            config,
+            active,
+            approvals,
+            lost,
+            workspace,
+            sandbox,
+            artifacts,
+            progress,
+            hub_progress,
+            redactor,
+            deltas,
+            inflight: Mutex::new(Vec::new()),
+            step_policy: Mutex::new(None),
+            call_facts: Mutex::new(HashMap::new()),
+            snapshot: Mutex::new(None),
+            compaction_failures: Mutex::new(HashMap::new()),
+            skip_compaction: AtomicBool::new(false),
+            unreconciled: Mutex::new(BTreeSet::new()),
+            pending_outcome: AtomicBool::new(false),
+            finished: Mutex::new(Vec::new()),
+        })
+    }
+
+    // --- journal access ----------------------------------------------------------------------
+
+    /// Stages `items` (see [`Journal::stage`]).
+    pub(crate) async fn stage(&self, items: Items) -> Result<u64> {
+        if self.lost.is_cancelled() {
+            return Err(RuntimeError::LeaseLost {
+                session: self.session,
+            });
+        }
+        let mut j = self.active.journal.lock().await;
+        j.stage(items).await
+    }
+
+    /// Commits what is staged (see [`Journal::commit`]).
+    pub(crate) async fn commit(&self, site: &'static str) -> Result<u64> {
+        if self.lost.is_cancelled() {
+            return Err(RuntimeError::LeaseLost {
+                session: self.session,
+            });
+        }
+        let mut j = self.active.journal.lock().await;
+        let v = j.commit(site).await?;
+        self.active.version.store(v, Ordering::SeqCst);
+        self.pending_outcome.store(false, Ordering::SeqCst);
+        Ok(v)
+    }
+
+    /// Stages `items` and commits them with everything staged before.
+    pub(crate) async fn append(&self, site: &'static str, items: Items) -> Result<u64> {
+        self.stage(items).await?;
+        self.commit(site).await
+    }
+
+    pub(crate) async fn read<R>(&self, f: impl FnOnce(&Journal) -> R) -> R {
+        let j = self.active.journal.lock().await;
+        f(&j)
+    }
+
+    pub(crate) fn delta(&self, kind: DeltaKind) {
+        let _ = self.deltas.send(Delta {
+            session_id: self.session,
+            after_seq: self.active.version.load(Ordering::SeqCst),
+            kind,
+        });
+    }
+
+    pub(crate) fn turn_token(&self) -> CancellationToken {
+        let mut slot = lock(&self.active.turn_cancel);
+        match slot.as_ref() {
+            Some(t) => t.clone(),
+            None => {
+                let t = self.lost.child_token();
+                *slot = Some(t.clone());
+                t
+            }
+        }
+    }
+
+    fn reset_turn_token(&self) {
+        *lock(&self.active.turn_cancel) = None;
+    }
+
+    pub(crate) fn lease_lost(&self) -> RuntimeError {
+        RuntimeError::LeaseLost {
+            session: self.session,
+        }
+    }
+
+    /// When the turn started `started` reaches its wall-clock limit, as a tokio instant.
+    pub(crate) fn turn_deadline(
+        &self,
+        started: Option<chrono::DateTime<Utc>>,
+    ) -> Option<tokio::time::Instant> {
+        let (ms, s) = (self.config.turn_timeout_ms?, started?);
+        let elapsed = (Utc::now() - s).to_std().unwrap_or(Duration::ZERO);
+        let left = Duration::from_millis(ms).saturating_sub(elapsed);
+        Some(tokio::time::Instant::now() + left)
+    }
+
+    // --- the loop ----------------------------------------------------------------------------
+
+    /// Runs the session until it is idle, waits on a human, or is closed. Returns the turns
+    /// this run finished, the session status and the journal version.
+    pub(crate) async fn run(self: Arc<Self>) -> Result<(Vec<TurnOutcome>, SessionStatus, u64)> {
+        // The active turn's wall-clock timer: cancels everything below the turn when it passes.
+        let mut timer: Option<(TurnId, AbortOnDrop)> = None;
+        let _checkpoints = self.start_checkpoints();
+        loop {
+            if self.lost.is_cancelled() {
+                return Err(self.lease_lost());
+            }
+            let next = self.plan().await?;
+            if self.pending_outcome.load(Ordering::SeqCst)
+                && !matches!(
+                    next,
+                    Next::Dispatch { .. }
+                        | Next::EnterPhase {
+                            phase: TurnStatus::Sampling,
+                            ..
+                        }
+                )
+            {
+                // A side effect's outcome is durable before anything else happens.
+                self.commit("tool.outcome").await?;
+            }
+            let active_turn = self.read(|j| j.state.active_turn).await;
+            if let Some(turn) = active_turn {
+                if timer.as_ref().is_none_or(|(t, _)| *t != turn) {
+                    timer = self.start_timer(turn).await;
+                }
+                if self.turn_token().is_cancelled()
+                    && !matches!(next, Next::FinishTurn { .. } | Next::Stop)
+                {
+                    self.record_local_cancel(turn).await?;
+                    continue;
+                }
+            }
+            match next {
+                Next::Stop => return self.done(SessionStatus::Closed).await,
+                Next::Idle => {
+                    if let Some(status) = self.go_idle().await? {
+                        return self.done(status).await;
+                    }
+                }
+                Next::StartTurn { turn } => {
+                    let status = self.read(|j| j.state.status).await;
+                    let mut items = Vec::new();
+                    if status != SessionStatus::Running {
+                        items.push(status_item(SessionStatus::Running, "turn started"));
+                    }
+                    items.push((Correlation::turn(turn), EventBody::TurnStarted {}));
+                    self.append("turn.started", items).await?;
+                }
+                Next::Resume => {
+                    self.stage(vec![status_item(
+                        SessionStatus::Running,
+                        "human action received",
+                    )])
+                    .await?;
+                }
+                Next::EnterPhase { turn, phase } => {
+                    let had_staged = self.read(Journal::has_staged).await;
+                    self.stage(vec![phase_item(turn, phase)]).await?;
+                    if phase == TurnStatus::Sampling
+                        && (had_staged || self.pending_outcome.load(Ordering::SeqCst))
+                    {
+                        // The step's calls all have results: the step is one commit.
+                        self.commit("turn.sampling").await?;
+                    }
+                    if phase == TurnStatus::Sampling {
+                        self.skip_compaction.store(false, Ordering::SeqCst);
+                    }
+                }
+                Next::SampleStep { turn } => {
+                    self.clone().sample(turn, StepId::new(), 1).await?;
+                }
+                Next::ResampleStep {
+                    turn,
+                    step,
+                    attempt,
+                } => self.clone().sample(turn, step, attempt).await?,
+                Next::Compact { turn, aggressive } => self.compact(turn, aggressive).await?,
+                Next::Reject { turn, step, calls } => self.reject(turn, step, calls).await?,
+                Next::RequestApprovals { turn, step, calls } => {
+                    self.request_approvals(turn, step, calls).await?;
+                }
+                Next::ApplyApproval {
+                    turn,
+                    step,
+                    call,
+                    approval,
+                    outcome,
+                } => {
+                    self.apply_approval(turn, step, call, approval, outcome)
+                        .await?;
+                }
+                Next::Execute { turn, step, calls } => self.execute(turn, step, calls).await?,
+                Next::Dispatch {
+                    turn, step, call, ..
+                } => self.clone().dispatch(turn, step, call).await?,
+                Next::Rerun {
+                    turn,
+                    step,
+                    call,
+                    sequential,
+                } => self.clone().rerun(turn, step, call, sequential).await?,
+                Next::MarkOutcomeUnknown { key } => {
+                    self.stage(vec![(
+                        Correlation::default().with_operation(key),
+                        EventBody::EffectOutcomeUnknown {},
+                    )])
+                    .await?;
+                }
+                Next::Reconcile {
+                    turn,
+                    step,
+                    call,
+                    key,
+                } => self.reconcile(turn, step, call, key).await?,
+                Next::Settle {
+                    turn,
+                    step,
+                    call,
+                    key,
+                    how,
+                } => self.settle(turn, step, call, key, how).await?,
+                Next::AwaitRunning { .. } => self.await_running().await,
+                Next::WaitForHuman { turn, .. } => {
+                    self.wait_for_human(turn).await?;
+                    return self.done(SessionStatus::RequiresAction).await;
+                }
+                Next::FinishTurn {
+                    turn,
+                    reason,
+                    limit,
+                    error,
+                } => {
+                    self.finish_turn(turn, reason, limit, error).await?;
+                    lock(&self.finished).push(turn);
+                    self.reset_turn_token();
+                    timer = None;
+                }
+            }
+        }
+    }
+
+    /// Commits staged events that have waited longer than `checkpoint_after` (a long stream or
+    /// a slow read-only tool), so other processes see the phase running.
+    fn start_checkpoints(self: &Arc<Self>) -> AbortOnDrop {
+        let after = self.rt.options.checkpoint_after;
+        let active = self.active.clone();
+        let session = self.session;
+        AbortOnDrop(tokio::spawn(async move {
+            let tick = (after / 2).max(Duration::from_millis(10));
+            loop {
+                tokio::time::sleep(tick).await;
+                let mut j = active.journal.lock().await;
+                if j.closed {
+                    return;
+                }
+                if j.staged_for().is_some_and(|d| d >= after) {
+                    match j.commit("checkpoint").await {
+                        Ok(v) => active.version.store(v, Ordering::SeqCst),
+                        Err(e) => {
+                            tracing::debug!(%session, "checkpoint: {e}");
+                            return;
+                        }
+                    }
+                }
+            }
+        }))
+    }
+
+    async fn start_timer(&self, turn: TurnId) -> Option<(TurnId, AbortOnDrop)> {
+        let started = self
+            .read(|j| j.state.turns.get(&turn).and_then(|t| t.started_at))
+            .await;
+        let at = self.turn_deadline(started)?;
+        let token = self.turn_token();
+        Some((
+            turn,
+            AbortOnDrop(tokio::spawn(async move {
+                tokio::time::sleep_until(at).await;
+                token.cancel();
+            })),
+        ))
+    }
+
+    /// The turn's token was cancelled in this process (an interrupting input, `cancel_turn`)
+    /// before its intent reached the journal: wait a moment for it, else journal it.
+    async fn record_local_cancel(&self, turn: TurnId) -> Result<()> {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let (requested, deadline) = self
+            .read(|j| {
+                let t = j.state.turns.get(&turn);
+                (
+                    t.is_none_or(|t| t.cancel_requested.is_some() || t.status.is_terminal()),
+                    t.and_then(|t| t.started_at),
+                )
+            })
+            .await;
+        let timed_out = self
+            .turn_deadline(deadline)
+            .is_some_and(|at| at <= tokio::time::Instant::now());
+        if !requested && !timed_out {
+            self.stage(vec![(
+                Correlation::turn(turn),
+                EventBody::TurnCancelRequested {
+                    reason: "cancelled".into(),
+                },
+            )])
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Waits until a call running here finishes (or the turn is cancelled).
+    async fn await_running(&self) {
+        let token = self.turn_token();
+        let done = self.active.call_done.notified();
+        tokio::pin!(done);
+        done.as_mut().enable();
+        if self.active.live().is_empty() {
+            return;
+        }
+        tokio::select! {
+            () = &mut done => {}
+            () = token.cancelled() => {}
+            () = tokio::time::sleep(Duration::from_millis(500)) => {}
+        }
+    }
+
+    /// Nothing to do: goes idle and stops taking input through this run, atomically with
+    /// respect to `submit` (which holds the same lock). Returns the final status, or `None` when
+    /// input arrived meanwhile.
+    async fn go_idle(&self) -> Result<Option<SessionStatus>> {
+        let mut j = self.active.journal.lock().await;
+        if j.state.active_turn.is_some() || !j.state.queue.is_empty() {
+            return Ok(None);
+        }
+        // An intent posted just now would otherwise wait for the next run.
+        match crate::intent::handle_intents(&self.rt, &mut j, Some(&self.active)).await {
+            Ok(0) => {}
+            Ok(_) => return Ok(None),
+            Err(e) => tracing::warn!(session = %self.session, "handling intents: {e}"),
+        }
+        let mut items = Vec::new();
+        if matches!(
+            j.state.status,
+            SessionStatus::Running | SessionStatus::RequiresAction
+        ) {
+            items.push(status_item(SessionStatus::Idle, "no queued input"));
+        }
+        j.stage(items).await?;
+        // Nothing waits on a timer any more.
+        j.extras.wake_at = Some(None);
+        let v = j.commit("session.idle").await?;
+        self.active.version.store(v, Ordering::SeqCst);
+        j.closed = true;
+        Ok(Some(j.state.status))
+    }
+
+    async fn done(&self, status: SessionStatus) -> Result<(Vec<TurnOutcome>, SessionStatus, u64)> {
+        let ids: Vec<TurnId> = lock(&self.finished).clone();
+        let mut j = self.active.journal.lock().await;
+        let v = j.commit("run.end").await?;
+        self.active.version.store(v, Ordering::SeqCst);
+        j.closed = true;
+        let turns = ids
+            .iter()
+            .filter_map(|t| j.proj.finished.get(t).cloned())
+            .collect();
+        Ok((turns, status, j.state.version))
+    }
+}
+
+pub(crate) fn status_item(status: SessionStatus, reason: &str) -> (Correlation, EventBody) {
+    (
+        Correlation::default(),
+        EventBody::SessionStatusChanged {
+            status,
+            reason: Some(reason.to_owned()),
+        },
+    )
+}
+
+pub(crate) fn phase_item(turn: TurnId, phase: TurnStatus) -> (Correlation, EventBody) {
+    (
+        Correlation::turn(turn),
+        EventBody::TurnPhaseChanged { phase },
+    )
+}
+
+pub(crate) fn finished_item(
+    turn: TurnId,
+    step: StepId,
+    call: &ToolCallId,
+    status: ToolCallStatus,
+    output: String,
+    is_error: bool,
+) -> (Correlation, EventBody) {
+    (
+        Correlation::tool_call(turn, step, call.clone()),
+        EventBody::ToolCallFinished {
+            status,
+            output,
+            is_error,
+        },
+    )
+}

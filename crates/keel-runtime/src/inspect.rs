@@ -1,0 +1,118 @@
+//! Reading a session without running it: subscriptions (replay + live tail), the folded view,
+//! and the context the next step would show the model.
+
+use std::sync::Arc;
+
+use keel_core::{EventBody, SessionId, SessionState, TenantId};
+
+use crate::config::SessionConfig;
+use crate::context::ContextSnapshot;
+use crate::error::{Result, RuntimeError};
+use crate::journal::{Journal, TurnOutcome};
+use crate::redact::Redactor;
+use crate::runtime::{Runtime, SessionView};
+use crate::subscribe::Subscription;
+
+impl Runtime {
+    /// Subscribes to the session from journal sequence number `from_seq` (1 = everything):
+    /// durable events replayed then tailed, plus live deltas. See [`crate::subscribe`].
+    ///
+    /// # Errors
+    /// Store errors (`NotFound`).
+    pub async fn subscribe(
+        &self,
+        tenant: TenantId,
+        session: SessionId,
+        from_seq: u64,
+    ) -> Result<Subscription> {
+        let rec = self.inner.store.get_session(tenant, session).await?;
+        let _ = rec;
+        let deltas = self.inner.hub.sender(session).subscribe();
+        let first = self.inner.store.read(tenant, session, 1, Some(1)).await?;
+        let redactor = match first.first().map(|e| &e.body) {
+            Some(EventBody::SessionCreated { config, .. }) => {
+                // A config this build cannot read must not silently drop its secret patterns.
+                let c: SessionConfig =
+                    serde_json::from_value(config.clone()).map_err(|e| RuntimeError::Config {
+                        session,
+                        reason: e.to_string(),
+                    })?;
+                Redactor::new(&c.secret_patterns, &c.secret_env)?
+            }
+            _ => Redactor::new(&[], &[])?,
+        };
+        Ok(Subscription::new(
+            self.inner.store.clone(),
+            tenant,
+            session,
+            from_seq,
+            deltas,
+            Arc::new(redactor),
+        ))
+    }
+    /// The session folded from its journal (no lease needed).
+    ///
+    /// # Errors
+    /// Store errors; [`RuntimeError::Rejected`] for a journal that does not fold.
+    pub async fn view(&self, tenant: TenantId, session: SessionId) -> Result<SessionView> {
+        let j = self.read_journal(tenant, session).await?;
+        let mut turns: Vec<TurnOutcome> = j
+            .state
+            .turn_order
+            .iter()
+            .filter_map(|t| j.proj.finished.get(t).cloned())
+            .collect();
+        turns.shrink_to_fit();
+        Ok(SessionView {
+            state: j.state,
+            turns,
+        })
+    }
+    /// What the model would see if the session sampled its next step now (for inspection and
+    /// tests; the same projection the turn loop uses).
+    ///
+    /// # Errors
+    /// Store errors; [`RuntimeError::Config`].
+    pub async fn project_context(
+        &self,
+        tenant: TenantId,
+        session: SessionId,
+    ) -> Result<ContextSnapshot> {
+        let j = self.read_journal(tenant, session).await?;
+        let config = j.config()?;
+        let release_id = j.state.release_id.clone().ok_or(RuntimeError::Config {
+            session,
+            reason: "no session.created".into(),
+        })?;
+        let release = self.inner.store.get_release(tenant, &release_id).await?;
+        let policy = crate::tools::session_policy(&config, &j, &self.inner.tools)?;
+        Ok(crate::context::project(
+            &release.definition.instructions,
+            &config.workspace,
+            &release.definition.tools,
+            &self.inner.tools,
+            policy,
+            &j.proj,
+        ))
+    }
+
+    /// The whole journal folded, without a lease (read only).
+    async fn read_journal(&self, tenant: TenantId, session: SessionId) -> Result<Journal> {
+        Journal::load(
+            self.inner.store.clone(),
+            tenant,
+            session,
+            keel_core::LeaseEpoch(0),
+            Arc::new(Redactor::new(&[], &[])?),
+        )
+        .await
+    }
+
+    /// The session's state folded from its journal.
+    ///
+    /// # Errors
+    /// As [`Runtime::view`].
+    pub(crate) async fn fold(&self, tenant: TenantId, session: SessionId) -> Result<SessionState> {
+        Ok(self.view(tenant, session).await?.state)
+    }
+}

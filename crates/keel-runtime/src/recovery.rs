@@ -1,0 +1,171 @@
+//! Recovery of calls a worker that is gone left `running`, from what the journal knows of
+//! their effects (ARCHITECTURE rule 1): a recorded outcome is reused, an intent never
+//! dispatched is closed, an `outcome_unknown` effect is settled by a human's decision or by the
+//! tool's `reconcile` — never blindly re-run, never faked as failed. (Re-running read-only calls
+//! and re-dispatching idempotent writes or decided retries is the tools phase's.)
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use keel_core::plan::Settle;
+use keel_core::{
+    Correlation, EffectDecision, EventBody, OperationKey, StepId, ToolCallId, ToolCallStatus,
+    TurnId,
+};
+use keel_tools::ToolContext;
+use keel_tools::tool::{ReconcileOutcome, StepSnapshot, ToolLimits};
+use serde_json::{Value, json};
+
+use crate::driver::{Runner, finished_item, lock};
+use crate::error::Result;
+
+impl Runner {
+    /// Settles a call left `running` from its effect's journaled status (see [`Settle`]).
+    pub(crate) async fn settle(
+        &self,
+        turn: TurnId,
+        step: StepId,
+        call: ToolCallId,
+        key: OperationKey,
+        how: Settle,
+    ) -> Result<()> {
+        let ecorr = Correlation::default().with_operation(key);
+        let items = match how {
+            Settle::NeverDispatched => vec![
+                (
+                    ecorr,
+                    EventBody::EffectFailed {
+                        error: "never dispatched".into(),
+                    },
+                ),
+                finished_item(
+                    turn,
+                    step,
+                    &call,
+                    ToolCallStatus::Interrupted,
+                    "The call was interrupted before it started.".into(),
+                    true,
+                ),
+            ],
+            Settle::Recorded { committed } => vec![finished_item(
+                turn,
+                step,
+                &call,
+                if committed {
+                    ToolCallStatus::Succeeded
+                } else {
+                    ToolCallStatus::Failed
+                },
+                "The call's outcome was recorded before a crash.".into(),
+                !committed,
+            )],
+            Settle::Decided(EffectDecision::Committed { outcome }) => {
+                let text = match &outcome {
+                    Value::String(s) => s.clone(),
+                    Value::Null => "The operation was confirmed as done.".into(),
+                    other => other
+                        .get("content")
+                        .and_then(Value::as_str)
+                        .map_or_else(|| other.to_string(), str::to_owned),
+                };
+                vec![
+                    (ecorr, EventBody::EffectCommitted { outcome }),
+                    finished_item(turn, step, &call, ToolCallStatus::Succeeded, text, false),
+                ]
+            }
+            Settle::Decided(EffectDecision::Failed { error }) => vec![
+                (
+                    ecorr,
+                    EventBody::EffectFailed {
+                        error: error.clone(),
+                    },
+                ),
+                finished_item(
+                    turn,
+                    step,
+                    &call,
+                    ToolCallStatus::Failed,
+                    format!("Error: the operation did not happen: {error}"),
+                    true,
+                ),
+            ],
+            // A retry is a new dispatch (the tools phase), never a settlement.
+            Settle::Decided(EffectDecision::Retry) => Vec::new(),
+        };
+        self.stage(items).await?;
+        self.pending_outcome.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Asks the call's tool whether its `outcome_unknown` effect took place.
+    pub(crate) async fn reconcile(
+        self: &Arc<Self>,
+        turn: TurnId,
+        step: StepId,
+        call: ToolCallId,
+        key: OperationKey,
+    ) -> Result<()> {
+        let name = self
+            .read(|j| j.state.tool_calls.get(&call).map(|c| c.name.clone()))
+            .await
+            .unwrap_or_default();
+        let Some(tool) = self.rt.tools.get(&name).cloned() else {
+            lock(&self.unreconciled).insert(key);
+            return Ok(());
+        };
+        let ctx = ToolContext {
+            call_id: call.to_string(),
+            cancel: self.turn_token().child_token(),
+            progress: self.progress.clone(),
+            workspace: self.workspace.clone(),
+            sandbox: self.sandbox.clone(),
+            artifacts: self.artifacts.clone(),
+            snapshot: Arc::new(StepSnapshot::default()),
+            limits: ToolLimits::default(),
+        };
+        let ecorr = Correlation::default().with_operation(key.clone());
+        let items = match tool.reconcile(key.as_str(), &ctx).await {
+            ReconcileOutcome::Committed { output } => vec![
+                (
+                    ecorr,
+                    EventBody::EffectCommitted {
+                        outcome: json!({"content": output.content, "details": output.details, "reconciled": true}),
+                    },
+                ),
+                finished_item(
+                    turn,
+                    step,
+                    &call,
+                    ToolCallStatus::Succeeded,
+                    output.content,
+                    false,
+                ),
+            ],
+            ReconcileOutcome::Failed { reason } => vec![
+                (
+                    ecorr,
+                    EventBody::EffectFailed {
+                        error: reason.clone(),
+                    },
+                ),
+                finished_item(
+                    turn,
+                    step,
+                    &call,
+                    ToolCallStatus::Failed,
+                    format!(
+                        "Error: the operation did not happen (checked after a crash): {reason}"
+                    ),
+                    true,
+                ),
+            ],
+            ReconcileOutcome::Unknown => {
+                lock(&self.unreconciled).insert(key);
+                return Ok(());
+            }
+        };
+        self.stage(items).await?;
+        self.pending_outcome.store(true, Ordering::SeqCst);
+        Ok(())
+    }
+}

@@ -1,0 +1,102 @@
+//! What the runtime's parts share: the worker's [`Inner`] (store, model, tools, options, event
+//! hub) and, for each session this process runs, its [`Active`] handle (the journal under a
+//! mutex, the cancellation tokens of the turn and of each running call, the calls running here).
+//!
+//! Owns no behaviour: the driver, the intent handler and the public API all reach a running
+//! session through these two types.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use keel_core::{SessionId, ToolCallId};
+use keel_model::ModelClient;
+use keel_store::Store;
+use keel_tools::ToolRegistry;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::RuntimeOptions;
+use crate::journal::Journal;
+use crate::subscribe::Hub;
+
+/// A session being run by this process.
+pub(crate) struct Active {
+    /// The journal (state, projection, staged events).
+    pub(crate) journal: Arc<tokio::sync::Mutex<Journal>>,
+    /// The active turn's token; cancelling it stops the stream and every running call.
+    pub(crate) turn_cancel: Mutex<Option<CancellationToken>>,
+    /// Each running call's token, by call id.
+    pub(crate) tool_cancel: Mutex<HashMap<String, CancellationToken>>,
+    /// Calls running in this process (started and not yet given their result).
+    pub(crate) live_calls: Mutex<HashSet<ToolCallId>>,
+    /// Woken whenever a call running here finishes.
+    pub(crate) call_done: tokio::sync::Notify,
+    /// The durable journal version, for deltas' `after_seq`.
+    pub(crate) version: AtomicU64,
+}
+
+impl Active {
+    /// A handle for a session whose journal is `journal`.
+    pub(crate) fn new(journal: Journal) -> Self {
+        let version = journal.durable;
+        Self {
+            journal: Arc::new(tokio::sync::Mutex::new(journal)),
+            turn_cancel: Mutex::new(None),
+            tool_cancel: Mutex::new(HashMap::new()),
+            live_calls: Mutex::new(HashSet::new()),
+            call_done: tokio::sync::Notify::new(),
+            version: AtomicU64::new(version),
+        }
+    }
+
+    /// Cancels the active turn's token, if there is one.
+    pub(crate) fn cancel_turn(&self) {
+        if let Some(t) = self
+            .turn_cancel
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+        {
+            t.cancel();
+        }
+    }
+
+    /// The token of running call `call`, if it runs here.
+    pub(crate) fn call_token(&self, call: &str) -> Option<CancellationToken> {
+        self.tool_cancel
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(call)
+            .cloned()
+    }
+
+    /// The calls running here.
+    pub(crate) fn live(&self) -> HashSet<ToolCallId> {
+        self.live_calls
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+/// One worker process's runtime state (shared by every [`crate::Runtime`] clone).
+pub(crate) struct Inner {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) model: Arc<dyn ModelClient>,
+    pub(crate) tools: Arc<ToolRegistry>,
+    pub(crate) options: RuntimeOptions,
+    pub(crate) owner: String,
+    pub(crate) hub: Hub,
+    pub(crate) active: Mutex<HashMap<SessionId, Arc<Active>>>,
+}
+
+impl Inner {
+    /// The handle of session `session` if this process runs it.
+    pub(crate) fn active(&self, session: SessionId) -> Option<Arc<Active>> {
+        self.active
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&session)
+            .cloned()
+    }
+}

@@ -1,0 +1,500 @@
+//! The tools phase: what the step's frozen policy says of each call, and running calls.
+//!
+//! Owns validation and authorization ([`Runner::assess`], the planner's [`CallFacts`]), the
+//! session policy with rules granted for the session, rejections, the parallel batch of
+//! read-only calls (spawned tasks), sequential dispatches, re-runs after a crash, and one call's
+//! execution with its time limit, cancellation and one result.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, PoisonError};
+use std::time::Duration;
+
+use keel_core::plan::{CallFacts, Verdict};
+use keel_core::{
+    Correlation, EffectClass, EffectStatus, EventBody, OperationKey, StateMachine, StepId,
+    ToolCallId, ToolCallStatus, TurnId, canonical::content_hash,
+};
+use keel_tools::policy::{Policy, Verdict as PolicyVerdict, session_rules_for};
+use keel_tools::tool::{StepSnapshot, ToolLimits};
+use keel_tools::workspace::Workspace;
+use keel_tools::{
+    ToolCallRequest, ToolContext, ToolRegistry, ToolResult, ToolResultStatus, ValidatedCall,
+};
+use serde_json::{Value, json};
+
+use crate::config::SessionConfig;
+use crate::driver::{Runner, finished_item, lock};
+use crate::error::{Result, RuntimeError};
+use crate::journal::Journal;
+
+/// The configured policy plus the session rules granted by `allow_for_session` decisions.
+pub(crate) fn session_policy(
+    config: &SessionConfig,
+    j: &Journal,
+    tools: &ToolRegistry,
+) -> Result<Policy> {
+    let mut policy = config.policy()?;
+    if let Ok(ws) = Workspace::new(&config.workspace) {
+        for (name, args) in &j.proj.allowed_for_session {
+            let call = ValidatedCall {
+                call_id: String::new(),
+                name: name.clone(),
+                arguments: args.clone(),
+                effect: EffectClass::SideEffecting,
+                parallel_safe: false,
+            };
+            let subject = tools.subject(&call, &ws);
+            policy.rules.extend(session_rules_for(name, &subject));
+        }
+    }
+    Ok(policy)
+}
+
+pub(crate) fn map_status(s: ToolResultStatus) -> ToolCallStatus {
+    match s {
+        ToolResultStatus::Succeeded => ToolCallStatus::Succeeded,
+        ToolResultStatus::Failed => ToolCallStatus::Failed,
+        ToolResultStatus::Cancelled => ToolCallStatus::Cancelled,
+        ToolResultStatus::Rejected => ToolCallStatus::Rejected,
+    }
+}
+
+impl Runner {
+    /// Validates a call and asks `policy` about it: the planner's facts for it.
+    pub(crate) fn assess(
+        &self,
+        call: &ToolCallId,
+        name: &str,
+        arguments: &Value,
+        policy: &Policy,
+    ) -> CallFacts {
+        let req = ToolCallRequest {
+            call_id: call.to_string(),
+            name: name.to_owned(),
+            arguments: arguments.clone(),
+        };
+        match self.rt.tools.validate(&req) {
+            Err(result) => CallFacts::Invalid {
+                status: map_status(result.status),
+                output: result.content,
+            },
+            Ok(v) => {
+                let (decision, _) = self.rt.tools.authorize(&v, &self.workspace, policy);
+                CallFacts::Valid {
+                    effect: v.effect,
+                    parallel_safe: v.parallel_safe,
+                    can_reconcile: self
+                        .rt
+                        .tools
+                        .get(&v.name)
+                        .is_some_and(|t| t.can_reconcile()),
+                    verdict: match decision.verdict {
+                        PolicyVerdict::Allow => Verdict::Allow,
+                        PolicyVerdict::Ask => Verdict::Ask,
+                        PolicyVerdict::Deny => Verdict::Deny {
+                            reason: decision.reason,
+                        },
+                    },
+                }
+            }
+        }
+    }
+
+    /// The policy frozen with step `step` (or the session's current one).
+    pub(crate) fn policy_for(&self, j: &Journal, step: StepId) -> Result<Policy> {
+        if let Some((s, p)) = lock(&self.step_policy).as_ref()
+            && *s == step
+        {
+            return Ok(p.clone());
+        }
+        session_policy(&self.config, j, &self.rt.tools)
+    }
+
+    /// Facts for every open call of the active turn's last step (cached per call: the step's
+    /// policy is frozen).
+    pub(crate) fn call_facts_for(
+        &self,
+        j: &Journal,
+    ) -> std::collections::BTreeMap<ToolCallId, CallFacts> {
+        let s = &j.state;
+        let mut out = std::collections::BTreeMap::new();
+        let Some(step) = s
+            .active_turn
+            .and_then(|t| s.turns.get(&t))
+            .and_then(|t| t.steps.last())
+            .and_then(|st| s.steps.get(st))
+        else {
+            return out;
+        };
+        let mut cache = lock(&self.call_facts);
+        let mut policy: Option<Policy> = None;
+        for call in step
+            .tool_calls
+            .iter()
+            .filter_map(|c| s.tool_calls.get(c))
+            .filter(|c| !c.status.is_terminal())
+        {
+            if let Some(f) = cache.get(&call.id) {
+                out.insert(call.id.clone(), f.clone());
+                continue;
+            }
+            if policy.is_none() {
+                match self.policy_for(j, step.id) {
+                    Ok(p) => policy = Some(p),
+                    Err(e) => {
+                        tracing::warn!(session = %self.session, "the session policy: {e}");
+                        return out;
+                    }
+                }
+            }
+            let Some(p) = policy.as_ref() else {
+                return out;
+            };
+            let f = self.assess(&call.id, &call.name, &call.arguments, p);
+            cache.insert(call.id.clone(), f.clone());
+            out.insert(call.id.clone(), f);
+        }
+        out
+    }
+
+    /// The validated form of an open call, with the policy of its step.
+    async fn validated(&self, call: &ToolCallId) -> Result<Option<(ValidatedCall, Policy)>> {
+        let j = self.active.journal.lock().await;
+        let Some(c) = j.state.tool_calls.get(call) else {
+            return Ok(None);
+        };
+        let req = ToolCallRequest {
+            call_id: c.id.to_string(),
+            name: c.name.clone(),
+            arguments: c.arguments.clone(),
+        };
+        let Ok(v) = self.rt.tools.validate(&req) else {
+            return Ok(None);
+        };
+        let policy = self.policy_for(&j, c.step_id)?;
+        Ok(Some((v, policy)))
+    }
+
+    /// Gives each call its result without running it.
+    pub(crate) async fn reject(
+        &self,
+        turn: TurnId,
+        step: StepId,
+        calls: Vec<(ToolCallId, ToolCallStatus, String)>,
+    ) -> Result<()> {
+        let statuses: HashMap<ToolCallId, ToolCallStatus> = self
+            .read(|j| {
+                calls
+                    .iter()
+                    .filter_map(|(c, _, _)| {
+                        j.state.tool_calls.get(c).map(|s| (c.clone(), s.status))
+                    })
+                    .collect()
+            })
+            .await;
+        let mut items = Vec::new();
+        for (call, status, output) in calls {
+            if statuses.get(&call) == Some(&ToolCallStatus::Proposed) {
+                items.push((
+                    Correlation::tool_call(turn, step, call.clone()),
+                    EventBody::ToolCallValidating {},
+                ));
+            }
+            items.push(finished_item(turn, step, &call, status, output, true));
+        }
+        self.stage(items).await?;
+        Ok(())
+    }
+
+    /// Starts each read-only, parallel-safe call as its own task.
+    pub(crate) async fn execute(
+        self: &Arc<Self>,
+        turn: TurnId,
+        step: StepId,
+        calls: Vec<ToolCallId>,
+    ) -> Result<()> {
+        for call in calls {
+            self.spawn_call(turn, step, call);
+        }
+        Ok(())
+    }
+
+    /// Runs one call alone and waits for it.
+    pub(crate) async fn dispatch(
+        self: Arc<Self>,
+        turn: TurnId,
+        step: StepId,
+        call: ToolCallId,
+    ) -> Result<()> {
+        let Some((v, policy)) = self.validated(&call).await? else {
+            return Err(RuntimeError::InvalidInput(format!(
+                "tool call {call} cannot be validated any more"
+            )));
+        };
+        lock(&self.active.live_calls).insert(call.clone());
+        let r = self
+            .clone()
+            .run_call(turn, step, call.clone(), v, policy)
+            .await;
+        lock(&self.active.live_calls).remove(&call);
+        self.active.call_done.notify_waiters();
+        r
+    }
+
+    /// Runs again a read-only call a worker that is gone left `running`.
+    pub(crate) async fn rerun(
+        self: Arc<Self>,
+        turn: TurnId,
+        step: StepId,
+        call: ToolCallId,
+        sequential: bool,
+    ) -> Result<()> {
+        if sequential {
+            self.dispatch(turn, step, call).await
+        } else {
+            self.spawn_call(turn, step, call);
+            Ok(())
+        }
+    }
+
+    /// Runs `call` as a task of its own (it is live from now until its result is staged).
+    pub(crate) fn spawn_call(self: &Arc<Self>, turn: TurnId, step: StepId, call: ToolCallId) {
+        lock(&self.active.live_calls).insert(call.clone());
+        let this = self.clone();
+        let handle = tokio::spawn(async move {
+            let id = call.clone();
+            let r = match this.validated(&call).await {
+                Ok(Some((v, policy))) => this.clone().run_call(turn, step, call, v, policy).await,
+                Ok(None) => Ok(()),
+                Err(e) => Err(e),
+            };
+            if let Err(e) = r {
+                tracing::warn!(session = %this.session, call = %id, "tool execution: {e}");
+            }
+            lock(&this.active.live_calls).remove(&id);
+            this.active.call_done.notify_waiters();
+        });
+        lock(&self.inflight).push(handle);
+    }
+
+    /// Waits for every call task of this run.
+    pub(crate) async fn join_inflight(&self) {
+        loop {
+            let handles: Vec<_> = std::mem::take(&mut *lock(&self.inflight));
+            if handles.is_empty() {
+                return;
+            }
+            for h in handles {
+                let _ = h.await;
+            }
+        }
+    }
+
+    /// Runs one call: stages its start — for a side-effecting call or an idempotent write also
+    /// its intent (`effect.prepared` on the first attempt, `effect.dispatched`), committed before
+    /// the effect starts — executes it under its own cancellation token and time limit, and
+    /// stages its one result (a side effect's outcome is committed before anything else
+    /// happens; see the driver).
+    pub(crate) async fn run_call(
+        self: Arc<Self>,
+        turn: TurnId,
+        step: StepId,
+        call: ToolCallId,
+        v: ValidatedCall,
+        policy: Policy,
+    ) -> Result<()> {
+        let corr = Correlation::tool_call(turn, step, call.clone());
+        let side_effecting = v.effect != EffectClass::ReadOnly;
+        let key = OperationKey::for_call(self.session, step, &call);
+        let (status, effect) = self
+            .read(|j| {
+                (
+                    j.state.tool_calls.get(&call).map(|c| c.status),
+                    j.state.effects.get(&key).map(|e| (e.status, e.attempts)),
+                )
+            })
+            .await;
+        let mut items = Vec::new();
+        if status == Some(ToolCallStatus::Proposed) {
+            items.push((corr.clone(), EventBody::ToolCallValidating {}));
+        }
+        if side_effecting {
+            match effect {
+                None => {
+                    let request_hash =
+                        content_hash(&json!({"tool": v.name, "arguments": v.arguments}));
+                    // The table and the journal commit together, so a row past `prepared` that the
+                    // journal lacks was written by something else: never dispatch it again.
+                    if let Ok(row) = self.rt.store.get_effect(self.tenant, &key).await
+                        && row.status != EffectStatus::Prepared
+                    {
+                        tracing::warn!(session = %self.session, %key, status = %row.status.as_str(), "refused a second dispatch of an operation key");
+                        let ecorr = Correlation::default().with_operation(key.clone());
+                        items.push((
+                            corr.clone().with_operation(key.clone()),
+                            EventBody::EffectPrepared { request_hash },
+                        ));
+                        items.push((
+                            ecorr.clone().with_attempt(1),
+                            EventBody::EffectDispatched {},
+                        ));
+                        items.push((corr.clone(), EventBody::ToolCallStarted {}));
+                        items.push((ecorr, EventBody::EffectOutcomeUnknown {}));
+                        self.stage(items).await?;
+                        self.commit("effect.duplicate").await?;
+                        return Ok(());
+                    }
+                    items.push((
+                        corr.clone().with_operation(key.clone()),
+                        EventBody::EffectPrepared { request_hash },
+                    ));
+                    items.push((
+                        Correlation::default()
+                            .with_operation(key.clone())
+                            .with_attempt(1),
+                        EventBody::EffectDispatched {},
+                    ));
+                }
+                Some((EffectStatus::OutcomeUnknown, attempts)) => items.push((
+                    Correlation::default()
+                        .with_operation(key.clone())
+                        .with_attempt(attempts + 1),
+                    EventBody::EffectDispatched {},
+                )),
+                Some((other, _)) => {
+                    // The planner never dispatches a key again but after outcome_unknown.
+                    tracing::warn!(session = %self.session, %key, status = %other.as_str(), "refused a second dispatch of an operation key");
+                    return Ok(());
+                }
+            }
+        }
+        items.push((corr.clone(), EventBody::ToolCallStarted {}));
+        self.stage(items).await?;
+        if side_effecting {
+            // Intent before effect: durable before the tool runs.
+            self.commit("tool.dispatched").await?;
+        }
+
+        let token = self.turn_token().child_token();
+        self.active
+            .tool_cancel
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(call.to_string(), token.clone());
+        let ctx = ToolContext {
+            call_id: call.to_string(),
+            cancel: token.clone(),
+            progress: self.progress.clone(),
+            workspace: self.workspace.clone(),
+            sandbox: self.sandbox.clone(),
+            artifacts: self.artifacts.clone(),
+            snapshot: Arc::new(StepSnapshot {
+                step_id: step.to_string(),
+                policy,
+            }),
+            limits: ToolLimits::default(),
+        };
+        let tools = self.rt.tools.clone();
+        let fut = tools.execute(&v, &ctx);
+        tokio::pin!(fut);
+        let far = tokio::time::Instant::now() + Duration::from_secs(365 * 24 * 3600);
+        let deadline = self.config.tool_timeout_ms.map_or(far, |ms| {
+            tokio::time::Instant::now() + Duration::from_millis(ms)
+        });
+        let grace = Duration::from_millis(self.rt.options.cancel_grace_ms);
+        let mut timed_out = false;
+        let result: Option<ToolResult> = tokio::select! {
+            r = &mut fut => Some(r),
+            () = tokio::time::sleep_until(deadline) => {
+                timed_out = true;
+                token.cancel();
+                tokio::time::timeout(grace, &mut fut).await.ok()
+            }
+            () = token.cancelled() => tokio::time::timeout(grace, &mut fut).await.ok(),
+        };
+        self.active
+            .tool_cancel
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(call.as_str());
+        self.hub_progress.finish(call.as_str());
+        let interrupted = token.is_cancelled();
+        let (status, output) = match (&result, timed_out) {
+            (_, true) => (
+                ToolCallStatus::Failed,
+                format!(
+                    "Error: `{}` timed out after {} ms and was stopped.{}",
+                    v.name,
+                    self.config.tool_timeout_ms.unwrap_or(0),
+                    result
+                        .as_ref()
+                        .map(|r| format!(" Output so far:\n{}", r.content))
+                        .unwrap_or_default()
+                ),
+            ),
+            (Some(r), false) if interrupted => (
+                ToolCallStatus::Cancelled,
+                if r.content.is_empty() {
+                    format!("`{}` was cancelled.", v.name)
+                } else {
+                    r.content.clone()
+                },
+            ),
+            (None, false) => (
+                ToolCallStatus::Cancelled,
+                format!("`{}` was cancelled.", v.name),
+            ),
+            (Some(r), false) => (map_status(r.status), r.content.clone()),
+        };
+        if self.lost.is_cancelled() {
+            return Err(RuntimeError::LeaseLost {
+                session: self.session,
+            });
+        }
+        let mut items = Vec::new();
+        let ecorr = Correlation::default().with_operation(key.clone());
+        if side_effecting {
+            if interrupted {
+                // Stopped mid-flight: what happened is unknown — never recorded as failed.
+                items.push((ecorr, EventBody::EffectOutcomeUnknown {}));
+            } else if let Some(r) = &result {
+                match r.status {
+                    ToolResultStatus::Succeeded => items.push((
+                        ecorr,
+                        EventBody::EffectCommitted {
+                            outcome: json!({"content": r.content, "details": r.details}),
+                        },
+                    )),
+                    ToolResultStatus::Failed
+                    | ToolResultStatus::Rejected
+                    | ToolResultStatus::Cancelled => {
+                        items.push((
+                            ecorr,
+                            EventBody::EffectFailed {
+                                error: r.content.clone(),
+                            },
+                        ));
+                    }
+                }
+            }
+        }
+        let is_error = status != ToolCallStatus::Succeeded;
+        items.push(finished_item(turn, step, &call, status, output, is_error));
+        let still_open = self
+            .read(|j| {
+                j.state
+                    .tool_calls
+                    .get(&call)
+                    .is_some_and(|c| !c.status.is_terminal())
+            })
+            .await;
+        if still_open {
+            self.stage(items).await?;
+            if side_effecting {
+                self.pending_outcome.store(true, Ordering::SeqCst);
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,114 @@
+//! Ending a turn: whatever the reason, every open call gets its one result (a dispatched
+//! effect becomes `outcome_unknown` — never faked as failed), open steps fail, the session is
+//! `running` again, and `turn.finished` carries the reason, usage, cost, steps and duration —
+//! all in one commit.
+
+use chrono::Utc;
+use keel_core::{
+    BudgetLimit, Correlation, EffectStatus, EventBody, SessionStatus, StateMachine, TerminalReason,
+    ToolCallStatus, TurnId,
+};
+
+use crate::driver::{Items, Runner, finished_item, status_item};
+use crate::error::Result;
+
+impl Runner {
+    /// Ends the turn with `reason`: stops everything below it, gives every open call a result
+    /// (dispatched effects become `outcome_unknown`), closes open steps, and journals
+    /// `turn.finished` (after `session.status_changed(running)` if the session required action).
+    pub(crate) async fn finish_turn(
+        &self,
+        turn: TurnId,
+        reason: TerminalReason,
+        limit: Option<BudgetLimit>,
+        error: Option<String>,
+    ) -> Result<()> {
+        if reason != TerminalReason::Completed {
+            self.turn_token().cancel();
+        }
+        self.join_inflight().await;
+        let call_status = if reason == TerminalReason::Aborted {
+            ToolCallStatus::Cancelled
+        } else {
+            ToolCallStatus::Interrupted
+        };
+        let items = self
+            .read(|j| {
+                let mut items: Items = Vec::new();
+                let Some(t) = j.state.turns.get(&turn) else {
+                    return items;
+                };
+                if j.state.status == SessionStatus::RequiresAction
+                    && j.state.active_turn == Some(turn)
+                {
+                    items.push(status_item(SessionStatus::Running, "the turn ended"));
+                }
+                for s in t.steps.iter().filter_map(|s| j.state.steps.get(s)) {
+                    for c in s
+                        .tool_calls
+                        .iter()
+                        .filter_map(|c| j.state.tool_calls.get(c))
+                    {
+                        if c.status.is_terminal() {
+                            continue;
+                        }
+                        if let Some(key) = &c.operation_key
+                            && j.state
+                                .effects
+                                .get(key)
+                                .is_some_and(|e| e.status == EffectStatus::Dispatched)
+                        {
+                            items.push((
+                                Correlation::default().with_operation(key.clone()),
+                                EventBody::EffectOutcomeUnknown {},
+                            ));
+                        }
+                        let text = match reason {
+                            TerminalReason::Aborted => {
+                                format!("`{}` was cancelled: the turn was cancelled.", c.name)
+                            }
+                            _ => format!(
+                                "`{}` was interrupted: the turn ended ({}).",
+                                c.name,
+                                reason.as_str()
+                            ),
+                        };
+                        items.push(finished_item(turn, s.id, &c.id, call_status, text, true));
+                    }
+                    if !s.status.is_terminal() {
+                        items.push((
+                            Correlation::step(turn, s.id, s.attempt),
+                            EventBody::StepFailed {
+                                error_kind: if reason == TerminalReason::Aborted {
+                                    "cancelled".into()
+                                } else {
+                                    reason.as_str().into()
+                                },
+                                message: error.clone().unwrap_or_else(|| "the turn ended".into()),
+                                responses_consumed: 0,
+                            },
+                        ));
+                    }
+                }
+                let duration = t.started_at.map_or(0, |s| {
+                    u64::try_from((Utc::now() - s).num_milliseconds()).unwrap_or(0)
+                });
+                items.push((
+                    Correlation::turn(turn),
+                    EventBody::TurnFinished {
+                        terminal_reason: reason,
+                        limit,
+                        usage: t.usage,
+                        cost_usd: t.cost_usd,
+                        num_steps: u32::try_from(t.steps.len()).unwrap_or(u32::MAX),
+                        duration_ms: duration,
+                        error: error.clone(),
+                    },
+                ));
+                items
+            })
+            .await;
+        self.append("turn.finished", items).await?;
+        Ok(())
+    }
+}

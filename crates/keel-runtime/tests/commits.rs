@@ -1,0 +1,146 @@
+//! One store commit per phase: the number of durable commits a step costs, counted by the store
+//! (`Store::commits`: journal appends and side-table writes, whatever group commit merges; lease
+//! operations are the run's bookkeeping and are not counted). Each count is the difference
+//! between a turn with the step and the same turn without it, so turn start and end (and the
+//! session going idle) cancel out. The checkpoint interval is set far beyond the test so only
+//! the phase rules commit.
+
+use std::time::Duration;
+
+use keel_core::{ApprovalDecision, Budget, SessionStatus, TenantId};
+use keel_runtime::{PendingAction, Runtime, RuntimeOptions};
+use keel_store::Store;
+use keel_tools::policy::PermissionMode;
+use serde_json::{Value, json};
+
+use crate::common::{Backend, call, config, db, registry, release, scripted, workspace};
+use crate::on_both;
+
+fn commits(store: &dyn Store) -> u64 {
+    let c = store.commits();
+    c.journal + c.tables
+}
+
+/// Runs one turn of `lines` to its end (deciding every approval with `allow_once`); returns the
+/// commits it cost, excluding the humans' own decisions.
+async fn turn_commits(b: Backend, lines: &[Value], mode: PermissionMode, ask: &[&str]) -> u64 {
+    let db = db(b).await;
+    let rt = Runtime::new(
+        db.store.clone(),
+        scripted(lines),
+        registry(),
+        RuntimeOptions {
+            checkpoint_after: Duration::from_secs(3600),
+            ..RuntimeOptions::default()
+        },
+    );
+    let ws = workspace();
+    let tenant = TenantId::new();
+    let mut cfg = config(ws.path());
+    cfg.permission_mode = mode;
+    cfg.ask = ask.iter().map(|s| (*s).to_owned()).collect();
+    let session = rt
+        .create_session(tenant, &release(&[], Budget::default()), cfg)
+        .await
+        .unwrap();
+    rt.submit(tenant, session, "go").await.unwrap();
+    let before = commits(db.store.as_ref());
+    let mut human = 0;
+    loop {
+        let out = rt.run(tenant, session).await.unwrap();
+        if out.status != SessionStatus::RequiresAction {
+            assert_eq!(out.status, SessionStatus::Idle);
+            break;
+        }
+        for p in out.pending {
+            let PendingAction::Approval {
+                approval_id,
+                args_hash,
+                ..
+            } = p
+            else {
+                panic!("only approvals are expected: {p:?}")
+            };
+            let c = commits(db.store.as_ref());
+            rt.decide_approval(tenant, approval_id, ApprovalDecision::AllowOnce, &args_hash)
+                .await
+                .unwrap();
+            human += commits(db.store.as_ref()) - c;
+        }
+    }
+    commits(db.store.as_ref()) - before - human
+}
+
+fn done() -> Value {
+    json!({"text": "done"})
+}
+
+async fn baseline(b: Backend) -> u64 {
+    turn_commits(b, &[done()], PermissionMode::Bypass, &[]).await
+}
+
+async fn a_read_only_step_is_one_commit(b: Backend) {
+    let base = baseline(b).await;
+    let lines = [
+        json!({"tool_calls": [call("read_file", json!({"path": "README.md"}))]}),
+        done(),
+    ];
+    let n = turn_commits(b, &lines, PermissionMode::Bypass, &[]).await;
+    assert!(n - base <= 1, "a read-only step cost {} commits", n - base);
+    assert_eq!(n - base, 1);
+}
+
+async fn a_side_effecting_step_is_two_commits(b: Backend) {
+    let base = baseline(b).await;
+    let lines = [
+        json!({"tool_calls": [call("counter", json!({"label": "a"}))]}),
+        done(),
+    ];
+    let n = turn_commits(b, &lines, PermissionMode::Bypass, &[]).await;
+    assert_eq!(n - base, 2, "intent before, outcome after");
+}
+
+async fn three_side_effecting_calls_are_at_most_four_commits(b: Backend) {
+    let base = baseline(b).await;
+    let lines = [
+        json!({"tool_calls": [
+            call("counter", json!({"label": "a"})),
+            call("counter", json!({"label": "b"})),
+            call("counter", json!({"label": "c"})),
+        ]}),
+        done(),
+    ];
+    let n = turn_commits(b, &lines, PermissionMode::Bypass, &[]).await;
+    assert!(n - base <= 4, "three effects cost {} commits", n - base);
+    assert_eq!(n - base, 4);
+}
+
+async fn an_approved_call_is_at_most_three_commits(b: Backend) {
+    let base = baseline(b).await;
+    // A side-effecting call that asks: ask (1), approval applied + intent (1), outcome (1).
+    let lines = [
+        json!({"tool_calls": [call("counter", json!({"label": "a"}))]}),
+        done(),
+    ];
+    let n = turn_commits(b, &lines, PermissionMode::Default, &[]).await;
+    assert!(
+        n - base <= 3,
+        "an approved effect cost {} commits",
+        n - base
+    );
+    // A read-only call an ask rule catches: ask (1), approval applied + run + result (1); with
+    // the human's own decision that is 3.
+    let lines = [
+        json!({"tool_calls": [call("read_file", json!({"path": "README.md"}))]}),
+        done(),
+    ];
+    let n = turn_commits(b, &lines, PermissionMode::Default, &["read_file(*)"]).await;
+    assert!(n - base < 3, "an approved read cost {} commits", n - base);
+}
+
+on_both!(
+    a_read_only_step_is_one_commit,
+    a_side_effecting_step_is_two_commits,
+    three_side_effecting_calls_are_at_most_four_commits,
+    an_approved_call_is_at_most_three_commits,
+);
