@@ -176,6 +176,40 @@ impl Runner {
         Ok(Some((v, policy)))
     }
 
+    /// A call the planner said to run that no longer validates (its tool left the registry):
+    /// it gets a failed result instead of running.
+    async fn unrunnable(&self, turn: TurnId, step: StepId, call: &ToolCallId) -> Result<()> {
+        let status = self
+            .read(|j| j.state.tool_calls.get(call).map(|c| c.status))
+            .await;
+        let text = "Error: the call could not be validated any more and was not run.";
+        let mut items = Vec::new();
+        let result = match status {
+            Some(ToolCallStatus::Proposed) => {
+                items.push((
+                    Correlation::tool_call(turn, step, call.clone()),
+                    EventBody::ToolCallValidating {},
+                ));
+                ToolCallStatus::Rejected
+            }
+            Some(ToolCallStatus::Validating | ToolCallStatus::AwaitingApproval) => {
+                ToolCallStatus::Rejected
+            }
+            Some(ToolCallStatus::Running) => ToolCallStatus::Failed,
+            Some(
+                ToolCallStatus::Succeeded
+                | ToolCallStatus::Failed
+                | ToolCallStatus::Cancelled
+                | ToolCallStatus::Rejected
+                | ToolCallStatus::Interrupted,
+            )
+            | None => return Ok(()),
+        };
+        items.push(finished_item(turn, step, call, result, text.into(), true));
+        self.stage(items).await?;
+        Ok(())
+    }
+
     /// Gives each call its result without running it.
     pub(crate) async fn reject(
         &self,
@@ -228,9 +262,7 @@ impl Runner {
         call: ToolCallId,
     ) -> Result<()> {
         let Some((v, policy)) = self.validated(&call).await? else {
-            return Err(RuntimeError::InvalidInput(format!(
-                "tool call {call} cannot be validated any more"
-            )));
+            return self.unrunnable(turn, step, &call).await;
         };
         lock(&self.active.live_calls).insert(call.clone());
         let r = self
@@ -266,7 +298,7 @@ impl Runner {
             let id = call.clone();
             let r = match this.validated(&call).await {
                 Ok(Some((v, policy))) => this.clone().run_call(turn, step, call, v, policy).await,
-                Ok(None) => Ok(()),
+                Ok(None) => this.unrunnable(turn, step, &call).await,
                 Err(e) => Err(e),
             };
             if let Err(e) = r {

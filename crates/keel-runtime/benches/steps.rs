@@ -1,0 +1,146 @@
+//! Step overhead: one scripted turn of N steps, each proposing one read-only call
+//! (`read_file README.md`), on durable SQLite on disk (the system temp dir, or `KEEL_BENCH_DIR`).
+//! Prints the median milliseconds per step over several runs, the durable commits per step as
+//! the store counts them, and the raw fsync cost of the same disk measured in the same run, so
+//! the step cost reads as a multiple of the commits it must make. Exits 0 whatever the figures.
+//!
+//! `cargo bench -p keel-runtime --bench steps` (`KEEL_BENCH_STEPS`, default 300;
+//! `KEEL_BENCH_RUNS`, default 5).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::io::Write;
+use std::sync::Arc;
+use std::time::Instant;
+
+use keel_core::{AgentDefinition, Budget, Release, TenantId};
+use keel_model::{Script, ScriptedModel};
+use keel_runtime::{Runtime, RuntimeOptions, SessionConfig};
+use keel_store::{SqlStore, Store};
+use keel_tools::ToolRegistry;
+use keel_tools::policy::PermissionMode;
+use serde_json::{Value, json};
+
+fn env(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn fsync_ms(dir: &std::path::Path) -> f64 {
+    let path = dir.join("fsync.probe");
+    let mut f = std::fs::File::create(&path).unwrap();
+    let block = vec![7u8; 4096];
+    let mut times = Vec::new();
+    for _ in 0..200 {
+        let t = Instant::now();
+        f.write_all(&block).unwrap();
+        f.sync_data().unwrap();
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+    }
+    median(&mut times)
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+async fn run(dir: &std::path::Path, steps: usize) -> (f64, u64) {
+    let db = tempfile::tempdir_in(dir).unwrap();
+    let store: Arc<dyn Store> = Arc::new(
+        SqlStore::open_sqlite(&db.path().join("keel.db"))
+            .await
+            .unwrap(),
+    );
+    let mut lines: Vec<Value> = (0..steps)
+        .map(|i| {
+            json!({"tool_calls": [{"id": format!("c{i}"), "name": "read_file", "arguments": {"path": "README.md"}}],
+                   "usage": {"input_tokens": 10, "output_tokens": 5}})
+        })
+        .collect();
+    lines.push(json!({"text": "done"}));
+    let text: Vec<String> = lines.iter().map(Value::to_string).collect();
+    let model = Arc::new(ScriptedModel::new(
+        Script::parse("bench.jsonl", &text.join("\n")).unwrap(),
+    ));
+    let rt = Runtime::new(
+        store.clone(),
+        model,
+        ToolRegistry::with_builtins().unwrap(),
+        RuntimeOptions::default(),
+    );
+    let ws = tempfile::tempdir_in(dir).unwrap();
+    std::fs::write(ws.path().join("README.md"), "hello\n").unwrap();
+    let release = Release::new(AgentDefinition {
+        name: "bench".into(),
+        model_route: vec!["scripted".into()],
+        instructions: "Read the readme.".into(),
+        tools: Vec::new(),
+        policy: Value::Null,
+        budget: Budget::default(),
+    });
+    let tenant = TenantId::new();
+    let session = rt
+        .create_session(
+            tenant,
+            &release,
+            SessionConfig {
+                workspace: ws.path().to_path_buf(),
+                permission_mode: PermissionMode::Bypass,
+                sandbox: keel_tools::sandbox::SandboxMode::Off,
+                context_window_tokens: 100_000_000,
+                ..SessionConfig::default()
+            },
+        )
+        .await
+        .unwrap();
+    rt.submit(tenant, session, "read it").await.unwrap();
+    let c0 = store.commits();
+    let t = Instant::now();
+    let out = rt.run(tenant, session).await.unwrap();
+    let ms = t.elapsed().as_secs_f64() * 1e3;
+    let c1 = store.commits();
+    assert_eq!(out.turns.len(), 1);
+    assert_eq!(out.turns[0].num_steps as usize, steps + 1);
+    (
+        ms / steps as f64,
+        (c1.journal + c1.tables) - (c0.journal + c0.tables),
+    )
+}
+
+fn main() {
+    let steps = env("KEEL_BENCH_STEPS", 300);
+    let runs = env("KEEL_BENCH_RUNS", 5);
+    let dir = std::env::var("KEEL_BENCH_DIR").map_or_else(|_| std::env::temp_dir(), Into::into);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let fsync = fsync_ms(&dir);
+    let mut per_step = Vec::new();
+    let mut commits = 0;
+    for _ in 0..runs {
+        let (ms, c) = rt.block_on(run(&dir, steps));
+        per_step.push(ms);
+        commits = c;
+    }
+    let p50 = median(&mut per_step);
+    let commits_per_step = commits as f64 / steps as f64;
+    println!(
+        "step overhead, scripted model, durable SQLite in {}",
+        dir.display()
+    );
+    println!("  steps per turn: {steps}, runs: {runs}");
+    println!("  raw fsync (4 KiB + fdatasync), p50: {fsync:.3} ms");
+    println!("  per step, median of runs: {p50:.3} ms   (target: p50 <= 1 ms)");
+    println!(
+        "  durable commits per read-only step: {commits_per_step:.2}   (target: <= 1; the turn's start, end and idle add 3)"
+    );
+    println!(
+        "  step cost / (commits x fsync): {:.2}",
+        p50 / (commits_per_step.max(1e-9) * fsync)
+    );
+}
