@@ -42,6 +42,7 @@ pub(crate) fn kind_from_code(code: &str) -> Option<ErrorKind> {
             ErrorKind::ContentFilter
         }
         "stream_truncated" => ErrorKind::StreamTruncated,
+        "empty_response" => ErrorKind::EmptyResponse,
         _ => return None,
     })
 }

@@ -33,11 +33,14 @@ pub enum ErrorKind {
     ContentFilter,
     /// The stream ended before its terminal event (connection closed, malformed chunk).
     StreamTruncated,
+    /// The response completed with nothing in it: no text, no tool call (e.g. a Chat stream
+    /// that is only `data: [DONE]`).
+    EmptyResponse,
 }
 
 impl ErrorKind {
     /// All kinds, in declaration order.
-    pub const ALL: [ErrorKind; 10] = [
+    pub const ALL: [ErrorKind; 11] = [
         ErrorKind::RateLimited,
         ErrorKind::Overloaded,
         ErrorKind::ServerError,
@@ -48,17 +51,19 @@ impl ErrorKind {
         ErrorKind::Quota,
         ErrorKind::ContentFilter,
         ErrorKind::StreamTruncated,
+        ErrorKind::EmptyResponse,
     ];
 
     /// Whether sending the same request to the same model again may succeed: true for
-    /// rate_limited, overloaded, server_error, timeout and stream_truncated.
+    /// rate_limited, overloaded, server_error, timeout, stream_truncated and empty_response.
     pub fn retryable(self) -> bool {
         match self {
             ErrorKind::RateLimited
             | ErrorKind::Overloaded
             | ErrorKind::ServerError
             | ErrorKind::Timeout
-            | ErrorKind::StreamTruncated => true,
+            | ErrorKind::StreamTruncated
+            | ErrorKind::EmptyResponse => true,
             ErrorKind::ContextOverflow
             | ErrorKind::InvalidRequest
             | ErrorKind::Authentication
@@ -78,6 +83,7 @@ impl ErrorKind {
             | ErrorKind::ServerError
             | ErrorKind::Timeout
             | ErrorKind::StreamTruncated
+            | ErrorKind::EmptyResponse
             | ErrorKind::Authentication
             | ErrorKind::Quota => true,
             ErrorKind::ContextOverflow | ErrorKind::InvalidRequest | ErrorKind::ContentFilter => {
@@ -99,6 +105,7 @@ impl ErrorKind {
             ErrorKind::Quota => "quota",
             ErrorKind::ContentFilter => "content_filter",
             ErrorKind::StreamTruncated => "stream_truncated",
+            ErrorKind::EmptyResponse => "empty_response",
         }
     }
 }

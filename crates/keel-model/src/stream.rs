@@ -292,6 +292,9 @@ pub(crate) async fn pump<S, B, E>(
     let mut events = bytes.eventsource();
     let mut out = Vec::new();
     let mut queue = VecDeque::new();
+    // Whether the response carried anything: a completion without text or tool calls is an
+    // `empty_response` error (retryable), never an empty answer.
+    let mut saw_content = false;
     loop {
         let deadline = first_token_deadline.map_or(total_deadline, |d| d.min(total_deadline));
         let next = tokio::select! {
@@ -335,9 +338,25 @@ pub(crate) async fn pump<S, B, E>(
             }),
         }
         queue.extend(out.drain(..));
-        while let Some(event) = queue.pop_front() {
+        while let Some(mut event) = queue.pop_front() {
             if is_content(&event) {
                 first_token_deadline = None;
+            }
+            if matches!(
+                event,
+                StreamEvent::TextDelta { .. }
+                    | StreamEvent::ToolCallStart { .. }
+                    | StreamEvent::ToolCallEnd { .. }
+            ) {
+                saw_content = true;
+            }
+            if !saw_content && matches!(event, StreamEvent::Completed { .. }) {
+                event = StreamEvent::Error {
+                    error: ProviderError::new(
+                        ErrorKind::EmptyResponse,
+                        "the response completed with no text and no tool call",
+                    ),
+                };
             }
             let terminal = event.is_terminal();
             if !sink.emit(event).await || terminal {

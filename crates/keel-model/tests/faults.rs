@@ -135,6 +135,26 @@ async fn tool_call_cut_by_max_tokens_is_invalid_truncated_on_every_wire() {
     }
 }
 
+/// A response with no text and no tool call (a Chat stream that is only `data: [DONE]`, an
+/// Anthropic message with no content block, a Responses response with no output item) is a
+/// classified, retryable `empty_response`, never a completion.
+#[tokio::test]
+async fn an_empty_response_is_classified_empty_response_on_every_wire() {
+    for wire in Wire::ALL {
+        let got = run(wire, Reply::Respond(FakeResponse::text(""))).await;
+        let Some(StreamEvent::Error { error }) = got.last() else {
+            panic!("{wire}: {got:?}")
+        };
+        assert_eq!(error.kind, ErrorKind::EmptyResponse, "{wire}: {got:?}");
+        assert!(error.retryable);
+        assert!(
+            !got.iter()
+                .any(|e| matches!(e, StreamEvent::Completed { .. })),
+            "{wire}: {got:?}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn http_429_carries_retry_after_from_headers() {
     for wire in Wire::ALL {
@@ -195,9 +215,10 @@ async fn http_529_is_overloaded() {
 #[tokio::test]
 async fn every_error_kind_sent_as_http_error_is_classified_back_to_itself() {
     for wire in Wire::ALL {
+        // Neither is an HTTP error: a cut stream and an empty 200 response are classified so.
         for kind in ErrorKind::ALL
             .into_iter()
-            .filter(|k| *k != ErrorKind::StreamTruncated)
+            .filter(|k| !matches!(k, ErrorKind::StreamTruncated | ErrorKind::EmptyResponse))
         {
             let got = run(wire, Reply::Fault(Fault::Http(kind))).await;
             let [StreamEvent::Error { error }] = &got[..] else {

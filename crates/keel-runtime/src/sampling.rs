@@ -218,6 +218,14 @@ impl Runner {
                         .cost_usd(self.rt.model.model(), &u)
                         .unwrap_or(0.0);
                 }
+                StreamEvent::Completed { .. } if !streaming => {
+                    // Nothing streamed (an adapter that let an empty response through, or an
+                    // empty scripted line): a classified provider error, never an empty step.
+                    break Err(ProviderError::new(
+                        ErrorKind::EmptyResponse,
+                        "the response completed with no text and no tool call",
+                    ));
+                }
                 StreamEvent::Completed { stop_reason, .. } => {
                     let rest = reasoning_out.finish();
                     if !rest.is_empty() {

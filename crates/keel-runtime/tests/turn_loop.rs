@@ -19,6 +19,8 @@ on_both!(
     a_multi_step_turn_runs_tools_and_completes,
     the_script_position_carries_across_turns,
     failed_http_attempts_before_a_scripted_fallback_take_no_script_line,
+    an_empty_chat_stream_is_retried_then_fails_the_step_cleanly,
+    an_injected_empty_response_is_retried_like_a_provider_failure,
 );
 
 async fn a_text_turn_journals_every_transition_and_ends_with_turn_finished(b: Backend) {
@@ -271,4 +273,95 @@ async fn a_model_error_fails_the_turn_and_names_it(b: Backend) {
             .contains("authentication"),
         "{out:?}"
     );
+}
+
+/// A Chat stream that is only `data: [DONE]` is an `empty_response` provider error: retried by
+/// the retry policy, then a failed step and a `failed` turn naming it — never an illegal step
+/// transition or a turn left in `sampling`.
+async fn an_empty_chat_stream_is_retried_then_fails_the_step_cleanly(b: Backend) {
+    let server = keel_testkit::FakeModelServer::start_fixed(
+        keel_testkit::Reply::Respond(keel_testkit::FakeResponse::text("")),
+        keel_testkit::Pacing::default(),
+    )
+    .await
+    .unwrap();
+    let http = keel_model::HttpModel::new(
+        keel_model::Wire::OpenaiChat,
+        keel_model::ProviderConfig::new("gpt-4o")
+            .with_base_url(server.base_url(keel_model::Wire::OpenaiChat))
+            .with_api_key("k"),
+    )
+    .unwrap();
+    let policy = keel_model::RetryPolicy {
+        max_attempts: 3,
+        base_delay_ms: 1,
+        max_delay_ms: 2,
+        max_retry_after_ms: 1_000,
+    };
+    let route = keel_model::ModelRoute::new(vec![std::sync::Arc::new(http)], policy).unwrap();
+    let f = fixture_with(
+        b,
+        std::sync::Arc::new(route),
+        &[],
+        keel_core::Budget::default(),
+        |_| {},
+    )
+    .await;
+    f.rt.submit(f.tenant, f.session, "hello").await.unwrap();
+    let out = f.rt.run(f.tenant, f.session).await.unwrap();
+    assert_eq!(out.status, SessionStatus::Idle);
+    let t = &out.turns[0];
+    assert_eq!(t.terminal_reason, TerminalReason::Failed, "{t:?}");
+    assert!(
+        t.error
+            .as_deref()
+            .unwrap_or_default()
+            .contains("empty_response"),
+        "{t:?}"
+    );
+    assert_eq!(server.requests().len(), 3, "retried by the policy");
+    let evs = f.events().await;
+    let failed = evs.iter().find(|e| e.type_name() == "step.failed").unwrap();
+    assert!(
+        matches!(&failed.body, keel_core::EventBody::StepFailed { error_kind, .. } if error_kind == "empty_response"),
+        "{failed:?}"
+    );
+    assert_eq!(
+        evs.iter()
+            .filter(|e| e.type_name() == "step.attempt_failed")
+            .count(),
+        2
+    );
+}
+
+/// The scripted model injects `empty_response` like any provider error class; the next line
+/// answers the retried attempt.
+async fn an_injected_empty_response_is_retried_like_a_provider_failure(b: Backend) {
+    let script = scripted(&[
+        json!({"error": {"kind": "empty_response"}}),
+        json!({"text": "here"}),
+    ]);
+    let route = keel_model::ModelRoute::new(
+        vec![script],
+        keel_model::RetryPolicy {
+            max_attempts: 2,
+            base_delay_ms: 1,
+            max_delay_ms: 2,
+            max_retry_after_ms: 1_000,
+        },
+    )
+    .unwrap();
+    let f = fixture_with(
+        b,
+        std::sync::Arc::new(route),
+        &[],
+        keel_core::Budget::default(),
+        |_| {},
+    )
+    .await;
+    f.rt.submit(f.tenant, f.session, "hello").await.unwrap();
+    let out = f.rt.run(f.tenant, f.session).await.unwrap();
+    assert_eq!(out.turns[0].terminal_reason, TerminalReason::Completed);
+    assert_eq!(out.turns[0].final_text, "here");
+    assert!(f.types().await.contains(&"step.attempt_failed"));
 }

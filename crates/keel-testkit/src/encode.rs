@@ -322,7 +322,9 @@ pub(crate) fn provider_names(kind: ErrorKind) -> (&'static str, &'static str) {
     match kind {
         ErrorKind::RateLimited => ("rate_limit_error", "rate_limit_exceeded"),
         ErrorKind::Overloaded => ("overloaded_error", "server_is_overloaded"),
-        ErrorKind::ServerError | ErrorKind::StreamTruncated => ("api_error", "server_error"),
+        ErrorKind::ServerError | ErrorKind::StreamTruncated | ErrorKind::EmptyResponse => {
+            ("api_error", "server_error")
+        }
         ErrorKind::Timeout => ("timeout_error", "timeout"),
         ErrorKind::ContextOverflow => ("request_too_large", "context_length_exceeded"),
         ErrorKind::InvalidRequest => ("invalid_request_error", "invalid_value"),

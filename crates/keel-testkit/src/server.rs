@@ -221,6 +221,10 @@ pub fn reply_for(entry: &ScriptEntry) -> Reply {
             }
             Reply::Respond(r)
         }
+        // An empty response is a 200 with nothing in it, as a provider sends it.
+        ScriptAction::Fail(e) if e.kind == ErrorKind::EmptyResponse => {
+            Reply::Respond(FakeResponse::text(""))
+        }
         ScriptAction::Fail(e) => Reply::Fault(match e.kind {
             ErrorKind::StreamTruncated => Fault::Disconnect { after_frames: 2 },
             kind => Fault::HttpError {
@@ -482,7 +486,7 @@ fn http_error(
     let status = match kind {
         ErrorKind::RateLimited => 429,
         ErrorKind::Overloaded => 529,
-        ErrorKind::ServerError | ErrorKind::StreamTruncated => 500,
+        ErrorKind::ServerError | ErrorKind::StreamTruncated | ErrorKind::EmptyResponse => 500,
         ErrorKind::Timeout => 504,
         ErrorKind::ContextOverflow | ErrorKind::InvalidRequest | ErrorKind::ContentFilter => 400,
         ErrorKind::Authentication => 401,
