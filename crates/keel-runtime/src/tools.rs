@@ -339,14 +339,50 @@ impl Runner {
         let corr = Correlation::tool_call(turn, step, call.clone());
         let side_effecting = v.effect != EffectClass::ReadOnly;
         let key = OperationKey::for_call(self.session, step, &call);
-        let (status, effect) = self
+        let (status, effect, approved_hash) = self
             .read(|j| {
+                let c = j.state.tool_calls.get(&call);
                 (
-                    j.state.tool_calls.get(&call).map(|c| c.status),
+                    c.map(|c| c.status),
                     j.state.effects.get(&key).map(|e| (e.status, e.attempts)),
+                    c.and_then(|c| c.approval_id)
+                        .and_then(|a| j.state.approvals.get(&a))
+                        .map(|a| a.args_hash.clone()),
                 )
             })
             .await;
+        // An approved call runs only with exactly the arguments the approval was for: checked
+        // again here, at execution, not only when the decision was taken.
+        if let Some(hash) = approved_hash
+            && keel_core::args_hash(&v.arguments) != hash
+        {
+            let text = format!(
+                "The `{}` call was not run: its arguments differ from the ones that were approved.",
+                v.name
+            );
+            let mut items = Vec::new();
+            if status == Some(ToolCallStatus::Running) {
+                items.push(finished_item(
+                    turn,
+                    step,
+                    &call,
+                    ToolCallStatus::Failed,
+                    text,
+                    true,
+                ));
+            } else {
+                items.push(finished_item(
+                    turn,
+                    step,
+                    &call,
+                    ToolCallStatus::Rejected,
+                    text,
+                    true,
+                ));
+            }
+            self.stage(items).await?;
+            return Ok(());
+        }
         let mut items = Vec::new();
         if status == Some(ToolCallStatus::Proposed) {
             items.push((corr.clone(), EventBody::ToolCallValidating {}));
@@ -491,22 +527,34 @@ impl Runner {
                 // Stopped mid-flight: what happened is unknown — never recorded as failed.
                 items.push((ecorr, EventBody::EffectOutcomeUnknown {}));
             } else if let Some(r) = &result {
+                // `committed` when the action happened, whatever its result for the model (a
+                // command that ran and exited non-zero); `failed` only when it provably did
+                // not; a tool that gave up on its own is unknown.
                 match r.status {
-                    ToolResultStatus::Succeeded => items.push((
+                    ToolResultStatus::Rejected => items.push((
                         ecorr,
-                        EventBody::EffectCommitted {
-                            outcome: json!({"content": r.content, "details": r.details}),
+                        EventBody::EffectFailed {
+                            error: r.content.clone(),
                         },
                     )),
-                    ToolResultStatus::Failed
-                    | ToolResultStatus::Rejected
-                    | ToolResultStatus::Cancelled => {
-                        items.push((
-                            ecorr,
-                            EventBody::EffectFailed {
-                                error: r.content.clone(),
-                            },
-                        ));
+                    ToolResultStatus::Failed if r.not_performed => items.push((
+                        ecorr,
+                        EventBody::EffectFailed {
+                            error: r.content.clone(),
+                        },
+                    )),
+                    ToolResultStatus::Succeeded | ToolResultStatus::Failed => items.push((
+                        ecorr,
+                        EventBody::EffectCommitted {
+                            outcome: json!({
+                                "content": r.content,
+                                "details": r.details,
+                                "is_error": r.status != ToolResultStatus::Succeeded,
+                            }),
+                        },
+                    )),
+                    ToolResultStatus::Cancelled => {
+                        items.push((ecorr, EventBody::EffectOutcomeUnknown {}));
                     }
                 }
             }

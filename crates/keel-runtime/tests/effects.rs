@@ -14,6 +14,9 @@ use crate::on_both;
 on_both!(
     the_effects_table_follows_the_journal,
     a_second_dispatch_of_the_same_operation_key_is_refused,
+    a_command_that_ran_and_exited_non_zero_is_committed,
+    an_edit_that_changed_nothing_is_failed,
+    an_approved_effect_is_dispatched_only_once_the_session_is_running,
 );
 
 async fn the_effects_table_follows_the_journal(b: Backend) {
@@ -134,4 +137,127 @@ async fn a_second_dispatch_of_the_same_operation_key_is_refused(b: Backend) {
     let row = store.get_effect(f.tenant, &key).await.unwrap();
     assert_eq!(row.status, EffectStatus::Failed);
     assert_eq!(row.attempts, 1, "one dispatch counted, by the other worker");
+}
+
+fn effect_events(evs: &[keel_core::Event]) -> Vec<&'static str> {
+    evs.iter()
+        .map(|e| e.type_name())
+        .filter(|t| t.starts_with("effect."))
+        .collect()
+}
+
+/// An effect is `committed` when the action happened, whatever its exit status: the command
+/// ran (it wrote the file), so its effect is not "failed" — the model still sees an error.
+async fn a_command_that_ran_and_exited_non_zero_is_committed(b: Backend) {
+    let f = fixture(
+        b,
+        &[
+            json!({"tool_calls": [call("shell", json!({"command": "echo ran >> out.txt; exit 3"}))]}),
+            json!({"text": "done"}),
+        ],
+        |_| {},
+    )
+    .await;
+    f.rt.submit(f.tenant, f.session, "run it").await.unwrap();
+    let out = f.rt.run(f.tenant, f.session).await.unwrap();
+    assert_eq!(out.turns[0].terminal_reason, TerminalReason::Completed);
+    assert_eq!(
+        std::fs::read_to_string(f.ws.path().join("out.txt")).unwrap(),
+        "ran\n"
+    );
+    let evs = f.events().await;
+    assert_eq!(
+        effect_events(&evs),
+        ["effect.prepared", "effect.dispatched", "effect.committed"]
+    );
+    let finished = evs
+        .iter()
+        .find(|e| e.type_name() == "tool_call.finished")
+        .unwrap();
+    assert!(
+        matches!(
+            &finished.body,
+            keel_core::EventBody::ToolCallFinished { is_error: true, .. }
+        ),
+        "the model sees the failure: {finished:?}"
+    );
+    let rows =
+        f.db.store
+            .list_effects(f.tenant, f.session, None)
+            .await
+            .unwrap();
+    assert_eq!(rows[0].status, EffectStatus::Committed);
+}
+
+/// `failed` only when the effect provably did not happen: an edit whose `old_string` is not in
+/// the file changed nothing.
+async fn an_edit_that_changed_nothing_is_failed(b: Backend) {
+    let f = fixture(
+        b,
+        &[
+            json!({"tool_calls": [call("edit_file", json!({"path": "README.md", "old_string": "absent", "new_string": "x"}))]}),
+            json!({"text": "done"}),
+        ],
+        |_| {},
+    )
+    .await;
+    f.rt.submit(f.tenant, f.session, "edit").await.unwrap();
+    f.rt.run(f.tenant, f.session).await.unwrap();
+    assert_eq!(
+        effect_events(&f.events().await),
+        ["effect.prepared", "effect.dispatched", "effect.failed"]
+    );
+}
+
+/// After an approval the session is `running` again before the effect is dispatched: nothing
+/// runs while the journal says the session waits on a human.
+async fn an_approved_effect_is_dispatched_only_once_the_session_is_running(b: Backend) {
+    let f = fixture(
+        b,
+        &[
+            json!({"tool_calls": [call("counter", json!({"label": "a"}))]}),
+            json!({"text": "done"}),
+        ],
+        |c| c.permission_mode = PermissionMode::Default,
+    )
+    .await;
+    f.rt.submit(f.tenant, f.session, "count").await.unwrap();
+    let out = f.rt.run(f.tenant, f.session).await.unwrap();
+    let PendingAction::Approval {
+        approval_id,
+        args_hash,
+        ..
+    } = &out.pending[0]
+    else {
+        panic!("{:?}", out.pending)
+    };
+    f.rt.decide_approval(
+        f.tenant,
+        *approval_id,
+        ApprovalDecision::AllowOnce,
+        args_hash,
+    )
+    .await
+    .unwrap();
+    f.rt.run(f.tenant, f.session).await.unwrap();
+    let evs = f.events().await;
+    let pos = |pred: &dyn Fn(&keel_core::Event) -> bool| evs.iter().position(pred).unwrap();
+    let running = pos(&|e| {
+        matches!(
+            &e.body,
+            keel_core::EventBody::SessionStatusChanged {
+                status: SessionStatus::Running,
+                ..
+            }
+        ) && e.seq > 1
+            && evs[..usize::try_from(e.seq).unwrap() - 1]
+                .iter()
+                .any(|p| p.type_name() == "approval.requested")
+    });
+    let dispatched = pos(&|e| e.type_name() == "effect.dispatched");
+    assert!(
+        running < dispatched,
+        "running at {running}, dispatched at {dispatched}"
+    );
+    assert_eq!(f.counter_lines().len(), 1);
 }

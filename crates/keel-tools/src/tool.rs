@@ -167,6 +167,12 @@ pub struct ToolOutput {
     /// The full output, when it was stored as an artifact.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub artifact: Option<ArtifactRef>,
+    /// The tool provably changed nothing (it failed before acting: a check refused the
+    /// arguments, the command could not be started). A `failed` output without it may have
+    /// acted (a command that ran and exited non-zero): its effect is journaled `committed`.
+    /// `rejected` outputs never acted.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub not_performed: bool,
 }
 
 impl ToolOutput {
@@ -177,6 +183,7 @@ impl ToolOutput {
             content: content.into(),
             details: Value::Null,
             artifact: None,
+            not_performed: false,
         }
     }
 
@@ -187,6 +194,7 @@ impl ToolOutput {
             content: message.into(),
             details: Value::Null,
             artifact: None,
+            not_performed: false,
         }
     }
 
@@ -197,6 +205,7 @@ impl ToolOutput {
             content: message.into(),
             details: Value::Null,
             artifact: None,
+            not_performed: false,
         }
     }
 
@@ -207,6 +216,15 @@ impl ToolOutput {
             content: message.into(),
             details: Value::Null,
             artifact: None,
+            not_performed: false,
+        }
+    }
+
+    /// A failed output of a call that provably did nothing (see [`ToolOutput::not_performed`]).
+    pub fn not_performed(message: impl Into<String>) -> Self {
+        Self {
+            not_performed: true,
+            ..Self::error(message)
         }
     }
 
@@ -238,6 +256,10 @@ pub struct ToolResult {
     /// Whether `content` was cut to the result budget.
     #[serde(default)]
     pub truncated: bool,
+    /// The call provably changed nothing: rejected, or failed before acting (see
+    /// [`ToolOutput::not_performed`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub not_performed: bool,
 }
 
 impl ToolResult {
@@ -251,6 +273,7 @@ impl ToolResult {
             details: output.details,
             artifact: output.artifact,
             truncated: false,
+            not_performed: output.not_performed || output.status == ToolResultStatus::Rejected,
         }
     }
 

@@ -62,12 +62,12 @@ impl Tool for EditFile {
             Err(out) => return out,
         };
         if args.old_string.is_empty() {
-            return ToolOutput::error(
+            return ToolOutput::not_performed(
                 "edit_file failed: old_string is empty; give the exact text to replace, or use write_file to create a file",
             );
         }
         if args.old_string == args.new_string {
-            return ToolOutput::error(
+            return ToolOutput::not_performed(
                 "edit_file failed: old_string and new_string are identical; nothing would change",
             );
         }
@@ -77,34 +77,36 @@ impl Tool for EditFile {
         };
         let shown = &resolved.relative;
         if !resolved.exists {
-            return ToolOutput::error(format!(
+            return ToolOutput::not_performed(format!(
                 "edit_file failed: `{shown}` does not exist; use write_file to create it"
             ));
         }
         if resolved.absolute.is_dir() {
-            return ToolOutput::error(format!(
+            return ToolOutput::not_performed(format!(
                 "edit_file failed: `{shown}` is a directory; give the path of a file inside it"
             ));
         }
         let bytes = match tokio::fs::read(&resolved.absolute).await {
             Ok(b) => b,
             Err(e) => {
-                return ToolOutput::error(format!("edit_file failed: cannot read `{shown}`: {e}"));
+                return ToolOutput::not_performed(format!(
+                    "edit_file failed: cannot read `{shown}`: {e}"
+                ));
             }
         };
         let Ok(text) = String::from_utf8(bytes) else {
-            return ToolOutput::error(format!(
+            return ToolOutput::not_performed(format!(
                 "edit_file failed: `{shown}` is not UTF-8 text; edit_file only edits text files"
             ));
         };
         let (old_string, new_string, count) = match_edit(&text, &args.old_string, &args.new_string);
         if count == 0 {
-            return ToolOutput::error(format!(
+            return ToolOutput::not_performed(format!(
                 "edit_file failed: old_string was not found in `{shown}` (0 matches); read the file again and copy the exact text, including whitespace and indentation"
             ));
         }
         if count > 1 && !args.replace_all {
-            return ToolOutput::error(format!(
+            return ToolOutput::not_performed(format!(
                 "edit_file failed: old_string matches {count} times in `{shown}`; include more surrounding lines to make it unique, or set replace_all to true to replace all {count}"
             ));
         }

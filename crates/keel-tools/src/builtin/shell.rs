@@ -76,7 +76,7 @@ impl Tool for Shell {
             Err(out) => return out,
         };
         if args.command.trim().is_empty() {
-            return ToolOutput::error(
+            return ToolOutput::not_performed(
                 "shell failed: command is empty; give the bash command line to run",
             );
         }
@@ -84,7 +84,7 @@ impl Tool for Shell {
             .timeout_ms
             .unwrap_or(ctx.limits.shell_default_timeout_ms);
         if timeout_ms > ctx.limits.shell_max_timeout_ms {
-            return ToolOutput::error(format!(
+            return ToolOutput::not_performed(format!(
                 "shell failed: timeout_ms {timeout_ms} exceeds the maximum of {} ms; give a smaller timeout_ms or leave it out (default {} ms)",
                 ctx.limits.shell_max_timeout_ms, ctx.limits.shell_default_timeout_ms
             ));
@@ -94,7 +94,7 @@ impl Tool for Shell {
             Err(out) => return out,
         };
         if !workdir.exists || !workdir.absolute.is_dir() {
-            return ToolOutput::error(format!(
+            return ToolOutput::not_performed(format!(
                 "shell failed: workdir `{}` is not an existing directory; give a directory relative to the workspace root, or leave workdir out to run in the root",
                 workdir.relative
             ));
@@ -170,13 +170,15 @@ async fn run(
     let (mut reader, writer) = match std::io::pipe() {
         Ok(p) => p,
         Err(e) => {
-            return ToolOutput::error(format!("shell failed: cannot create an output pipe: {e}"));
+            return ToolOutput::not_performed(format!(
+                "shell failed: cannot create an output pipe: {e}"
+            ));
         }
     };
     let writer_err = match writer.try_clone() {
         Ok(w) => w,
         Err(e) => {
-            return ToolOutput::error(format!(
+            return ToolOutput::not_performed(format!(
                 "shell failed: cannot duplicate the output pipe: {e}"
             ));
         }
@@ -195,8 +197,10 @@ async fn run(
     let mut child = match spawned {
         Ok(c) => c,
         Err(e) => {
-            return ToolOutput::error(format!("shell failed: {e}; the command was not run"))
-                .with_details(json!({"sandbox": ctx.sandbox.mode().as_str(), "spawned": false}));
+            return ToolOutput::not_performed(format!(
+                "shell failed: {e}; the command was not run"
+            ))
+            .with_details(json!({"sandbox": ctx.sandbox.mode().as_str(), "spawned": false}));
         }
     };
     let guard = GroupGuard(child.id().and_then(|id| i32::try_from(id).ok()));
@@ -360,5 +364,7 @@ async fn run(
             "sandbox": ctx.sandbox.mode().as_str(),
         }),
         artifact,
+        // The command ran: whatever its exit status, it may have acted.
+        not_performed: false,
     }
 }

@@ -60,14 +60,14 @@ impl Tool for WriteFile {
         };
         let shown = &resolved.relative;
         if resolved.absolute.is_dir() {
-            return ToolOutput::error(format!(
+            return ToolOutput::not_performed(format!(
                 "write_file failed: `{shown}` is a directory; give a file path inside it"
             ));
         }
         if let Some(parent) = resolved.absolute.parent()
             && let Err(e) = tokio::fs::create_dir_all(parent).await
         {
-            return ToolOutput::error(format!(
+            return ToolOutput::not_performed(format!(
                 "write_file failed: cannot create the parent directory of `{shown}`: {e}"
             ));
         }
