@@ -48,8 +48,12 @@ fn write_canonical(value: &Value, out: &mut String) {
 
 /// `sha256:<64 lowercase hex digits>` of the canonical JSON of `value`.
 pub fn content_hash(value: &Value) -> String {
-    let digest = Sha256::digest(canonical_json(value).as_bytes());
-    format!("sha256:{}", hex::encode(digest))
+    bytes_hash(canonical_json(value).as_bytes())
+}
+
+/// `sha256:<64 lowercase hex digits>` of `bytes` (e.g. a file's content).
+pub fn bytes_hash(bytes: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
 }
 
 #[cfg(test)]

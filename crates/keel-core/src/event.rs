@@ -277,6 +277,11 @@ pub enum EventBody {
     EffectPrepared {
         /// [`crate::canonical::content_hash`] of the request.
         request_hash: String,
+        /// What the tool recorded before dispatch so that its `reconcile` can tell afterwards
+        /// whether the effect happened (e.g. `write_file`: the file's hash before and the hash it
+        /// will have after). Absent for tools that record nothing; older events have none.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        probe: Option<Value>,
     },
     /// The side effect may start. Correlation: `operation_key`, `attempt`.
     #[serde(rename = "effect.dispatched")]
@@ -680,6 +685,7 @@ mod tests {
             },
             EventBody::EffectPrepared {
                 request_hash: "sha256:ab".into(),
+                probe: Some(json!({"before": null, "after": "sha256:cd"})),
             },
             EventBody::EffectDispatched {},
             EventBody::EffectOutcomeUnknown {},
@@ -709,6 +715,22 @@ mod tests {
                 tokens_after: 100,
             },
         ]
+    }
+
+    #[test]
+    fn an_effect_prepared_without_a_probe_reads_as_before() {
+        // As written before `probe` existed.
+        let body: EventBody = serde_json::from_value(
+            json!({"type": "effect.prepared", "payload": {"request_hash": "sha256:ab"}}),
+        )
+        .unwrap();
+        assert_eq!(
+            body,
+            EventBody::EffectPrepared {
+                request_hash: "sha256:ab".into(),
+                probe: None
+            }
+        );
     }
 
     #[test]

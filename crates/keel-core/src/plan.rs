@@ -29,8 +29,9 @@
 //!    `running` by a worker that is gone is re-run when read-only ([`Next::Rerun`]), or its
 //!    effect is settled from the journal — `prepared` was never dispatched, `committed`/`failed`
 //!    give the recorded result, `dispatched` becomes `outcome_unknown`, and `outcome_unknown` is
-//!    decided by a human's decision, re-dispatched when the tool is an idempotent write,
-//!    reconciled when the tool can, or put to a human. Then decided approvals are journaled
+//!    decided by a human's decision, reconciled when the tool can (what it cannot tell goes to
+//!    a human), re-dispatched when the tool is an idempotent write without a check, or put to a
+//!    human. Then decided approvals are journaled
 //!    (allowed only with the argument hash the approval was requested for), invalid and denied
 //!    calls are rejected, calls the policy asks about get approvals, allowed read-only
 //!    parallel-safe calls run together ([`Next::Execute`]), and the first allowed other call is
@@ -414,6 +415,18 @@ pub fn next(state: &SessionState, facts: &Facts) -> Next {
             )),
         };
     }
+    if let Some(ms) = wall_time_left_ms(state, turn, &facts.limits, facts.now)
+        && ms == 0
+    {
+        // A wall-time budget ends the turn at once, wherever it is (the driver's timer cancels
+        // what runs; the calls get their results as the turn ends).
+        return Next::FinishTurn {
+            turn: turn.id,
+            reason: TerminalReason::BudgetExhausted,
+            limit: Some(BudgetLimit::WallTime),
+            error: None,
+        };
+    }
     let planned = match turn.status {
         TurnStatus::Queued | TurnStatus::Completed | TurnStatus::Aborted | TurnStatus::Failed => {
             // The fold keeps neither a queued nor a finished turn active.
@@ -451,6 +464,48 @@ fn finish(turn: TurnId, reason: TerminalReason) -> Next {
         reason,
         limit: None,
         error: None,
+    }
+}
+
+/// What is left, ms, of the active turn's wall-time budgets (the turn's `max_wall_time_ms`, and
+/// the session's minus the time earlier turns took), or `None` when neither is set. The driver
+/// arms its timer with it; 0 ends the turn `budget_exhausted (wall_time)`.
+pub fn wall_time_left_ms(
+    state: &SessionState,
+    turn: &TurnState,
+    limits: &Limits,
+    now: DateTime<Utc>,
+) -> Option<u64> {
+    let elapsed = turn.started_at.map_or(0, |s| elapsed_ms(s, now));
+    let turn_left = limits
+        .turn_budget
+        .max_wall_time_ms
+        .map(|m| m.saturating_sub(elapsed));
+    let session_left = limits
+        .session_budget
+        .max_wall_time_ms
+        .map(|m| m.saturating_sub(state.finished_turns_ms.saturating_add(elapsed)));
+    match (turn_left, session_left) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Tool calls the active turn may still start under its turn's and session's `max_tool_calls`
+/// (`None`: unlimited). Calls are counted when they start, in proposal order.
+fn tool_calls_left(state: &SessionState, turn: &TurnState, limits: &Limits) -> Option<u32> {
+    let turn_left = limits
+        .turn_budget
+        .max_tool_calls
+        .map(|m| m.saturating_sub(turn.tool_calls_run));
+    let session_run: u32 = state.turns.values().map(|t| t.tool_calls_run).sum();
+    let session_left = limits
+        .session_budget
+        .max_tool_calls
+        .map(|m| m.saturating_sub(session_run));
+    match (turn_left, session_left) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 
@@ -663,6 +718,8 @@ fn executing(state: &SessionState, turn: &TurnState, facts: &Facts) -> Next {
     let mut human_approvals = Vec::new();
     let mut human_effects = Vec::new();
     let mut unknown = false;
+    // The tool-call budget: a call that would start past it is refused (with its result).
+    let mut calls_left = tool_calls_left(state, turn, &facts.limits);
     for call in step
         .tool_calls
         .iter()
@@ -670,7 +727,31 @@ fn executing(state: &SessionState, turn: &TurnState, facts: &Facts) -> Next {
         .filter(|c| !c.status.is_terminal())
     {
         let parallel_call = is_parallel(facts.calls.get(&call.id));
-        match call_need(state, turn, step.id, call, facts) {
+        let mut need = call_need(state, turn, step.id, call, facts);
+        let starts = call.runs == 0
+            && matches!(
+                need,
+                CallNeed::Ready { .. } | CallNeed::Act(Next::RequestApprovals { .. })
+            );
+        if starts && let Some(left) = calls_left.as_mut() {
+            if *left == 0 {
+                need = CallNeed::Act(Next::Reject {
+                    turn: turn.id,
+                    step: step.id,
+                    calls: vec![(
+                        call.id.clone(),
+                        ToolCallStatus::Rejected,
+                        format!(
+                            "`{}` was not run: the tool-call budget of this turn is spent.",
+                            call.name
+                        ),
+                    )],
+                });
+            } else {
+                *left -= 1;
+            }
+        }
+        match need {
             CallNeed::Act(next) => {
                 match next {
                     Next::Reject { mut calls, .. } => rejects.append(&mut calls),
@@ -975,11 +1056,10 @@ fn recover(
         EffectStatus::OutcomeUnknown => match &effect.decision {
             Some(EffectDecision::Retry) => CallNeed::Ready { parallel: false },
             Some(d) => settle(Settle::Decided(d.clone())),
+            // A tool that can check asks first, and what it cannot tell goes to a human (the
+            // world changed in a way nobody can explain); an idempotent write without a check
+            // is dispatched again.
             None => match cf {
-                Some(CallFacts::Valid {
-                    effect: EffectClass::IdempotentWrite,
-                    ..
-                }) => CallNeed::Ready { parallel: false },
                 Some(CallFacts::Valid {
                     can_reconcile: true,
                     ..
@@ -989,6 +1069,11 @@ fn recover(
                     call: call.id.clone(),
                     key: key.clone(),
                 }),
+                Some(CallFacts::Valid {
+                    effect: EffectClass::IdempotentWrite,
+                    can_reconcile: false,
+                    ..
+                }) => CallNeed::Ready { parallel: false },
                 Some(_) | None => CallNeed::Human {
                     approval: None,
                     effect: Some(key.clone()),

@@ -204,6 +204,8 @@ pub struct EffectState {
     pub request_hash: String,
     /// A human's decision on it while `outcome_unknown`, until the worker applies it.
     pub decision: Option<EffectDecision>,
+    /// What the tool recorded before dispatch for its `reconcile` (`effect.prepared`).
+    pub probe: Option<Value>,
 }
 
 /// An approval as folded from the journal.
@@ -732,7 +734,10 @@ impl SessionState {
                     call.result = Some((output.clone(), *is_error));
                 }
             }
-            EventBody::EffectPrepared { request_hash } => {
+            EventBody::EffectPrepared {
+                request_hash,
+                probe,
+            } => {
                 let key = c
                     .operation_key
                     .clone()
@@ -762,6 +767,7 @@ impl SessionState {
                         attempts: 0,
                         request_hash: request_hash.clone(),
                         decision: None,
+                        probe: probe.clone(),
                     },
                 );
             }

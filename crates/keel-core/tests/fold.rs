@@ -156,6 +156,7 @@ fn a_turn_with_an_approved_side_effecting_call_folds_to_completed() {
             Correlation::tool_call(t, s1, call.clone()).with_operation(key.clone()),
             EventBody::EffectPrepared {
                 request_hash: "sha256:q".into(),
+                probe: None,
             },
         )
         .push(
@@ -543,6 +544,7 @@ fn an_outcome_unknown_effect_can_be_dispatched_again_or_decided() {
         Correlation::tool_call(t, s, call.clone()).with_operation(key.clone()),
         EventBody::EffectPrepared {
             request_hash: "h".into(),
+            probe: None,
         },
     )
     .push(
@@ -632,6 +634,7 @@ fn effects_and_approvals_open_only_for_live_calls_of_the_active_turn() {
             Correlation::tool_call(t, s, call.clone()).with_operation(key),
             EventBody::EffectPrepared {
                 request_hash: "h".into(),
+                probe: None,
             },
         ),
     );

@@ -1516,7 +1516,10 @@ impl World {
             let request_hash = content_hash(&json!({"tool": c.name, "arguments": c.arguments}));
             items.push((
                 corr.clone().with_operation(key.clone()).with_attempt(1),
-                EventBody::EffectPrepared { request_hash },
+                EventBody::EffectPrepared {
+                    request_hash,
+                    probe: None,
+                },
             ));
         }
         items.push((
@@ -2183,6 +2186,7 @@ impl Hand {
                 corr.clone().with_operation(key.clone()),
                 EventBody::EffectPrepared {
                     request_hash: "sha256:req".into(),
+                    probe: None,
                 },
             )
             .push(
@@ -2377,6 +2381,7 @@ fn recorded_outcomes_settle_a_call_left_running() {
             corr.with_operation(key.clone()),
             EventBody::EffectPrepared {
                 request_hash: "sha256:req".into(),
+                probe: None,
             },
         );
     assert_eq!(

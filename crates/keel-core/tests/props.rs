@@ -264,6 +264,7 @@ impl Ids {
                 self.call_corr(*c).with_operation(self.key(*e)),
                 EventBody::EffectPrepared {
                     request_hash: "h".into(),
+                    probe: None,
                 },
             ),
             Op::EffDispatch(e) => (self.eff_corr(*e), EventBody::EffectDispatched {}),

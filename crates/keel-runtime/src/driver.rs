@@ -407,11 +407,28 @@ impl Runner {
         }))
     }
 
+    /// Arms the turn's wall clock: at the earlier of its `turn_timeout_ms` and what is left of
+    /// its wall-time budgets, it cancels everything below the turn (sampling, tools).
     async fn start_timer(&self, turn: TurnId) -> Option<(TurnId, AbortOnDrop)> {
-        let started = self
-            .read(|j| j.state.turns.get(&turn).and_then(|t| t.started_at))
+        let limits = self.limits();
+        let (started, budget_left) = self
+            .read(|j| {
+                let t = j.state.turns.get(&turn);
+                (
+                    t.and_then(|t| t.started_at),
+                    t.and_then(|t| {
+                        keel_core::plan::wall_time_left_ms(&j.state, t, &limits, Utc::now())
+                    }),
+                )
+            })
             .await;
-        let at = self.turn_deadline(started)?;
+        // 2 ms past the budget, so the planner's clock (whole ms) sees it spent.
+        let budget_at =
+            budget_left.map(|ms| tokio::time::Instant::now() + Duration::from_millis(ms + 2));
+        let at = match (self.turn_deadline(started), budget_at) {
+            (Some(a), Some(b)) => a.min(b),
+            (a, b) => a.or(b)?,
+        };
         let token = self.turn_token();
         Some((
             turn,
@@ -426,18 +443,25 @@ impl Runner {
     /// before its intent reached the journal: wait a moment for it, else journal it.
     async fn record_local_cancel(&self, turn: TurnId) -> Result<()> {
         tokio::time::sleep(Duration::from_millis(5)).await;
-        let (requested, deadline) = self
+        let limits = self.limits();
+        let (requested, deadline, budget_spent) = self
             .read(|j| {
                 let t = j.state.turns.get(&turn);
                 (
                     t.is_none_or(|t| t.cancel_requested.is_some() || t.status.is_terminal()),
                     t.and_then(|t| t.started_at),
+                    t.and_then(|t| {
+                        keel_core::plan::wall_time_left_ms(&j.state, t, &limits, Utc::now())
+                    })
+                    .is_some_and(|ms| ms == 0),
                 )
             })
             .await;
-        let timed_out = self
-            .turn_deadline(deadline)
-            .is_some_and(|at| at <= tokio::time::Instant::now());
+        // The turn's own timer fired: the planner ends it (timed out, or wall-time budget).
+        let timed_out = budget_spent
+            || self
+                .turn_deadline(deadline)
+                .is_some_and(|at| at <= tokio::time::Instant::now());
         if !requested && !timed_out {
             self.stage(vec![(
                 Correlation::turn(turn),

@@ -77,8 +77,9 @@
 //! Not a separate code path: a worker that starts (or takes over a lease) folds the journal and
 //! asks the planner, which answers from the state exactly as it would have before the crash: succeeded calls are reused; cancelled calls stay cancelled; a read-only call
 //! left running is re-run; a side-effecting call left dispatched becomes `outcome_unknown` and
-//! is reconciled by its tool (`Tool::reconcile`) or put to a human (`requires_action`); an
-//! idempotent write is dispatched again; a step that was streaming is re-sampled (same step,
+//! is reconciled by its tool (`Tool::reconcile_call`, e.g. `write_file`/`edit_file` from the
+//! file hashes recorded in the intent) or put to a human (`requires_action`); an idempotent
+//! write without a check is dispatched again; a step that was streaming is re-sampled (same step,
 //! next attempt) with the same scripted position, because the position is journaled
 //! (`responses_consumed` on step events).
 //!

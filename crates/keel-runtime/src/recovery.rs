@@ -105,10 +105,16 @@ impl Runner {
         call: ToolCallId,
         key: OperationKey,
     ) -> Result<()> {
-        let name = self
-            .read(|j| j.state.tool_calls.get(&call).map(|c| c.name.clone()))
-            .await
-            .unwrap_or_default();
+        let (name, arguments, probe) = self
+            .read(|j| {
+                let c = j.state.tool_calls.get(&call);
+                (
+                    c.map(|c| c.name.clone()).unwrap_or_default(),
+                    c.map(|c| c.arguments.clone()).unwrap_or_default(),
+                    j.state.effects.get(&key).and_then(|e| e.probe.clone()),
+                )
+            })
+            .await;
         let Some(tool) = self.rt.tools.get(&name).cloned() else {
             lock(&self.unreconciled).insert(key);
             return Ok(());
@@ -124,7 +130,10 @@ impl Runner {
             limits: ToolLimits::default(),
         };
         let ecorr = Correlation::default().with_operation(key.clone());
-        let items = match tool.reconcile(key.as_str(), &ctx).await {
+        let items = match tool
+            .reconcile_call(key.as_str(), &arguments, probe.as_ref(), &ctx)
+            .await
+        {
             ReconcileOutcome::Committed { output } => vec![
                 (
                     ecorr,

@@ -436,7 +436,21 @@ impl Runner {
             Some((s, n, a, _)) if s == step && n == name && a == arguments => {
                 return Ok(call);
             }
-            Some(_) => ToolCallId::from(format!("{id}_a{attempt}")),
+            // Another call has this id (an earlier step, a model reusing ids): a fresh one that
+            // no call of the session has.
+            Some(_) => {
+                self.read(|j| {
+                    (1u32..)
+                        .map(|n| match n {
+                            1 => format!("{id}_a{attempt}"),
+                            n => format!("{id}_a{attempt}_{n}"),
+                        })
+                        .map(ToolCallId::from)
+                        .find(|c| !j.state.tool_calls.contains_key(c))
+                        .unwrap_or(call)
+                })
+                .await
+            }
             None => call,
         };
         let corr = Correlation::tool_call(turn, step, call.clone()).with_attempt(attempt);
@@ -462,12 +476,18 @@ impl Runner {
         }
         self.stage(items).await?;
         let facts = self.assess(&call, &name, &arguments, &snapshot.policy);
+        // A read-only call starts while the model still streams, unless a tool-call budget is
+        // set: then the planner decides which calls fit.
+        let limits = self.limits();
+        let counted = limits.turn_budget.max_tool_calls.is_some()
+            || limits.session_budget.max_tool_calls.is_some();
         if let CallFacts::Valid {
             effect: EffectClass::ReadOnly,
             parallel_safe: true,
             verdict: Verdict::Allow,
             ..
         } = facts
+            && !counted
         {
             self.spawn_call(turn, step, call.clone());
         }

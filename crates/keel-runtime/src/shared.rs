@@ -100,3 +100,17 @@ impl Inner {
             .cloned()
     }
 }
+
+/// Removes a call from the running set and wakes the driver when dropped.
+pub(crate) struct LiveGuard(pub(crate) Arc<Active>, pub(crate) ToolCallId);
+
+impl Drop for LiveGuard {
+    fn drop(&mut self) {
+        self.0
+            .live_calls
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&self.1);
+        self.0.call_done.notify_waiters();
+    }
+}

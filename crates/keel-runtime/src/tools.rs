@@ -27,6 +27,7 @@ use crate::config::SessionConfig;
 use crate::driver::{Runner, finished_item, lock};
 use crate::error::{Result, RuntimeError};
 use crate::journal::Journal;
+use crate::shared::LiveGuard;
 
 /// The configured policy plus the session rules granted by `allow_for_session` decisions.
 pub(crate) fn session_policy(
@@ -296,6 +297,8 @@ impl Runner {
         let this = self.clone();
         let handle = tokio::spawn(async move {
             let id = call.clone();
+            // However the task ends (a panic included), the call is no longer running here.
+            let _live = LiveGuard(this.active.clone(), id.clone());
             let r = match this.validated(&call).await {
                 Ok(Some((v, policy))) => this.clone().run_call(turn, step, call, v, policy).await,
                 Ok(None) => this.unrunnable(turn, step, &call).await,
@@ -304,8 +307,6 @@ impl Runner {
             if let Err(e) = r {
                 tracing::warn!(session = %this.session, call = %id, "tool execution: {e}");
             }
-            lock(&this.active.live_calls).remove(&id);
-            this.active.call_done.notify_waiters();
         });
         lock(&self.inflight).push(handle);
     }
@@ -383,6 +384,20 @@ impl Runner {
             self.stage(items).await?;
             return Ok(());
         }
+        let token = self.turn_token().child_token();
+        let ctx = ToolContext {
+            call_id: call.to_string(),
+            cancel: token.clone(),
+            progress: self.progress.clone(),
+            workspace: self.workspace.clone(),
+            sandbox: self.sandbox.clone(),
+            artifacts: self.artifacts.clone(),
+            snapshot: Arc::new(StepSnapshot {
+                step_id: step.to_string(),
+                policy,
+            }),
+            limits: ToolLimits::default(),
+        };
         let mut items = Vec::new();
         if status == Some(ToolCallStatus::Proposed) {
             items.push((corr.clone(), EventBody::ToolCallValidating {}));
@@ -401,7 +416,10 @@ impl Runner {
                         let ecorr = Correlation::default().with_operation(key.clone());
                         items.push((
                             corr.clone().with_operation(key.clone()),
-                            EventBody::EffectPrepared { request_hash },
+                            EventBody::EffectPrepared {
+                                request_hash,
+                                probe: None,
+                            },
                         ));
                         items.push((
                             ecorr.clone().with_attempt(1),
@@ -413,9 +431,17 @@ impl Runner {
                         self.commit("effect.duplicate").await?;
                         return Ok(());
                     }
+                    // What the tool's reconcile will need after a crash (file hashes, …).
+                    let probe = match self.rt.tools.get(&v.name) {
+                        Some(tool) => tool.prepare(&v.arguments, &ctx).await,
+                        None => None,
+                    };
                     items.push((
                         corr.clone().with_operation(key.clone()),
-                        EventBody::EffectPrepared { request_hash },
+                        EventBody::EffectPrepared {
+                            request_hash,
+                            probe,
+                        },
                     ));
                     items.push((
                         Correlation::default()
@@ -444,25 +470,11 @@ impl Runner {
             self.commit("tool.dispatched").await?;
         }
 
-        let token = self.turn_token().child_token();
         self.active
             .tool_cancel
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(call.to_string(), token.clone());
-        let ctx = ToolContext {
-            call_id: call.to_string(),
-            cancel: token.clone(),
-            progress: self.progress.clone(),
-            workspace: self.workspace.clone(),
-            sandbox: self.sandbox.clone(),
-            artifacts: self.artifacts.clone(),
-            snapshot: Arc::new(StepSnapshot {
-                step_id: step.to_string(),
-                policy,
-            }),
-            limits: ToolLimits::default(),
-        };
         let tools = self.rt.tools.clone();
         let fut = tools.execute(&v, &ctx);
         tokio::pin!(fut);
@@ -523,8 +535,9 @@ impl Runner {
         let mut items = Vec::new();
         let ecorr = Correlation::default().with_operation(key.clone());
         if side_effecting {
-            if interrupted {
-                // Stopped mid-flight: what happened is unknown — never recorded as failed.
+            if interrupted || result.as_ref().is_some_and(|r| r.panicked) {
+                // Stopped mid-flight (or the tool broke): what happened is unknown — never
+                // recorded as failed.
                 items.push((ecorr, EventBody::EffectOutcomeUnknown {}));
             } else if let Some(r) = &result {
                 // `committed` when the action happened, whatever its result for the model (a

@@ -6,6 +6,7 @@
 
 mod common;
 
+mod attacks;
 mod budgets;
 mod cancel;
 mod commits;

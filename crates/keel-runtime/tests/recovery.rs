@@ -15,7 +15,10 @@ use serde_json::{Value, json};
 use crate::common::*;
 use crate::on_both;
 
-on_both!(an_unknown_effect_goes_to_a_human_and_each_decision_applies);
+on_both!(
+    an_unknown_effect_goes_to_a_human_and_each_decision_applies,
+    a_file_write_interrupted_by_a_crash_is_reconciled_from_its_hashes,
+);
 
 fn script_lines() -> Vec<Value> {
     vec![
@@ -328,5 +331,119 @@ async fn an_unknown_effect_goes_to_a_human_and_each_decision_applies(b: Backend)
         }
         let types = f.types().await;
         assert!(types.contains(&"effect.outcome_unknown") && types.contains(&"effect.decided"));
+    }
+}
+
+/// What the file holds when the restarted worker looks, after a crash right after the intent
+/// of a file write was committed.
+#[derive(Clone, Copy, Debug)]
+enum FileAfterCrash {
+    /// As before: the write never happened.
+    Unchanged,
+    /// The intended content: the write happened before the crash.
+    Written,
+    /// Something else: nobody can tell.
+    Other,
+}
+
+/// `write_file` and `edit_file` record the file's hash before and the hash they will leave in the
+/// intent (`effect.prepared`'s `probe`); after a crash their reconcile compares: the intended hash
+/// → committed; the prior hash → did not happen (the model may retry); anything else → a human.
+async fn a_file_write_interrupted_by_a_crash_is_reconciled_from_its_hashes(b: Backend) {
+    let logdir = tempfile::tempdir().unwrap();
+    let log = logdir.path().join("appends.log");
+    for (tool, args, intended) in [
+        (
+            "write_file",
+            json!({"path": "notes.txt", "content": "new notes\n"}),
+            "new notes\n",
+        ),
+        (
+            "edit_file",
+            json!({"path": "README.md", "old_string": "hello", "new_string": "goodbye"}),
+            "goodbye from the readme\n",
+        ),
+    ] {
+        for after in [
+            FileAfterCrash::Unchanged,
+            FileAfterCrash::Written,
+            FileAfterCrash::Other,
+        ] {
+            let lines = vec![
+                json!({"tool_calls": [call(tool, args.clone())]}),
+                json!({"text": "done"}),
+            ];
+            let f = fixture(b, &lines, |_| {}).await;
+            let path = f.ws.path().join(args["path"].as_str().unwrap());
+            let before = std::fs::read_to_string(&path).ok();
+            let script = tempfile::NamedTempFile::new().unwrap();
+            let text: Vec<String> = lines.iter().map(Value::to_string).collect();
+            std::fs::write(script.path(), text.join("\n")).unwrap();
+            f.rt.submit(f.tenant, f.session, "write").await.unwrap();
+            let spec = json!({
+                "location": f.db.location,
+                "script": script.path(),
+                "tenant": f.tenant.to_string(),
+                "session": f.session.to_string(),
+            });
+            // Commit 1 starts the turn, commit 2 is the write's intent: die right after it.
+            let crashed = worker(&spec, Some(2), &log);
+            assert!(!crashed.status.success());
+            assert_eq!(
+                crashed.sites.last().map(String::as_str),
+                Some("tool.dispatched")
+            );
+            assert_eq!(
+                std::fs::read_to_string(&path).ok(),
+                before,
+                "{tool}: the crash came before the write"
+            );
+            match after {
+                FileAfterCrash::Unchanged => {}
+                FileAfterCrash::Written => std::fs::write(&path, intended).unwrap(),
+                FileAfterCrash::Other => std::fs::write(&path, "someone else's text").unwrap(),
+            }
+            let out = f.rt.run(f.tenant, f.session).await.unwrap();
+            let types = f.types().await;
+            assert!(
+                types.contains(&"effect.outcome_unknown"),
+                "{tool} {after:?}: {types:?}"
+            );
+            match after {
+                FileAfterCrash::Unchanged => {
+                    assert_eq!(out.turns[0].terminal_reason, TerminalReason::Completed);
+                    assert!(types.contains(&"effect.failed"), "{tool}: {types:?}");
+                    let evs = f.events().await;
+                    let result = evs.iter().find_map(|e| match &e.body {
+                        EventBody::ToolCallFinished { output, .. } => Some(output.clone()),
+                        _ => None,
+                    });
+                    assert!(
+                        result
+                            .unwrap()
+                            .contains("did not happen (checked after a crash)"),
+                        "{tool}"
+                    );
+                }
+                FileAfterCrash::Written => {
+                    assert_eq!(out.turns[0].terminal_reason, TerminalReason::Completed);
+                    assert!(types.contains(&"effect.committed"), "{tool}: {types:?}");
+                    assert_eq!(std::fs::read_to_string(&path).unwrap(), intended);
+                }
+                FileAfterCrash::Other => {
+                    assert_eq!(out.status, SessionStatus::RequiresAction, "{tool}");
+                    assert!(
+                        matches!(out.pending.as_slice(), [PendingAction::Effect { tool_name, .. }] if tool_name == tool),
+                        "{tool}: {:?}",
+                        out.pending
+                    );
+                    assert_eq!(
+                        std::fs::read_to_string(&path).unwrap(),
+                        "someone else's text",
+                        "{tool}: never blindly re-run"
+                    );
+                }
+            }
+        }
     }
 }

@@ -9,6 +9,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use futures_util::FutureExt;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -308,8 +310,30 @@ impl ToolRegistry {
                 ToolOutput::cancelled(format!("`{}` was cancelled before it started", call.name)),
             );
         }
-        let output = entry.tool.call(call.arguments.clone(), ctx).await;
-        let mut result = ToolResult::from_output(&call.call_id, &call.name, output);
+        // A bug in a tool is the tool's failure, not the runtime's: a panic becomes an error
+        // result (and, for a side effect, an unknown outcome) instead of a lost task.
+        let run = std::panic::AssertUnwindSafe(entry.tool.call(call.arguments.clone(), ctx));
+        let mut result = match run.catch_unwind().await {
+            Ok(output) => ToolResult::from_output(&call.call_id, &call.name, output),
+            Err(panic) => {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "no message".into());
+                tracing::error!(tool = %call.name, "the tool panicked: {what}");
+                let mut r = ToolResult::from_output(
+                    &call.call_id,
+                    &call.name,
+                    ToolOutput::error(format!(
+                        "Error: `{}` failed with an internal error and may not have finished; check its effect before retrying.",
+                        call.name
+                    )),
+                );
+                r.panicked = true;
+                return r;
+            }
+        };
         apply_budget(&mut result, ctx).await;
         result
     }

@@ -260,6 +260,9 @@ pub struct ToolResult {
     /// [`ToolOutput::not_performed`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub not_performed: bool,
+    /// The tool panicked: nothing is known of what it did (a side effect's outcome is unknown).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub panicked: bool,
 }
 
 impl ToolResult {
@@ -274,6 +277,7 @@ impl ToolResult {
             artifact: output.artifact,
             truncated: false,
             not_performed: output.not_performed || output.status == ToolResultStatus::Rejected,
+            panicked: false,
         }
     }
 
@@ -340,6 +344,26 @@ pub trait Tool: Send + Sync {
     /// in a crash. The default cannot tell ([`ReconcileOutcome::Unknown`]).
     async fn reconcile(&self, _operation_key: &str, _ctx: &ToolContext) -> ReconcileOutcome {
         ReconcileOutcome::Unknown
+    }
+
+    /// Records, just before a side effect is dispatched, what [`Tool::reconcile_call`] will need
+    /// to tell afterwards whether it happened (journaled in `effect.prepared` as `probe`). The
+    /// default records nothing.
+    async fn prepare(&self, _args: &Value, _ctx: &ToolContext) -> Option<Value> {
+        None
+    }
+
+    /// Looks up the outcome of call `arguments` dispatched under `operation_key` whose result
+    /// was lost in a crash, with what [`Tool::prepare`] recorded (`probe`). The default asks
+    /// [`Tool::reconcile`].
+    async fn reconcile_call(
+        &self,
+        operation_key: &str,
+        _arguments: &Value,
+        _probe: Option<&Value>,
+        ctx: &ToolContext,
+    ) -> ReconcileOutcome {
+        self.reconcile(operation_key, ctx).await
     }
 
     /// Runs the call. Never panics; every failure is a [`ToolOutput`] saying what failed and why.

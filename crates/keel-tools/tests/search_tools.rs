@@ -76,6 +76,26 @@ async fn grep_honours_gitignore_and_shows_line_numbers() {
     );
 }
 
+/// A multi-megabyte pattern once kept the lazy DFA busy for minutes (a search a cancel could
+/// not stop): patterns over `MAX_PATTERN_BYTES` are a tool error that changed nothing.
+#[tokio::test]
+async fn grep_refuses_a_pattern_over_the_limit() {
+    let f = Fixture::new();
+    tree(&f);
+    let big = "A".repeat(keel_tools::builtin::MAX_PATTERN_BYTES + 1);
+    let r = f.call("grep", json!({"pattern": big})).await;
+    assert_eq!(r.status, keel_tools::tool::ToolResultStatus::Failed);
+    assert!(r.not_performed);
+    assert!(
+        r.content.contains("the limit is 4096 bytes"),
+        "{}",
+        r.content
+    );
+    let ok = "A".repeat(keel_tools::builtin::MAX_PATTERN_BYTES);
+    let r = f.call("grep", json!({"pattern": ok})).await;
+    assert_eq!(r.status, Succeeded, "{}", r.content);
+}
+
 #[tokio::test]
 async fn grep_filters_by_glob_and_path() {
     let f = Fixture::new();

@@ -179,19 +179,20 @@ fn builtin_effect_classes_and_parallel_safety() {
             (s.name, s.effect, s.parallel_safe, can_reconcile)
         })
         .collect();
-    let row = |n: &str, e, p| (n.to_owned(), e, p, false);
+    let row = |n: &str, e, p, r| (n.to_owned(), e, p, r);
     assert_eq!(
         got,
         vec![
             // Re-running an edit after a crash may apply it twice or fail on text it already
-            // replaced, so an edit whose outcome was lost is put to reconciliation, not re-run.
-            row("edit_file", SideEffecting, false),
-            row("glob", ReadOnly, true),
-            row("grep", ReadOnly, true),
-            row("list_dir", ReadOnly, true),
-            row("read_file", ReadOnly, true),
-            row("shell", SideEffecting, false),
-            row("write_file", IdempotentWrite, false),
+            // replaced, so an edit whose outcome was lost is reconciled from the file's hashes
+            // (recorded before dispatch), not re-run.
+            row("edit_file", SideEffecting, false, true),
+            row("glob", ReadOnly, true, false),
+            row("grep", ReadOnly, true, false),
+            row("list_dir", ReadOnly, true, false),
+            row("read_file", ReadOnly, true, false),
+            row("shell", SideEffecting, false, false),
+            row("write_file", IdempotentWrite, false, true),
         ]
     );
 }

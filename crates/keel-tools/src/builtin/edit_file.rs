@@ -2,9 +2,10 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{clip_line, parse_args, resolve};
+use super::{clip_line, file_probe, parse_args, reconcile_path_call, resolve};
 use crate::policy::{PathAccess, Subject};
-use crate::tool::{EffectClass, Tool, ToolContext, ToolOutput};
+use crate::tool::{EffectClass, ReconcileOutcome, Tool, ToolContext, ToolOutput};
+use crate::workspace::ResolvedPath;
 
 /// `edit_file {path, old_string, new_string, replace_all?}`: replaces the exact text `old_string`
 /// with `new_string`. Without `replace_all`, `old_string` must occur exactly once; zero or several
@@ -56,70 +57,46 @@ impl Tool for EditFile {
         Subject::Paths(vec![PathAccess::write(path)])
     }
 
+    fn can_reconcile(&self) -> bool {
+        true
+    }
+
+    /// The file's hash before and the hash the edit gives it (nothing when the edit would fail).
+    async fn prepare(&self, args: &Value, ctx: &ToolContext) -> Option<Value> {
+        let args: Args = parse_args(self.name(), args.clone()).ok()?;
+        let (resolved, plan) = plan_edit(&args, ctx).await.ok()?;
+        Some(file_probe(&resolved.absolute, plan.updated.as_bytes()).await)
+    }
+
+    async fn reconcile_call(
+        &self,
+        _operation_key: &str,
+        arguments: &Value,
+        probe: Option<&Value>,
+        ctx: &ToolContext,
+    ) -> ReconcileOutcome {
+        reconcile_path_call("edit_file", arguments, probe, ctx).await
+    }
+
     async fn call(&self, args: Value, ctx: &ToolContext) -> ToolOutput {
         let args: Args = match parse_args(self.name(), args) {
             Ok(a) => a,
             Err(out) => return out,
         };
-        if args.old_string.is_empty() {
-            return ToolOutput::not_performed(
-                "edit_file failed: old_string is empty; give the exact text to replace, or use write_file to create a file",
-            );
-        }
-        if args.old_string == args.new_string {
-            return ToolOutput::not_performed(
-                "edit_file failed: old_string and new_string are identical; nothing would change",
-            );
-        }
-        let resolved = match resolve("edit_file", ctx, &args.path) {
-            Ok(r) => r,
+        let (resolved, plan) = match plan_edit(&args, ctx).await {
+            Ok(p) => p,
             Err(out) => return out,
         };
         let shown = &resolved.relative;
-        if !resolved.exists {
-            return ToolOutput::not_performed(format!(
-                "edit_file failed: `{shown}` does not exist; use write_file to create it"
-            ));
-        }
-        if resolved.absolute.is_dir() {
-            return ToolOutput::not_performed(format!(
-                "edit_file failed: `{shown}` is a directory; give the path of a file inside it"
-            ));
-        }
-        let bytes = match tokio::fs::read(&resolved.absolute).await {
-            Ok(b) => b,
-            Err(e) => {
-                return ToolOutput::not_performed(format!(
-                    "edit_file failed: cannot read `{shown}`: {e}"
-                ));
-            }
-        };
-        let Ok(text) = String::from_utf8(bytes) else {
-            return ToolOutput::not_performed(format!(
-                "edit_file failed: `{shown}` is not UTF-8 text; edit_file only edits text files"
-            ));
-        };
-        let (old_string, new_string, count) = match_edit(&text, &args.old_string, &args.new_string);
-        if count == 0 {
-            return ToolOutput::not_performed(format!(
-                "edit_file failed: old_string was not found in `{shown}` (0 matches); read the file again and copy the exact text, including whitespace and indentation"
-            ));
-        }
-        if count > 1 && !args.replace_all {
-            return ToolOutput::not_performed(format!(
-                "edit_file failed: old_string matches {count} times in `{shown}`; include more surrounding lines to make it unique, or set replace_all to true to replace all {count}"
-            ));
-        }
-        // Where the (first) replacement lands, for the snippet shown back.
-        let first_at = text.find(old_string.as_str()).unwrap_or(0);
-        let updated = if args.replace_all {
-            text.replace(old_string.as_str(), &new_string)
-        } else {
-            text.replacen(old_string.as_str(), &new_string, 1)
-        };
+        let EditPlan {
+            updated,
+            count,
+            first_at,
+            new_len,
+        } = plan;
         match tokio::fs::write(&resolved.absolute, updated.as_bytes()).await {
             Ok(()) => {
-                let snippet = snippet(&updated, first_at, new_string.len());
+                let snippet = snippet(&updated, first_at, new_len);
                 ToolOutput::success(format!(
                     "Edited `{shown}`: replaced {count} occurrence{}. The edited region{} now reads:\n{snippet}",
                     if count == 1 { "" } else { "s" },
@@ -130,6 +107,81 @@ impl Tool for EditFile {
             Err(e) => ToolOutput::error(format!("edit_file failed: cannot write `{shown}`: {e}")),
         }
     }
+}
+
+/// What an edit will do: the file's new text, how many replacements, where the first lands and
+/// the length of the replacement text.
+struct EditPlan {
+    updated: String,
+    count: usize,
+    first_at: usize,
+    new_len: usize,
+}
+
+/// Checks an edit and computes its result without writing (shared by the call and its probe).
+async fn plan_edit(args: &Args, ctx: &ToolContext) -> Result<(ResolvedPath, EditPlan), ToolOutput> {
+    if args.old_string.is_empty() {
+        return Err(ToolOutput::not_performed(
+            "edit_file failed: old_string is empty; give the exact text to replace, or use write_file to create a file",
+        ));
+    }
+    if args.old_string == args.new_string {
+        return Err(ToolOutput::not_performed(
+            "edit_file failed: old_string and new_string are identical; nothing would change",
+        ));
+    }
+    let resolved = resolve("edit_file", ctx, &args.path)?;
+    let shown = &resolved.relative;
+    if !resolved.exists {
+        return Err(ToolOutput::not_performed(format!(
+            "edit_file failed: `{shown}` does not exist; use write_file to create it"
+        )));
+    }
+    if resolved.absolute.is_dir() {
+        return Err(ToolOutput::not_performed(format!(
+            "edit_file failed: `{shown}` is a directory; give the path of a file inside it"
+        )));
+    }
+    let bytes = match tokio::fs::read(&resolved.absolute).await {
+        Ok(b) => b,
+        Err(e) => {
+            return Err(ToolOutput::not_performed(format!(
+                "edit_file failed: cannot read `{shown}`: {e}"
+            )));
+        }
+    };
+    let Ok(text) = String::from_utf8(bytes) else {
+        return Err(ToolOutput::not_performed(format!(
+            "edit_file failed: `{shown}` is not UTF-8 text; edit_file only edits text files"
+        )));
+    };
+    let (old_string, new_string, count) = match_edit(&text, &args.old_string, &args.new_string);
+    if count == 0 {
+        return Err(ToolOutput::not_performed(format!(
+            "edit_file failed: old_string was not found in `{shown}` (0 matches); read the file again and copy the exact text, including whitespace and indentation"
+        )));
+    }
+    if count > 1 && !args.replace_all {
+        return Err(ToolOutput::not_performed(format!(
+            "edit_file failed: old_string matches {count} times in `{shown}`; include more surrounding lines to make it unique, or set replace_all to true to replace all {count}"
+        )));
+    }
+    // Where the (first) replacement lands, for the snippet shown back.
+    let first_at = text.find(old_string.as_str()).unwrap_or(0);
+    let updated = if args.replace_all {
+        text.replace(old_string.as_str(), &new_string)
+    } else {
+        text.replacen(old_string.as_str(), &new_string, 1)
+    };
+    Ok((
+        resolved,
+        EditPlan {
+            updated,
+            count,
+            first_at,
+            new_len: new_string.len(),
+        },
+    ))
 }
 
 /// Finds `old` in `text`; returns the strings to use and how often they occur. When the exact text

@@ -16,6 +16,11 @@ use crate::tool::{EffectClass, Tool, ToolContext, ToolOutput};
 /// Longest matching line shown, in characters.
 const MAX_LINE_CHARS: usize = 500;
 
+/// Longest accepted `pattern`, in bytes. A regular expression is compiled to an automaton whose
+/// size and search time grow with the pattern; a multi-megabyte pattern from a model can keep a
+/// search busy for minutes, so longer ones are a tool error.
+pub const MAX_PATTERN_BYTES: usize = 4096;
+
 /// `grep {pattern, path?, glob?, case_insensitive?}`: lines matching the regular expression
 /// `pattern` (Rust regex syntax) in files under `path` (a file or directory, default the workspace
 /// root), as `path:line:text`. `glob` filters file names like ripgrep's `-g` (`*.rs`, `!*.md`).
@@ -97,6 +102,12 @@ impl Tool for Grep {
             Ok(a) => a,
             Err(out) => return out,
         };
+        if args.pattern.len() > MAX_PATTERN_BYTES {
+            return ToolOutput::not_performed(format!(
+                "grep failed: the pattern is {} bytes; the limit is {MAX_PATTERN_BYTES} bytes, search for a shorter distinctive part",
+                args.pattern.len()
+            ));
+        }
         let matcher = match RegexMatcherBuilder::new()
             .case_insensitive(args.case_insensitive)
             .build(&args.pattern)
@@ -148,6 +159,9 @@ impl Tool for Grep {
                     &matcher,
                     entry.path(),
                     Lossy(|line_number, line| {
+                        if ctx2.cancel.is_cancelled() {
+                            return Ok(false);
+                        }
                         total += 1;
                         if lines.len() < max {
                             let text = line.trim_end_matches(['\n', '\r']);

@@ -19,7 +19,7 @@ use serde_json::Value;
 
 pub use edit_file::EditFile;
 pub use glob::Glob;
-pub use grep::Grep;
+pub use grep::{Grep, MAX_PATTERN_BYTES};
 pub use list_dir::ListDir;
 pub use read_file::ReadFile;
 pub use shell::Shell;
@@ -56,7 +56,7 @@ pub(crate) fn resolve(
 ) -> Result<ResolvedPath, ToolOutput> {
     ctx.workspace
         .resolve(path)
-        .map_err(|e| ToolOutput::error(format!("{tool} failed: {e}")))
+        .map_err(|e| ToolOutput::not_performed(format!("{tool} failed: {e}")))
 }
 
 /// Cuts `line` to at most `max` characters, saying how much was cut.
@@ -67,4 +67,63 @@ pub(crate) fn clip_line(line: &str, max: usize) -> String {
     }
     let kept: String = line.chars().take(max).collect();
     format!("{kept}… [line cut: {} more characters]", count - max)
+}
+
+/// `{"before": <hash of the file now, or null when there is none>, "after": <hash of `after`>}`:
+/// the probe a file-writing tool records before it writes.
+pub(crate) async fn file_probe(path: &std::path::Path, after: &[u8]) -> Value {
+    let before = match tokio::fs::read(path).await {
+        Ok(bytes) => Value::String(keel_core::canonical::bytes_hash(&bytes)),
+        Err(_) => Value::Null,
+    };
+    serde_json::json!({"before": before, "after": keel_core::canonical::bytes_hash(after)})
+}
+
+/// Reconciles a file tool's call from its `path` argument and its probe (see
+/// [`reconcile_file`]); arguments without a usable path are unknown.
+pub(crate) async fn reconcile_path_call(
+    tool: &str,
+    arguments: &Value,
+    probe: Option<&Value>,
+    ctx: &ToolContext,
+) -> crate::tool::ReconcileOutcome {
+    let Some(path) = arguments.get("path").and_then(Value::as_str) else {
+        return crate::tool::ReconcileOutcome::Unknown;
+    };
+    let Ok(resolved) = resolve(tool, ctx, path) else {
+        return crate::tool::ReconcileOutcome::Unknown;
+    };
+    reconcile_file(tool, &resolved.absolute, &resolved.relative, probe).await
+}
+
+/// Whether a file write recorded by [`file_probe`] happened: the file has the intended hash
+/// (committed), still the one before (not happened: safe to retry), or something else
+/// (unknown: a human decides).
+pub(crate) async fn reconcile_file(
+    tool: &str,
+    path: &std::path::Path,
+    shown: &str,
+    probe: Option<&Value>,
+) -> crate::tool::ReconcileOutcome {
+    use crate::tool::ReconcileOutcome;
+    let Some(probe) = probe else {
+        return ReconcileOutcome::Unknown;
+    };
+    let now = match tokio::fs::read(path).await {
+        Ok(bytes) => Value::String(keel_core::canonical::bytes_hash(&bytes)),
+        Err(_) => Value::Null,
+    };
+    if probe.get("after") == Some(&now) {
+        ReconcileOutcome::Committed {
+            output: ToolOutput::success(format!(
+                "{tool}: `{shown}` has the intended content (checked after a crash)"
+            )),
+        }
+    } else if probe.get("before") == Some(&now) {
+        ReconcileOutcome::Failed {
+            reason: format!("`{shown}` still has its earlier content"),
+        }
+    } else {
+        ReconcileOutcome::Unknown
+    }
 }

@@ -2,9 +2,9 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{parse_args, resolve};
+use super::{file_probe, parse_args, reconcile_path_call, resolve};
 use crate::policy::{PathAccess, Subject};
-use crate::tool::{EffectClass, Tool, ToolContext, ToolOutput};
+use crate::tool::{EffectClass, ReconcileOutcome, Tool, ToolContext, ToolOutput};
 
 /// `write_file {path, content}`: writes `content` byte-for-byte (no newline added or changed),
 /// creating parent directories; replaces an existing file.
@@ -47,6 +47,27 @@ impl Tool for WriteFile {
     fn subject(&self, args: &Value) -> Subject {
         let path = args.get("path").and_then(Value::as_str).unwrap_or_default();
         Subject::Paths(vec![PathAccess::write(path)])
+    }
+
+    fn can_reconcile(&self) -> bool {
+        true
+    }
+
+    /// The file's hash before and the hash `content` gives it.
+    async fn prepare(&self, args: &Value, ctx: &ToolContext) -> Option<Value> {
+        let args: Args = parse_args(self.name(), args.clone()).ok()?;
+        let resolved = resolve("write_file", ctx, &args.path).ok()?;
+        Some(file_probe(&resolved.absolute, args.content.as_bytes()).await)
+    }
+
+    async fn reconcile_call(
+        &self,
+        _operation_key: &str,
+        arguments: &Value,
+        probe: Option<&Value>,
+        ctx: &ToolContext,
+    ) -> ReconcileOutcome {
+        reconcile_path_call("write_file", arguments, probe, ctx).await
     }
 
     async fn call(&self, args: Value, ctx: &ToolContext) -> ToolOutput {
