@@ -249,8 +249,13 @@ pub enum EventBody {
     ToolCallProposed {
         /// Tool name as the model wrote it.
         name: String,
-        /// Arguments as the model wrote them (any JSON; validation comes next).
+        /// Arguments as the model wrote them (any JSON; validation comes next), redacted.
         arguments: Value,
+        /// Redaction changed the arguments: the exact ones are sealed outside the journal (the
+        /// runtime's `sealed_arguments` rows) until the call ends, and the call never runs
+        /// with these. Absent (false) in journals written before it existed.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        sealed: bool,
     },
     /// Validation and policy evaluation began. Correlation: `tool_call_id`.
     #[serde(rename = "tool_call.validating")]
@@ -674,6 +679,7 @@ mod tests {
             EventBody::ToolCallProposed {
                 name: "shell".into(),
                 arguments: json!({"command": "ls"}),
+                sealed: false,
             },
             EventBody::ToolCallValidating {},
             EventBody::ToolCallAwaitingApproval {},

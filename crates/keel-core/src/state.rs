@@ -175,8 +175,10 @@ pub struct ToolCallState {
     pub step_id: StepId,
     /// Tool name.
     pub name: String,
-    /// Arguments as proposed.
+    /// Arguments as proposed, redacted.
     pub arguments: Value,
+    /// Redaction changed `arguments`: the exact ones are sealed outside the journal.
+    pub sealed: bool,
     /// Current status.
     pub status: ToolCallStatus,
     /// Times it reached `running` (more than 1 after a re-run).
@@ -641,7 +643,11 @@ impl SessionState {
                     step.failure = Some((error_kind.clone(), message.clone()));
                 }
             }
-            EventBody::ToolCallProposed { name, arguments } => {
+            EventBody::ToolCallProposed {
+                name,
+                arguments,
+                sealed,
+            } => {
                 let turn_id = c.turn_id.ok_or_else(|| missing("turn_id"))?;
                 let step_id = c.step_id.ok_or_else(|| missing("step_id"))?;
                 let call_id = c
@@ -677,6 +683,7 @@ impl SessionState {
                         step_id,
                         name: name.clone(),
                         arguments: arguments.clone(),
+                        sealed: *sealed,
                         status: ToolCallStatus::INITIAL,
                         runs: 0,
                         approval_id: None,

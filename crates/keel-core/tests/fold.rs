@@ -105,6 +105,7 @@ fn a_turn_with_an_approved_side_effecting_call_folds_to_completed() {
             EventBody::ToolCallProposed {
                 name: "write_file".into(),
                 arguments: json!({"path": "a", "content": "b"}),
+                sealed: false,
             },
         )
         .push(
@@ -380,6 +381,7 @@ fn a_turn_cannot_finish_while_a_call_has_no_result() {
         EventBody::ToolCallProposed {
             name: "shell".into(),
             arguments: json!({"command": "ls"}),
+            sealed: false,
         },
     );
     let err = refused(
@@ -538,6 +540,7 @@ fn an_outcome_unknown_effect_can_be_dispatched_again_or_decided() {
         EventBody::ToolCallProposed {
             name: "shell".into(),
             arguments: json!({}),
+            sealed: false,
         },
     )
     .push(
@@ -618,6 +621,7 @@ fn effects_and_approvals_open_only_for_live_calls_of_the_active_turn() {
         EventBody::ToolCallProposed {
             name: "shell".into(),
             arguments: json!({}),
+            sealed: false,
         },
     )
     .push(

@@ -1394,6 +1394,7 @@ impl World {
                             EventBody::ToolCallProposed {
                                 name: c.name.clone(),
                                 arguments: c.args.clone(),
+                                sealed: false,
                             },
                         )
                     })
@@ -2153,6 +2154,7 @@ impl Hand {
             EventBody::ToolCallProposed {
                 name: "shell".into(),
                 arguments: json!({"command": "make deploy"}),
+                sealed: false,
             },
         )
         .push(

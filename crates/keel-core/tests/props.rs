@@ -244,6 +244,7 @@ impl Ids {
                 EventBody::ToolCallProposed {
                     name: "shell".into(),
                     arguments: json!({"command": "ls"}),
+                    sealed: false,
                 },
             ),
             Op::Validating(c) => (self.call_corr(*c), EventBody::ToolCallValidating {}),

@@ -33,13 +33,16 @@ impl Runner {
         let mut items = Vec::new();
         let mut rows = Vec::new();
         for id in calls {
-            let Some(call) = j.state.tool_calls.get(&id) else {
+            let (Some(call), Some(arguments)) =
+                (j.state.tool_calls.get(&id), j.exact_arguments(&id))
+            else {
                 continue;
             };
+            // The hash is of the exact arguments (what will run); the row shows them redacted.
             let req = ToolCallRequest {
                 call_id: id.to_string(),
                 name: call.name.clone(),
-                arguments: call.arguments.clone(),
+                arguments,
             };
             let Ok(v) = self.rt.tools.validate(&req) else {
                 continue;
@@ -48,7 +51,8 @@ impl Runner {
             if call.status == ToolCallStatus::Proposed {
                 items.push((corr.clone(), EventBody::ToolCallValidating {}));
             }
-            let rec = self.approvals.new_request(self.session, turn, &v, now);
+            let mut rec = self.approvals.new_request(self.session, turn, &v, now);
+            self.redactor.redact_value(&mut rec.arguments);
             let acorr = corr.with_approval(rec.approval_id);
             items.push((
                 acorr.clone(),

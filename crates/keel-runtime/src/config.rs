@@ -212,6 +212,15 @@ pub struct RuntimeOptions {
     /// read-only tool) commits them early so observers in other processes see it running
     /// (default 200 ms). Fast phases stay one commit each.
     pub checkpoint_after: Duration,
+    /// The deployment's key for sealed arguments (see [`crate::seal`]). Default: a random key
+    /// of this process ([`crate::seal::SealKey::ephemeral`]); hosts that resume sessions after
+    /// a restart load one from a 0600 file ([`crate::seal::SealKey::load_or_create`]), shared
+    /// by every worker of the deployment.
+    pub seal_key: crate::seal::SealKey,
+    /// Environment variables removed from every tool process's environment: the provider API
+    /// keys the host reads (default [`crate::redact::PROVIDER_KEY_ENV`]; a host that reads a
+    /// key from another variable adds it, and names it in the session's `secret_env` too).
+    pub withheld_env: Vec<String>,
 }
 
 impl Default for RuntimeOptions {
@@ -227,6 +236,11 @@ impl Default for RuntimeOptions {
             delta_buffer: 1024,
             cancel_grace_ms: 5_000,
             checkpoint_after: Duration::from_millis(200),
+            seal_key: crate::seal::SealKey::ephemeral(),
+            withheld_env: crate::redact::PROVIDER_KEY_ENV
+                .iter()
+                .map(|s| (*s).to_owned())
+                .collect(),
         }
     }
 }

@@ -350,7 +350,12 @@ impl Runtime {
         done: impl Fn(&SessionState) -> bool,
     ) -> Result<Posted> {
         let store = self.inner.store.clone();
-        let intent = store.post_intent(tenant, session, kind, payload).await?;
+        // Intent rows are stored like everything else: redacted (what they journal is too).
+        let mut payload = payload.clone();
+        self.session_redactor(tenant, session)
+            .await?
+            .redact_value(&mut payload);
+        let intent = store.post_intent(tenant, session, kind, &payload).await?;
         let deadline = tokio::time::Instant::now() + self.inner.options.lease_wait;
         let mut version = 0;
         let mut state = self.fold(tenant, session).await?;

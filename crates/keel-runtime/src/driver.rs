@@ -113,11 +113,13 @@ impl Runner {
         lost: CancellationToken,
     ) -> Result<Self> {
         let workspace = Workspace::new(&config.workspace)?;
-        let sandbox = Sandbox::new(config.sandbox)?;
-        let artifacts: Arc<dyn ArtifactSink> =
-            Arc::new(StoreArtifactSink::new(rt.store.clone(), tenant, session));
+        let sandbox = Sandbox::new(config.sandbox)?.withholding(&rt.options.withheld_env);
         let deltas = rt.hub.sender(session);
         let redactor = Arc::new(Redactor::new(&config.secret_patterns, &config.secret_env)?);
+        let artifacts: Arc<dyn ArtifactSink> = Arc::new(crate::redact::RedactingSink {
+            inner: Arc::new(StoreArtifactSink::new(rt.store.clone(), tenant, session)),
+            redactor: redactor.clone(),
+        });
         let hub_progress = Arc::new(HubProgress {
             sender: deltas.clone(),
             session,

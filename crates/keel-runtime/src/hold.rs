@@ -47,6 +47,7 @@ impl Inner {
             let config = j.config()?;
             j.redactor = Arc::new(Redactor::new(&config.secret_patterns, &config.secret_env)?);
         }
+        j.unseal(self.options.seal_key.clone()).await?;
         Ok(j)
     }
     /// Holds the session now if this process runs it or its lease is free (or a dead local

@@ -28,19 +28,7 @@ impl Runtime {
         let rec = self.inner.store.get_session(tenant, session).await?;
         let _ = rec;
         let deltas = self.inner.hub.sender(session).subscribe();
-        let first = self.inner.store.read(tenant, session, 1, Some(1)).await?;
-        let redactor = match first.first().map(|e| &e.body) {
-            Some(EventBody::SessionCreated { config, .. }) => {
-                // A config this build cannot read must not silently drop its secret patterns.
-                let c: SessionConfig =
-                    serde_json::from_value(config.clone()).map_err(|e| RuntimeError::Config {
-                        session,
-                        reason: e.to_string(),
-                    })?;
-                Redactor::new(&c.secret_patterns, &c.secret_env)?
-            }
-            _ => Redactor::new(&[], &[])?,
-        };
+        let redactor = self.session_redactor(tenant, session).await?;
         Ok(Subscription::new(
             self.inner.store.clone(),
             tenant,
@@ -49,6 +37,30 @@ impl Runtime {
             deltas,
             Arc::new(redactor),
         ))
+    }
+
+    /// The redactor of `session`, from the config its `session.created` pinned.
+    ///
+    /// # Errors
+    /// Store errors; [`RuntimeError::Config`] for a config this build cannot read (its secret
+    /// patterns must not be dropped silently).
+    pub(crate) async fn session_redactor(
+        &self,
+        tenant: TenantId,
+        session: SessionId,
+    ) -> Result<Redactor> {
+        let first = self.inner.store.read(tenant, session, 1, Some(1)).await?;
+        match first.first().map(|e| &e.body) {
+            Some(EventBody::SessionCreated { config, .. }) => {
+                let c: SessionConfig =
+                    serde_json::from_value(config.clone()).map_err(|e| RuntimeError::Config {
+                        session,
+                        reason: e.to_string(),
+                    })?;
+                Redactor::new(&c.secret_patterns, &c.secret_env)
+            }
+            _ => Redactor::new(&[], &[]),
+        }
     }
     /// The session folded from its journal (no lease needed).
     ///
@@ -85,7 +97,7 @@ impl Runtime {
             reason: "no session.created".into(),
         })?;
         let release = self.inner.store.get_release(tenant, &release_id).await?;
-        let policy = crate::tools::session_policy(&config, &j, &self.inner.tools)?;
+        let policy = crate::authorize::session_policy(&config, &j, &self.inner.tools)?;
         Ok(crate::context::project(
             &release.definition.instructions,
             &config.workspace,

@@ -16,246 +16,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use chrono::Utc;
 use keel_core::{
-    ApprovalDecision, BudgetLimit, Correlation, Event, EventBody, LeaseEpoch, SessionId,
-    SessionState, TenantId, TerminalReason, ToolCallId, TurnId, Usage,
+    Correlation, Event, EventBody, LeaseEpoch, SessionId, SessionState, StateMachine, TenantId,
+    ToolCallId,
 };
-use keel_model::{Message, ReasoningItem, ToolCall};
 use keel_store::{AppendExtras, Store, StoreError};
 use serde_json::Value;
 
 use crate::error::{Result, RuntimeError};
 use crate::redact::Redactor;
-use crate::tokens::estimate_message_tokens;
+use crate::seal::SealKey;
 
-/// How a finished turn ended, as journaled in `turn.finished`.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct TurnOutcome {
-    /// The turn.
-    pub turn_id: TurnId,
-    /// Why it ended.
-    pub terminal_reason: TerminalReason,
-    /// The exhausted limit, for `budget_exhausted`.
-    pub limit: Option<BudgetLimit>,
-    /// Tokens used by the turn.
-    pub usage: Usage,
-    /// Cost of the turn, USD.
-    pub cost_usd: f64,
-    /// Steps sampled.
-    pub num_steps: u32,
-    /// Wall-clock duration, ms.
-    pub duration_ms: u64,
-    /// What went wrong, for `failed`.
-    pub error: Option<String>,
-    /// The model's last visible text in the turn (the answer, for `completed`).
-    pub final_text: String,
-}
-
-/// The runtime's projection of the journal, folded alongside [`SessionState`].
-#[derive(Debug, Clone, Default)]
-pub struct Projection {
-    /// The model-visible transcript, oldest first: one `user` item per started turn, one
-    /// `assistant` item per completed step (text and the calls of its final attempt), one `tool`
-    /// item per call result, in the order the model proposed the calls.
-    pub items: Vec<Message>,
-    /// Estimated tokens of each item, computed once when the item is added.
-    pub item_tokens: Vec<u64>,
-    /// The provider's count of the last completed step's prompt, when it reported one: the
-    /// exact context size at that step. Context estimates count it plus the items added since.
-    pub anchor: Option<TokenAnchor>,
-    /// Model responses the session consumed (the next request's `response_index`).
-    pub position: u64,
-    /// The last compaction summary.
-    pub summary: Option<String>,
-    /// First item after the last compaction boundary.
-    pub first_kept: u64,
-    /// Attempt in which each call was proposed.
-    pub call_attempt: HashMap<ToolCallId, u32>,
-    /// Calls of the last assistant item still waiting for their tool item, in proposal order.
-    pending: Vec<ToolCallId>,
-    /// Sum of finished turns' durations, ms.
-    pub finished_turns_ms: u64,
-    /// `context_overflow` attempt failures per turn.
-    pub overflows: HashMap<TurnId, u32>,
-    /// Last assistant text per turn.
-    pub last_text: HashMap<TurnId, String>,
-    /// Finished turns.
-    pub finished: HashMap<TurnId, TurnOutcome>,
-    /// Tokens and cost (USD) of the session's completed steps per UTC day (`YYYY-MM-DD` of the
-    /// `step.completed` event), for the tenant's daily budget.
-    pub usage_by_day: HashMap<String, (u64, f64)>,
-    /// The UTC day of the last `step.completed`.
-    pub last_step_day: Option<String>,
-    /// (tool, arguments) of calls allowed for the rest of the session.
-    pub allowed_for_session: Vec<(String, Value)>,
-}
-
-/// A provider-reported prompt size and the transcript it covered (see [`Projection::anchor`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TokenAnchor {
-    /// Prompt tokens the provider counted for the step (cache reads and writes included).
-    pub input_tokens: u64,
-    /// Transcript items that existed when the step was sampled (the request showed
-    /// `first_kept..items`).
-    pub items: usize,
-    /// The compaction boundary at that step.
-    pub first_kept: u64,
-}
-
-impl Projection {
-    fn push(&mut self, m: Message) {
-        self.item_tokens.push(estimate_message_tokens(&m));
-        self.items.push(m);
-    }
-
-    fn flush_results(&mut self, state: &SessionState) {
-        while let Some(id) = self.pending.first() {
-            let Some((content, is_error)) = state.tool_calls.get(id).and_then(|c| c.result.clone())
-            else {
-                break;
-            };
-            let id = self.pending.remove(0);
-            self.push(Message::Tool {
-                call_id: id.to_string(),
-                content,
-                is_error,
-            });
-        }
-    }
-
-    /// Folds `ev`, already applied to `state`.
-    pub fn apply(&mut self, state: &SessionState, ev: &Event) {
-        let c = &ev.correlation;
-        match &ev.body {
-            EventBody::TurnStarted {} => {
-                if let Some(t) = c.turn_id.and_then(|t| state.turns.get(&t)) {
-                    self.push(Message::User {
-                        content: t.input.clone(),
-                    });
-                }
-            }
-            EventBody::ToolCallProposed { .. } => {
-                if let Some(id) = &c.tool_call_id {
-                    self.call_attempt.insert(id.clone(), c.attempt.unwrap_or(1));
-                }
-            }
-            EventBody::StepCompleted {
-                text,
-                reasoning,
-                responses_consumed,
-                usage,
-                cost_usd,
-                ..
-            } => {
-                self.position += responses_consumed;
-                let day = ev.ts.format("%Y-%m-%d").to_string();
-                let d = self.usage_by_day.entry(day.clone()).or_default();
-                d.0 = d.0.saturating_add(usage.total_tokens());
-                d.1 += cost_usd;
-                self.last_step_day = Some(day);
-                let Some(step) = c.step_id.and_then(|s| state.steps.get(&s)) else {
-                    return;
-                };
-                // The step's request showed the items up to here (results are added after the
-                // assistant item), from `first_kept` on.
-                self.anchor = (usage.input_tokens > 0).then_some(TokenAnchor {
-                    input_tokens: usage.input_tokens,
-                    items: self.items.len(),
-                    first_kept: self.first_kept,
-                });
-                // Every call of the step (a call of an abandoned attempt has its own result).
-                let calls: Vec<ToolCallId> = step.tool_calls.clone();
-                let tool_calls = calls
-                    .iter()
-                    .filter_map(|id| state.tool_calls.get(id))
-                    .map(|tc| {
-                        ToolCall::new(tc.id.to_string(), tc.name.clone(), tc.arguments.clone())
-                    })
-                    .collect();
-                let reasoning = reasoning
-                    .iter()
-                    .filter_map(|v| serde_json::from_value::<ReasoningItem>(v.clone()).ok())
-                    .collect();
-                if let Some(t) = c.turn_id {
-                    self.last_text.insert(t, text.clone());
-                }
-                self.push(Message::Assistant {
-                    text: text.clone(),
-                    tool_calls,
-                    reasoning,
-                });
-                self.pending = calls;
-                self.flush_results(state);
-            }
-            EventBody::StepAttemptFailed {
-                responses_consumed,
-                error_kind,
-                ..
-            } => {
-                self.position += responses_consumed;
-                if error_kind == "context_overflow"
-                    && let Some(t) = c.turn_id
-                {
-                    *self.overflows.entry(t).or_default() += 1;
-                }
-            }
-            EventBody::StepFailed {
-                responses_consumed, ..
-            } => {
-                self.position += responses_consumed;
-            }
-            EventBody::ToolCallFinished { .. } => self.flush_results(state),
-            EventBody::ContextCompacted {
-                summary,
-                first_kept_item,
-                ..
-            } => {
-                self.summary = Some(summary.clone());
-                self.first_kept = *first_kept_item;
-                self.anchor = None;
-            }
-            EventBody::ApprovalDecided {
-                decision: ApprovalDecision::AllowForSession,
-            } => {
-                if let Some(call) = c
-                    .approval_id
-                    .and_then(|a| state.approvals.get(&a))
-                    .and_then(|a| state.tool_calls.get(&a.tool_call_id))
-                {
-                    self.allowed_for_session
-                        .push((call.name.clone(), call.arguments.clone()));
-                }
-            }
-            EventBody::TurnFinished {
-                terminal_reason,
-                limit,
-                usage,
-                cost_usd,
-                num_steps,
-                duration_ms,
-                error,
-            } => {
-                self.finished_turns_ms += duration_ms;
-                if let Some(t) = c.turn_id {
-                    self.finished.insert(
-                        t,
-                        TurnOutcome {
-                            turn_id: t,
-                            terminal_reason: *terminal_reason,
-                            limit: *limit,
-                            usage: *usage,
-                            cost_usd: *cost_usd,
-                            num_steps: *num_steps,
-                            duration_ms: *duration_ms,
-                            error: error.clone(),
-                            final_text: self.last_text.get(&t).cloned().unwrap_or_default(),
-                        },
-                    );
-                }
-            }
-            _ => {}
-        }
-    }
-}
+pub use crate::projection::{Projection, TokenAnchor, TurnOutcome};
 
 static APPENDS: AtomicU64 = AtomicU64::new(0);
 
@@ -326,6 +97,10 @@ pub struct Journal {
     pub(crate) extras: AppendExtras,
     /// When the oldest staged event was staged.
     staged_since: Option<std::time::Instant>,
+    /// The key sealed arguments are encrypted with (set by [`Journal::unseal`]).
+    seal_key: Option<SealKey>,
+    /// The exact arguments of open calls whose journaled arguments were redacted (`sealed`).
+    exact: HashMap<ToolCallId, Value>,
 }
 
 impl Journal {
@@ -353,6 +128,8 @@ impl Journal {
             staged: Vec::new(),
             extras: AppendExtras::default(),
             staged_since: None,
+            seal_key: None,
+            exact: HashMap::new(),
         };
         j.reload().await?;
         Ok(j)
@@ -390,6 +167,102 @@ impl Journal {
         })
     }
 
+    /// Reads the session's sealed rows and opens them with `key`, which also seals what this
+    /// journal stages from now on. A row that does not open (another deployment key, an altered
+    /// row) is left out: its call never runs (see [`Journal::exact_arguments`]).
+    ///
+    /// # Errors
+    /// Store errors.
+    pub(crate) async fn unseal(&mut self, key: SealKey) -> Result<()> {
+        let open: Vec<&ToolCallId> = self
+            .state
+            .tool_calls
+            .values()
+            .filter(|c| c.sealed && !c.status.is_terminal())
+            .map(|c| &c.id)
+            .collect();
+        if !open.is_empty() {
+            for (call, sealed) in self
+                .store
+                .sealed_arguments(self.tenant, self.session)
+                .await?
+            {
+                let id = ToolCallId::from(call.as_str());
+                let plain = key.open(self.seal_context(&id).as_bytes(), &sealed);
+                match plain.and_then(|p| serde_json::from_slice::<Value>(&p).ok()) {
+                    Some(args) => {
+                        self.exact.insert(id, args);
+                    }
+                    None => tracing::warn!(
+                        session = %self.session, call = %id,
+                        "sealed arguments do not open with this deployment's key; the call will not run"
+                    ),
+                }
+            }
+        }
+        self.seal_key = Some(key);
+        Ok(())
+    }
+
+    /// What a sealed row of `call` is bound to (it does not open for another call).
+    fn seal_context(&self, call: &ToolCallId) -> String {
+        format!(
+            "keel-sealed-arguments/{}/{}/{call}",
+            self.tenant, self.session
+        )
+    }
+
+    /// The arguments call `call` runs with: exactly what the model proposed. `None` when the
+    /// call is unknown, or its journaled arguments were redacted and the exact ones are not
+    /// available (a sealed row that did not open): such a call must not run.
+    pub(crate) fn exact_arguments(&self, call: &ToolCallId) -> Option<Value> {
+        let c = self.state.tool_calls.get(call)?;
+        if c.sealed {
+            self.exact.get(call).cloned()
+        } else {
+            Some(c.arguments.clone())
+        }
+    }
+
+    /// Seals the exact arguments of each proposal whose redaction changes them: marks the
+    /// event `sealed`, keeps them in memory, and stages the encrypted row to commit with it.
+    /// A call's result deletes its row in the same commit.
+    fn seal_items(&mut self, items: &mut [(Correlation, EventBody)]) {
+        for (corr, body) in items.iter_mut() {
+            let Some(call) = corr.tool_call_id.clone() else {
+                continue;
+            };
+            match body {
+                EventBody::ToolCallProposed {
+                    arguments, sealed, ..
+                } => {
+                    let mut shown = arguments.clone();
+                    self.redactor.redact_value(&mut shown);
+                    if shown == *arguments {
+                        continue;
+                    }
+                    *sealed = true;
+                    if let Some(key) = &self.seal_key {
+                        let plain = arguments.to_string();
+                        let row = key.seal(self.seal_context(&call).as_bytes(), plain.as_bytes());
+                        self.extras.unseal.retain(|c| c != call.as_str());
+                        self.extras.seal.push((call.to_string(), row));
+                        self.exact.insert(call, arguments.clone());
+                    }
+                }
+                EventBody::ToolCallFinished { .. }
+                    if self.exact.contains_key(&call)
+                        || self.state.tool_calls.get(&call).is_some_and(|c| c.sealed) =>
+                {
+                    self.exact.remove(&call);
+                    self.extras.seal.retain(|(c, _)| c != call.as_str());
+                    self.extras.unseal.push(call.to_string());
+                }
+                _ => {}
+            }
+        }
+    }
+
     /// Whether events are staged and not yet committed.
     pub(crate) fn has_staged(&self) -> bool {
         !self.staged.is_empty()
@@ -413,6 +286,9 @@ impl Journal {
         }
         let base = self.state.version;
         let now = Utc::now();
+        let mut items = items;
+        let sealed_before = (self.extras.seal.clone(), self.extras.unseal.clone());
+        self.seal_items(&mut items);
         let events: Vec<Event> = items
             .into_iter()
             .enumerate()
@@ -441,6 +317,7 @@ impl Journal {
                 }
                 self.staged = earlier;
                 self.extras = extras;
+                (self.extras.seal, self.extras.unseal) = sealed_before;
                 return Err(RuntimeError::Rejected {
                     session: self.session,
                     source,

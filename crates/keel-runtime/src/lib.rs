@@ -18,7 +18,8 @@
 //! - `driver` — the loop: asks the planner ([`keel_core::plan::next`]) what to do next, does
 //!   it, commits once per phase. `facts` gathers the planner's plain inputs.
 //! - The phases, one module each: `sampling` (request, stream, retries, fallback, proposals),
-//!   `tools` (validation, policy, parallel and sequential execution, one result per call),
+//!   `authorize` (validation and the step's frozen policy: the planner's call facts), `tools`
+//!   (parallel and sequential execution, one result per call),
 //!   `approvals` (requests, decisions, waiting on humans), `recovery` (calls a dead worker
 //!   left running; reconcile), `compaction`, [`budgets`] (the tenant's usage), `turn_end`.
 //! - `progress` — tool output into the live delta stream, redacted.
@@ -27,9 +28,11 @@
 //!   running session's shared handles.
 //! - `effects` — the effects and usage rows that commit with the journal.
 //! - [`journal`] — [`journal::Journal`]: staged events and their one commit (CAS on version +
-//!   lease epoch), and [`journal::Projection`], the model-visible transcript.
+//!   lease epoch); [`projection`] — [`projection::Projection`], the model-visible transcript.
 //! - [`context`] — [`ContextSnapshot`]: what a step shows the model; [`tokens`] estimates.
 //! - [`subscribe`] — [`Subscription`]: replay + live tail + bounded ephemeral deltas.
+//! - [`seal`] — the exact arguments of calls whose journaled form was redacted, encrypted
+//!   until the call ends.
 //! - [`lease`], [`redact`], [`config`] ([`SessionConfig`] per session, [`RuntimeOptions`] per
 //!   worker), [`error`] ([`RuntimeError`], the crate's one error type).
 //!
@@ -101,6 +104,8 @@ pub(crate) mod facts;
 
 pub(crate) mod sampling;
 
+pub(crate) mod authorize;
+
 pub(crate) mod tools;
 
 pub(crate) mod approvals;
@@ -125,6 +130,8 @@ pub(crate) mod effects;
 
 pub mod journal;
 
+pub mod projection;
+
 pub mod context;
 
 pub mod tokens;
@@ -134,6 +141,8 @@ pub mod subscribe;
 pub mod lease;
 
 pub mod redact;
+
+pub mod seal;
 
 pub mod config;
 

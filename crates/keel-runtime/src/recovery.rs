@@ -110,12 +110,13 @@ impl Runner {
                 let c = j.state.tool_calls.get(&call);
                 (
                     c.map(|c| c.name.clone()).unwrap_or_default(),
-                    c.map(|c| c.arguments.clone()).unwrap_or_default(),
+                    j.exact_arguments(&call),
                     j.state.effects.get(&key).and_then(|e| e.probe.clone()),
                 )
             })
             .await;
-        let Some(tool) = self.rt.tools.get(&name).cloned() else {
+        // Never reconciled against redacted arguments: without the exact ones, a human decides.
+        let (Some(tool), Some(arguments)) = (self.rt.tools.get(&name).cloned(), arguments) else {
             lock(&self.unreconciled).insert(key);
             return Ok(());
         };

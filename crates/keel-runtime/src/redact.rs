@@ -5,13 +5,15 @@
 //! Anthropic `sk-ant-…`, GitHub `ghp_…`/`github_pat_…`, AWS `AKIA…`, Slack `xox?-…`,
 //! `Bearer …` headers), configured regular expressions
 //! ([`crate::SessionConfig::secret_patterns`]), and the values of environment variables marked
-//! secret ([`crate::SessionConfig::secret_env`], read when the session is loaded; values shorter
+//! secret ([`crate::SessionConfig::secret_env`] and the provider keys of [`PROVIDER_KEY_ENV`],
+//! read when the session is loaded; values shorter
 //! than 6 bytes are ignored so `1` or `true` are not blanked everywhere). Matches become
 //! [`REDACTED`].
 
 use std::ops::Range;
 use std::sync::Arc;
 
+use async_trait::async_trait;
 use regex::Regex;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -32,6 +34,12 @@ const BUILTIN: &[&str] = &[
     r"(?i)bearer\s+[A-Za-z0-9._~+/\-]{16,}=*",
 ];
 
+/// Environment variables the model adapters read provider API keys from
+/// (`keel_model::HttpModel::new`). Their values are always secret: redacted in every session
+/// whatever its `secret_env` says, and withheld from tool processes
+/// ([`crate::RuntimeOptions::withheld_env`]).
+pub const PROVIDER_KEY_ENV: &[&str] = &["OPENAI_API_KEY", "ANTHROPIC_API_KEY"];
+
 /// A compiled set of secret patterns and literal values.
 #[derive(Debug, Clone)]
 pub struct Redactor {
@@ -41,7 +49,7 @@ pub struct Redactor {
 
 impl Redactor {
     /// Built-in patterns plus `patterns` (regular expressions) plus the current values of the
-    /// environment variables named in `secret_env`.
+    /// environment variables named in `secret_env` and of [`PROVIDER_KEY_ENV`].
     ///
     /// # Errors
     /// [`RuntimeError::InvalidInput`] naming a pattern that does not compile.
@@ -58,6 +66,8 @@ impl Redactor {
         }
         let mut literals: Vec<String> = secret_env
             .iter()
+            .map(String::as_str)
+            .chain(PROVIDER_KEY_ENV.iter().copied())
             .filter_map(|name| std::env::var(name).ok())
             .filter(|v| v.len() >= 6)
             .collect();
@@ -272,6 +282,39 @@ fn floor_boundary(s: &str, mut i: usize) -> usize {
         i -= 1;
     }
     i
+}
+
+/// An artifact sink that redacts what it stores: full tool outputs reach the store only with
+/// secrets replaced, like everything else written there. Text that is not UTF-8 is redacted on
+/// its lossy decoding (and stored so only when a secret was found in it).
+pub(crate) struct RedactingSink {
+    /// The sink that stores.
+    pub(crate) inner: Arc<dyn keel_tools::artifact::ArtifactSink>,
+    /// The session's redactor.
+    pub(crate) redactor: Arc<Redactor>,
+}
+
+#[async_trait]
+impl keel_tools::artifact::ArtifactSink for RedactingSink {
+    async fn put(
+        &self,
+        call_id: &str,
+        name: &str,
+        bytes: Vec<u8>,
+    ) -> std::result::Result<keel_tools::artifact::ArtifactRef, keel_tools::ToolsError> {
+        let text = String::from_utf8_lossy(&bytes);
+        let shown = self.redactor.redact_str(&text);
+        let bytes = if shown == text {
+            bytes
+        } else {
+            shown.into_bytes()
+        };
+        self.inner.put(call_id, name, bytes).await
+    }
+
+    async fn get(&self, id: &str) -> std::result::Result<Vec<u8>, keel_tools::ToolsError> {
+        self.inner.get(id).await
+    }
 }
 
 #[cfg(test)]

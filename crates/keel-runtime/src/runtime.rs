@@ -41,7 +41,7 @@ pub enum PendingAction {
         tool_call_id: ToolCallId,
         /// Tool name.
         tool_name: String,
-        /// Exact arguments.
+        /// Its arguments as shown to people: secrets redacted (the call runs with the exact ones).
         arguments: Value,
         /// Hash the decision must name.
         args_hash: String,

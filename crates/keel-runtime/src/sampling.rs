@@ -29,7 +29,7 @@ use crate::subscribe::DeltaKind;
 impl Runner {
     /// What the model sees for the next step (the frozen snapshot).
     pub(crate) fn project(&self, j: &Journal) -> Result<ContextSnapshot> {
-        let policy = crate::tools::session_policy(&self.config, j, &self.rt.tools)?;
+        let policy = crate::authorize::session_policy(&self.config, j, &self.rt.tools)?;
         Ok(project(
             &self.release.definition.instructions,
             &self.config.workspace,
@@ -425,10 +425,14 @@ impl Runner {
         let call = ToolCallId::from(id.as_str());
         let existing = self
             .read(|j| {
-                j.state
-                    .tool_calls
-                    .get(&call)
-                    .map(|c| (c.step_id, c.name.clone(), c.arguments.clone(), c.status))
+                j.state.tool_calls.get(&call).map(|c| {
+                    (
+                        c.step_id,
+                        c.name.clone(),
+                        j.exact_arguments(&call).unwrap_or(Value::Null),
+                        c.status,
+                    )
+                })
             })
             .await;
         let call = match existing {
@@ -459,6 +463,7 @@ impl Runner {
             EventBody::ToolCallProposed {
                 name: name.clone(),
                 arguments: arguments.clone(),
+                sealed: false,
             },
         )];
         if let Some(inv) = invalid {

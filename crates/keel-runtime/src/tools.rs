@@ -1,174 +1,41 @@
-//! The tools phase: what the step's frozen policy says of each call, and running calls.
+//! The tools phase: running calls the planner said to run.
 //!
-//! Owns validation and authorization ([`Runner::assess`], the planner's [`CallFacts`]), the
-//! session policy with rules granted for the session, rejections, the parallel batch of
-//! read-only calls (spawned tasks), sequential dispatches, re-runs after a crash, and one call's
-//! execution with its time limit, cancellation and one result.
+//! Owns rejections, the parallel batch of read-only calls (spawned tasks), sequential
+//! dispatches, re-runs after a crash, and one call's execution with its time limit,
+//! cancellation and one result. What the policy says of a call is [`crate::authorize`]'s.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
-use keel_core::plan::{CallFacts, Verdict};
 use keel_core::{
     Correlation, EffectClass, EffectStatus, EventBody, OperationKey, StateMachine, StepId,
     ToolCallId, ToolCallStatus, TurnId, canonical::content_hash,
 };
-use keel_tools::policy::{Policy, Verdict as PolicyVerdict, session_rules_for};
+use keel_tools::policy::Policy;
 use keel_tools::tool::{StepSnapshot, ToolLimits};
-use keel_tools::workspace::Workspace;
-use keel_tools::{
-    ToolCallRequest, ToolContext, ToolRegistry, ToolResult, ToolResultStatus, ValidatedCall,
-};
-use serde_json::{Value, json};
+use keel_tools::{ToolCallRequest, ToolContext, ToolResult, ToolResultStatus, ValidatedCall};
+use serde_json::json;
 
-use crate::config::SessionConfig;
+use crate::authorize::{SEALED_UNAVAILABLE, map_status};
 use crate::driver::{Runner, finished_item, lock};
 use crate::error::{Result, RuntimeError};
-use crate::journal::Journal;
 use crate::shared::LiveGuard;
 
-/// The configured policy plus the session rules granted by `allow_for_session` decisions.
-pub(crate) fn session_policy(
-    config: &SessionConfig,
-    j: &Journal,
-    tools: &ToolRegistry,
-) -> Result<Policy> {
-    let mut policy = config.policy()?;
-    if let Ok(ws) = Workspace::new(&config.workspace) {
-        for (name, args) in &j.proj.allowed_for_session {
-            let call = ValidatedCall {
-                call_id: String::new(),
-                name: name.clone(),
-                arguments: args.clone(),
-                effect: EffectClass::SideEffecting,
-                parallel_safe: false,
-            };
-            let subject = tools.subject(&call, &ws);
-            policy.rules.extend(session_rules_for(name, &subject));
-        }
-    }
-    Ok(policy)
-}
-
-pub(crate) fn map_status(s: ToolResultStatus) -> ToolCallStatus {
-    match s {
-        ToolResultStatus::Succeeded => ToolCallStatus::Succeeded,
-        ToolResultStatus::Failed => ToolCallStatus::Failed,
-        ToolResultStatus::Cancelled => ToolCallStatus::Cancelled,
-        ToolResultStatus::Rejected => ToolCallStatus::Rejected,
-    }
-}
-
 impl Runner {
-    /// Validates a call and asks `policy` about it: the planner's facts for it.
-    pub(crate) fn assess(
-        &self,
-        call: &ToolCallId,
-        name: &str,
-        arguments: &Value,
-        policy: &Policy,
-    ) -> CallFacts {
-        let req = ToolCallRequest {
-            call_id: call.to_string(),
-            name: name.to_owned(),
-            arguments: arguments.clone(),
-        };
-        match self.rt.tools.validate(&req) {
-            Err(result) => CallFacts::Invalid {
-                status: map_status(result.status),
-                output: result.content,
-            },
-            Ok(v) => {
-                let (decision, _) = self.rt.tools.authorize(&v, &self.workspace, policy);
-                CallFacts::Valid {
-                    effect: v.effect,
-                    parallel_safe: v.parallel_safe,
-                    can_reconcile: self
-                        .rt
-                        .tools
-                        .get(&v.name)
-                        .is_some_and(|t| t.can_reconcile()),
-                    verdict: match decision.verdict {
-                        PolicyVerdict::Allow => Verdict::Allow,
-                        PolicyVerdict::Ask => Verdict::Ask,
-                        PolicyVerdict::Deny => Verdict::Deny {
-                            reason: decision.reason,
-                        },
-                    },
-                }
-            }
-        }
-    }
-
-    /// The policy frozen with step `step` (or the session's current one).
-    pub(crate) fn policy_for(&self, j: &Journal, step: StepId) -> Result<Policy> {
-        if let Some((s, p)) = lock(&self.step_policy).as_ref()
-            && *s == step
-        {
-            return Ok(p.clone());
-        }
-        session_policy(&self.config, j, &self.rt.tools)
-    }
-
-    /// Facts for every open call of the active turn's last step (cached per call: the step's
-    /// policy is frozen).
-    pub(crate) fn call_facts_for(
-        &self,
-        j: &Journal,
-    ) -> std::collections::BTreeMap<ToolCallId, CallFacts> {
-        let s = &j.state;
-        let mut out = std::collections::BTreeMap::new();
-        let Some(step) = s
-            .active_turn
-            .and_then(|t| s.turns.get(&t))
-            .and_then(|t| t.steps.last())
-            .and_then(|st| s.steps.get(st))
-        else {
-            return out;
-        };
-        let mut cache = lock(&self.call_facts);
-        let mut policy: Option<Policy> = None;
-        for call in step
-            .tool_calls
-            .iter()
-            .filter_map(|c| s.tool_calls.get(c))
-            .filter(|c| !c.status.is_terminal())
-        {
-            if let Some(f) = cache.get(&call.id) {
-                out.insert(call.id.clone(), f.clone());
-                continue;
-            }
-            if policy.is_none() {
-                match self.policy_for(j, step.id) {
-                    Ok(p) => policy = Some(p),
-                    Err(e) => {
-                        tracing::warn!(session = %self.session, "the session policy: {e}");
-                        return out;
-                    }
-                }
-            }
-            let Some(p) = policy.as_ref() else {
-                return out;
-            };
-            let f = self.assess(&call.id, &call.name, &call.arguments, p);
-            cache.insert(call.id.clone(), f.clone());
-            out.insert(call.id.clone(), f);
-        }
-        out
-    }
-
-    /// The validated form of an open call, with the policy of its step.
+    /// The validated form of an open call — with exactly the arguments the model proposed,
+    /// never redacted ones — and the policy of its step.
     async fn validated(&self, call: &ToolCallId) -> Result<Option<(ValidatedCall, Policy)>> {
         let j = self.active.journal.lock().await;
-        let Some(c) = j.state.tool_calls.get(call) else {
+        let (Some(c), Some(arguments)) = (j.state.tool_calls.get(call), j.exact_arguments(call))
+        else {
             return Ok(None);
         };
         let req = ToolCallRequest {
             call_id: c.id.to_string(),
             name: c.name.clone(),
-            arguments: c.arguments.clone(),
+            arguments,
         };
         let Ok(v) = self.rt.tools.validate(&req) else {
             return Ok(None);
@@ -180,10 +47,17 @@ impl Runner {
     /// A call the planner said to run that no longer validates (its tool left the registry):
     /// it gets a failed result instead of running.
     async fn unrunnable(&self, turn: TurnId, step: StepId, call: &ToolCallId) -> Result<()> {
-        let status = self
-            .read(|j| j.state.tool_calls.get(call).map(|c| c.status))
+        let (status, sealed) = self
+            .read(|j| {
+                let c = j.state.tool_calls.get(call);
+                (c.map(|c| c.status), c.is_some_and(|c| c.sealed))
+            })
             .await;
-        let text = "Error: the call could not be validated any more and was not run.";
+        let text = if sealed {
+            SEALED_UNAVAILABLE
+        } else {
+            "Error: the call could not be validated any more and was not run."
+        };
         let mut items = Vec::new();
         let result = match status {
             Some(ToolCallStatus::Proposed) => {

@@ -1,6 +1,6 @@
 //! Attacks on the planner/driver's promises by a malicious (scripted) model and a misbehaving
-//! tool. Tests that break a promise today are `#[ignore = "attack: …"]` (run them with
-//! `--ignored`); the others check that the defence holds.
+//! tool. Each was written against the running code; those that broke a promise then say so in
+//! their doc comment and now check the fix.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -15,30 +15,8 @@ use serde_json::{Value, json};
 use crate::common::*;
 use crate::on_both;
 
-/// Like `on_both!`, for an attack that breaks a promise today: both tests are ignored.
-macro_rules! attack {
-    ($name:ident, $why:literal) => {
-        mod $name {
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            #[ignore = $why]
-            async fn sqlite() {
-                super::$name($crate::common::Backend::Sqlite).await
-            }
-            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-            #[ignore = $why]
-            async fn postgres() {
-                super::$name($crate::common::Backend::Postgres).await
-            }
-        }
-    };
-}
-
-attack!(
-    a_call_is_authorized_on_the_arguments_it_runs_with,
-    "attack: policy is assessed on the raw arguments, the tool runs the redacted ones; a deny rule on secrets/** is bypassed"
-);
-
 on_both!(
+    a_call_is_authorized_on_the_arguments_it_runs_with,
     a_call_id_colliding_with_a_renamed_id_gets_a_fresh_id,
     one_call_id_proposed_three_times_in_a_step_gets_three_results,
     a_tool_call_budget_stops_calls_within_one_step,

@@ -428,6 +428,20 @@ pub trait Store: Send + Sync + 'static {
     /// `InvalidInput` for a day that is not `YYYY-MM-DD`; `CorruptRow`; `Database`.
     async fn usage(&self, tenant: TenantId, from_day: &str, to_day: &str) -> Result<Vec<UsageRow>>;
 
+    // --- sealed arguments -------------------------------------------------------------------
+
+    /// The session's sealed-argument rows (written by [`AppendExtras::seal`], deleted by
+    /// [`AppendExtras::unseal`]) as `(tool_call_id, sealed bytes)`, ordered by call id. Another
+    /// tenant's rows are never included.
+    ///
+    /// # Errors
+    /// `Database`.
+    async fn sealed_arguments(
+        &self,
+        tenant: TenantId,
+        session: SessionId,
+    ) -> Result<Vec<(String, Vec<u8>)>>;
+
     // --- artifacts --------------------------------------------------------------------------
 
     /// Stores a blob owned by a session; returns its id.

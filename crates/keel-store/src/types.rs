@@ -227,6 +227,11 @@ pub struct AppendExtras {
     pub usage: Vec<UsageDelta>,
     /// `Some(Some(t))` sets the session's wake-up time, `Some(None)` clears it, `None` leaves it.
     pub wake_at: Option<Option<DateTime<Utc>>>,
+    /// Sealed-argument rows to insert or replace for calls of the appended session, as
+    /// `(tool_call_id, sealed bytes)` (opaque to the store; see [`crate::Store::sealed_arguments`]).
+    pub seal: Vec<(String, Vec<u8>)>,
+    /// Tool call ids of the appended session whose sealed row is deleted (absent rows are fine).
+    pub unseal: Vec<String>,
 }
 
 impl AppendExtras {
@@ -236,6 +241,8 @@ impl AppendExtras {
             && self.approvals.is_empty()
             && self.usage.is_empty()
             && self.wake_at.is_none()
+            && self.seal.is_empty()
+            && self.unseal.is_empty()
     }
 }
 

@@ -51,6 +51,7 @@ impl SandboxMode {
 pub struct Sandbox {
     mode: SandboxMode,
     temp: Arc<tempfile::TempDir>,
+    withheld: Arc<[String]>,
 }
 
 impl Sandbox {
@@ -68,7 +69,16 @@ impl Sandbox {
         Ok(Self {
             mode,
             temp: Arc::new(temp),
+            withheld: Arc::from(Vec::new()),
         })
+    }
+
+    /// The same sandbox, removing the environment variables `names` from every process it
+    /// spawns (secrets such as provider API keys that no tool needs).
+    #[must_use]
+    pub fn withholding(mut self, names: &[String]) -> Self {
+        self.withheld = Arc::from(names.to_vec());
+        self
     }
 
     /// The mode.
@@ -92,6 +102,9 @@ impl Sandbox {
         workspace: &Path,
     ) -> Result<tokio::process::Child, ToolsError> {
         command.env("TMPDIR", self.temp.path());
+        for name in self.withheld.iter() {
+            command.env_remove(name);
+        }
         if self.mode == SandboxMode::Off {
             return command.spawn().map_err(|source| ToolsError::Io {
                 context: "spawning the command".into(),

@@ -246,7 +246,9 @@ impl TextPrinter {
                     one_line(message, 160)
                 ));
             }
-            EventBody::ToolCallProposed { name, arguments } => {
+            EventBody::ToolCallProposed {
+                name, arguments, ..
+            } => {
                 if let Some(id) = call {
                     let args = one_line(&arguments.to_string(), 100);
                     self.proposed

@@ -108,11 +108,13 @@ pub fn session_config_of(config: &Config) -> SessionConfig {
         deny: config.policy.deny.clone(),
         sandbox: config.sandbox,
         turn_budget: config.budget,
+        // Every provider key keel reads is a secret, like the `[env]` values marked secret.
         secret_env: config
             .env
             .iter()
             .filter(|(name, v)| v.is_secret(name))
             .map(|(name, _)| name.clone())
+            .chain(provider_key_env(config))
             .collect(),
         host: config
             .base_url
@@ -187,10 +189,34 @@ pub fn pinned_base_url(config: &SessionConfig) -> Option<String> {
         .map(str::to_owned)
 }
 
-fn runtime_for(store: Arc<dyn Store>, model: Arc<dyn ModelClient>) -> anyhow::Result<Runtime> {
+/// The environment variables this configuration reads provider keys from: the defaults of
+/// [`keel_runtime::redact::PROVIDER_KEY_ENV`] and every `[providers.NAME] api_key_env`.
+pub fn provider_key_env(config: &Config) -> Vec<String> {
+    let mut names: Vec<String> = keel_runtime::redact::PROVIDER_KEY_ENV
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+    for s in config.providers.values() {
+        if let Some(name) = &s.api_key_env
+            && !names.contains(name)
+        {
+            names.push(name.clone());
+        }
+    }
+    names
+}
+
+fn runtime_for(
+    config: &Config,
+    store: Arc<dyn Store>,
+    model: Arc<dyn ModelClient>,
+) -> anyhow::Result<Runtime> {
     let tools = ToolRegistry::with_builtins().context("cannot set up the built-in tools")?;
     let options = RuntimeOptions {
         worker_name: "keel-cli".into(),
+        seal_key: crate::store::seal_key()?,
+        // Provider keys never reach a tool process (they stay redacted in any case).
+        withheld_env: provider_key_env(config),
         ..RuntimeOptions::default()
     };
     Ok(Runtime::new(store, model, tools, options))
@@ -204,7 +230,7 @@ pub async fn prepare_run(config: &Config, prompt: &str) -> anyhow::Result<Prepar
     let started = Instant::now();
     let model = Arc::new(build_route(config)?);
     let store = crate::store::open(&config.store).await?;
-    let runtime = runtime_for(store, model)?;
+    let runtime = runtime_for(config, store, model)?;
     let tenant = local_tenant();
     let session = runtime
         .create_session(tenant, &release_of(config), session_config_of(config))
@@ -296,7 +322,7 @@ pub async fn prepare_resume(
         route_config.base_url = Some(url);
     }
     let model = Arc::new(build_route(&route_config)?);
-    let runtime = runtime_for(store, model)?;
+    let runtime = runtime_for(config, store, model)?;
     let tenant = local_tenant();
     if !changes.is_empty() {
         runtime

@@ -282,6 +282,7 @@ fn bare_runtime(store: Arc<dyn Store>) -> anyhow::Result<Runtime> {
         tools,
         keel_runtime::RuntimeOptions {
             worker_name: "keel-cli".into(),
+            seal_key: crate::store::seal_key()?,
             ..keel_runtime::RuntimeOptions::default()
         },
     ))

@@ -70,3 +70,26 @@ pub async fn open(location: &str) -> Result<Arc<dyn Store>, OpenError> {
         },
     })
 }
+
+/// Environment variable naming the deployment's seal-key file (default: `seal.key` in the user
+/// data directory, `$XDG_DATA_HOME/keel`).
+pub const SEAL_KEY_ENV: &str = "KEEL_SEAL_KEY_FILE";
+
+/// The key the runtime seals the exact arguments of unfinished calls with
+/// ([`keel_runtime::seal`]): read from `$KEEL_SEAL_KEY_FILE` or `seal.key` in the user data
+/// directory, created there (0600, in a 0700 directory) on first use. Every `keel` process on
+/// the same store must use the same file, so an approved call can run after a restart. Without
+/// a data directory the key lives only in this process.
+///
+/// # Errors
+/// A key file that cannot be read or created, is not 32 bytes, or others can read.
+pub fn seal_key() -> anyhow::Result<keel_runtime::seal::SealKey> {
+    let path = match std::env::var_os(SEAL_KEY_ENV).filter(|p| !p.is_empty()) {
+        Some(p) => std::path::PathBuf::from(p),
+        None => match crate::config::Locations::from_env().data_dir {
+            Some(dir) => dir.join("seal.key"),
+            None => return Ok(keel_runtime::seal::SealKey::ephemeral()),
+        },
+    };
+    Ok(keel_runtime::seal::SealKey::load_or_create(&path)?)
+}

@@ -60,6 +60,8 @@ pub(crate) struct Extras {
     usage: Vec<UsageAdd>,
     /// Unix ms; `Some(None)` clears.
     wake_at: Option<Option<i64>>,
+    seal: Vec<(String, Vec<u8>)>,
+    unseal: Vec<String>,
 }
 
 impl Extras {
@@ -148,6 +150,8 @@ impl Extras {
             approvals,
             usage,
             wake_at: extras.wake_at.map(|w| w.map(|t| t.timestamp_millis())),
+            seal: extras.seal.clone(),
+            unseal: extras.unseal.clone(),
         }))
     }
 
@@ -254,6 +258,36 @@ impl Extras {
                     .bind(u.reasoning)
                     .bind(u.cost)
                     .bind(u.steps)
+                    .execute(&mut *conn)
+                    .await?;
+            }
+        }
+        if !self.unseal.is_empty() {
+            let sql = dialect.sql(
+                "DELETE FROM sealed_arguments WHERE tenant_id = ? AND session_id = ? AND tool_call_id = ?",
+            );
+            for call in &self.unseal {
+                sqlx::query(&sql)
+                    .bind(tenant.to_owned())
+                    .bind(session.to_owned())
+                    .bind(call.clone())
+                    .execute(&mut *conn)
+                    .await?;
+            }
+        }
+        if !self.seal.is_empty() {
+            let sql = dialect.sql(
+                "INSERT INTO sealed_arguments (tenant_id, session_id, tool_call_id, sealed, created_at) \
+                 VALUES (?, ?, ?, ?, ?) ON CONFLICT (tenant_id, session_id, tool_call_id) \
+                 DO UPDATE SET sealed = excluded.sealed",
+            );
+            for (call, sealed) in &self.seal {
+                sqlx::query(&sql)
+                    .bind(tenant.to_owned())
+                    .bind(session.to_owned())
+                    .bind(call.clone())
+                    .bind(sealed.clone())
+                    .bind(super::now_ms())
                     .execute(&mut *conn)
                     .await?;
             }

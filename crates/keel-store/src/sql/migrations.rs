@@ -38,6 +38,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "usage",
         sql: include_str!("../../migrations/0003_usage.sql"),
     },
+    Migration {
+        version: 4,
+        name: "sealed_arguments",
+        sql: include_str!("../../migrations/0004_sealed_arguments.sql"),
+    },
 ];
 
 fn checksum(m: &Migration) -> String {

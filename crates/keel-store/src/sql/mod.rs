@@ -222,11 +222,7 @@ impl SqlStore {
     /// busy timeout, `SchemaTooNew` / `MigrationMismatch` for a database from another build.
     pub async fn open_sqlite(path: &Path) -> Result<Self> {
         sqlx::any::install_default_drivers();
-        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|e| {
-                StoreError::InvalidInput(format!("cannot create {}: {e}", dir.display()))
-            })?;
-        }
+        prepare_sqlite_file(path)?;
         let url = format!("sqlite://{}?mode=rwc", percent_encode_path(path));
         let options: AnyConnectOptions = url.parse()?;
         let pool = AnyPoolOptions::new()
@@ -935,6 +931,7 @@ impl Store for SqlStore {
             "approvals",
             "artifacts",
             "intents",
+            "sealed_arguments",
         ] {
             let sql = format!("DELETE FROM {table} WHERE tenant_id = ? AND session_id = ?");
             sqlx::query(&self.inner.dialect.sql(&sql))
@@ -1733,6 +1730,24 @@ impl Store for SqlStore {
         rows.iter().map(usage_from_row).collect()
     }
 
+    async fn sealed_arguments(
+        &self,
+        tenant: TenantId,
+        session: SessionId,
+    ) -> Result<Vec<(String, Vec<u8>)>> {
+        let rows = sqlx::query(&self.sql(
+            "SELECT tool_call_id, sealed FROM sealed_arguments \
+             WHERE tenant_id = ? AND session_id = ? ORDER BY tool_call_id",
+        ))
+        .bind(tenant.to_string())
+        .bind(session.to_string())
+        .fetch_all(&self.inner.pool)
+        .await?;
+        rows.iter()
+            .map(|r| Ok((r.try_get("tool_call_id")?, r.try_get("sealed")?)))
+            .collect()
+    }
+
     async fn put_artifact(
         &self,
         tenant: TenantId,
@@ -1874,6 +1889,75 @@ fn uuid_v7_text() -> String {
 
 /// Percent-encodes a file path for a `sqlite://` URL (everything but `[A-Za-z0-9/._-]`), so `?`,
 /// `%`, `#` and spaces in paths name the file they say.
+/// The first 16 bytes of every SQLite 3 database file (<https://www.sqlite.org/fileformat.html>).
+const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
+
+/// Makes `path` ready to be a private store: its missing directories are created 0700, the
+/// file itself 0600 (an existing one is narrowed to 0600; SQLite gives its `-wal` and `-shm`
+/// files the database file's mode). A file that exists, is not empty and does not start with
+/// the SQLite header is refused at once, instead of a pool time-out later.
+fn prepare_sqlite_file(path: &Path) -> Result<()> {
+    let invalid = |what: String| StoreError::InvalidInput(format!("{}: {what}", path.display()));
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
+        && !dir.exists()
+    {
+        let mut b = std::fs::DirBuilder::new();
+        b.recursive(true);
+        #[cfg(unix)]
+        std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
+        b.create(dir).map_err(|e| {
+            StoreError::InvalidInput(format!("cannot create {}: {e}", dir.display()))
+        })?;
+    }
+    match std::fs::File::open(path) {
+        Ok(mut f) => {
+            use std::io::Read;
+            let meta = f.metadata().map_err(|e| invalid(e.to_string()))?;
+            if meta.is_dir() {
+                return Err(invalid("is a directory, not a SQLite database file".into()));
+            }
+            let mut head = [0u8; 16];
+            let mut got = 0;
+            while got < head.len() {
+                match f.read(&mut head[got..]) {
+                    Ok(0) => break,
+                    Ok(n) => got += n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(invalid(format!("cannot read it: {e}"))),
+                }
+            }
+            if got > 0 && (got < head.len() || &head != SQLITE_MAGIC) {
+                return Err(invalid(
+                    "is not a SQLite database (its first bytes are not the SQLite header); \
+                     name another store file"
+                        .into(),
+                ));
+            }
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::PermissionsExt;
+                if meta.permissions().mode() & 0o077 != 0 {
+                    // Best effort: a file we may read but not chmod stays as it is.
+                    let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600));
+                }
+            }
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let mut o = std::fs::OpenOptions::new();
+            o.write(true).create_new(true);
+            #[cfg(unix)]
+            std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
+            match o.open(path) {
+                Ok(_) => Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+                Err(e) => Err(invalid(format!("cannot create it: {e}"))),
+            }
+        }
+        Err(e) => Err(invalid(format!("cannot open it: {e}"))),
+    }
+}
+
 fn percent_encode_path(path: &Path) -> String {
     let mut out = String::new();
     for b in path.to_string_lossy().bytes() {

@@ -1315,7 +1315,7 @@ pub async fn migrations_are_idempotent_and_refuse_foreign_schemas(h: &Harness) {
     match h.reopen().await.err() {
         Some(StoreError::SchemaTooNew {
             found: 999,
-            supported: 3,
+            supported: 4,
         }) => {}
         other => panic!("expected SchemaTooNew, got {other:?}"),
     }
@@ -1906,6 +1906,7 @@ async fn side_tables(
     Vec<ApprovalRecord>,
     Vec<UsageRow>,
     Option<chrono::DateTime<Utc>>,
+    Vec<(String, Vec<u8>)>,
 ) {
     let rec = h.store.get_session(t, s).await.unwrap();
     (
@@ -1915,6 +1916,7 @@ async fn side_tables(
         h.store.list_approvals(t, s, None).await.unwrap(),
         h.store.usage(t, "2000-01-01", "2999-12-31").await.unwrap(),
         rec.wake_at,
+        h.store.sealed_arguments(t, s).await.unwrap(),
     )
 }
 
@@ -1946,6 +1948,8 @@ pub async fn append_with_writes_events_and_extras_atomically(h: &Harness) {
         approvals: vec![ask.clone()],
         usage: vec![delta("2026-03-01", "openai:gpt", 100, 0.25, 1)],
         wake_at: Some(Some(wake)),
+        seal: vec![("call_9".into(), b"sealed".to_vec())],
+        unseal: vec!["call_8".into()],
     };
     assert!(!extras.is_empty());
     assert!(AppendExtras::default().is_empty());
@@ -1980,6 +1984,10 @@ pub async fn append_with_writes_events_and_extras_atomically(h: &Harness) {
     assert_eq!(stored.status, ApprovalStatus::Pending);
     assert_eq!(stored.args_hash, ask.args_hash);
     assert_eq!(ms(stored.expires_at), ms(ask.expires_at));
+    assert_eq!(
+        h.store.sealed_arguments(t, f.session).await.unwrap(),
+        vec![("call_9".to_owned(), b"sealed".to_vec())]
+    );
     let usage = h.store.usage(t, "2026-03-01", "2026-03-01").await.unwrap();
     assert_eq!(
         usage,
@@ -2071,6 +2079,8 @@ pub async fn stale_append_with_writes_none_of_its_extras(h: &Harness) {
         approvals: vec![approval(f.session, "call_1")],
         usage: vec![delta("2026-03-01", "m", 10, 1.0, 1)],
         wake_at: Some(None),
+        seal: vec![("call_9".into(), b"sealed".to_vec())],
+        unseal: vec!["call_8".into()],
     };
     let before = side_tables(h, t, f.session).await;
     // Stale version (behind and ahead).
@@ -2145,6 +2155,8 @@ pub async fn a_failing_extra_makes_the_whole_append_write_nothing(h: &Harness) {
         approvals: vec![approval(f.session, "call_2")],
         usage: vec![delta("2026-03-01", "m", 10, 1.0, 1)],
         wake_at: Some(Some(wake)),
+        seal: vec![("call_9".into(), b"sealed".to_vec())],
+        unseal: vec!["call_8".into()],
     };
     let before = side_tables(h, t, f.session).await;
     let try_with = |extras: AppendExtras| {
@@ -2371,6 +2383,7 @@ pub async fn concurrent_append_with_applies_each_requests_extras_once(h: &Harnes
                     approvals: vec![approval(s.session, &format!("{i}/{who}"))],
                     usage: vec![delta(day, "race", 1, 0.5, 1)],
                     wake_at: Some(Some(ms(Utc::now()))),
+                    ..AppendExtras::default()
                 };
                 let (xa, xb) = (extras_for("a"), extras_for("b"));
                 let (ea, eb) = (events(s.session, v, 1), events(s.session, v, 2));
@@ -2481,6 +2494,7 @@ pub async fn commit_counts_follow_committed_writes(h: &Harness) {
                 approvals: vec![approval(f.session, "c")],
                 usage: vec![delta("2026-03-01", "m", 1, 0.0, 1)],
                 wake_at: Some(Some(Utc::now())),
+                ..AppendExtras::default()
             },
         )
         .await
@@ -2599,5 +2613,101 @@ pub async fn commit_counts_follow_committed_writes(h: &Harness) {
             leases: c4.leases + 2,
             ..c4
         }
+    );
+}
+
+/// Sealed rows commit with the append that carries them, are replaced by a later seal of the same
+/// call, deleted by an unseal (an absent row is fine), scoped to their tenant and session, not
+/// written by a stale append, and removed with their session.
+pub async fn sealed_arguments_commit_with_the_journal(h: &Harness) {
+    let t = tenant();
+    let f = session(&h.store, t).await;
+    let other = session(&h.store, t).await;
+    let seal = |rows: &[(&str, &[u8])]| AppendExtras {
+        seal: rows
+            .iter()
+            .map(|(c, b)| ((*c).to_owned(), b.to_vec()))
+            .collect(),
+        ..AppendExtras::default()
+    };
+    let v = h
+        .store
+        .append_with(
+            t,
+            f.session,
+            1,
+            f.lease.epoch,
+            &events(f.session, 1, 1),
+            &seal(&[("call_b", b"\x00\xffB"), ("call_a", b"A")]),
+        )
+        .await
+        .unwrap();
+    let got = h.store.sealed_arguments(t, f.session).await.unwrap();
+    assert_eq!(
+        got,
+        vec![
+            ("call_a".to_owned(), b"A".to_vec()),
+            ("call_b".to_owned(), b"\x00\xffB".to_vec())
+        ]
+    );
+    assert!(
+        h.store
+            .sealed_arguments(t, other.session)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        h.store
+            .sealed_arguments(tenant(), f.session)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // A stale append writes none of its rows.
+    let stale = h
+        .store
+        .append_with(
+            t,
+            f.session,
+            1,
+            f.lease.epoch,
+            &events(f.session, 1, 1),
+            &seal(&[("call_c", b"C")]),
+        )
+        .await;
+    assert!(stale.is_err());
+    assert_eq!(
+        h.store.sealed_arguments(t, f.session).await.unwrap().len(),
+        2
+    );
+    // Replace one, delete another and an absent one, in one append.
+    let extras = AppendExtras {
+        seal: vec![("call_b".into(), b"B2".to_vec())],
+        unseal: vec!["call_a".into(), "call_zzz".into()],
+        ..AppendExtras::default()
+    };
+    h.store
+        .append_with(
+            t,
+            f.session,
+            v,
+            f.lease.epoch,
+            &events(f.session, v, 1),
+            &extras,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        h.store.sealed_arguments(t, f.session).await.unwrap(),
+        vec![("call_b".to_owned(), b"B2".to_vec())]
+    );
+    h.store.delete_session(t, f.session).await.unwrap();
+    assert!(
+        h.store
+            .sealed_arguments(t, f.session)
+            .await
+            .unwrap()
+            .is_empty()
     );
 }
