@@ -221,6 +221,10 @@ pub struct RuntimeOptions {
     /// keys the host reads (default [`crate::redact::PROVIDER_KEY_ENV`]; a host that reads a
     /// key from another variable adds it, and names it in the session's `secret_env` too).
     pub withheld_env: Vec<String>,
+    /// Secret values the host knows (a provider key written in its configuration, an `[env]`
+    /// value marked secret): redacted from every session this runtime loads, like
+    /// `secret_env`'s values. Never journaled.
+    pub secret_values: Vec<String>,
 }
 
 impl Default for RuntimeOptions {
@@ -241,6 +245,7 @@ impl Default for RuntimeOptions {
                 .iter()
                 .map(|s| (*s).to_owned())
                 .collect(),
+            secret_values: Vec::new(),
         }
     }
 }

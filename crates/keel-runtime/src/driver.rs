@@ -115,7 +115,10 @@ impl Runner {
         let workspace = Workspace::new(&config.workspace)?;
         let sandbox = Sandbox::new(config.sandbox)?.withholding(&rt.options.withheld_env);
         let deltas = rt.hub.sender(session);
-        let redactor = Arc::new(Redactor::new(&config.secret_patterns, &config.secret_env)?);
+        let redactor = Arc::new(
+            Redactor::new(&config.secret_patterns, &config.secret_env)?
+                .with_literals(&rt.options.secret_values),
+        );
         let artifacts: Arc<dyn ArtifactSink> = Arc::new(crate::redact::RedactingSink {
             inner: Arc::new(StoreArtifactSink::new(rt.store.clone(), tenant, session)),
             redactor: redactor.clone(),

@@ -45,7 +45,10 @@ impl Inner {
         .await?;
         if j.state.session_id.is_some() {
             let config = j.config()?;
-            j.redactor = Arc::new(Redactor::new(&config.secret_patterns, &config.secret_env)?);
+            j.redactor = Arc::new(
+                Redactor::new(&config.secret_patterns, &config.secret_env)?
+                    .with_literals(&self.options.secret_values),
+            );
         }
         j.unseal(self.options.seal_key.clone()).await?;
         Ok(j)

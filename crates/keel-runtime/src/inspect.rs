@@ -57,9 +57,10 @@ impl Runtime {
                         session,
                         reason: e.to_string(),
                     })?;
-                Redactor::new(&c.secret_patterns, &c.secret_env)
+                Ok(Redactor::new(&c.secret_patterns, &c.secret_env)?
+                    .with_literals(&self.inner.options.secret_values))
             }
-            _ => Redactor::new(&[], &[]),
+            _ => Ok(Redactor::new(&[], &[])?.with_literals(&self.inner.options.secret_values)),
         }
     }
     /// The session folded from its journal (no lease needed).

@@ -79,6 +79,19 @@ impl Redactor {
         })
     }
 
+    /// The same redactor, also replacing each of `values` (secrets the host knows by value, such
+    /// as a provider key written in its configuration; values shorter than 6 bytes are ignored).
+    #[must_use]
+    pub fn with_literals(mut self, values: &[String]) -> Self {
+        for v in values.iter().filter(|v| v.len() >= 6) {
+            if !self.literals.contains(v) {
+                self.literals.push(v.clone());
+            }
+        }
+        self.literals.sort_by_key(|v| std::cmp::Reverse(v.len()));
+        self
+    }
+
     /// Redacts one string. Returns it unchanged (no allocation) when nothing matches.
     pub fn redact_str(&self, text: &str) -> String {
         let mut out = std::borrow::Cow::Borrowed(text);

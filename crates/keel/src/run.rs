@@ -206,6 +206,23 @@ pub fn provider_key_env(config: &Config) -> Vec<String> {
     names
 }
 
+/// Secrets this configuration holds by value: `[providers.NAME] api_key` and `[env]` values
+/// that are secret. The runtime redacts them wherever they appear.
+pub fn secret_values(config: &Config) -> Vec<String> {
+    config
+        .providers
+        .values()
+        .filter_map(|s| s.api_key.clone())
+        .chain(
+            config
+                .env
+                .iter()
+                .filter(|(name, v)| v.is_secret(name))
+                .map(|(_, v)| v.value().to_owned()),
+        )
+        .collect()
+}
+
 fn runtime_for(
     config: &Config,
     store: Arc<dyn Store>,
@@ -217,6 +234,7 @@ fn runtime_for(
         seal_key: crate::store::seal_key()?,
         // Provider keys never reach a tool process (they stay redacted in any case).
         withheld_env: provider_key_env(config),
+        secret_values: secret_values(config),
         ..RuntimeOptions::default()
     };
     Ok(Runtime::new(store, model, tools, options))

@@ -14,5 +14,6 @@ mod model_parse;
 mod postgres;
 mod realworld;
 mod resume_changes;
+mod secrets;
 mod terminal_escapes;
 mod untrusted_config;
