@@ -291,6 +291,7 @@ impl Runner {
                     }
                     items.push((Correlation::turn(turn), EventBody::TurnStarted {}));
                     self.append("turn.started", items).await?;
+                    tracing::info!(session = %self.session, %turn, "turn started");
                 }
                 Next::Resume => {
                     self.stage(vec![status_item(

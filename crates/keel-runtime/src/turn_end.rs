@@ -109,6 +109,7 @@ impl Runner {
             })
             .await;
         self.append("turn.finished", items).await?;
+        tracing::info!(session = %self.session, %turn, terminal_reason = reason.as_str(), "turn finished");
         Ok(())
     }
 }

@@ -16,6 +16,18 @@ pub enum StoreError {
         /// The id that was asked for.
         id: String,
     },
+    /// The disk holding the store is full (SQLite `SQLITE_FULL`, PostgreSQL `53100
+    /// disk_full`): nothing of the failed write was committed. `location` names the database
+    /// file (or server) when known.
+    #[error(
+        "the disk is full: cannot write {location} ({detail}); free some space, then try again (nothing committed was lost)"
+    )]
+    DiskFull {
+        /// The store file or server, or "the store".
+        location: String,
+        /// The database's message.
+        detail: String,
+    },
     /// Compare-and-set failed: the journal moved since the caller read it. Nothing was written.
     #[error("session {session}: stale version {expected}, the journal is at {actual}")]
     StaleVersion {
@@ -110,6 +122,15 @@ impl From<sqlx::Error> for StoreError {
             let msg = db.message();
             if msg.contains("database is locked") || msg.contains("database is busy") {
                 return StoreError::Locked(msg.to_owned());
+            }
+            if msg.contains("database or disk is full")
+                || db.code().as_deref() == Some("13")
+                || db.code().as_deref() == Some("53100")
+            {
+                return StoreError::DiskFull {
+                    location: "the store".into(),
+                    detail: msg.to_owned(),
+                };
             }
         }
         StoreError::Database(e)

@@ -38,6 +38,16 @@ pub struct GlobalArgs {
     /// Show error details (cause chain and backtrace).
     #[arg(short, long, global = true)]
     pub verbose: bool,
+    /// Diagnostics on standard error: text or json lines (filter: KEEL_LOG or RUST_LOG,
+    /// default warn).
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        value_name = "FORMAT",
+        default_value_t
+    )]
+    pub log_format: crate::logging::LogFormat,
 }
 
 /// Settings of a run, given on the command line; they override keel.toml.

@@ -25,12 +25,15 @@
 //! - [`output`] — the JSONL stream and its `result` line; text and the live terminal view.
 //! - [`report`] — failure messages that say what to do.
 //! - [`signals`] — Ctrl-C and SIGTERM as one queue for the process.
+//! - [`logging`] — the `tracing` subscriber: stderr, `KEEL_LOG`/`RUST_LOG`, `--log-format`,
+//!   redacted lines.
 
 pub mod cli;
 pub mod config;
 pub mod decide;
 pub mod exit;
 pub mod interactive;
+pub mod logging;
 pub mod model_spec;
 pub mod output;
 pub mod report;

@@ -5,6 +5,7 @@ use clap::Parser;
 fn main() -> std::process::ExitCode {
     let cli = keel_cli::cli::Cli::parse();
     let verbose = cli.global.verbose;
+    keel_cli::logging::init(cli.global.log_format);
     match keel_cli::cli::run(cli) {
         Ok(code) => code,
         // `keel sessions events S | head -1`: the reader has what it wanted.

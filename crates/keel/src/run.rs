@@ -571,7 +571,7 @@ pub async fn result_of(p: &Prepared, driven: &Driven) -> ResultLine {
         }
         Driven::Error(e) => {
             r.terminal_reason = TerminalReason::Failed;
-            r.error = Some(format!("{e:#}"));
+            r.error = Some(crate::report::describe(e));
             turn_stats(p.turn, &mut r);
         }
         Driven::Finished(o) if o.status == SessionStatus::RequiresAction => {

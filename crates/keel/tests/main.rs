@@ -5,6 +5,7 @@
 mod common;
 mod config_show;
 mod decisions;
+mod disk_full;
 mod error_lines;
 mod errors;
 mod example;

@@ -17,7 +17,7 @@
 use std::sync::Arc;
 
 use keel_core::{Event, LeaseEpoch, SessionId, StateMachine, TenantId};
-use sqlx::{AnyConnection, Connection, Row};
+use sqlx::{AnyConnection, AnyPool, Connection, Row};
 use tokio::sync::{Mutex, OwnedMutexGuard, oneshot};
 
 use super::extras::Extras;
@@ -201,7 +201,12 @@ pub(crate) async fn append_postgres(
     let q = q.bind(channel.to_owned()).bind(req.session.clone());
     let new_version = u64::try_from(req.expected + req.count).unwrap_or(0);
     let mut conn = if req.extras.is_none() {
-        let row = q.fetch_one(pool).await?;
+        // Read to the end: the statement's implicit commit (where a full disk or a lost
+        // connection fails it) answers after its one row.
+        let rows = q.fetch_all(pool).await?;
+        let Some(row) = rows.first() else {
+            return Err(StoreError::Database(sqlx::Error::RowNotFound));
+        };
         if row.try_get::<i64, _>("updated")? == 1 {
             return Ok(Ok(new_version));
         }
@@ -269,6 +274,7 @@ impl GroupCommit {
         &self,
         req: AppendRequest,
         writer: Arc<Mutex<AnyConnection>>,
+        pool: &AnyPool,
         waiters: Arc<Waiters>,
     ) -> Result<u64, CasFailure> {
         let (reply, mut answer) = oneshot::channel();
@@ -292,7 +298,7 @@ impl GroupCommit {
             drop(guard);
         } else {
             // No await between draining and spawning: the batch cannot be lost to cancellation.
-            let task = tokio::spawn(commit_batch(guard, batch, waiters));
+            let task = tokio::spawn(commit_batch(guard, pool.clone(), batch, waiters));
             let _ = task.await;
         }
         answer.await.unwrap_or_else(|_| Err(aborted()))
@@ -306,12 +312,33 @@ fn aborted() -> CasFailure {
     ))
 }
 
+/// Makes sure `conn` (the SQLite writer) is outside any transaction before it is used: a
+/// failed `COMMIT` (a full disk: SQLite rolled the transaction back itself) can leave sqlx
+/// believing one is still open, and every later `BEGIN` would then fail with "begin_with at
+/// non-zero transaction depth". A pending rollback is given a chance to run first (a ping);
+/// a connection still marked in a transaction is replaced by a fresh one from `pool`.
+pub(crate) async fn ensure_no_transaction(conn: &mut AnyConnection, pool: &AnyPool) {
+    if !conn.is_in_transaction() {
+        return;
+    }
+    let _ = conn.ping().await;
+    if !conn.is_in_transaction() {
+        return;
+    }
+    match pool.acquire().await {
+        Ok(fresh) => *conn = fresh.detach(),
+        Err(e) => tracing::warn!(error = %e, "cannot replace the SQLite writer connection"),
+    }
+}
+
 async fn commit_batch(
     mut conn: OwnedMutexGuard<AnyConnection>,
+    pool: AnyPool,
     batch: Vec<Pending>,
     waiters: Arc<Waiters>,
 ) {
-    match run_batch(&mut conn, &batch).await {
+    ensure_no_transaction(&mut conn, &pool).await;
+    match run_batch(&mut conn, &pool, &batch).await {
         Ok(results) => {
             for (pending, result) in batch.into_iter().zip(results) {
                 if result.is_ok() {
@@ -323,11 +350,14 @@ async fn commit_batch(
         Err(e) => {
             let msg = e.to_string();
             for pending in batch {
-                let _ = pending
-                    .reply
-                    .send(Err(CasFailure::Store(StoreError::Database(
-                        sqlx::Error::Protocol(msg.clone()),
-                    ))));
+                let err = match &e {
+                    StoreError::DiskFull { location, detail } => StoreError::DiskFull {
+                        location: location.clone(),
+                        detail: detail.clone(),
+                    },
+                    _ => StoreError::Database(sqlx::Error::Protocol(msg.clone())),
+                };
+                let _ = pending.reply.send(Err(CasFailure::Store(err)));
             }
         }
     }
@@ -343,6 +373,7 @@ const INSERT_CHUNK: usize = 5000;
 /// every request is retried alone, so only the faulty one fails.
 async fn run_batch(
     conn: &mut AnyConnection,
+    pool: &AnyPool,
     batch: &[Pending],
 ) -> Result<Vec<Result<u64, CasFailure>>> {
     match run_batch_set_wise(conn, batch).await {
@@ -351,8 +382,10 @@ async fn run_batch(
             tracing::warn!(error = %e, size = batch.len(), "batched append failed; retrying requests one by one");
             let mut results = Vec::with_capacity(batch.len());
             for pending in batch {
+                ensure_no_transaction(conn, pool).await;
                 results.push(append_alone(conn, &pending.req).await);
             }
+            ensure_no_transaction(conn, pool).await;
             Ok(results)
         }
     }
@@ -679,7 +712,7 @@ mod tests {
         let writer = store.inner.writer.clone().unwrap();
         let results = {
             let mut conn = writer.lock().await;
-            run_batch(&mut conn, &batch).await.unwrap()
+            run_batch(&mut conn, &store.inner.pool, &batch).await.unwrap()
         };
         assert_eq!(
             summary(&results),
@@ -739,7 +772,7 @@ mod tests {
         ]);
         let results = {
             let mut conn = writer.lock().await;
-            run_batch(&mut conn, &batch).await.unwrap()
+            run_batch(&mut conn, &store.inner.pool, &batch).await.unwrap()
         };
         assert_eq!(summary(&results), ["ok 1", "other"]);
         assert_eq!(store.get_session(t, s1).await.unwrap().version, 1);

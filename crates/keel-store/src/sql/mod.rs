@@ -156,6 +156,8 @@ struct Inner {
     poll: Duration,
     /// Committed writes, by kind ([`Store::commits`]).
     commits: Counters,
+    /// What errors call this store: the SQLite file, or the PostgreSQL server.
+    location: String,
 }
 
 /// The counters behind [`CommitCounts`].
@@ -251,6 +253,7 @@ impl SqlStore {
                 channel: String::new(),
                 poll: SQLITE_POLL,
                 commits: Counters::default(),
+                location: path.display().to_string(),
             }),
         })
     }
@@ -313,6 +316,7 @@ impl SqlStore {
                 channel,
                 poll: POSTGRES_POLL,
                 commits: Counters::default(),
+                location: "the PostgreSQL server".into(),
             }),
         })
     }
@@ -339,8 +343,23 @@ impl SqlStore {
 
     async fn write_conn(&self) -> Result<WriteConn> {
         match &self.inner.writer {
-            Some(w) => Ok(WriteConn::Writer(w.clone().lock_owned().await)),
+            Some(w) => {
+                let mut guard = w.clone().lock_owned().await;
+                group_commit::ensure_no_transaction(&mut guard, &self.inner.pool).await;
+                Ok(WriteConn::Writer(guard))
+            }
             None => Ok(WriteConn::Pooled(self.inner.pool.acquire().await?)),
+        }
+    }
+
+    /// `e`, naming this store's file or server when it says the disk is full.
+    fn located(&self, e: StoreError) -> StoreError {
+        match e {
+            StoreError::DiskFull { detail, .. } => StoreError::DiskFull {
+                location: self.inner.location.clone(),
+                detail,
+            },
+            other => other,
         }
     }
 
@@ -486,12 +505,16 @@ impl SqlStore {
                 Bind::Text(t) => query.bind(t),
             };
         }
-        let row = query
+        // `fetch_all`, not `fetch_optional`: an autocommit statement's own commit (where a full
+        // disk fails it) runs after its RETURNING row; stopping at the first row would report a
+        // lease the database never kept.
+        let rows = query
             .bind(tenant.to_string())
             .bind(session.to_string())
-            .fetch_optional(&mut *conn)
-            .await?;
-        match row {
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(|e| self.located(e.into()))?;
+        match rows.into_iter().next() {
             Some(r) => {
                 self.committed(Commit::Leases);
                 Ok(Some((
@@ -967,7 +990,12 @@ impl Store for SqlStore {
             Some(writer) => {
                 self.inner
                     .group
-                    .submit(req, writer.clone(), self.inner.waiters.clone())
+                    .submit(
+                        req,
+                        writer.clone(),
+                        &self.inner.pool,
+                        self.inner.waiters.clone(),
+                    )
                     .await
             }
             None => {
@@ -991,7 +1019,7 @@ impl Store for SqlStore {
                 current,
                 owner,
             }),
-            Err(group_commit::CasFailure::Store(e)) => Err(e),
+            Err(group_commit::CasFailure::Store(e)) => Err(self.located(e)),
         }
     }
 
