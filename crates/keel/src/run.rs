@@ -453,13 +453,31 @@ async fn run_or_follow(p: &Prepared) -> keel_runtime::Result<RunOutcome> {
             }),
             None => state.active_turn.is_none() && state.queue.is_empty(),
         };
-        if done || state.status == SessionStatus::RequiresAction {
+        // `requires_action` counts only while something still waits on a human: a session
+        // whose approval was just decided says so until its runner journals `running`, and a
+        // follower that stopped there would report a wait that no longer exists.
+        let pending = if state.status == SessionStatus::RequiresAction {
+            pending_approvals(p, state).await
+        } else {
+            Vec::new()
+        };
+        let undecided = state
+            .effects
+            .values()
+            .any(|e| e.status == keel_core::EffectStatus::OutcomeUnknown && e.decision.is_none());
+        let waiting =
+            state.status == SessionStatus::RequiresAction && (!pending.is_empty() || undecided);
+        if done || waiting {
             return Ok(RunOutcome {
                 session_id: p.session,
-                status: state.status,
+                status: if done && !waiting {
+                    SessionStatus::Idle
+                } else {
+                    state.status
+                },
                 version: state.version,
                 turns: view.turns.clone(),
-                pending: pending_approvals(p, state).await,
+                pending,
             });
         }
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;

@@ -45,3 +45,46 @@ fn approving_after_the_turn_was_cancelled_says_it_is_no_longer_pending() {
     assert!(err.contains("no longer pending"), "{err}");
     assert!(!stdout(&out).contains("allowed"), "{}", stdout(&out));
 }
+
+/// Several `keel resume` of one session at once after its approval was decided: one runs it,
+/// the others follow it, and every one reports the turn's real end (`completed`, exit 0).
+/// Before, a follower that looked while the session still said `requires_action` (decided, but
+/// its runner had not yet journaled `running`) exited 3 with nothing pending.
+#[test]
+fn racing_resumes_all_report_the_turns_real_end() {
+    for round in 0..3 {
+        let env = Env::new();
+        let slow = "{\"tool_calls\":[{\"name\":\"write_file\",\"arguments\":{\"path\":\"a.txt\",\"content\":\"x\"}}]}\n{\"delay_ms\":700,\"text\":\"done\"}\n";
+        let (code, lines) = run_script(&env, slow, &[]);
+        assert_eq!(code, Some(3));
+        let result = lines.last().unwrap();
+        let session = result["session_id"].as_str().unwrap().to_owned();
+        let approval = result["pending"][0]["approval_id"].as_str().unwrap();
+        assert!(env.run(&["approve", approval]).status.success());
+        let racers: Vec<_> = (0..4)
+            .map(|_| {
+                env.keel()
+                    .args(["resume", &session, "--output", "jsonl"])
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        for r in racers {
+            let out = r.wait_with_output().unwrap();
+            let lines = crate::common::jsonl_lines(&out.stdout);
+            let result = crate::common::check_stream(&lines);
+            assert_eq!(
+                (out.status.code(), result["terminal_reason"].as_str()),
+                (Some(0), Some("completed")),
+                "round {round}: {result}\n{}",
+                stderr(&out)
+            );
+        }
+        assert_eq!(
+            std::fs::read_to_string(env.ws().join("a.txt")).unwrap(),
+            "x"
+        );
+    }
+}

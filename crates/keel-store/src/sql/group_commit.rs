@@ -712,7 +712,9 @@ mod tests {
         let writer = store.inner.writer.clone().unwrap();
         let results = {
             let mut conn = writer.lock().await;
-            run_batch(&mut conn, &store.inner.pool, &batch).await.unwrap()
+            run_batch(&mut conn, &store.inner.pool, &batch)
+                .await
+                .unwrap()
         };
         assert_eq!(
             summary(&results),
@@ -772,7 +774,9 @@ mod tests {
         ]);
         let results = {
             let mut conn = writer.lock().await;
-            run_batch(&mut conn, &store.inner.pool, &batch).await.unwrap()
+            run_batch(&mut conn, &store.inner.pool, &batch)
+                .await
+                .unwrap()
         };
         assert_eq!(summary(&results), ["ok 1", "other"]);
         assert_eq!(store.get_session(t, s1).await.unwrap().version, 1);
