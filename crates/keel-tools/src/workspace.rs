@@ -89,7 +89,10 @@ impl Workspace {
                         return Err(refuse("`..` climbs above the filesystem root".into()));
                     }
                 }
-                Component::Normal(part) => normal.push(part),
+                Component::Normal(part) => {
+                    let part = decode_name(&normal, part);
+                    normal.push(part);
+                }
             }
         }
         if !normal.starts_with(self.root.as_path()) {
@@ -185,12 +188,64 @@ impl Workspace {
             Ok(rel) if rel.as_os_str().is_empty() => ".".to_owned(),
             Ok(rel) => rel
                 .components()
-                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .map(|c| name_text(c.as_os_str()))
                 .collect::<Vec<_>>()
                 .join("/"),
             Err(_) => path.display().to_string(),
         }
     }
+}
+
+/// A file name as text that round-trips through [`Workspace::resolve`]: valid UTF-8 as it is;
+/// in a name that is not valid UTF-8 each byte that is not part of a valid character is
+/// written `\xNN` (two lowercase hex digits), e.g. the Latin-1 name `caf\xe9.txt`.
+pub fn name_text(name: &std::ffi::OsStr) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let bytes = name.as_bytes();
+    if let Ok(text) = std::str::from_utf8(bytes) {
+        return text.to_owned();
+    }
+    let mut out = String::with_capacity(bytes.len() + 8);
+    for chunk in bytes.utf8_chunks() {
+        out.push_str(chunk.valid());
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    out
+}
+
+/// One path component as a tool gave it: when no entry of that literal name exists in `dir`
+/// and its `\xNN` escapes decode to a name that is not valid UTF-8, that name (the form
+/// [`name_text`] writes); otherwise the component as it is.
+fn decode_name(dir: &Path, part: &std::ffi::OsStr) -> std::ffi::OsString {
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    let bytes = part.as_bytes();
+    if !bytes.windows(2).any(|w| w == b"\\x") || std::fs::symlink_metadata(dir.join(part)).is_ok() {
+        return part.to_owned();
+    }
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| char::from(b).to_digit(16);
+        if bytes[i] == b'\\'
+            && bytes.get(i + 1) == Some(&b'x')
+            && let (Some(h), Some(l)) = (
+                bytes.get(i + 2).and_then(|b| hex(*b)),
+                bytes.get(i + 3).and_then(|b| hex(*b)),
+            )
+        {
+            out.push(u8::try_from(h * 16 + l).unwrap_or(0));
+            i += 4;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    if std::str::from_utf8(&out).is_ok() {
+        return part.to_owned();
+    }
+    std::ffi::OsString::from_vec(out)
 }
 
 #[cfg(test)]

@@ -159,3 +159,41 @@ async fn walking_tools_skip_denied_paths() {
     let r = f.call("list_dir", json!({"path": "."})).await;
     assert_eq!(r.content, "ok.txt\n");
 }
+
+/// A file name that is not UTF-8 (Latin-1 `café.txt`) is listed in a form the tools read back
+/// (`caf\xe9.txt`). Before, it was listed lossily (`caf�.txt`) and no tool could open it.
+#[tokio::test]
+async fn a_non_utf8_file_name_is_listed_in_a_form_that_reads_back() {
+    use std::os::unix::ffi::OsStrExt;
+    let f = Fixture::new();
+    let name = std::ffi::OsStr::from_bytes(b"caf\xe9.txt");
+    std::fs::write(f.path(".").join(name), "latin\n").unwrap();
+    f.write("plain.txt", "plain\n");
+    let listed = f.call("list_dir", json!({"path": "."})).await;
+    assert!(
+        listed.content.contains("caf\\xe9.txt"),
+        "{}",
+        listed.content
+    );
+    let found = f.call("glob", json!({"pattern": "*.txt"})).await;
+    assert!(found.content.contains("caf\\xe9.txt"), "{}", found.content);
+    let grep = f.call("grep", json!({"pattern": "latin"})).await;
+    assert!(grep.content.contains("caf\\xe9.txt"), "{}", grep.content);
+    let r = f.call("read_file", json!({"path": "caf\\xe9.txt"})).await;
+    assert_eq!(r.status, Succeeded, "{}", r.content);
+    assert!(r.content.contains("latin"), "{}", r.content);
+    let w = f
+        .call(
+            "edit_file",
+            json!({"path": "caf\\xe9.txt", "old_string": "latin", "new_string": "latin-1"}),
+        )
+        .await;
+    assert_eq!(w.status, Succeeded, "{}", w.content);
+    assert_eq!(
+        std::fs::read_to_string(f.path(".").join(name)).unwrap(),
+        "latin-1\n"
+    );
+    // An escape that decodes to valid UTF-8 is not a form keel writes: it stays literal.
+    let r = f.call("read_file", json!({"path": "pl\\x61in.txt"})).await;
+    assert_ne!(r.status, Succeeded);
+}

@@ -76,7 +76,7 @@ impl Tool for ListDir {
         loop {
             match reader.next_entry().await {
                 Ok(Some(entry)) => {
-                    let name = entry.file_name().to_string_lossy().into_owned();
+                    let name = crate::workspace::name_text(&entry.file_name());
                     let rel = if shown == "." {
                         name.clone()
                     } else {
