@@ -15,4 +15,5 @@ mod postgres;
 mod realworld;
 mod resume_changes;
 mod terminal_escapes;
+mod timeouts;
 mod untrusted_config;
