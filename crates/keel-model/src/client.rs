@@ -63,23 +63,61 @@ where
     futures_util::stream::select(driver, events).boxed()
 }
 
-/// Time limits of one response. `None` disables a limit.
+/// Time limits of one response (one attempt). `None` disables a limit. Each one that passes ends
+/// the response with a `timeout` error, which a [`crate::ModelRoute`] retries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Timeouts {
     /// From sending the request to the first content event (text, reasoning or tool call), in ms.
     pub first_token_ms: Option<u64>,
     /// From sending the request to the terminal event, in ms.
     pub total_ms: Option<u64>,
+    /// Once content has started, the longest the response may go without receiving a byte, in
+    /// ms (keep-alive comments and `ping` events count: they are bytes). A stream that stalls
+    /// mid-answer fails after this instead of at the total limit. Missing in older serialized
+    /// configs: the default.
+    #[serde(default = "default_idle_ms")]
+    pub idle_ms: Option<u64>,
+}
+
+/// [`Timeouts::idle_ms`] by default: 60 s.
+fn default_idle_ms() -> Option<u64> {
+    Some(60_000)
 }
 
 impl Default for Timeouts {
-    /// 60 s to the first token, 10 min in total.
+    /// 60 s to the first token, 60 s of silence mid-stream, 10 min in total.
     fn default() -> Self {
         Self {
             first_token_ms: Some(60_000),
             total_ms: Some(600_000),
+            idle_ms: default_idle_ms(),
         }
     }
+}
+
+impl Timeouts {
+    /// These limits with each one `request` sets replacing ours.
+    pub fn overridden_by(self, request: &RequestTimeouts) -> Self {
+        Self {
+            first_token_ms: request.first_token_ms.or(self.first_token_ms),
+            total_ms: request.total_ms.or(self.total_ms),
+            idle_ms: request.idle_ms.or(self.idle_ms),
+        }
+    }
+}
+
+/// Per-attempt time limits set by the caller of one model call ([`ModelRequest::timeouts`]),
+/// each replacing the model's own [`Timeouts`] value when set (`None` keeps the model's). The
+/// runtime passes the session's configured limits here, so they hold whatever the host built
+/// the model with. Models without a wire (the scripted model) ignore them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RequestTimeouts {
+    /// Replaces [`Timeouts::first_token_ms`], ms.
+    pub first_token_ms: Option<u64>,
+    /// Replaces [`Timeouts::total_ms`], ms.
+    pub total_ms: Option<u64>,
+    /// Replaces [`Timeouts::idle_ms`], ms.
+    pub idle_ms: Option<u64>,
 }
 
 /// Configuration of one HTTP model. `Debug` does not show the API key.
@@ -316,10 +354,11 @@ async fn run(
     sink: &mut ChannelSink,
 ) {
     let started = Instant::now();
-    let t = inner.config.timeouts;
+    let t = inner.config.timeouts.overridden_by(&request.timeouts);
     let limits = Limits {
         first_token: t.first_token_ms.map(Duration::from_millis),
         total: t.total_ms.map(Duration::from_millis),
+        idle: t.idle_ms.map(Duration::from_millis),
         started: Some(started),
         cancel: request.cancel.clone(),
     };

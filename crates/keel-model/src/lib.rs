@@ -5,7 +5,7 @@
 //! OpenAI-compatible servers), OpenAI Responses and Anthropic Messages ([`HttpModel`]) with their
 //! SSE parsers; the scripted model ([`ScriptedModel`], format in docs/ARCHITECTURE.md); error
 //! classification ([`ErrorKind`], [`ProviderError`]); retries and fallback ([`ModelRoute`],
-//! [`RetryPolicy`]); time limits ([`Timeouts`]); prices and cost ([`PriceTable`]).
+//! [`RetryPolicy`]); time limits ([`Timeouts`], [`RequestTimeouts`]); prices and cost ([`PriceTable`]).
 //!
 //! **Must not touch:** the journal, transcript storage, budgets or policy. A model call has no
 //! side effect besides the HTTP request; what to do with its events is the runtime's business.
@@ -39,7 +39,7 @@ mod stream;
 mod types;
 
 pub use anthropic::ANTHROPIC_VERSION;
-pub use client::{EventStream, HttpModel, ModelClient, ProviderConfig, Timeouts};
+pub use client::{EventStream, HttpModel, ModelClient, ProviderConfig, RequestTimeouts, Timeouts};
 pub use cost::{Price, PriceTable};
 pub use error::{ErrorKind, ModelError, ProviderError};
 pub use response::{ModelResponse, ModelUsage, Outcome, ResponseToolCall, collect};

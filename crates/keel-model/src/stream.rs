@@ -1,10 +1,12 @@
 //! From SSE bytes to normalized events, shared by the three wire adapters.
 //!
 //! Each wire has a sans-I/O parser ([`WireParser`]) fed one SSE event at a time; [`pump`] drives it
-//! over a byte stream (live HTTP body or a recorded file) with the first-token and total deadlines
-//! and the cancellation token, and hands normalized events to a [`Sink`].
+//! over a byte stream (live HTTP body or a recorded file) with the first-token, total and idle
+//! deadlines and the cancellation token, and hands normalized events to a [`Sink`].
 
 use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use eventsource_stream::{EventStreamError, Eventsource};
@@ -254,6 +256,9 @@ pub(crate) struct Limits {
     pub first_token: Option<Duration>,
     /// Fails with `timeout` unless the response completes within this duration.
     pub total: Option<Duration>,
+    /// After the first content event, fails with `timeout` when no bytes at all arrive for this
+    /// long (SSE comments and pings count).
+    pub idle: Option<Duration>,
     /// When the request was sent.
     pub started: Option<Instant>,
     /// Ends the stream with `cancelled`.
@@ -273,8 +278,9 @@ fn is_content(event: &StreamEvent) -> bool {
 }
 
 /// Reads SSE events from `bytes` into `parser` until a terminal event, the end of the stream
-/// (`stream_truncated`), a deadline (`timeout`) or cancellation (`cancelled`), delivering every
-/// normalized event to `sink`. Returns when the stream is over or the sink is gone.
+/// (`stream_truncated`), a deadline (`timeout`: first token, total, or no bytes for the idle
+/// limit once content has started) or cancellation (`cancelled`), delivering every normalized
+/// event to `sink`. Returns when the stream is over or the sink is gone.
 pub(crate) async fn pump<S, B, E>(
     bytes: S,
     mut parser: Box<dyn WireParser>,
@@ -289,14 +295,30 @@ pub(crate) async fn pump<S, B, E>(
     let far = started + Duration::from_secs(365 * 24 * 3600);
     let total_deadline = limits.total.map(|d| started + d).unwrap_or(far);
     let mut first_token_deadline = limits.first_token.map(|d| started + d);
+    // When bytes last arrived, ms after `started`: any chunk counts, even one that completes no
+    // SSE event (a keep-alive comment), so the idle limit measures silence, not slowness.
+    let last_bytes_ms = Arc::new(AtomicU64::new(0));
+    let since_start = move || u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let seen = last_bytes_ms.clone();
+    let bytes = bytes.inspect(move |_| seen.store(since_start(), Ordering::Relaxed));
+    let last_bytes = || started + Duration::from_millis(last_bytes_ms.load(Ordering::Relaxed));
     let mut events = bytes.eventsource();
     let mut out = Vec::new();
     let mut queue = VecDeque::new();
     // Whether the response carried anything: a completion without text or tool calls is an
     // `empty_response` error (retryable), never an empty answer.
     let mut saw_content = false;
+    // Whether a content event arrived: from then on the idle limit applies.
+    let mut started_content = false;
     loop {
-        let deadline = first_token_deadline.map_or(total_deadline, |d| d.min(total_deadline));
+        let idle_deadline = limits
+            .idle
+            .filter(|_| started_content)
+            .map(|d| last_bytes() + d);
+        let deadline = [first_token_deadline, idle_deadline]
+            .into_iter()
+            .flatten()
+            .fold(total_deadline, Instant::min);
         let next = tokio::select! {
             biased;
             () = limits.cancel.cancelled() => {
@@ -305,10 +327,21 @@ pub(crate) async fn pump<S, B, E>(
                 return;
             }
             () = tokio::time::sleep_until(deadline) => {
+                let now = Instant::now();
                 let which = if first_token_deadline.is_some_and(|d| d <= total_deadline) {
-                    "no first token within the time-to-first-token limit"
+                    "no first token within the time-to-first-token limit".to_owned()
+                } else if now >= total_deadline {
+                    "response not complete within the total time limit".to_owned()
+                } else if let Some(idle) = limits.idle
+                    && now >= last_bytes() + idle
+                {
+                    format!(
+                        "the stream stalled: no data for {} ms mid-response (the stream idle limit)",
+                        idle.as_millis()
+                    )
                 } else {
-                    "response not complete within the total time limit"
+                    // Bytes arrived meanwhile: the idle deadline moved on.
+                    continue;
                 };
                 let error = ProviderError::new(ErrorKind::Timeout, which);
                 let _ = sink.emit(StreamEvent::Error { error }).await;
@@ -341,6 +374,7 @@ pub(crate) async fn pump<S, B, E>(
         while let Some(mut event) = queue.pop_front() {
             if is_content(&event) {
                 first_token_deadline = None;
+                started_content = true;
             }
             if matches!(
                 event,
@@ -432,6 +466,82 @@ mod tests {
         assert!(
             matches!(&out[4], StreamEvent::ToolCallEnd { id, invalid: Some(InvalidArguments::Malformed { .. }), .. } if id == "c1")
         );
+    }
+
+    /// Chat Completions frames: `text`, a finish chunk and `[DONE]`.
+    fn chat(text: &str) -> (String, String) {
+        let chunk = |delta: Value, finish: Value| {
+            format!(
+                "data: {}\n\n",
+                json!({"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m",
+                       "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+            )
+        };
+        (
+            chunk(json!({"role": "assistant", "content": text}), Value::Null),
+            chunk(json!({}), json!("stop")) + "data: [DONE]\n\n",
+        )
+    }
+
+    /// A body of `(wait before, chunk)` pairs, then open and silent for good.
+    fn timed(chunks: Vec<(u64, String)>) -> impl Stream<Item = Result<String, String>> + Unpin {
+        let body = futures_util::stream::iter(chunks).then(|(ms, chunk)| async move {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            Ok(chunk)
+        });
+        Box::pin(body.chain(futures_util::stream::pending()))
+    }
+
+    fn idle_limits(ms: u64) -> Limits {
+        Limits {
+            idle: Some(Duration::from_millis(ms)),
+            ..Limits::default()
+        }
+    }
+
+    /// Keep-alive comments complete no event, but they are bytes: a slow answer that keeps its
+    /// connection alive is not a stall. (Time is paused: the waits are virtual.)
+    #[tokio::test(start_paused = true)]
+    async fn keep_alive_bytes_hold_off_the_idle_limit() {
+        let (start, end) = chat("thinking");
+        let mut chunks = vec![(0, start)];
+        chunks.extend((0..10).map(|_| (200, ": keep-alive\n\n".to_owned())));
+        chunks.push((200, end));
+        let mut out = Vec::new();
+        pump(
+            timed(chunks),
+            Wire::OpenaiChat.parser(),
+            idle_limits(300),
+            &mut out,
+        )
+        .await;
+        assert!(
+            matches!(out.last(), Some(StreamEvent::Completed { .. })),
+            "{out:?}"
+        );
+    }
+
+    /// Silence after the first content fails the response at the idle limit, not before; silence
+    /// before any content is the first-token limit's business.
+    #[tokio::test(start_paused = true)]
+    async fn silence_after_content_is_a_timeout_at_the_idle_limit() {
+        let (start, _) = chat("half an ans");
+        let begun = Instant::now();
+        let mut out = Vec::new();
+        pump(
+            timed(vec![(5_000, start)]),
+            Wire::OpenaiChat.parser(),
+            idle_limits(300),
+            &mut out,
+        )
+        .await;
+        let waited = begun.elapsed();
+        assert!(
+            matches!(out.last(), Some(StreamEvent::Error { error }) if error.kind == ErrorKind::Timeout),
+            "{out:?}"
+        );
+        // 5 s before the first byte (no first-token limit here), then 300 ms of silence.
+        assert_eq!(waited, Duration::from_millis(5_300));
     }
 
     #[test]

@@ -32,6 +32,9 @@ pub struct ModelRequest {
     /// Cancelling it ends the stream at once with [`StreamEvent::Cancelled`] and closes the HTTP
     /// connection.
     pub cancel: CancellationToken,
+    /// Time limits of each attempt of this call that replace the model's own (default: none,
+    /// the model's [`crate::Timeouts`] hold).
+    pub timeouts: crate::client::RequestTimeouts,
 }
 
 /// What a request is for.

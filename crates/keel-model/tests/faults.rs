@@ -1,6 +1,8 @@
 //! Every fault of the fake server, on every wire, becomes exactly the expected normalized result;
 //! normal responses round-trip through the server's encoders and our parsers.
 
+use std::time::Duration;
+
 use keel_model::{
     ErrorKind, InvalidArguments, ProviderError, StopReason, StreamEvent, Timeouts, Usage, Wire,
 };
@@ -338,6 +340,7 @@ async fn slow_first_token_hits_the_time_to_first_token_limit() {
     let timeouts = Timeouts {
         first_token_ms: Some(100),
         total_ms: Some(60_000),
+        ..Timeouts::default()
     };
     for wire in Wire::ALL {
         let config = keel_model::ProviderConfig::new("m")
@@ -375,6 +378,7 @@ async fn slow_stream_hits_the_total_time_limit_after_first_tokens() {
         .with_timeouts(Timeouts {
             first_token_ms: Some(10_000),
             total_ms: Some(200),
+            ..Timeouts::default()
         });
     let model = keel_model::HttpModel::openai_chat(config).unwrap();
     let got = events(&model, hello()).await;
@@ -409,5 +413,80 @@ async fn connection_refused_is_a_retryable_server_error() {
     assert_eq!(
         (error.kind, error.retryable),
         (ErrorKind::ServerError, true)
+    );
+}
+
+/// A provider that starts answering, then goes silent with the connection open, fails with a
+/// retryable `timeout` at the idle limit on every wire. Before the idle limit existed the stream
+/// waited out the total limit (10 minutes by default), and a route then retried into the same
+/// hang.
+#[tokio::test]
+async fn a_stream_that_stalls_mid_answer_fails_with_timeout_at_the_idle_limit() {
+    let server = FakeModelServer::start_fixed(
+        Reply::Fault(Fault::Stall { after_frames: 4 }),
+        Pacing::default(),
+    )
+    .await
+    .unwrap();
+    for wire in Wire::ALL {
+        let config = keel_model::ProviderConfig::new("m")
+            .with_base_url(server.base_url(wire))
+            .with_api_key("k")
+            .with_timeouts(Timeouts {
+                first_token_ms: Some(10_000),
+                total_ms: Some(60_000),
+                idle_ms: Some(300),
+            });
+        let model = keel_model::HttpModel::new(wire, config).unwrap();
+        // Correctness deadline: 20 s, far past the 0.3 s limit and far short of the 60 s total.
+        let got = tokio::time::timeout(Duration::from_secs(20), events(&model, hello()))
+            .await
+            .expect("the idle limit ends the stalled stream");
+        assert!(
+            got.iter()
+                .any(|e| matches!(e, StreamEvent::TextDelta { .. })),
+            "{wire}: the answer had started: {got:?}"
+        );
+        assert_eq!(
+            got.last(),
+            Some(&error(
+                ErrorKind::Timeout,
+                "the stream stalled: no data for 300 ms mid-response (the stream idle limit)",
+                None,
+                None
+            )),
+            "{wire}"
+        );
+        let Some(StreamEvent::Error { error }) = got.last() else {
+            unreachable!()
+        };
+        assert!(error.retryable, "{wire}: a stall is worth another attempt");
+    }
+    assert!(
+        server.wait_for_abandoned(3, Duration::from_secs(10)).await,
+        "each stalled connection was closed"
+    );
+}
+
+/// The caller's per-request limit (what the runtime passes from the session's
+/// `stream_idle_timeout_ms`) replaces the model's own: a model built with the default 60 s idle
+/// limit fails a stalled stream at the request's 300 ms.
+#[tokio::test]
+async fn a_request_idle_limit_replaces_the_model_s_own() {
+    let server = FakeModelServer::start_fixed(
+        Reply::Fault(Fault::Stall { after_frames: 4 }),
+        Pacing::default(),
+    )
+    .await
+    .unwrap();
+    let model = model_for(&server, Wire::OpenaiChat, "m");
+    let mut request = hello();
+    request.timeouts.idle_ms = Some(300);
+    let got = tokio::time::timeout(Duration::from_secs(20), events(&model, request))
+        .await
+        .expect("the request's idle limit ends the stalled stream");
+    assert!(
+        matches!(got.last(), Some(StreamEvent::Error { error }) if error.kind == ErrorKind::Timeout && error.message.contains("300 ms")),
+        "{got:?}"
     );
 }

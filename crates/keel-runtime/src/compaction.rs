@@ -83,6 +83,7 @@ impl Runner {
                 purpose: RequestPurpose::Compaction,
                 response_index: Some(position),
                 cancel: self.turn_token().child_token(),
+                timeouts: self.model_timeouts(),
                 ..ModelRequest::default()
             };
             let resp = keel_model::collect(

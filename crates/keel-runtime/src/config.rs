@@ -61,7 +61,11 @@ pub struct SessionConfig {
     /// The same failing call (tool, arguments, error) this many times in a turn ends it with
     /// `loop_detected` (default 3).
     pub loop_threshold: u32,
-    /// Time limit of one tool call, ms (`None`: the tool's own limits only).
+    /// Time limit of every tool call, ms (default 600,000: 10 min). When it passes the call is
+    /// stopped (its token cancelled: `shell` kills its process group) and fails with "timed out
+    /// after N ms"; a side effect it had dispatched is `outcome_unknown`; the turn goes on. It
+    /// is also the longest `timeout_ms` a `shell` call may ask for (a larger one is clamped to
+    /// it). `None` (sessions journaled before this default): the tools' own limits only.
     pub tool_timeout_ms: Option<u64>,
     /// Wall-clock limit of one turn, ms; on expiry everything below is cancelled, dispatched
     /// effects become `outcome_unknown` and the turn ends `failed`.
@@ -74,6 +78,11 @@ pub struct SessionConfig {
     /// Time from sending a step's model request to its end, ms; on expiry as for
     /// `model_first_token_timeout_ms`.
     pub model_total_timeout_ms: Option<u64>,
+    /// Once a model response has started, the longest it may go without sending a byte, ms
+    /// (default 60,000). A stalled stream fails that attempt with a retryable `timeout`: the
+    /// route retries it per its policy, then the step fails with `error_kind: timeout`. (The two
+    /// model limits above, when set, also replace the model's own per-attempt limits.)
+    pub stream_idle_timeout_ms: u64,
     /// How long an approval waits for a decision, ms (default 24 h).
     pub approval_ttl_ms: u64,
     /// Extra secret patterns (regular expressions) redacted from events.
@@ -85,6 +94,12 @@ pub struct SessionConfig {
     /// values any JSON. Pinned and changeable like every other field.
     pub host: BTreeMap<String, serde_json::Value>,
 }
+
+/// [`SessionConfig::tool_timeout_ms`] by default: 10 min, in ms.
+pub const DEFAULT_TOOL_TIMEOUT_MS: u64 = 600_000;
+
+/// [`SessionConfig::stream_idle_timeout_ms`] by default: 60 s, in ms.
+pub const DEFAULT_STREAM_IDLE_TIMEOUT_MS: u64 = 60_000;
 
 impl Default for SessionConfig {
     fn default() -> Self {
@@ -102,10 +117,11 @@ impl Default for SessionConfig {
             context_window_tokens: 200_000,
             compact_at_fraction: 0.8,
             loop_threshold: 3,
-            tool_timeout_ms: None,
+            tool_timeout_ms: Some(DEFAULT_TOOL_TIMEOUT_MS),
             turn_timeout_ms: None,
             model_first_token_timeout_ms: None,
             model_total_timeout_ms: None,
+            stream_idle_timeout_ms: DEFAULT_STREAM_IDLE_TIMEOUT_MS,
             approval_ttl_ms: 24 * 3600 * 1000,
             secret_patterns: Vec::new(),
             secret_env: Vec::new(),
@@ -156,6 +172,22 @@ impl SessionConfig {
             return Err(RuntimeError::InvalidInput(
                 "loop_threshold must be at least 1".into(),
             ));
+        }
+        for (name, ms) in [
+            ("tool_timeout_ms", self.tool_timeout_ms),
+            ("turn_timeout_ms", self.turn_timeout_ms),
+            (
+                "model_first_token_timeout_ms",
+                self.model_first_token_timeout_ms,
+            ),
+            ("model_total_timeout_ms", self.model_total_timeout_ms),
+            ("stream_idle_timeout_ms", Some(self.stream_idle_timeout_ms)),
+        ] {
+            if ms == Some(0) {
+                return Err(RuntimeError::InvalidInput(format!(
+                    "{name} must be at least 1 ms, got 0"
+                )));
+            }
         }
         for (name, b) in [
             ("turn_budget", &self.turn_budget),
@@ -247,5 +279,37 @@ impl Default for RuntimeOptions {
                 .collect(),
             secret_values: Vec::new(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A config journaled before the stream idle limit and the default tool timeout reads with
+    /// the idle default, and keeps its explicit "no tool timeout".
+    #[test]
+    fn older_journaled_configs_read_with_the_new_defaults() {
+        let old: SessionConfig =
+            serde_json::from_value(serde_json::json!({"tool_timeout_ms": null})).unwrap();
+        assert_eq!(old.stream_idle_timeout_ms, DEFAULT_STREAM_IDLE_TIMEOUT_MS);
+        assert_eq!(old.tool_timeout_ms, None);
+        assert_eq!(
+            SessionConfig::default().tool_timeout_ms,
+            Some(DEFAULT_TOOL_TIMEOUT_MS)
+        );
+    }
+
+    #[test]
+    fn a_zero_timeout_is_refused_naming_the_field() {
+        let c = SessionConfig {
+            stream_idle_timeout_ms: 0,
+            ..SessionConfig::default()
+        };
+        let e = c.validate().unwrap_err().to_string();
+        assert!(
+            e.contains("stream_idle_timeout_ms must be at least 1 ms"),
+            "{e}"
+        );
     }
 }

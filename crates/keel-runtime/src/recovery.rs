@@ -13,7 +13,7 @@ use keel_core::{
     TurnId,
 };
 use keel_tools::ToolContext;
-use keel_tools::tool::{ReconcileOutcome, StepSnapshot, ToolLimits};
+use keel_tools::tool::{ReconcileOutcome, StepSnapshot};
 use serde_json::{Value, json};
 
 use crate::driver::{Runner, finished_item, lock};
@@ -128,7 +128,7 @@ impl Runner {
             sandbox: self.sandbox.clone(),
             artifacts: self.artifacts.clone(),
             snapshot: Arc::new(StepSnapshot::default()),
-            limits: ToolLimits::default(),
+            limits: self.tool_limits(),
         };
         let ecorr = Correlation::default().with_operation(key.clone());
         let items = match tool

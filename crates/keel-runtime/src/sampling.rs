@@ -16,7 +16,9 @@ use keel_core::{
     Correlation, EffectClass, EventBody, StepId, ToolCallId, ToolCallStatus, TurnId, TurnStatus,
     Usage,
 };
-use keel_model::{ErrorKind, ModelRequest, ProviderError, RequestPurpose, StreamEvent};
+use keel_model::{
+    ErrorKind, ModelRequest, ProviderError, RequestPurpose, RequestTimeouts, StreamEvent,
+};
 use serde_json::Value;
 
 use crate::context::{ContextSnapshot, project};
@@ -38,6 +40,16 @@ impl Runner {
             policy,
             &j.proj,
         ))
+    }
+
+    /// The session's model limits for each attempt of a model call: the stream idle limit, and
+    /// the first-token and total limits when set (they also bound the whole call, below).
+    pub(crate) fn model_timeouts(&self) -> RequestTimeouts {
+        RequestTimeouts {
+            first_token_ms: self.config.model_first_token_timeout_ms,
+            total_ms: self.config.model_total_timeout_ms,
+            idle_ms: Some(self.config.stream_idle_timeout_ms),
+        }
     }
 
     /// The snapshot the planner's pass projected, if the journal has not moved since; else a
@@ -83,6 +95,7 @@ impl Runner {
         let position = self.read(|j| j.proj.position).await;
         let mut request: ModelRequest = snapshot.request(RequestPurpose::Step, position);
         request.cancel = step_token.clone();
+        request.timeouts = self.model_timeouts();
         let mut stream = self.rt.model.stream(request);
         let started = tokio::time::Instant::now();
         let first_token_deadline = self

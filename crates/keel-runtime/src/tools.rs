@@ -44,6 +44,17 @@ impl Runner {
         Ok(Some((v, policy)))
     }
 
+    /// The limits tools run under: a `shell` call's `timeout_ms` (asked or default) is capped
+    /// at the session's tool timeout, so the shell's own timer never outlasts the runtime's.
+    pub(crate) fn tool_limits(&self) -> ToolLimits {
+        let mut limits = ToolLimits::default();
+        if let Some(ms) = self.config.tool_timeout_ms {
+            limits.shell_max_timeout_ms = ms;
+            limits.shell_default_timeout_ms = limits.shell_default_timeout_ms.min(ms);
+        }
+        limits
+    }
+
     /// A call the planner said to run that no longer validates (its tool left the registry):
     /// it gets a failed result instead of running.
     async fn unrunnable(&self, turn: TurnId, step: StepId, call: &ToolCallId) -> Result<()> {
@@ -270,7 +281,7 @@ impl Runner {
                 step_id: step.to_string(),
                 policy,
             }),
-            limits: ToolLimits::default(),
+            limits: self.tool_limits(),
         };
         let mut items = Vec::new();
         if status == Some(ToolCallStatus::Proposed) {

@@ -116,6 +116,12 @@ pub enum Fault {
         /// Frames sent before dropping.
         after_frames: usize,
     },
+    /// HTTP 200, then `after_frames` frames of a canned response, then nothing: the connection
+    /// stays open and silent until the client closes it (a provider that stalls mid-stream).
+    Stall {
+        /// Frames sent before going silent.
+        after_frames: usize,
+    },
     /// HTTP 200, then `after_frames` frames, then a chunk that is not JSON.
     MalformedChunk {
         /// Frames sent before the bad chunk.
@@ -442,6 +448,11 @@ async fn handle(
             &sse,
             paced_body(first(canned(), after_frames), &shared, Tail::Disconnect),
         ),
+        Reply::Fault(Fault::Stall { after_frames }) => build(
+            200,
+            &sse,
+            paced_body(first(canned(), after_frames), &shared, Tail::Stall),
+        ),
         Reply::Fault(Fault::MalformedChunk { after_frames }) => {
             let mut frames = first(canned(), after_frames);
             frames.push(
@@ -531,6 +542,8 @@ fn http_error(
 enum Tail {
     None,
     Disconnect,
+    /// Never end: the body stays open and sends nothing more.
+    Stall,
 }
 
 /// Counts a streamed body as abandoned if it is dropped before its end.
@@ -549,7 +562,8 @@ impl Drop for EndGuard {
 
 /// The response body: one buffer (a single write) when there is no pacing, else frames paced
 /// by time to first token and tokens per second; `Tail::Disconnect` aborts the connection after
-/// the last frame. A paced body dropped before its end counts as abandoned.
+/// the last frame, `Tail::Stall` keeps it open and silent. A paced body dropped before its end
+/// counts as abandoned.
 fn paced_body(frames: Vec<String>, shared: &Arc<Shared>, tail: Tail) -> Body {
     let pacing = shared.pacing;
     let unpaced = pacing.time_to_first_token_ms == 0 && pacing.tokens_per_second.is_none();
@@ -588,6 +602,12 @@ fn paced_body(frames: Vec<String>, shared: &Arc<Shared>, tail: Tail) -> Body {
                         (it, n + 1, tail, guard),
                     ))
                 }
+                None if matches!(tail, Tail::Stall) => {
+                    // Silent until the client goes away (then the guard counts the body as
+                    // abandoned).
+                    std::future::pending::<()>().await;
+                    None
+                }
                 None => {
                     guard.ended = true;
                     match tail {
@@ -600,7 +620,7 @@ fn paced_body(frames: Vec<String>, shared: &Arc<Shared>, tail: Tail) -> Body {
                             );
                             Some((Err(error), (it, n + 1, Tail::None, guard)))
                         }
-                        Tail::None => None,
+                        Tail::None | Tail::Stall => None,
                     }
                 }
             }

@@ -80,7 +80,8 @@ pub struct ToolLimits {
     pub result_budget_chars: usize,
     /// Shell timeout when the call gives none, in milliseconds. Default 120,000.
     pub shell_default_timeout_ms: u64,
-    /// Largest `timeout_ms` a shell call may ask for, in milliseconds. Default 600,000.
+    /// Largest timeout a shell call runs with, in milliseconds: a larger `timeout_ms` is lowered
+    /// to it. Default 600,000; the runtime sets the session's tool timeout.
     pub shell_max_timeout_ms: u64,
     /// Shell output shown to the model is capped to this many bytes (head and tail kept). Default 20,000.
     pub shell_output_cap_bytes: usize,

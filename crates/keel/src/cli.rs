@@ -79,6 +79,10 @@ pub struct RunArgs {
     /// Wall-clock limit per turn: 500ms, 30s, 15m, 2h or plain seconds.
     #[arg(long, value_name = "DURATION", value_parser = parse_timeout_arg)]
     pub timeout: Option<String>,
+    /// Limit of every tool call (default 10m): 500ms, 30s, 15m, 2h or plain seconds; a shell
+    /// timeout_ms above it is lowered to it.
+    #[arg(long, value_name = "DURATION", value_parser = parse_timeout_arg)]
+    pub tool_timeout: Option<String>,
 }
 
 /// `--model`: a spec keel knows (`openai:M`, `anthropic:M`, `script:PATH`, …).
@@ -107,7 +111,7 @@ fn parse_cost_arg(text: &str) -> Result<f64, String> {
     })
 }
 
-/// `--timeout`: a duration keel understands.
+/// `--timeout`, `--tool-timeout`: a duration keel understands.
 fn parse_timeout_arg(text: &str) -> Result<String, String> {
     crate::config::parse_duration_ms(text)
         .map(|_| text.to_owned())
@@ -141,6 +145,7 @@ impl RunArgs {
             max_steps: self.max_steps,
             max_cost_usd: self.max_cost_usd,
             timeout: self.timeout.clone(),
+            tool_timeout: self.tool_timeout.clone(),
             store: store.map(str::to_owned),
         }
     }
@@ -225,8 +230,8 @@ pub enum Command {
         args: RunArgs,
     },
     /// Continue a session: after Ctrl-C, a crash, a pending approval or a finished turn (with a
-    /// new PROMPT). Restores the session's workspace, model, permission mode, sandbox and budgets;
-    /// flags given here override them.
+    /// new PROMPT). Restores the session's workspace, model, permission mode, sandbox, budgets and
+    /// timeouts; flags given here override them.
     Resume {
         /// The session.
         session: String,

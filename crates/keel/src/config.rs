@@ -19,6 +19,12 @@
 //! max_tool_calls = 200
 //! timeout = "15m"                          # 500ms, 30s, 15m, 2h or plain seconds
 //!
+//! [timeouts]                               # durations as in [budget] timeout
+//! tool = "10m"                             # every tool call (default 10m); a shell timeout_ms above it is lowered to it
+//! first_token = "2m"                       # a step's model call until its first token, retries included (default: none)
+//! model_total = "20m"                      # a step's model call from start to end, retries included (default: none)
+//! stream_idle = "60s"                      # longest silence mid-response, then a retryable timeout (default 60s)
+//!
 //! [tools]
 //! enabled = ["read_file", "edit_file", "shell"]   # default: every built-in tool
 //!
@@ -165,6 +171,72 @@ pub struct BudgetConfig {
     pub timeout: Option<String>,
 }
 
+/// Timeouts section of `keel.toml`: durations such as `500ms`, `30s`, `15m`, `2h` or plain
+/// seconds. (`model` is the route's key at top level, hence `model_total`.)
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TimeoutsConfig {
+    /// Limit of every tool call (default 10 min); a shell `timeout_ms` above it is lowered to it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+    /// A step's model call until its first token, retries included (default: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_token: Option<String>,
+    /// A step's model call from start to end, retries included (default: none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_total: Option<String>,
+    /// Longest silence of a model stream once it has started (default 60 s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stream_idle: Option<String>,
+}
+
+impl TimeoutsConfig {
+    /// Each duration parsed, in ms, with the field named on error.
+    ///
+    /// # Errors
+    /// [`ConfigError::Value`] naming `timeouts.<key>`.
+    pub fn parse(&self) -> Result<TimeoutSettings, ConfigError> {
+        let get = |field, v: &Option<String>| {
+            v.as_deref()
+                .map(|t| parse_duration_field(field, t))
+                .transpose()
+        };
+        Ok(TimeoutSettings {
+            tool_ms: get("timeouts.tool", &self.tool)?
+                .unwrap_or(keel_runtime::config::DEFAULT_TOOL_TIMEOUT_MS),
+            first_token_ms: get("timeouts.first_token", &self.first_token)?,
+            model_total_ms: get("timeouts.model_total", &self.model_total)?,
+            stream_idle_ms: get("timeouts.stream_idle", &self.stream_idle)?
+                .unwrap_or(keel_runtime::config::DEFAULT_STREAM_IDLE_TIMEOUT_MS),
+        })
+    }
+}
+
+/// The effective timeouts, in ms (defaults filled in).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimeoutSettings {
+    /// Every tool call, ms.
+    pub tool_ms: u64,
+    /// A step's model call until its first token, ms (`None`: no limit of the session's).
+    pub first_token_ms: Option<u64>,
+    /// A step's model call from start to end, ms (`None`: no limit of the session's).
+    pub model_total_ms: Option<u64>,
+    /// Longest silence of a started model stream, ms.
+    pub stream_idle_ms: u64,
+}
+
+impl Default for TimeoutSettings {
+    /// The runtime's defaults: 10 min per tool call, 60 s of stream silence, no model limits.
+    fn default() -> Self {
+        Self {
+            tool_ms: keel_runtime::config::DEFAULT_TOOL_TIMEOUT_MS,
+            first_token_ms: None,
+            model_total_ms: None,
+            stream_idle_ms: keel_runtime::config::DEFAULT_STREAM_IDLE_TIMEOUT_MS,
+        }
+    }
+}
+
 /// Tools section of `keel.toml`.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -284,6 +356,9 @@ pub struct FileConfig {
     /// Per-turn budget.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<BudgetConfig>,
+    /// Time limits of tool calls and model streams.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeouts: Option<TimeoutsConfig>,
     /// Tool selection.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tools: Option<ToolsConfig>,
@@ -317,6 +392,8 @@ pub struct Overrides {
     pub max_cost_usd: Option<f64>,
     /// `--timeout`.
     pub timeout: Option<String>,
+    /// `--tool-timeout`.
+    pub tool_timeout: Option<String>,
     /// `--store`.
     pub store: Option<String>,
 }
@@ -354,6 +431,11 @@ impl Overrides {
         }
         if !budget.is_empty() {
             t.insert("budget".into(), toml::Value::Table(budget));
+        }
+        if let Some(v) = &self.tool_timeout {
+            let mut timeouts = toml::Table::new();
+            timeouts.insert("tool".into(), toml::Value::String(v.clone()));
+            t.insert("timeouts".into(), toml::Value::Table(timeouts));
         }
         t
     }
@@ -403,6 +485,8 @@ pub struct Config {
     pub store: String,
     /// Per-turn budget, wall time included.
     pub budget: Budget,
+    /// Time limits of tool calls and model streams, defaults filled in.
+    pub timeouts: TimeoutSettings,
     /// Tools the model sees (empty: every built-in).
     pub tools: Vec<String>,
     /// Policy rules.
@@ -471,8 +555,11 @@ pub fn validate_layer(layer: &FileConfig) -> Result<(), ConfigError> {
             check_cost(c)?;
         }
         if let Some(t) = &b.timeout {
-            parse_duration_ms(t)?;
+            parse_duration_field("budget.timeout", t)?;
         }
+    }
+    if let Some(t) = &layer.timeouts {
+        t.parse()?;
     }
     if let Some(tools) = &layer.tools {
         let known: Vec<String> = keel_tools::builtin::builtin_tools()
@@ -650,8 +737,16 @@ pub fn merge(base: &mut toml::Table, over: toml::Table) {
 /// # Errors
 /// [`ConfigError::Value`] for anything else.
 pub fn parse_duration_ms(text: &str) -> Result<u64, ConfigError> {
+    parse_duration_field("timeout", text)
+}
+
+/// As [`parse_duration_ms`], naming `field` (`timeouts.tool`, …) in the error.
+///
+/// # Errors
+/// [`ConfigError::Value`] naming `field`.
+pub fn parse_duration_field(field: &'static str, text: &str) -> Result<u64, ConfigError> {
     let bad = || ConfigError::Value {
-        field: "timeout",
+        field,
         value: text.to_owned(),
         expected: "a duration such as 500ms, 30s, 15m, 2h or plain seconds",
     };
@@ -675,6 +770,18 @@ pub fn parse_duration_ms(text: &str) -> Result<u64, ConfigError> {
     // In range by the check above.
     #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
     Ok(ms.round() as u64)
+}
+
+/// A duration in the largest unit that writes it whole (`10m`, `90s`, `1500ms`): how `keel
+/// config show` prints a default.
+pub fn format_duration_ms(ms: u64) -> String {
+    match ms {
+        0 => "0ms".to_owned(),
+        ms if ms % 3_600_000 == 0 => format!("{}h", ms / 3_600_000),
+        ms if ms % 60_000 == 0 => format!("{}m", ms / 60_000),
+        ms if ms % 1_000 == 0 => format!("{}s", ms / 1_000),
+        ms => format!("{ms}ms"),
+    }
 }
 
 /// Parses a permission mode (snake_case or kebab-case).
@@ -848,8 +955,13 @@ impl Config {
             max_tokens: b.max_tokens,
             max_cost_usd: b.max_cost_usd.map(check_cost).transpose()?,
             max_tool_calls: b.max_tool_calls,
-            max_wall_time_ms: b.timeout.as_deref().map(parse_duration_ms).transpose()?,
+            max_wall_time_ms: b
+                .timeout
+                .as_deref()
+                .map(|t| parse_duration_field("budget.timeout", t))
+                .transpose()?,
         };
+        let timeouts = file.timeouts.clone().unwrap_or_default().parse()?;
         Ok(Config {
             workspace,
             sources,
@@ -861,6 +973,7 @@ impl Config {
             output,
             store,
             budget,
+            timeouts,
             tools: file
                 .tools
                 .as_ref()
@@ -882,6 +995,14 @@ impl Config {
         shown.sandbox = Some(self.sandbox.as_str().to_owned());
         shown.output = Some(snake(&self.output));
         shown.store = Some(self.store.clone());
+        // Timeouts with their defaults; the model limits only when set (none by default).
+        let mut t = shown.timeouts.clone().unwrap_or_default();
+        let fill = |v: &mut Option<String>, ms: u64| {
+            v.get_or_insert_with(|| format_duration_ms(ms));
+        };
+        fill(&mut t.tool, self.timeouts.tool_ms);
+        fill(&mut t.stream_idle, self.timeouts.stream_idle_ms);
+        shown.timeouts = Some(t);
         let mut table = match toml::Value::try_from(&shown) {
             Ok(toml::Value::Table(t)) => t,
             _ => toml::Table::new(),
@@ -979,6 +1100,10 @@ pub fn mask_secrets(table: &mut toml::Table, env: &BTreeMap<String, EnvValue>) {
             }
             continue;
         }
+        if key == "timeouts" {
+            // Durations, never secrets (though `first_token` is named like one).
+            continue;
+        }
         mask_value(key, value);
     }
 }
@@ -1019,6 +1144,48 @@ mod tests {
         assert!(parse_duration_ms("soon").is_err());
         assert!(parse_duration_ms("0s").is_err());
         assert!(parse_duration_ms("5 days").is_err());
+    }
+
+    #[test]
+    fn defaults_print_in_their_largest_whole_unit() {
+        assert_eq!(format_duration_ms(600_000), "10m");
+        assert_eq!(format_duration_ms(60_000), "1m");
+        assert_eq!(format_duration_ms(90_000), "90s");
+        assert_eq!(format_duration_ms(7_200_000), "2h");
+        assert_eq!(format_duration_ms(1_500), "1500ms");
+        for ms in [1, 999, 1_000, 61_000, 600_000, 5_400_000] {
+            assert_eq!(parse_duration_ms(&format_duration_ms(ms)).unwrap(), ms);
+        }
+    }
+
+    #[test]
+    fn timeouts_parse_with_defaults_and_name_the_key_at_fault() {
+        let t = TimeoutsConfig {
+            first_token: Some("2m".into()),
+            ..TimeoutsConfig::default()
+        }
+        .parse()
+        .unwrap();
+        assert_eq!(
+            t,
+            TimeoutSettings {
+                tool_ms: 600_000,
+                first_token_ms: Some(120_000),
+                model_total_ms: None,
+                stream_idle_ms: 60_000,
+            }
+        );
+        let e = TimeoutsConfig {
+            stream_idle: Some("soon".into()),
+            ..TimeoutsConfig::default()
+        }
+        .parse()
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("timeouts.stream_idle") && e.contains("\"soon\""),
+            "{e}"
+        );
     }
 
     #[test]

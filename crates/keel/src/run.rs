@@ -2,12 +2,12 @@
 //!
 //! A run creates a session pinned to a content-hashed [`Release`] built from the configuration
 //! (model route, instructions, tools, policy rules, budget) and a [`SessionConfig`] (workspace,
-//! permission mode, sandbox, budgets), journals the prompt, then drives [`Runtime::run`] while a
-//! subscription prints the session's events. A resume reads the release and the effective config
-//! back from the store, so a bare `keel resume SESSION` continues with the same workspace, model
-//! route, permission mode, sandbox and budgets; `--permission-mode`, `--sandbox`, `--max-steps`,
-//! `--max-cost-usd`, `--timeout` and `--base-url` given to resume change them for this and every
-//! later turn ([`Runtime::update_config`], journaled as `session.config_changed`).
+//! permission mode, sandbox, budgets, `[timeouts]`), journals the prompt, then drives
+//! [`Runtime::run`] while a subscription prints the session's events. A resume reads the release
+//! and the effective config back from the store, so a bare `keel resume SESSION` continues with
+//! the same workspace, model route, permission mode, sandbox, budgets and timeouts;
+//! `--permission-mode`, `--sandbox`, `--max-steps`, `--max-cost-usd`, `--timeout`,
+//! `--tool-timeout` and `--base-url` given to resume change them for this and every later turn ([`Runtime::update_config`], journaled as `session.config_changed`).
 //!
 //! The base URL of an OpenAI-compatible server is kept in the config's host slot
 //! (`host.base_url`, [`HOST_BASE_URL`]); sessions created before kept it in the release's route
@@ -108,6 +108,10 @@ pub fn session_config_of(config: &Config) -> SessionConfig {
         deny: config.policy.deny.clone(),
         sandbox: config.sandbox,
         turn_budget: config.budget,
+        tool_timeout_ms: Some(config.timeouts.tool_ms),
+        model_first_token_timeout_ms: config.timeouts.first_token_ms,
+        model_total_timeout_ms: config.timeouts.model_total_ms,
+        stream_idle_timeout_ms: config.timeouts.stream_idle_ms,
         // Every provider key keel reads is a secret, like the `[env]` values marked secret.
         secret_env: config
             .env
@@ -143,6 +147,8 @@ pub struct ResumeChanges {
     pub max_cost_usd: Option<f64>,
     /// `--timeout`: per-turn wall-clock limit, ms.
     pub max_wall_time_ms: Option<u64>,
+    /// `--tool-timeout`: limit of every tool call, ms.
+    pub tool_timeout_ms: Option<u64>,
     /// `--base-url`: the OpenAI-compatible server, kept in `host.base_url`.
     pub base_url: Option<String>,
 }
@@ -169,6 +175,9 @@ impl ResumeChanges {
         }
         if let Some(ms) = self.max_wall_time_ms {
             c.turn_budget.max_wall_time_ms = Some(ms);
+        }
+        if let Some(ms) = self.tool_timeout_ms {
+            c.tool_timeout_ms = Some(ms);
         }
         if let Some(url) = &self.base_url {
             c.host.insert(

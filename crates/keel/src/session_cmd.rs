@@ -205,6 +205,7 @@ fn resume_changes(args: &RunArgs, config: &Config) -> ResumeChanges {
         max_steps: args.max_steps,
         max_cost_usd: args.max_cost_usd,
         max_wall_time_ms: args.timeout.as_ref().and(config.budget.max_wall_time_ms),
+        tool_timeout_ms: args.tool_timeout.as_ref().map(|_| config.timeouts.tool_ms),
         base_url: args.base_url.clone(),
     }
 }

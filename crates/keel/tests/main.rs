@@ -17,4 +17,5 @@ mod realworld;
 mod resume_changes;
 mod secrets;
 mod terminal_escapes;
+mod timeouts;
 mod untrusted_config;

@@ -17,7 +17,8 @@ const DRAIN_GRACE_MS: u64 = 2_000;
 
 /// `shell {command, timeout_ms?, workdir?}`: runs `bash -c command` in `workdir` (relative to the
 /// workspace, default its root) in its own process group with stdin closed, under the sandbox.
-/// stdout and stderr are merged in order. The timeout (default 120,000 ms) and cancellation kill
+/// stdout and stderr are merged in order. The timeout (default 120,000 ms; a `timeout_ms` above
+/// [`crate::tool::ToolLimits::shell_max_timeout_ms`] is lowered to it) and cancellation kill
 /// the whole process group, grandchildren included; so does the end of the command (background
 /// processes do not outlive the call). Output shown to the model is capped (head and tail kept,
 /// with a marker saying how much was cut); when cut, the full output is stored as an artifact.
@@ -80,15 +81,13 @@ impl Tool for Shell {
                 "shell failed: command is empty; give the bash command line to run",
             );
         }
-        let timeout_ms = args
+        // The model's timeout_ms is a wish: the configured maximum (the session's tool
+        // timeout) wins, and the result says so.
+        let asked = args
             .timeout_ms
             .unwrap_or(ctx.limits.shell_default_timeout_ms);
-        if timeout_ms > ctx.limits.shell_max_timeout_ms {
-            return ToolOutput::not_performed(format!(
-                "shell failed: timeout_ms {timeout_ms} exceeds the maximum of {} ms; give a smaller timeout_ms or leave it out (default {} ms)",
-                ctx.limits.shell_max_timeout_ms, ctx.limits.shell_default_timeout_ms
-            ));
-        }
+        let timeout_ms = asked.min(ctx.limits.shell_max_timeout_ms);
+        let clamped = (asked > timeout_ms).then_some(asked);
         let workdir = match resolve("shell", ctx, args.workdir.as_deref().unwrap_or(".")) {
             Ok(r) => r,
             Err(out) => return out,
@@ -99,7 +98,13 @@ impl Tool for Shell {
                 workdir.relative
             ));
         }
-        run(&args.command, &workdir.absolute, timeout_ms, ctx).await
+        let mut out = run(&args.command, &workdir.absolute, timeout_ms, ctx).await;
+        if let Some(asked) = clamped {
+            out.content.push_str(&format!(
+                "\n[timeout_ms {asked} was lowered to the {timeout_ms} ms limit for tool calls]"
+            ));
+        }
+        out
     }
 }
 
