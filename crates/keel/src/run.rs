@@ -98,14 +98,12 @@ pub fn release_of(config: &Config) -> Release {
     })
 }
 
-/// The session settings a configuration describes.
+/// The session settings a configuration describes. Its policy rules are not settings: they are
+/// the release's ([`release_of`]), which the runtime enforces.
 pub fn session_config_of(config: &Config) -> SessionConfig {
     SessionConfig {
         workspace: config.workspace.clone(),
         permission_mode: config.permission_mode,
-        allow: config.policy.allow.clone(),
-        ask: config.policy.ask.clone(),
-        deny: config.policy.deny.clone(),
         sandbox: config.sandbox,
         turn_budget: config.budget,
         // Every provider key keel reads is a secret, like the `[env]` values marked secret.
