@@ -143,6 +143,18 @@ pub enum EventBody {
         /// A JSON object: keys replace the config's, nested objects merge, `null` removes.
         changes: Value,
     },
+    /// The session was re-pinned: from the next turn on it runs release `to_release_id` (model
+    /// route, instructions, tools, policy rules, default budget) instead of `from_release_id`,
+    /// which must be the release it had pinned (`session.created` or the last re-pin). Accepted
+    /// only with no active turn (a turn runs one release from start to end) and never in a
+    /// closed session; the two ids differ. Correlation: none.
+    #[serde(rename = "session.release_pinned")]
+    SessionReleasePinned {
+        /// The release the session ran until now.
+        from_release_id: ReleaseId,
+        /// The release it runs from now on.
+        to_release_id: ReleaseId,
+    },
     /// User input accepted; the turn is `queued`. Correlation: `turn_id`.
     #[serde(rename = "turn.queued")]
     TurnQueued {
@@ -374,6 +386,7 @@ pub const EVENT_TYPES: &[&str] = &[
     "session.created",
     "session.status_changed",
     "session.config_changed",
+    "session.release_pinned",
     "turn.queued",
     "turn.cancel_requested",
     "turn.started",
@@ -408,6 +421,7 @@ impl EventBody {
             EventBody::SessionCreated { .. } => "session.created",
             EventBody::SessionStatusChanged { .. } => "session.status_changed",
             EventBody::SessionConfigChanged { .. } => "session.config_changed",
+            EventBody::SessionReleasePinned { .. } => "session.release_pinned",
             EventBody::TurnQueued { .. } => "turn.queued",
             EventBody::TurnCancelRequested { .. } => "turn.cancel_requested",
             EventBody::TurnStarted {} => "turn.started",
@@ -627,6 +641,10 @@ mod tests {
             },
             EventBody::SessionConfigChanged {
                 changes: json!({"permission_mode": "bypass", "turn_budget": {"max_steps": 1}}),
+            },
+            EventBody::SessionReleasePinned {
+                from_release_id: ReleaseId::from("sha256:00"),
+                to_release_id: ReleaseId::from("sha256:01"),
             },
             EventBody::TurnQueued {
                 input: "fix the bug".into(),

@@ -1,8 +1,10 @@
 //! Tenants, principals and releases.
 //!
 //! A [`Release`] is an immutable, content-hashed [`AgentDefinition`]: model route, instructions,
-//! tools, policy and default budgets. A session pins one release for life, so what an agent was
-//! allowed to do is always answerable from the release id in `session.created`.
+//! tools, policy rules and default budgets. A session runs one pinned release at a time: the one
+//! in `session.created`, until an explicit re-pin (`session.release_pinned`, naming the old and
+//! the new release) between turns. So what an agent was allowed to do at any point is always
+//! answerable from the journal: the release pinned before that point.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -59,7 +61,9 @@ pub struct AgentDefinition {
     /// Names of the tools it may see.
     #[serde(default)]
     pub tools: Vec<String>,
-    /// Policy settings (permission mode, rules), as the tool layer reads them.
+    /// Policy rules, as the runtime reads them: `{"allow": [...], "ask": [...], "deny": [...]}`
+    /// (each optional, patterns such as `shell(cargo test *)`), or `null` for none. The
+    /// permission mode is a session setting, not part of the release.
     #[serde(default)]
     pub policy: Value,
     /// Default per-turn budget.
@@ -115,16 +119,16 @@ mod tests {
     #[test]
     fn equal_definitions_hash_equal_and_changes_change_the_id() {
         let a = Release::new(def(serde_json::from_str(
-            r#"{"mode":"default","deny":["shell(rm *)"]}"#,
+            r#"{"ask":["shell(git push *)"],"deny":["shell(rm *)"]}"#,
         )
         .unwrap()));
         let b = Release::new(def(serde_json::from_str(
-            r#"{"deny":["shell(rm *)"],"mode":"default"}"#,
+            r#"{"deny":["shell(rm *)"],"ask":["shell(git push *)"]}"#,
         )
         .unwrap()));
         assert_eq!(a.id, b.id);
         assert!(a.verify());
-        let c = Release::new(def(json!({"mode": "bypass"})));
+        let c = Release::new(def(json!({"allow": ["shell"]})));
         assert_ne!(a.id, c.id);
         let mut tampered = a.clone();
         tampered.definition.instructions.push('!');

@@ -232,7 +232,8 @@ pub struct SessionState {
     pub session_id: Option<SessionId>,
     /// Owner.
     pub tenant_id: Option<TenantId>,
-    /// Pinned release.
+    /// The release the session runs: the one pinned in `session.created`, or the last
+    /// `session.release_pinned`'s `to_release_id`.
     pub release_id: Option<ReleaseId>,
     /// Parent session, for spawned agents.
     pub parent_session_id: Option<SessionId>,
@@ -405,6 +406,25 @@ impl SessionState {
                     ));
                 }
                 crate::patch::merge_patch(&mut self.config, changes);
+            }
+            EventBody::SessionReleasePinned {
+                from_release_id,
+                to_release_id,
+            } => {
+                if self.release_id.as_ref() != Some(from_release_id) {
+                    return Err(rule(
+                        "a re-pin starts from the release the session has pinned (from_release_id)",
+                    ));
+                }
+                if from_release_id == to_release_id {
+                    return Err(rule("a re-pin names a release other than the pinned one"));
+                }
+                if self.active_turn.is_some() {
+                    return Err(rule(
+                        "the release can change only between turns (no active turn)",
+                    ));
+                }
+                self.release_id = Some(to_release_id.clone());
             }
             EventBody::TurnQueued { input } => {
                 let id = c.turn_id.ok_or_else(|| missing("turn_id"))?;

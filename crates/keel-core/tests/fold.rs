@@ -714,3 +714,65 @@ fn config_changes_merge_in_order_between_turns_only() {
     let state = SessionState::replay(&running.events).unwrap();
     assert_eq!(state.config["permission_mode"], "bypass");
 }
+
+/// `session.release_pinned` moves the session to another release between turns, only from the
+/// release it has pinned; a re-pin during a turn (even one waiting on a human) is refused.
+#[test]
+fn a_release_is_re_pinned_between_turns_from_the_pinned_one_only() {
+    let repin = |from: &str, to: &str| EventBody::SessionReleasePinned {
+        from_release_id: ReleaseId::from(from),
+        to_release_id: ReleaseId::from(to),
+    };
+    let mut j = Journal::new();
+    j.created();
+    let state = SessionState::replay(&j.events).unwrap();
+    assert_eq!(state.release_id, Some(ReleaseId::from("sha256:r")));
+
+    // Not from the pinned release, or to the same one: refused.
+    let err = refused(
+        &j,
+        j.next(Correlation::default(), repin("sha256:x", "sha256:b")),
+    );
+    assert!(err.to_string().contains("from_release_id"), "{err}");
+    let err = refused(
+        &j,
+        j.next(Correlation::default(), repin("sha256:r", "sha256:r")),
+    );
+    assert!(matches!(err, ApplyError::Rule { .. }), "{err}");
+
+    j.push(Correlation::default(), repin("sha256:r", "sha256:b"));
+    let state = SessionState::replay(&j.events).unwrap();
+    assert_eq!(state.release_id, Some(ReleaseId::from("sha256:b")));
+    // The next one starts from the new release.
+    let err = refused(
+        &j,
+        j.next(Correlation::default(), repin("sha256:r", "sha256:c")),
+    );
+    assert!(err.to_string().contains("from_release_id"), "{err}");
+    j.push(Correlation::default(), repin("sha256:b", "sha256:c"));
+    assert_eq!(
+        SessionState::replay(&j.events).unwrap().release_id,
+        Some(ReleaseId::from("sha256:c"))
+    );
+
+    // During a turn — running or waiting on a human — refused.
+    let (mut running, t) = running_turn();
+    let err = refused(
+        &running,
+        running.next(Correlation::default(), repin("sha256:r", "sha256:b")),
+    );
+    assert!(err.to_string().contains("between turns"), "{err}");
+    running
+        .push(
+            Correlation::turn(t),
+            EventBody::TurnPhaseChanged {
+                phase: TurnStatus::Sampling,
+            },
+        )
+        .status(SessionStatus::RequiresAction);
+    let err = refused(
+        &running,
+        running.next(Correlation::default(), repin("sha256:r", "sha256:b")),
+    );
+    assert!(err.to_string().contains("between turns"), "{err}");
+}

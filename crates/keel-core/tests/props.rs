@@ -41,6 +41,8 @@ enum Op {
     CancelRequest(u8),
     EffDecide(u8, bool),
     Config(u8),
+    /// Re-pin between the releases `r` and `r2`: 0 from `r` to `r2`, 1 back.
+    Repin(u8),
 }
 
 /// Every op over the id pools.
@@ -112,6 +114,8 @@ fn all_ops() -> Vec<Op> {
     }
     v.push(Op::Config(0));
     v.push(Op::Config(1));
+    v.push(Op::Repin(0));
+    v.push(Op::Repin(1));
     v
 }
 
@@ -119,7 +123,7 @@ fn all_ops() -> Vec<Op> {
 /// between turns, which would crowd out the deep ops).
 fn ends_things(op: &Op) -> bool {
     match op {
-        Op::Config(_) => true,
+        Op::Config(_) | Op::Repin(_) => true,
         Op::Finish(_, reason) => *reason != TerminalReason::Completed,
         other => matches!(
             other,
@@ -179,6 +183,16 @@ impl Ids {
                         "turn_budget": {"max_steps": n}}),
                 },
             ),
+            Op::Repin(n) => {
+                let (from, to) = if *n == 0 { ("r", "r2") } else { ("r2", "r") };
+                (
+                    Correlation::default(),
+                    EventBody::SessionReleasePinned {
+                        from_release_id: ReleaseId::from(from),
+                        to_release_id: ReleaseId::from(to),
+                    },
+                )
+            }
             Op::Queue(t) => (
                 Correlation::turn(self.turn(*t)),
                 EventBody::TurnQueued { input: "in".into() },
@@ -419,6 +433,11 @@ fn legal(machine: Machine, from: &str, to: &str) -> bool {
 
 /// Structural invariants every reachable state keeps.
 fn check_invariants(state: &SessionState) {
+    let pinned = state.release_id.as_ref().map(|r| r.0.as_str());
+    assert!(
+        matches!(pinned, Some("r" | "r2")),
+        "the pinned release is one of the journaled ones: {pinned:?}"
+    );
     if let Some(active) = state.active_turn {
         let t = &state.turns[&active];
         assert!(

@@ -6,7 +6,7 @@
 //! Nothing here runs a tool.
 
 use keel_core::plan::{CallFacts, Verdict};
-use keel_core::{EffectClass, StateMachine, StepId, ToolCallId, ToolCallStatus};
+use keel_core::{EffectClass, Release, StateMachine, StepId, ToolCallId, ToolCallStatus};
 use keel_tools::policy::{Policy, Verdict as PolicyVerdict, session_rules_for};
 use keel_tools::workspace::Workspace;
 use keel_tools::{ToolCallRequest, ToolRegistry, ToolResultStatus, ValidatedCall};
@@ -21,13 +21,16 @@ use crate::journal::Journal;
 /// under another deployment key): it never runs with the redacted ones.
 pub(crate) const SEALED_UNAVAILABLE: &str = "Error: the call was not run: its arguments held a secret, and their exact form (sealed until the call ends) could not be opened with this deployment's key.";
 
-/// The configured policy plus the session rules granted by `allow_for_session` decisions.
+/// The policy the session enforces (the pinned release's rules under the settings, see
+/// [`crate::pinned::enforced_policy`]) plus the session rules granted by `allow_for_session`
+/// decisions.
 pub(crate) fn session_policy(
+    release: &Release,
     config: &SessionConfig,
     j: &Journal,
     tools: &ToolRegistry,
 ) -> Result<Policy> {
-    let mut policy = config.policy()?;
+    let mut policy = crate::pinned::enforced_policy(j.session, release, config)?;
     if let Ok(ws) = Workspace::new(&config.workspace) {
         for (name, args) in &j.proj.allowed_for_session {
             let call = ValidatedCall {
@@ -54,7 +57,8 @@ pub(crate) fn map_status(s: ToolResultStatus) -> ToolCallStatus {
 }
 
 impl Runner {
-    /// Validates a call and asks `policy` about it: the planner's facts for it.
+    /// Validates a call and asks `policy` about it: the planner's facts for it. A tool the
+    /// pinned release does not enable is rejected like an unknown one, whatever the model saw.
     pub(crate) fn assess(
         &self,
         call: &ToolCallId,
@@ -62,6 +66,15 @@ impl Runner {
         arguments: &Value,
         policy: &Policy,
     ) -> CallFacts {
+        if !crate::pinned::tool_enabled(&self.release, name) {
+            return CallFacts::Invalid {
+                status: ToolCallStatus::Rejected,
+                output: format!(
+                    "Unknown tool `{name}`: this agent's release does not enable it. Available tools: {}.",
+                    self.release.definition.tools.join(", ")
+                ),
+            };
+        }
         let req = ToolCallRequest {
             call_id: call.to_string(),
             name: name.to_owned(),
@@ -101,7 +114,7 @@ impl Runner {
         {
             return Ok(p.clone());
         }
-        session_policy(&self.config, j, &self.rt.tools)
+        session_policy(&self.release, &self.config, j, &self.rt.tools)
     }
 
     /// Facts for every open call of the active turn's last step (cached per call: the step's

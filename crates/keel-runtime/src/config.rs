@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use keel_core::Budget;
 use keel_model::PriceTable;
-use keel_tools::policy::{PermissionMode, Policy, Rule};
+use keel_tools::policy::{PermissionMode, Rule};
 use keel_tools::sandbox::SandboxMode;
 use serde::{Deserialize, Serialize};
 
@@ -38,11 +38,13 @@ pub struct SessionConfig {
     pub workspace: PathBuf,
     /// Permission mode (`default`, `accept_edits`, `read_only`, `bypass`).
     pub permission_mode: PermissionMode,
-    /// `allow` rules (`shell(cargo test *)`, `read_file`, …).
+    /// Not a setting any more: `allow` rules loosen the policy, so they belong to the release
+    /// (`policy.allow`); a new session or a change with any is refused. Read only from journals
+    /// of older builds, for a release without policy (see [`crate::pinned`]).
     pub allow: Vec<String>,
-    /// `ask` rules.
+    /// `ask` rules added to the release's (`shell(git push *)`, …): they only tighten.
     pub ask: Vec<String>,
-    /// `deny` rules.
+    /// `deny` rules added to the release's (`read_file(./secrets/**)`, …): they only tighten.
     pub deny: Vec<String>,
     /// How `shell` is confined.
     pub sandbox: SandboxMode,
@@ -131,31 +133,21 @@ impl Default for SessionConfig {
 }
 
 impl SessionConfig {
-    /// The configured policy (mode and rules), without session rules.
-    ///
-    /// # Errors
-    /// [`RuntimeError::InvalidInput`] naming a rule that does not parse.
-    pub fn policy(&self) -> Result<Policy> {
-        let mut policy = Policy::new(self.permission_mode);
-        let bad = |e: keel_tools::ToolsError| RuntimeError::InvalidInput(e.to_string());
-        for r in &self.allow {
-            policy = policy.with_rule(Rule::allow(r).map_err(bad)?);
-        }
-        for r in &self.ask {
-            policy = policy.with_rule(Rule::ask(r).map_err(bad)?);
-        }
-        for r in &self.deny {
-            policy = policy.with_rule(Rule::deny(r).map_err(bad)?);
-        }
-        Ok(policy)
-    }
-
     /// Checks every field a session needs before anything is written.
     ///
     /// # Errors
-    /// [`RuntimeError::InvalidInput`] naming the field.
+    /// [`RuntimeError::InvalidInput`] naming the field (a rule that does not parse, …).
     pub fn validate(&self) -> Result<()> {
-        self.policy()?;
+        let bad = |e: keel_tools::ToolsError| RuntimeError::InvalidInput(e.to_string());
+        for r in &self.allow {
+            Rule::allow(r).map_err(bad)?;
+        }
+        for r in &self.ask {
+            Rule::ask(r).map_err(bad)?;
+        }
+        for r in &self.deny {
+            Rule::deny(r).map_err(bad)?;
+        }
         crate::redact::Redactor::new(&self.secret_patterns, &[])?;
         if !(self.compact_at_fraction > 0.0 && self.compact_at_fraction <= 1.0) {
             return Err(RuntimeError::InvalidInput(format!(

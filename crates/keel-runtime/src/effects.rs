@@ -53,10 +53,16 @@ pub(crate) fn record(
 }
 
 /// The side-table rows event `ev` (already folded into `state`) brings: its effect's row as the
-/// journal now has it, or the usage of a completed step. Merged into `extras`, which commit with
+/// journal now has it, the usage of a completed step, or a re-pin's new release for the session
+/// row. Merged into `extras`, which commit with
 /// the event.
 pub(crate) fn side_rows(state: &SessionState, ev: &Event, extras: &mut AppendExtras) {
     let (outcome, error) = match &ev.body {
+        EventBody::SessionReleasePinned { to_release_id, .. } => {
+            // The session row follows the re-pin in the same commit.
+            extras.release_id = Some(to_release_id.clone());
+            return;
+        }
         EventBody::StepCompleted {
             model,
             usage,

@@ -1,6 +1,6 @@
 //! The runtime's one error type.
 
-use keel_core::{ApplyError, OperationKey, SessionId, ToolCallId, TurnId};
+use keel_core::{ApplyError, OperationKey, ReleaseId, SessionId, ToolCallId, TurnId};
 use keel_store::StoreError;
 use keel_tools::ToolsError;
 
@@ -23,6 +23,16 @@ pub enum RuntimeError {
     Config {
         /// The session.
         session: SessionId,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The session's pinned release cannot be used by this build (its policy does not parse).
+    #[error("session {session}: its pinned release {release} cannot be used: {reason}")]
+    Release {
+        /// The session.
+        session: SessionId,
+        /// The release.
+        release: ReleaseId,
         /// What is wrong.
         reason: String,
     },
@@ -72,6 +82,17 @@ pub enum RuntimeError {
         /// The session.
         session: SessionId,
         /// The running turn.
+        turn: TurnId,
+    },
+    /// [`crate::Runtime::repin`] while the session has an active turn (running, or waiting on a
+    /// human): a turn runs one release from start to end. Nothing was written.
+    #[error(
+        "session {session}: turn {turn} is active; its release can change only between turns (let the turn finish, decide what it waits on, or cancel it)"
+    )]
+    TurnActive {
+        /// The session.
+        session: SessionId,
+        /// The active turn.
         turn: TurnId,
     },
     /// No turn to cancel.

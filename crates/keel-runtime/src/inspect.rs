@@ -98,7 +98,7 @@ impl Runtime {
             reason: "no session.created".into(),
         })?;
         let release = self.inner.store.get_release(tenant, &release_id).await?;
-        let policy = crate::authorize::session_policy(&config, &j, &self.inner.tools)?;
+        let policy = crate::authorize::session_policy(&release, &config, &j, &self.inner.tools)?;
         Ok(crate::context::project(
             &release.definition.instructions,
             &config.workspace,

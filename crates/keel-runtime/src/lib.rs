@@ -33,6 +33,8 @@
 //! - [`subscribe`] — [`Subscription`]: replay + live tail + bounded ephemeral deltas.
 //! - [`seal`] — the exact arguments of calls whose journaled form was redacted, encrypted
 //!   until the call ends.
+//! - [`pinned`] — what runs is the pinned release (tools, policy rules, the route a host
+//!   builds its model from); re-pinning ([`Runtime::repin`]).
 //! - [`lease`], [`redact`], [`config`] ([`SessionConfig`] per session, [`RuntimeOptions`] per
 //!   worker), [`error`] ([`RuntimeError`], the crate's one error type).
 //!
@@ -55,11 +57,15 @@
 //! # fn action_demo() {}
 //! ```
 //!
-//! - [`Runtime::create_session`] pins a [`keel_core::Release`] and a [`SessionConfig`]
-//!   (workspace, permission mode and rules, sandbox, budgets, timeouts, compaction, multitask
+//! - [`Runtime::create_session`] pins a [`keel_core::Release`] (model route, instructions,
+//!   tools, policy rules, default budget: what runs) and a [`SessionConfig`] (workspace,
+//!   permission mode, `ask`/`deny` rules, sandbox, budgets, timeouts, compaction, multitask
 //!   strategy, secrets) in `session.created`.
 //! - [`Runtime::update_config`] changes those settings between turns (`session.config_changed`,
 //!   a merge patch the fold applies; every later step on any worker uses the effective config).
+//! - [`Runtime::repin`] changes the release between turns (`session.release_pinned`, naming
+//!   the old and the new one); [`Runtime::pinned_release`] is the release to build the model
+//!   from.
 //! - [`Runtime::submit`] journals `turn.queued` first (multitask `enqueue` / `reject` /
 //!   `interrupt`).
 //! - [`Runtime::run`] runs until `idle` or `requires_action` and returns a [`RunOutcome`]: the
@@ -144,6 +150,8 @@ pub mod redact;
 
 pub mod seal;
 
+pub mod pinned;
+
 pub mod config;
 
 pub mod error;
@@ -152,6 +160,7 @@ pub use config::{MultitaskStrategy, RuntimeOptions, SessionConfig};
 pub use context::ContextSnapshot;
 pub use error::{Result, RuntimeError};
 pub use journal::TurnOutcome;
+pub use pinned::Repin;
 pub use redact::{REDACTED, Redactor};
 pub use runtime::{PendingAction, RunOutcome, Runtime, SessionView};
 pub use subscribe::{Delta, DeltaKind, Subscription, SubscriptionItem};

@@ -136,10 +136,12 @@ impl Runtime {
         &self.inner.owner
     }
     /// Creates a session pinned to `release` with `config`: stores the release, creates the
-    /// session row and journals `session.created` (config redacted). Nothing runs yet.
+    /// session row and journals `session.created` (config redacted). Nothing runs yet. What
+    /// runs is the release (see [`crate::pinned`]); `config` holds the settings.
     ///
     /// # Errors
-    /// [`RuntimeError::InvalidInput`] for a bad config (nothing written); store errors.
+    /// [`RuntimeError::InvalidInput`] for a bad config (an `allow` rule among them: it belongs
+    /// to the release) or a release whose id or policy is wrong (nothing written); store errors.
     pub async fn create_session(
         &self,
         tenant: TenantId,
@@ -147,12 +149,8 @@ impl Runtime {
         config: SessionConfig,
     ) -> Result<SessionId> {
         config.validate()?;
-        if !release.verify() {
-            return Err(RuntimeError::InvalidInput(format!(
-                "release {} does not match its definition's hash",
-                release.id
-            )));
-        }
+        crate::pinned::check_settings_rules(&config, None)?;
+        crate::pinned::check_release(release)?;
         let store = &self.inner.store;
         store.put_release(tenant, release).await?;
         let session = SessionId::new();
@@ -192,15 +190,18 @@ impl Runtime {
     /// pinned in `session.created` with every earlier change merged in); the result is validated
     /// as [`Runtime::create_session`] validates a config, and the difference is journaled as
     /// `session.config_changed` (a JSON merge patch). Every later step, tool call and turn — on
-    /// any worker, after a restart too — uses the new settings: permission mode and rules,
-    /// sandbox, budgets, timeouts, compaction, multitask strategy, `host`. A change equal to the
+    /// any worker, after a restart too — uses the new settings: permission mode, `ask`/`deny`
+    /// rules (added to the release's), sandbox, budgets, timeouts, compaction, multitask
+    /// strategy, `host`. The model route, tools and policy rules are the release's: change them
+    /// with [`Runtime::repin`]. A change equal to the
     /// current config writes nothing. Allowed between turns and while the active turn waits on a
     /// human (`requires_action`); an approval already requested keeps waiting for its decision.
     /// Returns the effective config afterwards.
     ///
     /// # Errors
-    /// [`RuntimeError::InvalidInput`] for a bad value (rule, fraction, workspace, negative cost)
-    /// or a change of `secret_patterns`/`secret_env` (fixed at creation);
+    /// [`RuntimeError::InvalidInput`] for a bad value (rule, fraction, workspace, negative cost),
+    /// a change of `secret_patterns`/`secret_env` (fixed at creation) or of `allow` rules (a
+    /// release's, see [`crate::pinned`]);
     /// [`RuntimeError::TurnRunning`]; [`RuntimeError::SessionBusy`] when a worker (this process
     /// or another) is running the session — change it once that run returns;
     /// [`RuntimeError::Closed`]; [`RuntimeError::Config`]; store errors. Nothing is written on
@@ -249,6 +250,7 @@ impl Runtime {
             )));
         }
         new.validate()?;
+        crate::pinned::check_settings_rules(&new, Some(&old.allow))?;
         let value = |c: &SessionConfig| {
             serde_json::to_value(c).map_err(|e| RuntimeError::InvalidInput(format!("config: {e}")))
         };

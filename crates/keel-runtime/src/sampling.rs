@@ -31,7 +31,8 @@ use crate::subscribe::DeltaKind;
 impl Runner {
     /// What the model sees for the next step (the frozen snapshot).
     pub(crate) fn project(&self, j: &Journal) -> Result<ContextSnapshot> {
-        let policy = crate::authorize::session_policy(&self.config, j, &self.rt.tools)?;
+        let policy =
+            crate::authorize::session_policy(&self.release, &self.config, j, &self.rt.tools)?;
         Ok(project(
             &self.release.definition.instructions,
             &self.config.workspace,

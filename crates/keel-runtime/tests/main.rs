@@ -17,6 +17,7 @@ mod effects;
 mod expiry;
 mod intents;
 mod recovery;
+mod releases;
 mod sealed;
 mod streaming;
 mod subscribe;

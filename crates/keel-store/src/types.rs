@@ -232,6 +232,10 @@ pub struct AppendExtras {
     pub seal: Vec<(String, Vec<u8>)>,
     /// Tool call ids of the appended session whose sealed row is deleted (absent rows are fine).
     pub unseal: Vec<String>,
+    /// `Some(id)` points the session row's `release_id` at release `id` (a re-pin: the append
+    /// carries `session.release_pinned`). The release must be stored for the tenant
+    /// ([`crate::Store::put_release`]); otherwise the append is `NotFound` and writes nothing.
+    pub release_id: Option<ReleaseId>,
 }
 
 impl AppendExtras {
@@ -243,6 +247,7 @@ impl AppendExtras {
             && self.wake_at.is_none()
             && self.seal.is_empty()
             && self.unseal.is_empty()
+            && self.release_id.is_none()
     }
 }
 

@@ -54,7 +54,7 @@ pub struct GlobalArgs {
 #[derive(Debug, Clone, Default, Args)]
 pub struct RunArgs {
     /// Model: openai:MODEL, openai-responses:MODEL, anthropic:MODEL or script:PATH (replaces the
-    /// configured route).
+    /// configured route; given to resume, re-pins the session to a release with this route).
     #[arg(long, value_name = "SPEC", value_parser = parse_model_arg)]
     pub model: Option<String>,
     /// Base URL of an OpenAI-compatible server (for openai: and openai-responses: models),
@@ -230,8 +230,10 @@ pub enum Command {
         args: RunArgs,
     },
     /// Continue a session: after Ctrl-C, a crash, a pending approval or a finished turn (with a
-    /// new PROMPT). Restores the session's workspace, model, permission mode, sandbox, budgets and
-    /// timeouts; flags given here override them.
+    /// new PROMPT). Restores the session's workspace, model route (its pinned release's),
+    /// permission mode, sandbox, budgets and
+    /// timeouts; settings flags given here change them, and --model
+    /// re-pins the session (journaled and printed) for this and later runs.
     Resume {
         /// The session.
         session: String,

@@ -2,12 +2,16 @@
 //!
 //! A run creates a session pinned to a content-hashed [`Release`] built from the configuration
 //! (model route, instructions, tools, policy rules, budget) and a [`SessionConfig`] (workspace,
-//! permission mode, sandbox, budgets, `[timeouts]`), journals the prompt, then drives
-//! [`Runtime::run`] while a subscription prints the session's events. A resume reads the release
-//! and the effective config back from the store, so a bare `keel resume SESSION` continues with
-//! the same workspace, model route, permission mode, sandbox, budgets and timeouts;
-//! `--permission-mode`, `--sandbox`, `--max-steps`, `--max-cost-usd`, `--timeout`,
-//! `--tool-timeout` and `--base-url` given to resume change them for this and every later turn ([`Runtime::update_config`], journaled as `session.config_changed`).
+//! permission mode, sandbox, budgets, `[timeouts]`), journals the prompt, then drives [`Runtime::run`] while a
+//! subscription prints the session's events. A resume reads the pinned release and the effective
+//! config back from the store, so a bare `keel resume SESSION` continues with the same workspace,
+//! model route (the pinned release's, never keel.toml's `model`), permission mode, sandbox and
+//! budgets; `--permission-mode`, `--sandbox`, `--max-steps`, `--max-cost-usd`, `--timeout`,
+//! `--tool-timeout` and `--base-url` given to resume change the settings for this and every later turn
+//! ([`Runtime::update_config`], journaled as `session.config_changed`). `--model` given to resume
+//! re-pins the session to a release with that route and the same instructions, tools, policy and
+//! budget ([`Runtime::repin`], journaled as `session.release_pinned` and printed on standard
+//! error), so later resumes keep it.
 //!
 //! The base URL of an OpenAI-compatible server is kept in the config's host slot
 //! (`host.base_url`, [`HOST_BASE_URL`]); sessions created before kept it in the release's route
@@ -98,14 +102,12 @@ pub fn release_of(config: &Config) -> Release {
     })
 }
 
-/// The session settings a configuration describes.
+/// The session settings a configuration describes. Its policy rules are not settings: they are
+/// the release's ([`release_of`]), which the runtime enforces.
 pub fn session_config_of(config: &Config) -> SessionConfig {
     SessionConfig {
         workspace: config.workspace.clone(),
         permission_mode: config.permission_mode,
-        allow: config.policy.allow.clone(),
-        ask: config.policy.ask.clone(),
-        deny: config.policy.deny.clone(),
         sandbox: config.sandbox,
         turn_budget: config.budget,
         tool_timeout_ms: Some(config.timeouts.tool_ms),
@@ -276,7 +278,7 @@ pub async fn prepare_run(config: &Config, prompt: &str) -> anyhow::Result<Prepar
 /// What a stored session pins: its release and its effective session settings.
 #[derive(Debug, Clone)]
 pub struct Pinned {
-    /// The release.
+    /// The release it runs now (`session.created`'s, or the last re-pin's).
     pub release: Release,
     /// The settings from `session.created` with every `session.config_changed` applied.
     pub config: SessionConfig,
@@ -300,8 +302,10 @@ pub async fn pinned(store: &Arc<dyn Store>, session: SessionId) -> anyhow::Resul
     }
     let config = serde_json::from_value::<SessionConfig>(state.config)
         .with_context(|| format!("session {session}: its pinned settings cannot be read"))?;
+    // The journal is authoritative (the session row follows it).
+    let release_id = state.release_id.unwrap_or(record.release_id);
     let release = store
-        .get_release(tenant, &record.release_id)
+        .get_release(tenant, &release_id)
         .await
         .with_context(|| format!("session {session}: cannot read its release"))?;
     Ok(Pinned {
@@ -315,27 +319,37 @@ pub async fn pinned(store: &Arc<dyn Store>, session: SessionId) -> anyhow::Resul
 /// active or queued turn, a decided approval) or, when the last turn was aborted or failed, a
 /// turn that asks the model to continue it.
 ///
-/// `config` supplies provider settings (keys, base URLs) and overrides: a model given on the
-/// command line replaces the pinned route (for this invocation). `changes` (flags given to
-/// resume) are journaled first as a config change, so they hold for later turns too.
+/// `config` supplies provider settings (keys, base URLs); the model route is the pinned
+/// release's. `new_route` (`--model`) re-pins the session first to a release with that route and
+/// the pinned one's instructions, tools, policy and budget — journaled, and printed on standard
+/// error in text output — so it holds for later resumes too; a route equal to the pinned one
+/// changes nothing. `changes` (flags given to resume) are journaled next as a config change, so
+/// they hold for later turns too.
 ///
 /// # Errors
-/// Unknown session; model set-up; a change the runtime refuses (a bad value, a turn running, the
-/// session run by another process); store and runtime errors.
+/// Unknown session; model set-up (nothing is journaled then); a re-pin the runtime refuses (a
+/// turn active or waiting on a human, the session run by another process); a change it refuses
+/// (a bad value); store and runtime errors.
 pub async fn prepare_resume(
     store: Arc<dyn Store>,
     config: &Config,
     session: SessionId,
     prompt: Option<&str>,
-    model_override: bool,
+    new_route: Option<&[String]>,
     changes: &ResumeChanges,
 ) -> anyhow::Result<Prepared> {
     let started = Instant::now();
     let pinned = pinned(&store, session).await?;
+    let old_route = &pinned.release.definition.model_route;
+    let release = match new_route {
+        Some(route) if route != old_route.as_slice() => Release::new(AgentDefinition {
+            model_route: route.to_vec(),
+            ..pinned.release.definition.clone()
+        }),
+        _ => pinned.release.clone(),
+    };
     let mut route_config = config.clone();
-    if !model_override {
-        route_config.model_route = pinned.release.definition.model_route.clone();
-    }
+    route_config.model_route = release.definition.model_route.clone();
     // The base URL: --base-url, else the session's, else a legacy `@URL` in the route, else
     // keel.toml's.
     if let Some(url) = changes.base_url.clone() {
@@ -351,6 +365,28 @@ pub async fn prepare_resume(
     let model = Arc::new(build_route(&route_config)?);
     let runtime = runtime_for(config, store, model)?;
     let tenant = local_tenant();
+    if release.id != pinned.release.id {
+        let repin = runtime
+            .repin(tenant, session, &release)
+            .await
+            .with_context(|| {
+                format!(
+                    "cannot re-pin session {session} to model route {}",
+                    release.definition.model_route.join(", ")
+                )
+            })?;
+        if let Some(r) = repin
+            && config.output == crate::config::OutputFormat::Text
+        {
+            eprintln!(
+                "keel: re-pinned session {session} from release {} to {} (model route {} -> {})",
+                r.from_release_id,
+                r.to_release_id,
+                old_route.join(", "),
+                release.definition.model_route.join(", ")
+            );
+        }
+    }
     if !changes.is_empty() {
         runtime
             .update_config(tenant, session, |c| changes.apply(c))

@@ -181,12 +181,17 @@ async fn prepare(
             let config = Config::load(Some(&workspace), &locations, &overrides)
                 .map_err(|e| with_mode(e.into()))?;
             let changes = resume_changes(args, &config);
+            // `--model` (keel.toml's `model` never): the route to re-pin the session to.
+            let new_route = args
+                .model
+                .is_some()
+                .then_some(config.model_route.as_slice());
             let p = prepare_resume(
                 store,
                 &config,
                 session,
                 prompt.as_deref(),
-                args.model.is_some(),
+                new_route,
                 &changes,
             )
             .await

@@ -162,14 +162,34 @@ pub async fn list(
     Ok(())
 }
 
-/// A session's summary as JSON: status, turns, pending approvals, unresolved effects, totals.
+/// A session's summary as JSON: status, the release it runs now (with its re-pins) and that
+/// release's model route, turns, pending approvals, unresolved effects, totals.
 ///
 /// # Errors
 /// Store errors.
 pub async fn summary(store: &Arc<dyn Store>, session: SessionId) -> anyhow::Result<Value> {
     let tenant = local_tenant();
     let record = get_session(store, session).await?;
-    let (_, state) = load_state(store, session).await?;
+    let (events, state) = load_state(store, session).await?;
+    // The release it runs now: the journal's (the session row follows it).
+    let release_id = state
+        .release_id
+        .clone()
+        .unwrap_or(record.release_id.clone());
+    let re_pins: Vec<Value> = events
+        .iter()
+        .filter_map(|e| match &e.body {
+            EventBody::SessionReleasePinned {
+                from_release_id,
+                to_release_id,
+            } => Some(json!({
+                "seq": e.seq,
+                "from_release_id": from_release_id,
+                "to_release_id": to_release_id,
+            })),
+            _ => None,
+        })
+        .collect();
     let turns: Vec<Value> = state
         .turn_order
         .iter()
@@ -215,9 +235,10 @@ pub async fn summary(store: &Arc<dyn Store>, session: SessionId) -> anyhow::Resu
     Ok(json!({
         "session_id": session,
         "status": record.status,
-        "release_id": record.release_id,
+        "release_id": release_id,
+        "re_pins": re_pins,
         "model_route": store
-            .get_release(tenant, &record.release_id)
+            .get_release(tenant, &release_id)
             .await
             .ok()
             .map(|r| r.definition.model_route),
@@ -276,6 +297,15 @@ pub async fn show(
     writeln!(out, "session    {}", str_of(&s["session_id"]))?;
     writeln!(out, "status     {}", str_of(&s["status"]))?;
     writeln!(out, "release    {}", str_of(&s["release_id"]))?;
+    if let Some(pins) = s["re_pins"].as_array().filter(|p| !p.is_empty()) {
+        writeln!(
+            out,
+            "           re-pinned {} time{}, first from {}",
+            pins.len(),
+            if pins.len() == 1 { "" } else { "s" },
+            str_of(&pins[0]["from_release_id"])
+        )?;
+    }
     if let Some(w) = s["config"].get("workspace") {
         writeln!(out, "workspace  {}", str_of(w))?;
     }

@@ -126,3 +126,105 @@ fn an_invalid_setting_on_resume_is_refused_and_changes_nothing() {
     let after = show_json(&env, &session);
     assert_eq!(before["version"], after["version"], "nothing written");
 }
+
+/// `keel resume S --model script:other.jsonl` re-pins the session: the re-pin is printed on
+/// standard error, the next step samples the new route, a later bare `keel resume S` keeps it,
+/// and `keel sessions show` names the new release. Before: `--model` overrode the route for that
+/// one invocation, silently, and the next resume went back to the pinned route.
+#[test]
+fn resume_with_model_re_pins_the_session_and_later_resumes_keep_the_new_route() {
+    let env = Env::new();
+    let (code, session) = start(
+        &env,
+        "{\"text\":\"from the first script\"}\n{\"text\":\"first script again\"}\n{\"text\":\"first script, third\"}\n",
+        &[],
+    );
+    assert_eq!(code, Some(0));
+    let old = show_json(&env, &session);
+    let old_release = old["release_id"].as_str().unwrap().to_owned();
+    // Position 1 was used by the first turn: the other script answers from its line 2 on.
+    env.write(
+        "other.jsonl",
+        "{\"text\":\"never used\"}\n{\"text\":\"from the other script\"}\n{\"text\":\"other script again\"}\n",
+    );
+    let out = env
+        .keel()
+        .args(["resume", &session, "next", "--model", "script:other.jsonl"])
+        .output()
+        .unwrap();
+    let (err, text) = (stderr(&out), stdout(&out));
+    assert_eq!(out.status.code(), Some(0), "{err}\n{text}");
+    let shown = show_json(&env, &session);
+    let new_release = shown["release_id"].as_str().unwrap().to_owned();
+    assert_ne!(new_release, old_release);
+    let other = env.path("other.jsonl").display().to_string();
+    assert!(
+        err.contains(&format!(
+            "re-pinned session {session} from release {old_release} to {new_release} (model route script:"
+        )) && err.contains(&format!("-> script:{other})")),
+        "{err}"
+    );
+    assert!(text.contains("from the other script"), "{text}");
+    assert_eq!(
+        shown["model_route"],
+        serde_json::json!([format!("script:{other}")])
+    );
+    assert_eq!(shown["re_pins"][0]["from_release_id"], old_release.as_str());
+    assert_eq!(shown["re_pins"][0]["to_release_id"], new_release.as_str());
+    let show = stdout(&env.run(&["sessions", "show", &session]));
+    assert!(
+        show.contains(&format!("release    {new_release}")) && show.contains("re-pinned 1 time"),
+        "{show}"
+    );
+
+    // A bare resume keeps the new route.
+    let (code, lines, err) = resume(&env, &session, &["and again"]);
+    let result = check_stream(&lines);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(result["final_text"], "other script again", "{result}");
+    assert!(!lines.iter().any(|l| l["type"] == "session.release_pinned"));
+    assert_eq!(
+        show_json(&env, &session)["release_id"],
+        new_release.as_str()
+    );
+
+    // In JSONL the re-pin is the event; the same route again re-pins nothing.
+    env.write(
+        "third.jsonl",
+        "{\"text\":\"x\"}\n{\"text\":\"x\"}\n{\"text\":\"x\"}\n{\"text\":\"from the third\"}\n",
+    );
+    let (code, lines, err) = resume(&env, &session, &["third", "--model", "script:third.jsonl"]);
+    assert_eq!(code, Some(0), "{err}");
+    let pin = lines
+        .iter()
+        .find(|l| l["type"] == "session.release_pinned")
+        .unwrap_or_else(|| panic!("{lines:?}"));
+    assert_eq!(pin["payload"]["from_release_id"], new_release.as_str());
+    assert!(
+        !err.contains("re-pinned"),
+        "stderr stays quiet in JSONL: {err}"
+    );
+    let (code, lines, _) = resume(&env, &session, &["fourth", "--model", "script:third.jsonl"]);
+    assert_ne!(code, None);
+    assert!(!lines.iter().any(|l| l["type"] == "session.release_pinned"));
+}
+
+/// `--model` on resume while a turn waits on an approval is refused and re-pins nothing: a
+/// turn runs one release from start to end.
+#[test]
+fn resume_with_model_during_a_pending_approval_is_refused() {
+    let env = Env::new();
+    let (code, session) = start(&env, WRITE_TWICE, &[]);
+    assert_eq!(code, Some(3), "the write waits on an approval");
+    let before = show_json(&env, &session);
+    env.write("other.jsonl", "{\"text\":\"x\"}\n");
+    let (code, _, err) = resume(&env, &session, &["--model", "script:other.jsonl"]);
+    assert_ne!(code, Some(0));
+    assert!(
+        err.contains("re-pin") && err.contains("between turns"),
+        "{err}"
+    );
+    let after = show_json(&env, &session);
+    assert_eq!(before["release_id"], after["release_id"]);
+    assert_eq!(before["version"], after["version"], "nothing written");
+}

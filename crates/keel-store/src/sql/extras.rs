@@ -62,6 +62,8 @@ pub(crate) struct Extras {
     wake_at: Option<Option<i64>>,
     seal: Vec<(String, Vec<u8>)>,
     unseal: Vec<String>,
+    /// The release the session row is re-pointed at.
+    release_id: Option<String>,
 }
 
 impl Extras {
@@ -152,6 +154,7 @@ impl Extras {
             wake_at: extras.wake_at.map(|w| w.map(|t| t.timestamp_millis())),
             seal: extras.seal.clone(),
             unseal: extras.unseal.clone(),
+            release_id: extras.release_id.as_ref().map(|r| r.0.clone()),
         }))
     }
 
@@ -160,7 +163,7 @@ impl Extras {
     ///
     /// # Errors
     /// `Conflict` for an approval id that exists or an operation key held by another session;
-    /// `Database`.
+    /// `NotFound` for a release the tenant has not stored; `Database`.
     pub async fn apply(
         &self,
         conn: &mut AnyConnection,
@@ -290,6 +293,25 @@ impl Extras {
                     .bind(super::now_ms())
                     .execute(&mut *conn)
                     .await?;
+            }
+        }
+        if let Some(release) = &self.release_id {
+            let done = sqlx::query(&dialect.sql(
+                "UPDATE sessions SET release_id = ? WHERE tenant_id = ? AND session_id = ? \
+                 AND EXISTS (SELECT 1 FROM releases WHERE releases.tenant_id = ? AND releases.release_id = ?)",
+            ))
+            .bind(release.clone())
+            .bind(tenant.to_owned())
+            .bind(session.to_owned())
+            .bind(tenant.to_owned())
+            .bind(release.clone())
+            .execute(&mut *conn)
+            .await?;
+            if done.rows_affected() == 0 {
+                return Err(StoreError::NotFound {
+                    entity: "release",
+                    id: release.clone(),
+                });
             }
         }
         if let Some(at) = self.wake_at {

@@ -1950,6 +1950,7 @@ pub async fn append_with_writes_events_and_extras_atomically(h: &Harness) {
         wake_at: Some(Some(wake)),
         seal: vec![("call_9".into(), b"sealed".to_vec())],
         unseal: vec!["call_8".into()],
+        release_id: None,
     };
     assert!(!extras.is_empty());
     assert!(AppendExtras::default().is_empty());
@@ -2081,6 +2082,7 @@ pub async fn stale_append_with_writes_none_of_its_extras(h: &Harness) {
         wake_at: Some(None),
         seal: vec![("call_9".into(), b"sealed".to_vec())],
         unseal: vec!["call_8".into()],
+        release_id: None,
     };
     let before = side_tables(h, t, f.session).await;
     // Stale version (behind and ahead).
@@ -2157,6 +2159,7 @@ pub async fn a_failing_extra_makes_the_whole_append_write_nothing(h: &Harness) {
         wake_at: Some(Some(wake)),
         seal: vec![("call_9".into(), b"sealed".to_vec())],
         unseal: vec!["call_8".into()],
+        release_id: None,
     };
     let before = side_tables(h, t, f.session).await;
     let try_with = |extras: AppendExtras| {
@@ -2709,5 +2712,103 @@ pub async fn sealed_arguments_commit_with_the_journal(h: &Harness) {
             .await
             .unwrap()
             .is_empty()
+    );
+}
+
+/// A re-pin's `release_id` extra moves the session row to the new release in the commit of its
+/// `session.release_pinned`; a release the tenant has not stored (or stored only for another
+/// tenant) makes the whole append write nothing, as does a stale append.
+pub async fn a_re_pin_moves_the_session_row_with_its_event(h: &Harness) {
+    let t = tenant();
+    let f = session(&h.store, t).await;
+    let release = |name: &str| {
+        Release::new(AgentDefinition {
+            name: name.into(),
+            model_route: vec!["script:/tmp/other.jsonl".into()],
+            instructions: String::new(),
+            tools: Vec::new(),
+            policy: json!({"deny": ["shell"]}),
+            budget: Budget::default(),
+        })
+    };
+    let (next, foreign, missing) = (release("next"), release("foreign"), release("missing"));
+    h.store.put_release(t, &next).await.unwrap();
+    h.store.put_release(tenant(), &foreign).await.unwrap();
+    let repin = |version: u64, to: &Release| {
+        vec![Event::new(
+            f.session,
+            version + 1,
+            Utc::now(),
+            Correlation::default(),
+            EventBody::SessionReleasePinned {
+                from_release_id: ReleaseId::from("sha256:test"),
+                to_release_id: to.id.clone(),
+            },
+        )]
+    };
+    let extras = |to: &Release| AppendExtras {
+        release_id: Some(to.id.clone()),
+        ..AppendExtras::default()
+    };
+    for absent in [&missing, &foreign] {
+        let err = h
+            .store
+            .append_with(
+                t,
+                f.session,
+                1,
+                f.lease.epoch,
+                &repin(1, absent),
+                &extras(absent),
+            )
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, StoreError::NotFound { entity: "release", id } if *id == absent.id.0),
+            "{err}"
+        );
+        let rec = h.store.get_session(t, f.session).await.unwrap();
+        assert_eq!(
+            (rec.version, rec.release_id),
+            (1, ReleaseId::from("sha256:test")),
+            "nothing written"
+        );
+    }
+    let v = h
+        .store
+        .append_with(
+            t,
+            f.session,
+            1,
+            f.lease.epoch,
+            &repin(1, &next),
+            &extras(&next),
+        )
+        .await
+        .unwrap();
+    let rec = h.store.get_session(t, f.session).await.unwrap();
+    assert_eq!((rec.version, &rec.release_id), (v, &next.id));
+    assert_eq!(
+        h.store.read(t, f.session, v, None).await.unwrap()[0].type_name(),
+        "session.release_pinned"
+    );
+    // A stale append does not move the row.
+    h.store.put_release(t, &missing).await.unwrap();
+    assert!(
+        h.store
+            .append_with(
+                t,
+                f.session,
+                1,
+                f.lease.epoch,
+                &repin(1, &missing),
+                &extras(&missing)
+            )
+            .await
+            .is_err()
+    );
+    assert_eq!(
+        h.store.get_session(t, f.session).await.unwrap().release_id,
+        next.id
     );
 }
