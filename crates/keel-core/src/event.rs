@@ -252,7 +252,7 @@ pub enum EventBody {
         /// Arguments as the model wrote them (any JSON; validation comes next), redacted.
         arguments: Value,
         /// Redaction changed the arguments: the exact ones are sealed outside the journal (the
-        /// runtime's `sealed_arguments` rows) until the call ends, and the call never runs
+        /// runtime's sealed rows, kind `arguments`) until the call ends, and the call never runs
         /// with these. Absent (false) in journals written before it existed.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         sealed: bool,

@@ -19,7 +19,7 @@ use keel_core::{
     Correlation, Event, EventBody, LeaseEpoch, SessionId, SessionState, StateMachine, TenantId,
     ToolCallId,
 };
-use keel_store::{AppendExtras, Store, StoreError};
+use keel_store::{AppendExtras, SealedKey, SealedKind, Store, StoreError};
 use serde_json::Value;
 
 use crate::error::{Result, RuntimeError};
@@ -184,7 +184,7 @@ impl Journal {
         if !open.is_empty() {
             for (call, sealed) in self
                 .store
-                .sealed_arguments(self.tenant, self.session)
+                .sealed_rows(self.tenant, self.session, SealedKind::Arguments)
                 .await?
             {
                 let id = ToolCallId::from(call.as_str());
@@ -245,8 +245,9 @@ impl Journal {
                     if let Some(key) = &self.seal_key {
                         let plain = arguments.to_string();
                         let row = key.seal(self.seal_context(&call).as_bytes(), plain.as_bytes());
-                        self.extras.unseal.retain(|c| c != call.as_str());
-                        self.extras.seal.push((call.to_string(), row));
+                        let id = SealedKey::new(SealedKind::Arguments, call.as_str());
+                        self.extras.unseal.retain(|k| *k != id);
+                        self.extras.seal.push((id, row));
                         self.exact.insert(call, arguments.clone());
                     }
                 }
@@ -255,8 +256,9 @@ impl Journal {
                         || self.state.tool_calls.get(&call).is_some_and(|c| c.sealed) =>
                 {
                     self.exact.remove(&call);
-                    self.extras.seal.retain(|(c, _)| c != call.as_str());
-                    self.extras.unseal.push(call.to_string());
+                    let id = SealedKey::new(SealedKind::Arguments, call.as_str());
+                    self.extras.seal.retain(|(k, _)| *k != id);
+                    self.extras.unseal.push(id);
                 }
                 _ => {}
             }

@@ -3,7 +3,7 @@
 //! A tool runs exactly the arguments the model proposed (the approval hash is of those), while
 //! events, the transcript and the store show them redacted. A call can wait — for an approval
 //! decided on another worker, across a drain or a crash — so the exact arguments of every
-//! unfinished call whose redacted form differs are kept in the store's `sealed_arguments` rows,
+//! unfinished call whose redacted form differs are kept in the store's sealed rows (kind `arguments`),
 //! encrypted with ChaCha20-Poly1305 (RFC 8439) under a deployment key that never enters the
 //! store or an event. The row commits with the call's `tool_call.proposed` (which says
 //! `sealed: true`) and is deleted in the commit that journals its `tool_call.finished`. A sealed
