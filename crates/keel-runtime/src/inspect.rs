@@ -105,6 +105,7 @@ impl Runtime {
             &self.inner.tools,
             policy,
             &j.proj,
+            &[],
         ))
     }
 

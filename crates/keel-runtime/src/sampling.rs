@@ -37,6 +37,7 @@ impl Runner {
             &self.rt.tools,
             policy,
             &j.proj,
+            &j.exact_reasoning(),
         ))
     }
 
@@ -308,7 +309,10 @@ impl Runner {
                         usage,
                         cost_usd: cost,
                         text,
+                        // Sealed, and left out of the event unless the session keeps
+                        // reasoning, when the journal stages it (`crate::seal`).
                         reasoning,
+                        reasoning_sealed: 0,
                         responses_consumed: u64::from(consumes),
                     },
                 ));

@@ -1507,6 +1507,7 @@ pub async fn edge_inputs_are_typed_errors(h: &Harness) {
             cost_usd: f64::NAN,
             text: String::new(),
             reasoning: Vec::new(),
+            reasoning_sealed: 0,
             responses_consumed: 1,
         },
     );
