@@ -69,6 +69,10 @@ pub struct RunArgs {
     /// Wall-clock limit per turn: 500ms, 30s, 15m, 2h or plain seconds.
     #[arg(long, value_name = "DURATION", value_parser = parse_timeout_arg)]
     pub timeout: Option<String>,
+    /// Keep the model's reasoning in the session's journal (redacted). By default it is shown
+    /// live and kept, sealed, only until its turn ends.
+    #[arg(long)]
+    pub keep_reasoning: bool,
 }
 
 /// `--model`: a spec keel knows (`openai:M`, `anthropic:M`, `script:PATH`, …).
@@ -132,6 +136,7 @@ impl RunArgs {
             max_cost_usd: self.max_cost_usd,
             timeout: self.timeout.clone(),
             store: store.map(str::to_owned),
+            keep_reasoning: self.keep_reasoning.then_some(true),
         }
     }
 }

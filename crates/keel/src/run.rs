@@ -6,8 +6,8 @@
 //! subscription prints the session's events. A resume reads the release and the effective config
 //! back from the store, so a bare `keel resume SESSION` continues with the same workspace, model
 //! route, permission mode, sandbox and budgets; `--permission-mode`, `--sandbox`, `--max-steps`,
-//! `--max-cost-usd`, `--timeout` and `--base-url` given to resume change them for this and every
-//! later turn ([`Runtime::update_config`], journaled as `session.config_changed`).
+//! `--max-cost-usd`, `--timeout`, `--base-url` and `--keep-reasoning` given to resume change them
+//! for this and every later turn ([`Runtime::update_config`], journaled as `session.config_changed`).
 //!
 //! The base URL of an OpenAI-compatible server is kept in the config's host slot
 //! (`host.base_url`, [`HOST_BASE_URL`]); sessions created before kept it in the release's route
@@ -108,6 +108,7 @@ pub fn session_config_of(config: &Config) -> SessionConfig {
         deny: config.policy.deny.clone(),
         sandbox: config.sandbox,
         turn_budget: config.budget,
+        keep_reasoning: config.keep_reasoning,
         // Every provider key keel reads is a secret, like the `[env]` values marked secret.
         secret_env: config
             .env
@@ -145,6 +146,8 @@ pub struct ResumeChanges {
     pub max_wall_time_ms: Option<u64>,
     /// `--base-url`: the OpenAI-compatible server, kept in `host.base_url`.
     pub base_url: Option<String>,
+    /// `--keep-reasoning`: journal the model's reasoning from now on.
+    pub keep_reasoning: Option<bool>,
 }
 
 impl ResumeChanges {
@@ -169,6 +172,9 @@ impl ResumeChanges {
         }
         if let Some(ms) = self.max_wall_time_ms {
             c.turn_budget.max_wall_time_ms = Some(ms);
+        }
+        if let Some(keep) = self.keep_reasoning {
+            c.keep_reasoning = keep;
         }
         if let Some(url) = &self.base_url {
             c.host.insert(

@@ -206,6 +206,7 @@ fn resume_changes(args: &RunArgs, config: &Config) -> ResumeChanges {
         max_cost_usd: args.max_cost_usd,
         max_wall_time_ms: args.timeout.as_ref().and(config.budget.max_wall_time_ms),
         base_url: args.base_url.clone(),
+        keep_reasoning: args.keep_reasoning.then_some(true),
     }
 }
 
