@@ -238,9 +238,17 @@ pub enum EventBody {
         /// The response's visible text (the assistant message of the transcript), redacted.
         #[serde(default, skip_serializing_if = "String::is_empty")]
         text: String,
-        /// Provider reasoning items to send back on later requests (opaque to the core).
+        /// Provider reasoning items (opaque to the core), redacted. Journaled only when the
+        /// session keeps reasoning (`keep_reasoning`), and by builds before hidden reasoning was
+        /// sealed; otherwise empty: hidden reasoning is never stored past its turn.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         reasoning: Vec<Value>,
+        /// How many reasoning items of the response were sealed, exact, outside the journal
+        /// (the runtime's sealed rows, kind `reasoning`, keyed by the step) so they can be sent
+        /// back unmodified within the turn's tool loop; the row is deleted with the turn's
+        /// `turn.finished`. Absent (0) when there were none, and in older journals.
+        #[serde(default, skip_serializing_if = "is_zero")]
+        reasoning_sealed: u32,
         /// Model responses this attempt consumed (the script position advances by it).
         #[serde(default = "one")]
         responses_consumed: u64,
@@ -264,7 +272,7 @@ pub enum EventBody {
         /// Arguments as the model wrote them (any JSON; validation comes next), redacted.
         arguments: Value,
         /// Redaction changed the arguments: the exact ones are sealed outside the journal (the
-        /// runtime's `sealed_arguments` rows) until the call ends, and the call never runs
+        /// runtime's sealed rows, kind `arguments`) until the call ends, and the call never runs
         /// with these. Absent (false) in journals written before it existed.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         sealed: bool,
@@ -360,6 +368,10 @@ pub enum EventBody {
 
 fn one() -> u64 {
     1
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// A human's decision on an effect whose outcome is unknown after a crash or timeout.
@@ -687,6 +699,7 @@ mod tests {
                 cost_usd: 0.0,
                 text: "calling a tool".into(),
                 reasoning: vec![json!({"provider": "openai", "id": "rs_1"})],
+                reasoning_sealed: 0,
                 responses_consumed: 1,
             },
             EventBody::StepFailed {

@@ -121,6 +121,7 @@ fn a_turn_with_an_approved_side_effecting_call_folds_to_completed() {
                 cost_usd: 0.01,
                 text: String::new(),
                 reasoning: Vec::new(),
+                reasoning_sealed: 0,
                 responses_consumed: 1,
             },
         )
@@ -210,6 +211,7 @@ fn a_turn_with_an_approved_side_effecting_call_folds_to_completed() {
                 cost_usd: 0.02,
                 text: String::new(),
                 reasoning: Vec::new(),
+                reasoning_sealed: 0,
                 responses_consumed: 1,
             },
         )

@@ -1423,6 +1423,7 @@ impl World {
                         cost_usd: 0.001,
                         text: String::new(),
                         reasoning: Vec::new(),
+                        reasoning_sealed: 0,
                         responses_consumed: 1,
                     },
                 ));
@@ -2166,6 +2167,7 @@ impl Hand {
                 cost_usd: 0.0,
                 text: String::new(),
                 reasoning: Vec::new(),
+                reasoning_sealed: 0,
                 responses_consumed: 1,
             },
         )

@@ -242,6 +242,7 @@ impl Ids {
                     cost_usd: 0.5,
                     text: String::new(),
                     reasoning: Vec::new(),
+                    reasoning_sealed: 0,
                     responses_consumed: 1,
                 },
             ),

@@ -91,6 +91,11 @@ pub struct SessionConfig {
     pub secret_patterns: Vec<String>,
     /// Names of environment variables whose values are secret.
     pub secret_env: Vec<String>,
+    /// Keep the model's reasoning (thinking text with its signature, reasoning summaries and
+    /// encrypted reasoning items) in the journal, redacted, in `step.completed.reasoning`.
+    /// Default false: reasoning is shown live to subscribers, sealed outside the journal for
+    /// the turn's tool loop only, and deleted when the turn ends (see [`crate::seal`]).
+    pub keep_reasoning: bool,
     /// Settings of the host that created the session, which the runtime stores and never reads
     /// (e.g. the `keel` CLI's `base_url` of an OpenAI-compatible server). Keys are the host's;
     /// values any JSON. Pinned and changeable like every other field.
@@ -127,6 +132,7 @@ impl Default for SessionConfig {
             approval_ttl_ms: 24 * 3600 * 1000,
             secret_patterns: Vec::new(),
             secret_env: Vec::new(),
+            keep_reasoning: false,
             host: BTreeMap::new(),
         }
     }

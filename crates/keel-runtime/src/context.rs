@@ -21,7 +21,7 @@
 
 use std::path::Path;
 
-use keel_model::{Message, ModelRequest, RequestPurpose, ToolSchema};
+use keel_model::{Message, ModelRequest, ReasoningItem, RequestPurpose, ToolSchema};
 use keel_tools::ToolRegistry;
 use keel_tools::policy::{Policy, PolicyRequest, Subject, Verdict};
 use keel_tools::tool::EffectClass;
@@ -81,7 +81,10 @@ fn visible(policy: &Policy, name: &str, effect: EffectClass) -> bool {
         != Verdict::Deny
 }
 
-/// Builds the snapshot for the next step.
+/// Builds the snapshot for the next step. `exact_reasoning` gives, by transcript index, the
+/// reasoning items an assistant item is sent with in place of its projected ones: the active
+/// turn's sealed reasoning, exactly as the provider sent it (see [`crate::seal`]). Inspection
+/// passes none, so a projected context never shows hidden reasoning.
 pub fn project(
     instructions: &str,
     workspace: &Path,
@@ -89,6 +92,7 @@ pub fn project(
     registry: &ToolRegistry,
     policy: Policy,
     proj: &Projection,
+    exact_reasoning: &[(usize, Vec<ReasoningItem>)],
 ) -> ContextSnapshot {
     let mut system = instructions.to_owned();
     if let Ok(agents) = std::fs::read_to_string(workspace.join("AGENTS.md")) {
@@ -125,7 +129,16 @@ pub fn project(
         tokens += estimate_message_tokens(&m);
         messages.push(m);
     }
+    let shown_from = messages.len();
     messages.extend(proj.items[first..].iter().cloned());
+    for (item, exact) in exact_reasoning {
+        if let Some(Message::Assistant { reasoning, .. }) = item
+            .checked_sub(first)
+            .and_then(|i| messages.get_mut(shown_from + i))
+        {
+            reasoning.clone_from(exact);
+        }
+    }
     tokens += proj.item_tokens[first..].iter().sum::<u64>();
     if let Some(a) = proj.anchor
         && a.first_kept == proj.first_kept

@@ -106,6 +106,7 @@ impl Runtime {
             &self.inner.tools,
             policy,
             &j.proj,
+            &[],
         ))
     }
 

@@ -16,9 +16,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use chrono::Utc;
 use keel_core::{
-    Correlation, Event, EventBody, LeaseEpoch, SessionId, SessionState, StateMachine, TenantId,
+    Correlation, Event, EventBody, LeaseEpoch, SessionId, SessionState, StepId, TenantId,
     ToolCallId,
 };
+use keel_model::ReasoningItem;
 use keel_store::{AppendExtras, Store, StoreError};
 use serde_json::Value;
 
@@ -97,10 +98,13 @@ pub struct Journal {
     pub(crate) extras: AppendExtras,
     /// When the oldest staged event was staged.
     staged_since: Option<std::time::Instant>,
-    /// The key sealed arguments are encrypted with (set by [`Journal::unseal`]).
-    seal_key: Option<SealKey>,
+    /// The key sealed rows are encrypted with (set by [`Journal::unseal`]).
+    pub(crate) seal_key: Option<SealKey>,
     /// The exact arguments of open calls whose journaled arguments were redacted (`sealed`).
-    exact: HashMap<ToolCallId, Value>,
+    pub(crate) exact: HashMap<ToolCallId, Value>,
+    /// The exact reasoning items of the active turn's completed steps, as the provider sent
+    /// them (see [`crate::seal`]).
+    pub(crate) reasoning: HashMap<StepId, Vec<ReasoningItem>>,
 }
 
 impl Journal {
@@ -130,6 +134,7 @@ impl Journal {
             staged_since: None,
             seal_key: None,
             exact: HashMap::new(),
+            reasoning: HashMap::new(),
         };
         j.reload().await?;
         Ok(j)
@@ -165,102 +170,6 @@ impl Journal {
             session: self.session,
             reason: e.to_string(),
         })
-    }
-
-    /// Reads the session's sealed rows and opens them with `key`, which also seals what this
-    /// journal stages from now on. A row that does not open (another deployment key, an altered
-    /// row) is left out: its call never runs (see [`Journal::exact_arguments`]).
-    ///
-    /// # Errors
-    /// Store errors.
-    pub(crate) async fn unseal(&mut self, key: SealKey) -> Result<()> {
-        let open: Vec<&ToolCallId> = self
-            .state
-            .tool_calls
-            .values()
-            .filter(|c| c.sealed && !c.status.is_terminal())
-            .map(|c| &c.id)
-            .collect();
-        if !open.is_empty() {
-            for (call, sealed) in self
-                .store
-                .sealed_arguments(self.tenant, self.session)
-                .await?
-            {
-                let id = ToolCallId::from(call.as_str());
-                let plain = key.open(self.seal_context(&id).as_bytes(), &sealed);
-                match plain.and_then(|p| serde_json::from_slice::<Value>(&p).ok()) {
-                    Some(args) => {
-                        self.exact.insert(id, args);
-                    }
-                    None => tracing::warn!(
-                        session = %self.session, call = %id,
-                        "sealed arguments do not open with this deployment's key; the call will not run"
-                    ),
-                }
-            }
-        }
-        self.seal_key = Some(key);
-        Ok(())
-    }
-
-    /// What a sealed row of `call` is bound to (it does not open for another call).
-    fn seal_context(&self, call: &ToolCallId) -> String {
-        format!(
-            "keel-sealed-arguments/{}/{}/{call}",
-            self.tenant, self.session
-        )
-    }
-
-    /// The arguments call `call` runs with: exactly what the model proposed. `None` when the
-    /// call is unknown, or its journaled arguments were redacted and the exact ones are not
-    /// available (a sealed row that did not open): such a call must not run.
-    pub(crate) fn exact_arguments(&self, call: &ToolCallId) -> Option<Value> {
-        let c = self.state.tool_calls.get(call)?;
-        if c.sealed {
-            self.exact.get(call).cloned()
-        } else {
-            Some(c.arguments.clone())
-        }
-    }
-
-    /// Seals the exact arguments of each proposal whose redaction changes them: marks the
-    /// event `sealed`, keeps them in memory, and stages the encrypted row to commit with it.
-    /// A call's result deletes its row in the same commit.
-    fn seal_items(&mut self, items: &mut [(Correlation, EventBody)]) {
-        for (corr, body) in items.iter_mut() {
-            let Some(call) = corr.tool_call_id.clone() else {
-                continue;
-            };
-            match body {
-                EventBody::ToolCallProposed {
-                    arguments, sealed, ..
-                } => {
-                    let mut shown = arguments.clone();
-                    self.redactor.redact_value(&mut shown);
-                    if shown == *arguments {
-                        continue;
-                    }
-                    *sealed = true;
-                    if let Some(key) = &self.seal_key {
-                        let plain = arguments.to_string();
-                        let row = key.seal(self.seal_context(&call).as_bytes(), plain.as_bytes());
-                        self.extras.unseal.retain(|c| c != call.as_str());
-                        self.extras.seal.push((call.to_string(), row));
-                        self.exact.insert(call, arguments.clone());
-                    }
-                }
-                EventBody::ToolCallFinished { .. }
-                    if self.exact.contains_key(&call)
-                        || self.state.tool_calls.get(&call).is_some_and(|c| c.sealed) =>
-                {
-                    self.exact.remove(&call);
-                    self.extras.seal.retain(|(c, _)| c != call.as_str());
-                    self.extras.unseal.push(call.to_string());
-                }
-                _ => {}
-            }
-        }
     }
 
     /// Whether events are staged and not yet committed.
@@ -328,6 +237,7 @@ impl Journal {
             self.proj.apply(&self.state, ev);
             crate::effects::side_rows(&self.state, ev, &mut self.extras);
         }
+        self.prune_reasoning();
         if self.staged.is_empty() {
             self.staged_since = Some(std::time::Instant::now());
         }

@@ -31,8 +31,10 @@
 //!   lease epoch); [`projection`] — [`projection::Projection`], the model-visible transcript.
 //! - [`context`] — [`ContextSnapshot`]: what a step shows the model; [`tokens`] estimates.
 //! - [`subscribe`] — [`Subscription`]: replay + live tail + bounded ephemeral deltas.
-//! - [`seal`] — the exact arguments of calls whose journaled form was redacted, encrypted
-//!   until the call ends.
+//! - [`seal`] — sealed rows, encrypted outside the journal: the exact arguments of calls
+//!   whose journaled form was redacted (until the call ends), and the provider reasoning of
+//!   the active turn's steps (until the turn ends; hidden reasoning is never journaled unless
+//!   `keep_reasoning`).
 //! - [`pinned`] — what runs is the pinned release (tools, policy rules, the route a host
 //!   builds its model from); re-pinning ([`Runtime::repin`]).
 //! - [`lease`], [`redact`], [`config`] ([`SessionConfig`] per session, [`RuntimeOptions`] per

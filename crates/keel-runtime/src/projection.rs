@@ -6,8 +6,8 @@
 use std::collections::HashMap;
 
 use keel_core::{
-    ApprovalDecision, BudgetLimit, Event, EventBody, SessionState, TerminalReason, ToolCallId,
-    TurnId, Usage,
+    ApprovalDecision, BudgetLimit, Event, EventBody, SessionState, StepId, TerminalReason,
+    ToolCallId, TurnId, Usage,
 };
 use keel_model::{Message, ReasoningItem, ToolCall};
 use serde_json::Value;
@@ -74,6 +74,20 @@ pub struct Projection {
     pub last_step_day: Option<String>,
     /// (tool, arguments) of calls allowed for the rest of the session.
     pub allowed_for_session: Vec<(String, Value)>,
+    /// The active turn's assistant items that have reasoning, journaled or sealed. Requests
+    /// send it back only within the turn: `turn.finished` strips it from the turn's items.
+    pub turn_reasoning: Vec<TurnReasoning>,
+}
+
+/// An assistant item of the active turn with reasoning (see [`Projection::turn_reasoning`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TurnReasoning {
+    /// The step that produced it.
+    pub step: StepId,
+    /// Its index in [`Projection::items`].
+    pub item: usize,
+    /// Reasoning items sealed outside the journal for it (`step.completed.reasoning_sealed`).
+    pub sealed: u32,
 }
 
 /// A provider-reported prompt size and the transcript it covered (see [`Projection::anchor`]).
@@ -128,6 +142,7 @@ impl Projection {
             EventBody::StepCompleted {
                 text,
                 reasoning,
+                reasoning_sealed,
                 responses_consumed,
                 usage,
                 cost_usd,
@@ -158,12 +173,21 @@ impl Projection {
                         ToolCall::new(tc.id.to_string(), tc.name.clone(), tc.arguments.clone())
                     })
                     .collect();
-                let reasoning = reasoning
+                // Journaled reasoning (`keep_reasoning`, older journals) is shown until the
+                // turn ends; sealed reasoning replaces it in requests (`Journal::exact_reasoning`).
+                let reasoning: Vec<ReasoningItem> = reasoning
                     .iter()
                     .filter_map(|v| serde_json::from_value::<ReasoningItem>(v.clone()).ok())
                     .collect();
                 if let Some(t) = c.turn_id {
                     self.last_text.insert(t, text.clone());
+                }
+                if !reasoning.is_empty() || *reasoning_sealed > 0 {
+                    self.turn_reasoning.push(TurnReasoning {
+                        step: step.id,
+                        item: self.items.len(),
+                        sealed: *reasoning_sealed,
+                    });
                 }
                 self.push(Message::Assistant {
                     text: text.clone(),
@@ -221,6 +245,12 @@ impl Projection {
                 duration_ms,
                 error,
             } => {
+                // Reasoning is for the turn's own tool loop; later turns are sent without it.
+                for r in std::mem::take(&mut self.turn_reasoning) {
+                    if let Some(Message::Assistant { reasoning, .. }) = self.items.get_mut(r.item) {
+                        reasoning.clear();
+                    }
+                }
                 self.finished_turns_ms += duration_ms;
                 if let Some(t) = c.turn_id {
                     self.finished.insert(

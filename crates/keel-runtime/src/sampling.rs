@@ -40,6 +40,7 @@ impl Runner {
             &self.rt.tools,
             policy,
             &j.proj,
+            &j.exact_reasoning(),
         ))
     }
 
@@ -322,7 +323,10 @@ impl Runner {
                         usage,
                         cost_usd: cost,
                         text,
+                        // Sealed, and left out of the event unless the session keeps
+                        // reasoning, when the journal stages it (`crate::seal`).
                         reasoning,
+                        reasoning_sealed: 0,
                         responses_consumed: u64::from(consumes),
                     },
                 ));

@@ -1,25 +1,46 @@
-//! Sealed arguments: the exact arguments of a tool call whose journaled form was redacted.
+//! Sealed rows: what must reach a tool or a provider exactly, while the journal keeps it
+//! redacted or not at all.
 //!
-//! A tool runs exactly the arguments the model proposed (the approval hash is of those), while
-//! events, the transcript and the store show them redacted. A call can wait — for an approval
-//! decided on another worker, across a drain or a crash — so the exact arguments of every
-//! unfinished call whose redacted form differs are kept in the store's `sealed_arguments` rows,
-//! encrypted with ChaCha20-Poly1305 (RFC 8439) under a deployment key that never enters the
-//! store or an event. The row commits with the call's `tool_call.proposed` (which says
-//! `sealed: true`) and is deleted in the commit that journals its `tool_call.finished`. A sealed
-//! call whose row cannot be opened (another key, a lost row) is never run with its redacted
-//! arguments: it gets an error result instead.
+//! **Arguments.** A tool runs exactly the arguments the model proposed (the approval hash is of
+//! those), while events, the transcript and the store show them redacted. A call can wait — for
+//! an approval decided on another worker, across a drain or a crash — so the exact arguments of
+//! every unfinished call whose redacted form differs are kept in the store's sealed rows (kind
+//! `arguments`, keyed by the call). The row commits with the call's `tool_call.proposed` (which
+//! says `sealed: true`) and is deleted in the commit that journals its `tool_call.finished`. A
+//! sealed call whose row cannot be opened (another key, a lost row) is never run with its
+//! redacted arguments: it gets an error result instead.
 //!
-//! The key is 32 random bytes. [`SealKey::load_or_create`] keeps it in a file of mode 0600 (in
-//! a 0700 directory when it creates one) and refuses a key file others can read.
+//! **Reasoning.** No hidden chain of thought is stored past its turn. Within a turn's tool loop
+//! a provider needs its reasoning back unmodified — Anthropic each `thinking` block (text and
+//! signature) and `redacted_thinking` block, OpenAI Responses its encrypted `reasoning` items —
+//! so a step's reasoning items are sealed exact (kind `reasoning`, keyed by the step) in the
+//! commit of its `step.completed`, which journals only their count (`reasoning_sealed`). Steps
+//! of the active turn get them back from the row (after a crash or on another worker too); the
+//! row is deleted in the commit of the turn's `turn.finished` (a turn waiting in
+//! `requires_action` keeps them: its tool loop is still open), and finished turns are sent
+//! without reasoning (both providers accept that for earlier turns). With the session setting
+//! `keep_reasoning` the items are also journaled, redacted, in `step.completed.reasoning`. The
+//! rows are never redacted: a redacted signature or encrypted item would be refused. A row that
+//! does not open is left out, with a warning (the provider may then refuse the request).
+//!
+//! Rows are encrypted with ChaCha20-Poly1305 (RFC 8439) under a deployment key that never enters
+//! the store or an event, bound to tenant, session and call or step. The key is 32 random
+//! bytes. [`SealKey::load_or_create`] keeps it in a file of mode 0600 (in a 0700 directory when
+//! it creates one) and refuses a key file others can read.
 
+use std::collections::HashMap;
 use std::io::Write;
 use std::path::Path;
 
 use chacha20poly1305::aead::{Aead, AeadCore, KeyInit, OsRng, Payload};
 use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce};
+use keel_core::{Correlation, EventBody, StateMachine, StepId, ToolCallId};
+use keel_model::ReasoningItem;
+use keel_store::{SealedKey, SealedKind};
+use serde_json::Value;
 
 use crate::error::{Result, RuntimeError};
+use crate::journal::Journal;
 
 /// Bytes of a key.
 pub const KEY_BYTES: usize = 32;
@@ -145,6 +166,228 @@ impl SealKey {
                 },
             )
             .ok()
+    }
+}
+
+impl Journal {
+    /// Reads the session's sealed rows and opens them with `key`, which also seals what this
+    /// journal stages from now on. A row that does not open (another deployment key, an altered
+    /// row) is left out: its call never runs (see [`Journal::exact_arguments`]), its step's
+    /// reasoning is not sent back.
+    ///
+    /// # Errors
+    /// Store errors.
+    pub(crate) async fn unseal(&mut self, key: SealKey) -> Result<()> {
+        let open_calls = self
+            .state
+            .tool_calls
+            .values()
+            .any(|c| c.sealed && !c.status.is_terminal());
+        if open_calls {
+            for (call, sealed) in self
+                .store
+                .sealed_rows(self.tenant, self.session, SealedKind::Arguments)
+                .await?
+            {
+                let id = ToolCallId::from(call.as_str());
+                let plain = key.open(self.arguments_context(&id).as_bytes(), &sealed);
+                match plain.and_then(|p| serde_json::from_slice::<Value>(&p).ok()) {
+                    Some(args) => {
+                        self.exact.insert(id, args);
+                    }
+                    None => tracing::warn!(
+                        session = %self.session, call = %id,
+                        "sealed arguments do not open with this deployment's key; the call will not run"
+                    ),
+                }
+            }
+        }
+        let sealed_steps: Vec<StepId> = self
+            .proj
+            .turn_reasoning
+            .iter()
+            .filter(|r| r.sealed > 0)
+            .map(|r| r.step)
+            .collect();
+        if !sealed_steps.is_empty() {
+            let mut rows: HashMap<String, Vec<u8>> = self
+                .store
+                .sealed_rows(self.tenant, self.session, SealedKind::Reasoning)
+                .await?
+                .into_iter()
+                .collect();
+            for step in sealed_steps {
+                let plain = rows
+                    .remove(&step.to_string())
+                    .and_then(|row| key.open(self.reasoning_context(step).as_bytes(), &row));
+                match plain.and_then(|p| serde_json::from_slice::<Vec<ReasoningItem>>(&p).ok()) {
+                    Some(items) => {
+                        self.reasoning.insert(step, items);
+                    }
+                    None => tracing::warn!(
+                        session = %self.session, step = %step,
+                        "sealed reasoning is missing or does not open with this deployment's key; the step's reasoning will not be sent back"
+                    ),
+                }
+            }
+        }
+        self.seal_key = Some(key);
+        Ok(())
+    }
+
+    /// What a sealed arguments row of `call` is bound to (it does not open for another call).
+    fn arguments_context(&self, call: &ToolCallId) -> String {
+        format!(
+            "keel-sealed-arguments/{}/{}/{call}",
+            self.tenant, self.session
+        )
+    }
+
+    /// What a sealed reasoning row of `step` is bound to.
+    fn reasoning_context(&self, step: StepId) -> String {
+        format!(
+            "keel-sealed-reasoning/{}/{}/{step}",
+            self.tenant, self.session
+        )
+    }
+
+    /// The arguments call `call` runs with: exactly what the model proposed. `None` when the
+    /// call is unknown, or its journaled arguments were redacted and the exact ones are not
+    /// available (a sealed row that did not open): such a call must not run.
+    pub(crate) fn exact_arguments(&self, call: &ToolCallId) -> Option<Value> {
+        let c = self.state.tool_calls.get(call)?;
+        if c.sealed {
+            self.exact.get(call).cloned()
+        } else {
+            Some(c.arguments.clone())
+        }
+    }
+
+    /// The exact reasoning of the active turn's assistant items, by transcript index: what the
+    /// next request sends back in place of the projection's own (see
+    /// [`crate::context::project`]).
+    pub(crate) fn exact_reasoning(&self) -> Vec<(usize, Vec<ReasoningItem>)> {
+        self.proj
+            .turn_reasoning
+            .iter()
+            .filter_map(|r| Some((r.item, self.reasoning.get(&r.step)?.clone())))
+            .collect()
+    }
+
+    /// Whether the session journals reasoning (`keep_reasoning` in its effective config).
+    fn keeps_reasoning(&self) -> bool {
+        self.state.config.get("keep_reasoning") == Some(&Value::Bool(true))
+    }
+
+    /// Seals what must not be journaled as it is, before the items are redacted: the exact
+    /// arguments of each proposal whose redaction changes them (marking it `sealed`; the call's
+    /// result deletes the row), and the reasoning items of each completed step (counting them
+    /// in `reasoning_sealed` and, unless the session keeps reasoning, leaving them out of the
+    /// event; the turn's end deletes the rows). The rows are staged to commit with the events.
+    pub(crate) fn seal_items(&mut self, items: &mut [(Correlation, EventBody)]) {
+        for (corr, body) in items.iter_mut() {
+            match body {
+                EventBody::ToolCallProposed {
+                    arguments, sealed, ..
+                } => {
+                    let Some(call) = corr.tool_call_id.clone() else {
+                        continue;
+                    };
+                    let mut shown = arguments.clone();
+                    self.redactor.redact_value(&mut shown);
+                    if shown == *arguments {
+                        continue;
+                    }
+                    *sealed = true;
+                    if let Some(key) = &self.seal_key {
+                        let plain = arguments.to_string();
+                        let row =
+                            key.seal(self.arguments_context(&call).as_bytes(), plain.as_bytes());
+                        self.stage_seal(SealedKey::new(SealedKind::Arguments, call.as_str()), row);
+                        self.exact.insert(call, arguments.clone());
+                    }
+                }
+                EventBody::ToolCallFinished { .. } => {
+                    let Some(call) = corr.tool_call_id.clone() else {
+                        continue;
+                    };
+                    if self.exact.remove(&call).is_some()
+                        || self.state.tool_calls.get(&call).is_some_and(|c| c.sealed)
+                    {
+                        self.stage_unseal(SealedKey::new(SealedKind::Arguments, call.as_str()));
+                    }
+                }
+                EventBody::StepCompleted {
+                    reasoning,
+                    reasoning_sealed,
+                    ..
+                } if !reasoning.is_empty() => {
+                    let Some(step) = corr.step_id else {
+                        continue;
+                    };
+                    let exact: Vec<ReasoningItem> = reasoning
+                        .iter()
+                        .filter_map(|v| serde_json::from_value(v.clone()).ok())
+                        .collect();
+                    if let (Some(key), Ok(plain)) = (&self.seal_key, serde_json::to_vec(&exact))
+                        && !exact.is_empty()
+                    {
+                        let row = key.seal(self.reasoning_context(step).as_bytes(), &plain);
+                        self.stage_seal(
+                            SealedKey::new(SealedKind::Reasoning, step.to_string()),
+                            row,
+                        );
+                        *reasoning_sealed = u32::try_from(exact.len()).unwrap_or(u32::MAX);
+                        self.reasoning.insert(step, exact);
+                    }
+                    if !self.keeps_reasoning() {
+                        reasoning.clear();
+                    }
+                }
+                EventBody::TurnFinished { .. } => {
+                    // One active turn: every sealed reasoning row belongs to it. (The rows in
+                    // memory go once the projection has let go of the turn's reasoning; see
+                    // `Journal::prune_reasoning`.)
+                    let mut steps: Vec<StepId> = self.reasoning.keys().copied().collect();
+                    steps.extend(
+                        self.proj
+                            .turn_reasoning
+                            .iter()
+                            .filter(|r| r.sealed > 0)
+                            .map(|r| r.step),
+                    );
+                    steps.sort();
+                    steps.dedup();
+                    for step in steps {
+                        self.stage_unseal(SealedKey::new(SealedKind::Reasoning, step.to_string()));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// Forgets exact reasoning the projection no longer places (a finished turn's, or of a
+    /// step whose staging was refused).
+    pub(crate) fn prune_reasoning(&mut self) {
+        let placed = &self.proj.turn_reasoning;
+        self.reasoning
+            .retain(|s, _| placed.iter().any(|r| r.step == *s));
+    }
+
+    /// Stages row `key` to be written with the staged events (replacing a staged delete).
+    fn stage_seal(&mut self, key: SealedKey, row: Vec<u8>) {
+        self.extras.unseal.retain(|k| *k != key);
+        self.extras.seal.retain(|(k, _)| *k != key);
+        self.extras.seal.push((key, row));
+    }
+
+    /// Stages the deletion of row `key` with the staged events (dropping a staged write).
+    fn stage_unseal(&mut self, key: SealedKey) {
+        self.extras.seal.retain(|(k, _)| *k != key);
+        if !self.extras.unseal.contains(&key) {
+            self.extras.unseal.push(key);
+        }
     }
 }
 

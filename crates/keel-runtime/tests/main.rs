@@ -16,6 +16,7 @@ mod context;
 mod effects;
 mod expiry;
 mod intents;
+mod reasoning;
 mod recovery;
 mod releases;
 mod sealed;

@@ -5,6 +5,7 @@
 use keel_core::{ApprovalDecision, SessionStatus, StateMachine, TerminalReason, ToolCallStatus};
 use keel_runtime::seal::SealKey;
 use keel_runtime::{PendingAction, Runtime, RuntimeOptions};
+use keel_store::SealedKind;
 use keel_tools::policy::PermissionMode;
 use serde_json::{Value, json};
 
@@ -68,7 +69,7 @@ async fn assert_store_has_no_secret(f: &Fixture) {
     assert!(!format!("{effects:?}").contains(SECRET));
     let sealed =
         f.db.store
-            .sealed_arguments(f.tenant, f.session)
+            .sealed_rows(f.tenant, f.session, SealedKind::Arguments)
             .await
             .unwrap();
     for (_, row) in &sealed {
@@ -109,7 +110,7 @@ async fn a_tool_runs_the_exact_arguments_the_journal_shows_redacted(b: Backend) 
     // The call ended: its sealed row is gone.
     assert!(
         f.db.store
-            .sealed_arguments(f.tenant, f.session)
+            .sealed_rows(f.tenant, f.session, SealedKind::Arguments)
             .await
             .unwrap()
             .is_empty()
@@ -141,7 +142,7 @@ async fn an_approved_call_holding_a_secret_runs_with_it_after_a_restart(b: Backe
     assert!(!arguments.to_string().contains(SECRET), "{arguments}");
     assert_eq!(
         f.db.store
-            .sealed_arguments(f.tenant, f.session)
+            .sealed_rows(f.tenant, f.session, SealedKind::Arguments)
             .await
             .unwrap()
             .len(),
@@ -168,7 +169,7 @@ async fn an_approved_call_holding_a_secret_runs_with_it_after_a_restart(b: Backe
     assert_store_has_no_secret(&f).await;
     assert!(
         f.db.store
-            .sealed_arguments(f.tenant, f.session)
+            .sealed_rows(f.tenant, f.session, SealedKind::Arguments)
             .await
             .unwrap()
             .is_empty()

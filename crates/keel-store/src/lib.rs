@@ -32,8 +32,8 @@ pub use sql::{Dialect, SqlStore};
 pub use store::Store;
 pub use types::{
     AppendExtras, Artifact, CommitCounts, DueSession, EffectInsert, EffectRecord, EffectUpdate,
-    Intent, Lease, LeaseInfo, MemoryEntry, NewSession, SessionQuery, SessionRecord, TranscriptItem,
-    UsageDelta, UsageRow,
+    Intent, Lease, LeaseInfo, MemoryEntry, NewSession, SealedKey, SealedKind, SessionQuery,
+    SessionRecord, TranscriptItem, UsageDelta, UsageRow,
 };
 
 /// Opens a store from a location: `postgres://…` / `postgresql://…` (optionally with

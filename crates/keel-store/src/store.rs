@@ -13,7 +13,8 @@ use serde_json::Value;
 use crate::error::Result;
 use crate::types::{
     AppendExtras, Artifact, CommitCounts, DueSession, EffectInsert, EffectRecord, EffectUpdate,
-    Intent, Lease, MemoryEntry, NewSession, SessionQuery, SessionRecord, TranscriptItem, UsageRow,
+    Intent, Lease, MemoryEntry, NewSession, SealedKind, SessionQuery, SessionRecord,
+    TranscriptItem, UsageRow,
 };
 
 /// Durable storage for sessions, their journals and everything they own.
@@ -428,18 +429,19 @@ pub trait Store: Send + Sync + 'static {
     /// `InvalidInput` for a day that is not `YYYY-MM-DD`; `CorruptRow`; `Database`.
     async fn usage(&self, tenant: TenantId, from_day: &str, to_day: &str) -> Result<Vec<UsageRow>>;
 
-    // --- sealed arguments -------------------------------------------------------------------
+    // --- sealed rows --------------------------------------------------------------------------
 
-    /// The session's sealed-argument rows (written by [`AppendExtras::seal`], deleted by
-    /// [`AppendExtras::unseal`]) as `(tool_call_id, sealed bytes)`, ordered by call id. Another
-    /// tenant's rows are never included.
+    /// The session's sealed rows of `kind` (written by [`AppendExtras::seal`], deleted by
+    /// [`AppendExtras::unseal`]) as `(id, sealed bytes)`, ordered by id. Another tenant's rows
+    /// are never included.
     ///
     /// # Errors
     /// `Database`.
-    async fn sealed_arguments(
+    async fn sealed_rows(
         &self,
         tenant: TenantId,
         session: SessionId,
+        kind: SealedKind,
     ) -> Result<Vec<(String, Vec<u8>)>>;
 
     // --- artifacts --------------------------------------------------------------------------

@@ -227,15 +227,55 @@ pub struct AppendExtras {
     pub usage: Vec<UsageDelta>,
     /// `Some(Some(t))` sets the session's wake-up time, `Some(None)` clears it, `None` leaves it.
     pub wake_at: Option<Option<DateTime<Utc>>>,
-    /// Sealed-argument rows to insert or replace for calls of the appended session, as
-    /// `(tool_call_id, sealed bytes)` (opaque to the store; see [`crate::Store::sealed_arguments`]).
-    pub seal: Vec<(String, Vec<u8>)>,
-    /// Tool call ids of the appended session whose sealed row is deleted (absent rows are fine).
-    pub unseal: Vec<String>,
+    /// Sealed rows to insert or replace for the appended session, as `(key, sealed bytes)`
+    /// (opaque to the store; see [`crate::Store::sealed_rows`]).
+    pub seal: Vec<(SealedKey, Vec<u8>)>,
+    /// Keys of the appended session's sealed rows to delete (absent rows are fine). Deletes
+    /// run before the inserts of `seal`.
+    pub unseal: Vec<SealedKey>,
     /// `Some(id)` points the session row's `release_id` at release `id` (a re-pin: the append
     /// carries `session.release_pinned`). The release must be stored for the tenant
     /// ([`crate::Store::put_release`]); otherwise the append is `NotFound` and writes nothing.
     pub release_id: Option<ReleaseId>,
+}
+
+/// What a sealed row holds: the namespace of its id within a session.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SealedKind {
+    /// The exact arguments of a tool call whose journaled form was redacted; the id is the
+    /// tool call id.
+    Arguments,
+    /// A completed step's provider reasoning items; the id is the step id.
+    Reasoning,
+}
+
+impl SealedKind {
+    /// The value stored in the `kind` column.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SealedKind::Arguments => "arguments",
+            SealedKind::Reasoning => "reasoning",
+        }
+    }
+}
+
+/// A sealed row's key within its session.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct SealedKey {
+    /// What the row holds.
+    pub kind: SealedKind,
+    /// Whose it is (a tool call id, a step id; see [`SealedKind`]).
+    pub id: String,
+}
+
+impl SealedKey {
+    /// The key of `kind` for `id`.
+    pub fn new(kind: SealedKind, id: impl Into<String>) -> Self {
+        Self {
+            kind,
+            id: id.into(),
+        }
+    }
 }
 
 impl AppendExtras {

@@ -76,3 +76,72 @@ async fn postgres_concurrent_first_opens_all_succeed() {
         .unwrap();
     assert!(errors.is_empty(), "{errors:?}");
 }
+
+/// A database at migration 4 (sealed arguments in `sealed_arguments`) keeps its sealed rows
+/// through migration 7, which moves them into `sealed_items` as kind `arguments`: a call
+/// waiting on an approval across the upgrade still runs with its exact arguments.
+#[tokio::test]
+async fn sealed_arguments_survive_the_move_to_sealed_items() {
+    use keel_store::SealedKind;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("keel.db");
+    sqlx::any::install_default_drivers();
+    let mut c = sqlx::AnyConnection::connect(&format!("sqlite://{}?mode=rwc", path.display()))
+        .await
+        .unwrap();
+    c.execute(
+        "CREATE TABLE keel_migrations (version BIGINT PRIMARY KEY, name TEXT NOT NULL, \
+         checksum TEXT NOT NULL, applied_at BIGINT NOT NULL)",
+    )
+    .await
+    .unwrap();
+    let old = [
+        (
+            1,
+            "journal_and_owned_tables",
+            include_str!("../migrations/0001_journal_and_owned_tables.sql"),
+        ),
+        (2, "intents", include_str!("../migrations/0002_intents.sql")),
+        (3, "usage", include_str!("../migrations/0003_usage.sql")),
+        (
+            4,
+            "sealed_arguments",
+            include_str!("../migrations/0004_sealed_arguments.sql"),
+        ),
+    ];
+    for (version, name, sql) in old {
+        c.execute(sql.replace("{blob}", "BLOB").as_str())
+            .await
+            .unwrap();
+        let sum = keel_core::canonical::content_hash(&serde_json::Value::String(sql.to_owned()));
+        c.execute(
+            format!("INSERT INTO keel_migrations VALUES ({version}, '{name}', '{sum}', 0)")
+                .as_str(),
+        )
+        .await
+        .unwrap();
+    }
+    let (t, s) = (TenantId::new(), keel_core::SessionId::new());
+    c.execute(
+        format!("INSERT INTO sealed_arguments VALUES ('{t}', '{s}', 'call_1', x'00ff01', 5)")
+            .as_str(),
+    )
+    .await
+    .unwrap();
+    c.close().await.unwrap();
+    let store = SqlStore::open_sqlite(&path).await.unwrap();
+    assert_eq!(
+        store
+            .sealed_rows(t, s, SealedKind::Arguments)
+            .await
+            .unwrap(),
+        vec![("call_1".to_owned(), vec![0, 255, 1])]
+    );
+    assert!(
+        store
+            .sealed_rows(t, s, SealedKind::Reasoning)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}

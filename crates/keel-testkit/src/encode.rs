@@ -1,6 +1,6 @@
 //! Encoding a response as each provider's SSE stream, frame by frame.
 
-use keel_model::{ErrorKind, StopReason, Usage, Wire, text_chunks};
+use keel_model::{ErrorKind, ReasoningItem, StopReason, Usage, Wire, text_chunks};
 use serde_json::{Value, json};
 
 /// A tool call the fake server sends.
@@ -17,6 +17,11 @@ pub struct FakeToolCall {
 /// A response the fake server streams.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FakeResponse {
+    /// Reasoning, streamed before the text, each item on the wire it belongs to (others are
+    /// left out): Anthropic `thinking` blocks (thinking deltas, then the signature) and
+    /// `redacted_thinking` blocks; OpenAI Responses `reasoning` items (summary deltas, then the
+    /// item with its `encrypted_content`). OpenAI Chat carries none.
+    pub reasoning: Vec<ReasoningItem>,
     /// Text, streamed word by word.
     pub text: String,
     /// Tool calls, streamed after the text.
@@ -33,6 +38,7 @@ impl FakeResponse {
     /// A plain text response with made-up usage (10 in, 5 out).
     pub fn text(text: impl Into<String>) -> Self {
         Self {
+            reasoning: Vec::new(),
             text: text.into(),
             tool_calls: Vec::new(),
             usage: Usage {
@@ -52,6 +58,12 @@ impl FakeResponse {
             name: name.into(),
             arguments: arguments.into(),
         });
+        self
+    }
+
+    /// Adds a reasoning item, streamed before the text.
+    pub fn with_reasoning(mut self, item: ReasoningItem) -> Self {
+        self.reasoning.push(item);
         self
     }
 
@@ -154,6 +166,70 @@ fn encode_responses(r: &FakeResponse) -> Vec<String> {
         json!({"response": response("in_progress")}),
     );
     let mut index = 0;
+    for item in &r.reasoning {
+        let ReasoningItem::Openai {
+            id,
+            encrypted_content,
+            summary,
+        } = item
+        else {
+            continue;
+        };
+        let mut added = json!({"id": id, "type": "reasoning", "summary": []});
+        let parts: Vec<Value> = summary
+            .iter()
+            .map(|t| json!({"type": "summary_text", "text": t}))
+            .collect();
+        let mut done = json!({"id": id, "type": "reasoning", "summary": parts});
+        if let Some(enc) = encrypted_content {
+            added["encrypted_content"] = json!(enc);
+            done["encrypted_content"] = json!(enc);
+        }
+        ev(
+            &mut frames,
+            "response.output_item.added",
+            json!({"output_index": index, "item": added}),
+        );
+        for (i, text) in summary.iter().enumerate() {
+            let at = json!({"item_id": id, "output_index": index, "summary_index": i});
+            let with = |mut v: Value, k: &str, x: Value| {
+                v[k] = x;
+                v
+            };
+            ev(
+                &mut frames,
+                "response.reasoning_summary_part.added",
+                with(
+                    at.clone(),
+                    "part",
+                    json!({"type": "summary_text", "text": ""}),
+                ),
+            );
+            for t in text_chunks(text) {
+                ev(
+                    &mut frames,
+                    "response.reasoning_summary_text.delta",
+                    with(at.clone(), "delta", json!(t)),
+                );
+            }
+            ev(
+                &mut frames,
+                "response.reasoning_summary_text.done",
+                with(at.clone(), "text", json!(text)),
+            );
+            ev(
+                &mut frames,
+                "response.reasoning_summary_part.done",
+                with(at, "part", json!({"type": "summary_text", "text": text})),
+            );
+        }
+        ev(
+            &mut frames,
+            "response.output_item.done",
+            json!({"output_index": index, "item": done}),
+        );
+        index += 1;
+    }
     if !r.text.is_empty() {
         let item = json!({"id": "msg_fake", "type": "message", "role": "assistant", "status": "in_progress", "content": []});
         ev(
@@ -250,6 +326,40 @@ fn encode_anthropic(r: &FakeResponse) -> Vec<String> {
     );
     ev(&mut frames, "ping", json!({}));
     let mut index = 0;
+    for item in &r.reasoning {
+        match item {
+            ReasoningItem::Anthropic {
+                thinking,
+                signature,
+            } => {
+                ev(
+                    &mut frames,
+                    "content_block_start",
+                    json!({"index": index, "content_block": {"type": "thinking", "thinking": "", "signature": ""}}),
+                );
+                for t in text_chunks(thinking) {
+                    ev(
+                        &mut frames,
+                        "content_block_delta",
+                        json!({"index": index, "delta": {"type": "thinking_delta", "thinking": t}}),
+                    );
+                }
+                ev(
+                    &mut frames,
+                    "content_block_delta",
+                    json!({"index": index, "delta": {"type": "signature_delta", "signature": signature}}),
+                );
+            }
+            ReasoningItem::AnthropicRedacted { data } => ev(
+                &mut frames,
+                "content_block_start",
+                json!({"index": index, "content_block": {"type": "redacted_thinking", "data": data}}),
+            ),
+            ReasoningItem::Openai { .. } => continue,
+        }
+        ev(&mut frames, "content_block_stop", json!({"index": index}));
+        index += 1;
+    }
     if !r.text.is_empty() {
         ev(
             &mut frames,

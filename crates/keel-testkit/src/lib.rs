@@ -14,7 +14,8 @@
 //! **Must not touch:** anything outside tests and benchmarks; it binds loopback only.
 //!
 //! **Layout:** `server` — the server, faults, recorded requests; `encode` — a [`FakeResponse`]
-//! as each wire's SSE frames.
+//! (reasoning, text, tool calls, usage) as each wire's SSE frames, reasoning items included
+//! where the wire has them (Anthropic thinking with signature, Responses encrypted reasoning).
 //!
 //! ```no_run
 //! # async fn demo() -> std::io::Result<()> {

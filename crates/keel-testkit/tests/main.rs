@@ -3,4 +3,5 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may unwrap (workspace rule applies to library code)
 
+mod encode;
 mod server;

@@ -83,6 +83,10 @@ pub struct RunArgs {
     /// timeout_ms above it is lowered to it.
     #[arg(long, value_name = "DURATION", value_parser = parse_timeout_arg)]
     pub tool_timeout: Option<String>,
+    /// Keep the model's reasoning in the session's journal (redacted). By default it is shown
+    /// live and kept, sealed, only until its turn ends.
+    #[arg(long)]
+    pub keep_reasoning: bool,
 }
 
 /// `--model`: a spec keel knows (`openai:M`, `anthropic:M`, `script:PATH`, …).
@@ -147,6 +151,7 @@ impl RunArgs {
             timeout: self.timeout.clone(),
             tool_timeout: self.tool_timeout.clone(),
             store: store.map(str::to_owned),
+            keep_reasoning: self.keep_reasoning.then_some(true),
         }
     }
 }

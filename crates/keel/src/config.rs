@@ -10,6 +10,7 @@
 //! permission_mode = "default"              # default | accept_edits | read_only | bypass
 //! sandbox = "workspace_write"              # off | read_only | workspace_write
 //! output = "text"                          # text | jsonl
+//! keep_reasoning = false                   # true: journal the model's reasoning (redacted)
 //! store = "sqlite:///home/me/.local/share/keel/keel.db"   # or postgres://…
 //!
 //! [budget]                                 # per turn
@@ -353,6 +354,10 @@ pub struct FileConfig {
     /// Store location.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub store: Option<String>,
+    /// Keep the model's reasoning in the journal (redacted); default false: it is shown live
+    /// and kept, sealed, only until its turn ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_reasoning: Option<bool>,
     /// Per-turn budget.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<BudgetConfig>,
@@ -396,6 +401,8 @@ pub struct Overrides {
     pub tool_timeout: Option<String>,
     /// `--store`.
     pub store: Option<String>,
+    /// `--keep-reasoning`.
+    pub keep_reasoning: Option<bool>,
 }
 
 impl Overrides {
@@ -419,6 +426,10 @@ impl Overrides {
         put("sandbox", self.sandbox.clone().map(toml::Value::String));
         put("output", self.output.clone().map(toml::Value::String));
         put("store", self.store.clone().map(toml::Value::String));
+        put(
+            "keep_reasoning",
+            self.keep_reasoning.map(toml::Value::Boolean),
+        );
         let mut budget = toml::Table::new();
         if let Some(v) = self.max_steps {
             budget.insert("max_steps".into(), toml::Value::Integer(i64::from(v)));
@@ -483,6 +494,8 @@ pub struct Config {
     pub output: OutputFormat,
     /// Store location (`sqlite://…` or `postgres://…`).
     pub store: String,
+    /// Journal the model's reasoning (the session's `keep_reasoning`).
+    pub keep_reasoning: bool,
     /// Per-turn budget, wall time included.
     pub budget: Budget,
     /// Time limits of tool calls and model streams, defaults filled in.
@@ -664,7 +677,8 @@ fn sandbox_rank(mode: SandboxMode) -> u8 {
 }
 
 /// Refuses a workspace layer that loosens `permission_mode` or `sandbox` relative to `trusted`
-/// (the defaults and the user config), unless the flags set the field themselves.
+/// (the defaults and the user config), or turns `keep_reasoning` on (it keeps what the model
+/// thought, for good), unless the flags set the field themselves.
 fn check_workspace_layer(
     path: &Path,
     workspace: &toml::Table,
@@ -716,6 +730,16 @@ fn check_workspace_layer(
                 "sandbox",
             ));
         }
+    }
+    let flag = |t: &toml::Table| t.get("keep_reasoning").and_then(toml::Value::as_bool);
+    if flag(workspace) == Some(true)
+        && flag(trusted) != Some(true)
+        && flags.get("keep_reasoning").is_none()
+    {
+        return Err(ConfigError::Untrusted(format!(
+            "{} sets keep_reasoning = true, which journals the model's reasoning; a workspace's keel.toml may not turn it on (to accept, pass --keep-reasoning or put it in your user config {user_file})",
+            path.display()
+        )));
     }
     Ok(())
 }
@@ -972,6 +996,7 @@ impl Config {
             sandbox,
             output,
             store,
+            keep_reasoning: file.keep_reasoning.unwrap_or(false),
             budget,
             timeouts,
             tools: file
@@ -1003,6 +1028,7 @@ impl Config {
         fill(&mut t.tool, self.timeouts.tool_ms);
         fill(&mut t.stream_idle, self.timeouts.stream_idle_ms);
         shown.timeouts = Some(t);
+        shown.keep_reasoning = Some(self.keep_reasoning);
         let mut table = match toml::Value::try_from(&shown) {
             Ok(toml::Value::Table(t)) => t,
             _ => toml::Table::new(),

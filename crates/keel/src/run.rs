@@ -7,7 +7,7 @@
 //! config back from the store, so a bare `keel resume SESSION` continues with the same workspace,
 //! model route (the pinned release's, never keel.toml's `model`), permission mode, sandbox and
 //! budgets; `--permission-mode`, `--sandbox`, `--max-steps`, `--max-cost-usd`, `--timeout`,
-//! `--tool-timeout` and `--base-url` given to resume change the settings for this and every later turn
+//! `--tool-timeout`, `--base-url` and `--keep-reasoning` given to resume change the settings for this and every later turn
 //! ([`Runtime::update_config`], journaled as `session.config_changed`). `--model` given to resume
 //! re-pins the session to a release with that route and the same instructions, tools, policy and
 //! budget ([`Runtime::repin`], journaled as `session.release_pinned` and printed on standard
@@ -114,6 +114,7 @@ pub fn session_config_of(config: &Config) -> SessionConfig {
         model_first_token_timeout_ms: config.timeouts.first_token_ms,
         model_total_timeout_ms: config.timeouts.model_total_ms,
         stream_idle_timeout_ms: config.timeouts.stream_idle_ms,
+        keep_reasoning: config.keep_reasoning,
         // Every provider key keel reads is a secret, like the `[env]` values marked secret.
         secret_env: config
             .env
@@ -153,6 +154,8 @@ pub struct ResumeChanges {
     pub tool_timeout_ms: Option<u64>,
     /// `--base-url`: the OpenAI-compatible server, kept in `host.base_url`.
     pub base_url: Option<String>,
+    /// `--keep-reasoning`: journal the model's reasoning from now on.
+    pub keep_reasoning: Option<bool>,
 }
 
 impl ResumeChanges {
@@ -180,6 +183,9 @@ impl ResumeChanges {
         }
         if let Some(ms) = self.tool_timeout_ms {
             c.tool_timeout_ms = Some(ms);
+        }
+        if let Some(keep) = self.keep_reasoning {
+            c.keep_reasoning = keep;
         }
         if let Some(url) = &self.base_url {
             c.host.insert(

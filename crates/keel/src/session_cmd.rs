@@ -212,6 +212,7 @@ fn resume_changes(args: &RunArgs, config: &Config) -> ResumeChanges {
         max_wall_time_ms: args.timeout.as_ref().and(config.budget.max_wall_time_ms),
         tool_timeout_ms: args.tool_timeout.as_ref().map(|_| config.timeouts.tool_ms),
         base_url: args.base_url.clone(),
+        keep_reasoning: args.keep_reasoning.then_some(true),
     }
 }
 

@@ -134,6 +134,7 @@ fn config_show_defaults_to_sqlite_in_the_user_data_dir() {
     assert_eq!(table["store"].as_str().unwrap(), env.store());
     assert_eq!(table["permission_mode"].as_str(), Some("default"));
     assert_eq!(table["sandbox"].as_str(), Some("workspace_write"));
+    assert_eq!(table["keep_reasoning"].as_bool(), Some(false));
     let ws = std::fs::canonicalize(env.ws()).unwrap();
     assert_eq!(table["workspace"].as_str().unwrap(), ws.to_str().unwrap());
 }

@@ -68,6 +68,39 @@ fn a_workspace_keel_toml_may_not_loosen_permission_mode_or_sandbox() {
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
 }
 
+/// `keep_reasoning = true` journals what the model thought for good: a cloned repository's
+/// keel.toml may not turn it on (before, the key was an unknown-field error everywhere); the
+/// flag or the user config may, and the session is created with it.
+#[test]
+fn a_workspace_keel_toml_may_not_turn_on_keep_reasoning() {
+    let env = Env::new();
+    env.write("ws/keel.toml", "keep_reasoning = true\n");
+    let out = run_ws(&env, &[]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("ws/keel.toml")
+            && err.contains("keep_reasoning")
+            && err.contains("--keep-reasoning"),
+        "{err}"
+    );
+    no_sessions(&env);
+    env.write("ws/keel.toml", "keep_reasoning = false\n");
+    assert_eq!(run_ws(&env, &[]).status.code(), Some(0));
+    env.write("ws/keel.toml", "keep_reasoning = true\n");
+    let (code, lines) = crate::common::run_script(&env, SCRIPT, &["--keep-reasoning"]);
+    assert_eq!(code, Some(0));
+    assert_eq!(lines[0]["type"], "session.created");
+    assert_eq!(
+        lines[0]["payload"]["config"]["keep_reasoning"], true,
+        "{}",
+        lines[0]
+    );
+    env.write("config/keel/keel.toml", "keep_reasoning = true\n");
+    assert_eq!(run_ws(&env, &[]).status.code(), Some(0));
+}
+
 #[test]
 fn allow_rules_from_the_workspace_keel_toml_are_announced() {
     let env = Env::new();

@@ -9,7 +9,7 @@ use sqlx::AnyConnection;
 
 use super::{Dialect, to_i64};
 use crate::error::{Result, StoreError};
-use crate::types::AppendExtras;
+use crate::types::{AppendExtras, SealedKey};
 
 /// One effect row to insert or replace.
 struct EffectRow {
@@ -60,8 +60,8 @@ pub(crate) struct Extras {
     usage: Vec<UsageAdd>,
     /// Unix ms; `Some(None)` clears.
     wake_at: Option<Option<i64>>,
-    seal: Vec<(String, Vec<u8>)>,
-    unseal: Vec<String>,
+    seal: Vec<(SealedKey, Vec<u8>)>,
+    unseal: Vec<SealedKey>,
     /// The release the session row is re-pointed at.
     release_id: Option<String>,
 }
@@ -267,28 +267,30 @@ impl Extras {
         }
         if !self.unseal.is_empty() {
             let sql = dialect.sql(
-                "DELETE FROM sealed_arguments WHERE tenant_id = ? AND session_id = ? AND tool_call_id = ?",
+                "DELETE FROM sealed_items WHERE tenant_id = ? AND session_id = ? AND kind = ? AND item_id = ?",
             );
-            for call in &self.unseal {
+            for key in &self.unseal {
                 sqlx::query(&sql)
                     .bind(tenant.to_owned())
                     .bind(session.to_owned())
-                    .bind(call.clone())
+                    .bind(key.kind.as_str())
+                    .bind(key.id.clone())
                     .execute(&mut *conn)
                     .await?;
             }
         }
         if !self.seal.is_empty() {
             let sql = dialect.sql(
-                "INSERT INTO sealed_arguments (tenant_id, session_id, tool_call_id, sealed, created_at) \
-                 VALUES (?, ?, ?, ?, ?) ON CONFLICT (tenant_id, session_id, tool_call_id) \
+                "INSERT INTO sealed_items (tenant_id, session_id, kind, item_id, sealed, created_at) \
+                 VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (tenant_id, session_id, kind, item_id) \
                  DO UPDATE SET sealed = excluded.sealed",
             );
-            for (call, sealed) in &self.seal {
+            for (key, sealed) in &self.seal {
                 sqlx::query(&sql)
                     .bind(tenant.to_owned())
                     .bind(session.to_owned())
-                    .bind(call.clone())
+                    .bind(key.kind.as_str())
+                    .bind(key.id.clone())
                     .bind(sealed.clone())
                     .bind(super::now_ms())
                     .execute(&mut *conn)

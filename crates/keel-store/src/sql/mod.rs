@@ -41,8 +41,8 @@ use crate::error::{Result, StoreError};
 use crate::store::Store;
 use crate::types::{
     AppendExtras, Artifact, CommitCounts, DueSession, EffectInsert, EffectRecord, EffectUpdate,
-    Intent, Lease, LeaseInfo, MemoryEntry, NewSession, SessionQuery, SessionRecord, TranscriptItem,
-    UsageRow,
+    Intent, Lease, LeaseInfo, MemoryEntry, NewSession, SealedKind, SessionQuery, SessionRecord,
+    TranscriptItem, UsageRow,
 };
 use group_commit::{AppendRequest, GroupCommit};
 use waiters::Waiters;
@@ -954,7 +954,7 @@ impl Store for SqlStore {
             "approvals",
             "artifacts",
             "intents",
-            "sealed_arguments",
+            "sealed_items",
         ] {
             let sql = format!("DELETE FROM {table} WHERE tenant_id = ? AND session_id = ?");
             sqlx::query(&self.inner.dialect.sql(&sql))
@@ -1758,21 +1758,23 @@ impl Store for SqlStore {
         rows.iter().map(usage_from_row).collect()
     }
 
-    async fn sealed_arguments(
+    async fn sealed_rows(
         &self,
         tenant: TenantId,
         session: SessionId,
+        kind: SealedKind,
     ) -> Result<Vec<(String, Vec<u8>)>> {
         let rows = sqlx::query(&self.sql(
-            "SELECT tool_call_id, sealed FROM sealed_arguments \
-             WHERE tenant_id = ? AND session_id = ? ORDER BY tool_call_id",
+            "SELECT item_id, sealed FROM sealed_items \
+             WHERE tenant_id = ? AND session_id = ? AND kind = ? ORDER BY item_id",
         ))
         .bind(tenant.to_string())
         .bind(session.to_string())
+        .bind(kind.as_str())
         .fetch_all(&self.inner.pool)
         .await?;
         rows.iter()
-            .map(|r| Ok((r.try_get("tool_call_id")?, r.try_get("sealed")?)))
+            .map(|r| Ok((r.try_get("item_id")?, r.try_get("sealed")?)))
             .collect()
     }
 

@@ -1315,7 +1315,7 @@ pub async fn migrations_are_idempotent_and_refuse_foreign_schemas(h: &Harness) {
     match h.reopen().await.err() {
         Some(StoreError::SchemaTooNew {
             found: 999,
-            supported: 4,
+            supported: 7,
         }) => {}
         other => panic!("expected SchemaTooNew, got {other:?}"),
     }
@@ -1507,6 +1507,7 @@ pub async fn edge_inputs_are_typed_errors(h: &Harness) {
             cost_usd: f64::NAN,
             text: String::new(),
             reasoning: Vec::new(),
+            reasoning_sealed: 0,
             responses_consumed: 1,
         },
     );
@@ -1916,7 +1917,10 @@ async fn side_tables(
         h.store.list_approvals(t, s, None).await.unwrap(),
         h.store.usage(t, "2000-01-01", "2999-12-31").await.unwrap(),
         rec.wake_at,
-        h.store.sealed_arguments(t, s).await.unwrap(),
+        h.store
+            .sealed_rows(t, s, SealedKind::Arguments)
+            .await
+            .unwrap(),
     )
 }
 
@@ -1948,8 +1952,8 @@ pub async fn append_with_writes_events_and_extras_atomically(h: &Harness) {
         approvals: vec![ask.clone()],
         usage: vec![delta("2026-03-01", "openai:gpt", 100, 0.25, 1)],
         wake_at: Some(Some(wake)),
-        seal: vec![("call_9".into(), b"sealed".to_vec())],
-        unseal: vec!["call_8".into()],
+        seal: vec![(args_key("call_9"), b"sealed".to_vec())],
+        unseal: vec![args_key("call_8")],
         release_id: None,
     };
     assert!(!extras.is_empty());
@@ -1986,7 +1990,10 @@ pub async fn append_with_writes_events_and_extras_atomically(h: &Harness) {
     assert_eq!(stored.args_hash, ask.args_hash);
     assert_eq!(ms(stored.expires_at), ms(ask.expires_at));
     assert_eq!(
-        h.store.sealed_arguments(t, f.session).await.unwrap(),
+        h.store
+            .sealed_rows(t, f.session, SealedKind::Arguments)
+            .await
+            .unwrap(),
         vec![("call_9".to_owned(), b"sealed".to_vec())]
     );
     let usage = h.store.usage(t, "2026-03-01", "2026-03-01").await.unwrap();
@@ -2080,8 +2087,8 @@ pub async fn stale_append_with_writes_none_of_its_extras(h: &Harness) {
         approvals: vec![approval(f.session, "call_1")],
         usage: vec![delta("2026-03-01", "m", 10, 1.0, 1)],
         wake_at: Some(None),
-        seal: vec![("call_9".into(), b"sealed".to_vec())],
-        unseal: vec!["call_8".into()],
+        seal: vec![(args_key("call_9"), b"sealed".to_vec())],
+        unseal: vec![args_key("call_8")],
         release_id: None,
     };
     let before = side_tables(h, t, f.session).await;
@@ -2157,8 +2164,8 @@ pub async fn a_failing_extra_makes_the_whole_append_write_nothing(h: &Harness) {
         approvals: vec![approval(f.session, "call_2")],
         usage: vec![delta("2026-03-01", "m", 10, 1.0, 1)],
         wake_at: Some(Some(wake)),
-        seal: vec![("call_9".into(), b"sealed".to_vec())],
-        unseal: vec!["call_8".into()],
+        seal: vec![(args_key("call_9"), b"sealed".to_vec())],
+        unseal: vec![args_key("call_8")],
         release_id: None,
     };
     let before = side_tables(h, t, f.session).await;
@@ -2619,19 +2626,28 @@ pub async fn commit_counts_follow_committed_writes(h: &Harness) {
     );
 }
 
+fn args_key(call: &str) -> SealedKey {
+    SealedKey::new(SealedKind::Arguments, call)
+}
+
 /// Sealed rows commit with the append that carries them, are replaced by a later seal of the same
-/// call, deleted by an unseal (an absent row is fine), scoped to their tenant and session, not
-/// written by a stale append, and removed with their session.
-pub async fn sealed_arguments_commit_with_the_journal(h: &Harness) {
+/// key, deleted by an unseal (an absent row is fine), scoped to their tenant, session and kind
+/// (the same id under another kind is another row), not written by a stale append, and removed
+/// with their session.
+pub async fn sealed_rows_commit_with_the_journal(h: &Harness) {
     let t = tenant();
     let f = session(&h.store, t).await;
     let other = session(&h.store, t).await;
-    let seal = |rows: &[(&str, &[u8])]| AppendExtras {
+    let seal = |rows: &[(SealedKind, &str, &[u8])]| AppendExtras {
         seal: rows
             .iter()
-            .map(|(c, b)| ((*c).to_owned(), b.to_vec()))
+            .map(|(k, c, b)| (SealedKey::new(*k, *c), b.to_vec()))
             .collect(),
         ..AppendExtras::default()
+    };
+    let rows = |s: SessionId, k: SealedKind| {
+        let store = h.store.clone();
+        async move { store.sealed_rows(t, s, k).await.unwrap() }
     };
     let v = h
         .store
@@ -2641,28 +2657,29 @@ pub async fn sealed_arguments_commit_with_the_journal(h: &Harness) {
             1,
             f.lease.epoch,
             &events(f.session, 1, 1),
-            &seal(&[("call_b", b"\x00\xffB"), ("call_a", b"A")]),
+            &seal(&[
+                (SealedKind::Arguments, "call_b", b"\x00\xffB"),
+                (SealedKind::Arguments, "call_a", b"A"),
+                (SealedKind::Reasoning, "call_a", b"R"),
+            ]),
         )
         .await
         .unwrap();
-    let got = h.store.sealed_arguments(t, f.session).await.unwrap();
     assert_eq!(
-        got,
+        rows(f.session, SealedKind::Arguments).await,
         vec![
             ("call_a".to_owned(), b"A".to_vec()),
             ("call_b".to_owned(), b"\x00\xffB".to_vec())
         ]
     );
-    assert!(
-        h.store
-            .sealed_arguments(t, other.session)
-            .await
-            .unwrap()
-            .is_empty()
+    assert_eq!(
+        rows(f.session, SealedKind::Reasoning).await,
+        vec![("call_a".to_owned(), b"R".to_vec())]
     );
+    assert!(rows(other.session, SealedKind::Arguments).await.is_empty());
     assert!(
         h.store
-            .sealed_arguments(tenant(), f.session)
+            .sealed_rows(tenant(), f.session, SealedKind::Arguments)
             .await
             .unwrap()
             .is_empty()
@@ -2676,18 +2693,37 @@ pub async fn sealed_arguments_commit_with_the_journal(h: &Harness) {
             1,
             f.lease.epoch,
             &events(f.session, 1, 1),
-            &seal(&[("call_c", b"C")]),
+            &seal(&[(SealedKind::Arguments, "call_c", b"C")]),
         )
         .await;
     assert!(stale.is_err());
-    assert_eq!(
-        h.store.sealed_arguments(t, f.session).await.unwrap().len(),
-        2
-    );
-    // Replace one, delete another and an absent one, in one append.
+    assert_eq!(rows(f.session, SealedKind::Arguments).await.len(), 2);
+    // Replace one, delete another and an absent one, in one append; the reasoning row of the
+    // same id stays.
     let extras = AppendExtras {
-        seal: vec![("call_b".into(), b"B2".to_vec())],
-        unseal: vec!["call_a".into(), "call_zzz".into()],
+        seal: vec![(args_key("call_b"), b"B2".to_vec())],
+        unseal: vec![args_key("call_a"), args_key("call_zzz")],
+        ..AppendExtras::default()
+    };
+    let v = h
+        .store
+        .append_with(
+            t,
+            f.session,
+            v,
+            f.lease.epoch,
+            &events(f.session, v, 1),
+            &extras,
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        rows(f.session, SealedKind::Arguments).await,
+        vec![("call_b".to_owned(), b"B2".to_vec())]
+    );
+    assert_eq!(rows(f.session, SealedKind::Reasoning).await.len(), 1);
+    let extras = AppendExtras {
+        unseal: vec![SealedKey::new(SealedKind::Reasoning, "call_a")],
         ..AppendExtras::default()
     };
     h.store
@@ -2701,18 +2737,9 @@ pub async fn sealed_arguments_commit_with_the_journal(h: &Harness) {
         )
         .await
         .unwrap();
-    assert_eq!(
-        h.store.sealed_arguments(t, f.session).await.unwrap(),
-        vec![("call_b".to_owned(), b"B2".to_vec())]
-    );
+    assert!(rows(f.session, SealedKind::Reasoning).await.is_empty());
     h.store.delete_session(t, f.session).await.unwrap();
-    assert!(
-        h.store
-            .sealed_arguments(t, f.session)
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    assert!(rows(f.session, SealedKind::Arguments).await.is_empty());
 }
 
 /// A re-pin's `release_id` extra moves the session row to the new release in the commit of its

@@ -71,6 +71,6 @@ conformance!(
     usage_accumulates_and_is_tenant_scoped,
     concurrent_append_with_applies_each_requests_extras_once,
     commit_counts_follow_committed_writes,
-    sealed_arguments_commit_with_the_journal,
+    sealed_rows_commit_with_the_journal,
     a_re_pin_moves_the_session_row_with_its_event,
 );
