@@ -47,9 +47,9 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     // database records what it applied), a gap in a database's history below its latest
     // migration is not.
     Migration {
-        version: 7,
+        version: 6,
         name: "sealed_items",
-        sql: include_str!("../../migrations/0007_sealed_items.sql"),
+        sql: include_str!("../../migrations/0006_sealed_items.sql"),
     },
 ];
 

@@ -1315,7 +1315,7 @@ pub async fn migrations_are_idempotent_and_refuse_foreign_schemas(h: &Harness) {
     match h.reopen().await.err() {
         Some(StoreError::SchemaTooNew {
             found: 999,
-            supported: 7,
+            supported: 6,
         }) => {}
         other => panic!("expected SchemaTooNew, got {other:?}"),
     }
