@@ -62,6 +62,7 @@ pub(crate) struct Extras {
     wake_at: Option<Option<i64>>,
     seal: Vec<(String, Vec<u8>)>,
     unseal: Vec<String>,
+    release_reservation: bool,
 }
 
 impl Extras {
@@ -152,6 +153,7 @@ impl Extras {
             wake_at: extras.wake_at.map(|w| w.map(|t| t.timestamp_millis())),
             seal: extras.seal.clone(),
             unseal: extras.unseal.clone(),
+            release_reservation: extras.release_reservation,
         }))
     }
 
@@ -291,6 +293,16 @@ impl Extras {
                     .execute(&mut *conn)
                     .await?;
             }
+        }
+        if self.release_reservation {
+            sqlx::query(
+                &dialect
+                    .sql("DELETE FROM usage_reservations WHERE tenant_id = ? AND session_id = ?"),
+            )
+            .bind(tenant.to_owned())
+            .bind(session.to_owned())
+            .execute(&mut *conn)
+            .await?;
         }
         if let Some(at) = self.wake_at {
             sqlx::query(

@@ -43,6 +43,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "sealed_arguments",
         sql: include_str!("../../migrations/0004_sealed_arguments.sql"),
     },
+    Migration {
+        version: 5,
+        name: "usage_reservations",
+        sql: include_str!("../../migrations/0005_usage_reservations.sql"),
+    },
 ];
 
 fn checksum(m: &Migration) -> String {

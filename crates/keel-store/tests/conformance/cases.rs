@@ -9,6 +9,7 @@ use keel_store::*;
 use serde_json::json;
 
 use super::harness::{Harness, events, session};
+pub use super::reservations::*;
 
 fn tenant() -> TenantId {
     TenantId::new()
@@ -1315,7 +1316,7 @@ pub async fn migrations_are_idempotent_and_refuse_foreign_schemas(h: &Harness) {
     match h.reopen().await.err() {
         Some(StoreError::SchemaTooNew {
             found: 999,
-            supported: 4,
+            supported: 5,
         }) => {}
         other => panic!("expected SchemaTooNew, got {other:?}"),
     }
@@ -1907,6 +1908,7 @@ async fn side_tables(
     Vec<UsageRow>,
     Option<chrono::DateTime<Utc>>,
     Vec<(String, Vec<u8>)>,
+    Vec<ReservationRow>,
 ) {
     let rec = h.store.get_session(t, s).await.unwrap();
     (
@@ -1917,7 +1919,25 @@ async fn side_tables(
         h.store.usage(t, "2000-01-01", "2999-12-31").await.unwrap(),
         rec.wake_at,
         h.store.sealed_arguments(t, s).await.unwrap(),
+        h.store.usage_reservations(t, "2026-03-01").await.unwrap(),
     )
+}
+
+/// Reserves 10 tokens for `f`'s session on 2026-03-01 (what `release_reservation` ends).
+async fn reserve(h: &Harness, t: TenantId, f: &super::harness::Fixture) {
+    let r = UsageReservation {
+        session_id: f.session,
+        lease_epoch: f.lease.epoch,
+        day: "2026-03-01".into(),
+        tokens: 10,
+        cost_usd: 0.0,
+        max_tokens: None,
+        max_cost_usd: None,
+    };
+    assert!(matches!(
+        h.store.reserve_usage(t, &r).await.unwrap(),
+        Reservation::Granted { tokens: 10, .. }
+    ));
 }
 
 pub async fn append_with_writes_events_and_extras_atomically(h: &Harness) {
@@ -1943,6 +1963,7 @@ pub async fn append_with_writes_events_and_extras_atomically(h: &Harness) {
     fresh.created_at = ms(Utc::now());
     fresh.updated_at = fresh.created_at;
     let ask = approval(f.session, "call_9");
+    reserve(h, t, &f).await;
     let extras = AppendExtras {
         effects: vec![dispatched.clone(), fresh.clone()],
         approvals: vec![ask.clone()],
@@ -1950,6 +1971,7 @@ pub async fn append_with_writes_events_and_extras_atomically(h: &Harness) {
         wake_at: Some(Some(wake)),
         seal: vec![("call_9".into(), b"sealed".to_vec())],
         unseal: vec!["call_8".into()],
+        release_reservation: true,
     };
     assert!(!extras.is_empty());
     assert!(AppendExtras::default().is_empty());
@@ -1967,6 +1989,14 @@ pub async fn append_with_writes_events_and_extras_atomically(h: &Harness) {
         .unwrap();
     assert_eq!(v, 3);
     assert_eq!(h.store.read(t, f.session, 0, None).await.unwrap().len(), 3);
+    assert!(
+        h.store
+            .usage_reservations(t, "2026-03-01")
+            .await
+            .unwrap()
+            .is_empty(),
+        "the reservation ended with the append"
+    );
     let got = h
         .store
         .get_effect(t, &dispatched.operation_key)
@@ -2074,6 +2104,7 @@ pub async fn stale_append_with_writes_none_of_its_extras(h: &Harness) {
     let f = session(&h.store, t).await;
     let wake = ms(Utc::now() + ChronoDuration::minutes(5));
     h.store.set_wake_at(t, f.session, Some(wake)).await.unwrap();
+    reserve(h, t, &f).await;
     let extras = AppendExtras {
         effects: vec![effect(f.session, "k/stale")],
         approvals: vec![approval(f.session, "call_1")],
@@ -2081,6 +2112,7 @@ pub async fn stale_append_with_writes_none_of_its_extras(h: &Harness) {
         wake_at: Some(None),
         seal: vec![("call_9".into(), b"sealed".to_vec())],
         unseal: vec!["call_8".into()],
+        release_reservation: true,
     };
     let before = side_tables(h, t, f.session).await;
     // Stale version (behind and ahead).
@@ -2157,8 +2189,11 @@ pub async fn a_failing_extra_makes_the_whole_append_write_nothing(h: &Harness) {
         wake_at: Some(Some(wake)),
         seal: vec![("call_9".into(), b"sealed".to_vec())],
         unseal: vec!["call_8".into()],
+        release_reservation: true,
     };
+    reserve(h, t, &f).await;
     let before = side_tables(h, t, f.session).await;
+    assert_eq!(before.7.len(), 1);
     let try_with = |extras: AppendExtras| {
         let store = h.store.clone();
         let (sid, epoch) = (f.session, f.lease.epoch);
@@ -2225,6 +2260,7 @@ pub async fn a_failing_extra_makes_the_whole_append_write_nothing(h: &Harness) {
     );
     assert_eq!(after.4.len(), 1);
     assert_eq!(after.5, Some(wake));
+    assert!(after.7.is_empty(), "the reservation ended with the append");
 }
 
 pub async fn usage_accumulates_and_is_tenant_scoped(h: &Harness) {

@@ -4,6 +4,7 @@
 pub mod cases;
 pub mod crash;
 pub mod harness;
+pub mod reservations;
 
 macro_rules! conformance {
     ($($case:ident),* $(,)?) => {
@@ -72,4 +73,7 @@ conformance!(
     concurrent_append_with_applies_each_requests_extras_once,
     commit_counts_follow_committed_writes,
     sealed_arguments_commit_with_the_journal,
+    usage_reservations_are_capped_refused_and_settled_with_the_usage,
+    concurrent_reservers_never_hold_more_than_the_limit,
+    a_reservation_lapses_with_its_lease,
 );
