@@ -8,6 +8,7 @@ use crate::common::*;
 use crate::on_both;
 
 on_both!(
+    concurrent_sessions_overshoot_a_tenant_budget_by_at_most_one_step_each,
     a_fallback_answering_for_a_dead_primary_is_named_priced_and_counted_as_itself,
     concurrent_sessions_of_a_tenant_count_every_step_toward_its_day,
     a_cost_budget_ends_the_turn_naming_cost,
@@ -444,4 +445,88 @@ fn finished_of(evs: &[keel_core::Event]) -> EventBody {
         .find(|e| e.type_name() == "turn.finished")
         .map(|e| e.body.clone())
         .unwrap()
+}
+
+/// Runs `n` sessions of one tenant at once, each on its own worker, each step using `input` +
+/// `output` tokens (300 ms per model response, so steps overlap), against a tenant daily budget
+/// of `limit` tokens. Returns the tenant's usage that day once every session has stopped, and
+/// checks each turn ended `budget_exhausted (tokens)`.
+async fn run_against_tenant_budget(
+    b: Backend,
+    n: usize,
+    input: u64,
+    output: u64,
+    limit: u64,
+) -> u64 {
+    let line = json!({"delay_ms": 300, "tool_calls": [call("sleep", json!({"ms": 1}))],
+        "usage": {"input_tokens": input, "output_tokens": output}});
+    let lines = vec![line; 40];
+    let db = db(b).await;
+    let ws = workspace();
+    let tenant = keel_core::TenantId::new();
+    let mut runs = Vec::new();
+    for _ in 0..n {
+        let rt = runtime(&db, scripted(&lines));
+        let mut cfg = config(ws.path());
+        cfg.tenant_daily_budget.max_tokens = Some(limit);
+        let s = rt
+            .create_session(tenant, &release(&[], Budget::default()), cfg)
+            .await
+            .unwrap();
+        runs.push(tokio::spawn(async move {
+            rt.submit(tenant, s, "spend").await.unwrap();
+            rt.run(tenant, s).await.unwrap()
+        }));
+    }
+    for r in runs {
+        let out = r.await.unwrap();
+        let t = &out.turns[0];
+        assert_eq!(
+            (t.terminal_reason, t.limit),
+            (TerminalReason::BudgetExhausted, Some(BudgetLimit::Tokens)),
+            "{t:?}"
+        );
+    }
+    let day = chrono::Utc::now().format("%Y-%m-%d").to_string();
+    let (tokens, _) = keel_runtime::budgets::tenant_usage_on(db.store.as_ref(), tenant, &day)
+        .await
+        .unwrap();
+    assert!(
+        db.store
+            .usage_reservations(tenant, &day)
+            .await
+            .unwrap()
+            .is_empty(),
+        "every reservation ended with its step"
+    );
+    tokens
+}
+
+/// Six sessions of one tenant running at once against one daily token budget. Each step is
+/// reserved (its worst case, capped at what the budget leaves) before it samples, so:
+/// - when a step uses no more than its worst case (100 tokens against the context plus an
+///   8192-token output allowance), the tenant ends at most one step over (the last step, whose
+///   reservation was capped): here ≤ 950 + 100;
+/// - when steps use far more than their worst case (a provider that under-reports nothing, a
+///   context the estimate missed: 20 000 tokens each), the overshoot is still at most one step
+///   per running session: ≤ 30 000 + 6 × 20 000.
+///
+/// Before, a session only checked that the day's usage was under the limit before each step,
+/// with no reservation: every running session started its step on the same remaining budget,
+/// so in the first case all six sampled at 0 tokens and again at about 600, ending at 1 200 to
+/// 1 400 (up to five steps over) in our runs on both backends, which fails the first bound.
+async fn concurrent_sessions_overshoot_a_tenant_budget_by_at_most_one_step_each(b: Backend) {
+    let n = 6u64;
+    let used = run_against_tenant_budget(b, n as usize, 1, 99, 950).await;
+    assert!(used >= 950, "the budget was used: {used}");
+    assert!(
+        used <= 950 + 100,
+        "at most one step over when worst cases hold: {used}"
+    );
+    let used = run_against_tenant_budget(b, n as usize, 19_900, 100, 30_000).await;
+    assert!(used >= 30_000, "the budget was used: {used}");
+    assert!(
+        used <= 30_000 + n * 20_000,
+        "at most one step over per running session: {used}"
+    );
 }
