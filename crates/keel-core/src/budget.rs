@@ -4,6 +4,8 @@
 //! per turn, per session and per tenant day; [`Budget::check`] runs before each step against what the
 //! scope has [`Consumed`] so far and names the first exhausted [`BudgetLimit`].
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::machine::TurnStatus;
@@ -45,6 +47,34 @@ impl Usage {
             .cache_write_tokens
             .saturating_add(other.cache_write_tokens);
         self.reasoning_tokens = self.reasoning_tokens.saturating_add(other.reasoning_tokens);
+    }
+}
+
+/// What one model served within a scope (a turn, a session): the tokens of its completed
+/// responses, their cost in USD (priced with that model's price) and how many steps it answered.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ModelTotals {
+    /// Tokens of the model's responses, summed field by field.
+    #[serde(default)]
+    pub usage: Usage,
+    /// Their cost, USD.
+    #[serde(default)]
+    pub cost_usd: f64,
+    /// Completed steps the model answered.
+    #[serde(default)]
+    pub steps: u32,
+}
+
+/// [`ModelTotals`] per model label (`gpt-4o`, `scripted:demo.jsonl`), ordered by label: the
+/// `usage_by_model` of `turn.finished` and of the folded turn and session.
+pub type UsageByModel = BTreeMap<String, ModelTotals>;
+
+impl ModelTotals {
+    /// Adds one completed step of `usage` tokens costing `cost_usd` USD.
+    pub fn add_step(&mut self, usage: &Usage, cost_usd: f64) {
+        self.usage.add(usage);
+        self.cost_usd += cost_usd;
+        self.steps = self.steps.saturating_add(1);
     }
 }
 

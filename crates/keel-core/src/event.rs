@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::approval::ApprovalDecision;
-use crate::budget::{BudgetLimit, TerminalReason, Usage};
+use crate::budget::{BudgetLimit, TerminalReason, Usage, UsageByModel};
 use crate::ids::{
     ApprovalId, OperationKey, ReleaseId, SessionId, StepId, TenantId, ToolCallId, TurnId,
 };
@@ -190,6 +190,11 @@ pub enum EventBody {
         usage: Usage,
         /// Cost of the turn, USD.
         cost_usd: f64,
+        /// `usage` and `cost_usd` broken down by the model that served each completed step
+        /// (a fallback's steps under the fallback, priced at its price). Absent (empty) in
+        /// journals written before it existed and in turns without a completed step.
+        #[serde(default, skip_serializing_if = "UsageByModel::is_empty")]
+        usage_by_model: UsageByModel,
         /// Steps sampled.
         num_steps: u32,
         /// Wall-clock duration, ms.
@@ -201,7 +206,8 @@ pub enum EventBody {
     /// A step attempt started. Correlation: `turn_id`, `step_id`, `attempt`.
     #[serde(rename = "step.started")]
     StepStarted {
-        /// The model asked (`provider:model`).
+        /// The model this attempt asks: one member of the route (its label, e.g. `gpt-4o`),
+        /// never the route as a whole; a fallback's attempt names the fallback.
         model: String,
     },
     /// The first response event of the attempt arrived. Correlation: `step_id`, `attempt`.
@@ -210,7 +216,7 @@ pub enum EventBody {
     /// An attempt failed and will be retried or abandoned. Correlation: `step_id`, `attempt`.
     #[serde(rename = "step.attempt_failed")]
     StepAttemptFailed {
-        /// The model that failed.
+        /// The model (route member) whose attempt failed.
         model: String,
         /// Provider error class (`rate_limited`, `overloaded`, …).
         error_kind: String,
@@ -227,7 +233,8 @@ pub enum EventBody {
     /// The step's response ended. Correlation: `step_id`, `attempt`.
     #[serde(rename = "step.completed")]
     StepCompleted {
-        /// The model that produced it.
+        /// The model (route member) that served the response: `usage` and `cost_usd` are its,
+        /// priced at its price, and the tenant's usage rows count them under it.
         model: String,
         /// Normalized stop reason (`end_turn`, `tool_use`, `max_tokens`, …).
         stop_reason: String,
@@ -677,6 +684,19 @@ mod tests {
                     ..Usage::default()
                 },
                 cost_usd: 0.25,
+                usage_by_model: [(
+                    "openai:gpt-5".to_owned(),
+                    crate::ModelTotals {
+                        usage: Usage {
+                            input_tokens: 10,
+                            output_tokens: 5,
+                            ..Usage::default()
+                        },
+                        cost_usd: 0.25,
+                        steps: 3,
+                    },
+                )]
+                .into(),
                 num_steps: 3,
                 duration_ms: 1200,
                 error: None,

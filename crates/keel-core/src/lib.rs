@@ -15,7 +15,8 @@
 //! - [`event`] — [`Event`] (envelope + [`EventBody`]), decoding with schema upgrade.
 //! - [`state`] — [`SessionState`], the fold. Start reading here.
 //! - [`approval`] — [`ApprovalRecord`] and its decision rules.
-//! - [`budget`] — [`Budget`], [`Usage`], [`TerminalReason`], [`BudgetLimit`].
+//! - [`budget`] — [`Budget`], [`Usage`], [`ModelTotals`] (usage by model), [`TerminalReason`],
+//!   [`BudgetLimit`].
 //! - [`release`] — [`Release`] (content-hashed [`AgentDefinition`]), [`Tenant`], [`Principal`].
 //! - [`canonical`] — canonical JSON and `sha256:` content hashes.
 //! - [`patch`] — JSON merge patches, the shape of `session.config_changed`.
@@ -34,7 +35,7 @@ pub mod release;
 pub mod state;
 
 pub use approval::{ApprovalDecision, ApprovalError, ApprovalRecord, Decided, args_hash};
-pub use budget::{Budget, BudgetLimit, Consumed, TerminalReason, Usage};
+pub use budget::{Budget, BudgetLimit, Consumed, ModelTotals, TerminalReason, Usage, UsageByModel};
 pub use event::{
     Correlation, DecodeErrorKind, EVENT_TYPES, EffectDecision, Event, EventBody, EventDecodeError,
     SCHEMA_VERSION,

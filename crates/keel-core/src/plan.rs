@@ -172,7 +172,9 @@ pub struct Facts {
     pub skip_compaction: bool,
     /// Effects whose tool's reconcile answered "unknown" in this process: put them to a human.
     pub unreconciled: BTreeSet<OperationKey>,
-    /// The tenant's usage today, when a tenant daily budget is set.
+    /// The tenant's usage today (tokens, USD) when a tenant daily budget is set, as the
+    /// store's reservation of the step's worst case read it: at a limit, the turn ends
+    /// `budget_exhausted`.
     pub tenant_usage: Option<Consumed>,
 }
 

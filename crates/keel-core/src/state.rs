@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, VecDeque};
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
-use crate::budget::{TerminalReason, Usage};
+use crate::budget::{TerminalReason, Usage, UsageByModel};
 use crate::event::{EffectDecision, Event, EventBody};
 use crate::ids::{
     ApprovalId, OperationKey, ReleaseId, SessionId, StepId, TenantId, ToolCallId, TurnId,
@@ -123,6 +123,8 @@ pub struct TurnState {
     pub usage: Usage,
     /// Cost, USD.
     pub cost_usd: f64,
+    /// Tokens, cost (USD) and steps per model that served a completed step.
+    pub usage_by_model: UsageByModel,
     /// Tool calls that reached `running`.
     pub tool_calls_run: u32,
     /// Why it ended, once finished.
@@ -268,6 +270,8 @@ pub struct SessionState {
     pub cost_usd: f64,
     /// Session totals: completed steps.
     pub num_steps: u32,
+    /// Session totals per model that served a completed step (tokens, USD, steps).
+    pub usage_by_model: UsageByModel,
     /// Sum of finished turns' durations (`turn.finished` `duration_ms`), ms.
     pub finished_turns_ms: u64,
 }
@@ -445,6 +449,7 @@ impl SessionState {
                         steps: Vec::new(),
                         usage: Usage::default(),
                         cost_usd: 0.0,
+                        usage_by_model: UsageByModel::new(),
                         tool_calls_run: 0,
                         terminal_reason: None,
                         queued_at: ev.ts,
@@ -636,6 +641,7 @@ impl SessionState {
                 }
             }
             EventBody::StepCompleted {
+                model,
                 stop_reason,
                 usage,
                 cost_usd,
@@ -648,9 +654,17 @@ impl SessionState {
                 if let Some(turn) = self.turns.get_mut(&turn_id) {
                     turn.usage.add(usage);
                     turn.cost_usd += cost_usd;
+                    turn.usage_by_model
+                        .entry(model.clone())
+                        .or_default()
+                        .add_step(usage, *cost_usd);
                 }
                 self.usage.add(usage);
                 self.cost_usd += cost_usd;
+                self.usage_by_model
+                    .entry(model.clone())
+                    .or_default()
+                    .add_step(usage, *cost_usd);
                 self.num_steps += 1;
             }
             EventBody::StepFailed {

@@ -65,6 +65,7 @@ fn finished(reason: TerminalReason) -> EventBody {
         limit: None,
         usage: Usage::default(),
         cost_usd: 0.0,
+        usage_by_model: Default::default(),
         num_steps: 1,
         duration_ms: 5,
         error: None,

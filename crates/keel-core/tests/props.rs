@@ -209,6 +209,7 @@ impl Ids {
                     limit: None,
                     usage: Usage::default(),
                     cost_usd: 0.0,
+                    usage_by_model: Default::default(),
                     num_steps: 0,
                     duration_ms: 0,
                     error: None,

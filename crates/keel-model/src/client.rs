@@ -24,6 +24,15 @@ pub trait ModelClient: Send + Sync {
     /// (`gpt-4o`, `claude-sonnet-4-5`, `scripted:demo.jsonl`).
     fn model(&self) -> &str;
 
+    /// The models this client answers with, in the order it tries them, as
+    /// [`ModelClient::model`] labels: itself for a single model; a [`crate::ModelRoute`]'s
+    /// primary, then its fallbacks. The first is the one a call goes to first. A response's
+    /// usage and cost belong to the member that served it, which a route names in each
+    /// [`StreamEvent::Attempt`]; price and account under that member, never the route's label.
+    fn members(&self) -> Vec<&str> {
+        vec![self.model()]
+    }
+
     /// Starts one call. Never fails up front: every failure arrives as a terminal
     /// [`StreamEvent::Error`]. Must be polled inside a Tokio runtime with the time driver.
     fn stream(&self, request: ModelRequest) -> EventStream;

@@ -61,9 +61,11 @@ impl RetryPolicy {
 /// retryable but [`crate::ErrorKind::falls_back`], the route moves to the next model. Failures of
 /// our own request (invalid_request, context_overflow, content_filter) end the step at once.
 ///
-/// The stream reports each attempt (`attempt`), each retry (`retry`, with the delay) and each
-/// switch (`fallback`); events between two `attempt` events come from the model the first one
-/// names, so usage and cost stay attributed to it.
+/// The stream reports each attempt (`attempt`, naming the member that serves it), each retry
+/// (`retry`, with the delay) and each switch (`fallback`); events between two `attempt` events
+/// come from the model the first one names, so usage and cost stay attributed to it. The route's
+/// own label (`gpt-4o-mini -> scripted:a.jsonl`) names the route for people; it never names the
+/// model that answered, and has no price ([`ModelClient::members`] lists the members).
 #[derive(Clone)]
 pub struct ModelRoute {
     models: Vec<Arc<dyn ModelClient>>,
@@ -204,6 +206,10 @@ impl ModelClient for ModelRoute {
 
     fn consumes_responses(&self) -> bool {
         self.models.iter().any(|m| m.consumes_responses())
+    }
+
+    fn members(&self) -> Vec<&str> {
+        self.models.iter().flat_map(|m| m.members()).collect()
     }
 }
 

@@ -251,3 +251,32 @@ async fn usage_and_cost_stay_with_the_model_that_produced_them() {
     // 1M input at $0.15 + 1M output at $0.60
     assert!((response.usage[0].cost_usd.unwrap() - 0.75).abs() < 1e-9);
 }
+
+/// Each attempt names the route member that serves it, and the route lists its members (primary
+/// first): what the runtime prices and accounts a step under, instead of the route's label
+/// (`gpt-4o-mini -> scripted:…`, which names no model and, being a prefix match of `gpt-4o`,
+/// was priced at the primary family's price).
+#[tokio::test]
+async fn a_route_lists_its_members_and_each_attempt_names_the_one_serving_it() {
+    let (got, _primary, _secondary) = fallback_case(Fault::ServerError).await;
+    let attempts: Vec<&str> = got
+        .iter()
+        .filter_map(|e| match e {
+            StreamEvent::Attempt { model, .. } => Some(model.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(attempts, ["gpt-5.1", "gpt-5.1", "claude-haiku-4-5"]);
+    let primary = flaky(Fault::ServerError, 0, "m").await;
+    let r = route(
+        vec![
+            Arc::new(model_for(&primary, Wire::OpenaiChat, "gpt-4o-mini")),
+            Arc::new(model_for(&primary, Wire::Anthropic, "claude-haiku-4-5")),
+        ],
+        fast_policy(1),
+    );
+    assert_eq!(r.members(), ["gpt-4o-mini", "claude-haiku-4-5"]);
+    assert_eq!(r.model(), "gpt-4o-mini -> claude-haiku-4-5");
+    let one = model_for(&primary, Wire::OpenaiChat, "gpt-4o");
+    assert_eq!(one.members(), ["gpt-4o"]);
+}

@@ -7,7 +7,8 @@
 //! effect's row ([`side_rows`]), and the row commits in the same store transaction as the event
 //! ([`keel_store::AppendExtras`]): the table can never claim a dispatch the journal does not
 //! have. The same goes for usage: every `step.completed` adds its tokens and cost to the
-//! tenant's per-day, per-model totals in that transaction.
+//! tenant's per-day, per-model totals in that transaction, and ends the session's reservation
+//! against the tenant's day (as `step.failed` and `turn.finished` do; see [`crate::budgets`]).
 //!
 //! A worker that starts a session reconciles the whole table with the journal ([`reconcile`]),
 //! which repairs rows written by builds that kept the table apart from the journal. A row that
@@ -80,6 +81,12 @@ pub(crate) fn side_rows(state: &SessionState, ev: &Event, extras: &mut AppendExt
                 },
                 steps: 1,
             });
+            extras.release_reservation = true;
+            return;
+        }
+        // The step ended (or the turn): its reservation against the tenant's day ends with it.
+        EventBody::StepFailed { .. } | EventBody::TurnFinished { .. } => {
+            extras.release_reservation = true;
             return;
         }
         EventBody::EffectPrepared { .. }

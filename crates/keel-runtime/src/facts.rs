@@ -1,7 +1,8 @@
 //! The planner's inputs: the plain facts [`keel_core::plan::next`] needs beside the folded
 //! state — the step's frozen verdict on each open call, the approvals table's decisions, the
-//! context estimate and the tenant's usage (only when a new step is about to be planned), the
-//! calls running in this process, and the session's limits.
+//! context estimate and the tenant's usage (only when a new step is about to be planned: the
+//! step's reservation against the tenant's day answers it, see [`crate::budgets`]), the calls
+//! running in this process, and the session's limits.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
@@ -75,17 +76,16 @@ impl Runner {
                 }
             }
         }
-        let tenant_usage = if new_step {
-            self.tenant_usage_today().await?
+        let (tenant_usage, context_tokens) = if new_step {
+            // The step's reservation needs the size of what it will send: project first.
+            let tokens = self.step_estimate().await?;
+            (self.reserve_step(tokens).await?, tokens)
         } else {
-            None
+            (None, 0)
         };
         let j = self.active.journal.lock().await;
         let context_tokens = if new_step {
-            let snapshot = self.project(&j)?;
-            let tokens = snapshot.estimated_tokens;
-            *lock(&self.snapshot) = Some((j.state.version, snapshot));
-            tokens
+            self.step_estimate_at(&j)?.unwrap_or(context_tokens)
         } else {
             0
         };
@@ -105,6 +105,30 @@ impl Runner {
             tenant_usage,
         };
         Ok(keel_core::plan::next(&j.state, &facts))
+    }
+
+    /// The estimated tokens of the next step's context, projecting (and keeping) its snapshot.
+    async fn step_estimate(&self) -> Result<u64> {
+        let j = self.active.journal.lock().await;
+        let snapshot = self.project(&j)?;
+        let tokens = snapshot.estimated_tokens;
+        *lock(&self.snapshot) = Some((j.state.version, snapshot));
+        Ok(tokens)
+    }
+
+    /// The estimate again when the journal moved since [`Runner::step_estimate`] (intents
+    /// handled meanwhile): `None` when the kept snapshot is still current.
+    fn step_estimate_at(&self, j: &crate::journal::Journal) -> Result<Option<u64>> {
+        if lock(&self.snapshot)
+            .as_ref()
+            .is_some_and(|(v, _)| *v == j.state.version)
+        {
+            return Ok(None);
+        }
+        let snapshot = self.project(j)?;
+        let tokens = snapshot.estimated_tokens;
+        *lock(&self.snapshot) = Some((j.state.version, snapshot));
+        Ok(Some(tokens))
     }
 
     /// The session's limits as plain values for the planner.

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use keel_core::{
     ApprovalDecision, BudgetLimit, Event, EventBody, SessionState, StepId, TerminalReason,
-    ToolCallId, TurnId, Usage,
+    ToolCallId, TurnId, Usage, UsageByModel,
 };
 use keel_model::{Message, ReasoningItem, ToolCall};
 use serde_json::Value;
@@ -27,6 +27,9 @@ pub struct TurnOutcome {
     pub usage: Usage,
     /// Cost of the turn, USD.
     pub cost_usd: f64,
+    /// `usage` and `cost_usd` by the model that served each completed step (empty for
+    /// journals written before `turn.finished` carried it).
+    pub usage_by_model: UsageByModel,
     /// Steps sampled.
     pub num_steps: u32,
     /// Wall-clock duration, ms.
@@ -67,11 +70,6 @@ pub struct Projection {
     pub last_text: HashMap<TurnId, String>,
     /// Finished turns.
     pub finished: HashMap<TurnId, TurnOutcome>,
-    /// Tokens and cost (USD) of the session's completed steps per UTC day (`YYYY-MM-DD` of the
-    /// `step.completed` event), for the tenant's daily budget.
-    pub usage_by_day: HashMap<String, (u64, f64)>,
-    /// The UTC day of the last `step.completed`.
-    pub last_step_day: Option<String>,
     /// (tool, arguments) of calls allowed for the rest of the session.
     pub allowed_for_session: Vec<(String, Value)>,
     /// The active turn's assistant items that have reasoning, journaled or sealed. Requests
@@ -145,15 +143,9 @@ impl Projection {
                 reasoning_sealed,
                 responses_consumed,
                 usage,
-                cost_usd,
                 ..
             } => {
                 self.position += responses_consumed;
-                let day = ev.ts.format("%Y-%m-%d").to_string();
-                let d = self.usage_by_day.entry(day.clone()).or_default();
-                d.0 = d.0.saturating_add(usage.total_tokens());
-                d.1 += cost_usd;
-                self.last_step_day = Some(day);
                 let Some(step) = c.step_id.and_then(|s| state.steps.get(&s)) else {
                     return;
                 };
@@ -241,6 +233,7 @@ impl Projection {
                 limit,
                 usage,
                 cost_usd,
+                usage_by_model,
                 num_steps,
                 duration_ms,
                 error,
@@ -261,6 +254,7 @@ impl Projection {
                             limit: *limit,
                             usage: *usage,
                             cost_usd: *cost_usd,
+                            usage_by_model: usage_by_model.clone(),
                             num_steps: *num_steps,
                             duration_ms: *duration_ms,
                             error: error.clone(),

@@ -83,7 +83,14 @@ impl Runner {
             .step_policy
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = Some((step, snapshot.policy.clone()));
-        let model = self.rt.model.model().to_owned();
+        // The route member serving the current attempt: the primary first, then whichever
+        // member each `attempt` event names. The step's events, price and usage rows are its.
+        let mut model = self
+            .rt
+            .model
+            .members()
+            .first()
+            .map_or_else(|| self.rt.model.model().to_owned(), |m| (*m).to_owned());
         let mut attempt = first_attempt;
         self.stage(vec![(
             Correlation::step(turn, step, attempt),
@@ -226,12 +233,7 @@ impl Runner {
                 StreamEvent::Usage { usage: u } => {
                     let mu = to_core_usage(&u);
                     usage.add(&mu);
-                    cost += self
-                        .rt
-                        .options
-                        .prices
-                        .cost_usd(self.rt.model.model(), &u)
-                        .unwrap_or(0.0);
+                    cost += self.rt.options.prices.cost_usd(&model, &u).unwrap_or(0.0);
                 }
                 StreamEvent::Completed { .. } if !streaming => {
                     // Nothing streamed (an adapter that let an empty response through, or an
@@ -260,18 +262,24 @@ impl Runner {
                     break Err(ProviderError::new(ErrorKind::Timeout, "cancelled"));
                 }
                 StreamEvent::Attempt {
-                    consumes_response, ..
-                } => consumes = consumes_response,
+                    model: serving,
+                    consumes_response,
+                    ..
+                } => (model, consumes) = (serving, consumes_response),
                 StreamEvent::Retry { .. } | StreamEvent::Fallback { .. } => {
                     // A new attempt of the same step: what the failed one streamed is dropped.
-                    let (error, delay) = match ev {
-                        StreamEvent::Retry { error, delay_ms } => (error, Some(delay_ms)),
-                        StreamEvent::Fallback { error, .. } => (error, None),
+                    // A retry asks the same model again; a fallback names the next one.
+                    let (error, delay, next) = match ev {
+                        StreamEvent::Retry { error, delay_ms } => {
+                            (error, Some(delay_ms), model.clone())
+                        }
+                        StreamEvent::Fallback { error, to, .. } => (error, None, to),
                         _ => continue,
                     };
                     let failed = (&error, u64::from(consumes));
-                    self.retry_attempt(turn, step, &mut attempt, &model, failed, delay)
+                    self.retry_attempt(turn, step, &mut attempt, (&model, &next), failed, delay)
                         .await?;
+                    model = next;
                     (text, reasoning, usage, cost, streaming) =
                         (String::new(), Vec::new(), Usage::default(), 0.0, false);
                     seen.clear();
@@ -398,7 +406,7 @@ impl Runner {
         turn: TurnId,
         step: StepId,
         attempt: &mut u32,
-        model: &str,
+        (failed, next): (&str, &str),
         (error, responses_consumed): (&ProviderError, u64),
         retry_in_ms: Option<u64>,
     ) -> Result<()> {
@@ -408,7 +416,7 @@ impl Runner {
             (
                 corr,
                 EventBody::StepAttemptFailed {
-                    model: model.to_owned(),
+                    model: failed.to_owned(),
                     error_kind: error.kind.as_str().into(),
                     message: error.message.clone(),
                     retry_in_ms,
@@ -418,7 +426,7 @@ impl Runner {
             (
                 Correlation::step(turn, step, *attempt),
                 EventBody::StepStarted {
-                    model: model.to_owned(),
+                    model: next.to_owned(),
                 },
             ),
         ])

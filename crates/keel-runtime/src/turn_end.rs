@@ -1,7 +1,7 @@
 //! Ending a turn: whatever the reason, every open call gets its one result (a dispatched
 //! effect becomes `outcome_unknown` — never faked as failed), open steps fail, the session is
-//! `running` again, and `turn.finished` carries the reason, usage, cost, steps and duration —
-//! all in one commit.
+//! `running` again, and `turn.finished` carries the reason, usage and cost (in total and by the
+//! model that served each step), steps and duration — all in one commit.
 
 use chrono::Utc;
 use keel_core::{
@@ -100,6 +100,7 @@ impl Runner {
                         limit,
                         usage: t.usage,
                         cost_usd: t.cost_usd,
+                        usage_by_model: t.usage_by_model.clone(),
                         num_steps: u32::try_from(t.steps.len()).unwrap_or(u32::MAX),
                         duration_ms: duration,
                         error: error.clone(),

@@ -4,7 +4,7 @@
 //! and PostgreSQL, the shared store for many workers), the embedded schema migrations, the journal
 //! append with compare-and-set versions and lease fencing, SQLite group commit, wake-ups
 //! (LISTEN/NOTIFY, polling), and everything sessions own: effects, approvals, transcript items,
-//! tenant memory, tenant usage totals, artifacts and releases; side-table writes that commit with
+//! tenant memory, tenant usage totals and budget reservations, artifacts and releases; side-table writes that commit with
 //! an append ([`AppendExtras`]) and per-handle commit counts ([`CommitCounts`]).
 //!
 //! **Must not touch:** session semantics (what an event means is `keel_core::SessionState::apply`'s
@@ -32,8 +32,9 @@ pub use sql::{Dialect, SqlStore};
 pub use store::Store;
 pub use types::{
     AppendExtras, Artifact, CommitCounts, DueSession, EffectInsert, EffectRecord, EffectUpdate,
-    Intent, Lease, LeaseInfo, MemoryEntry, NewSession, SealedKey, SealedKind, SessionQuery,
-    SessionRecord, TranscriptItem, UsageDelta, UsageRow,
+    Intent, Lease, LeaseInfo, MemoryEntry, NewSession, Reservation, ReservationRow, SealedKey,
+    SealedKind, SessionQuery, SessionRecord, TranscriptItem, UsageAmount, UsageDelta,
+    UsageReservation, UsageRow,
 };
 
 /// Opens a store from a location: `postgres://…` / `postgresql://…` (optionally with

@@ -13,8 +13,8 @@ use serde_json::Value;
 use crate::error::Result;
 use crate::types::{
     AppendExtras, Artifact, CommitCounts, DueSession, EffectInsert, EffectRecord, EffectUpdate,
-    Intent, Lease, MemoryEntry, NewSession, SealedKind, SessionQuery, SessionRecord,
-    TranscriptItem, UsageRow,
+    Intent, Lease, MemoryEntry, NewSession, Reservation, ReservationRow, SealedKind, SessionQuery,
+    SessionRecord, TranscriptItem, UsageReservation, UsageRow,
 };
 
 /// Durable storage for sessions, their journals and everything they own.
@@ -428,6 +428,33 @@ pub trait Store: Send + Sync + 'static {
     /// # Errors
     /// `InvalidInput` for a day that is not `YYYY-MM-DD`; `CorruptRow`; `Database`.
     async fn usage(&self, tenant: TenantId, from_day: &str, to_day: &str) -> Result<Vec<UsageRow>>;
+
+    /// Reserves one model step's worst case (`r.tokens`, `r.cost_usd`) against the tenant's
+    /// daily limits (`r.max_tokens`, `r.max_cost_usd`) for `r.day`, atomically with respect to
+    /// every other reservation of the tenant and day, and replaces the session's previous
+    /// reservation. With `used` the day's usage and `reserved` the other sessions' live
+    /// reservations, for each limit set: `used ≥ limit` → [`Reservation::Exhausted`];
+    /// `used + reserved ≥ limit` → [`Reservation::Busy`]; else [`Reservation::Granted`] with
+    /// the amount capped at `limit − used − reserved`. Granted or not, the session's previous
+    /// reservation is gone. A reservation is live while the session's lease is held at
+    /// `r.lease_epoch` and unexpired; it ends with [`AppendExtras::release_reservation`] (in
+    /// the append that commits the step's usage), a lease release, expiry or takeover.
+    ///
+    /// So used + live reservations never exceed a limit through a grant: concurrent sessions
+    /// overshoot the day's budget only by what their steps use beyond what they reserved, at
+    /// most one step per running session.
+    ///
+    /// # Errors
+    /// `NotFound` for an unknown session; `LeaseLost` when the session's lease is not held at
+    /// `r.lease_epoch`; `InvalidInput` for a malformed day, a negative or non-finite cost or
+    /// limit, a count past 2^63.
+    async fn reserve_usage(&self, tenant: TenantId, r: &UsageReservation) -> Result<Reservation>;
+
+    /// The tenant's live reservations on UTC day `day` (`YYYY-MM-DD`), ordered by session.
+    ///
+    /// # Errors
+    /// `InvalidInput` for a malformed day; `CorruptRow`; `Database`.
+    async fn usage_reservations(&self, tenant: TenantId, day: &str) -> Result<Vec<ReservationRow>>;
 
     // --- sealed rows --------------------------------------------------------------------------
 

@@ -2,8 +2,8 @@
 
 use chrono::{DateTime, Utc};
 use keel_core::{
-    ApprovalRecord, EffectStatus, LeaseEpoch, OperationKey, ReleaseId, SessionId, SessionStatus,
-    TenantId, ToolCallId, TurnId, Usage,
+    ApprovalRecord, BudgetLimit, EffectStatus, LeaseEpoch, OperationKey, ReleaseId, SessionId,
+    SessionStatus, TenantId, ToolCallId, TurnId, Usage,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -237,6 +237,9 @@ pub struct AppendExtras {
     /// carries `session.release_pinned`). The release must be stored for the tenant
     /// ([`crate::Store::put_release`]); otherwise the append is `NotFound` and writes nothing.
     pub release_id: Option<ReleaseId>,
+    /// Deletes the appended session's usage reservation ([`crate::Store::reserve_usage`]): the
+    /// step it was for has ended, and its real usage (in `usage`) commits in its place.
+    pub release_reservation: bool,
 }
 
 /// What a sealed row holds: the namespace of its id within a session.
@@ -288,6 +291,7 @@ impl AppendExtras {
             && self.seal.is_empty()
             && self.unseal.is_empty()
             && self.release_id.is_none()
+            && !self.release_reservation
     }
 }
 
@@ -320,6 +324,87 @@ pub struct UsageRow {
     pub cost_usd: f64,
     /// Model steps, summed.
     pub steps: u64,
+}
+
+/// Tokens (input plus output, what budgets count) and cost in US dollars: a tenant's usage or
+/// reservations on one UTC day, summed over models and sessions.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct UsageAmount {
+    /// Input plus output tokens.
+    pub tokens: u64,
+    /// US dollars.
+    pub cost_usd: f64,
+}
+
+/// A session's request to reserve one model step's worst case against its tenant's daily
+/// budget ([`crate::Store::reserve_usage`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct UsageReservation {
+    /// The session that will sample the step (at most one reservation per session: a new one
+    /// replaces the session's previous one).
+    pub session_id: SessionId,
+    /// The epoch of the lease the session is run under: the reservation counts only while the
+    /// session's lease is held at this epoch and unexpired.
+    pub lease_epoch: LeaseEpoch,
+    /// The UTC day the budget is for, `YYYY-MM-DD`.
+    pub day: String,
+    /// Tokens (input plus output) the step may use at most.
+    pub tokens: u64,
+    /// Cost the step may reach at most, US dollars (finite, not negative).
+    pub cost_usd: f64,
+    /// The tenant's daily token limit; `None` for none.
+    pub max_tokens: Option<u64>,
+    /// The tenant's daily cost limit, US dollars (finite); `None` for none.
+    pub max_cost_usd: Option<f64>,
+}
+
+/// What [`crate::Store::reserve_usage`] decided. `used` is the day's committed usage; `reserved`
+/// what other sessions' live reservations hold.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Reservation {
+    /// Reserved: the asked amounts, each capped at what its limit leaves (`limit − used −
+    /// reserved`), so at the grant `used + reserved + granted ≤ limit` for every limit set.
+    Granted {
+        /// Tokens reserved.
+        tokens: u64,
+        /// US dollars reserved.
+        cost_usd: f64,
+        /// The day's usage.
+        used: UsageAmount,
+        /// Other sessions' live reservations.
+        reserved: UsageAmount,
+    },
+    /// The day's usage alone reached `limit` (`used ≥ limit`): nothing is reserved.
+    Exhausted {
+        /// The limit reached (`tokens` is checked before `cost`).
+        limit: BudgetLimit,
+        /// The day's usage.
+        used: UsageAmount,
+    },
+    /// Usage is under every limit, but other sessions' live reservations hold the rest of
+    /// `limit` (`used + reserved ≥ limit`): nothing is reserved; ask again once one of them
+    /// settles or lapses.
+    Busy {
+        /// The limit fully held.
+        limit: BudgetLimit,
+        /// The day's usage.
+        used: UsageAmount,
+        /// Other sessions' live reservations.
+        reserved: UsageAmount,
+    },
+}
+
+/// One live reservation, from [`crate::Store::usage_reservations`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReservationRow {
+    /// The session holding it.
+    pub session_id: SessionId,
+    /// Its UTC day.
+    pub day: String,
+    /// The lease epoch it counts under.
+    pub lease_epoch: LeaseEpoch,
+    /// Reserved amounts.
+    pub amount: UsageAmount,
 }
 
 /// Durable commits this store handle (and its clones) has made, by kind: monotonic counters,

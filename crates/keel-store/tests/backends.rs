@@ -78,7 +78,7 @@ async fn postgres_concurrent_first_opens_all_succeed() {
 }
 
 /// A database at migration 4 (sealed arguments in `sealed_arguments`) keeps its sealed rows
-/// through migration 7, which moves them into `sealed_items` as kind `arguments`: a call
+/// through migration 6, which moves them into `sealed_items` as kind `arguments`: a call
 /// waiting on an approval across the upgrade still runs with its exact arguments.
 #[tokio::test]
 async fn sealed_arguments_survive_the_move_to_sealed_items() {

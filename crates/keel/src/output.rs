@@ -6,7 +6,9 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
-use keel_core::{BudgetLimit, EventBody, SessionId, TerminalReason, ToolCallStatus, Usage};
+use keel_core::{
+    BudgetLimit, EventBody, SessionId, TerminalReason, ToolCallStatus, Usage, UsageByModel,
+};
 use keel_runtime::{DeltaKind, PendingAction, SubscriptionItem};
 use serde::Serialize;
 
@@ -27,6 +29,10 @@ pub struct ResultLine {
     pub usage: Usage,
     /// Cost of the turn, USD.
     pub cost_usd: f64,
+    /// `usage` and `cost_usd` by the model that served each step (`{model: {usage, cost_usd,
+    /// steps}}`; a fallback's steps under the fallback); left out when no step completed.
+    #[serde(skip_serializing_if = "UsageByModel::is_empty")]
+    pub usage_by_model: UsageByModel,
     /// Steps sampled in the turn.
     pub num_steps: u32,
     /// Wall-clock duration, ms.
@@ -52,6 +58,7 @@ impl ResultLine {
             limit: None,
             usage: Usage::default(),
             cost_usd: 0.0,
+            usage_by_model: UsageByModel::new(),
             num_steps: 0,
             duration_ms,
             error: Some(error),
@@ -404,6 +411,22 @@ impl Printer for TextPrinter {
             r.cost_usd,
             Duration::from_millis(r.duration_ms).as_secs_f64(),
         ));
+        if r.usage_by_model.len() > 1 {
+            // More than one model served the turn (a fallback answered): say who spent what.
+            let by: Vec<String> = r
+                .usage_by_model
+                .iter()
+                .map(|(model, t)| {
+                    format!(
+                        "{model} {} steps {} tokens ${:.4}",
+                        t.steps,
+                        t.usage.total_tokens(),
+                        t.cost_usd
+                    )
+                })
+                .collect();
+            self.line(&format!("   by model: {}", by.join(" · ")));
+        }
         if let Some(e) = &r.error {
             self.line(&format!("error: {e}"));
         }

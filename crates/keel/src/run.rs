@@ -627,6 +627,7 @@ pub async fn result_of(p: &Prepared, driven: &Driven) -> ResultLine {
         if let Some(t) = turn.and_then(|t| view.as_ref().and_then(|v| v.state.turns.get(&t))) {
             r.usage = t.usage;
             r.cost_usd = t.cost_usd;
+            r.usage_by_model = t.usage_by_model.clone();
             r.num_steps = u32::try_from(t.steps.len()).unwrap_or(u32::MAX);
         }
     };
@@ -661,6 +662,7 @@ pub async fn result_of(p: &Prepared, driven: &Driven) -> ResultLine {
                     r.limit = t.limit;
                     r.usage = t.usage;
                     r.cost_usd = t.cost_usd;
+                    r.usage_by_model = t.usage_by_model;
                     r.num_steps = t.num_steps;
                     r.duration_ms = t.duration_ms;
                     r.error = t.error.as_deref().map(crate::report::explain_model_failure);

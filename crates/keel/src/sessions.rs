@@ -203,6 +203,7 @@ pub async fn summary(store: &Arc<dyn Store>, session: SessionId) -> anyhow::Resu
                 "steps": t.steps.len(),
                 "usage": t.usage,
                 "cost_usd": t.cost_usd,
+                "usage_by_model": t.usage_by_model,
             })
         })
         .collect();
@@ -252,6 +253,7 @@ pub async fn summary(store: &Arc<dyn Store>, session: SessionId) -> anyhow::Resu
         "unresolved_effects": effects,
         "usage": state.usage,
         "cost_usd": state.cost_usd,
+        "usage_by_model": state.usage_by_model,
         "num_steps": state.num_steps,
     }))
 }
@@ -339,6 +341,16 @@ pub async fn show(
         s["usage"]["output_tokens"],
         s["cost_usd"].as_f64().unwrap_or(0.0)
     )?;
+    for (model, t) in s["usage_by_model"].as_object().into_iter().flatten() {
+        writeln!(
+            out,
+            "  {model}  {} steps, {} input + {} output tokens, ${:.4}",
+            t["steps"],
+            t["usage"]["input_tokens"],
+            t["usage"]["output_tokens"],
+            t["cost_usd"].as_f64().unwrap_or(0.0)
+        )?;
+    }
     writeln!(out, "turns")?;
     for t in s["turns"].as_array().into_iter().flatten() {
         let reason = match &t["terminal_reason"] {

@@ -423,3 +423,69 @@ fn resume_with_a_prompt_while_another_process_runs_the_session_follows_it() {
         "first done"
     );
 }
+
+/// A dead primary (`openai:gpt-4o-mini` at a closed port) and a scripted fallback: the step
+/// events name the fallback, and the result line breaks the turn's usage down by it, at its
+/// price (the scripted model has none: $0). Before, every `step.*` event named the route
+/// (`gpt-4o-mini -> scripted:script.jsonl`), whose label the price table matched as `gpt-4o`,
+/// so the fallback's tokens cost the primary family's price, and the result line had no
+/// breakdown.
+#[test]
+fn a_dead_primary_s_fallback_is_named_and_priced_in_the_stream_and_the_result_line() {
+    let env = Env::new();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    env.write(
+        "ws/keel.toml",
+        &format!(
+            "model = \"openai:gpt-4o-mini\"\nfallback_models = [\"script:script.jsonl\"]\nbase_url = \"http://127.0.0.1:{port}/v1\"\n"
+        ),
+    );
+    env.write(
+        "ws/script.jsonl",
+        "{\"text\":\"done\",\"usage\":{\"input_tokens\":100000,\"output_tokens\":10000}}\n",
+    );
+    let out = env
+        .keel()
+        .env("OPENAI_API_KEY", "k")
+        .args(["run", "--workspace", "ws", "--output", "jsonl", "hi"])
+        .output()
+        .unwrap();
+    let lines = jsonl_lines(&out.stdout);
+    let result = check_stream(&lines);
+    assert_eq!(result["terminal_reason"], "completed", "{}", stderr(&out));
+    let models: Vec<(&str, &str)> = lines
+        .iter()
+        .filter(|l| l["type"].as_str().is_some_and(|t| t.starts_with("step.")))
+        .filter_map(|l| Some((l["type"].as_str()?, l["payload"]["model"].as_str()?)))
+        .collect();
+    let fallback = format!("scripted:{}", env.ws().join("script.jsonl").display());
+    let fallback = fallback.as_str();
+    assert_eq!(
+        models.first(),
+        Some(&("step.started", "gpt-4o-mini")),
+        "{models:?}"
+    );
+    assert_eq!(
+        models.last(),
+        Some(&("step.completed", fallback)),
+        "{models:?}"
+    );
+    assert!(
+        models.iter().all(|(_, m)| !m.contains("->")),
+        "never the route's label: {models:?}"
+    );
+    assert_eq!(result["cost_usd"], 0.0, "{result}");
+    let by = result["usage_by_model"].as_object().unwrap();
+    assert_eq!(by.keys().collect::<Vec<_>>(), [fallback], "{result}");
+    assert_eq!(by[fallback]["usage"]["input_tokens"], 100000);
+    assert_eq!(by[fallback]["steps"], 1);
+    let finished = lines.iter().find(|l| l["type"] == "turn.finished").unwrap();
+    assert_eq!(
+        finished["payload"]["usage_by_model"],
+        result["usage_by_model"]
+    );
+}

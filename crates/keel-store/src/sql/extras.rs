@@ -64,6 +64,7 @@ pub(crate) struct Extras {
     unseal: Vec<SealedKey>,
     /// The release the session row is re-pointed at.
     release_id: Option<String>,
+    release_reservation: bool,
 }
 
 impl Extras {
@@ -155,6 +156,7 @@ impl Extras {
             seal: extras.seal.clone(),
             unseal: extras.unseal.clone(),
             release_id: extras.release_id.as_ref().map(|r| r.0.clone()),
+            release_reservation: extras.release_reservation,
         }))
     }
 
@@ -315,6 +317,16 @@ impl Extras {
                     id: release.clone(),
                 });
             }
+        }
+        if self.release_reservation {
+            sqlx::query(
+                &dialect
+                    .sql("DELETE FROM usage_reservations WHERE tenant_id = ? AND session_id = ?"),
+            )
+            .bind(tenant.to_owned())
+            .bind(session.to_owned())
+            .execute(&mut *conn)
+            .await?;
         }
         if let Some(at) = self.wake_at {
             sqlx::query(

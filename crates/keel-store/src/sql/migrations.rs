@@ -43,9 +43,11 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "sealed_arguments",
         sql: include_str!("../../migrations/0004_sealed_arguments.sql"),
     },
-    // 5 and 6 are reserved for work on other branches; a gap in this list is fine (each
-    // database records what it applied), a gap in a database's history below its latest
-    // migration is not.
+    Migration {
+        version: 5,
+        name: "usage_reservations",
+        sql: include_str!("../../migrations/0005_usage_reservations.sql"),
+    },
     Migration {
         version: 6,
         name: "sealed_items",

@@ -15,6 +15,7 @@
 mod extras;
 mod group_commit;
 mod migrations;
+mod reservations;
 mod waiters;
 
 use std::borrow::Cow;
@@ -41,8 +42,8 @@ use crate::error::{Result, StoreError};
 use crate::store::Store;
 use crate::types::{
     AppendExtras, Artifact, CommitCounts, DueSession, EffectInsert, EffectRecord, EffectUpdate,
-    Intent, Lease, LeaseInfo, MemoryEntry, NewSession, SealedKind, SessionQuery, SessionRecord,
-    TranscriptItem, UsageRow,
+    Intent, Lease, LeaseInfo, MemoryEntry, NewSession, Reservation, ReservationRow, SealedKind,
+    SessionQuery, SessionRecord, TranscriptItem, UsageReservation, UsageRow,
 };
 use group_commit::{AppendRequest, GroupCommit};
 use waiters::Waiters;
@@ -955,6 +956,7 @@ impl Store for SqlStore {
             "artifacts",
             "intents",
             "sealed_items",
+            "usage_reservations",
         ] {
             let sql = format!("DELETE FROM {table} WHERE tenant_id = ? AND session_id = ?");
             sqlx::query(&self.inner.dialect.sql(&sql))
@@ -1756,6 +1758,14 @@ impl Store for SqlStore {
         .fetch_all(&self.inner.pool)
         .await?;
         rows.iter().map(usage_from_row).collect()
+    }
+
+    async fn reserve_usage(&self, tenant: TenantId, r: &UsageReservation) -> Result<Reservation> {
+        self.reserve_usage_tx(tenant, r).await
+    }
+
+    async fn usage_reservations(&self, tenant: TenantId, day: &str) -> Result<Vec<ReservationRow>> {
+        self.live_reservations(tenant, day).await
     }
 
     async fn sealed_rows(

@@ -9,6 +9,7 @@ use keel_store::*;
 use serde_json::json;
 
 use super::harness::{Harness, events, session};
+pub use super::reservations::*;
 
 fn tenant() -> TenantId {
     TenantId::new()
@@ -1908,6 +1909,7 @@ async fn side_tables(
     Vec<UsageRow>,
     Option<chrono::DateTime<Utc>>,
     Vec<(String, Vec<u8>)>,
+    Vec<ReservationRow>,
 ) {
     let rec = h.store.get_session(t, s).await.unwrap();
     (
@@ -1921,7 +1923,25 @@ async fn side_tables(
             .sealed_rows(t, s, SealedKind::Arguments)
             .await
             .unwrap(),
+        h.store.usage_reservations(t, "2026-03-01").await.unwrap(),
     )
+}
+
+/// Reserves 10 tokens for `f`'s session on 2026-03-01 (what `release_reservation` ends).
+async fn reserve(h: &Harness, t: TenantId, f: &super::harness::Fixture) {
+    let r = UsageReservation {
+        session_id: f.session,
+        lease_epoch: f.lease.epoch,
+        day: "2026-03-01".into(),
+        tokens: 10,
+        cost_usd: 0.0,
+        max_tokens: None,
+        max_cost_usd: None,
+    };
+    assert!(matches!(
+        h.store.reserve_usage(t, &r).await.unwrap(),
+        Reservation::Granted { tokens: 10, .. }
+    ));
 }
 
 pub async fn append_with_writes_events_and_extras_atomically(h: &Harness) {
@@ -1947,6 +1967,7 @@ pub async fn append_with_writes_events_and_extras_atomically(h: &Harness) {
     fresh.created_at = ms(Utc::now());
     fresh.updated_at = fresh.created_at;
     let ask = approval(f.session, "call_9");
+    reserve(h, t, &f).await;
     let extras = AppendExtras {
         effects: vec![dispatched.clone(), fresh.clone()],
         approvals: vec![ask.clone()],
@@ -1955,6 +1976,7 @@ pub async fn append_with_writes_events_and_extras_atomically(h: &Harness) {
         seal: vec![(args_key("call_9"), b"sealed".to_vec())],
         unseal: vec![args_key("call_8")],
         release_id: None,
+        release_reservation: true,
     };
     assert!(!extras.is_empty());
     assert!(AppendExtras::default().is_empty());
@@ -1972,6 +1994,14 @@ pub async fn append_with_writes_events_and_extras_atomically(h: &Harness) {
         .unwrap();
     assert_eq!(v, 3);
     assert_eq!(h.store.read(t, f.session, 0, None).await.unwrap().len(), 3);
+    assert!(
+        h.store
+            .usage_reservations(t, "2026-03-01")
+            .await
+            .unwrap()
+            .is_empty(),
+        "the reservation ended with the append"
+    );
     let got = h
         .store
         .get_effect(t, &dispatched.operation_key)
@@ -2082,6 +2112,7 @@ pub async fn stale_append_with_writes_none_of_its_extras(h: &Harness) {
     let f = session(&h.store, t).await;
     let wake = ms(Utc::now() + ChronoDuration::minutes(5));
     h.store.set_wake_at(t, f.session, Some(wake)).await.unwrap();
+    reserve(h, t, &f).await;
     let extras = AppendExtras {
         effects: vec![effect(f.session, "k/stale")],
         approvals: vec![approval(f.session, "call_1")],
@@ -2090,6 +2121,7 @@ pub async fn stale_append_with_writes_none_of_its_extras(h: &Harness) {
         seal: vec![(args_key("call_9"), b"sealed".to_vec())],
         unseal: vec![args_key("call_8")],
         release_id: None,
+        release_reservation: true,
     };
     let before = side_tables(h, t, f.session).await;
     // Stale version (behind and ahead).
@@ -2167,8 +2199,11 @@ pub async fn a_failing_extra_makes_the_whole_append_write_nothing(h: &Harness) {
         seal: vec![(args_key("call_9"), b"sealed".to_vec())],
         unseal: vec![args_key("call_8")],
         release_id: None,
+        release_reservation: true,
     };
+    reserve(h, t, &f).await;
     let before = side_tables(h, t, f.session).await;
+    assert_eq!(before.7.len(), 1);
     let try_with = |extras: AppendExtras| {
         let store = h.store.clone();
         let (sid, epoch) = (f.session, f.lease.epoch);
@@ -2235,6 +2270,7 @@ pub async fn a_failing_extra_makes_the_whole_append_write_nothing(h: &Harness) {
     );
     assert_eq!(after.4.len(), 1);
     assert_eq!(after.5, Some(wake));
+    assert!(after.7.is_empty(), "the reservation ended with the append");
 }
 
 pub async fn usage_accumulates_and_is_tenant_scoped(h: &Harness) {

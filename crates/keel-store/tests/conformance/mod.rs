@@ -4,6 +4,7 @@
 pub mod cases;
 pub mod crash;
 pub mod harness;
+pub mod reservations;
 
 macro_rules! conformance {
     ($($case:ident),* $(,)?) => {
@@ -73,4 +74,7 @@ conformance!(
     commit_counts_follow_committed_writes,
     sealed_rows_commit_with_the_journal,
     a_re_pin_moves_the_session_row_with_its_event,
+    usage_reservations_are_capped_refused_and_settled_with_the_usage,
+    concurrent_reservers_never_hold_more_than_the_limit,
+    a_reservation_lapses_with_its_lease,
 );
