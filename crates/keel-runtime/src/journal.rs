@@ -5,14 +5,10 @@
 //!
 //! Every journal write of the runtime goes through [`Journal::append`], which names its *site*
 //! (`step.started`, `tool.finished`, …). That makes the append sites enumerable for fault
-//! injection: with `KEEL_CRASH_AT=<n>` the process kills itself (`kill -9`) right after its n-th
-//! append; with `KEEL_CRASH_LOG=<file>` it logs `<n> <site>` per append.
+//! injection in builds with the `crash-injection` feature (see `crate::crash`).
 
 use std::collections::HashMap;
-use std::io::Write;
 use std::sync::Arc;
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use chrono::Utc;
 use keel_core::{
@@ -27,51 +23,6 @@ use crate::redact::Redactor;
 use crate::seal::SealKey;
 
 pub use crate::projection::{Projection, TokenAnchor, TurnOutcome};
-
-static APPENDS: AtomicU64 = AtomicU64::new(0);
-
-struct CrashConfig {
-    at: Option<u64>,
-    log: Option<String>,
-}
-
-fn crash_config() -> &'static CrashConfig {
-    static CONFIG: OnceLock<CrashConfig> = OnceLock::new();
-    CONFIG.get_or_init(|| CrashConfig {
-        at: std::env::var("KEEL_CRASH_AT")
-            .ok()
-            .and_then(|v| v.parse().ok()),
-        log: std::env::var("KEEL_CRASH_LOG")
-            .ok()
-            .filter(|v| !v.is_empty()),
-    })
-}
-
-/// Fault injection after each committed append (see the module docs).
-fn after_append(site: &'static str) {
-    let cfg = crash_config();
-    if cfg.at.is_none() && cfg.log.is_none() {
-        return;
-    }
-    let n = APPENDS.fetch_add(1, Ordering::SeqCst) + 1;
-    if let Some(path) = &cfg.log
-        && let Ok(mut f) = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-    {
-        let _ = writeln!(f, "{n} {site}");
-        let _ = f.sync_all();
-    }
-    if cfg.at == Some(n) {
-        // A real kill -9 of this process: no destructors, no flushing, no lease release.
-        let pid = std::process::id().to_string();
-        let _ = std::process::Command::new("kill")
-            .args(["-9", &pid])
-            .status();
-        std::process::abort();
-    }
-}
 
 /// A session's journal held under a lease.
 ///
@@ -364,7 +315,7 @@ impl Journal {
                 self.staged.clear();
                 self.extras = AppendExtras::default();
                 self.staged_since = None;
-                after_append(site);
+                crate::crash::after_commit(site);
                 Ok(v)
             }
             Err(e) => {

@@ -33,6 +33,7 @@
 //! - [`subscribe`] — [`Subscription`]: replay + live tail + bounded ephemeral deltas.
 //! - [`seal`] — the exact arguments of calls whose journaled form was redacted, encrypted
 //!   until the call ends.
+//! - `crash` — the crash-injection hook after each commit (feature `crash-injection`, tests only).
 //! - [`lease`], [`redact`], [`config`] ([`SessionConfig`] per session, [`RuntimeOptions`] per
 //!   worker), [`error`] ([`RuntimeError`], the crate's one error type).
 //!
@@ -87,8 +88,10 @@
 //! (`responses_consumed` on step events).
 //!
 //! ## Fault injection
-//! `KEEL_CRASH_AT=<n>` kills the process (`kill -9`) right after its n-th journal commit;
-//! `KEEL_CRASH_LOG=<file>` logs `<n> <site>` for every append (see [`journal`]).
+//! Only in builds with the `crash-injection` feature (keel-runtime's own tests; never a host's
+//! normal or release build, see [`CRASH_INJECTION`]): `KEEL_CRASH_AT=<n>` kills the process
+//! (`kill -9`) right after its n-th journal commit; `KEEL_CRASH_LOG=<file>` logs `<n> <site>`
+//! for every commit (see `crash`).
 
 // Reading order: the API hosts call, the driver and its planner inputs, the phase modules,
 // then the journal and what everything stands on. (Blank lines keep rustfmt from sorting.)
@@ -148,8 +151,11 @@ pub mod config;
 
 pub mod error;
 
+pub(crate) mod crash;
+
 pub use config::{MultitaskStrategy, RuntimeOptions, SessionConfig};
 pub use context::ContextSnapshot;
+pub use crash::CRASH_INJECTION;
 pub use error::{Result, RuntimeError};
 pub use journal::TurnOutcome;
 pub use redact::{REDACTED, Redactor};

@@ -4,6 +4,7 @@
 
 mod common;
 mod config_show;
+mod crash_injection;
 mod decisions;
 mod error_lines;
 mod errors;
