@@ -13,7 +13,7 @@
 //!
 //! ## Layout (in reading order)
 //! - [`runtime`] — [`Runtime`], the API hosts call: create, configure and run sessions. Start
-//!   reading here. `control` (submit, cancel, decide) and `inspect` (subscribe, view, the
+//!   reading here. `control` (submit, cancel, close, decide) and `inspect` (subscribe, view, the
 //!   projected context) add to it.
 //! - `driver` — the loop: asks the planner ([`keel_core::plan::next`]) what to do next, does
 //!   it, commits once per phase. `facts` gathers the planner's plain inputs.
@@ -71,6 +71,8 @@
 //!   — on any worker.
 //! - [`Runtime::cancel_turn`] (durable `turn.cancel_requested`) and
 //!   [`Runtime::cancel_tool_call`].
+//! - [`Runtime::close_session`] ends a session for good (`session.status_changed(closed)`;
+//!   refused while a turn is open or a worker runs it); a closed session takes no input.
 //! - `submit`, `cancel_turn` and `cancel_tool_call` work from **any process**: when another live
 //!   worker runs the session they post a durable intent that worker handles within moments
 //!   (see [`intent`]); no caller waits out a lease.

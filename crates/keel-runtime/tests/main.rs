@@ -9,6 +9,7 @@ mod common;
 mod attacks;
 mod budgets;
 mod cancel;
+mod close;
 mod commits;
 mod compaction;
 mod config_changes;
