@@ -108,6 +108,7 @@ pub fn session_config_of(config: &Config) -> SessionConfig {
         deny: config.policy.deny.clone(),
         sandbox: config.sandbox,
         turn_budget: config.budget,
+        context_window_tokens: config.context_window,
         // Every provider key keel reads is a secret, like the `[env]` values marked secret.
         secret_env: config
             .env
