@@ -98,6 +98,8 @@ impl Journal {
             })?;
             proj.apply(&state, ev);
         }
+        // From here on, what the projection adds is new: its transcript rows are staged.
+        proj.record_rows = true;
         self.state = state;
         self.proj = proj;
         self.durable = self.state.version;
@@ -105,6 +107,12 @@ impl Journal {
         self.extras = AppendExtras::default();
         self.staged_since = None;
         Ok(())
+    }
+
+    /// The runtime's projection of the journal (the model-visible transcript, the compaction
+    /// boundary, finished turns), staged events included.
+    pub fn projection(&self) -> &Projection {
+        &self.proj
     }
 
     /// The session's effective config (created + changes, folded).
@@ -225,8 +233,8 @@ impl Journal {
     }
 
     /// Stages `items`: redacts them, checks them against the fold and applies them to the state
-    /// and the projection, without writing. Effect and usage rows for the store's side tables
-    /// are derived here and commit with the events. Returns the version after them.
+    /// and the projection, without writing. Effect, usage and transcript rows for the store's
+    /// side tables are derived here and commit with the events. Returns the version after them.
     ///
     /// # Errors
     /// [`RuntimeError::Rejected`] when the fold refuses an event: nothing of `items` is staged
@@ -266,6 +274,8 @@ impl Journal {
                         self.proj.apply(&self.state, ev);
                     }
                 }
+                // Their transcript rows are in the restored extras already.
+                self.proj.new_rows.clear();
                 self.staged = earlier;
                 self.extras = extras;
                 (self.extras.seal, self.extras.unseal) = sealed_before;
@@ -278,6 +288,11 @@ impl Journal {
         for ev in &events {
             self.proj.apply(&self.state, ev);
             crate::effects::side_rows(&self.state, ev, &mut self.extras);
+        }
+        // The transcript rows these events make commit with them (redacted once more).
+        for mut row in self.proj.new_rows.drain(..) {
+            self.redactor.redact_value(&mut row.content);
+            self.extras.transcript.push(row);
         }
         if self.staged.is_empty() {
             self.staged_since = Some(std::time::Instant::now());

@@ -26,7 +26,8 @@
 //! - [`intent`] — durable intents: input and cancellations from processes that do not run the
 //!   session. `hold` — holding a journal outside a run. `shared` — the worker's and each
 //!   running session's shared handles.
-//! - `effects` — the effects and usage rows that commit with the journal.
+//! - `effects` — the effects and usage rows that commit with the journal; [`transcript`] — the
+//!   transcript table's rows (items and compaction boundaries), committed the same way.
 //! - [`journal`] — [`journal::Journal`]: staged events and their one commit (CAS on version +
 //!   lease epoch); [`projection`] — [`projection::Projection`], the model-visible transcript.
 //! - [`context`] — [`ContextSnapshot`]: what a step shows the model; [`tokens`] estimates.
@@ -132,6 +133,8 @@ pub(crate) mod hold;
 pub(crate) mod shared;
 
 pub(crate) mod effects;
+
+pub mod transcript;
 
 pub mod journal;
 

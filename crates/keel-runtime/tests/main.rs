@@ -23,4 +23,5 @@ mod streaming;
 mod subscribe;
 mod timeouts;
 mod tools;
+mod transcript;
 mod turn_loop;

@@ -148,7 +148,10 @@ pub struct EffectUpdate {
     pub error: Option<String>,
 }
 
-/// One item of the model-visible transcript.
+/// One row of a session's model-visible transcript. The store keeps rows as given (keyed by
+/// tenant, session and index); what they hold is the runtime's (keel-runtime writes one row per
+/// transcript item — `role` `user`, `assistant` or `tool`, `content` the message — and one
+/// `summary` row per compaction boundary).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TranscriptItem {
     /// Position in the session's transcript, from 0.
@@ -232,6 +235,10 @@ pub struct AppendExtras {
     pub seal: Vec<(String, Vec<u8>)>,
     /// Tool call ids of the appended session whose sealed row is deleted (absent rows are fine).
     pub unseal: Vec<String>,
+    /// Transcript rows of the appended session, written as [`crate::Store::append_transcript`]
+    /// writes them: an index written again with the same row is a no-op, with a different row
+    /// a `Conflict` (and the whole append writes nothing).
+    pub transcript: Vec<TranscriptItem>,
 }
 
 impl AppendExtras {
@@ -243,6 +250,7 @@ impl AppendExtras {
             && self.wake_at.is_none()
             && self.seal.is_empty()
             && self.unseal.is_empty()
+            && self.transcript.is_empty()
     }
 }
 

@@ -72,4 +72,5 @@ conformance!(
     concurrent_append_with_applies_each_requests_extras_once,
     commit_counts_follow_committed_writes,
     sealed_arguments_commit_with_the_journal,
+    transcript_rows_commit_with_the_journal,
 );
