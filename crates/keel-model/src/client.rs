@@ -45,6 +45,16 @@ pub trait ModelClient: Send + Sync {
     fn consumes_responses(&self) -> bool {
         false
     }
+
+    /// The prompt size this model accepts, in tokens, if known: by default the built-in table
+    /// ([`crate::context_window`]) looked up by [`ModelClient::model`]. A
+    /// [`crate::ModelRoute`] answers the smallest window among its models, so a fallback
+    /// never receives a context compacted for a larger one. `None` (an unknown model, the
+    /// scripted model): the runtime assumes [`crate::DEFAULT_CONTEXT_WINDOW`] unless
+    /// configured.
+    fn context_window_tokens(&self) -> Option<u64> {
+        crate::cost::context_window(self.model())
+    }
 }
 
 /// A [`Sink`] feeding a bounded channel.

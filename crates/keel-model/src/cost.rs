@@ -1,4 +1,4 @@
-//! Prices and cost per step.
+//! What Keel knows about models: prices and cost per step, and context windows.
 
 use std::collections::BTreeMap;
 
@@ -142,22 +142,64 @@ impl PriceTable {
 
     /// The price of `model`, if known.
     pub fn price(&self, model: &str) -> Option<&Price> {
-        self.prices.get(model).or_else(|| {
-            self.prices
-                .iter()
-                .filter(|(key, _)| {
-                    model.starts_with(key.as_str())
-                        && model[key.len()..].starts_with(['-', '@', ':'])
-                })
-                .max_by_key(|(key, _)| key.len())
-                .map(|(_, price)| price)
-        })
+        lookup(self.prices.iter().map(|(k, v)| (k.as_str(), v)), model)
     }
 
     /// Cost of `usage` by `model` in USD; `None` when the model has no price (e.g. a local model).
     pub fn cost_usd(&self, model: &str, usage: &Usage) -> Option<f64> {
         self.price(model).map(|p| p.cost_usd(usage))
     }
+}
+
+/// The context window assumed for a model this build does not know (a local or new model):
+/// 128,000 tokens, the common window of current mid-size models. Configure the real one
+/// (`SessionConfig::context_window_tokens`, `context_window` in `keel.toml`) when it differs.
+pub const DEFAULT_CONTEXT_WINDOW: u64 = 128_000;
+
+/// Context windows (prompt tokens a model accepts) from the providers' model pages. Keys are
+/// model ids or prefixes of them, looked up like prices. Where a provider documents an input
+/// limit below the total window (GPT-5: 400k total, at most 128k of it output), the input
+/// limit is listed, since it is what a prompt may fill. Anthropic's 1M-token beta windows need
+/// a request header Keel does not send, so Claude models count 200k.
+const CONTEXT_WINDOWS: &[(&str, u64)] = &[
+    ("gpt-5.2", 272_000),
+    ("gpt-5.1", 272_000),
+    ("gpt-5", 272_000),
+    ("gpt-4.1", 1_047_576),
+    ("gpt-4o", 128_000),
+    ("gpt-4-turbo", 128_000),
+    ("gpt-4", 8_192),
+    ("gpt-3.5-turbo", 16_385),
+    ("o1", 200_000),
+    ("o1-mini", 128_000),
+    ("o1-preview", 128_000),
+    ("o3", 200_000),
+    ("o3-mini", 200_000),
+    ("o4-mini", 200_000),
+    ("claude-opus-4", 200_000),
+    ("claude-sonnet-4", 200_000),
+    ("claude-haiku-4", 200_000),
+    ("claude-3", 200_000),
+];
+
+/// Looks `model` up in `table`: the exact id, else the longest key the id starts with followed
+/// by `-`, `@` or `:` (`claude-sonnet-4-5-20250929` → `claude-sonnet-4`).
+fn lookup<'a, V>(table: impl IntoIterator<Item = (&'a str, V)>, model: &str) -> Option<V> {
+    table
+        .into_iter()
+        .filter(|(key, _)| {
+            model == *key
+                || (model.starts_with(key) && model[key.len()..].starts_with(['-', '@', ':']))
+        })
+        .max_by_key(|(key, _)| key.len())
+        .map(|(_, v)| v)
+}
+
+/// The context window of `model` in tokens, if this build knows the model (see
+/// [`DEFAULT_CONTEXT_WINDOW`] for the others). Dated snapshots and variants take their
+/// family's window (`gpt-4o-2024-08-06` → `gpt-4o`, `gpt-4.1-mini` → `gpt-4.1`).
+pub fn context_window(model: &str) -> Option<u64> {
+    lookup(CONTEXT_WINDOWS.iter().map(|(k, v)| (*k, *v)), model)
 }
 
 #[cfg(test)]
@@ -179,6 +221,29 @@ mod tests {
         assert_eq!(t.price("gpt-5.1-codex-max").map(|p| p.input), Some(1.25));
         assert!(t.price("llama-3-8b").is_none());
         assert!(t.price("gpt-4olala").is_none());
+    }
+
+    #[test]
+    fn known_models_have_their_window_and_unknown_ones_none() {
+        assert_eq!(context_window("gpt-4o"), Some(128_000));
+        assert_eq!(context_window("gpt-4o-mini"), Some(128_000));
+        assert_eq!(context_window("gpt-4o-2024-08-06"), Some(128_000));
+        assert_eq!(context_window("gpt-4.1-nano"), Some(1_047_576));
+        assert_eq!(context_window("gpt-4"), Some(8_192));
+        assert_eq!(context_window("gpt-4-0613"), Some(8_192));
+        assert_eq!(context_window("gpt-5"), Some(272_000));
+        assert_eq!(context_window("gpt-5-mini"), Some(272_000));
+        assert_eq!(context_window("gpt-5.1-codex-mini"), Some(272_000));
+        assert_eq!(context_window("o1-mini-2024-09-12"), Some(128_000));
+        assert_eq!(context_window("o3-mini"), Some(200_000));
+        assert_eq!(context_window("o4-mini"), Some(200_000));
+        assert_eq!(context_window("claude-sonnet-4-5-20250929"), Some(200_000));
+        assert_eq!(context_window("claude-opus-4-1"), Some(200_000));
+        assert_eq!(context_window("claude-3-5-haiku-latest"), Some(200_000));
+        assert_eq!(context_window("claude-3-opus-20240229"), Some(200_000));
+        assert_eq!(context_window("llama-3-8b"), None);
+        assert_eq!(context_window("gpt-4olala"), None);
+        assert_eq!(context_window("scripted:demo.jsonl"), None);
     }
 
     #[test]

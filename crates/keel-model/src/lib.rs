@@ -5,7 +5,8 @@
 //! OpenAI-compatible servers), OpenAI Responses and Anthropic Messages ([`HttpModel`]) with their
 //! SSE parsers; the scripted model ([`ScriptedModel`], format in docs/ARCHITECTURE.md); error
 //! classification ([`ErrorKind`], [`ProviderError`]); retries and fallback ([`ModelRoute`],
-//! [`RetryPolicy`]); time limits ([`Timeouts`], [`RequestTimeouts`]); prices and cost ([`PriceTable`]).
+//! [`RetryPolicy`]); time limits ([`Timeouts`], [`RequestTimeouts`]); prices and cost ([`PriceTable`]);
+//! context windows of known models ([`context_window`]).
 //!
 //! **Must not touch:** the journal, transcript storage, budgets or policy. A model call has no
 //! side effect besides the HTTP request; what to do with its events is the runtime's business.
@@ -21,7 +22,7 @@
 //! - `scripted` — [`Script`], [`ScriptedModel`].
 //! - `route` — [`ModelRoute`], [`RetryPolicy`].
 //! - `response` — [`collect`] a stream into a [`ModelResponse`] with usage and cost per model.
-//! - `cost` — [`PriceTable`], [`Price`].
+//! - `cost` — [`PriceTable`], [`Price`], [`context_window`].
 //!
 //! Start reading at [`ModelClient`] and [`StreamEvent`].
 
@@ -40,7 +41,7 @@ mod types;
 
 pub use anthropic::ANTHROPIC_VERSION;
 pub use client::{EventStream, HttpModel, ModelClient, ProviderConfig, RequestTimeouts, Timeouts};
-pub use cost::{Price, PriceTable};
+pub use cost::{DEFAULT_CONTEXT_WINDOW, Price, PriceTable, context_window};
 pub use error::{ErrorKind, ModelError, ProviderError};
 pub use response::{ModelResponse, ModelUsage, Outcome, ResponseToolCall, collect};
 pub use route::{ModelRoute, RetryPolicy};

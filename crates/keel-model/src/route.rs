@@ -211,11 +211,44 @@ impl ModelClient for ModelRoute {
     fn members(&self) -> Vec<&str> {
         self.models.iter().flat_map(|m| m.members()).collect()
     }
+
+    fn context_window_tokens(&self) -> Option<u64> {
+        self.models
+            .iter()
+            .filter_map(|m| m.context_window_tokens())
+            .min()
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_route_has_the_smallest_known_window_of_its_models() {
+        let http = |m: &str| -> Arc<dyn ModelClient> {
+            Arc::new(
+                crate::HttpModel::new(
+                    crate::Wire::OpenaiChat,
+                    crate::ProviderConfig::new(m).with_api_key("k"),
+                )
+                .unwrap(),
+            )
+        };
+        let route = |ms: &[&str]| {
+            ModelRoute::new(ms.iter().map(|m| http(m)).collect(), RetryPolicy::default()).unwrap()
+        };
+        assert_eq!(http("gpt-4.1").context_window_tokens(), Some(1_047_576));
+        assert_eq!(
+            route(&["gpt-4.1", "gpt-4o"]).context_window_tokens(),
+            Some(128_000)
+        );
+        assert_eq!(
+            route(&["my-local-model", "claude-sonnet-4-5"]).context_window_tokens(),
+            Some(200_000)
+        );
+        assert_eq!(route(&["my-local-model"]).context_window_tokens(), None);
+    }
 
     #[test]
     fn backoff_doubles_with_equal_jitter_and_caps() {

@@ -90,7 +90,7 @@ async fn run(dir: &std::path::Path, steps: usize) -> (f64, u64) {
                 workspace: ws.path().to_path_buf(),
                 permission_mode: PermissionMode::Bypass,
                 sandbox: keel_tools::sandbox::SandboxMode::Off,
-                context_window_tokens: 100_000_000,
+                context_window_tokens: Some(100_000_000),
                 ..SessionConfig::default()
             },
         )

@@ -41,7 +41,7 @@ impl Runner {
                 )
             })
             .await;
-        let target = (self.config.context_window_tokens as f64 * self.config.compact_at_fraction
+        let target = (self.limits().context_window_tokens as f64 * self.config.compact_at_fraction
             / 2.0) as u64;
         let keep_from = if aggressive {
             cands.last().copied()

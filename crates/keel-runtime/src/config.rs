@@ -56,8 +56,11 @@ pub struct SessionConfig {
     pub tenant_daily_budget: Budget,
     /// What a second input does while a turn is in progress.
     pub multitask: MultitaskStrategy,
-    /// The model's context window, tokens.
-    pub context_window_tokens: u64,
+    /// The model's context window in tokens, overriding what the model says
+    /// (`ModelClient::context_window_tokens`: the built-in table of known models, the smallest
+    /// of a route's; [`keel_model::DEFAULT_CONTEXT_WINDOW`] for an unknown model). `None`
+    /// (default): the model's. Compaction starts at `compact_at_fraction` of it.
+    pub context_window_tokens: Option<u64>,
     /// Compact when the projected context reaches this fraction of the window (default 0.8).
     pub compact_at_fraction: f64,
     /// The same failing call (tool, arguments, error) this many times in a turn ends it with
@@ -121,7 +124,7 @@ impl Default for SessionConfig {
             session_budget: Budget::default(),
             tenant_daily_budget: Budget::default(),
             multitask: MultitaskStrategy::Enqueue,
-            context_window_tokens: 200_000,
+            context_window_tokens: None,
             compact_at_fraction: 0.8,
             loop_threshold: 3,
             tool_timeout_ms: Some(DEFAULT_TOOL_TIMEOUT_MS),
@@ -139,6 +142,15 @@ impl Default for SessionConfig {
 }
 
 impl SessionConfig {
+    /// The context window a session sampling `model` compacts against: the configured
+    /// `context_window_tokens`, else the model's known window, else
+    /// [`keel_model::DEFAULT_CONTEXT_WINDOW`].
+    pub fn context_window(&self, model: &dyn keel_model::ModelClient) -> u64 {
+        self.context_window_tokens
+            .or_else(|| model.context_window_tokens())
+            .unwrap_or(keel_model::DEFAULT_CONTEXT_WINDOW)
+    }
+
     /// Checks every field a session needs before anything is written.
     ///
     /// # Errors
@@ -161,7 +173,7 @@ impl SessionConfig {
                 self.compact_at_fraction
             )));
         }
-        if self.context_window_tokens == 0 {
+        if self.context_window_tokens == Some(0) {
             return Err(RuntimeError::InvalidInput(
                 "context_window_tokens must be positive".into(),
             ));

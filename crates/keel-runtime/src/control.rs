@@ -1,4 +1,5 @@
-//! Input, cancellation and human decisions: the calls that act on a session from any process.
+//! Input, cancellation, closing and human decisions: the calls that act on a session from any
+//! process.
 //! When another live worker runs the session they post a durable intent ([`crate::intent`])
 //! and wait until that worker has journaled it.
 
@@ -276,6 +277,65 @@ impl Runtime {
                 Err(no_such())
             }
         }
+    }
+    /// Closes the session for good: journals `session.status_changed(closed)` (checked by the
+    /// core's transition table; the store's status follows) and clears its wake-up time. A
+    /// closed session refuses input ([`RuntimeError::Closed`]) and [`Runtime::run`] returns at
+    /// once. Closing a closed session is a quiet success that writes nothing.
+    ///
+    /// # Errors
+    /// [`RuntimeError::TurnOpen`] while a turn is active (running or waiting on a human) or
+    /// queued — cancel it or let it finish first; [`RuntimeError::SessionBusy`] while a worker
+    /// (this process or another) runs the session; store errors (`NotFound` for an unknown
+    /// session). Nothing is written on error.
+    pub async fn close_session(&self, tenant: TenantId, session: SessionId) -> Result<()> {
+        let mut held = match self.inner.hold_now(tenant, session).await? {
+            Ok(Held::Local(g)) => {
+                let closed = g.state.status == SessionStatus::Closed;
+                drop(g);
+                return if closed {
+                    Ok(())
+                } else {
+                    Err(RuntimeError::SessionBusy {
+                        session,
+                        owner: self.inner.owner.clone(),
+                    })
+                };
+            }
+            Ok(held) => held,
+            Err(owner) => {
+                // Somebody holds a short lease on a closed session (e.g. a refused submit).
+                if self.fold(tenant, session).await?.status == SessionStatus::Closed {
+                    return Ok(());
+                }
+                return Err(RuntimeError::SessionBusy { session, owner });
+            }
+        };
+        let j = held.journal();
+        let r = if j.state.status == SessionStatus::Closed {
+            Ok(())
+        } else if let Some(turn) = j
+            .state
+            .active_turn
+            .or_else(|| j.state.queue.front().copied())
+        {
+            Err(RuntimeError::TurnOpen { session, turn })
+        } else {
+            Self::close_held(j).await
+        };
+        self.inner.unhold(tenant, held).await;
+        r
+    }
+    async fn close_held(j: &mut crate::journal::Journal) -> Result<()> {
+        j.stage(vec![crate::driver::status_item(
+            SessionStatus::Closed,
+            "closed by user",
+        )])
+        .await?;
+        // Nothing waits on a timer in a closed session.
+        j.extras.wake_at = Some(None);
+        j.commit("session.closed").await?;
+        Ok(())
     }
     /// Records a human's decision on an approval (durably, in the approvals table; idempotent for
     /// the same decision). The session continues on the next [`Runtime::run`], on any worker.

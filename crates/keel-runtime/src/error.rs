@@ -117,8 +117,19 @@ pub enum RuntimeError {
         /// The operation key.
         key: OperationKey,
     },
-    /// The session is closed.
-    #[error("session {session} is closed")]
+    /// [`crate::Runtime::close_session`] while the session has an open turn (running, waiting
+    /// on a human, or queued). Nothing was written.
+    #[error(
+        "session {session} cannot close while turn {turn} is active or queued; cancel it (or let it finish) first"
+    )]
+    TurnOpen {
+        /// The session.
+        session: SessionId,
+        /// The active or oldest queued turn.
+        turn: TurnId,
+    },
+    /// The session is closed: it takes no more input.
+    #[error("session {session} is closed; it takes no more input (start a new session)")]
     Closed {
         /// The session.
         session: SessionId,

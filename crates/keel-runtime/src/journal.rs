@@ -5,14 +5,10 @@
 //!
 //! Every journal write of the runtime goes through [`Journal::append`], which names its *site*
 //! (`step.started`, `tool.finished`, …). That makes the append sites enumerable for fault
-//! injection: with `KEEL_CRASH_AT=<n>` the process kills itself (`kill -9`) right after its n-th
-//! append; with `KEEL_CRASH_LOG=<file>` it logs `<n> <site>` per append.
+//! injection in builds with the `crash-injection` feature (see `crate::crash`).
 
 use std::collections::HashMap;
-use std::io::Write;
 use std::sync::Arc;
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use chrono::Utc;
 use keel_core::{
@@ -28,51 +24,6 @@ use crate::redact::Redactor;
 use crate::seal::SealKey;
 
 pub use crate::projection::{Projection, TokenAnchor, TurnOutcome};
-
-static APPENDS: AtomicU64 = AtomicU64::new(0);
-
-struct CrashConfig {
-    at: Option<u64>,
-    log: Option<String>,
-}
-
-fn crash_config() -> &'static CrashConfig {
-    static CONFIG: OnceLock<CrashConfig> = OnceLock::new();
-    CONFIG.get_or_init(|| CrashConfig {
-        at: std::env::var("KEEL_CRASH_AT")
-            .ok()
-            .and_then(|v| v.parse().ok()),
-        log: std::env::var("KEEL_CRASH_LOG")
-            .ok()
-            .filter(|v| !v.is_empty()),
-    })
-}
-
-/// Fault injection after each committed append (see the module docs).
-fn after_append(site: &'static str) {
-    let cfg = crash_config();
-    if cfg.at.is_none() && cfg.log.is_none() {
-        return;
-    }
-    let n = APPENDS.fetch_add(1, Ordering::SeqCst) + 1;
-    if let Some(path) = &cfg.log
-        && let Ok(mut f) = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-    {
-        let _ = writeln!(f, "{n} {site}");
-        let _ = f.sync_all();
-    }
-    if cfg.at == Some(n) {
-        // A real kill -9 of this process: no destructors, no flushing, no lease release.
-        let pid = std::process::id().to_string();
-        let _ = std::process::Command::new("kill")
-            .args(["-9", &pid])
-            .status();
-        std::process::abort();
-    }
-}
 
 /// A session's journal held under a lease.
 ///
@@ -152,6 +103,8 @@ impl Journal {
             })?;
             proj.apply(&state, ev);
         }
+        // From here on, what the projection adds is new: its transcript rows are staged.
+        proj.record_rows = true;
         self.state = state;
         self.proj = proj;
         self.durable = self.state.version;
@@ -159,6 +112,12 @@ impl Journal {
         self.extras = AppendExtras::default();
         self.staged_since = None;
         Ok(())
+    }
+
+    /// The runtime's projection of the journal (the model-visible transcript, the compaction
+    /// boundary, finished turns), staged events included.
+    pub fn projection(&self) -> &Projection {
+        &self.proj
     }
 
     /// The session's effective config (created + changes, folded).
@@ -183,8 +142,8 @@ impl Journal {
     }
 
     /// Stages `items`: redacts them, checks them against the fold and applies them to the state
-    /// and the projection, without writing. Effect and usage rows for the store's side tables
-    /// are derived here and commit with the events. Returns the version after them.
+    /// and the projection, without writing. Effect, usage and transcript rows for the store's
+    /// side tables are derived here and commit with the events. Returns the version after them.
     ///
     /// # Errors
     /// [`RuntimeError::Rejected`] when the fold refuses an event: nothing of `items` is staged
@@ -224,6 +183,8 @@ impl Journal {
                         self.proj.apply(&self.state, ev);
                     }
                 }
+                // Their transcript rows are in the restored extras already.
+                self.proj.new_rows.clear();
                 self.staged = earlier;
                 self.extras = extras;
                 (self.extras.seal, self.extras.unseal) = sealed_before;
@@ -238,6 +199,11 @@ impl Journal {
             crate::effects::side_rows(&self.state, ev, &mut self.extras);
         }
         self.prune_reasoning();
+        // The transcript rows these events make commit with them (redacted once more).
+        for mut row in self.proj.new_rows.drain(..) {
+            self.redactor.redact_value(&mut row.content);
+            self.extras.transcript.push(row);
+        }
         if self.staged.is_empty() {
             self.staged_since = Some(std::time::Instant::now());
         }
@@ -274,7 +240,7 @@ impl Journal {
                 self.staged.clear();
                 self.extras = AppendExtras::default();
                 self.staged_since = None;
-                after_append(site);
+                crate::crash::after_commit(site);
                 Ok(v)
             }
             Err(e) => {

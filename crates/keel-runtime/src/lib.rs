@@ -13,7 +13,7 @@
 //!
 //! ## Layout (in reading order)
 //! - [`runtime`] — [`Runtime`], the API hosts call: create, configure and run sessions. Start
-//!   reading here. `control` (submit, cancel, decide) and `inspect` (subscribe, view, the
+//!   reading here. `control` (submit, cancel, close, decide) and `inspect` (subscribe, view, the
 //!   projected context) add to it.
 //! - `driver` — the loop: asks the planner ([`keel_core::plan::next`]) what to do next, does
 //!   it, commits once per phase. `facts` gathers the planner's plain inputs.
@@ -26,7 +26,8 @@
 //! - [`intent`] — durable intents: input and cancellations from processes that do not run the
 //!   session. `hold` — holding a journal outside a run. `shared` — the worker's and each
 //!   running session's shared handles.
-//! - `effects` — the effects and usage rows that commit with the journal.
+//! - `effects` — the effects and usage rows that commit with the journal; [`transcript`] — the
+//!   transcript table's rows (items and compaction boundaries), committed the same way.
 //! - [`journal`] — [`journal::Journal`]: staged events and their one commit (CAS on version +
 //!   lease epoch); [`projection`] — [`projection::Projection`], the model-visible transcript.
 //! - [`context`] — [`ContextSnapshot`]: what a step shows the model; [`tokens`] estimates.
@@ -37,6 +38,7 @@
 //!   `keep_reasoning`).
 //! - [`pinned`] — what runs is the pinned release (tools, policy rules, the route a host
 //!   builds its model from); re-pinning ([`Runtime::repin`]).
+//! - `crash` — the crash-injection hook after each commit (feature `crash-injection`, tests only).
 //! - [`lease`], [`redact`], [`config`] ([`SessionConfig`] per session, [`RuntimeOptions`] per
 //!   worker), [`error`] ([`RuntimeError`], the crate's one error type).
 //!
@@ -78,6 +80,8 @@
 //!   — on any worker.
 //! - [`Runtime::cancel_turn`] (durable `turn.cancel_requested`) and
 //!   [`Runtime::cancel_tool_call`].
+//! - [`Runtime::close_session`] ends a session for good (`session.status_changed(closed)`;
+//!   refused while a turn is open or a worker runs it); a closed session takes no input.
 //! - `submit`, `cancel_turn` and `cancel_tool_call` work from **any process**: when another live
 //!   worker runs the session they post a durable intent that worker handles within moments
 //!   (see [`intent`]); no caller waits out a lease.
@@ -95,8 +99,10 @@
 //! (`responses_consumed` on step events).
 //!
 //! ## Fault injection
-//! `KEEL_CRASH_AT=<n>` kills the process (`kill -9`) right after its n-th journal commit;
-//! `KEEL_CRASH_LOG=<file>` logs `<n> <site>` for every append (see [`journal`]).
+//! Only in builds with the `crash-injection` feature (keel-runtime's own tests; never a host's
+//! normal or release build, see [`CRASH_INJECTION`]): `KEEL_CRASH_AT=<n>` kills the process
+//! (`kill -9`) right after its n-th journal commit; `KEEL_CRASH_LOG=<file>` logs `<n> <site>`
+//! for every commit (see `crash`).
 
 // Reading order: the API hosts call, the driver and its planner inputs, the phase modules,
 // then the journal and what everything stands on. (Blank lines keep rustfmt from sorting.)
@@ -136,6 +142,8 @@ pub(crate) mod shared;
 
 pub(crate) mod effects;
 
+pub mod transcript;
+
 pub mod journal;
 
 pub mod projection;
@@ -158,8 +166,11 @@ pub mod config;
 
 pub mod error;
 
+pub(crate) mod crash;
+
 pub use config::{MultitaskStrategy, RuntimeOptions, SessionConfig};
 pub use context::ContextSnapshot;
+pub use crash::CRASH_INJECTION;
 pub use error::{Result, RuntimeError};
 pub use journal::TurnOutcome;
 pub use pinned::Repin;

@@ -1,6 +1,7 @@
 //! The runtime's own projection of a session's journal ([`Projection`]): the model-visible
 //! transcript, the script position, the compaction boundary, sessions rules granted by
-//! approvals, and each finished turn's [`TurnOutcome`]. [`crate::journal::Journal`] keeps one
+//! approvals, each finished turn's [`TurnOutcome`], and the rows of the store's transcript
+//! table the events add (see [`crate::transcript`]). [`crate::journal::Journal`] keeps one
 //! beside the fold and applies every staged event to both.
 
 use std::collections::HashMap;
@@ -10,6 +11,7 @@ use keel_core::{
     ToolCallId, TurnId, Usage, UsageByModel,
 };
 use keel_model::{Message, ReasoningItem, ToolCall};
+use keel_store::TranscriptItem;
 use serde_json::Value;
 
 use crate::tokens::estimate_message_tokens;
@@ -75,6 +77,16 @@ pub struct Projection {
     /// The active turn's assistant items that have reasoning, journaled or sealed. Requests
     /// send it back only within the turn: `turn.finished` strips it from the turn's items.
     pub turn_reasoning: Vec<TurnReasoning>,
+    /// Rows of the store's transcript table the folded events make: one per item, one per
+    /// compaction (see [`crate::transcript`]).
+    pub rows: u64,
+    /// The transcript row of each item.
+    pub item_rows: Vec<u64>,
+    /// Whether [`Projection::apply`] keeps the rows it makes in `new_rows` (a journal turns it
+    /// on once it has folded what the store holds; a plain fold makes none).
+    pub(crate) record_rows: bool,
+    /// Rows made and not yet taken (the journal stages them with their events).
+    pub(crate) new_rows: Vec<TranscriptItem>,
 }
 
 /// An assistant item of the active turn with reasoning (see [`Projection::turn_reasoning`]).
@@ -101,23 +113,32 @@ pub struct TokenAnchor {
 }
 
 impl Projection {
-    fn push(&mut self, m: Message) {
+    fn push(&mut self, m: Message, turn: Option<TurnId>) {
         self.item_tokens.push(estimate_message_tokens(&m));
+        if self.record_rows {
+            self.new_rows
+                .push(crate::transcript::item_row(self.rows, turn, &m));
+        }
+        self.item_rows.push(self.rows);
+        self.rows += 1;
         self.items.push(m);
     }
 
-    fn flush_results(&mut self, state: &SessionState) {
+    fn flush_results(&mut self, state: &SessionState, turn: Option<TurnId>) {
         while let Some(id) = self.pending.first() {
             let Some((content, is_error)) = state.tool_calls.get(id).and_then(|c| c.result.clone())
             else {
                 break;
             };
             let id = self.pending.remove(0);
-            self.push(Message::Tool {
-                call_id: id.to_string(),
-                content,
-                is_error,
-            });
+            self.push(
+                Message::Tool {
+                    call_id: id.to_string(),
+                    content,
+                    is_error,
+                },
+                turn,
+            );
         }
     }
 
@@ -127,9 +148,12 @@ impl Projection {
         match &ev.body {
             EventBody::TurnStarted {} => {
                 if let Some(t) = c.turn_id.and_then(|t| state.turns.get(&t)) {
-                    self.push(Message::User {
-                        content: t.input.clone(),
-                    });
+                    self.push(
+                        Message::User {
+                            content: t.input.clone(),
+                        },
+                        c.turn_id,
+                    );
                 }
             }
             EventBody::ToolCallProposed { .. } => {
@@ -181,13 +205,16 @@ impl Projection {
                         sealed: *reasoning_sealed,
                     });
                 }
-                self.push(Message::Assistant {
-                    text: text.clone(),
-                    tool_calls,
-                    reasoning,
-                });
+                self.push(
+                    Message::Assistant {
+                        text: text.clone(),
+                        tool_calls,
+                        reasoning,
+                    },
+                    c.turn_id,
+                );
                 self.pending = calls;
-                self.flush_results(state);
+                self.flush_results(state, c.turn_id);
             }
             EventBody::StepAttemptFailed {
                 responses_consumed,
@@ -206,12 +233,27 @@ impl Projection {
             } => {
                 self.position += responses_consumed;
             }
-            EventBody::ToolCallFinished { .. } => self.flush_results(state),
+            EventBody::ToolCallFinished { .. } => self.flush_results(state, c.turn_id),
             EventBody::ContextCompacted {
                 summary,
                 first_kept_item,
                 ..
             } => {
+                // The boundary's row: the first kept item's (or, keeping none, the next row
+                // after this summary's).
+                let first_kept_row = usize::try_from(*first_kept_item)
+                    .ok()
+                    .and_then(|i| self.item_rows.get(i).copied())
+                    .unwrap_or(self.rows + 1);
+                if self.record_rows {
+                    self.new_rows.push(crate::transcript::summary_row(
+                        self.rows,
+                        c.turn_id,
+                        summary,
+                        first_kept_row,
+                    ));
+                }
+                self.rows += 1;
                 self.summary = Some(summary.clone());
                 self.first_kept = *first_kept_item;
                 self.anchor = None;

@@ -305,6 +305,7 @@ impl Runtime {
         // Intents posted while nobody ran the session (or left by a crashed handler) first.
         crate::intent::handle_intents(&self.inner, &mut journal, None).await?;
         crate::effects::reconcile(self.inner.store.as_ref(), tenant, &journal.state).await?;
+        crate::transcript::reconcile(&journal).await?;
         let config = journal.config()?;
         let release_id = journal
             .state

@@ -14,6 +14,7 @@ on_both!(
     a_context_over_the_threshold_is_compacted_behind_a_boundary,
     a_provider_overflow_compacts_and_retries_the_step_once,
     three_failed_compactions_end_the_turn_with_prompt_too_long,
+    a_models_known_window_sets_the_threshold_and_the_override_wins,
 );
 
 fn long_text() -> String {
@@ -27,7 +28,7 @@ async fn a_context_over_the_threshold_is_compacted_behind_a_boundary(b: Backend)
         &["none"],
         Default::default(),
         |c| {
-            c.context_window_tokens = 200;
+            c.context_window_tokens = Some(200);
         },
     )
     .await;
@@ -253,5 +254,68 @@ async fn the_providers_prompt_count_decides_when_to_compact(b: Backend) {
         } else {
             assert!(compacted.is_empty(), "{compacted:?}");
         }
+    }
+}
+
+/// A scripted model that answers under another model's name (its window is the named model's).
+struct Named {
+    inner: std::sync::Arc<dyn keel_model::ModelClient>,
+    name: &'static str,
+}
+
+impl keel_model::ModelClient for Named {
+    fn model(&self) -> &str {
+        self.name
+    }
+    fn stream(&self, request: keel_model::ModelRequest) -> keel_model::EventStream {
+        self.inner.stream(request)
+    }
+    fn consumes_responses(&self) -> bool {
+        self.inner.consumes_responses()
+    }
+}
+
+/// The threshold follows the model's known context window: a 110k-token prompt is over 80% of
+/// gpt-4o's 128k window, so the next step compacts — under the old fixed 200k window (and for a
+/// model with a larger window, or a configured `context_window_tokens`) it would not.
+/// Before, every model had a 200,000-token window and this context was never compacted.
+async fn a_models_known_window_sets_the_threshold_and_the_override_wins(b: Backend) {
+    for (name, window, compacts) in [
+        ("gpt-4o", None, true),
+        ("gpt-4o-2024-08-06", None, true),
+        ("gpt-4.1", None, false),
+        ("claude-sonnet-4-5", None, false),
+        ("gpt-4o", Some(200_000), false),
+        ("gpt-4.1", Some(128_000), true),
+    ] {
+        let model = Named {
+            inner: scripted(&[
+                json!({"text": "one", "tool_calls": [call("sleep", json!({"ms": 0}))], "usage": {"input_tokens": 110_000, "output_tokens": 5}}),
+                json!({"text": "two"}),
+            ]),
+            name,
+        };
+        let f = fixture_with(
+            b,
+            std::sync::Arc::new(model),
+            &[],
+            Default::default(),
+            |c| c.context_window_tokens = window,
+        )
+        .await;
+        f.rt.submit(f.tenant, f.session, "go").await.unwrap();
+        let out = f.rt.run(f.tenant, f.session).await.unwrap();
+        assert_eq!(out.turns[0].terminal_reason, TerminalReason::Completed);
+        let compacted = f
+            .types()
+            .await
+            .iter()
+            .filter(|t| **t == "context.compacted")
+            .count();
+        assert_eq!(
+            compacted,
+            usize::from(compacts),
+            "{name} with window {window:?}"
+        );
     }
 }

@@ -121,6 +121,11 @@ async fn prepare(b: Backend) -> Prepared {
 }
 
 async fn a_worker_killed_at_every_append_recovers_without_duplicate_effects(b: Backend) {
+    // The constant is the build's feature set (black_box: clippy would call it always true).
+    assert!(
+        std::hint::black_box(keel_runtime::CRASH_INJECTION),
+        "keel-runtime's tests build it with the crash-injection feature (dev-dependency on itself)"
+    );
     let logdir = tempfile::tempdir().unwrap();
     let log = logdir.path().join("appends.log");
     // Reference: an uninterrupted run enumerates the append sites.

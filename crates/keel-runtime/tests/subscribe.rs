@@ -22,39 +22,80 @@ fn chatty(n_words: usize) -> serde_json::Value {
     json!({"text": "word ".repeat(n_words)})
 }
 
+/// The deltas the runtime publishes for one scripted text response: the scripted model's
+/// chunks (`text_chunks`) through the same stream redactor the sampling phase uses (it holds
+/// back a tail, so counts are not simply one per word), without secret patterns.
+fn published_text_deltas(text: &str) -> Vec<String> {
+    let redactor = std::sync::Arc::new(keel_runtime::Redactor::new(&[], &[]).unwrap());
+    let mut stream = keel_runtime::redact::StreamRedactor::new(redactor);
+    let mut out: Vec<String> = keel_model::text_chunks(text)
+        .into_iter()
+        .map(|c| stream.push(c))
+        .collect();
+    out.push(stream.finish());
+    out.retain(|d| !d.is_empty());
+    out
+}
+
+/// A subscriber that reads nothing while a 5000-delta turn streams: the turn takes at most ten
+/// times as long as the same turn with no subscriber (a correctness deadline, not a
+/// benchmark: a session that waited on its subscriber would hang), and afterwards the
+/// subscriber gets every durable event in order, exactly one gap naming exactly the deltas it
+/// lost (all published minus the 16 the buffer keeps), and the kept deltas' text, which is the
+/// end of the answer. Before, the test printed the stalled run's time and asserted nothing
+/// about it, and only checked that some gap was reported.
 async fn a_stalled_subscriber_does_not_slow_the_session_and_loses_only_deltas(b: Backend) {
+    const BUFFER: usize = 16;
+    let answer = "word ".repeat(5000);
     let db = db(b).await;
     let rt = keel_runtime::Runtime::new(
         db.store.clone(),
         scripted(&[chatty(5000)]),
         registry(),
         RuntimeOptions {
-            delta_buffer: 16,
+            delta_buffer: BUFFER,
             ..RuntimeOptions::default()
         },
     );
     let ws = workspace();
     let tenant = keel_core::TenantId::new();
-    let session = rt
-        .create_session(tenant, &release(&[], Budget::default()), config(ws.path()))
-        .await
-        .unwrap();
-    // Baseline without a subscriber, then with one that never reads.
+    let new_session = async || {
+        rt.create_session(tenant, &release(&[], Budget::default()), config(ws.path()))
+            .await
+            .unwrap()
+    };
+    let timed_run = async |session| {
+        let t0 = Instant::now();
+        let out = tokio::time::timeout(Duration::from_secs(60), rt.run(tenant, session))
+            .await
+            .expect("the turn finishes")
+            .unwrap();
+        assert_eq!(out.turns.len(), 1);
+        assert_eq!(out.turns[0].final_text, "word ".repeat(5000));
+        t0.elapsed()
+    };
+    // Baseline: the same turn (its own session, same script line) with no subscriber.
+    let baseline_session = new_session().await;
+    rt.submit(tenant, baseline_session, "talk").await.unwrap();
+    let baseline = timed_run(baseline_session).await;
+    // With a subscriber that never reads while the turn runs.
+    let session = new_session().await;
     rt.submit(tenant, session, "talk").await.unwrap();
     let mut stalled = rt.subscribe(tenant, session, 1).await.unwrap();
-    let t0 = Instant::now();
-    let out = tokio::time::timeout(Duration::from_secs(30), rt.run(tenant, session))
-        .await
-        .unwrap()
-        .unwrap();
-    let with_stalled = t0.elapsed();
-    assert_eq!(out.turns.len(), 1);
-    eprintln!("a 5000-delta turn with a stalled subscriber: {with_stalled:?}");
+    let with_stalled = timed_run(session).await;
+    let deadline = (baseline * 10).max(Duration::from_secs(1));
+    eprintln!("a 5000-delta turn: {baseline:?} alone, {with_stalled:?} with a stalled subscriber");
+    assert!(
+        with_stalled <= deadline,
+        "a stalled subscriber slowed the turn: {with_stalled:?} against {baseline:?} without one"
+    );
     // Now read: every durable event arrives in order, the lost deltas are reported as a gap.
     let total = db.store.read(tenant, session, 1, None).await.unwrap().len() as u64;
+    let published = published_text_deltas(&answer);
+    assert!(published.len() > 4 * BUFFER, "{}", published.len());
     let mut seqs = Vec::new();
-    let mut gaps = 0;
-    let mut deltas = 0;
+    let mut gaps = Vec::new();
+    let mut text = String::new();
     while let Some(item) = stalled
         .next_timeout(Duration::from_millis(1500))
         .await
@@ -62,16 +103,25 @@ async fn a_stalled_subscriber_does_not_slow_the_session_and_loses_only_deltas(b:
     {
         match item {
             SubscriptionItem::Event { event } => seqs.push(event.seq),
-            SubscriptionItem::Gap { dropped } => gaps += dropped,
-            SubscriptionItem::Delta { .. } => deltas += 1,
-        }
-        if seqs.len() as u64 == total && gaps > 0 {
-            break;
+            SubscriptionItem::Gap { dropped } => gaps.push(dropped),
+            SubscriptionItem::Delta { delta } => match delta.kind {
+                DeltaKind::Text { text: t } => text.push_str(&t),
+                other => panic!("only text deltas in this turn: {other:?}"),
+            },
         }
     }
-    assert_eq!(seqs, (1..=total).collect::<Vec<_>>());
-    assert!(gaps > 0, "the slow subscriber was told it lost deltas");
-    assert!(deltas <= 16 + 1);
+    assert_eq!(seqs, (1..=total).collect::<Vec<_>>(), "every durable event");
+    assert_eq!(
+        gaps,
+        vec![(published.len() - BUFFER) as u64],
+        "one gap naming exactly the deltas lost"
+    );
+    assert_eq!(
+        text,
+        published[published.len() - BUFFER..].concat(),
+        "the deltas the buffer kept, coalesced"
+    );
+    assert!(answer.ends_with(&text));
 }
 
 async fn a_subscriber_from_a_sequence_number_replays_then_tails(b: Backend) {

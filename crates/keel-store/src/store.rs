@@ -118,15 +118,16 @@ pub trait Store: Send + Sync + 'static {
     }
 
     /// [`Store::append`] plus side-table writes ([`AppendExtras`]: effect rows, new approvals,
-    /// tenant usage, the session's wake-up time) in the same transaction: one durable commit.
+    /// tenant usage, the session's wake-up time, sealed arguments, transcript rows) in the same
+    /// transaction: one durable commit.
     /// The extras are written only if the compare-and-set succeeds; if any of them fails, nothing
     /// is written, events included, and its error is returned. With SQLite group commit each
     /// request's extras commit with its own events only, and a request whose extras fail fails
     /// alone. Counts one journal commit ([`Store::commits`]).
     ///
     /// # Errors
-    /// As [`Store::append`]; `Conflict` for an approval id that exists or an effect's operation
-    /// key held by another session; `InvalidInput` for an effect or approval of another session,
+    /// As [`Store::append`]; `Conflict` for an approval id that exists, an effect's operation
+    /// key held by another session, or a transcript index that holds a different row; `InvalidInput` for an effect or approval of another session,
     /// a usage day that is not `YYYY-MM-DD`, a negative or non-finite cost, a count past 2^63.
     async fn append_with(
         &self,
@@ -350,8 +351,10 @@ pub trait Store: Send + Sync + 'static {
 
     // --- transcript -------------------------------------------------------------------------
 
-    /// Writes transcript items. Writing an index again with the same item is a no-op (so a
-    /// recovering worker can repeat a write); with a different item it is a `Conflict`.
+    /// Writes transcript items outside a journal append (the runtime writes them with the
+    /// events that create them, [`AppendExtras::transcript`]; this is for repairs). Writing an
+    /// index again with the same item is a no-op (so a recovering worker can repeat a write);
+    /// with a different item it is a `Conflict` and nothing is written.
     ///
     /// # Errors
     /// `Conflict`, `NotFound`.

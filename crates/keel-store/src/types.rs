@@ -148,7 +148,10 @@ pub struct EffectUpdate {
     pub error: Option<String>,
 }
 
-/// One item of the model-visible transcript.
+/// One row of a session's model-visible transcript. The store keeps rows as given (keyed by
+/// tenant, session and index); what they hold is the runtime's (keel-runtime writes one row per
+/// transcript item — `role` `user`, `assistant` or `tool`, `content` the message — and one
+/// `summary` row per compaction boundary).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TranscriptItem {
     /// Position in the session's transcript, from 0.
@@ -240,6 +243,10 @@ pub struct AppendExtras {
     /// Deletes the appended session's usage reservation ([`crate::Store::reserve_usage`]): the
     /// step it was for has ended, and its real usage (in `usage`) commits in its place.
     pub release_reservation: bool,
+    /// Transcript rows of the appended session, written as [`crate::Store::append_transcript`]
+    /// writes them: an index written again with the same row is a no-op, with a different row
+    /// a `Conflict` (and the whole append writes nothing).
+    pub transcript: Vec<TranscriptItem>,
 }
 
 /// What a sealed row holds: the namespace of its id within a session.
@@ -292,6 +299,7 @@ impl AppendExtras {
             && self.unseal.is_empty()
             && self.release_id.is_none()
             && !self.release_reservation
+            && self.transcript.is_empty()
     }
 }
 

@@ -325,6 +325,12 @@ pub enum SessionsCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Close a session for good: it takes no more input (`keel resume` refuses it). Refused
+    /// while a turn is running, waiting on a decision or queued (cancel it first).
+    Close {
+        /// The session.
+        session: String,
+    },
     /// Print a session's events as JSON lines.
     Events {
         /// The session.
@@ -467,6 +473,10 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     SessionsCommand::Show { session, json } => {
                         let id = crate::sessions::parse_session(&session)?;
                         crate::sessions::show(&store, id, json).await?;
+                    }
+                    SessionsCommand::Close { session } => {
+                        let id = crate::sessions::parse_session(&session)?;
+                        crate::session_cmd::close(store, id).await?;
                     }
                     SessionsCommand::Events {
                         session,

@@ -7,6 +7,7 @@
 //! fallback_models = ["anthropic:claude-sonnet-4-5"]
 //! base_url = "http://127.0.0.1:8080/v1"    # OpenAI-compatible server for openai: models
 //! instructions = "You are a careful coding agent."
+//! context_window = 128000                 # tokens; default: the model's known window
 //! permission_mode = "default"              # default | accept_edits | read_only | bypass
 //! sandbox = "workspace_write"              # off | read_only | workspace_write
 //! output = "text"                          # text | jsonl
@@ -342,6 +343,10 @@ pub struct FileConfig {
     /// System instructions.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instructions: Option<String>,
+    /// The model's context window in tokens (compaction starts at 80% of it); default: the
+    /// window keel knows for the model (keel-model's table), or 128,000 for an unknown one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_window: Option<u64>,
     /// `default`, `accept_edits`, `read_only`, `bypass`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub permission_mode: Option<String>,
@@ -486,6 +491,8 @@ pub struct Config {
     pub base_url: Option<String>,
     /// System instructions.
     pub instructions: String,
+    /// The configured context window, tokens (`None`: the model's).
+    pub context_window: Option<u64>,
     /// Permission mode.
     pub permission_mode: PermissionMode,
     /// Sandbox for `shell`.
@@ -562,6 +569,13 @@ pub fn validate_layer(layer: &FileConfig) -> Result<(), ConfigError> {
     }
     if let Some(u) = &layer.base_url {
         check_base_url(u)?;
+    }
+    if layer.context_window == Some(0) {
+        return Err(ConfigError::Value {
+            field: "context_window",
+            value: "0".into(),
+            expected: "a positive number of tokens, e.g. 128000",
+        });
     }
     if let Some(b) = &layer.budget {
         if let Some(c) = b.max_cost_usd {
@@ -992,6 +1006,7 @@ impl Config {
             model_route,
             base_url: file.base_url.clone(),
             instructions: file.instructions.clone().unwrap_or_default(),
+            context_window: file.context_window,
             permission_mode,
             sandbox,
             output,

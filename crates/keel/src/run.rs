@@ -115,6 +115,7 @@ pub fn session_config_of(config: &Config) -> SessionConfig {
         model_total_timeout_ms: config.timeouts.model_total_ms,
         stream_idle_timeout_ms: config.timeouts.stream_idle_ms,
         keep_reasoning: config.keep_reasoning,
+        context_window_tokens: config.context_window,
         // Every provider key keel reads is a secret, like the `[env]` values marked secret.
         secret_env: config
             .env

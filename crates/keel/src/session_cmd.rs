@@ -1,4 +1,5 @@
-//! The commands that act on a session through the runtime: `run`, `resume`, `cancel`, `resolve`.
+//! The commands that act on a session through the runtime: `run`, `resume`, `cancel`, `resolve`,
+//! `sessions close`.
 
 use std::io::{IsTerminal, Read};
 use std::process::ExitCode;
@@ -376,4 +377,24 @@ pub fn cancel(global: &GlobalArgs, session: &str) -> anyhow::Result<ExitCode> {
         );
         Ok(ExitCode::SUCCESS)
     })
+}
+
+/// `keel sessions close SESSION`: closes the session for good (keel-runtime's
+/// `Runtime::close_session`); closing a closed session succeeds and says so.
+///
+/// # Errors
+/// Unknown session, an open turn (running, waiting on a decision, queued), another process
+/// running the session, store errors.
+pub async fn close(store: Arc<dyn Store>, session: SessionId) -> anyhow::Result<()> {
+    let record = crate::sessions::get_session(&store, session).await?;
+    if record.status == SessionStatus::Closed {
+        println!("session {session} is already closed");
+        return Ok(());
+    }
+    let rt = bare_runtime(store)?;
+    rt.close_session(local_tenant(), session)
+        .await
+        .with_context(|| format!("cannot close session {session}"))?;
+    println!("closed session {session}; it takes no more input");
+    Ok(())
 }

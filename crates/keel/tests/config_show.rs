@@ -1,7 +1,7 @@
 //! `keel config show`: layers merge in order (user file, workspace file, flags) and every secret
 //! is masked.
 
-use crate::common::{Env, stdout};
+use crate::common::{Env, stderr, stdout};
 
 #[test]
 fn config_show_merges_layers_and_masks_secrets() {
@@ -248,4 +248,42 @@ fn keel_toml_route_and_instructions_become_a_pinned_content_hashed_release() {
     env.write("ws/keel.toml", &toml.replace("Be brief.", "Be thorough."));
     let (_, third, _) = run();
     assert_ne!(first, third);
+}
+
+/// `context_window` in keel.toml is pinned as the session's `context_window_tokens` (the
+/// override compaction uses instead of the model's known window); without it the session
+/// takes the model's; 0 is refused naming the field. Before, keel.toml had no such key (an
+/// unknown field) and every session pinned 200,000 tokens whatever the model.
+#[test]
+fn keel_toml_context_window_is_pinned_with_the_session() {
+    let env = Env::new();
+    env.write("script.jsonl", "{\"text\":\"ok\"}\n");
+    let window_of = |env: &Env| {
+        let out = env.run(&[
+            "run",
+            "--workspace",
+            "ws",
+            "--model",
+            "script:script.jsonl",
+            "--output",
+            "jsonl",
+            "hi",
+        ]);
+        let result = crate::common::check_stream(&crate::common::jsonl_lines(&out.stdout));
+        let session = result["session_id"].as_str().unwrap().to_owned();
+        let show = stdout(&env.run(&["sessions", "show", &session, "--json"]));
+        let show: serde_json::Value = serde_json::from_str(&show).unwrap();
+        show["config"]["context_window_tokens"].clone()
+    };
+    assert_eq!(
+        window_of(&env),
+        serde_json::Value::Null,
+        "the model's window"
+    );
+    env.write("ws/keel.toml", "context_window = 64000\n");
+    assert_eq!(window_of(&env), 64000);
+    env.write("ws/keel.toml", "context_window = 0\n");
+    let out = env.run(&["config", "show", "--workspace", "ws"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr(&out).contains("context_window"), "{}", stderr(&out));
 }

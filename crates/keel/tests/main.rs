@@ -2,8 +2,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may unwrap (workspace rule applies to library code)
 
+mod close;
 mod common;
 mod config_show;
+mod crash_injection;
 mod decisions;
 mod disk_full;
 mod error_lines;

@@ -5,11 +5,11 @@
 use chrono::NaiveDate;
 use keel_core::{SessionId, StateMachine};
 use serde_json::Value;
-use sqlx::AnyConnection;
+use sqlx::{AnyConnection, Row};
 
-use super::{Dialect, to_i64};
+use super::{Dialect, parse_json, to_i64};
 use crate::error::{Result, StoreError};
-use crate::types::{AppendExtras, SealedKey};
+use crate::types::{AppendExtras, SealedKey, TranscriptItem};
 
 /// One effect row to insert or replace.
 struct EffectRow {
@@ -53,6 +53,83 @@ struct UsageAdd {
     steps: i64,
 }
 
+/// One transcript row to write.
+pub(crate) struct TranscriptRow {
+    index: i64,
+    turn: Option<String>,
+    role: String,
+    content: Value,
+    text: String,
+}
+
+impl TranscriptRow {
+    /// Encodes `item`.
+    ///
+    /// # Errors
+    /// `InvalidInput` for an index past 2^63.
+    pub(crate) fn of(item: &TranscriptItem) -> Result<Self> {
+        Ok(Self {
+            index: to_i64(item.index)?,
+            turn: item.turn_id.map(|t| t.to_string()),
+            role: item.role.clone(),
+            content: item.content.clone(),
+            text: item.content.to_string(),
+        })
+    }
+}
+
+/// Writes transcript rows of `session` inside the caller's transaction: a new index is
+/// inserted; an index that holds the same row is left alone; one that holds a different row is
+/// a `Conflict` (the caller must roll back).
+///
+/// # Errors
+/// `Conflict`; `CorruptRow` for a stored row that cannot be read; `Database`.
+pub(crate) async fn write_transcript(
+    conn: &mut AnyConnection,
+    dialect: Dialect,
+    tenant: &str,
+    session: &str,
+    rows: &[TranscriptRow],
+    now: i64,
+) -> Result<()> {
+    let insert = dialect.sql(
+        "INSERT INTO transcript (tenant_id, session_id, idx, turn_id, role, content, created_at) \
+         VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+    );
+    let select = dialect.sql(
+        "SELECT role, content FROM transcript WHERE tenant_id = ? AND session_id = ? AND idx = ?",
+    );
+    for row in rows {
+        let done = sqlx::query(&insert)
+            .bind(tenant.to_owned())
+            .bind(session.to_owned())
+            .bind(row.index)
+            .bind(row.turn.clone())
+            .bind(row.role.clone())
+            .bind(row.text.clone())
+            .bind(now)
+            .execute(&mut *conn)
+            .await?;
+        if done.rows_affected() == 0 {
+            let existing = sqlx::query(&select)
+                .bind(tenant.to_owned())
+                .bind(session.to_owned())
+                .bind(row.index)
+                .fetch_one(&mut *conn)
+                .await?;
+            let role: String = existing.try_get("role")?;
+            let content: String = existing.try_get("content")?;
+            if role != row.role || parse_json("transcript", row.index, &content)? != row.content {
+                return Err(StoreError::Conflict(format!(
+                    "transcript item {} of session {session} already holds a different item",
+                    row.index
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// [`AppendExtras`], checked and encoded for the append of `session`.
 pub(crate) struct Extras {
     effects: Vec<EffectRow>,
@@ -65,6 +142,7 @@ pub(crate) struct Extras {
     /// The release the session row is re-pointed at.
     release_id: Option<String>,
     release_reservation: bool,
+    transcript: Vec<TranscriptRow>,
 }
 
 impl Extras {
@@ -73,7 +151,7 @@ impl Extras {
     ///
     /// # Errors
     /// `InvalidInput`: an effect or approval of another session, a bad usage day, a negative or
-    /// non-finite cost, a count past 2^63.
+    /// non-finite cost, a count or transcript index past 2^63.
     pub fn prepare(session: SessionId, extras: &AppendExtras) -> Result<Option<Self>> {
         if extras.is_empty() {
             return Ok(None);
@@ -157,6 +235,11 @@ impl Extras {
             unseal: extras.unseal.clone(),
             release_id: extras.release_id.as_ref().map(|r| r.0.clone()),
             release_reservation: extras.release_reservation,
+            transcript: extras
+                .transcript
+                .iter()
+                .map(TranscriptRow::of)
+                .collect::<Result<_>>()?,
         }))
     }
 
@@ -164,8 +247,9 @@ impl Extras {
     /// succeeded (so the session exists for `tenant`). On error the caller must roll back.
     ///
     /// # Errors
-    /// `Conflict` for an approval id that exists or an operation key held by another session;
-    /// `NotFound` for a release the tenant has not stored; `Database`.
+    /// `Conflict` for an approval id that exists, an operation key held by another session or a
+    /// transcript index holding a different row; `NotFound` for a release the tenant has not
+    /// stored; `Database`.
     pub async fn apply(
         &self,
         conn: &mut AnyConnection,
@@ -326,6 +410,17 @@ impl Extras {
             .bind(tenant.to_owned())
             .bind(session.to_owned())
             .execute(&mut *conn)
+            .await?;
+        }
+        if !self.transcript.is_empty() {
+            write_transcript(
+                conn,
+                dialect,
+                tenant,
+                session,
+                &self.transcript,
+                super::now_ms(),
+            )
             .await?;
         }
         if let Some(at) = self.wake_at {

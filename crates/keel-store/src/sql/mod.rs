@@ -1574,42 +1574,19 @@ impl Store for SqlStore {
         if !self.session_exists(&mut *tx, tenant, session).await? {
             return Err(not_found("session", session));
         }
-        let now = now_ms();
-        for item in items {
-            let content = item.content.to_string();
-            let done = sqlx::query(&self.sql(
-                "INSERT INTO transcript (tenant_id, session_id, idx, turn_id, role, content, created_at) \
-                 VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-            ))
-            .bind(tenant.to_string())
-            .bind(session.to_string())
-            .bind(to_i64(item.index)?)
-            .bind(item.turn_id.map(|t| t.to_string()))
-            .bind(item.role.clone())
-            .bind(content.clone())
-            .bind(now)
-            .execute(&mut *tx)
-            .await?;
-            if done.rows_affected() == 0 {
-                let row = sqlx::query(&self.sql(
-                    "SELECT role, content FROM transcript WHERE tenant_id = ? AND session_id = ? AND idx = ?",
-                ))
-                .bind(tenant.to_string())
-                .bind(session.to_string())
-                .bind(to_i64(item.index)?)
-                .fetch_one(&mut *tx)
-                .await?;
-                let role: String = row.try_get("role")?;
-                let existing: String = row.try_get("content")?;
-                let same_content = parse_json("transcript", item.index, &existing)? == item.content;
-                if role != item.role || !same_content {
-                    return Err(StoreError::Conflict(format!(
-                        "transcript item {} of session {session} already holds a different item",
-                        item.index
-                    )));
-                }
-            }
-        }
+        let rows = items
+            .iter()
+            .map(extras::TranscriptRow::of)
+            .collect::<Result<Vec<_>>>()?;
+        extras::write_transcript(
+            &mut tx,
+            self.dialect(),
+            &tenant.to_string(),
+            &session.to_string(),
+            &rows,
+            now_ms(),
+        )
+        .await?;
         tx.commit().await?;
         self.committed(Commit::Tables);
         Ok(())

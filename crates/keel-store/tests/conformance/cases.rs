@@ -1977,6 +1977,7 @@ pub async fn append_with_writes_events_and_extras_atomically(h: &Harness) {
         unseal: vec![args_key("call_8")],
         release_id: None,
         release_reservation: true,
+        transcript: Vec::new(),
     };
     assert!(!extras.is_empty());
     assert!(AppendExtras::default().is_empty());
@@ -2122,6 +2123,7 @@ pub async fn stale_append_with_writes_none_of_its_extras(h: &Harness) {
         unseal: vec![args_key("call_8")],
         release_id: None,
         release_reservation: true,
+        transcript: Vec::new(),
     };
     let before = side_tables(h, t, f.session).await;
     // Stale version (behind and ahead).
@@ -2200,6 +2202,7 @@ pub async fn a_failing_extra_makes_the_whole_append_write_nothing(h: &Harness) {
         unseal: vec![args_key("call_8")],
         release_id: None,
         release_reservation: true,
+        transcript: Vec::new(),
     };
     reserve(h, t, &f).await;
     let before = side_tables(h, t, f.session).await;
@@ -2874,4 +2877,122 @@ pub async fn a_re_pin_moves_the_session_row_with_its_event(h: &Harness) {
         h.store.get_session(t, f.session).await.unwrap().release_id,
         next.id
     );
+}
+
+/// Transcript rows given to `append_with` commit with its events: a stale append writes none;
+/// a row written again unchanged is a no-op; a different row at a written index is a
+/// `Conflict` and the whole append (events too) writes nothing; another tenant sees nothing.
+pub async fn transcript_rows_commit_with_the_journal(h: &Harness) {
+    let t = tenant();
+    let f = session(&h.store, t).await;
+    let turn = TurnId::new();
+    let row = |i: u64, role: &str, text: &str| TranscriptItem {
+        index: i,
+        turn_id: Some(turn),
+        role: role.into(),
+        content: json!({"role": role, "content": text}),
+    };
+    let rows = |items: Vec<TranscriptItem>| AppendExtras {
+        transcript: items,
+        ..AppendExtras::default()
+    };
+    let commits = h.store.commits();
+    let v = h
+        .store
+        .append_with(
+            t,
+            f.session,
+            1,
+            f.lease.epoch,
+            &events(f.session, 1, 1),
+            &rows(vec![row(0, "user", "hi"), row(1, "assistant", "hello")]),
+        )
+        .await
+        .unwrap();
+    let after = h.store.commits();
+    assert_eq!(
+        (
+            after.journal - commits.journal,
+            after.tables - commits.tables
+        ),
+        (1, 0),
+        "one journal commit"
+    );
+    assert_eq!(
+        h.store.read_transcript(t, f.session, 0).await.unwrap(),
+        vec![row(0, "user", "hi"), row(1, "assistant", "hello")]
+    );
+    // Stale: nothing of it.
+    let stale = h
+        .store
+        .append_with(
+            t,
+            f.session,
+            1,
+            f.lease.epoch,
+            &events(f.session, 1, 1),
+            &rows(vec![row(2, "user", "stale")]),
+        )
+        .await;
+    assert!(stale.is_err());
+    assert_eq!(
+        h.store
+            .read_transcript(t, f.session, 0)
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+    // The same row again (a repeated write) and a new one.
+    let v = h
+        .store
+        .append_with(
+            t,
+            f.session,
+            v,
+            f.lease.epoch,
+            &events(f.session, v, 1),
+            &rows(vec![
+                row(1, "assistant", "hello"),
+                row(2, "summary", "so far"),
+            ]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        h.store.read_transcript(t, f.session, 1).await.unwrap(),
+        vec![row(1, "assistant", "hello"), row(2, "summary", "so far")]
+    );
+    // A different row at a written index: Conflict, and the events are not written either.
+    let err = h
+        .store
+        .append_with(
+            t,
+            f.session,
+            v,
+            f.lease.epoch,
+            &events(f.session, v, 1),
+            &rows(vec![row(3, "user", "new"), row(2, "summary", "rewritten")]),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Conflict(_)), "{err}");
+    assert_eq!(h.store.get_session(t, f.session).await.unwrap().version, v);
+    assert_eq!(
+        h.store
+            .read_transcript(t, f.session, 0)
+            .await
+            .unwrap()
+            .len(),
+        3
+    );
+    // Another tenant sees nothing; deleting the session deletes its rows.
+    assert!(
+        h.store
+            .read_transcript(tenant(), f.session, 0)
+            .await
+            .is_err()
+    );
+    h.store.delete_session(t, f.session).await.unwrap();
+    assert!(h.store.read_transcript(t, f.session, 0).await.is_err());
 }

@@ -77,4 +77,5 @@ conformance!(
     usage_reservations_are_capped_refused_and_settled_with_the_usage,
     concurrent_reservers_never_hold_more_than_the_limit,
     a_reservation_lapses_with_its_lease,
+    transcript_rows_commit_with_the_journal,
 );
