@@ -350,6 +350,22 @@ impl Runtime {
         decision: ApprovalDecision,
         args_hash: &str,
     ) -> Result<ApprovalRecord> {
+        // A deny reason is stored and shown to the model: redacted like everything stored.
+        let decision = match decision {
+            ApprovalDecision::Deny { reason } => {
+                let session = self
+                    .inner
+                    .store
+                    .get_approval(tenant, approval)
+                    .await?
+                    .session_id;
+                let redactor = self.session_redactor(tenant, session).await?;
+                ApprovalDecision::Deny {
+                    reason: redactor.redact_str(&reason),
+                }
+            }
+            other => other,
+        };
         let svc = ApprovalService::new(self.inner.store.clone(), tenant);
         Ok(svc
             .decide(approval, decision, args_hash, Utc::now())

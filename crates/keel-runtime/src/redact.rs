@@ -172,7 +172,9 @@ impl Redactor {
         serde_json::from_value(current).unwrap_or(item)
     }
 
-    /// Redacts every string (values, not keys) of a JSON value in place.
+    /// Redacts every string of a JSON value in place: values, and object keys (a model may put a
+    /// secret in an argument's name). Keys that redact alike stay apart as `[REDACTED]`,
+    /// `[REDACTED]#2`, … so no entry is lost.
     pub fn redact_value(&self, value: &mut Value) {
         match value {
             Value::String(s) => {
@@ -182,7 +184,24 @@ impl Redactor {
                 }
             }
             Value::Array(items) => items.iter_mut().for_each(|v| self.redact_value(v)),
-            Value::Object(map) => map.values_mut().for_each(|v| self.redact_value(v)),
+            Value::Object(map) => {
+                if map.keys().any(|k| self.redact_str(k) != *k) {
+                    let old = std::mem::take(map);
+                    for (k, v) in old {
+                        let mut key = self.redact_str(&k);
+                        if key != k {
+                            let base = key.clone();
+                            let mut n = 1;
+                            while map.contains_key(&key) {
+                                n += 1;
+                                key = format!("{base}#{n}");
+                            }
+                        }
+                        map.insert(key, v);
+                    }
+                }
+                map.values_mut().for_each(|v| self.redact_value(v));
+            }
             Value::Null | Value::Bool(_) | Value::Number(_) => {}
         }
     }

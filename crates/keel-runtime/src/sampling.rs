@@ -448,6 +448,16 @@ impl Runner {
         invalid: Option<keel_model::InvalidArguments>,
         snapshot: &ContextSnapshot,
     ) -> Result<ToolCallId> {
+        // A call id is stored as it is (correlation columns, approval rows): one the model made
+        // up with a secret in it gets a plain one instead (the transcript uses it both ways).
+        let id = if self.redactor.redact_str(&id) == id {
+            id
+        } else {
+            // Deterministic (a re-sampled attempt proposing the same id maps to the same one)
+            // and distinct per original id.
+            let h = keel_core::canonical::bytes_hash(id.as_bytes());
+            format!("call_redacted_{}", h.trim_start_matches("sha256:").get(..16).unwrap_or(""))
+        };
         let call = ToolCallId::from(id.as_str());
         let existing = self
             .read(|j| {

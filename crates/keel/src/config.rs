@@ -692,7 +692,9 @@ fn sandbox_rank(mode: SandboxMode) -> u8 {
 
 /// Refuses a workspace layer that loosens `permission_mode` or `sandbox` relative to `trusted`
 /// (the defaults and the user config), or turns `keep_reasoning` on (it keeps what the model
-/// thought, for good), unless the flags set the field themselves.
+/// thought, for good), unless the flags set the field themselves; and one that sets
+/// `[providers]`, `base_url`, `store` or `[env]` at all (where keys go, where keel writes and
+/// what is hidden from the user are the user's to say).
 fn check_workspace_layer(
     path: &Path,
     workspace: &toml::Table,
@@ -743,6 +745,32 @@ fn check_workspace_layer(
                 base.as_str().to_owned(),
                 "sandbox",
             ));
+        }
+    }
+    // Where keys go and what is hidden from you are yours to say, never a repository's: a
+    // workspace `[providers]` or `base_url` could send your API key (or any variable, as
+    // `api_key_env`) to its own server, `store` could take over another database, and `[env]`
+    // values marked secret would be shown as [REDACTED] in the approvals you are asked.
+    for (key, why) in [
+        (
+            "providers",
+            "could send your API keys (or any environment variable, as api_key_env) to a server of its choosing",
+        ),
+        (
+            "base_url",
+            "could send your API key to a server of its choosing",
+        ),
+        ("store", "could make keel write into another database file"),
+        (
+            "env",
+            "could hide text from the approvals you are asked (its secret values are shown as [REDACTED])",
+        ),
+    ] {
+        if workspace.contains_key(key) {
+            return Err(ConfigError::Untrusted(format!(
+                "{} sets `{key}`, which a workspace's keel.toml may not: it {why}; put it in your user config {user_file} or pass it as a flag",
+                path.display()
+            )));
         }
     }
     let flag = |t: &toml::Table| t.get("keep_reasoning").and_then(toml::Value::as_bool);

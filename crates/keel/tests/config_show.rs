@@ -12,6 +12,7 @@ fn config_show_merges_layers_and_masks_secrets() {
 model = "openai:gpt-5"
 instructions = "user instructions"
 permission_mode = "accept_edits"
+store = "postgres://keel:hunter2@db.local/keel"
 [providers.openai]
 api_key = "sk-user-file-secret"
 [providers.anthropic]
@@ -19,16 +20,16 @@ api_key_env = "MY_ANTHROPIC_KEY"
 [budget]
 max_steps = 10
 max_tokens = 5000
-"#,
-    );
-    env.write(
-        "ws/keel.toml",
-        r#"
-store = "postgres://keel:hunter2@db.local/keel"
 [env]
 GITHUB_TOKEN = "ghp_workspace_secret"
 DATABASE_URL = { value = "mysql://app@db/plain-looking-but-marked", secret = true }
 PLAIN = "visible-value"
+"#,
+    );
+    // (`store` and `[env]` are the user's to set: a workspace file may not.)
+    env.write(
+        "ws/keel.toml",
+        r#"
 [budget]
 max_cost_usd = 1.5
 [policy]
@@ -215,7 +216,11 @@ fn keel_toml_route_and_instructions_become_a_pinned_content_hashed_release() {
         "ws/fallback.jsonl",
         &"{\"text\":\"from the fallback\"}\n".repeat(10),
     );
-    let toml = "model = \"openai:nowhere\"\nbase_url = \"http://127.0.0.1:9/v1\"\nfallback_models = [\"script:fallback.jsonl\"]\ninstructions = \"Be brief.\"\n";
+    env.write(
+        "config/keel/keel.toml",
+        "base_url = \"http://127.0.0.1:9/v1\"\n",
+    );
+    let toml = "model = \"openai:nowhere\"\nfallback_models = [\"script:fallback.jsonl\"]\ninstructions = \"Be brief.\"\n";
     env.write("ws/keel.toml", toml);
     let run = || {
         let out = env.run(&["run", "--workspace", "ws", "--output", "jsonl", "hi"]);

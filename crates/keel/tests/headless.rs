@@ -440,9 +440,11 @@ fn a_dead_primary_s_fallback_is_named_and_priced_in_the_stream_and_the_result_li
         .port();
     env.write(
         "ws/keel.toml",
-        &format!(
-            "model = \"openai:gpt-4o-mini\"\nfallback_models = [\"script:script.jsonl\"]\nbase_url = \"http://127.0.0.1:{port}/v1\"\n"
-        ),
+        "model = \"openai:gpt-4o-mini\"\nfallback_models = [\"script:script.jsonl\"]\n",
+    );
+    env.write(
+        "config/keel/keel.toml",
+        &format!("base_url = \"http://127.0.0.1:{port}/v1\"\n"),
     );
     env.write(
         "ws/script.jsonl",
