@@ -17,6 +17,7 @@ mod model_parse;
 mod postgres;
 mod realworld;
 mod resume_changes;
+mod secret_attacks;
 mod secrets;
 mod terminal_escapes;
 mod timeouts;
