@@ -456,7 +456,10 @@ impl Runner {
             // Deterministic (a re-sampled attempt proposing the same id maps to the same one)
             // and distinct per original id.
             let h = keel_core::canonical::bytes_hash(id.as_bytes());
-            format!("call_redacted_{}", h.trim_start_matches("sha256:").get(..16).unwrap_or(""))
+            format!(
+                "call_redacted_{}",
+                h.trim_start_matches("sha256:").get(..16).unwrap_or("")
+            )
         };
         let call = ToolCallId::from(id.as_str());
         let existing = self

