@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::canonical::content_hash;
-use crate::ids::{ApprovalId, SessionId, ToolCallId, TurnId};
+use crate::ids::{ApprovalId, PrincipalId, SessionId, ToolCallId, TurnId};
 use crate::machine::{ApprovalStatus, StateMachine, check_transition};
 
 /// How long an approval waits by default: 24 h.
@@ -77,6 +77,10 @@ pub struct ApprovalRecord {
     pub expires_at: DateTime<Utc>,
     /// When it was decided or expired.
     pub decided_at: Option<DateTime<Utc>>,
+    /// The principal whose decision it is, when it came through an authenticated host (the
+    /// HTTP API); `None` for the local CLI and for rows written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_by: Option<PrincipalId>,
 }
 
 /// Why a decision was refused.
@@ -146,6 +150,7 @@ impl ApprovalRecord {
             created_at: now,
             expires_at: now + ttl,
             decided_at: None,
+            decided_by: None,
         }
     }
 

@@ -10,6 +10,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::machine::TurnStatus;
 
+/// The most tokens one model response is counted for, per [`Usage`] field: 2^32 (about 4.3
+/// billion, thousands of times any context window). Reports above it are capped
+/// ([`Usage::capped`]); sums of capped reports stay far inside a 63-bit store column.
+pub const MAX_RESPONSE_TOKENS: u64 = 1 << 32;
+
 /// Token counts of one model response, or a sum of them. Units: tokens.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
@@ -36,6 +41,28 @@ impl Usage {
         self.input_tokens.saturating_add(self.output_tokens)
     }
 
+    /// Whether every count is zero (nothing used, or nothing reported).
+    pub fn is_zero(&self) -> bool {
+        *self == Usage::default()
+    }
+
+    /// This usage with every count capped at [`MAX_RESPONSE_TOKENS`]: a provider's usage report
+    /// is counted at most at that bound per field and response, so no report — a buggy or
+    /// hostile one claiming 2^63 tokens — can overflow a sum, a store column or a budget check
+    /// (a capped report still exhausts every realistic budget). Returns the capped usage and
+    /// whether anything was capped.
+    pub fn capped(&self) -> (Usage, bool) {
+        let cap = |n: u64| n.min(MAX_RESPONSE_TOKENS);
+        let out = Usage {
+            input_tokens: cap(self.input_tokens),
+            output_tokens: cap(self.output_tokens),
+            cache_read_tokens: cap(self.cache_read_tokens),
+            cache_write_tokens: cap(self.cache_write_tokens),
+            reasoning_tokens: cap(self.reasoning_tokens),
+        };
+        (out, out != *self)
+    }
+
     /// Adds `other` field by field (saturating).
     pub fn add(&mut self, other: &Usage) {
         self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
@@ -50,8 +77,10 @@ impl Usage {
     }
 }
 
-/// What one model served within a scope (a turn, a session): the tokens of its completed
-/// responses, their cost in USD (priced with that model's price) and how many steps it answered.
+/// What one model served within a scope (a turn, a session): the tokens of its responses —
+/// completed ones and failed attempts that used tokens (a stream that broke after the provider
+/// counted the prompt) — their cost in USD (priced with that model's price) and how many steps it
+/// answered.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ModelTotals {
     /// Tokens of the model's responses, summed field by field.
@@ -63,6 +92,10 @@ pub struct ModelTotals {
     /// Completed steps the model answered.
     #[serde(default)]
     pub steps: u32,
+    /// Some of `usage` is the runtime's estimate: the provider reported no usage for a response
+    /// (see `step.completed`'s `usage_estimated`). Absent (false) otherwise.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub estimated: bool,
 }
 
 /// [`ModelTotals`] per model label (`gpt-4o`, `scripted:demo.jsonl`), ordered by label: the
@@ -72,9 +105,24 @@ pub type UsageByModel = BTreeMap<String, ModelTotals>;
 impl ModelTotals {
     /// Adds one completed step of `usage` tokens costing `cost_usd` USD.
     pub fn add_step(&mut self, usage: &Usage, cost_usd: f64) {
-        self.usage.add(usage);
-        self.cost_usd += cost_usd;
+        self.add_usage(usage, cost_usd);
         self.steps = self.steps.saturating_add(1);
+    }
+
+    /// Adds `usage` tokens costing `cost_usd` USD that no completed step answered (a failed
+    /// attempt's).
+    pub fn add_usage(&mut self, usage: &Usage, cost_usd: f64) {
+        self.usage.add(usage);
+        self.cost_usd += finite_cost(cost_usd);
+    }
+}
+
+/// `cost_usd` when it is a finite, non-negative amount, else 0: what sums of costs add.
+pub fn finite_cost(cost_usd: f64) -> f64 {
+    if cost_usd.is_finite() && cost_usd > 0.0 {
+        cost_usd
+    } else {
+        0.0
     }
 }
 

@@ -24,7 +24,8 @@ use serde_json::Value;
 use crate::approval::ApprovalDecision;
 use crate::budget::{BudgetLimit, TerminalReason, Usage, UsageByModel};
 use crate::ids::{
-    ApprovalId, OperationKey, ReleaseId, SessionId, StepId, TenantId, ToolCallId, TurnId,
+    ApprovalId, OperationKey, PrincipalId, ReleaseId, SessionId, StepId, TenantId, ToolCallId,
+    TurnId,
 };
 use crate::machine::{SessionStatus, ToolCallStatus, TurnStatus};
 
@@ -58,6 +59,14 @@ pub struct Correlation {
     /// The approval.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval_id: Option<ApprovalId>,
+    /// The principal whose request made this change (an API key's principal): present on the
+    /// events an authenticated host journals for a caller — `session.created`,
+    /// `session.config_changed`, `session.release_pinned`, `session.status_changed` (closed),
+    /// `turn.queued`, `turn.cancel_requested`, `approval.decided`, `effect.decided` and the
+    /// `tool_call.finished` of a call cancelled on request. Absent for the local CLI, for what
+    /// the runtime does on its own, and in journals written before it existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal_id: Option<PrincipalId>,
 }
 
 impl Correlation {
@@ -104,6 +113,12 @@ impl Correlation {
     /// Adds an attempt number.
     pub fn with_attempt(mut self, attempt: u32) -> Self {
         self.attempt = Some(attempt);
+        self
+    }
+
+    /// Names the acting principal, if any.
+    pub fn by(mut self, principal: Option<PrincipalId>) -> Self {
+        self.principal_id = principal;
         self
     }
 }
@@ -186,13 +201,15 @@ pub enum EventBody {
         /// The exhausted limit, when the reason is `budget_exhausted`.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         limit: Option<BudgetLimit>,
-        /// Tokens used by the turn.
+        /// Tokens used by the turn: its completed steps and its failed attempts (retries,
+        /// fallbacks, a step that failed for good), reported or estimated.
         usage: Usage,
         /// Cost of the turn, USD.
         cost_usd: f64,
-        /// `usage` and `cost_usd` broken down by the model that served each completed step
-        /// (a fallback's steps under the fallback, priced at its price). Absent (empty) in
-        /// journals written before it existed and in turns without a completed step.
+        /// `usage` and `cost_usd` broken down by the model that served each response (a
+        /// fallback's steps under the fallback, priced at its price; failed attempts that used
+        /// tokens under the model that served them). Absent (empty) in journals written before
+        /// it existed and in turns where no model used anything.
         #[serde(default, skip_serializing_if = "UsageByModel::is_empty")]
         usage_by_model: UsageByModel,
         /// Steps sampled.
@@ -229,6 +246,18 @@ pub enum EventBody {
         /// position advances by it (see `keel_model::ModelRequest::response_index`).
         #[serde(default = "one")]
         responses_consumed: u64,
+        /// Tokens the failed attempt used (what the provider reported before the failure, or an
+        /// estimate, see `usage_estimated`): counted in the turn's and session's usage, the
+        /// budgets and the tenant's usage rows under `model`, like a completed step's. Absent
+        /// (zero) when the attempt reported none, and in older journals.
+        #[serde(default, skip_serializing_if = "Usage::is_zero")]
+        usage: Usage,
+        /// Their cost, USD, at `model`'s price.
+        #[serde(default, skip_serializing_if = "is_zero_f64")]
+        cost_usd: f64,
+        /// `usage` is the runtime's estimate (the provider reported none).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        usage_estimated: bool,
     },
     /// The step's response ended. Correlation: `step_id`, `attempt`.
     #[serde(rename = "step.completed")]
@@ -259,6 +288,16 @@ pub enum EventBody {
         /// Model responses this attempt consumed (the script position advances by it).
         #[serde(default = "one")]
         responses_consumed: u64,
+        /// `usage` (and so `cost_usd`) is the runtime's estimate: the provider reported no usage,
+        /// so the context sent and the output received were counted (bytes / 4) and priced, and
+        /// budgets still bind. Absent (false) when the provider reported usage.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        usage_estimated: bool,
+        /// Calls of the step that earlier, failed attempts proposed and this response did not:
+        /// they are not part of the response (the transcript's assistant item leaves them and
+        /// their results out). Absent (empty) when there were none, and in older journals.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        abandoned_calls: Vec<ToolCallId>,
     },
     /// The step failed for good. Correlation: `step_id`.
     #[serde(rename = "step.failed")]
@@ -270,6 +309,17 @@ pub enum EventBody {
         /// Model responses the failed attempt consumed (0 when it was cancelled).
         #[serde(default = "one")]
         responses_consumed: u64,
+        /// Tokens the failed (or cancelled) attempt used, as in `step.attempt_failed`: counted
+        /// under the model the step's last `step.started` names. Absent (zero) when none were
+        /// reported, and in older journals.
+        #[serde(default, skip_serializing_if = "Usage::is_zero")]
+        usage: Usage,
+        /// Their cost, USD.
+        #[serde(default, skip_serializing_if = "is_zero_f64")]
+        cost_usd: f64,
+        /// `usage` is the runtime's estimate.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        usage_estimated: bool,
     },
     /// The model proposed a call. Correlation: `turn_id`, `step_id`, `tool_call_id`.
     #[serde(rename = "tool_call.proposed")]
@@ -307,11 +357,15 @@ pub enum EventBody {
     /// Intent of a side effect journaled. Correlation: `tool_call_id`, `operation_key`.
     #[serde(rename = "effect.prepared")]
     EffectPrepared {
-        /// [`crate::canonical::content_hash`] of the request.
+        /// The hash of the request (tool and exact arguments, canonical JSON): keyed with the
+        /// deployment's hash key (`hmac-sha256:<hex>`, see `keel_tools::keyed_hash`), so it
+        /// reveals nothing of arguments whose journaled form is redacted. Older journals hold
+        /// [`crate::canonical::content_hash`] (`sha256:<hex>`).
         request_hash: String,
         /// What the tool recorded before dispatch so that its `reconcile` can tell afterwards
-        /// whether the effect happened (e.g. `write_file`: the file's hash before and the hash it
-        /// will have after). Absent for tools that record nothing; older events have none.
+        /// whether the effect happened (e.g. `write_file`: the file's keyed hash before and the
+        /// keyed hash it will have after; older journals hold plain `sha256:` hashes). Absent
+        /// for tools that record nothing; older events have none.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         probe: Option<Value>,
     },
@@ -333,13 +387,18 @@ pub enum EventBody {
         /// Why.
         error: String,
     },
-    /// A human decided what an `outcome_unknown` effect did. The worker applies it: `committed`
-    /// and `failed` finish the call with that result, `retry` dispatches it again as a new attempt.
-    /// Correlation: `operation_key`.
+    /// Someone decided what an `outcome_unknown` effect did: a human (`keel resolve`, the API),
+    /// or — only `retry`, with `reconciled: true` — the tool's reconcile, which proved the
+    /// effect did not happen (a file write whose file still has the content it had before).
+    /// The worker applies it: `committed` and `failed` finish the call with that result,
+    /// `retry` dispatches it again as a new attempt. Correlation: `operation_key`.
     #[serde(rename = "effect.decided")]
     EffectDecided {
         /// The decision.
         decision: EffectDecision,
+        /// The tool's reconcile decided (no human); absent (false) in older journals.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        reconciled: bool,
     },
     /// A human decision was requested. Correlation: `tool_call_id`, `approval_id`.
     #[serde(rename = "approval.requested")]
@@ -379,6 +438,10 @@ fn one() -> u64 {
 
 fn is_zero(n: &u32) -> bool {
     *n == 0
+}
+
+fn is_zero_f64(n: &f64) -> bool {
+    *n == 0.0
 }
 
 /// A human's decision on an effect whose outcome is unknown after a crash or timeout.
@@ -694,6 +757,7 @@ mod tests {
                         },
                         cost_usd: 0.25,
                         steps: 3,
+                        estimated: false,
                     },
                 )]
                 .into(),
@@ -711,6 +775,12 @@ mod tests {
                 message: "slow down".into(),
                 retry_in_ms: Some(100),
                 responses_consumed: 1,
+                usage: Usage {
+                    input_tokens: 7,
+                    ..Usage::default()
+                },
+                cost_usd: 0.01,
+                usage_estimated: false,
             },
             EventBody::StepCompleted {
                 model: "openai:gpt-5".into(),
@@ -721,11 +791,16 @@ mod tests {
                 reasoning: vec![json!({"provider": "openai", "id": "rs_1"})],
                 reasoning_sealed: 0,
                 responses_consumed: 1,
+                usage_estimated: false,
+                abandoned_calls: Vec::new(),
             },
             EventBody::StepFailed {
                 error_kind: "authentication".into(),
                 message: "bad key".into(),
                 responses_consumed: 1,
+                usage: Usage::default(),
+                cost_usd: 0.0,
+                usage_estimated: false,
             },
             EventBody::ToolCallProposed {
                 name: "shell".into(),
@@ -754,6 +829,7 @@ mod tests {
             },
             EventBody::EffectDecided {
                 decision: EffectDecision::Retry,
+                reconciled: false,
             },
             EventBody::ApprovalRequested {
                 args_hash: "sha256:cd".into(),

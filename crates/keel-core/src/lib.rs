@@ -35,7 +35,10 @@ pub mod release;
 pub mod state;
 
 pub use approval::{ApprovalDecision, ApprovalError, ApprovalRecord, Decided, args_hash};
-pub use budget::{Budget, BudgetLimit, Consumed, ModelTotals, TerminalReason, Usage, UsageByModel};
+pub use budget::{
+    Budget, BudgetLimit, Consumed, MAX_RESPONSE_TOKENS, ModelTotals, TerminalReason, Usage,
+    UsageByModel, finite_cost,
+};
 pub use event::{
     Correlation, DecodeErrorKind, EVENT_TYPES, EffectDecision, Event, EventBody, EventDecodeError,
     SCHEMA_VERSION,

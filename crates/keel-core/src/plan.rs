@@ -22,8 +22,9 @@
 //! 5. **Steps.** A step left `started`/`streaming` (a crash, or a retry after a context overflow)
 //!    is re-sampled as its next attempt, after compacting when it overflowed. A completed step
 //!    with open calls moves the turn to `executing_tools`; one without calls completes the turn;
-//!    a failed step fails it. Before a new step: a repeated failing call finishes
-//!    `loop_detected`, an exhausted budget `budget_exhausted` (naming the limit), a context over
+//!    a failed step fails it. Before a new step: an exhausted budget finishes
+//!    `budget_exhausted` (naming the limit; checked first, so calls refused by a spent tool-call
+//!    budget never read as a loop), a repeated failing call `loop_detected`, a context over
 //!    the compaction threshold is compacted (once per step), then [`Next::SampleStep`].
 //! 6. **Calls** of the turn's last step, in proposal order. Recovery first: a call left
 //!    `running` by a worker that is gone is re-run when read-only ([`Next::Rerun`]), or its
@@ -500,7 +501,7 @@ fn tool_calls_left(state: &SessionState, turn: &TurnState, limits: &Limits) -> O
         .turn_budget
         .max_tool_calls
         .map(|m| m.saturating_sub(turn.tool_calls_run));
-    let session_run: u32 = state.turns.values().map(|t| t.tool_calls_run).sum();
+    let session_run = session_tool_calls(state);
     let session_left = limits
         .session_budget
         .max_tool_calls
@@ -509,6 +510,14 @@ fn tool_calls_left(state: &SessionState, turn: &TurnState, limits: &Limits) -> O
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     }
+}
+
+/// Tool calls the session's turns ran (saturating).
+fn session_tool_calls(state: &SessionState) -> u32 {
+    state
+        .turns
+        .values()
+        .fold(0u32, |n, t| n.saturating_add(t.tool_calls_run))
 }
 
 fn elapsed_ms(from: DateTime<Utc>, now: DateTime<Utc>) -> u64 {
@@ -567,7 +576,19 @@ fn sampling(state: &SessionState, turn: &TurnState, facts: &Facts) -> Next {
                 None => "the model step failed".into(),
             }),
         },
-        Some(step) if step.tool_calls.is_empty() => finish(turn.id, TerminalReason::Completed),
+        // A response without calls of its own ends the turn, once the calls of abandoned
+        // attempts (if any) have their results.
+        Some(step)
+            if step.tool_calls.iter().all(|c| {
+                step.abandoned.contains(c)
+                    && state
+                        .tool_calls
+                        .get(c)
+                        .is_none_or(|c| c.status.is_terminal())
+            }) =>
+        {
+            finish(turn.id, TerminalReason::Completed)
+        }
         Some(step)
             if step.tool_calls.iter().any(|c| {
                 state
@@ -585,22 +606,26 @@ fn sampling(state: &SessionState, turn: &TurnState, facts: &Facts) -> Next {
     }
 }
 
-/// Before a new step: loops, budgets, compaction.
+/// Before a new step: budgets, loops, compaction.
+///
+/// Budgets come first: calls refused because the tool-call budget is spent all carry the same
+/// refusal, so they would look like a repeated failing call; an exhausted budget is what ended
+/// the turn, and it is reported as `budget_exhausted` naming the limit.
 fn new_step(state: &SessionState, turn: &TurnState, facts: &Facts) -> Next {
-    if let Some(n) = loop_detected(state, turn, facts.limits.loop_threshold) {
-        return Next::FinishTurn {
-            turn: turn.id,
-            reason: TerminalReason::LoopDetected,
-            limit: None,
-            error: Some(format!("the same failing tool call was repeated {n} times")),
-        };
-    }
     if let Some(limit) = budget_exhausted(state, turn, facts) {
         return Next::FinishTurn {
             turn: turn.id,
             reason: TerminalReason::BudgetExhausted,
             limit: Some(limit),
             error: None,
+        };
+    }
+    if let Some(n) = loop_detected(state, turn, facts.limits.loop_threshold) {
+        return Next::FinishTurn {
+            turn: turn.id,
+            reason: TerminalReason::LoopDetected,
+            limit: None,
+            error: Some(format!("the same failing tool call was repeated {n} times")),
         };
     }
     let limits = &facts.limits;
@@ -662,7 +687,7 @@ pub fn budget_exhausted(
         steps: u32::try_from(state.steps.len()).unwrap_or(u32::MAX),
         tokens: state.usage.total_tokens(),
         cost_usd: state.cost_usd,
-        tool_calls: state.turns.values().map(|t| t.tool_calls_run).sum(),
+        tool_calls: session_tool_calls(state),
         wall_time_ms: state.finished_turns_ms.saturating_add(wall),
     };
     let limits = &facts.limits;

@@ -123,7 +123,8 @@ pub struct TurnState {
     pub usage: Usage,
     /// Cost, USD.
     pub cost_usd: f64,
-    /// Tokens, cost (USD) and steps per model that served a completed step.
+    /// Tokens, cost (USD) and steps per model that served a response (completed steps, and
+    /// failed attempts that used tokens).
     pub usage_by_model: UsageByModel,
     /// Tool calls that reached `running`.
     pub tool_calls_run: u32,
@@ -159,6 +160,9 @@ pub struct StepState {
     pub stop_reason: Option<String>,
     /// Calls it proposed, in the model's order.
     pub tool_calls: Vec<ToolCallId>,
+    /// Calls of `tool_calls` that failed attempts proposed and the completing response did not
+    /// (`step.completed`'s `abandoned_calls`): they get results, but the response is the others.
+    pub abandoned: Vec<ToolCallId>,
     /// Its last attempt failed with `context_overflow` and the context was not compacted since:
     /// compact before the next attempt.
     pub overflowed: bool,
@@ -270,7 +274,8 @@ pub struct SessionState {
     pub cost_usd: f64,
     /// Session totals: completed steps.
     pub num_steps: u32,
-    /// Session totals per model that served a completed step (tokens, USD, steps).
+    /// Session totals per model that served a response (tokens, USD, steps; failed attempts
+    /// that used tokens count too).
     pub usage_by_model: UsageByModel,
     /// Sum of finished turns' durations (`turn.finished` `duration_ms`), ms.
     pub finished_turns_ms: u64,
@@ -404,11 +409,10 @@ impl SessionState {
                 if !changes.is_object() {
                     return Err(rule("config changes must be a JSON object"));
                 }
-                if self.active_turn.is_some() && self.status != SessionStatus::RequiresAction {
-                    return Err(rule(
-                        "the config can change only between turns or while a turn waits on a human",
-                    ));
-                }
+                // Any time the writer holds the session (the lease and CAS make it the only
+                // writer): between turns, while a turn waits on a human, or for a turn a
+                // crashed worker left. A step already sampled keeps its frozen snapshot; the
+                // next step reads the merged config.
                 crate::patch::merge_patch(&mut self.config, changes);
             }
             EventBody::SessionReleasePinned {
@@ -588,6 +592,7 @@ impl SessionState {
                                 model: model.clone(),
                                 stop_reason: None,
                                 tool_calls: Vec::new(),
+                                abandoned: Vec::new(),
                                 overflowed: false,
                                 failure: None,
                             },
@@ -621,7 +626,14 @@ impl SessionState {
             EventBody::StepStreaming {} => {
                 self.step_transition(ev, StepStatus::Streaming)?;
             }
-            EventBody::StepAttemptFailed { error_kind, .. } => {
+            EventBody::StepAttemptFailed {
+                error_kind,
+                model,
+                usage,
+                cost_usd,
+                usage_estimated,
+                ..
+            } => {
                 let step_id = c.step_id.ok_or_else(|| missing("step_id"))?;
                 let step = self
                     .steps
@@ -630,8 +642,10 @@ impl SessionState {
                 if step.status.is_terminal() {
                     return Err(rule("a finished step has no further attempts"));
                 }
+                // What the failed attempt used counts like a completed step's usage.
+                let turn_id = step.turn_id;
+                self.count_usage(turn_id, model, usage, *cost_usd, *usage_estimated, false);
                 if error_kind == "context_overflow" {
-                    let turn_id = step.turn_id;
                     if let Some(step) = self.steps.get_mut(&step_id) {
                         step.overflowed = true;
                     }
@@ -645,36 +659,38 @@ impl SessionState {
                 stop_reason,
                 usage,
                 cost_usd,
+                usage_estimated,
+                abandoned_calls,
                 ..
             } => {
                 let (step_id, turn_id) = self.step_transition(ev, StepStatus::Completed)?;
                 if let Some(step) = self.steps.get_mut(&step_id) {
                     step.stop_reason = Some(stop_reason.clone());
+                    step.abandoned = abandoned_calls
+                        .iter()
+                        .filter(|c| step.tool_calls.contains(c))
+                        .cloned()
+                        .collect();
                 }
-                if let Some(turn) = self.turns.get_mut(&turn_id) {
-                    turn.usage.add(usage);
-                    turn.cost_usd += cost_usd;
-                    turn.usage_by_model
-                        .entry(model.clone())
-                        .or_default()
-                        .add_step(usage, *cost_usd);
-                }
-                self.usage.add(usage);
-                self.cost_usd += cost_usd;
-                self.usage_by_model
-                    .entry(model.clone())
-                    .or_default()
-                    .add_step(usage, *cost_usd);
-                self.num_steps += 1;
+                self.count_usage(turn_id, model, usage, *cost_usd, *usage_estimated, true);
+                self.num_steps = self.num_steps.saturating_add(1);
             }
             EventBody::StepFailed {
                 error_kind,
                 message,
+                usage,
+                cost_usd,
+                usage_estimated,
                 ..
             } => {
-                let (step_id, _) = self.step_transition(ev, StepStatus::Failed)?;
+                let (step_id, turn_id) = self.step_transition(ev, StepStatus::Failed)?;
+                let mut model = String::new();
                 if let Some(step) = self.steps.get_mut(&step_id) {
                     step.failure = Some((error_kind.clone(), message.clone()));
+                    model.clone_from(&step.model);
+                }
+                if !usage.is_zero() || *cost_usd != 0.0 {
+                    self.count_usage(turn_id, &model, usage, *cost_usd, *usage_estimated, false);
                 }
             }
             EventBody::ToolCallProposed {
@@ -828,7 +844,7 @@ impl SessionState {
             EventBody::EffectFailed { .. } => {
                 self.effect_transition(ev, EffectStatus::Failed)?;
             }
-            EventBody::EffectDecided { decision } => {
+            EventBody::EffectDecided { decision, .. } => {
                 let key = c
                     .operation_key
                     .clone()
@@ -929,6 +945,41 @@ impl SessionState {
             });
         }
         Ok(())
+    }
+
+    /// Counts a response's `usage` and `cost_usd` (USD) served by `model` in the turn's and the
+    /// session's totals and their per-model breakdown; `step` when it completed a step (else a
+    /// failed attempt's, counted only when it used something). Saturating; a cost that is not a
+    /// finite, non-negative amount counts as 0.
+    fn count_usage(
+        &mut self,
+        turn_id: TurnId,
+        model: &str,
+        usage: &Usage,
+        cost_usd: f64,
+        estimated: bool,
+        step: bool,
+    ) {
+        let cost = crate::budget::finite_cost(cost_usd);
+        if !step && usage.is_zero() && cost == 0.0 {
+            return;
+        }
+        let add = |totals: &mut crate::budget::ModelTotals| {
+            if step {
+                totals.add_step(usage, cost);
+            } else {
+                totals.add_usage(usage, cost);
+            }
+            totals.estimated |= estimated;
+        };
+        if let Some(turn) = self.turns.get_mut(&turn_id) {
+            turn.usage.add(usage);
+            turn.cost_usd += cost;
+            add(turn.usage_by_model.entry(model.to_owned()).or_default());
+        }
+        self.usage.add(usage);
+        self.cost_usd += cost;
+        add(self.usage_by_model.entry(model.to_owned()).or_default());
     }
 
     fn step_transition(

@@ -124,6 +124,8 @@ fn a_turn_with_an_approved_side_effecting_call_folds_to_completed() {
                 reasoning: Vec::new(),
                 reasoning_sealed: 0,
                 responses_consumed: 1,
+                abandoned_calls: Vec::new(),
+                usage_estimated: false,
             },
         )
         .push(
@@ -214,6 +216,8 @@ fn a_turn_with_an_approved_side_effecting_call_folds_to_completed() {
                 reasoning: Vec::new(),
                 reasoning_sealed: 0,
                 responses_consumed: 1,
+                abandoned_calls: Vec::new(),
+                usage_estimated: false,
             },
         )
         .push(Correlation::turn(t), finished(TerminalReason::Completed))
@@ -414,6 +418,9 @@ fn a_turn_cannot_finish_while_a_call_has_no_result() {
             error_kind: "aborted".into(),
             message: "cancelled".into(),
             responses_consumed: 0,
+            cost_usd: 0.0,
+            usage: Default::default(),
+            usage_estimated: false,
         },
     );
     let mut state = SessionState::replay(&j.events).unwrap();
@@ -445,6 +452,9 @@ fn a_retried_step_is_the_same_step_with_a_growing_attempt() {
             message: "".into(),
             retry_in_ms: Some(10),
             responses_consumed: 1,
+            cost_usd: 0.0,
+            usage: Default::default(),
+            usage_estimated: false,
         },
     )
     .push(
@@ -467,6 +477,78 @@ fn a_retried_step_is_the_same_step_with_a_growing_attempt() {
         err.to_string().contains("attempt number must grow"),
         "{err}"
     );
+}
+
+/// Tokens a failed attempt used (a retry, a fallback, a step that failed for good) count in the
+/// turn's and the session's totals under the model that served the attempt, without counting a
+/// step; an estimated report marks the model's totals estimated.
+#[test]
+fn usage_of_failed_attempts_counts_per_model_that_served_them() {
+    let (mut j, t) = running_turn();
+    let s = StepId::new();
+    let u = |input_tokens| Usage {
+        input_tokens,
+        output_tokens: 1,
+        ..Usage::default()
+    };
+    j.push(
+        Correlation::turn(t),
+        EventBody::TurnPhaseChanged {
+            phase: TurnStatus::Sampling,
+        },
+    )
+    .push(
+        Correlation::step(t, s, 1),
+        EventBody::StepStarted { model: "a".into() },
+    )
+    .push(Correlation::step(t, s, 1), EventBody::StepStreaming {})
+    .push(
+        Correlation::step(t, s, 1),
+        EventBody::StepAttemptFailed {
+            model: "a".into(),
+            error_kind: "overloaded".into(),
+            message: "".into(),
+            retry_in_ms: None,
+            responses_consumed: 0,
+            usage: u(100_000),
+            cost_usd: 0.3,
+            usage_estimated: false,
+        },
+    )
+    .push(
+        Correlation::step(t, s, 2),
+        EventBody::StepStarted { model: "b".into() },
+    )
+    .push(
+        Correlation::step(t, s, 2),
+        EventBody::StepFailed {
+            error_kind: "server_error".into(),
+            message: "".into(),
+            responses_consumed: 0,
+            usage: u(50),
+            cost_usd: 0.001,
+            usage_estimated: true,
+        },
+    );
+    let state = SessionState::replay(&j.events).unwrap();
+    let turn = &state.turns[&t];
+    assert_eq!(
+        turn.usage,
+        Usage {
+            input_tokens: 100_050,
+            output_tokens: 2,
+            ..Usage::default()
+        }
+    );
+    assert!((turn.cost_usd - 0.301).abs() < 1e-9);
+    assert_eq!(turn.usage_by_model["a"].usage, u(100_000));
+    assert_eq!(turn.usage_by_model["a"].steps, 0, "no step completed");
+    assert!(!turn.usage_by_model["a"].estimated);
+    assert_eq!(turn.usage_by_model["b"].usage, u(50));
+    assert!(turn.usage_by_model["b"].estimated);
+    assert_eq!(state.usage, turn.usage);
+    assert_eq!(state.usage_by_model, turn.usage_by_model);
+    assert_eq!(state.num_steps, 0);
 }
 
 #[test]
@@ -660,7 +742,7 @@ fn effects_and_approvals_open_only_for_live_calls_of_the_active_turn() {
 }
 
 #[test]
-fn config_changes_merge_in_order_between_turns_only() {
+fn config_changes_merge_in_order_between_and_during_turns() {
     let mut j = Journal::new();
     j.push(
         Correlation::default(),
@@ -695,16 +777,18 @@ fn config_changes_merge_in_order_between_turns_only() {
     );
     assert!(matches!(refused(&j, not_object), ApplyError::Rule { .. }));
 
+    // During a turn too: one left running by a crashed worker (the lease and CAS make the
+    // writer the only one; `keel resume S --max-steps 5` after kill -9) …
     let (mut running, t) = running_turn();
-    let change = EventBody::SessionConfigChanged {
-        changes: json!({"permission_mode": "bypass"}),
-    };
-    let err = refused(
-        &running,
-        running.next(Correlation::default(), change.clone()),
+    running.push(
+        Correlation::default(),
+        EventBody::SessionConfigChanged {
+            changes: json!({"permission_mode": "accept_edits"}),
+        },
     );
-    assert!(err.to_string().contains("between turns"), "{err}");
-    // A turn suspended on a human may have its settings changed.
+    let state = SessionState::replay(&running.events).unwrap();
+    assert_eq!(state.config["permission_mode"], "accept_edits");
+    // … and one suspended on a human.
     running
         .push(
             Correlation::turn(t),
@@ -713,7 +797,12 @@ fn config_changes_merge_in_order_between_turns_only() {
             },
         )
         .status(SessionStatus::RequiresAction)
-        .push(Correlation::default(), change);
+        .push(
+            Correlation::default(),
+            EventBody::SessionConfigChanged {
+                changes: json!({"permission_mode": "bypass"}),
+            },
+        );
     let state = SessionState::replay(&running.events).unwrap();
     assert_eq!(state.config["permission_mode"], "bypass");
 }

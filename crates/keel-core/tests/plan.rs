@@ -154,6 +154,9 @@ enum Kind {
     Finish,
     /// 4: no terminal reason or wait within the bound, a wait for nothing.
     Progress,
+    /// 6: a turn ended `loop_detected` while one of its budgets was exhausted (the budget is
+    /// what ended it: calls refused by a spent tool-call budget all look alike).
+    Budget,
     /// Any other event the fold refuses, or an answer the driver cannot carry out: every
     /// property fails on these.
     Fold,
@@ -645,6 +648,20 @@ impl World {
             ));
         }
         match next {
+            Next::FinishTurn {
+                turn,
+                reason: TerminalReason::LoopDetected,
+                ..
+            } => {
+                if let Some(t) = s.turns.get(turn)
+                    && let Some(limit) = plan::budget_exhausted(s, t, &self.facts())
+                {
+                    return Err(violation(
+                        Kind::Budget,
+                        format!("{next:?} while the {limit:?} budget is exhausted"),
+                    ));
+                }
+            }
             Next::Dispatch {
                 step,
                 call,
@@ -1365,6 +1382,9 @@ impl World {
                     message: format!("{kind} from the provider"),
                     retry_in_ms: None,
                     responses_consumed: 1,
+                    cost_usd: 0.0,
+                    usage: Default::default(),
+                    usage_estimated: false,
                 },
             )]
         };
@@ -1376,6 +1396,9 @@ impl World {
                         error_kind: "authentication".into(),
                         message: "bad key".into(),
                         responses_consumed: 1,
+                        cost_usd: 0.0,
+                        usage: Default::default(),
+                        usage_estimated: false,
                     },
                 )],
                 next,
@@ -1425,6 +1448,8 @@ impl World {
                         reasoning: Vec::new(),
                         reasoning_sealed: 0,
                         responses_consumed: 1,
+                        abandoned_calls: Vec::new(),
+                        usage_estimated: false,
                     },
                 ));
                 if !plan.is_empty() && self.pick(2) == 1 {
@@ -1664,7 +1689,10 @@ impl World {
             };
             self.outside_append(vec![(
                 effect_corr(key),
-                EventBody::EffectDecided { decision },
+                EventBody::EffectDecided {
+                    decision,
+                    reconciled: false,
+                },
             )])?;
         }
         Ok(())
@@ -1757,6 +1785,9 @@ impl World {
                         error_kind: "cancelled".into(),
                         message: "the turn ended".into(),
                         responses_consumed: 0,
+                        cost_usd: 0.0,
+                        usage: Default::default(),
+                        usage_estimated: false,
                     },
                 ));
             }
@@ -1956,6 +1987,14 @@ proptest! {
             prop_assert!(w.state.active_turn.is_none() && w.state.queue.is_empty());
             prop_assert!(w.state.turns.values().all(|t| t.status.is_terminal()));
         }
+    }
+
+    /// A turn whose budget is exhausted ends `budget_exhausted`, never `loop_detected`: the
+    /// calls a spent tool-call budget refuses all carry the same refusal, which is no loop.
+    #[test]
+    fn an_exhausted_budget_is_reported_before_a_loop((cfg, tape) in scenario()) {
+        let w = simulate(cfg, tape);
+        clean(&w, Kind::Budget)?;
     }
 
     /// The same state gives the same answer live and after replay (at every planner call,
@@ -2170,6 +2209,8 @@ impl Hand {
                 reasoning: Vec::new(),
                 reasoning_sealed: 0,
                 responses_consumed: 1,
+                abandoned_calls: Vec::new(),
+                usage_estimated: false,
             },
         )
         .push(
@@ -2231,6 +2272,96 @@ fn ids() -> (TurnId, StepId, ToolCallId) {
         StepId(Uuid::from_u128(0x20)),
         ToolCallId::from("call_1"),
     )
+}
+
+/// `max_tool_calls = 1` and one step proposing the same read-only call four times: one runs,
+/// three are refused by the budget with the same text. The turn ends `budget_exhausted
+/// (tool_calls)`, not `loop_detected` (the order was loops first before).
+#[test]
+fn a_spent_tool_call_budget_is_budget_exhausted_not_a_loop() {
+    let (turn, step, _) = ids();
+    let mut h = Hand::streaming(turn, step);
+    let calls: Vec<ToolCallId> = (1..=4)
+        .map(|i| ToolCallId::from(format!("call_{i}")))
+        .collect();
+    for c in &calls {
+        h.push(
+            Correlation::tool_call(turn, step, c.clone()),
+            EventBody::ToolCallProposed {
+                name: "list_dir".into(),
+                arguments: json!({"path": "."}),
+                sealed: false,
+            },
+        );
+    }
+    h.push(
+        Correlation::step(turn, step, 1),
+        EventBody::StepCompleted {
+            model: MODEL.into(),
+            stop_reason: "tool_use".into(),
+            usage: Usage::default(),
+            cost_usd: 0.0,
+            text: String::new(),
+            reasoning: Vec::new(),
+            reasoning_sealed: 0,
+            responses_consumed: 1,
+            usage_estimated: false,
+            abandoned_calls: Vec::new(),
+        },
+    )
+    .push(
+        Correlation::turn(turn),
+        EventBody::TurnPhaseChanged {
+            phase: TurnStatus::ExecutingTools,
+        },
+    );
+    let first = Correlation::tool_call(turn, step, calls[0].clone());
+    h.push(first.clone(), EventBody::ToolCallValidating {})
+        .push(first.clone(), EventBody::ToolCallStarted {})
+        .push(
+            first,
+            EventBody::ToolCallFinished {
+                status: ToolCallStatus::Succeeded,
+                output: "a.txt".into(),
+                is_error: false,
+            },
+        );
+    for c in &calls[1..] {
+        let corr = Correlation::tool_call(turn, step, c.clone());
+        h.push(corr.clone(), EventBody::ToolCallValidating {}).push(
+            corr,
+            EventBody::ToolCallFinished {
+                status: ToolCallStatus::Rejected,
+                output: "`list_dir` was not run: the tool-call budget of this turn is spent."
+                    .into(),
+                is_error: true,
+            },
+        );
+    }
+    h.push(
+        Correlation::turn(turn),
+        EventBody::TurnPhaseChanged {
+            phase: TurnStatus::Sampling,
+        },
+    );
+    let mut facts = hand_facts(BASE_MS + 100);
+    facts.limits.loop_threshold = 3;
+    facts.limits.turn_budget.max_tool_calls = Some(1);
+    let t = &h.state.turns[&turn];
+    assert_eq!(
+        plan::loop_detected(&h.state, t, 3),
+        Some(3),
+        "the refusals look like a loop"
+    );
+    assert_eq!(
+        plan::next(&h.state, &facts),
+        Next::FinishTurn {
+            turn,
+            reason: TerminalReason::BudgetExhausted,
+            limit: Some(BudgetLimit::ToolCalls),
+            error: None,
+        }
+    );
 }
 
 #[test]
@@ -2353,6 +2484,7 @@ fn an_idempotent_write_whose_outcome_is_unknown_is_dispatched_as_attempt_2() {
         effect_corr(&key),
         EventBody::EffectDecided {
             decision: EffectDecision::Retry,
+            reconciled: false,
         },
     );
     assert_eq!(plan::next(&h.state, &facts), Next::Resume);

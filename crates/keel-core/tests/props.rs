@@ -228,6 +228,9 @@ impl Ids {
                     message: "".into(),
                     retry_in_ms: None,
                     responses_consumed: 1,
+                    cost_usd: 0.0,
+                    usage: Default::default(),
+                    usage_estimated: false,
                 },
             ),
             Op::StepComplete(s) => (
@@ -245,6 +248,8 @@ impl Ids {
                     reasoning: Vec::new(),
                     reasoning_sealed: 0,
                     responses_consumed: 1,
+                    abandoned_calls: Vec::new(),
+                    usage_estimated: false,
                 },
             ),
             Op::StepFail(s) => (
@@ -253,6 +258,9 @@ impl Ids {
                     error_kind: "x".into(),
                     message: "".into(),
                     responses_consumed: 1,
+                    cost_usd: 0.0,
+                    usage: Default::default(),
+                    usage_estimated: false,
                 },
             ),
             Op::Propose(t, s, c) => (
@@ -331,6 +339,7 @@ impl Ids {
                     } else {
                         EffectDecision::Failed { error: "no".into() }
                     },
+                    reconciled: false,
                 },
             ),
             Op::Compact(t, n) => (

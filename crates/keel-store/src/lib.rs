@@ -20,6 +20,7 @@
 //! [`open`] takes `sqlite://PATH` (or a bare path) or `postgres://…`.
 
 pub mod error;
+pub mod scheduling;
 pub mod sql;
 pub mod store;
 pub mod types;
@@ -28,13 +29,15 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub use error::{Result, StoreError};
+pub use scheduling::{Claim, TenantBacklog, TokenWindow, WorkMark};
 pub use sql::{Dialect, SqlStore};
 pub use store::Store;
 pub use types::{
-    AppendExtras, Artifact, CommitCounts, DueSession, EffectInsert, EffectRecord, EffectUpdate,
-    Intent, Lease, LeaseInfo, MemoryEntry, NewSession, Reservation, ReservationRow, SealedKey,
-    SealedKind, SessionQuery, SessionRecord, TranscriptItem, UsageAmount, UsageDelta,
-    UsageReservation, UsageRow,
+    ApiKeyRecord, AppendExtras, ApprovalQuery, Artifact, ArtifactInfo, CommitCounts, DueSession,
+    EffectInsert, EffectRecord, EffectUpdate, IdempotencyBegin, IdempotencyKey, Intent, KeyScope,
+    Lease, LeaseInfo, MemoryEntry, NewApiKey, NewSession, ReleaseRecord, Reservation,
+    ReservationRow, Role, SealedKey, SealedKind, SessionQuery, SessionRecord, StoredResponse,
+    TenantRecord, TranscriptItem, UsageAmount, UsageDelta, UsageReservation, UsageRow,
 };
 
 /// Opens a store from a location: `postgres://…` / `postgresql://…` (optionally with

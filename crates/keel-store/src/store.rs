@@ -6,15 +6,17 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use keel_core::{
     ApprovalDecision, ApprovalId, ApprovalRecord, ApprovalStatus, Decided, EffectStatus, Event,
-    LeaseEpoch, OperationKey, Release, ReleaseId, SessionId, TenantId,
+    LeaseEpoch, OperationKey, PrincipalId, Release, ReleaseId, SessionId, TenantId,
 };
 use serde_json::Value;
 
 use crate::error::Result;
 use crate::types::{
-    AppendExtras, Artifact, CommitCounts, DueSession, EffectInsert, EffectRecord, EffectUpdate,
-    Intent, Lease, MemoryEntry, NewSession, Reservation, ReservationRow, SealedKind, SessionQuery,
-    SessionRecord, TranscriptItem, UsageReservation, UsageRow,
+    ApiKeyRecord, AppendExtras, ApprovalQuery, Artifact, ArtifactInfo, CommitCounts, DueSession,
+    EffectInsert, EffectRecord, EffectUpdate, IdempotencyBegin, IdempotencyKey, Intent, KeyScope,
+    Lease, MemoryEntry, NewApiKey, NewSession, ReleaseRecord, Reservation, ReservationRow,
+    SealedKind, SessionQuery, SessionRecord, StoredResponse, TenantRecord, TranscriptItem,
+    UsageReservation, UsageRow,
 };
 
 /// Durable storage for sessions, their journals and everything they own.
@@ -207,17 +209,129 @@ pub trait Store: Send + Sync + 'static {
     /// `LeaseLost` if the epoch or owner changed; `NotFound` for an unknown session.
     async fn renew_lease(&self, tenant: TenantId, lease: &Lease, ttl: Duration) -> Result<Lease>;
 
-    /// Gives a lease up; the next acquisition need not wait for expiry.
+    /// Gives a lease up; the next acquisition need not wait for expiry. When the session has
+    /// work (see [`crate::scheduling`]; e.g. a turn queued under a lease taken for it), wakes
+    /// [`Store::wait_for_work`]: it becomes claimable only now.
     ///
     /// # Errors
     /// `LeaseLost` if the epoch or owner changed; `NotFound` for an unknown session.
     async fn release_lease(&self, tenant: TenantId, lease: &Lease) -> Result<()>;
 
+    // --- scheduling (workers) ---------------------------------------------------------------
+
+    /// Tenants with sessions claimable at `now` by a worker reading event schemas up to
+    /// `max_schema_version` (see [`crate::scheduling`]), each with its claimable count and its
+    /// sessions under a live lease (at `now`); at most `limit` tenants, those whose claimable
+    /// work has waited longest first (so none is left out for good when there are more).
+    ///
+    /// # Errors
+    /// Store errors.
+    async fn runnable_tenants(
+        &self,
+        now: DateTime<Utc>,
+        max_schema_version: u32,
+        limit: u32,
+    ) -> Result<Vec<crate::TenantBacklog>>;
+
+    /// Claims one of `tenant`'s claimable sessions for `owner` for `ttl`: the highest
+    /// priority first, then the longest runnable (then due timers and intents, oldest first).
+    /// Takes the lease in the same transaction (epoch bumped); rows locked by another claimer
+    /// are skipped (`FOR UPDATE SKIP LOCKED` on PostgreSQL; SQLite's one writer serializes).
+    /// `None` when nothing is claimable. Wakes nobody.
+    ///
+    /// # Errors
+    /// Store errors.
+    async fn claim_session(
+        &self,
+        tenant: TenantId,
+        owner: &str,
+        ttl: Duration,
+        now: DateTime<Utc>,
+        max_schema_version: u32,
+    ) -> Result<Option<crate::Claim>>;
+
+    /// Gives a claimed session back: releases `lease`, sets `claim_after` to `defer_until`
+    /// (a backoff: the session is not claimable before then; `None` clears it), clears a
+    /// wake-up time at or before `clear_wake_before` (a timer the run has served; a later one
+    /// the run set stays), and wakes the workers when the session still has work.
+    ///
+    /// # Errors
+    /// `LeaseLost` if the epoch or owner changed (nothing else is written); `NotFound`.
+    async fn release_claim(
+        &self,
+        tenant: TenantId,
+        lease: &Lease,
+        defer_until: Option<DateTime<Utc>>,
+        clear_wake_before: Option<DateTime<Utc>>,
+    ) -> Result<()>;
+
+    /// Waits until a session may have become claimable (an append making it runnable, a
+    /// posted intent, a decided approval, a released lease or claim with work left — signalled
+    /// through `NOTIFY` on PostgreSQL, in-process on SQLite) or `timeout` passes (the polling
+    /// fallback, and SQLite's bound for other processes' writes). Returns whether it was woken.
+    ///
+    /// A wake-up reaches every caller of this handle waiting at that moment; one that arrives
+    /// while none waits is kept, and the next wait returns at once (once: wake-ups do not
+    /// accumulate). So a wake-up between two waits is not lost, and a woken worker should claim
+    /// until [`Store::claim_session`] answers `None`. A wake-up may find nothing to claim
+    /// (another worker was faster; the session is still leased).
+    ///
+    /// # Errors
+    /// Store errors.
+    async fn wait_for_work(&self, timeout: Duration) -> Result<bool>;
+
+    /// Turns queued and not yet started: `(tenant's, all tenants')` (admission control).
+    ///
+    /// # Errors
+    /// Store errors.
+    async fn queue_depth(&self, tenant: TenantId) -> Result<(u64, u64)>;
+
+    /// Queued turns per tenant, for tenants with any (metrics).
+    ///
+    /// # Errors
+    /// Store errors.
+    async fn queue_depths(&self) -> Result<Vec<(TenantId, u64)>>;
+
+    /// Sessions by status over all tenants (metrics).
+    ///
+    /// # Errors
+    /// Store errors.
+    async fn session_counts(&self) -> Result<Vec<(keel_core::SessionStatus, u64)>>;
+
+    /// Sessions with work whose journal was written by an event schema newer than
+    /// `max_schema_version`: left for newer workers (metrics, a log line).
+    ///
+    /// # Errors
+    /// Store errors.
+    async fn newer_schema_sessions(&self, max_schema_version: u32) -> Result<u64>;
+
+    /// Reserves `tokens` in `tenant`'s token window starting at `window_start` (Unix ms of the
+    /// minute) against `limit` tokens per window: admitted when the window's total stays within
+    /// the limit, or when the window is empty (one request larger than the limit still runs,
+    /// alone). Windows older than two minutes are deleted on the way.
+    ///
+    /// # Errors
+    /// Store errors.
+    async fn reserve_tokens(
+        &self,
+        tenant: TenantId,
+        window_start: i64,
+        tokens: u64,
+        limit: u64,
+    ) -> Result<crate::TokenWindow>;
+
+    /// Settles a reservation to the real usage: adds `delta` (negative when the step used less
+    /// than reserved) to the window, never below zero.
+    ///
+    /// # Errors
+    /// Store errors.
+    async fn settle_tokens(&self, tenant: TenantId, window_start: i64, delta: i64) -> Result<()>;
+
     // --- intents ----------------------------------------------------------------------------
 
     /// Posts a durable intent for a session (no lease needed) and wakes [`Store::wait_for_intent`]
     /// waiters at once (same process, or PostgreSQL) or within one poll interval (SQLite, other
-    /// processes).
+    /// processes). The intent makes the session claimable, and wakes [`Store::wait_for_work`].
     ///
     /// # Errors
     /// `NotFound` if the session does not exist for the tenant.
@@ -314,6 +428,7 @@ pub trait Store: Send + Sync + 'static {
 
     /// Decides an approval by [`ApprovalRecord::decide`]'s rules, atomically: idempotent for the
     /// same decision, refused for other arguments, another decision, or past expiry.
+    /// [`Store::decide_approval_as`] without a deciding principal.
     ///
     /// # Errors
     /// `Approval(..)`, `NotFound`.
@@ -324,6 +439,28 @@ pub trait Store: Send + Sync + 'static {
         decision: ApprovalDecision,
         args_hash: &str,
         now: DateTime<Utc>,
+    ) -> Result<Decided> {
+        self.decide_approval_as(tenant, id, decision, args_hash, now, None)
+            .await
+    }
+
+    /// As [`Store::decide_approval`], recording `by` (the deciding principal) in the row's
+    /// `decided_by` when this call decides it.
+    ///
+    /// A decision is work for whichever worker claims the session: in the same transaction the
+    /// session's wake-up time becomes `now` (or the store's clock, if earlier) unless it is
+    /// earlier already, and [`Store::wait_for_work`] is woken.
+    ///
+    /// # Errors
+    /// `Approval(..)`, `NotFound`.
+    async fn decide_approval_as(
+        &self,
+        tenant: TenantId,
+        id: ApprovalId,
+        decision: ApprovalDecision,
+        args_hash: &str,
+        now: DateTime<Utc>,
+        by: Option<PrincipalId>,
     ) -> Result<Decided>;
 
     /// Marks a pending approval whose expiry has passed at `now` as `expired`; returns the row.
@@ -508,4 +645,177 @@ pub trait Store: Send + Sync + 'static {
     /// # Errors
     /// `NotFound`; `CorruptRow` if the stored definition no longer hashes to its id.
     async fn get_release(&self, tenant: TenantId, id: &ReleaseId) -> Result<Release>;
+
+    /// A release with when the tenant first stored it.
+    ///
+    /// # Errors
+    /// `NotFound` when the tenant has no such release; `Corrupt` for a definition that does not
+    /// hash to its id.
+    async fn get_release_record(&self, tenant: TenantId, id: &ReleaseId) -> Result<ReleaseRecord>;
+
+    // --- API access -----------------------------------------------------------------------------
+
+    /// Whether the store is usable: reachable, and its schema is this build's latest migration.
+    ///
+    /// # Errors
+    /// `Database` when unreachable; `MigrationMismatch` when the schema is behind or ahead.
+    async fn ready(&self) -> Result<()>;
+
+    /// Claims the workspace directory `path` (canonical, absolute) for `tenant`, or finds it
+    /// already the tenant's: tenants of one server share its workspace roots, never a
+    /// workspace. Serialized across processes (SQLite's write lock; a PostgreSQL advisory
+    /// transaction lock), so two tenants racing for nested directories cannot both win.
+    ///
+    /// # Errors
+    /// `Conflict` when another tenant holds `path`, a directory above it or one below it (the
+    /// message names no tenant); `InvalidInput` for a path that is not absolute.
+    async fn claim_workspace(&self, tenant: TenantId, path: &str) -> Result<()>;
+
+    /// Creates a tenant named `name` (unique).
+    ///
+    /// # Errors
+    /// `Conflict` for a name in use; `InvalidInput` for an empty name or one over 200 bytes.
+    async fn create_tenant(&self, name: &str) -> Result<TenantRecord>;
+
+    /// Reads a tenant.
+    ///
+    /// # Errors
+    /// `NotFound`.
+    async fn get_tenant(&self, tenant: TenantId) -> Result<TenantRecord>;
+
+    /// Tenants in creation order, after `after`, at most `limit` (≤ 1000).
+    ///
+    /// # Errors
+    /// `CorruptRow`; `Database`.
+    async fn list_tenants(&self, after: Option<TenantId>, limit: u32) -> Result<Vec<TenantRecord>>;
+
+    /// Stores an API key's hash with its principal (a new one, or `new.principal_id`).
+    ///
+    /// # Errors
+    /// `NotFound` for an unknown tenant or principal (a principal of another tenant is unknown);
+    /// `InvalidInput` when `role` is `system` without a tenant… or the reverse, or an empty name;
+    /// `Conflict` for a hash stored already.
+    async fn create_api_key(&self, new: &NewApiKey) -> Result<ApiKeyRecord>;
+
+    /// The key whose hash is `key_hash`, revoked and expired ones included (the caller checks
+    /// [`ApiKeyRecord::is_usable`]); `None` when no key has it. Not scoped by tenant: it is how
+    /// a request finds its tenant.
+    ///
+    /// # Errors
+    /// `CorruptRow`; `Database`.
+    async fn api_key_by_hash(&self, key_hash: &str) -> Result<Option<ApiKeyRecord>>;
+
+    /// Keys in `scope`, in creation order, after key `after`, at most `limit` (≤ 1000).
+    ///
+    /// # Errors
+    /// `CorruptRow`; `Database`.
+    async fn list_api_keys(
+        &self,
+        scope: KeyScope,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<ApiKeyRecord>>;
+
+    /// Revokes key `key_id` in `scope` at `now` (a revoked key stays revoked at its first
+    /// time); returns the row.
+    ///
+    /// # Errors
+    /// `NotFound` (also for a key outside `scope`).
+    async fn revoke_api_key(
+        &self,
+        scope: KeyScope,
+        key_id: &str,
+        now: DateTime<Utc>,
+    ) -> Result<ApiKeyRecord>;
+
+    /// Starts a request under an idempotency key, atomically: with no live record for `key`
+    /// (none, or one expired at `now`) it writes one in flight, bound to `request_hash`, living
+    /// `ttl`, and answers [`IdempotencyBegin::Started`]. Otherwise: another `request_hash` →
+    /// `Mismatch`; still in flight → `InFlight` (unless it started more than `stale_after` ago:
+    /// its process died, so this request takes it over as `Started`); done → `Done` with the
+    /// stored response. Of concurrent callers with one key exactly one gets `Started`.
+    ///
+    /// # Errors
+    /// `Database`.
+    async fn idempotency_begin(
+        &self,
+        key: &IdempotencyKey,
+        request_hash: &str,
+        now: DateTime<Utc>,
+        ttl: std::time::Duration,
+        stale_after: std::time::Duration,
+    ) -> Result<IdempotencyBegin>;
+
+    /// Stores the response of a request begun with [`Store::idempotency_begin`] (state done).
+    ///
+    /// # Errors
+    /// `NotFound` when the in-flight record is gone (expired and cleaned up meanwhile).
+    async fn idempotency_finish(
+        &self,
+        key: &IdempotencyKey,
+        request_hash: &str,
+        response: &StoredResponse,
+    ) -> Result<()>;
+
+    /// Deletes an in-flight record whose request ended without a response worth replaying (a
+    /// server error), so the client may try again with the same key.
+    ///
+    /// # Errors
+    /// `Database`.
+    async fn idempotency_abandon(&self, key: &IdempotencyKey, request_hash: &str) -> Result<()>;
+
+    /// Deletes every idempotency record expired at `now`; returns how many.
+    ///
+    /// # Errors
+    /// `Database`.
+    async fn idempotency_cleanup(&self, now: DateTime<Utc>) -> Result<u64>;
+
+    /// The tenant's approvals matching `query`, in creation order (a page; see
+    /// [`ApprovalQuery`]).
+    ///
+    /// # Errors
+    /// `CorruptRow`; `Database`.
+    async fn list_approvals_page(
+        &self,
+        tenant: TenantId,
+        query: &ApprovalQuery,
+    ) -> Result<Vec<ApprovalRecord>>;
+
+    /// The session's artifacts without their bytes, in creation order, after artifact `after`,
+    /// at most `limit` (≤ 1000).
+    ///
+    /// # Errors
+    /// `NotFound` for an unknown session; `CorruptRow`; `Database`.
+    async fn list_artifacts(
+        &self,
+        tenant: TenantId,
+        session: SessionId,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<ArtifactInfo>>;
+
+    /// The entries of one memory namespace in key order, after key `after`, at most `limit`
+    /// (≤ 1000).
+    ///
+    /// # Errors
+    /// `CorruptRow`; `Database`.
+    async fn memory_list(
+        &self,
+        tenant: TenantId,
+        namespace: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<MemoryEntry>>;
+
+    /// The tenant's releases in the order they were first stored, after release `after`, at
+    /// most `limit` (≤ 1000).
+    ///
+    /// # Errors
+    /// `CorruptRow` (also for a definition that no longer hashes to its id); `Database`.
+    async fn list_releases(
+        &self,
+        tenant: TenantId,
+        after: Option<&ReleaseId>,
+        limit: u32,
+    ) -> Result<Vec<ReleaseRecord>>;
 }

@@ -2,8 +2,9 @@
 
 use chrono::{DateTime, Utc};
 use keel_core::{
-    ApprovalRecord, BudgetLimit, EffectStatus, LeaseEpoch, OperationKey, ReleaseId, SessionId,
-    SessionStatus, TenantId, ToolCallId, TurnId, Usage,
+    ApprovalId, ApprovalRecord, ApprovalStatus, BudgetLimit, EffectStatus, LeaseEpoch,
+    OperationKey, PrincipalId, Release, ReleaseId, SessionId, SessionStatus, TenantId, ToolCallId,
+    TurnId, Usage,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -81,6 +82,8 @@ pub struct SessionQuery {
     pub wake_before: Option<DateTime<Utc>>,
     /// Only children of this session.
     pub parent_session_id: Option<SessionId>,
+    /// Only sessions whose row pins this release (the one pinned now: a re-pin moves it).
+    pub release_id: Option<ReleaseId>,
     /// Page after this session (creation order); ignored with `wake_before`.
     pub after: Option<SessionId>,
     /// At most this many (default 100, at most 1000): oldest first, or earliest wake-up first
@@ -247,6 +250,14 @@ pub struct AppendExtras {
     /// writes them: an index written again with the same row is a no-op, with a different row
     /// a `Conflict` (and the whole append writes nothing).
     pub transcript: Vec<TranscriptItem>,
+    /// The scheduler's mark of the session after this append ([`crate::WorkMark`]); `None`
+    /// leaves the row's mark as it is. Written by the compare-and-set itself (no side-table
+    /// write: [`AppendExtras::is_empty`] does not count it). An append that makes the session
+    /// runnable wakes [`crate::Store::wait_for_work`].
+    pub work: Option<crate::WorkMark>,
+    /// Sets the session's scheduling priority (higher is claimed first within its tenant;
+    /// the priority of the latest submitted turn). `None` leaves it. Written like `work`.
+    pub priority: Option<i32>,
 }
 
 /// What a sealed row holds: the namespace of its id within a session.
@@ -257,6 +268,9 @@ pub enum SealedKind {
     Arguments,
     /// A completed step's provider reasoning items; the id is the step id.
     Reasoning,
+    /// Every secret value the session's redactor has known (so a later process that lacks one
+    /// still redacts it); one row per session, id `values`, deleted with the session.
+    Secrets,
 }
 
 impl SealedKind {
@@ -265,6 +279,7 @@ impl SealedKind {
         match self {
             SealedKind::Arguments => "arguments",
             SealedKind::Reasoning => "reasoning",
+            SealedKind::Secrets => "secrets",
         }
     }
 }
@@ -289,7 +304,8 @@ impl SealedKey {
 }
 
 impl AppendExtras {
-    /// No side-table writes: the append is a plain [`crate::Store::append`].
+    /// No side-table writes: the append is a plain [`crate::Store::append`] (the session row's
+    /// scheduling columns, `work` and `priority`, aside).
     pub fn is_empty(&self) -> bool {
         self.effects.is_empty()
             && self.approvals.is_empty()
@@ -431,4 +447,202 @@ pub struct CommitCounts {
     /// Lease writes that succeeded: `acquire_lease`, `take_over_lease`, `renew_lease`,
     /// `release_lease`.
     pub leases: u64,
+}
+
+// --- API access: tenants, principals, keys, idempotency, pages ------------------------------------
+
+/// A tenant, from [`crate::Store::create_tenant`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TenantRecord {
+    /// Its id (UUIDv7).
+    pub tenant_id: TenantId,
+    /// Its name, unique across the store.
+    pub name: String,
+    /// Creation time.
+    pub created_at: DateTime<Utc>,
+}
+
+/// What a principal (and so each of its API keys) may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Belongs to no tenant; manages tenants and system keys.
+    System,
+    /// A tenant's keys and releases, and everything an operator may do.
+    Admin,
+    /// Sessions, turns, approvals, effects, cancellation, memory; and everything a viewer may.
+    Operator,
+    /// Reads only.
+    Viewer,
+}
+
+impl Role {
+    /// The value stored and shown (`system`, `admin`, `operator`, `viewer`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::System => "system",
+            Role::Admin => "admin",
+            Role::Operator => "operator",
+            Role::Viewer => "viewer",
+        }
+    }
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Role {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "system" => Ok(Role::System),
+            "admin" => Ok(Role::Admin),
+            "operator" => Ok(Role::Operator),
+            "viewer" => Ok(Role::Viewer),
+            other => Err(format!(
+                "unknown role {other:?}: expected system, admin, operator or viewer"
+            )),
+        }
+    }
+}
+
+/// An API key to store ([`crate::Store::create_api_key`]): only its hash.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewApiKey {
+    /// The tenant; `None` for a system key (then `role` must be [`Role::System`], and only
+    /// then).
+    pub tenant_id: Option<TenantId>,
+    /// An existing principal of that tenant to add the key to; `None` creates a principal
+    /// named `principal_name` with `role`.
+    pub principal_id: Option<PrincipalId>,
+    /// The new principal's name (ignored with `principal_id`).
+    pub principal_name: String,
+    /// The new principal's role (ignored with `principal_id`).
+    pub role: Role,
+    /// `sha256:<hex>` of the key text.
+    pub key_hash: String,
+    /// The key's first characters, shown in lists.
+    pub prefix: String,
+    /// When it stops working, if ever.
+    pub expires_at: Option<DateTime<Utc>>,
+}
+
+/// A stored API key with its principal (never the key itself).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiKeyRecord {
+    /// Its id (UUIDv7 text).
+    pub key_id: String,
+    /// Whose key it is.
+    pub principal_id: PrincipalId,
+    /// The principal's name.
+    pub principal_name: String,
+    /// The principal's tenant; `None` for a system key.
+    pub tenant_id: Option<TenantId>,
+    /// The principal's role.
+    pub role: Role,
+    /// The key's first characters.
+    pub prefix: String,
+    /// Creation time.
+    pub created_at: DateTime<Utc>,
+    /// Expiry, if any.
+    pub expires_at: Option<DateTime<Utc>>,
+    /// When it was revoked, if it was.
+    pub revoked_at: Option<DateTime<Utc>>,
+}
+
+impl ApiKeyRecord {
+    /// Whether the key authenticates at `now`: not revoked, not expired.
+    pub fn is_usable(&self, now: DateTime<Utc>) -> bool {
+        self.revoked_at.is_none() && self.expires_at.is_none_or(|e| now < e)
+    }
+}
+
+/// Which keys a key call sees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyScope {
+    /// Every key (the command line on the store itself).
+    All,
+    /// System keys only.
+    System,
+    /// One tenant's keys only.
+    Tenant(TenantId),
+}
+
+/// Where an idempotency record lives: one key of one principal on one route.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdempotencyKey {
+    /// The tenant id, or `system` for a system key.
+    pub scope: String,
+    /// The principal that sent the request.
+    pub principal_id: PrincipalId,
+    /// The route (`POST /v1/sessions/{session_id}/turns`, with the path's ids filled in).
+    pub route: String,
+    /// The client's `Idempotency-Key`.
+    pub key: String,
+}
+
+/// A response kept for replay.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredResponse {
+    /// HTTP status code.
+    pub status: u16,
+    /// Headers worth replaying (`content-type`, `etag`, `location`) as `(name, value)`.
+    pub headers: Vec<(String, String)>,
+    /// The body.
+    pub body: String,
+}
+
+/// What [`crate::Store::idempotency_begin`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IdempotencyBegin {
+    /// No live record: one was written (in flight); run the request, then finish or abandon.
+    Started,
+    /// The first request with this key is still running.
+    InFlight,
+    /// The key was used with another request body.
+    Mismatch,
+    /// The first request finished: replay its response.
+    Done(StoredResponse),
+}
+
+/// Filter for [`crate::Store::list_approvals_page`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ApprovalQuery {
+    /// Only this session's.
+    pub session_id: Option<SessionId>,
+    /// Only in this status.
+    pub status: Option<ApprovalStatus>,
+    /// Page after this approval (creation order).
+    pub after: Option<ApprovalId>,
+    /// At most this many (default 100, at most 1000).
+    pub limit: Option<u32>,
+}
+
+/// An artifact without its bytes, from [`crate::Store::list_artifacts`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArtifactInfo {
+    /// Its id.
+    pub artifact_id: String,
+    /// The session that owns it.
+    pub session_id: SessionId,
+    /// A name for people.
+    pub name: String,
+    /// MIME type.
+    pub content_type: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// Creation time.
+    pub created_at: DateTime<Utc>,
+}
+
+/// A stored release with the time it was first stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReleaseRecord {
+    /// The release.
+    pub release: Release,
+    /// When the tenant first stored it.
+    pub created_at: DateTime<Utc>,
 }

@@ -145,3 +145,38 @@ async fn sealed_arguments_survive_the_move_to_sealed_items() {
             .is_empty()
     );
 }
+
+/// A PostgreSQL address that accepts connections and never answers (a hung server, a proxy
+/// whose backend is gone) fails the open after the URL's `connect_timeout` (seconds, libpq's
+/// parameter; 30 s by default) with an error that says so — it does not wait forever.
+#[tokio::test]
+async fn a_postgres_server_that_never_answers_fails_the_open_after_connect_timeout() {
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    // Accepted connections are kept open and never written to.
+    let held = std::thread::spawn(move || {
+        silent
+            .incoming()
+            .take(4)
+            .filter_map(Result::ok)
+            .collect::<Vec<_>>()
+    });
+    let url = format!("postgres://postgres@127.0.0.1:{port}/test?connect_timeout=1");
+    let opened =
+        tokio::time::timeout(std::time::Duration::from_secs(20), keel_store::open(&url)).await;
+    let Ok(Err(e)) = opened else {
+        panic!(
+            "the open did not fail within 20 s: {:?}",
+            opened.map(|r| r.is_ok())
+        );
+    };
+    let text = e.to_string();
+    assert!(text.contains("1 s"), "{text}");
+    drop(held);
+    let bad = keel_store::open("postgres://postgres@127.0.0.1:1/test?connect_timeout=soon").await;
+    assert!(
+        matches!(bad, Err(StoreError::InvalidInput(ref m)) if m.contains("connect_timeout")),
+        "{:?}",
+        bad.err()
+    );
+}

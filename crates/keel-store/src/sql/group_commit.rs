@@ -13,6 +13,12 @@
 //! transaction or abandon other callers' appends. A request whose caller
 //! was cancelled before its batch committed may still be committed; callers read the journal to
 //! learn the outcome, as after any interrupted write.
+//!
+//! The scheduler's columns of the session row ([`crate::WorkMark`], priority, schema version)
+//! are written by the compare-and-set `UPDATE` itself ([`work_assignments`]), on every path:
+//! they cost no statement and keep work-marked appends on the set-wise path. An append that
+//! makes a session runnable (0 → 1) wakes `wait_for_work` (a NOTIFY in the PostgreSQL
+//! statement; in-process after the SQLite commit).
 
 use std::sync::Arc;
 
@@ -29,6 +35,68 @@ use crate::types::AppendExtras;
 /// One event row: seq, type, timestamp (Unix ms), encoded envelope.
 type EventRow = (i64, &'static str, i64, String);
 
+/// The scheduler's columns an append writes, bound as SQL values.
+struct WorkCols {
+    /// `runnable` (0/1), `None` to leave it.
+    runnable: Option<i32>,
+    /// `queued_turns`, `None` to leave it.
+    queued: Option<i32>,
+    /// `priority`, `None` to leave it.
+    priority: Option<i32>,
+    /// The highest `schema_version` of the appended events (the row keeps a higher one).
+    schema: i32,
+}
+
+/// The `SET` assignments of the scheduler's columns (appended after `updated_at = …`), with
+/// each value an SQL expression: `runnable_since` becomes `now` when `runnable` goes from 0 to
+/// 1, stays while it stays 1, and is NULL while 0; `schema_version` only rises. Expressions on
+/// the right read the row's values before the update (both dialects).
+fn work_assignments(run: &str, queued: &str, prio: &str, schema: &str, now: &str) -> String {
+    format!(
+        ", runnable_since = CASE WHEN {run} IS NULL THEN sessions.runnable_since \
+         WHEN {run} = 0 THEN NULL \
+         WHEN sessions.runnable = 1 AND sessions.runnable_since IS NOT NULL THEN sessions.runnable_since \
+         ELSE {now} END, \
+         runnable = COALESCE({run}, sessions.runnable), \
+         queued_turns = COALESCE({queued}, sessions.queued_turns), \
+         priority = COALESCE({prio}, sessions.priority), \
+         schema_version = CASE WHEN sessions.schema_version < {schema} THEN {schema} \
+         ELSE sessions.schema_version END"
+    )
+}
+
+/// Binds the values of `work_assignments("?", "?", "?", "?", "?")`, in their order.
+fn bind_work<'q>(
+    q: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
+    w: &WorkCols,
+    now: i64,
+) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>> {
+    q.bind(w.runnable)
+        .bind(w.runnable)
+        .bind(now)
+        .bind(w.runnable)
+        .bind(w.queued)
+        .bind(w.priority)
+        .bind(w.schema)
+        .bind(w.schema)
+}
+
+/// Whether a row returned by a compare-and-set (`runnable`, `runnable_since`) became runnable
+/// in the commit made at `now` (in a group commit, possibly by an earlier request of the batch:
+/// the batch is one commit).
+fn became_runnable(row: &sqlx::any::AnyRow, now: i64) -> Result<bool> {
+    let runnable: i64 = row.try_get("runnable")?;
+    let since: Option<i64> = row.try_get("runnable_since")?;
+    Ok(runnable == 1 && since == Some(now))
+}
+
+/// A committed append: the journal's new version, and whether the session became runnable in
+/// its commit ([`became_runnable`]).
+pub(crate) struct Appended {
+    pub version: u64,
+    pub woke: bool,
+}
+
 /// An append, ready to write.
 pub(crate) struct AppendRequest {
     session_id: SessionId,
@@ -41,6 +109,8 @@ pub(crate) struct AppendRequest {
     rows: Vec<EventRow>,
     /// Side-table writes to commit with the events; `None` when there are none (fast path).
     extras: Option<Extras>,
+    /// The scheduler's columns, written by the compare-and-set.
+    work: WorkCols,
 }
 
 impl AppendRequest {
@@ -52,6 +122,7 @@ impl AppendRequest {
         events: &[Event],
         extras: &AppendExtras,
     ) -> Result<Self> {
+        let (extras_work, priority) = (extras.work, extras.priority);
         let extras = Extras::prepare(session, extras)?;
         let mut rows = Vec::with_capacity(events.len());
         for ev in events {
@@ -85,7 +156,22 @@ impl AppendRequest {
                 .map(|s| s.as_str().to_owned()),
             rows,
             extras,
+            work: WorkCols {
+                runnable: extras_work.map(|w| i32::from(w.runnable)),
+                queued: extras_work.map(|w| i32::try_from(w.queued_turns).unwrap_or(i32::MAX)),
+                priority,
+                schema: events
+                    .iter()
+                    .map(|e| i32::try_from(e.schema_version).unwrap_or(i32::MAX))
+                    .max()
+                    .unwrap_or(0),
+            },
         })
+    }
+
+    /// The journal's version after this append.
+    fn new_version(&self) -> u64 {
+        u64::try_from(self.expected + self.count).unwrap_or(0)
     }
 
     /// Writes this request's extras (if any) in the caller's transaction, after its
@@ -123,23 +209,30 @@ pub(crate) async fn apply_one(
     conn: &mut AnyConnection,
     dialect: Dialect,
     req: &AppendRequest,
-) -> Result<Result<u64, CasFailure>> {
-    let done = sqlx::query(&dialect.sql(
-        "UPDATE sessions SET version = version + ?, status = COALESCE(?, status), updated_at = ? \
-         WHERE tenant_id = ? AND session_id = ? AND version = ? AND lease_epoch = ? AND lease_owner IS NOT NULL",
-    ))
-    .bind(req.count)
-    .bind(req.status.clone())
-    .bind(now_ms())
-    .bind(req.tenant.clone())
-    .bind(req.session.clone())
-    .bind(req.expected)
-    .bind(req.epoch)
-    .execute(&mut *conn)
-    .await?;
-    if done.rows_affected() == 0 {
+) -> Result<Result<Appended, CasFailure>> {
+    let now = now_ms();
+    let sql = format!(
+        "UPDATE sessions SET version = version + ?, status = COALESCE(?, status), updated_at = ?{} \
+         WHERE tenant_id = ? AND session_id = ? AND version = ? AND lease_epoch = ? AND lease_owner IS NOT NULL \
+         RETURNING runnable, runnable_since",
+        work_assignments("?", "?", "?", "?", "?")
+    );
+    let sql = dialect.sql(&sql);
+    let q = sqlx::query(&sql)
+        .bind(req.count)
+        .bind(req.status.clone())
+        .bind(now);
+    let updated = bind_work(q, &req.work, now)
+        .bind(req.tenant.clone())
+        .bind(req.session.clone())
+        .bind(req.expected)
+        .bind(req.epoch)
+        .fetch_optional(&mut *conn)
+        .await?;
+    let Some(updated) = updated else {
         return Ok(Err(classify(conn, dialect, req).await?));
-    }
+    };
+    let woke = became_runnable(&updated, now)?;
     let insert = dialect.sql(
         "INSERT INTO events (tenant_id, session_id, seq, type, ts, body) VALUES (?, ?, ?, ?, ?, ?)",
     );
@@ -154,25 +247,32 @@ pub(crate) async fn apply_one(
             .execute(&mut *conn)
             .await?;
     }
-    Ok(Ok(u64::try_from(req.expected + req.count).unwrap_or(0)))
+    Ok(Ok(Appended {
+        version: req.new_version(),
+        woke,
+    }))
 }
 
-/// PostgreSQL: the whole append — compare-and-set, event rows and the wake-up notification — as
+/// PostgreSQL: the whole append — compare-and-set, event rows and the wake-up notifications — as
 /// one statement (data-modifying CTEs run atomically in one implicit transaction, one round trip).
-/// The events are inserted, and the notification sent, only if the compare-and-set matched. With
-/// extras, that statement and the extras run in one explicit transaction (the notification is
+/// The events are inserted, and the notifications sent, only if the compare-and-set matched
+/// (the work notification on `work_channel` only if the session became runnable). With
+/// extras, that statement and the extras run in one explicit transaction (the notifications are
 /// delivered at its commit); an extra that fails rolls the whole append back.
 pub(crate) async fn append_postgres(
     pool: &sqlx::AnyPool,
     channel: &str,
+    work_channel: &str,
     req: &AppendRequest,
 ) -> Result<Result<u64, CasFailure>> {
-    let mut sql = String::from(
-        "WITH upd AS (UPDATE sessions SET version = version + ?, status = COALESCE(?, status), updated_at = ? \
+    let now = now_ms();
+    let mut sql = format!(
+        "WITH upd AS (UPDATE sessions SET version = version + ?, status = COALESCE(?, status), updated_at = ?{} \
          WHERE tenant_id = ? AND session_id = ? AND version = ? AND lease_epoch = ? AND lease_owner IS NOT NULL \
-         RETURNING tenant_id, session_id), \
+         RETURNING tenant_id, session_id, runnable, runnable_since), \
          ins AS (INSERT INTO events (tenant_id, session_id, seq, type, ts, body) \
          SELECT upd.tenant_id, upd.session_id, v.seq, v.type, v.ts, v.body FROM upd CROSS JOIN (VALUES ",
+        work_assignments("?", "?", "?", "?", "?")
     );
     for k in 0..req.rows.len() {
         sql.push_str(if k == 0 {
@@ -183,14 +283,18 @@ pub(crate) async fn append_postgres(
     }
     sql.push_str(
         ") AS v(seq, type, ts, body) RETURNING 1), \
-         note AS (SELECT pg_notify(?, ?) FROM upd) \
-         SELECT (SELECT count(*) FROM upd) AS updated, (SELECT count(*) FROM note) AS notified",
+         note AS (SELECT pg_notify(?, ?) FROM upd), \
+         work AS (SELECT pg_notify(?, upd.tenant_id || ':' || upd.session_id) FROM upd \
+         WHERE upd.runnable = 1 AND upd.runnable_since = ?) \
+         SELECT (SELECT count(*) FROM upd) AS updated, (SELECT count(*) FROM note) AS notified, \
+         (SELECT count(*) FROM work) AS woke",
     );
     let sql = Dialect::Postgres.sql(&sql);
-    let mut q = sqlx::query(&sql)
+    let q = sqlx::query(&sql)
         .bind(req.count)
         .bind(req.status.clone())
-        .bind(now_ms())
+        .bind(now);
+    let mut q = bind_work(q, &req.work, now)
         .bind(req.tenant.clone())
         .bind(req.session.clone())
         .bind(req.expected)
@@ -198,8 +302,12 @@ pub(crate) async fn append_postgres(
     for (seq, ty, ts, body) in &req.rows {
         q = q.bind(*seq).bind(*ty).bind(*ts).bind(body.clone());
     }
-    let q = q.bind(channel.to_owned()).bind(req.session.clone());
-    let new_version = u64::try_from(req.expected + req.count).unwrap_or(0);
+    let q = q
+        .bind(channel.to_owned())
+        .bind(req.session.clone())
+        .bind(work_channel.to_owned())
+        .bind(now);
+    let new_version = req.new_version();
     let mut conn = if req.extras.is_none() {
         // Read to the end: the statement's implicit commit (where a full disk or a lost
         // connection fails it) answers after its one row.
@@ -340,11 +448,16 @@ async fn commit_batch(
     ensure_no_transaction(&mut conn, &pool).await;
     match run_batch(&mut conn, &pool, &batch).await {
         Ok(results) => {
+            let mut woke = false;
             for (pending, result) in batch.into_iter().zip(results) {
-                if result.is_ok() {
+                if let Ok(a) = &result {
                     waiters.notify(pending.req.session_id);
+                    woke |= a.woke;
                 }
-                let _ = pending.reply.send(result);
+                let _ = pending.reply.send(result.map(|a| a.version));
+            }
+            if woke {
+                waiters.work.signal();
             }
         }
         Err(e) => {
@@ -375,7 +488,7 @@ async fn run_batch(
     conn: &mut AnyConnection,
     pool: &AnyPool,
     batch: &[Pending],
-) -> Result<Vec<Result<u64, CasFailure>>> {
+) -> Result<Vec<Result<Appended, CasFailure>>> {
     match run_batch_set_wise(conn, batch).await {
         Ok(results) => Ok(results),
         Err(e) => {
@@ -392,7 +505,10 @@ async fn run_batch(
 }
 
 /// One request in its own transaction; every failure is this request's own.
-async fn append_alone(conn: &mut AnyConnection, req: &AppendRequest) -> Result<u64, CasFailure> {
+async fn append_alone(
+    conn: &mut AnyConnection,
+    req: &AppendRequest,
+) -> Result<Appended, CasFailure> {
     let mut tx = conn
         .begin_with("BEGIN IMMEDIATE")
         .await
@@ -419,7 +535,7 @@ async fn append_alone(conn: &mut AnyConnection, req: &AppendRequest) -> Result<u
 async fn append_in_savepoint(
     conn: &mut AnyConnection,
     req: &AppendRequest,
-) -> Result<Result<u64, CasFailure>> {
+) -> Result<Result<Appended, CasFailure>> {
     sqlx::query("SAVEPOINT keel_append")
         .execute(&mut *conn)
         .await?;
@@ -449,9 +565,9 @@ async fn append_in_savepoint(
 async fn run_batch_set_wise(
     conn: &mut AnyConnection,
     batch: &[Pending],
-) -> Result<Vec<Result<u64, CasFailure>>> {
+) -> Result<Vec<Result<Appended, CasFailure>>> {
     let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
-    let mut results: Vec<Option<Result<u64, CasFailure>>> =
+    let mut results: Vec<Option<Result<Appended, CasFailure>>> =
         (0..batch.len()).map(|_| None).collect();
     let mut won: Vec<usize> = Vec::with_capacity(batch.len());
     let mut remaining: Vec<usize> = (0..batch.len()).collect();
@@ -468,21 +584,23 @@ async fn run_batch_set_wise(
             results[i] = Some(append_in_savepoint(&mut tx, &batch[i].req).await?);
         }
         for chunk in plain.chunks(UPDATE_CHUNK) {
-            let mut sql = String::from("WITH v(t_id, s_id, exp, ep, cnt, st) AS (VALUES ");
+            let mut sql =
+                String::from("WITH v(t_id, s_id, exp, ep, cnt, st, run, qt, prio, sv) AS (VALUES ");
             for k in 0..chunk.len() {
                 sql.push_str(if k == 0 {
-                    "(?, ?, ?, ?, ?, ?)"
+                    "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 } else {
-                    ", (?, ?, ?, ?, ?, ?)"
+                    ", (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
                 });
             }
-            sql.push_str(
+            sql.push_str(&format!(
                 ") UPDATE sessions SET version = sessions.version + v.cnt, \
-                 status = COALESCE(v.st, sessions.status), updated_at = ? FROM v \
+                 status = COALESCE(v.st, sessions.status), updated_at = ?{} FROM v \
                  WHERE sessions.tenant_id = v.t_id AND sessions.session_id = v.s_id \
                  AND sessions.version = v.exp AND sessions.lease_epoch = v.ep \
-                 AND sessions.lease_owner IS NOT NULL RETURNING session_id",
-            );
+                 AND sessions.lease_owner IS NOT NULL RETURNING session_id, runnable, runnable_since",
+                work_assignments("v.run", "v.qt", "v.prio", "v.sv", "?")
+            ));
             let mut q = sqlx::query(&sql);
             for &i in chunk {
                 let r = &batch[i].req;
@@ -492,17 +610,25 @@ async fn run_batch_set_wise(
                     .bind(r.expected)
                     .bind(r.epoch)
                     .bind(r.count)
-                    .bind(r.status.clone());
+                    .bind(r.status.clone())
+                    .bind(r.work.runnable)
+                    .bind(r.work.queued)
+                    .bind(r.work.priority)
+                    .bind(r.work.schema);
             }
-            let rows = q.bind(now).fetch_all(&mut *tx).await?;
-            let mut updated = std::collections::HashSet::new();
+            let rows = q.bind(now).bind(now).fetch_all(&mut *tx).await?;
+            let mut updated = std::collections::HashMap::new();
             for row in rows {
-                updated.insert(row.try_get::<String, _>("session_id")?);
+                let woke = became_runnable(&row, now)?;
+                updated.insert(row.try_get::<String, _>("session_id")?, woke);
             }
             for &i in chunk {
                 let r = &batch[i].req;
-                if updated.contains(&r.session) {
-                    results[i] = Some(Ok(u64::try_from(r.expected + r.count).unwrap_or(0)));
+                if let Some(&woke) = updated.get(&r.session) {
+                    results[i] = Some(Ok(Appended {
+                        version: r.new_version(),
+                        woke,
+                    }));
                     won.push(i);
                 } else {
                     results[i] = Some(Err(classify(&mut tx, Dialect::Sqlite, r).await?));
@@ -654,11 +780,20 @@ mod tests {
             .collect()
     }
 
-    fn summary(results: &[Result<u64, CasFailure>]) -> Vec<String> {
+    /// Commits `batch` on the store's writer, as a group commit leader does.
+    async fn run(store: &SqlStore, batch: &[Pending]) -> Vec<Result<Appended, CasFailure>> {
+        let writer = store.inner.writer.clone().unwrap();
+        let mut conn = writer.lock().await;
+        run_batch(&mut conn, &store.inner.pool, batch)
+            .await
+            .unwrap()
+    }
+
+    fn summary(results: &[Result<Appended, CasFailure>]) -> Vec<String> {
         results
             .iter()
             .map(|r| match r {
-                Ok(v) => format!("ok {v}"),
+                Ok(a) => format!("ok {}", a.version),
                 Err(CasFailure::Stale { actual }) => format!("stale {actual}"),
                 Err(CasFailure::Store(StoreError::Conflict(_))) => "conflict".into(),
                 Err(_) => "other".into(),
@@ -709,13 +844,7 @@ mod tests {
             AppendRequest::new(t, s1, 3, e1, &queued(s1, 3, 1), &with(10, vec![])),
         ];
         let batch = pending(requests);
-        let writer = store.inner.writer.clone().unwrap();
-        let results = {
-            let mut conn = writer.lock().await;
-            run_batch(&mut conn, &store.inner.pool, &batch)
-                .await
-                .unwrap()
-        };
+        let results = run(&store, &batch).await;
         assert_eq!(
             summary(&results),
             ["ok 1", "conflict", "ok 3", "ok 1", "stale 3", "ok 4"]
@@ -732,6 +861,127 @@ mod tests {
         let rows = store.usage(t, "2026-05-01", "2026-05-01").await.unwrap();
         assert_eq!(rows.len(), 1);
         assert_eq!((rows[0].steps, rows[0].cost_usd), (11, 1.0));
+    }
+
+    /// The scheduler's columns of each session in `sessions`: (runnable, runnable_since,
+    /// queued_turns, priority, schema_version).
+    async fn marks(
+        store: &SqlStore,
+        sessions: &[(SessionId, LeaseEpoch)],
+    ) -> Vec<(i64, Option<i64>, i64, i64, i64)> {
+        let mut out = Vec::new();
+        for (s, _) in sessions {
+            let r = sqlx::query(
+                "SELECT runnable, runnable_since, queued_turns, priority, schema_version \
+                 FROM sessions WHERE session_id = ?",
+            )
+            .bind(s.to_string())
+            .fetch_one(&store.inner.pool)
+            .await
+            .unwrap();
+            out.push((
+                r.try_get("runnable").unwrap(),
+                r.try_get("runnable_since").unwrap(),
+                r.try_get("queued_turns").unwrap(),
+                r.try_get("priority").unwrap(),
+                r.try_get("schema_version").unwrap(),
+            ));
+        }
+        out
+    }
+
+    fn marked(runnable: bool, queued_turns: u32, priority: Option<i32>) -> AppendExtras {
+        AppendExtras {
+            work: Some(crate::WorkMark {
+                runnable,
+                queued_turns,
+            }),
+            priority,
+            ..AppendExtras::default()
+        }
+    }
+
+    /// One batch of several sessions' appends, set-wise and in savepoints, over two rounds:
+    /// each session gets its own work mark and priority, `runnable_since` is set when the
+    /// session becomes runnable and kept while it stays, the schema version only rises, and
+    /// exactly the appends that made a session runnable report it (they wake the workers).
+    #[tokio::test]
+    async fn a_batch_writes_each_sessions_work_mark() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, t, sessions) = setup(&dir, 4).await;
+        let [(s1, e1), (s2, e2), (s3, e3), (s4, e4)] =
+            [sessions[0], sessions[1], sessions[2], sessions[3]];
+        // s3 was written by an older schema, s4 by a newer one (as a newer worker would).
+        for (s, v) in [(s3, 1), (s4, 3)] {
+            sqlx::query("UPDATE sessions SET schema_version = ? WHERE session_id = ?")
+                .bind(v)
+                .bind(s.to_string())
+                .execute(&store.inner.pool)
+                .await
+                .unwrap();
+        }
+        let with_usage = AppendExtras {
+            usage: vec![usage(1)],
+            ..marked(true, 1, None)
+        };
+        let batch = pending(vec![
+            // Round 1: s1, s2, s3 set-wise; s4 in a savepoint (extras).
+            AppendRequest::new(t, s1, 0, e1, &queued(s1, 0, 1), &marked(true, 2, Some(3))),
+            AppendRequest::new(t, s2, 0, e2, &queued(s2, 0, 1), &marked(false, 0, None)),
+            AppendRequest::new(t, s3, 0, e3, &queued(s3, 0, 1), &AppendExtras::default()),
+            AppendRequest::new(t, s4, 0, e4, &queued(s4, 0, 1), &with_usage),
+            // Round 2: s1 again, still runnable, one turn started.
+            AppendRequest::new(t, s1, 1, e1, &queued(s1, 1, 1), &marked(true, 1, None)),
+        ]);
+        let before = now_ms();
+        let results = run(&store, &batch).await;
+        let after = now_ms();
+        let woke: Vec<Option<bool>> = results
+            .iter()
+            .map(|r| r.as_ref().ok().map(|a| a.woke))
+            .collect();
+        // s1's second request is in the commit that made it runnable.
+        assert_eq!(
+            woke,
+            [Some(true), Some(false), Some(false), Some(true), Some(true)]
+        );
+        let rows = marks(&store, &sessions).await;
+        let since = rows[0].1.unwrap();
+        assert!(
+            (before..=after).contains(&since),
+            "{since} not in {before}..={after}"
+        );
+        assert_eq!(rows[0], (1, Some(since), 1, 3, 2));
+        assert_eq!(rows[1], (0, None, 0, 0, 2));
+        assert_eq!(rows[2], (0, None, 0, 0, 2), "the schema version rose to 2");
+        assert_eq!(
+            rows[3],
+            (1, rows[3].1, 1, 0, 3),
+            "a newer schema version stays"
+        );
+        assert!(rows[3].1.is_some());
+
+        // Later, alone: s1 stays runnable (its runnable_since stays), then stops being runnable.
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let batch = pending(vec![AppendRequest::new(
+            t,
+            s1,
+            2,
+            e1,
+            &queued(s1, 2, 1),
+            &marked(true, 0, Some(-2)),
+        )]);
+        let results = run(&store, &batch).await;
+        assert!(!results[0].as_ref().ok().unwrap().woke);
+        assert_eq!(
+            marks(&store, &sessions).await[0],
+            (1, Some(since), 0, -2, 2)
+        );
+        store
+            .append_with(t, s1, 3, e1, &queued(s1, 3, 1), &marked(false, 0, None))
+            .await
+            .unwrap();
+        assert_eq!(marks(&store, &sessions).await[0], (0, None, 0, -2, 2));
     }
 
     /// A fast-path statement that fails (an event row already at that seq) fails the set-wise
@@ -772,12 +1022,7 @@ mod tests {
             ),
             AppendRequest::new(t, s2, 0, e2, &queued(s2, 0, 1), &AppendExtras::default()),
         ]);
-        let results = {
-            let mut conn = writer.lock().await;
-            run_batch(&mut conn, &store.inner.pool, &batch)
-                .await
-                .unwrap()
-        };
+        let results = run(&store, &batch).await;
         assert_eq!(summary(&results), ["ok 1", "other"]);
         assert_eq!(store.get_session(t, s1).await.unwrap().version, 1);
         assert_eq!(store.get_session(t, s2).await.unwrap().version, 0);

@@ -53,6 +53,21 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
         name: "sealed_items",
         sql: include_str!("../../migrations/0006_sealed_items.sql"),
     },
+    Migration {
+        version: 7,
+        name: "api_access",
+        sql: include_str!("../../migrations/0007_api_access.sql"),
+    },
+    Migration {
+        version: 8,
+        name: "workspace_claims",
+        sql: include_str!("../../migrations/0008_workspace_claims.sql"),
+    },
+    Migration {
+        version: 9,
+        name: "scheduling",
+        sql: include_str!("../../migrations/0009_scheduling.sql"),
+    },
 ];
 
 fn checksum(m: &Migration) -> String {

@@ -10,12 +10,17 @@
 //!   and poll every 50 ms (other processes' writes).
 //! - **PostgreSQL**: a pool; each append is one transaction; `pg_notify` on the channel
 //!   `<schema>_keel_events` carries the session id to `LISTEN`ers, with a 2 s poll as a fallback
-//!   while the listener reconnects. An optional schema isolates a store (tests use one per run).
+//!   while the listener reconnects. `<schema>_keel_work` carries `<tenant>:<session>` of a
+//!   session that may have become claimable to `wait_for_work` (the scheduler's wake-up; its
+//!   caller's timeout is the fallback). One listener connection serves both channels. An
+//!   optional schema isolates a store (tests use one per run).
 
+mod api;
 mod extras;
 mod group_commit;
 mod migrations;
 mod reservations;
+mod scheduling;
 mod waiters;
 
 use std::borrow::Cow;
@@ -28,8 +33,8 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use keel_core::{
     ApprovalDecision, ApprovalId, ApprovalRecord, ApprovalStatus, Decided, EffectStatus, Event,
-    LeaseEpoch, OperationKey, Release, ReleaseId, SessionId, SessionStatus, StateMachine, TenantId,
-    ToolCallId, TurnId, check_transition,
+    LeaseEpoch, OperationKey, PrincipalId, Release, ReleaseId, SessionId, SessionStatus,
+    StateMachine, TenantId, ToolCallId, TurnId, check_transition,
 };
 use serde_json::Value;
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions, AnyRow};
@@ -41,9 +46,11 @@ use tokio::task::JoinHandle;
 use crate::error::{Result, StoreError};
 use crate::store::Store;
 use crate::types::{
-    AppendExtras, Artifact, CommitCounts, DueSession, EffectInsert, EffectRecord, EffectUpdate,
-    Intent, Lease, LeaseInfo, MemoryEntry, NewSession, Reservation, ReservationRow, SealedKind,
-    SessionQuery, SessionRecord, TranscriptItem, UsageReservation, UsageRow,
+    ApiKeyRecord, AppendExtras, ApprovalQuery, Artifact, ArtifactInfo, CommitCounts, DueSession,
+    EffectInsert, EffectRecord, EffectUpdate, IdempotencyBegin, IdempotencyKey, Intent, KeyScope,
+    Lease, LeaseInfo, MemoryEntry, NewApiKey, NewSession, ReleaseRecord, Reservation,
+    ReservationRow, SealedKind, SessionQuery, SessionRecord, StoredResponse, TenantRecord,
+    TranscriptItem, UsageReservation, UsageRow,
 };
 use group_commit::{AppendRequest, GroupCommit};
 use waiters::Waiters;
@@ -131,6 +138,32 @@ fn ttl_ms(ttl: Duration) -> i64 {
     i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX / 2)
 }
 
+/// When something taken at `now` (Unix ms) for `ttl` expires, in Unix ms: saturating at the
+/// latest time a `DateTime` holds, so a huge TTL is a far future, never an overflow (a panic,
+/// or a wrap into the past that frees a held lease) nor a time read back as 1970.
+fn expires_ms(now: i64, ttl: Duration) -> i64 {
+    now.saturating_add(ttl_ms(ttl))
+        .min(DateTime::<Utc>::MAX_UTC.timestamp_millis())
+}
+
+/// The binds of [`ACQUIRE_LEASE`]: `owner` takes the lease for `ttl` from `now` (Unix ms).
+fn acquire_binds(
+    owner: &str,
+    ttl: Duration,
+    now: i64,
+    tenant: TenantId,
+    session: SessionId,
+) -> Vec<Bind> {
+    vec![
+        Bind::Text(owner.to_owned()),
+        Bind::Int(expires_ms(now, ttl)),
+        Bind::Int(now_ms()),
+        Bind::Int(now),
+        Bind::Text(tenant.to_string()),
+        Bind::Text(session.to_string()),
+    ]
+}
+
 fn to_i64(v: u64) -> Result<i64> {
     i64::try_from(v)
         .map_err(|_| StoreError::InvalidInput(format!("{v} does not fit a 63-bit integer")))
@@ -152,8 +185,10 @@ struct Inner {
     waiters: Arc<Waiters>,
     /// PostgreSQL only: the LISTEN task.
     listener: Option<JoinHandle<()>>,
-    /// PostgreSQL only: the NOTIFY channel.
+    /// PostgreSQL only: the NOTIFY channel of journal and intent waiters.
     channel: String,
+    /// PostgreSQL only: the NOTIFY channel of `wait_for_work`.
+    work_channel: String,
     poll: Duration,
     /// Committed writes, by kind ([`Store::commits`]).
     commits: Counters,
@@ -215,7 +250,7 @@ const SESSION_COLS: &str = "tenant_id, session_id, release_id, parent_session_id
 const EFFECT_COLS: &str = "operation_key, session_id, tool_call_id, tool_name, status, request_hash, \
     attempts, outcome, error, created_at, updated_at";
 const APPROVAL_COLS: &str = "approval_id, session_id, turn_id, tool_call_id, tool_name, arguments, \
-    args_hash, status, decision, created_at, expires_at, decided_at";
+    args_hash, status, decision, created_at, expires_at, decided_at, decided_by";
 
 impl SqlStore {
     /// Opens (creating if needed) an SQLite database file and migrates it.
@@ -252,6 +287,7 @@ impl SqlStore {
                 waiters: Arc::new(Waiters::default()),
                 listener: None,
                 channel: String::new(),
+                work_channel: String::new(),
                 poll: SQLITE_POLL,
                 commits: Counters::default(),
                 location: path.display().to_string(),
@@ -280,17 +316,23 @@ impl SqlStore {
         }
         // 'static so the per-connection hook's future is Send for every connection lifetime (one
         // small string per opened store).
+        let (url, timeout) = split_connect_timeout(url)?;
+        let url = url.as_str();
         let search_path: Option<&'static str> =
             schema.map(|s| &*Box::leak(format!("SET search_path TO \"{s}\"").into_boxed_str()));
         {
             // Schema creation and migrations run under one session-level advisory lock, so
             // processes opening the same fresh database at once take turns instead of racing on
             // the catalog.
-            let conn = AnyConnection::connect(url).await?;
+            let conn = within(timeout, async {
+                AnyConnection::connect(url).await.map_err(StoreError::from)
+            })
+            .await?;
             migrations::setup_postgres(conn, schema, search_path).await?;
         }
         let pool = AnyPoolOptions::new()
             .max_connections(16)
+            .acquire_timeout(timeout)
             .after_connect(move |conn, _meta| {
                 Box::pin(async move {
                     // Durable on return, whatever the server's default.
@@ -304,8 +346,13 @@ impl SqlStore {
             .connect(url)
             .await?;
         let waiters = Arc::new(Waiters::default());
-        let channel = channel_name(schema);
-        let listener = start_listener(url, &channel, waiters.clone()).await?;
+        let channel = channel_name(schema, EVENTS_CHANNEL);
+        let work_channel = channel_name(schema, WORK_CHANNEL);
+        let listener = within(
+            timeout,
+            start_listener(url, [&channel, &work_channel], waiters.clone()),
+        )
+        .await?;
         Ok(SqlStore {
             inner: Arc::new(Inner {
                 pool,
@@ -315,6 +362,7 @@ impl SqlStore {
                 waiters,
                 listener: Some(listener),
                 channel,
+                work_channel,
                 poll: POSTGRES_POLL,
                 commits: Counters::default(),
                 location: "the PostgreSQL server".into(),
@@ -488,21 +536,20 @@ impl SqlStore {
             .collect()
     }
 
-    /// Runs a lease `UPDATE … RETURNING lease_epoch, lease_expires_at` whose last two parameters
-    /// are the tenant and the session; `binds` fill the ones before.
-    async fn lease_write(
+    /// Runs a lease `UPDATE … RETURNING lease_epoch, lease_expires_at[, …]` with `binds` on
+    /// `conn` (in the caller's transaction, or as its own); the row when one matched.
+    async fn lease_stmt(
         &self,
-        sql: &'static str,
-        tenant: TenantId,
-        session: SessionId,
+        conn: &mut AnyConnection,
+        sql: &str,
         binds: Vec<Bind>,
-    ) -> Result<Option<(i64, i64)>> {
-        let mut conn = self.write_conn().await?;
+    ) -> Result<Option<AnyRow>> {
         let q = self.sql(sql);
         let mut query = sqlx::query(&q);
         for b in binds {
             query = match b {
                 Bind::Int(i) => query.bind(i),
+                Bind::OptInt(i) => query.bind(i),
                 Bind::Text(t) => query.bind(t),
             };
         }
@@ -510,20 +557,116 @@ impl SqlStore {
         // disk fails it) runs after its RETURNING row; stopping at the first row would report a
         // lease the database never kept.
         let rows = query
-            .bind(tenant.to_string())
-            .bind(session.to_string())
             .fetch_all(&mut *conn)
             .await
             .map_err(|e| self.located(e.into()))?;
-        match rows.into_iter().next() {
+        Ok(rows.into_iter().next())
+    }
+
+    /// Runs a lease statement ([`SqlStore::lease_stmt`]) as its own commit on the writer and
+    /// counts it; `(lease_epoch, lease_expires_at, row)` when a row matched.
+    async fn lease_write(&self, sql: &str, binds: Vec<Bind>) -> Result<Option<(i64, i64, AnyRow)>> {
+        let mut conn = self.write_conn().await?;
+        match self.lease_stmt(&mut conn, sql, binds).await? {
             Some(r) => {
                 self.committed(Commit::Leases);
                 Ok(Some((
                     r.try_get("lease_epoch")?,
                     r.try_get("lease_expires_at")?,
+                    r,
                 )))
             }
             None => Ok(None),
+        }
+    }
+
+    /// Releases `lease` (fenced by owner and epoch). With `claim = Some((defer_until,
+    /// clear_wake_before))` (Unix ms) it also sets `claim_after` and clears a wake-up time at or
+    /// before `clear_wake_before` ([`Store::release_claim`]); otherwise both stay
+    /// ([`Store::release_lease`]). Either way it wakes the workers when the session still has
+    /// work ([`HAS_WORK`]) and is not deferred past now: a turn queued under a lease held for
+    /// it (an API call) becomes claimable only here.
+    ///
+    /// # Errors
+    /// `LeaseLost` (nothing written), `NotFound`.
+    async fn release_with(
+        &self,
+        tenant: TenantId,
+        lease: &Lease,
+        claim: Option<(Option<i64>, Option<i64>)>,
+    ) -> Result<()> {
+        let now = now_ms();
+        let mut binds = vec![Bind::Int(now)];
+        let claim_set = match claim {
+            Some((defer, clear_before)) => {
+                binds.push(Bind::OptInt(defer));
+                binds.push(Bind::OptInt(clear_before));
+                ", claim_after = ?, wake_at = CASE WHEN wake_at IS NOT NULL AND wake_at <= ? \
+                 THEN NULL ELSE wake_at END"
+            }
+            None => "",
+        };
+        binds.extend([
+            Bind::Text(lease.owner.clone()),
+            Bind::Int(i64::try_from(lease.epoch.0).unwrap_or(i64::MAX)),
+            Bind::Text(tenant.to_string()),
+            Bind::Text(lease.session_id.to_string()),
+            Bind::Int(now),
+        ]);
+        let sql = format!(
+            "UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL, updated_at = ?{claim_set} \
+             WHERE lease_owner = ? AND lease_epoch = ? AND tenant_id = ? AND session_id = ? \
+             RETURNING lease_epoch, 0 AS lease_expires_at, CASE WHEN {HAS_WORK} THEN 1 ELSE 0 END AS has_work"
+        );
+        let Some((_, _, row)) = self.lease_write(&sql, binds).await? else {
+            return Err(self.lease_lost(tenant, lease.session_id, lease.epoch).await);
+        };
+        let deferred = claim.and_then(|(defer, _)| defer).is_some_and(|d| d > now);
+        if row.try_get::<i64, _>("has_work")? == 1 && !deferred {
+            self.wake_workers(tenant, lease.session_id).await?;
+        }
+        Ok(())
+    }
+
+    /// Wakes `wait_for_work` callers about `session` after a commit: a NOTIFY on PostgreSQL
+    /// (every store listening on the schema, this one included), in-process on SQLite.
+    async fn wake_workers(&self, tenant: TenantId, session: SessionId) -> Result<()> {
+        match self.inner.dialect {
+            Dialect::Postgres => {
+                let mut conn = self.inner.pool.acquire().await?;
+                self.note_work(&mut conn, tenant, session).await
+            }
+            Dialect::Sqlite => {
+                self.inner.waiters.work.signal();
+                Ok(())
+            }
+        }
+    }
+
+    /// PostgreSQL: queues the work notification about `session` on `conn` (delivered when its
+    /// transaction commits). SQLite: nothing; the caller calls [`SqlStore::woke_locally`] after
+    /// its commit.
+    async fn note_work(
+        &self,
+        conn: &mut AnyConnection,
+        tenant: TenantId,
+        session: SessionId,
+    ) -> Result<()> {
+        if self.inner.dialect == Dialect::Postgres {
+            sqlx::query("SELECT pg_notify($1, $2)::text")
+                .bind(self.inner.work_channel.clone())
+                .bind(work_payload(tenant, session))
+                .execute(&mut *conn)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// SQLite: wakes this process's `wait_for_work` callers after a commit that
+    /// [`SqlStore::note_work`] noted (PostgreSQL's notification arrives through the listener).
+    fn woke_locally(&self) {
+        if self.inner.dialect == Dialect::Sqlite {
+            self.inner.waiters.work.signal();
         }
     }
 
@@ -548,8 +691,77 @@ impl SqlStore {
 /// A bound parameter of a lease write.
 enum Bind {
     Int(i64),
+    OptInt(Option<i64>),
     Text(String),
 }
+
+/// Takes a free or expired lease, bumping the epoch (binds: owner, expires_at, updated_at, now,
+/// tenant, session): the one acquisition rule of [`Store::acquire_lease`] and
+/// [`Store::claim_session`].
+const ACQUIRE_LEASE: &str = "UPDATE sessions SET lease_owner = ?, lease_epoch = lease_epoch + 1, \
+     lease_expires_at = ?, updated_at = ? \
+     WHERE (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= ?) \
+     AND tenant_id = ? AND session_id = ? RETURNING lease_epoch, lease_expires_at";
+
+/// How long opening a PostgreSQL store waits for the server to answer a connection, unless the
+/// URL's `connect_timeout` (seconds, libpq's parameter) says otherwise.
+const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Splits libpq's `connect_timeout=SECONDS` off a PostgreSQL URL (sqlx does not read it): the
+/// URL without it and the timeout ([`DEFAULT_CONNECT_TIMEOUT`] when absent; 0 or a value that
+/// is not a whole number is refused).
+fn split_connect_timeout(url: &str) -> Result<(String, Duration)> {
+    let Some((base, query)) = url.split_once('?') else {
+        return Ok((url.to_owned(), DEFAULT_CONNECT_TIMEOUT));
+    };
+    let mut timeout = DEFAULT_CONNECT_TIMEOUT;
+    let mut rest = Vec::new();
+    for kv in query.split('&') {
+        match kv.strip_prefix("connect_timeout=") {
+            Some(v) => match v.parse::<u64>() {
+                Ok(s) if s > 0 => timeout = Duration::from_secs(s),
+                _ => {
+                    return Err(StoreError::InvalidInput(format!(
+                        "connect_timeout={v}: expected a whole number of seconds, at least 1"
+                    )));
+                }
+            },
+            None => rest.push(kv),
+        }
+    }
+    let url = if rest.is_empty() {
+        base.to_owned()
+    } else {
+        format!("{base}?{}", rest.join("&"))
+    };
+    Ok((url, timeout))
+}
+
+/// `connecting`, failed as a connection error when the server has not answered within
+/// `timeout`.
+async fn within<T>(timeout: Duration, connecting: impl Future<Output = Result<T>>) -> Result<T> {
+    tokio::time::timeout(timeout, connecting)
+        .await
+        .unwrap_or_else(|_| {
+            Err(StoreError::Database(sqlx::Error::Io(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "no answer from the PostgreSQL server within {} s (connect_timeout)",
+                    timeout.as_secs()
+                ),
+            ))))
+        })
+}
+
+/// Attempts of `acquire_lease` at a lease seen free after a refused attempt.
+const ACQUIRE_ATTEMPTS: usize = 8;
+
+/// Whether the `sessions` row has work at a time (one bind: Unix ms): marked runnable, a due
+/// wake-up time, or a posted intent ([`crate::scheduling`]).
+const HAS_WORK: &str = "(sessions.runnable = 1 \
+     OR (sessions.wake_at IS NOT NULL AND sessions.wake_at <= ?) \
+     OR EXISTS (SELECT 1 FROM intents WHERE intents.tenant_id = sessions.tenant_id \
+     AND intents.session_id = sessions.session_id))";
 
 fn not_found(entity: &'static str, id: impl ToString) -> StoreError {
     StoreError::NotFound {
@@ -577,32 +789,55 @@ fn parse_json(table: &'static str, id: impl ToString, text: &str) -> Result<Valu
     serde_json::from_str(text).map_err(|e| corrupt(table, id, e))
 }
 
-fn channel_name(schema: Option<&str>) -> String {
-    match schema {
-        Some(s) => {
-            // Prefixed by the schema, as the notification is about that schema's journal.
-            let mut c = format!("{s}_keel_events");
-            c.truncate(63);
-            c
-        }
-        None => "public_keel_events".to_owned(),
-    }
+/// The suffix of the channel of journal and intent waiters (payload: a session id).
+const EVENTS_CHANNEL: &str = "_keel_events";
+/// The suffix of the channel of `wait_for_work` (payload: `<tenant>:<session>`).
+const WORK_CHANNEL: &str = "_keel_work";
+
+/// A NOTIFY channel of the store in `schema`: prefixed by the schema, as its notifications are
+/// about that schema's sessions; at most 63 bytes (PostgreSQL's identifier length). The
+/// listener tells the two channels' notifications apart by their payload, so a long schema
+/// whose two names truncate alike still works.
+fn channel_name(schema: Option<&str>, suffix: &str) -> String {
+    let mut c = format!("{}{suffix}", schema.unwrap_or("public"));
+    c.truncate(63);
+    c
 }
 
-async fn start_listener(url: &str, channel: &str, waiters: Arc<Waiters>) -> Result<JoinHandle<()>> {
+/// The payload of a work notification about `session`.
+fn work_payload(tenant: TenantId, session: SessionId) -> String {
+    format!("{tenant}:{session}")
+}
+
+/// LISTENs on `channels` on one connection: a session id wakes that session's waiters, a work
+/// payload (`<tenant>:<session>`) wakes `wait_for_work`. A lost connection is re-established
+/// (by `PgListener::try_recv`) and wakes every waiter, as notifications sent meanwhile are lost.
+async fn start_listener(
+    url: &str,
+    channels: [&str; 2],
+    waiters: Arc<Waiters>,
+) -> Result<JoinHandle<()>> {
     let mut listener = sqlx::postgres::PgListener::connect(url).await?;
-    listener.listen(channel).await?;
+    listener.listen_all(channels).await?;
     Ok(tokio::spawn(async move {
         loop {
-            match listener.recv().await {
-                Ok(n) => {
-                    if let Ok(session) = n.payload().parse::<SessionId>() {
+            match listener.try_recv().await {
+                Ok(Some(n)) => {
+                    let payload = n.payload();
+                    if payload.contains(':') {
+                        waiters.work.signal();
+                    } else if let Ok(session) = payload.parse::<SessionId>() {
                         waiters.notify(session);
                     }
                 }
-                // PgListener reconnects by itself on the next recv; the poll fallback covers the gap.
+                Ok(None) => {
+                    tracing::warn!("store notification listener reconnected");
+                    waiters.notify_all();
+                }
+                // Reconnected on the next try_recv; the poll fallbacks cover the gap.
                 Err(e) => {
                     tracing::warn!(error = %e, "store notification listener error");
+                    waiters.notify_all();
                     tokio::time::sleep(Duration::from_millis(200)).await;
                 }
             }
@@ -682,6 +917,7 @@ fn approval_from_row(row: &AnyRow) -> Result<ApprovalRecord> {
     let status: String = row.try_get("status")?;
     let decision: Option<String> = row.try_get("decision")?;
     let decided_at: Option<i64> = row.try_get("decided_at")?;
+    let decided_by: Option<String> = row.try_get("decided_by")?;
     Ok(ApprovalRecord {
         approval_id: parse_id("approvals", &id)?,
         session_id: parse_id("approvals", &row.try_get::<String, _>("session_id")?)?,
@@ -703,6 +939,10 @@ fn approval_from_row(row: &AnyRow) -> Result<ApprovalRecord> {
         created_at: ms_to_time(row.try_get("created_at")?),
         expires_at: ms_to_time(row.try_get("expires_at")?),
         decided_at: decided_at.map(ms_to_time),
+        decided_by: decided_by
+            .as_deref()
+            .map(|p| parse_id("approvals", p))
+            .transpose()?,
     })
 }
 
@@ -859,6 +1099,9 @@ impl Store for SqlStore {
         if query.parent_session_id.is_some() {
             sql.push_str(" AND parent_session_id = ?");
         }
+        if query.release_id.is_some() {
+            sql.push_str(" AND release_id = ?");
+        }
         if query.wake_before.is_some() {
             // Due timers: earliest first.
             sql.push_str(" ORDER BY wake_at, session_id LIMIT ?");
@@ -881,6 +1124,9 @@ impl Store for SqlStore {
         }
         if let Some(p) = query.parent_session_id {
             q = q.bind(p.to_string());
+        }
+        if let Some(r) = &query.release_id {
+            q = q.bind(r.0.clone());
         }
         if let (Some(after), None) = (query.after, query.wake_before) {
             q = q.bind(tenant.to_string()).bind(after.to_string());
@@ -1001,7 +1247,13 @@ impl Store for SqlStore {
                     .await
             }
             None => {
-                group_commit::append_postgres(&self.inner.pool, &self.inner.channel, &req).await?
+                group_commit::append_postgres(
+                    &self.inner.pool,
+                    &self.inner.channel,
+                    &self.inner.work_channel,
+                    &req,
+                )
+                .await?
             }
         };
         match outcome {
@@ -1072,38 +1324,39 @@ impl Store for SqlStore {
         owner: &str,
         ttl: Duration,
     ) -> Result<Lease> {
-        let now = now_ms();
-        let row = self
-            .lease_write(
-                "UPDATE sessions SET lease_owner = ?, lease_epoch = lease_epoch + 1, lease_expires_at = ?, updated_at = ? \
-                 WHERE (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= ?) \
-                 AND tenant_id = ? AND session_id = ? RETURNING lease_epoch, lease_expires_at",
-                tenant,
-                session,
-                vec![Bind::Text(owner.to_owned()), Bind::Int(now + ttl_ms(ttl)), Bind::Int(now), Bind::Int(now)],
-            )
-            .await?;
-        match row {
-            Some((epoch, exp)) => Ok(Lease {
-                session_id: session,
-                owner: owner.to_owned(),
-                epoch: LeaseEpoch(u64::try_from(epoch).unwrap_or(0)),
-                expires_at: ms_to_time(exp),
-            }),
-            None => {
-                let rec = self.get_session(tenant, session).await?;
-                match rec.lease {
-                    Some(l) => Err(StoreError::LeaseHeld {
-                        session,
-                        owner: l.owner,
-                        expires_at: l.expires_at,
-                    }),
-                    None => Err(StoreError::Conflict(format!(
-                        "lease of session {session} changed during acquisition"
-                    ))),
-                }
+        // The lease may be given back between a refused attempt and the look at its holder
+        // (callers contending for one session's short lease: concurrent submits): then it is
+        // free, and the attempt is made again rather than failing the caller.
+        for _ in 0..ACQUIRE_ATTEMPTS {
+            let now = now_ms();
+            let row = self
+                .lease_write(
+                    ACQUIRE_LEASE,
+                    acquire_binds(owner, ttl, now, tenant, session),
+                )
+                .await?;
+            if let Some((epoch, exp, _)) = row {
+                return Ok(Lease {
+                    session_id: session,
+                    owner: owner.to_owned(),
+                    epoch: LeaseEpoch(u64::try_from(epoch).unwrap_or(0)),
+                    expires_at: ms_to_time(exp),
+                });
+            }
+            let rec = self.get_session(tenant, session).await?;
+            if let Some(l) = rec.lease
+                && l.expires_at.timestamp_millis() > now_ms()
+            {
+                return Err(StoreError::LeaseHeld {
+                    session,
+                    owner: l.owner,
+                    expires_at: l.expires_at,
+                });
             }
         }
+        Err(StoreError::Conflict(format!(
+            "lease of session {session} changed hands {ACQUIRE_ATTEMPTS} times during acquisition"
+        )))
     }
 
     async fn take_over_lease(
@@ -1121,19 +1374,19 @@ impl Store for SqlStore {
                 "UPDATE sessions SET lease_owner = ?, lease_epoch = lease_epoch + 1, lease_expires_at = ?, updated_at = ? \
                  WHERE lease_owner = ? AND lease_epoch = ? AND tenant_id = ? AND session_id = ? \
                  RETURNING lease_epoch, lease_expires_at",
-                tenant,
-                session,
                 vec![
                     Bind::Text(owner.to_owned()),
-                    Bind::Int(now + ttl_ms(ttl)),
+                    Bind::Int(expires_ms(now, ttl)),
                     Bind::Int(now),
                     Bind::Text(dead_owner.to_owned()),
                     Bind::Int(i64::try_from(dead_epoch.0).unwrap_or(i64::MAX)),
+                    Bind::Text(tenant.to_string()),
+                    Bind::Text(session.to_string()),
                 ],
             )
             .await?;
         match row {
-            Some((epoch, exp)) => Ok(Lease {
+            Some((epoch, exp, _)) => Ok(Lease {
                 session_id: session,
                 owner: owner.to_owned(),
                 epoch: LeaseEpoch(u64::try_from(epoch).unwrap_or(0)),
@@ -1150,18 +1403,18 @@ impl Store for SqlStore {
                 "UPDATE sessions SET lease_expires_at = ?, updated_at = ? \
                  WHERE lease_owner = ? AND lease_epoch = ? AND tenant_id = ? AND session_id = ? \
                  RETURNING lease_epoch, lease_expires_at",
-                tenant,
-                lease.session_id,
                 vec![
-                    Bind::Int(now + ttl_ms(ttl)),
+                    Bind::Int(expires_ms(now, ttl)),
                     Bind::Int(now),
                     Bind::Text(lease.owner.clone()),
                     Bind::Int(i64::try_from(lease.epoch.0).unwrap_or(i64::MAX)),
+                    Bind::Text(tenant.to_string()),
+                    Bind::Text(lease.session_id.to_string()),
                 ],
             )
             .await?;
         match row {
-            Some((_, exp)) => Ok(Lease {
+            Some((_, exp, _)) => Ok(Lease {
                 expires_at: ms_to_time(exp),
                 ..lease.clone()
             }),
@@ -1170,24 +1423,75 @@ impl Store for SqlStore {
     }
 
     async fn release_lease(&self, tenant: TenantId, lease: &Lease) -> Result<()> {
-        let row = self
-            .lease_write(
-                "UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL, updated_at = ? \
-                 WHERE lease_owner = ? AND lease_epoch = ? AND tenant_id = ? AND session_id = ? \
-                 RETURNING lease_epoch, 0 AS lease_expires_at",
-                tenant,
-                lease.session_id,
-                vec![
-                    Bind::Int(now_ms()),
-                    Bind::Text(lease.owner.clone()),
-                    Bind::Int(i64::try_from(lease.epoch.0).unwrap_or(i64::MAX)),
-                ],
-            )
-            .await?;
-        match row {
-            Some(_) => Ok(()),
-            None => Err(self.lease_lost(tenant, lease.session_id, lease.epoch).await),
-        }
+        self.release_with(tenant, lease, None).await
+    }
+
+    async fn runnable_tenants(
+        &self,
+        now: DateTime<Utc>,
+        max_schema_version: u32,
+        limit: u32,
+    ) -> Result<Vec<crate::TenantBacklog>> {
+        self.sched_runnable_tenants(now, max_schema_version, limit)
+            .await
+    }
+
+    async fn claim_session(
+        &self,
+        tenant: TenantId,
+        owner: &str,
+        ttl: Duration,
+        now: DateTime<Utc>,
+        max_schema_version: u32,
+    ) -> Result<Option<crate::Claim>> {
+        self.sched_claim_session(tenant, owner, ttl, now, max_schema_version)
+            .await
+    }
+
+    async fn release_claim(
+        &self,
+        tenant: TenantId,
+        lease: &Lease,
+        defer_until: Option<DateTime<Utc>>,
+        clear_wake_before: Option<DateTime<Utc>>,
+    ) -> Result<()> {
+        self.sched_release_claim(tenant, lease, defer_until, clear_wake_before)
+            .await
+    }
+
+    async fn wait_for_work(&self, timeout: Duration) -> Result<bool> {
+        self.sched_wait_for_work(timeout).await
+    }
+
+    async fn queue_depth(&self, tenant: TenantId) -> Result<(u64, u64)> {
+        self.sched_queue_depth(tenant).await
+    }
+
+    async fn queue_depths(&self) -> Result<Vec<(TenantId, u64)>> {
+        self.sched_queue_depths().await
+    }
+
+    async fn session_counts(&self) -> Result<Vec<(SessionStatus, u64)>> {
+        self.sched_session_counts().await
+    }
+
+    async fn newer_schema_sessions(&self, max_schema_version: u32) -> Result<u64> {
+        self.sched_newer_schema_sessions(max_schema_version).await
+    }
+
+    async fn reserve_tokens(
+        &self,
+        tenant: TenantId,
+        window_start: i64,
+        tokens: u64,
+        limit: u64,
+    ) -> Result<crate::TokenWindow> {
+        self.sched_reserve_tokens(tenant, window_start, tokens, limit)
+            .await
+    }
+
+    async fn settle_tokens(&self, tenant: TenantId, window_start: i64, delta: i64) -> Result<()> {
+        self.sched_settle_tokens(tenant, window_start, delta).await
     }
 
     async fn post_intent(
@@ -1227,9 +1531,12 @@ impl Store for SqlStore {
                 .execute(&mut *tx)
                 .await?;
         }
+        // An intent is work for whichever worker claims the session.
+        self.note_work(&mut tx, tenant, session).await?;
         tx.commit().await?;
         self.committed(Commit::Tables);
         self.inner.waiters.notify(session);
+        self.woke_locally();
         Ok(intent)
     }
 
@@ -1470,13 +1777,14 @@ impl Store for SqlStore {
         approval_from_row(&row)
     }
 
-    async fn decide_approval(
+    async fn decide_approval_as(
         &self,
         tenant: TenantId,
         id: ApprovalId,
         decision: ApprovalDecision,
         args_hash: &str,
         now: DateTime<Utc>,
+        by: Option<PrincipalId>,
     ) -> Result<Decided> {
         // Decide against the current row, then write only if it is still pending (compare-and-set);
         // a racing decision makes the second round see the winner and answer idempotently or refuse.
@@ -1487,8 +1795,24 @@ impl Store for SqlStore {
                 Decided::Now(next) => next,
             };
             let mut conn = self.write_conn().await?;
+            let mut tx = self.begin(&mut conn).await?;
+            // The decision is work for whichever worker claims the session: it is due now (an
+            // earlier wake-up time stays), and the workers are woken. The session row is
+            // written first, as appends and deletions lock it before the approval rows (no
+            // deadlock on PostgreSQL); a refused decision rolls it back.
+            let due = now.timestamp_millis().min(now_ms());
+            sqlx::query(&self.sql(
+                "UPDATE sessions SET wake_at = ? WHERE tenant_id = ? AND session_id = ? \
+                 AND (wake_at IS NULL OR wake_at > ?)",
+            ))
+            .bind(due)
+            .bind(tenant.to_string())
+            .bind(current.session_id.to_string())
+            .bind(due)
+            .execute(&mut *tx)
+            .await?;
             let done = sqlx::query(&self.sql(
-                "UPDATE approvals SET status = ?, decision = ?, decided_at = ? \
+                "UPDATE approvals SET status = ?, decision = ?, decided_at = ?, decided_by = ? \
                  WHERE tenant_id = ? AND approval_id = ? AND status = 'pending'",
             ))
             .bind(next.status.as_str())
@@ -1498,16 +1822,21 @@ impl Store for SqlStore {
                     .map(|d| serde_json::to_string(d).unwrap_or_default()),
             )
             .bind(now.timestamp_millis())
+            .bind(by.map(|p| p.to_string()))
             .bind(tenant.to_string())
             .bind(id.to_string())
-            .execute(&mut *conn)
+            .execute(&mut *tx)
             .await?;
             if done.rows_affected() == 1 {
+                self.note_work(&mut tx, tenant, current.session_id).await?;
+                tx.commit().await?;
                 self.committed(Commit::Tables);
+                self.woke_locally();
                 // Return the row as stored (timestamps at the store's millisecond precision).
                 drop(conn);
                 return Ok(Decided::Now(self.get_approval(tenant, id).await?));
             }
+            tx.rollback().await?;
         }
         Err(StoreError::Conflict(format!(
             "approval {id} kept changing while being decided"
@@ -1842,28 +2171,123 @@ impl Store for SqlStore {
     }
 
     async fn get_release(&self, tenant: TenantId, id: &ReleaseId) -> Result<Release> {
-        let row = sqlx::query(
-            &self.sql("SELECT definition FROM releases WHERE tenant_id = ? AND release_id = ?"),
-        )
-        .bind(tenant.to_string())
-        .bind(id.0.clone())
-        .fetch_optional(&self.inner.pool)
-        .await?
-        .ok_or_else(|| not_found("release", id))?;
-        let text: String = row.try_get("definition")?;
-        let definition = serde_json::from_str(&text).map_err(|e| corrupt("releases", id, e))?;
-        let release = Release {
-            id: id.clone(),
-            definition,
-        };
-        if !release.verify() {
-            return Err(corrupt(
-                "releases",
-                id,
-                "definition does not hash to its id",
-            ));
-        }
-        Ok(release)
+        Ok(self.api_get_release_record(tenant, id).await?.release)
+    }
+
+    async fn get_release_record(&self, tenant: TenantId, id: &ReleaseId) -> Result<ReleaseRecord> {
+        self.api_get_release_record(tenant, id).await
+    }
+
+    async fn ready(&self) -> Result<()> {
+        self.api_ready().await
+    }
+
+    async fn claim_workspace(&self, tenant: TenantId, path: &str) -> Result<()> {
+        self.api_claim_workspace(tenant, path).await
+    }
+
+    async fn create_tenant(&self, name: &str) -> Result<TenantRecord> {
+        self.api_create_tenant(name).await
+    }
+
+    async fn get_tenant(&self, tenant: TenantId) -> Result<TenantRecord> {
+        self.api_get_tenant(tenant).await
+    }
+
+    async fn list_tenants(&self, after: Option<TenantId>, limit: u32) -> Result<Vec<TenantRecord>> {
+        self.api_list_tenants(after, limit).await
+    }
+
+    async fn create_api_key(&self, new: &NewApiKey) -> Result<ApiKeyRecord> {
+        self.api_create_key(new).await
+    }
+
+    async fn api_key_by_hash(&self, key_hash: &str) -> Result<Option<ApiKeyRecord>> {
+        self.api_key_by_hash_q(key_hash).await
+    }
+
+    async fn list_api_keys(
+        &self,
+        scope: KeyScope,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<ApiKeyRecord>> {
+        self.api_list_keys(scope, after, limit).await
+    }
+
+    async fn revoke_api_key(
+        &self,
+        scope: KeyScope,
+        key_id: &str,
+        now: DateTime<Utc>,
+    ) -> Result<ApiKeyRecord> {
+        self.api_revoke_key(scope, key_id, now).await
+    }
+
+    async fn idempotency_begin(
+        &self,
+        key: &IdempotencyKey,
+        request_hash: &str,
+        now: DateTime<Utc>,
+        ttl: Duration,
+        stale_after: Duration,
+    ) -> Result<IdempotencyBegin> {
+        self.api_idem_begin(key, request_hash, now, ttl, stale_after)
+            .await
+    }
+
+    async fn idempotency_finish(
+        &self,
+        key: &IdempotencyKey,
+        request_hash: &str,
+        response: &StoredResponse,
+    ) -> Result<()> {
+        self.api_idem_finish(key, request_hash, response).await
+    }
+
+    async fn idempotency_abandon(&self, key: &IdempotencyKey, request_hash: &str) -> Result<()> {
+        self.api_idem_abandon(key, request_hash).await
+    }
+
+    async fn idempotency_cleanup(&self, now: DateTime<Utc>) -> Result<u64> {
+        self.api_idem_cleanup(now).await
+    }
+
+    async fn list_approvals_page(
+        &self,
+        tenant: TenantId,
+        query: &ApprovalQuery,
+    ) -> Result<Vec<ApprovalRecord>> {
+        self.api_list_approvals(tenant, query).await
+    }
+
+    async fn list_artifacts(
+        &self,
+        tenant: TenantId,
+        session: SessionId,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<ArtifactInfo>> {
+        self.api_list_artifacts(tenant, session, after, limit).await
+    }
+
+    async fn memory_list(
+        &self,
+        tenant: TenantId,
+        namespace: &str,
+        after: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<MemoryEntry>> {
+        self.api_memory_list(tenant, namespace, after, limit).await
+    }
+
+    async fn list_releases(
+        &self,
+        tenant: TenantId,
+        after: Option<&ReleaseId>,
+        limit: u32,
+    ) -> Result<Vec<ReleaseRecord>> {
+        self.api_list_releases(tenant, after, limit).await
     }
 }
 

@@ -8,8 +8,10 @@ use keel_core::*;
 use keel_store::*;
 use serde_json::json;
 
+pub use super::access::*;
 use super::harness::{Harness, events, session};
 pub use super::reservations::*;
+pub use super::scheduling::*;
 
 fn tenant() -> TenantId {
     TenantId::new()
@@ -1316,7 +1318,7 @@ pub async fn migrations_are_idempotent_and_refuse_foreign_schemas(h: &Harness) {
     match h.reopen().await.err() {
         Some(StoreError::SchemaTooNew {
             found: 999,
-            supported: 6,
+            supported: 9,
         }) => {}
         other => panic!("expected SchemaTooNew, got {other:?}"),
     }
@@ -1510,6 +1512,8 @@ pub async fn edge_inputs_are_typed_errors(h: &Harness) {
             reasoning: Vec::new(),
             reasoning_sealed: 0,
             responses_consumed: 1,
+            abandoned_calls: Vec::new(),
+            usage_estimated: false,
         },
     );
     let err = h
@@ -1863,7 +1867,8 @@ pub async fn an_event_row_whose_type_disagrees_is_corrupt(h: &Harness) {
 
 // --- append extras, usage, commit counts ---------------------------------------------------------
 
-fn approval(session: SessionId, call: &str) -> ApprovalRecord {
+/// A pending approval of `session` for tool call `call`, expiring in an hour.
+pub fn approval(session: SessionId, call: &str) -> ApprovalRecord {
     ApprovalRecord::request(
         session,
         TurnId::new(),
@@ -1978,6 +1983,8 @@ pub async fn append_with_writes_events_and_extras_atomically(h: &Harness) {
         release_id: None,
         release_reservation: true,
         transcript: Vec::new(),
+        work: None,
+        priority: None,
     };
     assert!(!extras.is_empty());
     assert!(AppendExtras::default().is_empty());
@@ -2124,6 +2131,8 @@ pub async fn stale_append_with_writes_none_of_its_extras(h: &Harness) {
         release_id: None,
         release_reservation: true,
         transcript: Vec::new(),
+        work: None,
+        priority: None,
     };
     let before = side_tables(h, t, f.session).await;
     // Stale version (behind and ahead).
@@ -2203,6 +2212,8 @@ pub async fn a_failing_extra_makes_the_whole_append_write_nothing(h: &Harness) {
         release_id: None,
         release_reservation: true,
         transcript: Vec::new(),
+        work: None,
+        priority: None,
     };
     reserve(h, t, &f).await;
     let before = side_tables(h, t, f.session).await;

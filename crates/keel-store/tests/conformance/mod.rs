@@ -1,10 +1,12 @@
 //! One conformance suite, two instantiations: every case runs as `conformance::sqlite::<case>`
 //! and `conformance::postgres::<case>`, on a fresh, isolated store.
 
+pub mod access;
 pub mod cases;
 pub mod crash;
 pub mod harness;
 pub mod reservations;
+pub mod scheduling;
 
 macro_rules! conformance {
     ($($case:ident),* $(,)?) => {
@@ -78,4 +80,24 @@ conformance!(
     concurrent_reservers_never_hold_more_than_the_limit,
     a_reservation_lapses_with_its_lease,
     transcript_rows_commit_with_the_journal,
+    tenants_are_created_listed_and_unique_by_name,
+    api_keys_store_hashes_with_roles_scopes_expiry_and_revocation,
+    idempotency_replays_refuses_other_bodies_and_reports_in_flight,
+    idempotency_records_expire_are_cleaned_up_and_stale_ones_taken_over,
+    concurrent_idempotency_begins_start_exactly_once,
+    approvals_record_who_decided_and_page_per_tenant,
+    api_lists_page_sessions_by_release_artifacts_memory_and_releases,
+    a_migrated_store_is_ready,
+    a_workspace_is_one_tenants_with_the_directories_above_and_below_it,
+    appends_mark_sessions_runnable_and_keep_runnable_since,
+    batched_appends_mark_each_session,
+    claims_follow_priority_then_age_then_timers_and_intents,
+    claims_skip_held_deferred_and_newer_schema_sessions_and_take_over_expired_ones,
+    decisions_and_intents_make_a_session_claimable,
+    concurrent_claimers_never_claim_a_session_twice,
+    wait_for_work_is_woken_by_work_from_another_handle,
+    token_windows_admit_refuse_and_settle,
+    concurrent_token_reservations_never_exceed_the_limit,
+    queue_depths_and_session_counts,
+    a_lease_of_the_longest_ttl_is_held_not_wrapped_into_the_past,
 );

@@ -1,0 +1,358 @@
+//! The scheduler's queries ([`crate::scheduling`]) for both dialects: one SQL text each, with
+//! PostgreSQL's `FOR UPDATE SKIP LOCKED` on the claim as the only difference.
+//!
+//! A claim's candidates are the union of three small sets, each read through an index: sessions
+//! marked runnable (`sessions_runnable`), due wake-up times (`sessions_by_wake`) and sessions
+//! with intents (the intents' primary key); the lease, deferral and schema conditions filter
+//! those. The claim then takes the lease with [`super::ACQUIRE_LEASE`], the statement of
+//! `acquire_lease`, in the same transaction: the same fencing rule (epoch + 1, also for the
+//! same owner).
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use keel_core::{LeaseEpoch, SessionStatus, TenantId};
+use sqlx::Row;
+
+use super::{
+    ACQUIRE_LEASE, Commit, Dialect, SqlStore, acquire_binds, corrupt, ms_to_time, non_negative,
+    now_ms, parse_id, to_i64,
+};
+use crate::error::{Result, StoreError};
+use crate::scheduling::{Claim, TenantBacklog, TokenWindow};
+use crate::types::Lease;
+
+/// Sessions (`s`) with work at a time: the candidates of every tenant (binds: now).
+const CANDIDATES: &str = "(s.tenant_id, s.session_id) IN (\
+     SELECT tenant_id, session_id FROM sessions WHERE runnable = 1 \
+     UNION ALL SELECT tenant_id, session_id FROM sessions WHERE wake_at IS NOT NULL AND wake_at <= ? \
+     UNION ALL SELECT tenant_id, session_id FROM intents)";
+
+/// Sessions (`s`) of one tenant with work at a time (binds: tenant, tenant, now, tenant; `s`
+/// is of that tenant too).
+const TENANT_CANDIDATES: &str = "s.session_id IN (\
+     SELECT session_id FROM sessions WHERE tenant_id = ? AND runnable = 1 \
+     UNION ALL SELECT session_id FROM sessions WHERE tenant_id = ? AND wake_at IS NOT NULL AND wake_at <= ? \
+     UNION ALL SELECT session_id FROM intents WHERE tenant_id = ?)";
+
+/// A session (`s`) a worker may claim now, given it has work (binds: now, now, max schema
+/// version): its lease free or expired, not deferred, written by a schema the worker reads.
+const FREE: &str = "(s.lease_owner IS NULL OR s.lease_expires_at IS NULL OR s.lease_expires_at <= ?) \
+     AND (s.claim_after IS NULL OR s.claim_after <= ?) AND s.schema_version <= ?";
+
+/// The claim order: priority, then runnable sessions by how long they have been, then due
+/// timers and intents (earliest wake-up first, then the oldest session).
+const CLAIM_ORDER: &str = "s.priority DESC, s.runnable DESC, s.runnable_since, \
+     CASE WHEN s.wake_at IS NULL THEN 1 ELSE 0 END, s.wake_at, s.created_at, s.session_id";
+
+/// How long token windows are kept after they start (ms): two minutes.
+const WINDOW_RETENTION_MS: i64 = 120_000;
+
+/// A `u32` as an SQL integer.
+fn int(v: u32) -> i64 {
+    i64::from(v)
+}
+
+impl SqlStore {
+    pub(crate) async fn sched_runnable_tenants(
+        &self,
+        now: DateTime<Utc>,
+        max_schema_version: u32,
+        limit: u32,
+    ) -> Result<Vec<TenantBacklog>> {
+        let now = now.timestamp_millis();
+        // Tenants whose claimable work waited longest come first, so none is left out for good
+        // when there are more than `limit`.
+        let sql = format!(
+            "SELECT c.tenant_id, c.claimable, \
+             (SELECT count(*) FROM sessions l WHERE l.tenant_id = c.tenant_id \
+              AND l.lease_owner IS NOT NULL AND l.lease_expires_at > ?) AS leased \
+             FROM (SELECT s.tenant_id, count(*) AS claimable, \
+                   MIN(COALESCE(s.runnable_since, s.wake_at, s.updated_at)) AS oldest \
+                   FROM sessions s WHERE {CANDIDATES} AND {FREE} GROUP BY s.tenant_id) c \
+             ORDER BY c.oldest, c.tenant_id LIMIT ?"
+        );
+        let rows = sqlx::query(&self.sql(&sql))
+            .bind(now)
+            .bind(now)
+            .bind(now)
+            .bind(now)
+            .bind(int(max_schema_version))
+            .bind(int(limit))
+            .fetch_all(&self.inner.pool)
+            .await?;
+        rows.iter()
+            .map(|r| {
+                let tenant: String = r.try_get("tenant_id")?;
+                Ok(TenantBacklog {
+                    tenant_id: parse_id("sessions", &tenant)?,
+                    claimable: non_negative(
+                        "sessions",
+                        &tenant,
+                        "claimable",
+                        r.try_get("claimable")?,
+                    )?,
+                    leased: non_negative("sessions", &tenant, "leased", r.try_get("leased")?)?,
+                })
+            })
+            .collect()
+    }
+
+    pub(crate) async fn sched_claim_session(
+        &self,
+        tenant: TenantId,
+        owner: &str,
+        ttl: Duration,
+        now: DateTime<Utc>,
+        max_schema_version: u32,
+    ) -> Result<Option<Claim>> {
+        let now = now.timestamp_millis();
+        let t = tenant.to_string();
+        let lock = match self.inner.dialect {
+            Dialect::Postgres => " FOR UPDATE OF s SKIP LOCKED",
+            // BEGIN IMMEDIATE on the one writer: nobody else claims meanwhile.
+            Dialect::Sqlite => "",
+        };
+        let sql = format!(
+            "SELECT s.session_id, s.lease_owner, s.runnable, s.runnable_since FROM sessions s \
+             WHERE s.tenant_id = ? AND {TENANT_CANDIDATES} AND {FREE} \
+             ORDER BY {CLAIM_ORDER} LIMIT 1{lock}"
+        );
+        let mut conn = self.write_conn().await?;
+        let mut tx = self.begin(&mut conn).await?;
+        let picked = sqlx::query(&self.sql(&sql))
+            .bind(t.clone())
+            .bind(t.clone())
+            .bind(t.clone())
+            .bind(now)
+            .bind(t.clone())
+            .bind(now)
+            .bind(now)
+            .bind(int(max_schema_version))
+            .fetch_optional(&mut *tx)
+            .await?;
+        let Some(picked) = picked else {
+            tx.rollback().await?;
+            return Ok(None);
+        };
+        let id: String = picked.try_get("session_id")?;
+        let session = parse_id("sessions", &id)?;
+        let previous: Option<String> = picked.try_get("lease_owner")?;
+        let runnable: i64 = picked.try_get("runnable")?;
+        let since: Option<i64> = picked.try_get("runnable_since")?;
+        let taken = self
+            .lease_stmt(
+                &mut tx,
+                ACQUIRE_LEASE,
+                acquire_binds(owner, ttl, now, tenant, session),
+            )
+            .await?;
+        let Some(taken) = taken else {
+            // The row is locked (PostgreSQL) or the writer is ours (SQLite), and FREE implies
+            // the acquisition's condition: this cannot happen.
+            return Err(StoreError::Conflict(format!(
+                "lease of session {session} changed during its claim"
+            )));
+        };
+        let epoch: i64 = taken.try_get("lease_epoch")?;
+        let expires: i64 = taken.try_get("lease_expires_at")?;
+        tx.commit().await.map_err(|e| self.located(e.into()))?;
+        self.committed(Commit::Leases);
+        Ok(Some(Claim {
+            tenant_id: tenant,
+            lease: Lease {
+                session_id: session,
+                owner: owner.to_owned(),
+                epoch: LeaseEpoch(non_negative("sessions", &id, "lease_epoch", epoch)?),
+                expires_at: ms_to_time(expires),
+            },
+            took_over: previous,
+            runnable_since: match (runnable, since) {
+                (1, Some(ms)) => Some(ms_to_time(ms)),
+                _ => None,
+            },
+        }))
+    }
+
+    pub(crate) async fn sched_release_claim(
+        &self,
+        tenant: TenantId,
+        lease: &Lease,
+        defer_until: Option<DateTime<Utc>>,
+        clear_wake_before: Option<DateTime<Utc>>,
+    ) -> Result<()> {
+        self.release_with(
+            tenant,
+            lease,
+            Some((
+                defer_until.map(|t| t.timestamp_millis()),
+                clear_wake_before.map(|t| t.timestamp_millis()),
+            )),
+        )
+        .await
+    }
+
+    pub(crate) async fn sched_wait_for_work(&self, timeout: Duration) -> Result<bool> {
+        Ok(self.inner.waiters.work.wait(timeout).await)
+    }
+
+    pub(crate) async fn sched_queue_depth(&self, tenant: TenantId) -> Result<(u64, u64)> {
+        let row = sqlx::query(&self.sql(
+            "SELECT CAST(COALESCE(SUM(CASE WHEN tenant_id = ? THEN queued_turns ELSE 0 END), 0) AS BIGINT) AS mine, \
+             CAST(COALESCE(SUM(queued_turns), 0) AS BIGINT) AS total \
+             FROM sessions WHERE queued_turns > 0",
+        ))
+        .bind(tenant.to_string())
+        .fetch_one(&self.inner.pool)
+        .await?;
+        Ok((
+            non_negative("sessions", tenant, "queued_turns", row.try_get("mine")?)?,
+            non_negative("sessions", "*", "queued_turns", row.try_get("total")?)?,
+        ))
+    }
+
+    pub(crate) async fn sched_queue_depths(&self) -> Result<Vec<(TenantId, u64)>> {
+        let rows = sqlx::query(
+            "SELECT tenant_id, CAST(SUM(queued_turns) AS BIGINT) AS queued FROM sessions \
+             WHERE queued_turns > 0 GROUP BY tenant_id ORDER BY tenant_id",
+        )
+        .fetch_all(&self.inner.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                let tenant: String = r.try_get("tenant_id")?;
+                Ok((
+                    parse_id("sessions", &tenant)?,
+                    non_negative("sessions", &tenant, "queued_turns", r.try_get("queued")?)?,
+                ))
+            })
+            .collect()
+    }
+
+    pub(crate) async fn sched_session_counts(&self) -> Result<Vec<(SessionStatus, u64)>> {
+        let rows = sqlx::query(
+            "SELECT status, count(*) AS n FROM sessions GROUP BY status ORDER BY status",
+        )
+        .fetch_all(&self.inner.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                let status: String = r.try_get("status")?;
+                Ok((
+                    status
+                        .parse::<SessionStatus>()
+                        .map_err(|e| corrupt("sessions", &status, e))?,
+                    non_negative("sessions", &status, "count", r.try_get("n")?)?,
+                ))
+            })
+            .collect()
+    }
+
+    pub(crate) async fn sched_newer_schema_sessions(&self, max: u32) -> Result<u64> {
+        let sql = format!(
+            "SELECT count(*) AS n FROM sessions s WHERE {CANDIDATES} AND s.schema_version > ?"
+        );
+        let row = sqlx::query(&self.sql(&sql))
+            .bind(now_ms())
+            .bind(int(max))
+            .fetch_one(&self.inner.pool)
+            .await?;
+        non_negative("sessions", "*", "count", row.try_get("n")?)
+    }
+
+    pub(crate) async fn sched_reserve_tokens(
+        &self,
+        tenant: TenantId,
+        window_start: i64,
+        tokens: u64,
+        limit: u64,
+    ) -> Result<TokenWindow> {
+        let (tokens, limit) = (to_i64(tokens)?, to_i64(limit)?);
+        let t = tenant.to_string();
+        let mut conn = self.write_conn().await?;
+        self.forget_windows(&mut conn, &t, window_start).await?;
+        // One statement, atomic on both dialects: concurrent upserts of one window take turns
+        // on its row (PostgreSQL re-checks the condition on the row it waited for). A new or
+        // empty window admits any amount: a request larger than the limit runs, alone.
+        let admitted = sqlx::query(&self.sql(
+            "INSERT INTO token_windows (tenant_id, window_start, tokens) VALUES (?, ?, ?) \
+             ON CONFLICT (tenant_id, window_start) DO UPDATE \
+             SET tokens = token_windows.tokens + excluded.tokens \
+             WHERE token_windows.tokens = 0 OR token_windows.tokens + excluded.tokens <= ? \
+             RETURNING tokens",
+        ))
+        .bind(t.clone())
+        .bind(window_start)
+        .bind(tokens)
+        .bind(limit)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(|e| self.located(e.into()))?;
+        if let Some(row) = admitted.first() {
+            self.committed(Commit::Tables);
+            return Ok(TokenWindow {
+                admitted: true,
+                used: non_negative("token_windows", &t, "tokens", row.try_get("tokens")?)?,
+            });
+        }
+        let row = sqlx::query(
+            &self.sql("SELECT tokens FROM token_windows WHERE tenant_id = ? AND window_start = ?"),
+        )
+        .bind(t.clone())
+        .bind(window_start)
+        .fetch_optional(&mut *conn)
+        .await?;
+        let used = match row {
+            Some(r) => non_negative("token_windows", &t, "tokens", r.try_get("tokens")?)?,
+            None => 0,
+        };
+        Ok(TokenWindow {
+            admitted: false,
+            used,
+        })
+    }
+
+    pub(crate) async fn sched_settle_tokens(
+        &self,
+        tenant: TenantId,
+        window_start: i64,
+        delta: i64,
+    ) -> Result<()> {
+        let mut conn = self.write_conn().await?;
+        sqlx::query(&self.sql(
+            "INSERT INTO token_windows (tenant_id, window_start, tokens) VALUES (?, ?, ?) \
+             ON CONFLICT (tenant_id, window_start) DO UPDATE \
+             SET tokens = CASE WHEN token_windows.tokens + ? < 0 THEN 0 \
+             ELSE token_windows.tokens + ? END",
+        ))
+        .bind(tenant.to_string())
+        .bind(window_start)
+        .bind(delta.max(0))
+        .bind(delta)
+        .bind(delta)
+        .execute(&mut *conn)
+        .await
+        .map_err(|e| self.located(e.into()))?;
+        self.committed(Commit::Tables);
+        Ok(())
+    }
+
+    /// Deletes the tenant's token windows that started more than two minutes before
+    /// `window_start` (their own statement: never holding other rows while a window's row is
+    /// locked).
+    async fn forget_windows(
+        &self,
+        conn: &mut sqlx::AnyConnection,
+        tenant: &str,
+        window_start: i64,
+    ) -> Result<()> {
+        sqlx::query(
+            &self.sql("DELETE FROM token_windows WHERE tenant_id = ? AND window_start < ?"),
+        )
+        .bind(tenant.to_owned())
+        .bind(window_start.saturating_sub(WINDOW_RETENTION_MS))
+        .execute(&mut *conn)
+        .await?;
+        Ok(())
+    }
+}
