@@ -73,7 +73,7 @@ pub(crate) fn request_body(model: &str, default_max_tokens: u32, request: &Model
                         ReasoningItem::AnthropicRedacted { data } => {
                             blocks.push(json!({"type": "redacted_thinking", "data": data}))
                         }
-                        ReasoningItem::Openai { .. } => {}
+                        ReasoningItem::Openai { .. } | ReasoningItem::OpenaiChat { .. } => {}
                     }
                 }
                 if !text.is_empty() {
@@ -144,6 +144,8 @@ pub(crate) struct AnthropicParser {
     cache_read: u64,
     cache_write: u64,
     output: u64,
+    /// The usage above went out in a [`StreamEvent::Usage`].
+    usage_emitted: bool,
     stop: Option<StopReason>,
     blocks: Vec<(u64, Block)>,
     tools: ToolCallAssembler,
@@ -160,6 +162,21 @@ impl AnthropicParser {
         set(&mut self.cache_read, "cache_read_input_tokens");
         set(&mut self.cache_write, "cache_creation_input_tokens");
         set(&mut self.output, "output_tokens");
+    }
+
+    /// The usage reported so far: `input_tokens` counts the whole prompt (uncached, cache reads
+    /// and cache writes; saturating).
+    fn usage(&self) -> Usage {
+        Usage {
+            input_tokens: self
+                .input
+                .saturating_add(self.cache_read)
+                .saturating_add(self.cache_write),
+            output_tokens: self.output,
+            cache_read_tokens: self.cache_read,
+            cache_write_tokens: self.cache_write,
+            reasoning_tokens: 0,
+        }
     }
 
     fn fail(&mut self, error: crate::error::ProviderError, out: &mut Vec<StreamEvent>) {
@@ -319,14 +336,10 @@ impl WireParser for AnthropicParser {
                     StopReason::EndTurn
                 });
                 self.tools.finish(stop, out);
-                let usage = Usage {
-                    input_tokens: self.input + self.cache_read + self.cache_write,
-                    output_tokens: self.output,
-                    cache_read_tokens: self.cache_read,
-                    cache_write_tokens: self.cache_write,
-                    reasoning_tokens: 0,
-                };
-                out.push(StreamEvent::Usage { usage });
+                self.usage_emitted = true;
+                out.push(StreamEvent::Usage {
+                    usage: self.usage(),
+                });
                 out.push(StreamEvent::Completed {
                     stop_reason: stop,
                     model: self.model.clone(),
@@ -344,6 +357,15 @@ impl WireParser for AnthropicParser {
 
     fn done(&self) -> bool {
         self.done
+    }
+
+    fn unreported_usage(&mut self) -> Option<Usage> {
+        let usage = self.usage();
+        if self.usage_emitted || usage.is_zero() {
+            return None;
+        }
+        self.usage_emitted = true;
+        Some(usage)
     }
 }
 

@@ -48,9 +48,11 @@ impl From<PriceConfig> for Price {
 impl Price {
     /// Cost of `usage` in USD.
     pub fn cost_usd(&self, usage: &Usage) -> f64 {
-        let plain = usage
-            .input_tokens
-            .saturating_sub(usage.cache_read_tokens + usage.cache_write_tokens);
+        let plain = usage.input_tokens.saturating_sub(
+            usage
+                .cache_read_tokens
+                .saturating_add(usage.cache_write_tokens),
+        );
         (plain as f64 * self.input
             + usage.cache_read_tokens as f64 * self.cache_read
             + usage.cache_write_tokens as f64 * self.cache_write

@@ -13,7 +13,7 @@ use crate::classify::classify_stream_error;
 use crate::stream::{
     ToolCallAssembler, WireParser, insert_common_sampling, nonempty_str, parse_json, u64_at,
 };
-use crate::types::{Message, ModelRequest, StopReason, StreamEvent, Usage};
+use crate::types::{Message, ModelRequest, ReasoningItem, StopReason, StreamEvent, Usage};
 
 /// Maps Chat's `finish_reason`.
 fn stop_reason(s: &str) -> StopReason {
@@ -110,6 +110,8 @@ pub(crate) struct ChatParser {
     refusal: bool,
     usage: Option<Usage>,
     tools: ToolCallAssembler,
+    /// The response's reasoning text so far (`reasoning_content` / `reasoning` deltas).
+    reasoning: String,
 }
 
 impl ChatParser {
@@ -127,7 +129,14 @@ impl ChatParser {
             None => default,
         };
         self.tools.finish(stop, out);
-        if let Some(usage) = self.usage {
+        if !self.reasoning.is_empty() {
+            out.push(StreamEvent::Reasoning {
+                item: ReasoningItem::OpenaiChat {
+                    text: std::mem::take(&mut self.reasoning),
+                },
+            });
+        }
+        if let Some(usage) = self.usage.take() {
             out.push(StreamEvent::Usage { usage });
         }
         out.push(StreamEvent::Completed {
@@ -183,6 +192,7 @@ impl WireParser for ChatParser {
         let delta = &choice["delta"];
         for key in ["reasoning_content", "reasoning"] {
             if let Some(text) = nonempty_str(delta, key) {
+                self.reasoning.push_str(text);
                 out.push(StreamEvent::ReasoningDelta {
                     text: text.to_string(),
                 });
@@ -233,6 +243,10 @@ impl WireParser for ChatParser {
     fn done(&self) -> bool {
         self.done
     }
+
+    fn unreported_usage(&mut self) -> Option<Usage> {
+        self.usage.take().filter(|u| !u.is_zero())
+    }
 }
 
 #[cfg(test)]
@@ -275,5 +289,35 @@ mod tests {
                 model: Some("gpt-4o".into())
             })
         );
+    }
+
+    /// A compatible server's `reasoning_content` (DeepSeek, vLLM) streams live as deltas and
+    /// ends as one reasoning item, so the runtime can keep or count it. Before, only the
+    /// deltas came: `--keep-reasoning` journaled nothing, not even a count.
+    #[test]
+    fn reasoning_content_ends_as_one_reasoning_item() {
+        let mut p = ChatParser::default();
+        let mut out = Vec::new();
+        for data in [
+            r#"{"model":"deepseek-reasoner","choices":[{"index":0,"delta":{"reasoning_content":"Let me "},"finish_reason":null}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"reasoning_content":"think."},"finish_reason":null}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"content":"Answer."},"finish_reason":"stop"}]}"#,
+            "[DONE]",
+        ] {
+            p.event("message", data, &mut out);
+        }
+        let items: Vec<&StreamEvent> = out
+            .iter()
+            .filter(|e| matches!(e, StreamEvent::Reasoning { .. }))
+            .collect();
+        assert_eq!(
+            items,
+            [&StreamEvent::Reasoning {
+                item: ReasoningItem::OpenaiChat {
+                    text: "Let me think.".into()
+                }
+            }]
+        );
+        assert!(matches!(out.last(), Some(StreamEvent::Completed { .. })));
     }
 }

@@ -258,19 +258,23 @@ pub(crate) struct ResponsesParser {
 }
 
 impl ResponsesParser {
+    /// The usage event of a `response.*` event that carries `response.usage`.
+    fn usage_of(v: &Value) -> Option<StreamEvent> {
+        let usage = v.pointer("/response/usage").filter(|u| u.is_object())?;
+        Some(StreamEvent::Usage {
+            usage: Usage {
+                input_tokens: u64_at(usage, "/input_tokens"),
+                output_tokens: u64_at(usage, "/output_tokens"),
+                cache_read_tokens: u64_at(usage, "/input_tokens_details/cached_tokens"),
+                cache_write_tokens: 0,
+                reasoning_tokens: u64_at(usage, "/output_tokens_details/reasoning_tokens"),
+            },
+        })
+    }
+
     fn finish(&mut self, v: &Value, stop: StopReason, out: &mut Vec<StreamEvent>) {
         self.tools.finish(stop, out);
-        if let Some(usage) = v.pointer("/response/usage").filter(|u| u.is_object()) {
-            out.push(StreamEvent::Usage {
-                usage: Usage {
-                    input_tokens: u64_at(usage, "/input_tokens"),
-                    output_tokens: u64_at(usage, "/output_tokens"),
-                    cache_read_tokens: u64_at(usage, "/input_tokens_details/cached_tokens"),
-                    cache_write_tokens: 0,
-                    reasoning_tokens: u64_at(usage, "/output_tokens_details/reasoning_tokens"),
-                },
-            });
-        }
+        out.extend(Self::usage_of(v));
         let model = v
             .pointer("/response/model")
             .and_then(Value::as_str)
@@ -388,6 +392,8 @@ impl WireParser for ResponsesParser {
             }
             "response.failed" | "error" => {
                 self.done = true;
+                // A failed response still counts the tokens it reports.
+                out.extend(Self::usage_of(&v));
                 out.push(StreamEvent::Error {
                     error: classify_stream_error(&v),
                 });

@@ -80,6 +80,12 @@ pub(crate) trait WireParser: Send {
     fn event(&mut self, name: &str, data: &str, out: &mut Vec<StreamEvent>);
     /// Whether a terminal event has been emitted (nothing more will be read).
     fn done(&self) -> bool;
+    /// Usage the response reported that no [`StreamEvent::Usage`] carried yet (Anthropic counts
+    /// the prompt in `message_start`): [`pump`] emits it before a response that fails or is
+    /// cancelled ends, so a failed attempt's tokens are counted. Returns it once.
+    fn unreported_usage(&mut self) -> Option<crate::types::Usage> {
+        None
+    }
 }
 
 /// Parses an SSE `data` payload as JSON, or yields the classified error for a malformed chunk.
@@ -323,6 +329,9 @@ pub(crate) async fn pump<S, B, E>(
             biased;
             () = limits.cancel.cancelled() => {
                 drop(events);
+                if let Some(usage) = parser.unreported_usage() {
+                    let _ = sink.emit(StreamEvent::Usage { usage }).await;
+                }
                 let _ = sink.emit(StreamEvent::Cancelled).await;
                 return;
             }
@@ -344,6 +353,9 @@ pub(crate) async fn pump<S, B, E>(
                     continue;
                 };
                 let error = ProviderError::new(ErrorKind::Timeout, which);
+                if let Some(usage) = parser.unreported_usage() {
+                    let _ = sink.emit(StreamEvent::Usage { usage }).await;
+                }
                 let _ = sink.emit(StreamEvent::Error { error }).await;
                 return;
             }
@@ -391,6 +403,12 @@ pub(crate) async fn pump<S, B, E>(
                         "the response completed with no text and no tool call",
                     ),
                 };
+            }
+            if matches!(event, StreamEvent::Error { .. })
+                && let Some(usage) = parser.unreported_usage()
+                && !sink.emit(StreamEvent::Usage { usage }).await
+            {
+                return;
             }
             let terminal = event.is_terminal();
             if !sink.emit(event).await || terminal {

@@ -171,6 +171,15 @@ pub enum ReasoningItem {
         /// Opaque data.
         data: String,
     },
+    /// Reasoning text an OpenAI-compatible Chat Completions server streamed in `delta`'s
+    /// `reasoning_content` (DeepSeek, vLLM, llama.cpp) or `reasoning` (Ollama, OpenRouter):
+    /// one item per response. The Chat wire has no field to send it back in, so no request
+    /// carries it; it is kept (sealed, or journaled with `keep_reasoning`) and counted like
+    /// every other item.
+    OpenaiChat {
+        /// The reasoning text, as streamed.
+        text: String,
+    },
     /// OpenAI Responses `reasoning` item (docs: "Reasoning — encrypted reasoning items").
     Openai {
         /// Item id (`rs_...`).
@@ -202,13 +211,22 @@ pub struct Usage {
 }
 
 impl Usage {
-    /// Field-wise sum.
+    /// Field-wise sum (saturating: a provider can report any count).
     pub fn add(&mut self, other: &Usage) {
-        self.input_tokens += other.input_tokens;
-        self.output_tokens += other.output_tokens;
-        self.cache_read_tokens += other.cache_read_tokens;
-        self.cache_write_tokens += other.cache_write_tokens;
-        self.reasoning_tokens += other.reasoning_tokens;
+        self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
+        self.cache_read_tokens = self
+            .cache_read_tokens
+            .saturating_add(other.cache_read_tokens);
+        self.cache_write_tokens = self
+            .cache_write_tokens
+            .saturating_add(other.cache_write_tokens);
+        self.reasoning_tokens = self.reasoning_tokens.saturating_add(other.reasoning_tokens);
+    }
+
+    /// Whether every count is zero.
+    pub fn is_zero(&self) -> bool {
+        *self == Usage::default()
     }
 }
 

@@ -33,6 +33,85 @@ fn text(t: &str) -> StreamEvent {
     StreamEvent::TextDelta { text: t.into() }
 }
 
+/// The canned failing response's usage on the Anthropic wire (its `message_start` counts the
+/// prompt): checked and removed, so the rest compares alike on every wire.
+fn without_prompt_usage(wire: Wire, mut got: Vec<StreamEvent>) -> Vec<StreamEvent> {
+    if wire == Wire::Anthropic {
+        let at = got.len().saturating_sub(2);
+        assert_eq!(
+            got.get(at),
+            Some(&StreamEvent::Usage {
+                usage: Usage {
+                    input_tokens: 10,
+                    output_tokens: 1,
+                    ..Usage::default()
+                }
+            }),
+            "the failed response reports the prompt it was counted for: {got:?}"
+        );
+        got.remove(at);
+    }
+    got
+}
+
+/// A response that reported usage and then failed still reports it, before its error: on the
+/// Anthropic wire `message_start` counts the prompt, then an `error` event ends the stream (or
+/// the connection drops, or the stream stalls past the idle limit); on the Responses wire a
+/// `response.failed` carries `response.usage`.
+#[tokio::test]
+async fn a_failed_response_reports_the_usage_it_was_counted_for() {
+    let start = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m\",\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"model\":\"claude-x\",\"usage\":{\"input_tokens\":100000,\"cache_read_input_tokens\":20,\"output_tokens\":3}}}\n\n".to_owned();
+    let block = "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n".to_owned();
+    let delta = "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"Hi\"}}\n\n".to_owned();
+    let err = keel_testkit::stream_error_frame(Wire::Anthropic, ErrorKind::Overloaded);
+    let expected = StreamEvent::Usage {
+        usage: Usage {
+            input_tokens: 100_020,
+            output_tokens: 3,
+            cache_read_tokens: 20,
+            ..Usage::default()
+        },
+    };
+    let got = run(
+        Wire::Anthropic,
+        Reply::Frames(vec![start.clone(), block.clone(), delta.clone(), err]),
+    )
+    .await;
+    assert_eq!(got.len(), 3, "{got:?}");
+    assert_eq!(got[0], text("Hi"));
+    assert_eq!(got[1], expected);
+    assert!(
+        matches!(&got[2], StreamEvent::Error { error } if error.kind == ErrorKind::Overloaded),
+        "{got:?}"
+    );
+    // The connection drops after the prompt was counted.
+    let got = run(
+        Wire::Anthropic,
+        Reply::Frames(vec![start.clone(), block.clone(), delta.clone()]),
+    )
+    .await;
+    assert_eq!(got[1], expected, "{got:?}");
+    assert!(
+        matches!(&got[2], StreamEvent::Error { error } if error.kind == ErrorKind::StreamTruncated),
+        "{got:?}"
+    );
+    // Responses: `response.failed` with usage.
+    let failed = "event: response.failed\ndata: {\"type\":\"response.failed\",\"response\":{\"id\":\"r\",\"status\":\"failed\",\"error\":{\"code\":\"server_error\",\"message\":\"boom\"},\"usage\":{\"input_tokens\":70,\"output_tokens\":2}}}\n\n".to_owned();
+    let got = run(Wire::OpenaiResponses, Reply::Frames(vec![failed])).await;
+    assert_eq!(
+        got[0],
+        StreamEvent::Usage {
+            usage: Usage {
+                input_tokens: 70,
+                output_tokens: 2,
+                ..Usage::default()
+            }
+        },
+        "{got:?}"
+    );
+    assert!(matches!(&got[1], StreamEvent::Error { .. }), "{got:?}");
+}
+
 #[tokio::test]
 async fn text_and_tool_calls_round_trip_on_every_wire() {
     let response = FakeResponse::text("Let me look.")
@@ -249,6 +328,8 @@ async fn mid_stream_disconnect_is_stream_truncated_after_the_partial_content() {
             }),
         )
         .await;
+        // Anthropic counted the prompt in `message_start`: the failed response reports it.
+        let got = without_prompt_usage(wire, got);
         assert_eq!(got.len(), 2, "{wire}: {got:?}");
         assert_eq!(got[0], text("This "), "{wire}");
         let StreamEvent::Error { error } = &got[1] else {
@@ -275,6 +356,7 @@ async fn malformed_chunk_is_stream_truncated_naming_the_chunk() {
             Reply::Fault(Fault::MalformedChunk { after_frames: 1 }),
         )
         .await;
+        let got = without_prompt_usage(wire, got);
         let [StreamEvent::Error { error }] = &got[..] else {
             panic!("{wire}: {got:?}")
         };
@@ -299,7 +381,7 @@ async fn in_stream_error_event_after_200_is_classified() {
             kind: ErrorKind::Overloaded,
             after_frames: 1,
         });
-        let got = run(wire, reply).await;
+        let got = without_prompt_usage(wire, run(wire, reply).await);
         assert_eq!(
             got,
             vec![error(

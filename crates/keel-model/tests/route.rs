@@ -246,10 +246,22 @@ async fn usage_and_cost_stay_with_the_model_that_produced_them() {
         response.fallbacks,
         vec![("claude-sonnet-4-5".to_string(), "gpt-4o-mini".to_string())]
     );
-    assert_eq!(response.usage.len(), 1);
-    assert_eq!(response.usage[0].model, "gpt-4o-mini");
+    // The failed Anthropic attempt was counted for its prompt (`message_start`: 10 in, 1 out)
+    // before it broke: that usage stays with it, at its price.
+    assert_eq!(response.usage.len(), 2, "{:?}", response.usage);
+    assert_eq!(response.usage[0].model, "claude-sonnet-4-5");
+    assert_eq!(
+        (
+            response.usage[0].usage.input_tokens,
+            response.usage[0].usage.output_tokens
+        ),
+        (10, 1)
+    );
+    // 10 input at $3/M + 1 output at $15/M
+    assert!((response.usage[0].cost_usd.unwrap() - 45e-6).abs() < 1e-12);
+    assert_eq!(response.usage[1].model, "gpt-4o-mini");
     // 1M input at $0.15 + 1M output at $0.60
-    assert!((response.usage[0].cost_usd.unwrap() - 0.75).abs() < 1e-9);
+    assert!((response.usage[1].cost_usd.unwrap() - 0.75).abs() < 1e-9);
 }
 
 /// Each attempt names the route member that serves it, and the route lists its members (primary

@@ -355,7 +355,7 @@ fn encode_anthropic(r: &FakeResponse) -> Vec<String> {
                 "content_block_start",
                 json!({"index": index, "content_block": {"type": "redacted_thinking", "data": data}}),
             ),
-            ReasoningItem::Openai { .. } => continue,
+            ReasoningItem::Openai { .. } | ReasoningItem::OpenaiChat { .. } => continue,
         }
         ev(&mut frames, "content_block_stop", json!({"index": index}));
         index += 1;

@@ -155,6 +155,10 @@ pub enum Reply {
     Respond(FakeResponse),
     /// Inject this failure.
     Fault(Fault),
+    /// HTTP 200 streaming exactly these SSE frames (each a complete `event:`/`data:` block
+    /// ending in a blank line), paced like a response: for streams no encoder makes (a usage
+    /// report and then an error event, a response without usage).
+    Frames(Vec<String>),
     /// Wait `delay_ms` before sending anything (not even headers), then answer with `reply`.
     Delayed {
         /// The wait, in ms.
@@ -443,6 +447,7 @@ async fn handle(
             let frames = encode(wire, &response);
             build(200, &sse, paced_body(frames, &shared, Tail::None))
         }
+        Reply::Frames(frames) => build(200, &sse, paced_body(frames, &shared, Tail::None)),
         Reply::Fault(Fault::Disconnect { after_frames }) => build(
             200,
             &sse,

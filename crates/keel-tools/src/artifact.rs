@@ -129,18 +129,53 @@ impl ArtifactSink for FsArtifactSink {
                 reason: "not a valid artifact id (ids are [A-Za-z0-9._-]+); use the exact artifact://<id> a truncated result names".into(),
             });
         }
-        tokio::fs::read(self.dir.join(id))
+        let path = self.dir.join(id);
+        let read = tokio::task::spawn_blocking(move || read_regular_file(&path))
             .await
-            .map_err(|e| ToolsError::Artifact {
-                id: id.to_owned(),
-                reason: if e.kind() == std::io::ErrorKind::NotFound {
-                    "no such artifact; use the exact artifact://<id> a truncated result names"
-                        .into()
-                } else {
-                    e.to_string()
-                },
-            })
+            .map_err(|e| std::io::Error::other(format!("the read task failed: {e}")))
+            .and_then(|r| r);
+        read.map_err(|e| ToolsError::Artifact {
+            id: id.to_owned(),
+            reason: if e.kind() == std::io::ErrorKind::NotFound {
+                "no such artifact; use the exact artifact://<id> a truncated result names".into()
+            } else {
+                e.to_string()
+            },
+        })
     }
+}
+
+/// Reads the artifact file at `path`: opened without following a symlink and without blocking,
+/// and only when the open handle is a regular file (a FIFO or device put in the artifacts
+/// directory would otherwise block the read or never end it).
+fn read_regular_file(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let flags =
+        rustix::fs::OFlags::NOFOLLOW | rustix::fs::OFlags::NONBLOCK | rustix::fs::OFlags::NOCTTY;
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags.bits() as i32)
+        .open(path)
+        .map_err(|e| {
+            if e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error()) {
+                std::io::Error::other(
+                    "it is a symlink, not a regular file; artifacts are regular files",
+                )
+            } else {
+                e
+            }
+        })?;
+    let kind = file.metadata()?.file_type();
+    if !kind.is_file() {
+        return Err(std::io::Error::other(format!(
+            "it is {}, not a regular file; artifacts are regular files",
+            crate::files::kind_name(&kind)
+        )));
+    }
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes)?;
+    Ok(bytes)
 }
 
 /// Artifacts in the [`Store`], owned by one session of one tenant.

@@ -49,6 +49,16 @@ pub enum ToolsError {
         /// Why it was refused, phrased for a model to act on.
         reason: String,
     },
+    /// A workspace file could not be used as the tool asked. Found at use time, on the open
+    /// handle (after [`ToolsError::PathRefused`] checks passed), e.g. a FIFO where a regular file
+    /// is expected.
+    #[error("`{path}` {problem}")]
+    FileUse {
+        /// The path as shown to the model (workspace-relative).
+        path: String,
+        /// What is wrong with it.
+        problem: FileProblem,
+    },
     /// The requested sandbox cannot be enforced on this kernel; nothing was run.
     #[error("sandbox `{mode}` is unavailable on this system: {reason}")]
     SandboxUnavailable {
@@ -112,4 +122,38 @@ pub enum ToolsError {
         /// The underlying error.
         source: std::io::Error,
     },
+}
+
+/// Why a workspace file could not be used ([`ToolsError::FileUse`]); each reads as the end of
+/// "`path` …".
+#[derive(Debug, thiserror::Error)]
+pub enum FileProblem {
+    /// Nothing exists at the path (at use time).
+    #[error("does not exist")]
+    NotFound,
+    /// A directory where a file was expected.
+    #[error("is a directory")]
+    IsDirectory,
+    /// A file (or something else) where a directory was expected.
+    #[error("is not a directory")]
+    NotDirectory,
+    /// A FIFO, socket, device or symlink where a regular file was expected. It was not read or
+    /// written (a FIFO would block forever, a device could be read without end).
+    #[error("is {kind}, not a regular file; the file tools only read and write regular files")]
+    NotRegular {
+        /// What it is instead, with its article: `a FIFO`, `a socket`, `a character device`,
+        /// `a block device`, `a symlink`.
+        kind: &'static str,
+    },
+    /// Larger than the tool reads.
+    #[error("is {size} bytes, larger than the {limit}-byte limit")]
+    TooLarge {
+        /// Its size in bytes (from `fstat` on the open handle).
+        size: u64,
+        /// The limit in bytes.
+        limit: u64,
+    },
+    /// Any other I/O failure.
+    #[error("cannot be used: {0}")]
+    Io(#[source] std::io::Error),
 }

@@ -85,6 +85,47 @@ impl std::fmt::Debug for ToolRegistry {
     }
 }
 
+/// `subject` with every path (also those a shell command names) normalized against
+/// `workspace`: each path appears as written (lexically normalized) and, when different, as it
+/// resolves through symlinks, so a rule on either form applies. The target of a shell
+/// redirection that cannot be resolved inside the workspace (a symlink to outside, a dangling
+/// one) is also listed as outside; a shell subject comes back marked resolved.
+pub fn resolve_subject(subject: Subject, workspace: &Workspace) -> Subject {
+    let normalize = |raw: Vec<PathAccess>| {
+        let mut out: Vec<PathAccess> = Vec::new();
+        let mut add = |entry: PathAccess| {
+            if !out.contains(&entry) {
+                out.push(entry);
+            }
+        };
+        for access in raw {
+            for path in workspace.policy_paths(&access.path) {
+                add(PathAccess {
+                    inside: !path.starts_with('/'),
+                    path,
+                    ..access.clone()
+                });
+            }
+            if access.redirect && workspace.resolve(&access.path).is_err() {
+                add(PathAccess {
+                    inside: false,
+                    ..access
+                });
+            }
+        }
+        out
+    };
+    match subject {
+        Subject::Paths(raw) => Subject::Paths(normalize(raw)),
+        Subject::Command { command, paths, .. } => Subject::Command {
+            command,
+            paths: normalize(paths),
+            resolved: true,
+        },
+        other @ Subject::Other(_) => other,
+    }
+}
+
 impl ToolRegistry {
     /// An empty registry.
     pub fn new() -> Self {
@@ -220,37 +261,12 @@ impl ToolRegistry {
         })
     }
 
-    /// The policy subject of `call`, with every path (also those a shell command names) normalized
-    /// against `workspace`: each path appears as written (lexically normalized) and, when
-    /// different, as it resolves through symlinks, so a rule on either form applies.
+    /// The policy subject of `call`, resolved against `workspace` ([`resolve_subject`]).
     pub fn subject(&self, call: &ValidatedCall, workspace: &Workspace) -> Subject {
         let Some(entry) = self.entries.get(&call.name) else {
             return Subject::Other(call.arguments.to_string());
         };
-        let normalize = |raw: Vec<PathAccess>| {
-            let mut out: Vec<PathAccess> = Vec::new();
-            for access in raw {
-                for path in workspace.policy_paths(&access.path) {
-                    let entry = PathAccess {
-                        inside: !path.starts_with('/'),
-                        path,
-                        write: access.write,
-                    };
-                    if !out.contains(&entry) {
-                        out.push(entry);
-                    }
-                }
-            }
-            out
-        };
-        match entry.tool.subject(&call.arguments) {
-            Subject::Paths(raw) => Subject::Paths(normalize(raw)),
-            Subject::Command { command, paths } => Subject::Command {
-                command,
-                paths: normalize(paths),
-            },
-            other @ Subject::Other(_) => other,
-        }
+        resolve_subject(entry.tool.subject(&call.arguments), workspace)
     }
 
     /// Decides `call` against `policy`.

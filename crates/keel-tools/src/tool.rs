@@ -127,6 +127,9 @@ pub struct ToolContext {
     pub snapshot: Arc<StepSnapshot>,
     /// Limits.
     pub limits: ToolLimits,
+    /// The key of the hashes a tool records about content ([`Tool::prepare`] probes; see
+    /// [`crate::keyed_hash`]): the deployment's, so any of its workers can compare them.
+    pub hash_key: crate::keyed_hash::HashKey,
 }
 
 impl std::fmt::Debug for ToolContext {
@@ -297,9 +300,16 @@ pub enum ReconcileOutcome {
         /// The result to record.
         output: ToolOutput,
     },
-    /// The side effect did not happen (or failed).
+    /// The side effect was attempted and failed; the call ends with this error.
     Failed {
         /// Why, for the model.
+        reason: String,
+    },
+    /// The side effect provably did not happen (the world is as it was before the dispatch),
+    /// so dispatching it again cannot do it twice: the runtime journals `effect.decided`
+    /// `retry` (`reconciled: true`) and runs the call again.
+    NotHappened {
+        /// What showed it, for the journal and logs.
         reason: String,
     },
     /// The tool could not tell; a human must decide.

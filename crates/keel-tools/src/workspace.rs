@@ -1,20 +1,52 @@
-//! Workspace confinement: every path a tool touches is resolved against the workspace root and
-//! canonicalized; anything that ends up outside (`..`, absolute paths elsewhere, symlinks pointing
-//! out, dangling symlinks) is refused with an error that says why.
+//! Workspace confinement, in two steps.
 //!
-//! Checks are made on the path as it is at resolution time. The shell is confined by the
-//! [`crate::sandbox`], not by this module.
+//! 1. **Check** ([`Workspace::resolve`]): a path is resolved against the workspace root and
+//!    canonicalized; anything that ends up outside (`..`, absolute paths elsewhere, symlinks
+//!    pointing out, dangling symlinks) is refused with an error that says why. Symlinks inside
+//!    the workspace are resolved here, so policy rules see the real path.
+//! 2. **Use** ([`beneath`]): the file tools then open the checked path relative to the root's
+//!    directory handle, never by absolute name, refusing any symlink on the way; a swap between
+//!    the check and the use (a directory replaced by a symlink to outside) is refused at the open,
+//!    and what is opened is type-checked on the handle (FIFOs, sockets and devices are refused).
+//!
+//! **Keel's own files.** A host names the paths that are its own ([`Workspace::protecting`]: the
+//! `keel` CLI's data and config directories, its store and seal key), which lie inside the
+//! workspace when the workspace is the home directory. [`Workspace::resolve`] refuses every path
+//! at or under one of them, whatever spelling or symlink leads there, and directory listings
+//! ([`Workspace::list_beneath`], so `list_dir`, `glob` and `grep`) leave them out.
+//!
+//! The shell is confined by the [`crate::sandbox`], not by this module.
 
+pub mod beneath;
+
+use std::os::fd::OwnedFd;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
 use crate::error::ToolsError;
 
-/// The directory tree tools may touch. Cheap to clone.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// The directory tree tools may touch. Cheap to clone (the root's handle is shared).
+#[derive(Debug, Clone)]
 pub struct Workspace {
-    root: Arc<PathBuf>,
+    inner: Arc<Root>,
+    /// Canonical paths of the host's own files (see [`Workspace::protecting`]).
+    protected: Arc<[PathBuf]>,
 }
+
+/// The canonical root and an open handle on it, which every use-time open starts from.
+#[derive(Debug)]
+struct Root {
+    path: PathBuf,
+    dir: OwnedFd,
+}
+
+impl PartialEq for Workspace {
+    fn eq(&self, other: &Self) -> bool {
+        self.inner.path == other.inner.path
+    }
+}
+
+impl Eq for Workspace {}
 
 /// A path that was checked to lie inside the workspace.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,14 +55,20 @@ pub struct ResolvedPath {
     pub absolute: PathBuf,
     /// The same path relative to the workspace root, `/`-separated; `.` for the root itself.
     pub relative: String,
+    /// The same path relative to the root as raw bytes (empty for the root itself): what the
+    /// [`beneath`] operations open relative to the root's handle.
+    pub beneath: PathBuf,
     /// Whether the path exists (following symlinks).
     pub exists: bool,
 }
 
 impl Workspace {
-    /// Opens the workspace rooted at `root`, which must exist; it is canonicalized once here.
+    /// Opens the workspace rooted at `root`, which must exist; it is canonicalized and opened
+    /// once here (the handle every use-time open starts from; it keeps naming the same directory
+    /// if the root is renamed later).
     ///
-    /// Errors: [`ToolsError::WorkspaceRoot`] if `root` does not exist or is not a directory.
+    /// Errors: [`ToolsError::WorkspaceRoot`] if `root` does not exist, is not a directory or
+    /// cannot be opened.
     pub fn new(root: impl AsRef<Path>) -> Result<Self, ToolsError> {
         let root = root.as_ref();
         let canonical =
@@ -44,14 +82,45 @@ impl Workspace {
                 source: std::io::Error::new(std::io::ErrorKind::NotADirectory, "not a directory"),
             });
         }
+        let dir = beneath::open_root(&canonical).map_err(|source| ToolsError::WorkspaceRoot {
+            path: root.to_path_buf(),
+            source,
+        })?;
         Ok(Self {
-            root: Arc::new(canonical),
+            inner: Arc::new(Root {
+                path: canonical,
+                dir,
+            }),
+            protected: Arc::from(Vec::new()),
         })
+    }
+
+    /// The same workspace, refusing `paths` — the host's own files, such as the `keel` CLI's
+    /// data and config directories, its store and seal key — to the file tools: a path at or
+    /// under one of them is refused by [`Workspace::resolve`] (naming the reason), and
+    /// directory listings leave them out. Each path is canonicalized now as far as it exists
+    /// (the rest appended), like a path the tools resolve; paths outside the workspace change
+    /// nothing (the tools cannot reach them anyway).
+    #[must_use]
+    pub fn protecting(mut self, paths: &[PathBuf]) -> Self {
+        self.protected = paths
+            .iter()
+            .map(|p| canonical_as_far_as_it_exists(p))
+            .collect();
+        self
+    }
+
+    /// The protected path `absolute` (canonical) lies at or under, if any.
+    pub(crate) fn protected_by(&self, absolute: &Path) -> Option<&Path> {
+        self.protected
+            .iter()
+            .find(|p| absolute.starts_with(p))
+            .map(PathBuf::as_path)
     }
 
     /// The canonical root.
     pub fn root(&self) -> &Path {
-        &self.root
+        &self.inner.path
     }
 
     /// Resolves `path` (relative to the root, or absolute inside it) to a checked [`ResolvedPath`].
@@ -75,7 +144,7 @@ impl Workspace {
         let joined = if Path::new(path).is_absolute() {
             PathBuf::from(path)
         } else {
-            self.root.join(path)
+            self.inner.path.join(path)
         };
         // Lexical normalization first: `..` that climbs above the root is refused outright.
         let mut normal = PathBuf::new();
@@ -95,7 +164,7 @@ impl Workspace {
                 }
             }
         }
-        if !normal.starts_with(self.root.as_path()) {
+        if !normal.starts_with(self.inner.path.as_path()) {
             return Err(refuse(format!(
                 "it resolves outside the workspace ({}); paths must stay inside the workspace root",
                 if Path::new(path).is_absolute() {
@@ -128,7 +197,7 @@ impl Workspace {
                 }
             }
         };
-        if !canonical_prefix.starts_with(self.root.as_path()) {
+        if !canonical_prefix.starts_with(self.inner.path.as_path()) {
             return Err(refuse(format!(
                 "`{}` is a symlink that points outside the workspace (to {})",
                 self.display_relative(&existing),
@@ -140,10 +209,23 @@ impl Workspace {
         for part in tail.iter().rev() {
             absolute.push(part);
         }
+        if let Some(own) = self.protected_by(&absolute) {
+            return Err(refuse(format!(
+                "`{}` is keel's own (under `{}`: keel's store, seal key or configuration, which \
+                 keel keeps from every tool); the file tools do not read, write or list it",
+                self.display_relative(&absolute),
+                self.display_relative(own)
+            )));
+        }
         let relative = self.display_relative(&absolute);
+        let beneath = absolute
+            .strip_prefix(self.inner.path.as_path())
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
         Ok(ResolvedPath {
             absolute,
             relative,
+            beneath,
             exists,
         })
     }
@@ -155,7 +237,7 @@ impl Workspace {
         let joined = if Path::new(path).is_absolute() {
             PathBuf::from(path)
         } else {
-            self.root.join(path)
+            self.inner.path.join(path)
         };
         let mut normal = PathBuf::new();
         for component in joined.components() {
@@ -184,7 +266,7 @@ impl Workspace {
     /// `path` relative to the root, `/`-separated, `.` for the root; absolute paths outside are
     /// shown as they are.
     pub fn display_relative(&self, path: &Path) -> String {
-        match path.strip_prefix(self.root.as_path()) {
+        match path.strip_prefix(self.inner.path.as_path()) {
             Ok(rel) if rel.as_os_str().is_empty() => ".".to_owned(),
             Ok(rel) => rel
                 .components()
@@ -192,6 +274,26 @@ impl Workspace {
                 .collect::<Vec<_>>()
                 .join("/"),
             Err(_) => path.display().to_string(),
+        }
+    }
+}
+
+/// `path` made absolute and canonical as far as it exists, the rest appended as written.
+fn canonical_as_far_as_it_exists(path: &Path) -> PathBuf {
+    let mut existing = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut tail = Vec::new();
+    loop {
+        if let Ok(canonical) = std::fs::canonicalize(&existing) {
+            let mut out = canonical;
+            out.extend(tail.iter().rev());
+            return out;
+        }
+        match existing.file_name() {
+            Some(name) => {
+                tail.push(name.to_owned());
+                existing.pop();
+            }
+            None => return path.to_path_buf(),
         }
     }
 }

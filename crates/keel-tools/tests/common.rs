@@ -28,6 +28,7 @@ impl Fixture {
     }
 
     pub fn with(mode: SandboxMode, policy: Policy) -> Self {
+        register_launcher();
         let dir = tempfile::tempdir().unwrap();
         let data = tempfile::tempdir().unwrap();
         let ctx = ToolContext {
@@ -42,6 +43,7 @@ impl Fixture {
                 policy,
             }),
             limits: ToolLimits::default(),
+            hash_key: keel_tools::keyed_hash::HashKey::derive(b"test deployment", "test"),
         };
         Self {
             dir,
@@ -75,6 +77,13 @@ impl Fixture {
             }
         }
     }
+}
+
+/// The sandbox launcher of these tests: this crate's `keel-sandbox` binary.
+pub fn register_launcher() {
+    keel_tools::sandbox::set_launcher(keel_tools::sandbox::Launcher::new(env!(
+        "CARGO_BIN_EXE_keel-sandbox"
+    )));
 }
 
 /// A real SQLite store in a temp dir with one session, and an approval service over it.

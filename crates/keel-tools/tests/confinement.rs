@@ -167,3 +167,66 @@ fn secrets_denied() -> Fixture {
     f.write("secrets/key", "k");
     f
 }
+
+/// Symlinks that stay inside the workspace keep working with every file tool (relative and
+/// absolute targets): they are resolved when the path is checked, and the use opens the real
+/// path beneath the root.
+#[tokio::test]
+async fn file_tools_work_through_symlinks_that_stay_inside() {
+    let f = Fixture::new();
+    f.write("real/a.txt", "alpha\n");
+    std::os::unix::fs::symlink("real", f.path("rel-alias")).unwrap();
+    std::os::unix::fs::symlink(f.path("real"), f.path("abs-alias")).unwrap();
+    std::os::unix::fs::symlink("real/a.txt", f.path("file-alias")).unwrap();
+    for path in ["rel-alias/a.txt", "abs-alias/a.txt", "file-alias"] {
+        let r = f.call("read_file", json!({"path": path})).await;
+        assert_eq!(
+            r.status,
+            ToolResultStatus::Succeeded,
+            "{path}: {}",
+            r.content
+        );
+        assert!(r.content.contains("alpha"), "{path}: {}", r.content);
+    }
+    let w = f
+        .call(
+            "write_file",
+            json!({"path": "file-alias", "content": "beta\n"}),
+        )
+        .await;
+    assert_eq!(w.status, ToolResultStatus::Succeeded, "{}", w.content);
+    assert!(
+        std::fs::symlink_metadata(f.path("file-alias"))
+            .unwrap()
+            .is_symlink(),
+        "the symlink is written through, not replaced"
+    );
+    let e = f
+        .call(
+            "edit_file",
+            json!({"path": "abs-alias/a.txt", "old_string": "beta", "new_string": "gamma"}),
+        )
+        .await;
+    assert_eq!(e.status, ToolResultStatus::Succeeded, "{}", e.content);
+    let n = f
+        .call(
+            "write_file",
+            json!({"path": "rel-alias/new/b.txt", "content": "b"}),
+        )
+        .await;
+    assert_eq!(n.status, ToolResultStatus::Succeeded, "{}", n.content);
+    assert_eq!(
+        std::fs::read_to_string(f.path("real/a.txt")).unwrap(),
+        "gamma\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(f.path("real/new/b.txt")).unwrap(),
+        "b"
+    );
+    let l = f.call("list_dir", json!({"path": "rel-alias"})).await;
+    assert_eq!(l.content, "a.txt\nnew/\n");
+    let g = f
+        .call("grep", json!({"pattern": "gamma", "path": "abs-alias"}))
+        .await;
+    assert_eq!(g.content, "real/a.txt:1:gamma\n");
+}

@@ -1,12 +1,13 @@
-//! These run for real: the machine has Landlock (ABI ≥ 3) and seccomp; a missing sandbox fails
-//! the probe test loudly instead of skipping.
+//! `shell` under the sandbox, for real: the machine has user namespaces, seccomp and Landlock;
+//! a missing sandbox fails the probe test loudly instead of skipping. (The attacks are in
+//! `escapes.rs`.)
 
 use keel_tools::policy::{PermissionMode, Policy};
-use keel_tools::sandbox::{Sandbox, SandboxMode};
+use keel_tools::sandbox::{Invocation, Launcher, Sandbox, SandboxMode};
 use keel_tools::tool::ToolResultStatus::{Failed, Succeeded};
 use serde_json::json;
 
-use crate::common::Fixture;
+use crate::common::{Fixture, register_launcher};
 
 fn fixture(mode: SandboxMode) -> Fixture {
     Fixture::with(mode, Policy::new(PermissionMode::Bypass))
@@ -14,20 +15,22 @@ fn fixture(mode: SandboxMode) -> Fixture {
 
 #[tokio::test]
 async fn the_kernel_enforces_both_sandbox_modes() {
+    register_launcher();
     Sandbox::probe(SandboxMode::WorkspaceWrite).await.unwrap();
     Sandbox::probe(SandboxMode::ReadOnly).await.unwrap();
 }
 
 #[tokio::test]
 async fn write_outside_the_workspace_fails_in_the_sandbox_and_works_without() {
-    let outside = tempfile::tempdir().unwrap();
+    // Under /var/tmp: visible (read-only) in the sandbox, unlike anything under /tmp.
+    let outside = tempfile::tempdir_in("/var/tmp").unwrap();
     let target = outside.path().join("escaped.txt");
     let command = format!("echo pwned > '{}'", target.display());
 
     let f = fixture(SandboxMode::WorkspaceWrite);
     let r = f.call("shell", json!({"command": command})).await;
     assert_eq!(r.status, Failed, "{}", r.content);
-    assert!(r.content.contains("Permission denied"), "{}", r.content);
+    assert!(r.content.contains("Read-only file system"), "{}", r.content);
     assert!(
         !target.exists(),
         "the sandbox let a write outside the workspace through (even as root)"
@@ -112,4 +115,161 @@ async fn the_sandbox_binds_only_the_spawned_process_tree() {
     let outside = tempfile::tempdir().unwrap();
     std::fs::write(outside.path().join("free"), "x").unwrap();
     tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+}
+
+#[tokio::test]
+async fn sandbox_network_lets_a_tcp_connect_through_and_keeps_the_filesystem_confined() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let outside = tempfile::tempdir_in("/var/tmp").unwrap();
+    let target = outside.path().join("escaped.txt");
+    let command = format!(
+        "exec 3<>/dev/tcp/127.0.0.1/{port} && echo connected; echo pwned > '{}' || echo write-refused; ls /var/run/postgresql 2>&1 | grep -c PGSQL",
+        target.display()
+    );
+    let mut f = fixture(SandboxMode::WorkspaceWrite);
+    f.ctx.sandbox = Sandbox::new(SandboxMode::WorkspaceWrite)
+        .unwrap()
+        .with_network(true);
+    let r = f.call("shell", json!({"command": command})).await;
+    assert!(r.content.contains("connected"), "{}", r.content);
+    assert!(r.content.contains("write-refused"), "{}", r.content);
+    // Local services' sockets stay out of reach.
+    assert!(r.content.contains("\n0\n"), "{}", r.content);
+    assert!(!target.exists());
+    // Without it, the same connect fails.
+    let f = fixture(SandboxMode::WorkspaceWrite);
+    let r = f.call("shell", json!({"command": command})).await;
+    assert!(!r.content.contains("connected"), "{}", r.content);
+}
+
+#[tokio::test]
+async fn a_missing_launcher_is_named_and_nothing_runs() {
+    let ws = tempfile::tempdir().unwrap();
+    let sandbox = Sandbox::new(SandboxMode::WorkspaceWrite)
+        .unwrap()
+        .with_launcher(Launcher::new("/nonexistent/keel-launcher"));
+    let err = sandbox
+        .spawn(
+            Invocation {
+                program: "touch".into(),
+                args: vec!["ran".into()],
+                workdir: ws.path().to_path_buf(),
+                stdout: std::process::Stdio::null(),
+                stderr: std::process::Stdio::null(),
+            },
+            ws.path(),
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("sandbox `workspace_write` is unavailable")
+            && err.contains("/nonexistent/keel-launcher"),
+        "{err}"
+    );
+    assert!(!ws.path().join("ran").exists());
+}
+
+#[tokio::test]
+async fn tmp_is_empty_and_private_while_tmpdir_persists_across_calls() {
+    let f = fixture(SandboxMode::WorkspaceWrite);
+    let r = f
+        .call(
+            "shell",
+            json!({"command": "echo one > /tmp/scratch; echo kept > \"$TMPDIR/kept\"; ls -A /tmp | grep -v -e scratch -e keel-sandbox -e '^\\.tmp' | wc -l"}),
+        )
+        .await;
+    assert_eq!(r.status, Succeeded, "{}", r.content);
+    assert!(r.content.starts_with("0\n"), "{}", r.content);
+    let r = f
+        .call(
+            "shell",
+            json!({"command": "cat \"$TMPDIR/kept\"; test -e /tmp/scratch && echo scratch-kept || echo scratch-gone"}),
+        )
+        .await;
+    assert!(r.content.contains("kept\nscratch-gone"), "{}", r.content);
+}
+
+/// keel's config directory may hold a workspace (the user's own keel.toml project): hiding the
+/// directory keeps the workspace visible and writable, and the rest of it hidden.
+#[tokio::test]
+async fn a_workspace_inside_a_hidden_directory_stays_usable() {
+    register_launcher();
+    let hidden = tempfile::tempdir_in("/var/tmp").unwrap();
+    std::fs::write(hidden.path().join("secret.txt"), "HIDDEN-SECRET").unwrap();
+    let ws = hidden.path().join("project");
+    std::fs::create_dir(&ws).unwrap();
+    let (mut reader, writer) = std::io::pipe().unwrap();
+    let sandbox = Sandbox::new(SandboxMode::WorkspaceWrite)
+        .unwrap()
+        .hiding(&[hidden.path().to_path_buf()]);
+    let command = format!(
+        "echo made > made.txt && cat made.txt; cat '{}' 2>&1; ls ..",
+        hidden.path().join("secret.txt").display()
+    );
+    let mut child = sandbox
+        .spawn(
+            Invocation {
+                program: "bash".into(),
+                args: vec!["-c".into(), command],
+                workdir: ws.clone(),
+                stdout: writer.try_clone().unwrap().into(),
+                stderr: writer.into(),
+            },
+            &ws,
+        )
+        .await
+        .unwrap();
+    child.wait().await.unwrap();
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut reader, &mut out).unwrap();
+    assert!(out.starts_with("made\n"), "{out}");
+    assert!(!out.contains("HIDDEN-SECRET"), "{out}");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("made.txt")).unwrap(),
+        "made\n"
+    );
+}
+
+/// The shell tool kills the launcher's process group on a timeout: the namespace, and so the
+/// command and everything it started (`setsid` included), goes with it.
+#[tokio::test]
+async fn a_timed_out_confined_command_ends_with_everything_it_started() {
+    let f = fixture(SandboxMode::WorkspaceWrite);
+    let mark = format!(
+        "keel-timeout-{}",
+        f.dir
+            .path()
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .replace('.', "")
+    );
+    let command = format!("setsid sh -c 'sleep 30; : {mark}' & sleep 30; : {mark}");
+    let r = f
+        .call("shell", json!({"command": command, "timeout_ms": 1000}))
+        .await;
+    assert_eq!(r.status, Failed, "{}", r.content);
+    assert!(
+        r.content.contains("timed out after 1000 ms"),
+        "{}",
+        r.content
+    );
+    let running = || {
+        std::process::Command::new("pgrep")
+            .args(["-f", &mark])
+            .output()
+            .unwrap()
+            .status
+            .success()
+    };
+    let start = std::time::Instant::now();
+    while running() && start.elapsed() < std::time::Duration::from_secs(10) {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(
+        !running(),
+        "a process of the timed-out command is still running"
+    );
 }

@@ -2,7 +2,10 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{clip_line, file_probe, parse_args, reconcile_path_call, resolve};
+use super::{
+    blocking, clip_line, file_failure, file_probe, parse_args, reconcile_path_call, resolve,
+};
+use crate::error::{FileProblem, ToolsError};
 use crate::policy::{PathAccess, Subject};
 use crate::tool::{EffectClass, ReconcileOutcome, Tool, ToolContext, ToolOutput};
 use crate::workspace::ResolvedPath;
@@ -65,7 +68,7 @@ impl Tool for EditFile {
     async fn prepare(&self, args: &Value, ctx: &ToolContext) -> Option<Value> {
         let args: Args = parse_args(self.name(), args.clone()).ok()?;
         let (resolved, plan) = plan_edit(&args, ctx).await.ok()?;
-        Some(file_probe(&resolved.absolute, plan.updated.as_bytes()).await)
+        Some(file_probe(ctx, &resolved, plan.updated.as_bytes()).await)
     }
 
     async fn reconcile_call(
@@ -87,15 +90,38 @@ impl Tool for EditFile {
             Ok(p) => p,
             Err(out) => return out,
         };
-        let shown = &resolved.relative;
+        let shown = resolved.relative.clone();
         let EditPlan {
             updated,
             count,
             first_at,
             new_len,
         } = plan;
-        match tokio::fs::write(&resolved.absolute, updated.as_bytes()).await {
-            Ok(()) => {
+        let ws = ctx.workspace.clone();
+        let written = blocking("edit_file", move || {
+            // The file must still be a regular file (beneath the root, never through a
+            // symlink, never created: it was read a moment ago); replaced atomically.
+            ws.replace_file(
+                &resolved.beneath,
+                &resolved.relative,
+                updated.as_bytes(),
+                false,
+            )
+            .map_err(|e| match e {
+                ToolsError::FileUse {
+                    problem: FileProblem::Io(e),
+                    ..
+                } => ToolOutput::error(format!(
+                    "edit_file failed: cannot write `{}`: {e}",
+                    resolved.relative
+                )),
+                e => ToolOutput::not_performed(file_failure("edit_file", &e)),
+            })?;
+            Ok(updated)
+        })
+        .await;
+        match written {
+            Ok(Ok(updated)) => {
                 let snippet = snippet(&updated, first_at, new_len);
                 ToolOutput::success(format!(
                     "Edited `{shown}`: replaced {count} occurrence{}. The edited region{} now reads:\n{snippet}",
@@ -104,7 +130,7 @@ impl Tool for EditFile {
                 ))
                 .with_details(json!({"replacements": count}))
             }
-            Err(e) => ToolOutput::error(format!("edit_file failed: cannot write `{shown}`: {e}")),
+            Ok(Err(out)) | Err(out) => out,
         }
     }
 }
@@ -131,24 +157,37 @@ async fn plan_edit(args: &Args, ctx: &ToolContext) -> Result<(ResolvedPath, Edit
         ));
     }
     let resolved = resolve("edit_file", ctx, &args.path)?;
-    let shown = &resolved.relative;
+    let shown = resolved.relative.clone();
     if !resolved.exists {
         return Err(ToolOutput::not_performed(format!(
             "edit_file failed: `{shown}` does not exist; use write_file to create it"
         )));
     }
-    if resolved.absolute.is_dir() {
-        return Err(ToolOutput::not_performed(format!(
-            "edit_file failed: `{shown}` is a directory; give the path of a file inside it"
-        )));
-    }
-    let bytes = match tokio::fs::read(&resolved.absolute).await {
+    let ws = ctx.workspace.clone();
+    let (rel, shown2) = (resolved.beneath.clone(), shown.clone());
+    let bytes = match blocking("edit_file", move || {
+        ws.read_regular(&rel, &shown2, MAX_EDIT_BYTES)
+    })
+    .await?
+    {
         Ok(b) => b,
-        Err(e) => {
+        Err(ToolsError::FileUse {
+            problem: FileProblem::IsDirectory,
+            ..
+        }) => {
             return Err(ToolOutput::not_performed(format!(
-                "edit_file failed: cannot read `{shown}`: {e}"
+                "edit_file failed: `{shown}` is a directory; give the path of a file inside it"
             )));
         }
+        Err(ToolsError::FileUse {
+            problem: FileProblem::NotFound,
+            ..
+        }) => {
+            return Err(ToolOutput::not_performed(format!(
+                "edit_file failed: `{shown}` does not exist; use write_file to create it"
+            )));
+        }
+        Err(e) => return Err(ToolOutput::not_performed(file_failure("edit_file", &e))),
     };
     let Ok(text) = String::from_utf8(bytes) else {
         return Err(ToolOutput::not_performed(format!(
@@ -229,6 +268,9 @@ fn snippet(text: &str, at: usize, len: usize) -> String {
     }
     out
 }
+
+/// Largest file edited, in bytes (as `read_file` reads).
+const MAX_EDIT_BYTES: u64 = 256 * 1024 * 1024;
 
 /// Context lines shown before and after an edit.
 const SNIPPET_CONTEXT_LINES: usize = 4;

@@ -3,7 +3,8 @@ use globset::GlobBuilder;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{parse_args, resolve};
+use super::walk::{WalkEnd, walk_files};
+use super::{blocking, file_failure, parse_args, resolve};
 use crate::policy::{PathAccess, Subject};
 use crate::tool::{EffectClass, Tool, ToolContext, ToolOutput};
 
@@ -83,38 +84,30 @@ impl Tool for Glob {
         }
         let ctx2 = ctx.clone();
         let max = ctx.limits.max_listing_entries;
-        let walked = tokio::task::spawn_blocking(move || {
+        let walked = blocking("glob", move || {
+            let ws = &ctx2.workspace;
             let mut found = Vec::new();
-            for entry in super::grep::walker(&base.absolute, None)?.build() {
-                if ctx2.cancel.is_cancelled() {
-                    return Err("cancelled".to_owned());
-                }
-                let Ok(entry) = entry else { continue };
-                if !entry.file_type().is_some_and(|t| t.is_file()) {
-                    continue;
-                }
-                let Ok(rel_to_base) = entry.path().strip_prefix(&base.absolute) else {
-                    continue;
+            let end = walk_files(ws, &base.beneath, None, &ctx2.cancel, |rel| {
+                let Ok(rel_to_base) = rel.strip_prefix(&base.beneath) else {
+                    return;
                 };
                 if !matcher.is_match(rel_to_base) {
-                    continue;
+                    return;
                 }
-                let rel = ctx2.workspace.display_relative(entry.path());
+                let rel = ws.display_relative(&ws.root().join(rel));
                 if ctx2.snapshot.policy.is_path_denied("glob", &rel) {
-                    continue;
+                    return;
                 }
                 found.push(rel);
-            }
-            Ok(found)
+            })?;
+            Ok::<_, crate::ToolsError>((end, found))
         })
         .await;
         let mut found = match walked {
-            Ok(Ok(found)) => found,
-            Ok(Err(e)) if e == "cancelled" => return ToolOutput::cancelled("glob was cancelled"),
-            Ok(Err(e)) => return ToolOutput::error(format!("glob failed: {e}")),
-            Err(e) => {
-                return ToolOutput::error(format!("glob failed: the search task failed: {e}"));
-            }
+            Ok(Ok((WalkEnd::Done, found))) => found,
+            Ok(Ok((WalkEnd::Cancelled, _))) => return ToolOutput::cancelled("glob was cancelled"),
+            Ok(Err(e)) => return ToolOutput::error(file_failure("glob", &e)),
+            Err(out) => return out,
         };
         found.sort();
         let total = found.len();

@@ -4,14 +4,14 @@ use async_trait::async_trait;
 use grep_regex::RegexMatcherBuilder;
 use grep_searcher::sinks::Lossy;
 use grep_searcher::{BinaryDetection, SearcherBuilder};
-use ignore::WalkBuilder;
-use ignore::overrides::OverrideBuilder;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{clip_line, parse_args, resolve};
+use super::walk::{WalkEnd, overrides, walk_files};
+use super::{blocking, clip_line, file_failure, parse_args, resolve};
 use crate::policy::{PathAccess, Subject};
 use crate::tool::{EffectClass, Tool, ToolContext, ToolOutput};
+use crate::workspace::beneath::EntryKind;
 
 /// Longest matching line shown, in characters.
 const MAX_LINE_CHARS: usize = 500;
@@ -35,31 +35,6 @@ struct Args {
     glob: Option<String>,
     #[serde(default)]
     case_insensitive: bool,
-}
-
-/// A `.gitignore`-honouring walker over `base`, hidden files included, `.git` skipped.
-pub(crate) fn walker(base: &Path, glob: Option<&str>) -> Result<WalkBuilder, String> {
-    let mut builder = WalkBuilder::new(base);
-    builder
-        .hidden(false)
-        .require_git(false)
-        .git_ignore(true)
-        .git_exclude(true)
-        .ignore(true)
-        .parents(true)
-        .sort_by_file_path(|a, b| a.cmp(b))
-        .filter_entry(|e| e.file_name() != ".git");
-    if let Some(glob) = glob {
-        let mut overrides = OverrideBuilder::new(base);
-        overrides
-            .add(glob)
-            .map_err(|e| format!("invalid glob `{glob}`: {e}"))?;
-        let built = overrides
-            .build()
-            .map_err(|e| format!("invalid glob `{glob}`: {e}"))?;
-        builder.overrides(built);
-    }
-    Ok(builder)
 }
 
 #[async_trait]
@@ -130,34 +105,39 @@ impl Tool for Grep {
                 base.relative
             ));
         }
-        let builder = match walker(&base.absolute, args.glob.as_deref()) {
-            Ok(b) => b,
-            Err(e) => return ToolOutput::error(format!("grep failed: {e}")),
+        let overrides = match &args.glob {
+            Some(glob) => match overrides(&base.absolute, glob) {
+                Ok(o) => Some(o),
+                Err(e) => return ToolOutput::error(format!("grep failed: {e}")),
+            },
+            None => None,
         };
         let ctx2 = ctx.clone();
         let max = ctx.limits.max_listing_entries;
-        let searched = tokio::task::spawn_blocking(move || {
+        let searched = blocking("grep", move || {
+            let ws = &ctx2.workspace;
             let mut searcher = SearcherBuilder::new()
                 .line_number(true)
                 .binary_detection(BinaryDetection::quit(0))
                 .build();
             let mut lines = Vec::new();
             let mut total = 0usize;
-            for entry in builder.build() {
+            let mut search = |rel: &Path| {
                 if ctx2.cancel.is_cancelled() {
-                    return None;
+                    return;
                 }
-                let Ok(entry) = entry else { continue };
-                if !entry.file_type().is_some_and(|t| t.is_file()) {
-                    continue;
+                let rel_shown = ws.display_relative(&ws.root().join(rel));
+                if ctx2.snapshot.policy.is_path_denied("grep", &rel_shown) {
+                    return;
                 }
-                let rel = ctx2.workspace.display_relative(entry.path());
-                if ctx2.snapshot.policy.is_path_denied("grep", &rel) {
-                    continue;
-                }
-                let _ = searcher.search_path(
+                // Contents are read only through a handle opened beneath the workspace root and
+                // checked to be a regular file (a FIFO or device is skipped, never read).
+                let Ok(opened) = ws.open_read(rel, &rel_shown) else {
+                    return;
+                };
+                let _ = searcher.search_file(
                     &matcher,
-                    entry.path(),
+                    &opened.file,
                     Lossy(|line_number, line| {
                         if ctx2.cancel.is_cancelled() {
                             return Ok(false);
@@ -166,23 +146,43 @@ impl Tool for Grep {
                         if lines.len() < max {
                             let text = line.trim_end_matches(['\n', '\r']);
                             lines.push(format!(
-                                "{rel}:{line_number}:{}",
+                                "{rel_shown}:{line_number}:{}",
                                 clip_line(text, MAX_LINE_CHARS)
                             ));
                         }
                         Ok(true)
                     }),
                 );
+            };
+            let end = match ws.kind_beneath(&base.beneath, &base.relative)? {
+                // A file named directly is searched whatever the ignore rules say.
+                Some(EntryKind::File) => {
+                    search(&base.beneath);
+                    WalkEnd::Done
+                }
+                Some(EntryKind::Dir) | None => {
+                    walk_files(ws, &base.beneath, overrides, &ctx2.cancel, &mut search)?
+                }
+                Some(other) => {
+                    return Err(crate::ToolsError::FileUse {
+                        path: base.relative.clone(),
+                        problem: crate::error::FileProblem::NotRegular {
+                            kind: other.described(),
+                        },
+                    });
+                }
+            };
+            if ctx2.cancel.is_cancelled() {
+                return Ok(None);
             }
-            Some((lines, total))
+            Ok::<_, crate::ToolsError>((end == WalkEnd::Done).then_some((lines, total)))
         })
         .await;
         let (lines, total) = match searched {
-            Ok(Some(found)) => found,
-            Ok(None) => return ToolOutput::cancelled("grep was cancelled"),
-            Err(e) => {
-                return ToolOutput::error(format!("grep failed: the search task failed: {e}"));
-            }
+            Ok(Ok(Some(found))) => found,
+            Ok(Ok(None)) => return ToolOutput::cancelled("grep was cancelled"),
+            Ok(Err(e)) => return ToolOutput::error(file_failure("grep", &e)),
+            Err(out) => return out,
         };
         if total == 0 {
             return ToolOutput::success(format!("No matches for `{}`", args.pattern))

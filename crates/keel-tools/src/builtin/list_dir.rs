@@ -2,9 +2,11 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{parse_args, resolve};
+use super::{blocking, file_failure, parse_args, resolve};
+use crate::error::{FileProblem, ToolsError};
 use crate::policy::{PathAccess, Subject};
 use crate::tool::{EffectClass, Tool, ToolContext, ToolOutput};
+use crate::workspace::beneath::EntryKind;
 
 /// `list_dir {path}`: the entries of one directory, sorted by name, directories with a trailing
 /// `/`, symlinks with a trailing `@`. Entries denied by a path rule are left out.
@@ -61,44 +63,50 @@ impl Tool for ListDir {
                 "list_dir failed: `{shown}` does not exist; list its parent directory or use glob to find it"
             ));
         }
-        if !resolved.absolute.is_dir() {
-            return ToolOutput::error(format!(
-                "list_dir failed: `{shown}` is a file, not a directory; use read_file to read it"
-            ));
-        }
-        let mut reader = match tokio::fs::read_dir(&resolved.absolute).await {
-            Ok(r) => r,
-            Err(e) => {
-                return ToolOutput::error(format!("list_dir failed: cannot read `{shown}`: {e}"));
+        // Listed from a handle opened beneath the workspace root, never through a symlink.
+        let ws = ctx.workspace.clone();
+        let listed = match blocking("list_dir", move || {
+            ws.list_beneath(&resolved.beneath, &resolved.relative)
+        })
+        .await
+        {
+            Ok(Ok(listed)) => listed,
+            Ok(Err(ToolsError::FileUse {
+                problem: FileProblem::NotDirectory,
+                ..
+            })) => {
+                return ToolOutput::error(format!(
+                    "list_dir failed: `{shown}` is a file, not a directory; use read_file to read it"
+                ));
             }
+            Ok(Err(ToolsError::FileUse {
+                problem: FileProblem::NotFound,
+                ..
+            })) => {
+                return ToolOutput::error(format!(
+                    "list_dir failed: `{shown}` does not exist; list its parent directory or use glob to find it"
+                ));
+            }
+            Ok(Err(e)) => return ToolOutput::error(file_failure("list_dir", &e)),
+            Err(out) => return out,
         };
         let mut entries = Vec::new();
-        loop {
-            match reader.next_entry().await {
-                Ok(Some(entry)) => {
-                    let name = crate::workspace::name_text(&entry.file_name());
-                    let rel = if shown == "." {
-                        name.clone()
-                    } else {
-                        format!("{shown}/{name}")
-                    };
-                    if ctx.snapshot.policy.is_path_denied("list_dir", &rel) {
-                        continue;
-                    }
-                    let suffix = match entry.file_type().await {
-                        Ok(t) if t.is_symlink() => "@",
-                        Ok(t) if t.is_dir() => "/",
-                        _ => "",
-                    };
-                    entries.push(format!("{name}{suffix}"));
-                }
-                Ok(None) => break,
-                Err(e) => {
-                    return ToolOutput::error(format!(
-                        "list_dir failed: cannot read `{shown}`: {e}"
-                    ));
-                }
+        for entry in listed {
+            let name = crate::workspace::name_text(&entry.name);
+            let rel = if shown == "." {
+                name.clone()
+            } else {
+                format!("{shown}/{name}")
+            };
+            if ctx.snapshot.policy.is_path_denied("list_dir", &rel) {
+                continue;
             }
+            let suffix = match entry.kind {
+                EntryKind::Symlink => "@",
+                EntryKind::Dir => "/",
+                _ => "",
+            };
+            entries.push(format!("{name}{suffix}"));
         }
         entries.sort();
         let total = entries.len();

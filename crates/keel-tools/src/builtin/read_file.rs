@@ -2,7 +2,7 @@ use async_trait::async_trait;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{clip_line, parse_args, resolve};
+use super::{blocking, clip_line, file_failure, parse_args, resolve};
 use crate::artifact::ARTIFACT_SCHEME;
 use crate::policy::{PathAccess, Subject};
 use crate::tool::{EffectClass, Tool, ToolContext, ToolOutput};
@@ -79,37 +79,19 @@ impl Tool for ReadFile {
                 Err(out) => return out,
             };
             let shown = resolved.relative.clone();
-            let meta = match tokio::fs::metadata(&resolved.absolute).await {
-                Ok(m) => m,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    return ToolOutput::error(format!(
-                        "read_file failed: `{shown}` does not exist; use list_dir or glob to find the right path"
-                    ));
-                }
-                Err(e) => {
-                    return ToolOutput::error(format!(
-                        "read_file failed: cannot stat `{shown}`: {e}"
-                    ));
-                }
-            };
-            if meta.is_dir() {
-                return ToolOutput::error(format!(
-                    "read_file failed: `{shown}` is a directory; use list_dir to see its entries"
-                ));
-            }
-            if meta.len() > MAX_FILE_BYTES {
-                return ToolOutput::error(format!(
-                    "read_file failed: `{shown}` is {} bytes, larger than the {MAX_FILE_BYTES}-byte limit; use grep or shell (head, sed -n) to look at parts of it",
-                    meta.len()
-                ));
-            }
-            match tokio::fs::read(&resolved.absolute).await {
-                Ok(b) => (b, shown),
-                Err(e) => {
-                    return ToolOutput::error(format!(
-                        "read_file failed: cannot read `{shown}`: {e}"
-                    ));
-                }
+            // Opened beneath the workspace root and type-checked on the handle: a FIFO or a
+            // device is refused before a byte is read.
+            let ws = ctx.workspace.clone();
+            let rel = resolved.beneath.clone();
+            let shown2 = shown.clone();
+            let read = blocking("read_file", move || {
+                ws.read_regular(&rel, &shown2, MAX_FILE_BYTES)
+            })
+            .await;
+            match read {
+                Ok(Ok(bytes)) => (bytes, shown),
+                Ok(Err(e)) => return ToolOutput::error(file_failure("read_file", &e)),
+                Err(out) => return out,
             }
         };
         render(

@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 
 use super::{parse_args, resolve};
 use crate::policy::Subject;
+use crate::sandbox::Invocation;
 use crate::tool::{EffectClass, Tool, ToolContext, ToolOutput, ToolProgress};
 
 /// After the command ends, how long to keep collecting output still held open by a process that
@@ -188,17 +189,16 @@ async fn run(
             ));
         }
     };
-    let mut cmd = tokio::process::Command::new("bash");
-    cmd.arg("-c")
-        .arg(command)
-        .current_dir(workdir)
-        .stdin(Stdio::null())
-        .stdout(writer)
-        .stderr(writer_err)
-        .process_group(0)
-        .kill_on_drop(true);
-    let spawned = ctx.sandbox.spawn(cmd, ctx.workspace.root()).await;
-    // `cmd` (and with it the parent's copies of the pipe's write end) is gone now.
+    let invocation = Invocation {
+        program: "bash".into(),
+        args: vec!["-c".into(), command.to_owned()],
+        workdir: workdir.to_path_buf(),
+        stdout: Stdio::from(writer),
+        stderr: Stdio::from(writer_err),
+    };
+    // The process leads its own process group; stdin is /dev/null.
+    let spawned = ctx.sandbox.spawn(invocation, ctx.workspace.root()).await;
+    // The invocation (and with it the parent's copies of the pipe's write end) is gone now.
     let mut child = match spawned {
         Ok(c) => c,
         Err(e) => {

@@ -12,9 +12,29 @@
 //!    tools and ask for the rest; `accept_edits` also allows `write_file`/`edit_file` inside the
 //!    workspace.
 //!
-//! A shell command is split into the simple commands it runs ([`shell::split_commands`]); each
-//! is decided on its own and the strictest decision wins, so every part must be allowed. A
-//! command that cannot be parsed is never allowed by rules (at best `ask`).
+//! A shell command line is parsed with the bash grammar ([`shell::analyze`]) into the commands
+//! it runs, wrappers unwrapped, `sh -c` scripts and substitutions included:
+//!
+//! - a `deny` or `ask` rule matches the line when it matches one of its commands for some value
+//!   of the command's unknown parts (an expansion, a glob, what `xargs` appends); a deny/ask
+//!   on a name (`shell(git push *)`) also catches the program written as a path; for a
+//!   program keel knows nothing about, the commands its arguments could be count too
+//!   ([`shell::Command::argument_commands`]: `cgexec -g cpu:x rm v` may run `rm v`, `frob
+//!   --hook='make && rm v'` may run `make` and `rm v`);
+//! - a line that cannot be analyzed ([`shell::Analysis::unprovable`]: a computed command name,
+//!   `eval`, input piped into a shell, a syntax error, …) counts as matching **every** `shell`
+//!   deny and ask rule: denied when one exists, else asked when one exists, else what the mode
+//!   gives an unmatched `shell` call (ask in `default`/`accept_edits`, deny in `read_only`,
+//!   run in `bypass`); [`Decision::unprovable`] and the reason say why;
+//! - an `allow` rule with a pattern matches only a line of literal simple commands (no
+//!   assignments, expansions, substitutions, or redirections other than to `/dev/null` or a
+//!   path that resolves inside the workspace — [`Subject::Command`]'s `resolved` paths, made
+//!   when the call is authorized, so that `g/config` with `g -> .git` is `.git/config`; no
+//!   write into `.git`) and only when every command that needs allowing
+//!   ([`shell::Command::needs_allow`]: all but transparent wrappers like `timeout`) matches
+//!   an allow rule for every value of its glob arguments. A bare `allow shell`, or an allow
+//!   rule without wildcards written exactly as the whole line (what `allow_for_session`
+//!   records for a line that is not literal), allows the line as written.
 //!
 //! Path rules of file tools apply to their family: rules on `read_file`, `list_dir`, `glob`,
 //! `grep` cover all four; rules on `write_file`, `edit_file` cover both. A `deny` on a read-family
@@ -159,6 +179,11 @@ pub struct PathAccess {
     pub write: bool,
     /// Whether the path lies inside the workspace.
     pub inside: bool,
+    /// For a shell command: the path is the literal target of one of its redirections (`> f`,
+    /// `< f`), as written or as it resolves. Allow rules with a pattern match a line only
+    /// when every such target resolves inside the workspace and no written one into `.git`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub redirect: bool,
 }
 
 impl PathAccess {
@@ -168,6 +193,7 @@ impl PathAccess {
             path: path.to_owned(),
             write: false,
             inside: !path.starts_with('/') && !path.starts_with(".."),
+            redirect: false,
         }
     }
 
@@ -191,6 +217,13 @@ pub enum Subject {
         command: String,
         /// Paths named in it, workspace-relative like [`Subject::Paths`] (best effort).
         paths: Vec<PathAccess>,
+        /// Whether `paths` were resolved against the workspace when the call was authorized
+        /// ([`crate::ToolRegistry::subject`]): each form a path takes through symlinks is
+        /// listed, and a redirection target that cannot be resolved inside the workspace is
+        /// marked outside. Until then a redirection to a file is not proven to stay a plain
+        /// workspace path, and no allow rule with a pattern matches the line.
+        #[serde(default)]
+        resolved: bool,
     },
     /// File paths (several entries for one path when it has aliases, e.g. through a symlink).
     Paths(Vec<PathAccess>),
@@ -206,26 +239,33 @@ impl Subject {
     pub fn command(command: &str, cwd: &str) -> Self {
         let cwd = cwd.trim_end_matches('/');
         let workdir = (!cwd.is_empty() && cwd != ".").then(|| PathAccess::read(cwd));
-        let named = shell::path_words(command)
+        let analysis = shell::analyze(command);
+        let redirects = shell::redirect_targets(&analysis);
+        let named = shell::path_words_of(&analysis, command)
             .into_iter()
             .map(|(word, write)| {
+                let redirect = redirects
+                    .iter()
+                    .any(|(target, w)| *w == write && target.trim() == word);
                 let path = if word.starts_with('/') || cwd.is_empty() || cwd == "." {
                     word
                 } else {
                     format!("{cwd}/{word}")
                 };
                 let path = path.strip_prefix("./").map(str::to_owned).unwrap_or(path);
-                if write {
+                let access = if write {
                     PathAccess::write(&path)
                 } else {
                     PathAccess::read(&path)
-                }
+                };
+                PathAccess { redirect, ..access }
             })
             .collect::<Vec<_>>();
         let paths = workdir.into_iter().chain(named).collect();
         Self::Command {
             command: command.to_owned(),
             paths,
+            resolved: false,
         }
     }
 }
@@ -262,6 +302,10 @@ pub struct Decision {
     pub reason: String,
     /// The deciding rule, e.g. `deny shell(rm *)`, when a rule decided.
     pub rule: Option<String>,
+    /// For a shell command line that cannot be analyzed ([`shell::Analysis::unprovable`]): why.
+    /// Such a line counted as matching every `shell` deny and ask rule; the reason says so too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unprovable: Option<String>,
 }
 
 impl Decision {
@@ -270,6 +314,7 @@ impl Decision {
             verdict,
             reason,
             rule,
+            unprovable: None,
         }
     }
 }
@@ -302,7 +347,11 @@ impl Policy {
     /// Decides on `request` (see the module docs for the order of precedence).
     pub fn evaluate(&self, request: &PolicyRequest<'_>) -> Decision {
         match request.subject {
-            Subject::Command { command, paths } => self.evaluate_command(request, command, paths),
+            Subject::Command {
+                command,
+                paths,
+                resolved,
+            } => self.evaluate_command(request, command, paths, *resolved),
             _ => self.evaluate_unit(request, None),
         }
     }
@@ -312,22 +361,212 @@ impl Policy {
         request: &PolicyRequest<'_>,
         command: &str,
         paths: &[PathAccess],
+        resolved: bool,
     ) -> Decision {
+        let analysis = shell::analyze(command);
+        let redirects = redirect_problem(paths, resolved);
+        let decision =
+            self.decide_command(request, command, paths, &analysis, redirects.as_deref());
+        Decision {
+            unprovable: analysis.unprovable().map(str::to_owned),
+            ..decision
+        }
+    }
+
+    /// Deny, then ask, then allow, over the commands of a shell line (see the module docs).
+    fn decide_command(
+        &self,
+        request: &PolicyRequest<'_>,
+        command: &str,
+        paths: &[PathAccess],
+        analysis: &shell::Analysis,
+        redirects: Option<&str>,
+    ) -> Decision {
+        let several = analysis.commands().len() > 1;
         // A deny on the raw command line applies whether or not it parses.
         if let Some(rule) = self.matching(request, Some(command), RuleAction::Deny) {
             return deny_by(rule);
+        }
+        if let Some(why) = analysis.unprovable()
+            && let Some(rule) = self.shell_rule(request, RuleAction::Deny)
+        {
+            return Decision::new(
+                Verdict::Deny,
+                format!(
+                    "{why}; a command that cannot be analyzed counts as matching every `shell` deny rule, and rule `{rule}` ({}) denies",
+                    source_name(rule.source)
+                ),
+                Some(rule.to_string()),
+            );
+        }
+        for part in analysis.commands() {
+            if let Some(rule) = self.command_rule(request, part, RuleAction::Deny) {
+                return in_part(deny_by(rule), part, several);
+            }
+        }
+        for part in analysis.commands() {
+            if let Some(decision) = self.argument_rule(request, part, RuleAction::Deny) {
+                return in_part(decision, part, several);
+            }
         }
         // Path rules of file tools cover the paths the command names.
         if let Some(decision) = self.shell_path_decision(paths, RuleAction::Deny) {
             return decision;
         }
-        let decision = self.evaluate_command_parts(request, command);
+        if self.mode == PermissionMode::ReadOnly && request.effect != EffectClass::ReadOnly {
+            return read_only_deny(request.tool);
+        }
+        if let Some(why) = analysis.unprovable()
+            && let Some(rule) = self.shell_rule(request, RuleAction::Ask)
+        {
+            return Decision::new(
+                Verdict::Ask,
+                format!(
+                    "{why}; a command that cannot be analyzed counts as matching every `shell` ask rule, and rule `{rule}` ({}) asks for approval",
+                    source_name(rule.source)
+                ),
+                Some(rule.to_string()),
+            );
+        }
+        for part in analysis.commands() {
+            if let Some(rule) = self.command_rule(request, part, RuleAction::Ask) {
+                return in_part(ask_by(rule), part, several);
+            }
+        }
+        for part in analysis.commands() {
+            if let Some(decision) = self.argument_rule(request, part, RuleAction::Ask) {
+                return in_part(decision, part, several);
+            }
+        }
+        let decision = self.allow_command(request, command, analysis, redirects);
         if decision.verdict == Verdict::Allow
             && let Some(ask) = self.shell_path_decision(paths, RuleAction::Ask)
         {
             return ask;
         }
         decision
+    }
+
+    /// Allow rules over a shell line nothing denied or asked: every command that needs one is
+    /// matched by an allow rule and the line is literal; otherwise the mode decides.
+    fn allow_command(
+        &self,
+        request: &PolicyRequest<'_>,
+        command: &str,
+        analysis: &shell::Analysis,
+        redirects: Option<&str>,
+    ) -> Decision {
+        // A bare `shell` allow rule, or one written exactly as the whole line, allows the line
+        // as written (what was approved is exactly what runs).
+        let whole = self
+            .rules
+            .iter()
+            .filter(|r| r.action == RuleAction::Allow && rule_names_tool(r, request.tool))
+            .find(|r| match &r.pattern.arg {
+                None => true,
+                Some(ArgPattern::Command(p)) => p.is_exact() && p.matches(command.trim()),
+                Some(_) => false,
+            });
+        if let Some(rule) = whole {
+            return allow_by(rule);
+        }
+        let note = if let Some(why) = analysis.unprovable() {
+            format!("{why}, so no allow rule can match it")
+        } else if let Some(why) = analysis.not_literal().or(redirects) {
+            format!(
+                "the command is not made only of literal simple commands ({why}), so no allow rule with a pattern can match it"
+            )
+        } else {
+            let mut first = None;
+            let mut missing = None;
+            for part in analysis.commands().iter().filter(|c| c.needs_allow()) {
+                match self.command_rule(request, part, RuleAction::Allow) {
+                    Some(rule) => {
+                        first.get_or_insert(rule);
+                    }
+                    None => {
+                        missing = Some(part);
+                        break;
+                    }
+                }
+            }
+            match (missing, first) {
+                (None, Some(rule)) => return allow_by(rule),
+                (Some(part), Some(_)) => format!("no allow rule matches `{}`", part.text()),
+                _ => String::new(),
+            }
+        };
+        self.fallback(request, &note)
+    }
+
+    /// The first rule with `action` on the tool of `request`, whatever its argument pattern.
+    fn shell_rule(&self, request: &PolicyRequest<'_>, action: RuleAction) -> Option<&Rule> {
+        self.rules
+            .iter()
+            .find(|r| r.action == action && rule_names_tool(r, request.tool))
+    }
+
+    /// The first rule with `action` matching one command of a shell line: deny and ask rules
+    /// match when some value of the command's unknown parts would match (and also catch the
+    /// program written as a path), allow rules only when every value would.
+    fn command_rule(
+        &self,
+        request: &PolicyRequest<'_>,
+        part: &shell::Command,
+        action: RuleAction,
+    ) -> Option<&Rule> {
+        let tokens = part.tokens();
+        let by_name = part.tokens_by_name();
+        self.rules
+            .iter()
+            .filter(|r| r.action == action && rule_names_tool(r, request.tool))
+            .find(|r| match &r.pattern.arg {
+                None => true,
+                Some(ArgPattern::Command(p)) if action == RuleAction::Allow => {
+                    p.matches_all(&tokens)
+                }
+                Some(ArgPattern::Command(p)) => {
+                    p.matches_some(&tokens) || by_name.as_ref().is_some_and(|t| p.matches_some(t))
+                }
+                Some(_) => false,
+            })
+    }
+
+    /// A deny or ask rule matching a command that the arguments of a program keel has no rule
+    /// for could be ([`shell::Command::argument_commands`]: `choom -n 0 rm v` may run `rm v`),
+    /// as the decision it gives.
+    fn argument_rule(
+        &self,
+        request: &PolicyRequest<'_>,
+        part: &shell::Command,
+        action: RuleAction,
+    ) -> Option<Decision> {
+        for (text, tokens) in part.argument_commands() {
+            let rule = self
+                .rules
+                .iter()
+                .filter(|r| r.action == action && rule_names_tool(r, request.tool))
+                .find(|r| match &r.pattern.arg {
+                    Some(ArgPattern::Command(p)) => p.matches_some(&tokens),
+                    _ => false,
+                });
+            if let Some(rule) = rule {
+                let program = part.text();
+                let program = program.split(' ').next().unwrap_or_default();
+                let base = match action {
+                    RuleAction::Deny => deny_by(rule),
+                    _ => ask_by(rule),
+                };
+                return Some(Decision {
+                    reason: format!(
+                        "`{program}` is not a program keel knows, so its arguments `{text}` may be a command it runs; {}",
+                        base.reason
+                    ),
+                    ..base
+                });
+            }
+        }
+        None
     }
 
     /// The decision of the first path rule with `action` (`deny` or `ask`) covering one of the
@@ -373,88 +612,40 @@ impl Policy {
             })
     }
 
-    /// Splits the command and decides every simple command; the strictest decision wins.
-    fn evaluate_command_parts(&self, request: &PolicyRequest<'_>, command: &str) -> Decision {
-        let parts = match shell::split_commands(command) {
-            Ok(parts) => parts,
-            Err(err) => {
-                let whole = self.evaluate_unit(request, Some(command));
-                let bypassed = self.mode == PermissionMode::Bypass && whole.rule.is_none();
-                if whole.verdict == Verdict::Deny || bypassed {
-                    return whole;
-                }
-                return Decision::new(
-                    Verdict::Ask,
-                    format!(
-                        "the command could not be parsed ({}), so no rule can allow it",
-                        err.0
-                    ),
-                    None,
-                );
-            }
-        };
-        if parts.is_empty() {
-            return self.evaluate_unit(request, Some(command.trim()));
-        }
-        let mut worst: Option<Decision> = None;
-        for part in &parts {
-            let decision = self.evaluate_unit(request, Some(part));
-            let replace = worst.as_ref().is_none_or(|w| decision.verdict > w.verdict);
-            if replace {
-                let verdict = decision.verdict;
-                worst = Some(if parts.len() > 1 && verdict != Verdict::Allow {
-                    Decision {
-                        reason: format!("part `{part}` of the command: {}", decision.reason),
-                        ..decision
-                    }
-                } else {
-                    decision
-                });
-                if verdict == Verdict::Deny {
-                    break;
-                }
-            }
-        }
-        worst.unwrap_or_else(|| self.evaluate_unit(request, Some(command)))
-    }
-
-    /// Decides one unit: the whole call, or one simple command of a shell call.
+    /// Decides a call that is not a shell command line.
     fn evaluate_unit(&self, request: &PolicyRequest<'_>, command: Option<&str>) -> Decision {
         if let Some(rule) = self.matching(request, command, RuleAction::Deny) {
             return deny_by(rule);
         }
         if self.mode == PermissionMode::ReadOnly && request.effect != EffectClass::ReadOnly {
-            return Decision::new(
-                Verdict::Deny,
-                format!(
-                    "permission mode read_only: `{}` can write, and nothing that writes runs in this mode",
-                    request.tool
-                ),
-                None,
-            );
+            return read_only_deny(request.tool);
         }
         if let Some(rule) = self.matching(request, command, RuleAction::Ask) {
-            return Decision::new(
-                Verdict::Ask,
-                format!(
-                    "rule `{rule}` ({}) asks for approval",
-                    source_name(rule.source)
-                ),
-                Some(rule.to_string()),
-            );
+            return ask_by(rule);
         }
         if let Some(rule) = self.matching(request, command, RuleAction::Allow) {
-            return Decision::new(
-                Verdict::Allow,
-                format!("allowed by rule `{rule}` ({})", source_name(rule.source)),
-                Some(rule.to_string()),
-            );
+            return allow_by(rule);
         }
+        self.fallback(request, "")
+    }
+
+    /// What the mode gives a call no rule decided; `note` (when not empty) says why no allow
+    /// rule matched.
+    fn fallback(&self, request: &PolicyRequest<'_>, note: &str) -> Decision {
         let read_only = request.effect == EffectClass::ReadOnly;
-        match self.mode {
-            PermissionMode::Bypass => {
-                Decision::new(Verdict::Allow, "permission mode bypass".into(), None)
+        let with_note = |reason: String| {
+            if note.is_empty() {
+                reason
+            } else {
+                format!("{reason}; {note}")
             }
+        };
+        match self.mode {
+            PermissionMode::Bypass => Decision::new(
+                Verdict::Allow,
+                with_note("permission mode bypass".into()),
+                None,
+            ),
             PermissionMode::Default | PermissionMode::ReadOnly if read_only => Decision::new(
                 Verdict::Allow,
                 "read-only tools run without asking".into(),
@@ -470,17 +661,16 @@ impl Policy {
                 "permission mode accept_edits: file edits inside the workspace run".into(),
                 None,
             ),
-            PermissionMode::Default | PermissionMode::ReadOnly | PermissionMode::AcceptEdits => {
-                Decision::new(
-                    Verdict::Ask,
-                    format!(
-                        "permission mode {}: `{}` is not read-only and no rule allows it",
-                        mode_name(self.mode),
-                        request.tool
-                    ),
-                    None,
-                )
-            }
+            PermissionMode::ReadOnly => read_only_deny(request.tool),
+            PermissionMode::Default | PermissionMode::AcceptEdits => Decision::new(
+                Verdict::Ask,
+                with_note(format!(
+                    "permission mode {}: `{}` is not read-only and no rule allows it",
+                    mode_name(self.mode),
+                    request.tool
+                )),
+                None,
+            ),
         }
     }
 
@@ -511,7 +701,8 @@ impl Policy {
 }
 
 /// Rules an `allow_for_session` decision adds so that the same call runs without asking again:
-/// one exact `shell(<part>)` rule per simple command, one exact path rule per written or read path,
+/// one exact `shell(<part>)` rule per command of a literal line (the exact line otherwise), one
+/// exact path rule per written or read path,
 /// or the whole tool for anything else.
 pub fn session_rules_for(tool: &str, subject: &Subject) -> Vec<Rule> {
     let rule = |pattern: RulePattern| Rule {
@@ -520,13 +711,36 @@ pub fn session_rules_for(tool: &str, subject: &Subject) -> Vec<Rule> {
         source: RuleSource::Session,
     };
     match subject {
-        Subject::Command { command, .. } => match shell::split_commands(command) {
-            Ok(parts) if !parts.is_empty() => parts
+        Subject::Command {
+            command,
+            paths,
+            resolved,
+        } => {
+            // A literal line: one exact rule per command that needs allowing. Anything else
+            // (assignments, expansions, unprovable lines, redirections not proven to stay in
+            // the workspace): the exact line, which allow rules match as written.
+            let analysis = shell::analyze(command);
+            let redirects = redirect_problem(paths, *resolved);
+            let parts: Option<Vec<String>> = analysis
+                .commands()
                 .iter()
-                .map(|p| rule(RulePattern::exact_command(p)))
-                .collect(),
-            _ => vec![rule(RulePattern::exact_command(command.trim()))],
-        },
+                .filter(|c| c.needs_allow())
+                .map(shell::Command::exact_text)
+                .collect();
+            match parts {
+                Some(parts)
+                    if analysis.not_literal().is_none()
+                        && redirects.is_none()
+                        && !parts.is_empty() =>
+                {
+                    parts
+                        .iter()
+                        .map(|p| rule(RulePattern::exact_command(p)))
+                        .collect()
+                }
+                _ => vec![rule(RulePattern::exact_command(command.trim()))],
+            }
+        }
         Subject::Paths(paths) if FILE_TOOLS.contains(&tool) => paths
             .iter()
             .filter_map(|p| RulePattern::exact_path(tool, &p.path).ok())
@@ -539,9 +753,37 @@ pub fn session_rules_for(tool: &str, subject: &Subject) -> Vec<Rule> {
     }
 }
 
-fn rule_matches(rule: &Rule, request: &PolicyRequest<'_>, command: Option<&str>) -> bool {
-    let tool = request.tool;
-    let name_ok = if rule.pattern.matches_tool_name(tool) {
+/// Why the redirections of a shell command keep it from being literal, if they do: a target
+/// that resolves outside the workspace (or could not be resolved), a written one that resolves
+/// into `.git` (whose hooks and config git runs), or any redirection to a file when the paths
+/// were not resolved against the workspace (`resolved` false).
+fn redirect_problem(paths: &[PathAccess], resolved: bool) -> Option<String> {
+    let target = paths
+        .iter()
+        .filter(|p| p.redirect)
+        .find(|p| !resolved || !p.inside || (p.write && p.path.split('/').any(|c| c == ".git")))?;
+    Some(if !resolved {
+        format!(
+            "it redirects to `{}`, which was not resolved against the workspace",
+            target.path
+        )
+    } else if !target.inside {
+        format!(
+            "it redirects to `{}`, which is outside the workspace or cannot be resolved inside it",
+            target.path
+        )
+    } else {
+        format!(
+            "it writes `{}`, inside `.git`, whose hooks and config git runs",
+            target.path
+        )
+    })
+}
+
+/// Whether `rule` names `tool`: by name or glob, or through its file-tool family (a `deny` on a
+/// read-family tool also names the write family).
+fn rule_names_tool(rule: &Rule, tool: &str) -> bool {
+    if rule.pattern.matches_tool_name(tool) {
         true
     } else if let Some(rule_tool) = rule.pattern.tool_name() {
         same_family(rule_tool, tool)
@@ -550,8 +792,11 @@ fn rule_matches(rule: &Rule, request: &PolicyRequest<'_>, command: Option<&str>)
                 && WRITE_FAMILY.contains(&tool))
     } else {
         false
-    };
-    if !name_ok {
+    }
+}
+
+fn rule_matches(rule: &Rule, request: &PolicyRequest<'_>, command: Option<&str>) -> bool {
+    if !rule_names_tool(rule, request.tool) {
         return false;
     }
     let Some(arg) = &rule.pattern.arg else {
@@ -612,6 +857,46 @@ fn deny_by(rule: &Rule) -> Decision {
         format!("denied by rule `{rule}` ({})", source_name(rule.source)),
         Some(rule.to_string()),
     )
+}
+
+fn ask_by(rule: &Rule) -> Decision {
+    Decision::new(
+        Verdict::Ask,
+        format!(
+            "rule `{rule}` ({}) asks for approval",
+            source_name(rule.source)
+        ),
+        Some(rule.to_string()),
+    )
+}
+
+fn allow_by(rule: &Rule) -> Decision {
+    Decision::new(
+        Verdict::Allow,
+        format!("allowed by rule `{rule}` ({})", source_name(rule.source)),
+        Some(rule.to_string()),
+    )
+}
+
+fn read_only_deny(tool: &str) -> Decision {
+    Decision::new(
+        Verdict::Deny,
+        format!(
+            "permission mode read_only: `{tool}` can write, and nothing that writes runs in this mode"
+        ),
+        None,
+    )
+}
+
+/// `decision` about one command of a line with several, naming that command.
+fn in_part(decision: Decision, part: &shell::Command, several: bool) -> Decision {
+    if !several {
+        return decision;
+    }
+    Decision {
+        reason: format!("part `{}` of the command: {}", part.text(), decision.reason),
+        ..decision
+    }
 }
 
 fn source_name(source: RuleSource) -> &'static str {

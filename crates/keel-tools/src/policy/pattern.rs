@@ -188,24 +188,239 @@ impl CommandPattern {
         Self { tokens, prefix }
     }
 
+    /// Whether the pattern has no wildcard (it matches one text only).
+    pub(crate) fn is_exact(&self) -> bool {
+        self.prefix.is_none() && !self.tokens.contains(&GlobToken::Star)
+    }
+
     pub(crate) fn matches(&self, command: &str) -> bool {
-        if glob_match(&self.tokens, command) {
-            return true;
+        self.alternatives()
+            .iter()
+            .any(|tokens| glob_match(tokens, command))
+    }
+
+    /// The glob alternatives this pattern stands for: the pattern itself and, for a trailing
+    /// ` *` / `:*`, the bare prefix and the prefix followed by a space and arguments.
+    fn alternatives(&self) -> Vec<Vec<GlobToken>> {
+        let mut out = vec![self.tokens.clone()];
+        if let Some(prefix) = &self.prefix {
+            out.push(prefix.clone());
+            let mut with_space = prefix.clone();
+            with_space.push(GlobToken::Literal(' '));
+            with_space.push(GlobToken::Star);
+            out.push(with_space);
         }
-        match &self.prefix {
-            Some(prefix) => {
-                if glob_match(prefix, command) {
-                    return true;
-                }
-                // `npm run test:*` style: prefix followed by a space and arguments.
-                let mut with_space = prefix.clone();
-                with_space.push(GlobToken::Literal(' '));
-                with_space.push(GlobToken::Star);
-                glob_match(&with_space, command)
-            }
-            None => false,
+        out
+    }
+
+    /// Whether some text the command `command` can stand for matches: each
+    /// [`CmdTok::Any`] may be any text. Used by `deny` and `ask` rules, which must catch a
+    /// command whenever one of its possible values would match. Conservative (true) when the
+    /// search grows past its bound.
+    pub(crate) fn matches_some(&self, command: &[CmdTok]) -> bool {
+        if let Some(text) = literal_text(command) {
+            return self.matches(&text);
+        }
+        self.alternatives()
+            .iter()
+            .any(|tokens| intersects(tokens, command).unwrap_or(true))
+    }
+
+    /// Whether every text the command `command` can stand for matches. Used by `allow` rules for
+    /// commands with unknown parts that are not expansions (glob arguments, what `xargs` and
+    /// `find -exec` add). Conservative (false) when the search grows past its bound.
+    pub(crate) fn matches_all(&self, command: &[CmdTok]) -> bool {
+        if let Some(text) = literal_text(command) {
+            return self.matches(&text);
+        }
+        includes(&self.alternatives(), command).unwrap_or(false)
+    }
+}
+
+/// One character of a command as rules see it, or a part whose text is not known statically.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CmdTok {
+    /// A known character.
+    Char(char),
+    /// Any text, possibly empty (a glob, an expansion, arguments `xargs` appends).
+    Any,
+}
+
+fn literal_text(command: &[CmdTok]) -> Option<String> {
+    command
+        .iter()
+        .map(|t| match t {
+            CmdTok::Char(c) => Some(*c),
+            CmdTok::Any => None,
+        })
+        .collect()
+}
+
+/// Bound on the states the matching searches explore; past it the answer is conservative.
+const SEARCH_LIMIT: usize = 50_000;
+
+/// A character that appears in neither the pattern nor the command: stands for all the others.
+const OTHER: char = '\u{10FFFD}';
+
+/// The epsilon closure of glob position `p` (a star may match nothing).
+fn glob_closure(tokens: &[GlobToken], mut p: usize, out: &mut Vec<usize>) {
+    loop {
+        if !out.contains(&p) {
+            out.push(p);
+        }
+        if tokens.get(p) == Some(&GlobToken::Star) {
+            p += 1;
+        } else {
+            return;
         }
     }
+}
+
+/// Glob positions reached from `p` by reading `c` (before closure).
+fn glob_step(tokens: &[GlobToken], p: usize, c: char) -> Option<usize> {
+    match tokens.get(p)? {
+        GlobToken::Star => Some(p),
+        GlobToken::Literal(l) if *l == c => Some(p + 1),
+        GlobToken::Literal(_) => None,
+    }
+}
+
+fn alphabet(patterns: &[&[GlobToken]], command: &[CmdTok]) -> Vec<char> {
+    let mut chars: Vec<char> = patterns
+        .iter()
+        .flat_map(|t| t.iter())
+        .filter_map(|t| match t {
+            GlobToken::Literal(c) => Some(*c),
+            GlobToken::Star => None,
+        })
+        .chain(command.iter().filter_map(|t| match t {
+            CmdTok::Char(c) => Some(*c),
+            CmdTok::Any => None,
+        }))
+        .collect();
+    chars.push(OTHER);
+    chars.sort_unstable();
+    chars.dedup();
+    chars
+}
+
+/// Command positions reached from `i` without reading (an `Any` may be empty).
+fn cmd_closure(command: &[CmdTok], mut i: usize, out: &mut Vec<usize>) {
+    loop {
+        if !out.contains(&i) {
+            out.push(i);
+        }
+        if command.get(i) == Some(&CmdTok::Any) {
+            i += 1;
+        } else {
+            return;
+        }
+    }
+}
+
+/// Whether some string matches both glob `tokens` and `command`; `None` past the bound.
+fn intersects(tokens: &[GlobToken], command: &[CmdTok]) -> Option<bool> {
+    let sigma = alphabet(&[tokens], command);
+    let start = {
+        let (mut is, mut ps) = (Vec::new(), Vec::new());
+        cmd_closure(command, 0, &mut is);
+        glob_closure(tokens, 0, &mut ps);
+        is.iter()
+            .flat_map(|i| ps.iter().map(move |p| (*i, *p)))
+            .collect::<Vec<_>>()
+    };
+    let mut seen: std::collections::HashSet<(usize, usize)> = start.iter().copied().collect();
+    let mut queue = start;
+    while let Some((i, p)) = queue.pop() {
+        if i == command.len() && p == tokens.len() {
+            return Some(true);
+        }
+        if seen.len() > SEARCH_LIMIT {
+            return None;
+        }
+        for &c in &sigma {
+            let next_i = match command.get(i) {
+                Some(CmdTok::Any) => Some(i),
+                Some(CmdTok::Char(k)) if *k == c => Some(i + 1),
+                _ => None,
+            };
+            let (Some(ni), Some(np)) = (next_i, glob_step(tokens, p, c)) else {
+                continue;
+            };
+            let (mut is, mut ps) = (Vec::new(), Vec::new());
+            cmd_closure(command, ni, &mut is);
+            glob_closure(tokens, np, &mut ps);
+            for &a in &is {
+                for &b in &ps {
+                    if seen.insert((a, b)) {
+                        queue.push((a, b));
+                    }
+                }
+            }
+        }
+    }
+    Some(false)
+}
+
+/// Whether every string `command` stands for matches one of `alternatives`; `None` past the
+/// bound. Explores the command's positions against the set of pattern positions reached so far
+/// (the subset construction of the patterns' automaton).
+fn includes(alternatives: &[Vec<GlobToken>], command: &[CmdTok]) -> Option<bool> {
+    type Set = Vec<(usize, usize)>;
+    let refs: Vec<&[GlobToken]> = alternatives.iter().map(Vec::as_slice).collect();
+    let sigma = alphabet(&refs, command);
+    let close = |set: Vec<(usize, usize)>| -> Set {
+        let mut out: Set = Vec::new();
+        for (alt, p) in set {
+            let mut ps = Vec::new();
+            glob_closure(&alternatives[alt], p, &mut ps);
+            for q in ps {
+                if !out.contains(&(alt, q)) {
+                    out.push((alt, q));
+                }
+            }
+        }
+        out.sort_unstable();
+        out
+    };
+    let step = |set: &Set, c: char| -> Set {
+        close(
+            set.iter()
+                .filter_map(|&(alt, p)| glob_step(&alternatives[alt], p, c).map(|q| (alt, q)))
+                .collect(),
+        )
+    };
+    let accepting = |set: &Set| set.iter().any(|&(alt, p)| p == alternatives[alt].len());
+    let start = close((0..alternatives.len()).map(|a| (a, 0)).collect());
+    let mut seen: std::collections::HashSet<(usize, Set)> = std::collections::HashSet::new();
+    let mut queue = vec![(0usize, start)];
+    while let Some((i, set)) = queue.pop() {
+        if !seen.insert((i, set.clone())) {
+            continue;
+        }
+        if seen.len() > SEARCH_LIMIT {
+            return None;
+        }
+        if set.is_empty() {
+            // Dead: every way to finish the command from here fails to match.
+            return Some(false);
+        }
+        match command.get(i) {
+            None => {
+                if !accepting(&set) {
+                    return Some(false);
+                }
+            }
+            Some(CmdTok::Char(c)) => queue.push((i + 1, step(&set, *c))),
+            Some(CmdTok::Any) => {
+                queue.push((i + 1, set.clone()));
+                for &c in &sigma {
+                    queue.push((i, step(&set, c)));
+                }
+            }
+        }
+    }
+    Some(true)
 }
 
 impl PathPattern {

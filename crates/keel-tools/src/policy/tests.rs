@@ -495,12 +495,12 @@ const CASES: &[Case<'static>] = &[
         expect: D,
     },
     Case {
-        name: "leading assignments are stripped",
+        name: "an assignment prefix keeps allow rules from matching",
         mode: DF,
         rules: &[("allow", "shell(cargo test *)")],
         tool: "shell",
         subject: S::Cmd("RUST_LOG=debug cargo test"),
-        expect: A,
+        expect: Q,
     },
     Case {
         name: "nested wrappers are stripped",
@@ -957,6 +957,382 @@ const CASES: &[Case<'static>] = &[
         subject: S::Cmd("./git status"),
         expect: Q,
     },
+    // --- literal lines: what allow rules can prove (issue 11 item 9) ---------------------------
+    Case {
+        name: "safe literal git status is allowed",
+        mode: DF,
+        rules: &[("allow", "shell(git status)")],
+        tool: "shell",
+        subject: S::Cmd("git status"),
+        expect: A,
+    },
+    Case {
+        name: "safe literal ls with options is allowed",
+        mode: DF,
+        rules: &[("allow", "shell(ls *)")],
+        tool: "shell",
+        subject: S::Cmd("ls -la src"),
+        expect: A,
+    },
+    Case {
+        name: "redirection to /dev/null keeps a line literal",
+        mode: DF,
+        rules: &[("allow", "shell(cargo test *)")],
+        tool: "shell",
+        subject: S::Cmd("cargo test -p x 2>/dev/null"),
+        expect: A,
+    },
+    Case {
+        name: "a pipeline of allowed commands is allowed",
+        mode: DF,
+        rules: &[("allow", "shell(grep *)"), ("allow", "shell(head *)")],
+        tool: "shell",
+        subject: S::Cmd("grep -rn foo . | head -5"),
+        expect: A,
+    },
+    Case {
+        name: "descriptor duplication keeps a line literal",
+        mode: DF,
+        rules: &[
+            ("allow", "shell(cargo build *)"),
+            ("allow", "shell(tail *)"),
+        ],
+        tool: "shell",
+        subject: S::Cmd("cargo build 2>&1 | tail -n 20"),
+        expect: A,
+    },
+    Case {
+        name: "redirection into a workspace file keeps a line literal",
+        mode: DF,
+        rules: &[("allow", "shell(echo *)")],
+        tool: "shell",
+        subject: S::Cmd("echo hi > out/log.txt"),
+        expect: A,
+    },
+    Case {
+        name: "redirection outside the workspace is not literal",
+        mode: DF,
+        rules: &[("allow", "shell(ls *)")],
+        tool: "shell",
+        subject: S::Cmd("ls > /tmp/x"),
+        expect: Q,
+    },
+    Case {
+        name: "redirection through .. is not literal",
+        mode: DF,
+        rules: &[("allow", "shell(ls *)")],
+        tool: "shell",
+        subject: S::Cmd("ls 2> ../x"),
+        expect: Q,
+    },
+    Case {
+        name: "input redirection from outside the workspace is not literal",
+        mode: DF,
+        rules: &[("allow", "shell(cat *)")],
+        tool: "shell",
+        subject: S::Cmd("cat < /etc/passwd"),
+        expect: Q,
+    },
+    Case {
+        name: "a redirection into .git is not literal (hooks run from there)",
+        mode: DF,
+        rules: &[("allow", "shell(echo *)")],
+        tool: "shell",
+        subject: S::Cmd("echo 'rm -rf ~' > .git/hooks/pre-commit"),
+        expect: Q,
+    },
+    Case {
+        name: "cd out of the workspace makes relative redirections not literal",
+        mode: DF,
+        rules: &[("allow", "shell(cd *)"), ("allow", "shell(echo *)")],
+        tool: "shell",
+        subject: S::Cmd("cd .. && echo hi > x"),
+        expect: Q,
+    },
+    Case {
+        name: "a redirection after cd is not literal (its target is not resolved from there)",
+        mode: DF,
+        rules: &[("allow", "shell(cd *)"), ("allow", "shell(echo *)")],
+        tool: "shell",
+        subject: S::Cmd("cd src && echo hi > x"),
+        expect: Q,
+    },
+    Case {
+        name: "cd with a redirection only to /dev/null stays literal",
+        mode: DF,
+        rules: &[("allow", "shell(cd *)"), ("allow", "shell(cargo build *)")],
+        tool: "shell",
+        subject: S::Cmd("cd src && cargo build 2>/dev/null"),
+        expect: A,
+    },
+    Case {
+        name: "a parameter expansion in an argument is not literal",
+        mode: DF,
+        rules: &[("allow", "shell(ls *)")],
+        tool: "shell",
+        subject: S::Cmd("ls $HOME"),
+        expect: Q,
+    },
+    Case {
+        name: "a tilde is an expansion",
+        mode: DF,
+        rules: &[("allow", "shell(ls *)")],
+        tool: "shell",
+        subject: S::Cmd("ls ~"),
+        expect: Q,
+    },
+    Case {
+        name: "a substitution is not literal even when its command is allowed",
+        mode: DF,
+        rules: &[("allow", "shell(echo *)"), ("allow", "shell(date)")],
+        tool: "shell",
+        subject: S::Cmd("echo $(date)"),
+        expect: Q,
+    },
+    Case {
+        name: "a glob argument is allowed when the rule covers every expansion",
+        mode: DF,
+        rules: &[("allow", "shell(ls *)")],
+        tool: "shell",
+        subject: S::Cmd("ls *.rs"),
+        expect: A,
+    },
+    Case {
+        name: "a glob argument the rule does not cover asks",
+        mode: DF,
+        rules: &[("allow", "shell(git add src/*)")],
+        tool: "shell",
+        subject: S::Cmd("git add *.rs"),
+        expect: Q,
+    },
+    Case {
+        name: "a glob in the command name is unprovable",
+        mode: DF,
+        rules: &[("allow", "shell(*)")],
+        tool: "shell",
+        subject: S::Cmd("/bin/l? -la"),
+        expect: Q,
+    },
+    Case {
+        name: "what xargs appends must be covered by the allow rule",
+        mode: DF,
+        rules: &[("allow", "shell(find *)"), ("allow", "shell(wc *)")],
+        tool: "shell",
+        subject: S::Cmd("find . -name '*.rs' | xargs wc -l"),
+        expect: A,
+    },
+    Case {
+        name: "an exact allow rule does not cover what xargs appends",
+        mode: DF,
+        rules: &[("allow", "shell(find *)"), ("allow", "shell(wc -l)")],
+        tool: "shell",
+        subject: S::Cmd("find . -name '*.rs' | xargs wc -l"),
+        expect: Q,
+    },
+    Case {
+        name: "the command of find -exec needs its own allow rule",
+        mode: DF,
+        rules: &[("allow", "shell(find *)")],
+        tool: "shell",
+        subject: S::Cmd("find . -name '*.o' -exec rm {} \\;"),
+        expect: Q,
+    },
+    Case {
+        name: "sudo needs an allow rule of its own",
+        mode: DF,
+        rules: &[("allow", "shell(ls *)")],
+        tool: "shell",
+        subject: S::Cmd("sudo ls /root"),
+        expect: Q,
+    },
+    Case {
+        name: "sudo and its command both allowed",
+        mode: DF,
+        rules: &[("allow", "shell(ls *)"), ("allow", "shell(sudo ls *)")],
+        tool: "shell",
+        subject: S::Cmd("sudo ls /root"),
+        expect: A,
+    },
+    Case {
+        name: "a wrapper given by a relative path needs its own allow rule",
+        mode: DF,
+        rules: &[("allow", "shell(ls)")],
+        tool: "shell",
+        subject: S::Cmd("./env ls"),
+        expect: Q,
+    },
+    Case {
+        name: "an allow rule written as the whole line allows it",
+        mode: DF,
+        rules: &[("allow", "shell(bash -c ls)")],
+        tool: "shell",
+        subject: S::Cmd("bash -c ls"),
+        expect: A,
+    },
+    Case {
+        name: "BASH_ENV prefix keeps the bash -c ls rule from matching",
+        mode: DF,
+        rules: &[("allow", "shell(bash -c ls)"), ("allow", "shell(ls)")],
+        tool: "shell",
+        subject: S::Cmd("BASH_ENV=./evil.sh bash -c ls"),
+        expect: Q,
+    },
+    Case {
+        name: "PATH prefix keeps the ls rule from matching",
+        mode: DF,
+        rules: &[("allow", "shell(ls)")],
+        tool: "shell",
+        subject: S::Cmd("PATH=.:$PATH ls"),
+        expect: Q,
+    },
+    Case {
+        name: "an env assignment through env keeps allow rules from matching",
+        mode: DF,
+        rules: &[("allow", "shell(cargo test *)")],
+        tool: "shell",
+        subject: S::Cmd("env RUST_LOG=debug cargo test"),
+        expect: Q,
+    },
+    Case {
+        name: "a session approval of a line that is not literal allows exactly that line",
+        mode: DF,
+        rules: &[("allow-session", "shell(RUST_LOG=debug cargo test)")],
+        tool: "shell",
+        subject: S::Cmd("RUST_LOG=debug cargo test"),
+        expect: A,
+    },
+    Case {
+        name: "a session approval of one line does not allow another",
+        mode: DF,
+        rules: &[("allow-session", "shell(RUST_LOG=debug cargo test)")],
+        tool: "shell",
+        subject: S::Cmd("RUST_LOG=debug cargo test; touch m"),
+        expect: Q,
+    },
+    // --- deny and ask over unknown parts; unprovable lines (issue 11 item 8) -------------------
+    Case {
+        name: "deny matches when an expanded argument could make it match",
+        mode: BY,
+        rules: &[("deny", "shell(git push --force *)")],
+        tool: "shell",
+        subject: S::Cmd("git push $FLAGS origin"),
+        expect: D,
+    },
+    Case {
+        name: "deny does not match when no value of the arguments could",
+        mode: BY,
+        rules: &[("deny", "shell(git push *)")],
+        tool: "shell",
+        subject: S::Cmd("git status $X"),
+        expect: A,
+    },
+    Case {
+        name: "an unprovable line meets an unrelated shell deny rule",
+        mode: BY,
+        rules: &[("deny", "shell(git push *)")],
+        tool: "shell",
+        subject: S::Cmd("eval ls"),
+        expect: D,
+    },
+    Case {
+        name: "an unprovable line meets every shell ask rule",
+        mode: BY,
+        rules: &[("ask", "shell(git push *)")],
+        tool: "shell",
+        subject: S::Cmd("$(cat cmd) x"),
+        expect: Q,
+    },
+    Case {
+        name: "an unprovable line asks in default mode even with a matching allow",
+        mode: DF,
+        rules: &[("allow", "shell(eval *)")],
+        tool: "shell",
+        subject: S::Cmd("eval ls"),
+        expect: Q,
+    },
+    Case {
+        name: "an unprovable line runs in bypass when no shell rule denies or asks",
+        mode: BY,
+        rules: &[("deny", "read_file(./secrets/**)")],
+        tool: "shell",
+        subject: S::Cmd("echo ls | sh"),
+        expect: A,
+    },
+    Case {
+        name: "a bare allow shell rule runs an unprovable line",
+        mode: DF,
+        rules: &[("allow", "shell")],
+        tool: "shell",
+        subject: S::Cmd("echo ls | sh"),
+        expect: A,
+    },
+    Case {
+        name: "a bare allow shell rule does not beat a deny on an unprovable line",
+        mode: DF,
+        rules: &[("allow", "shell"), ("deny", "shell(rm *)")],
+        tool: "shell",
+        subject: S::Cmd("a=rm; $a v"),
+        expect: D,
+    },
+    Case {
+        name: "doas does not hide the command",
+        mode: BY,
+        rules: &[("deny", "shell(rm *)")],
+        tool: "shell",
+        subject: S::Cmd("doas -u root rm v"),
+        expect: D,
+    },
+    Case {
+        name: "a deny on the wrapper itself matches",
+        mode: BY,
+        rules: &[("deny", "shell(sudo *)")],
+        tool: "shell",
+        subject: S::Cmd("timeout 5 sudo ls"),
+        expect: D,
+    },
+    Case {
+        name: "a zsh script is unprovable",
+        mode: BY,
+        rules: &[("deny", "shell(rm *)")],
+        tool: "shell",
+        subject: S::Cmd("zsh -c 'ls'"),
+        expect: D,
+    },
+    Case {
+        name: "python running a script file is analyzed as a program",
+        mode: DF,
+        rules: &[
+            ("allow", "shell(python3 scripts/*)"),
+            ("deny", "shell(rm *)"),
+        ],
+        tool: "shell",
+        subject: S::Cmd("python3 scripts/check.py --fast"),
+        expect: A,
+    },
+    Case {
+        name: "awk without commands in its program is analyzed as a program",
+        mode: DF,
+        rules: &[("allow", "shell(awk *)"), ("deny", "shell(rm *)")],
+        tool: "shell",
+        subject: S::Cmd("awk -F: '{print $1}' /etc/passwd"),
+        expect: A,
+    },
+    Case {
+        name: "sed without the e command is analyzed as a program",
+        mode: DF,
+        rules: &[("allow", "shell(sed *)"), ("deny", "shell(rm *)")],
+        tool: "shell",
+        subject: S::Cmd("sed -i 's/error/warning/g' src/a.rs"),
+        expect: A,
+    },
+    Case {
+        name: "git with a data-only -c key is analyzed as a program",
+        mode: DF,
+        rules: &[("allow", "shell(git *)"), ("deny", "shell(rm *)")],
+        tool: "shell",
+        subject: S::Cmd("git -c user.name=bot -c color.ui=false log --oneline"),
+        expect: A,
+    },
     // --- other tools --------------------------------------------------------------------------
     Case {
         name: "mcp server wildcard allows its tools",
@@ -1017,6 +1393,390 @@ const CASES: &[Case<'static>] = &[
         subject: S::Cmd("npm install"),
         expect: D,
     },
+    Case {
+        name: "mysql -e with the system client command is unprovable",
+        mode: DF,
+        rules: &[("deny", "shell(rm *)")],
+        tool: "shell",
+        subject: S::Cmd("mysql -e 'system rm v'"),
+        expect: D,
+    },
+    Case {
+        name: "mariadb -e with \\! is unprovable",
+        mode: DF,
+        rules: &[("deny", "shell(rm *)")],
+        tool: "shell",
+        subject: S::Cmd("mariadb -e '\\! rm v'"),
+        expect: D,
+    },
+    Case {
+        name: "mysql --execute abbreviated is read as --execute",
+        mode: DF,
+        rules: &[("deny", "shell(rm *)")],
+        tool: "shell",
+        subject: S::Cmd("mysql --exec='system rm v'"),
+        expect: D,
+    },
+    Case {
+        name: "mysql without -e reads commands from standard input",
+        mode: DF,
+        rules: &[("deny", "shell(rm *)")],
+        tool: "shell",
+        subject: S::Cmd("mysql < dump.sql"),
+        expect: D,
+    },
+    Case {
+        name: "psql -c with \\! is unprovable",
+        mode: DF,
+        rules: &[("deny", "shell(rm *)")],
+        tool: "shell",
+        subject: S::Cmd("psql -c '\\! rm v'"),
+        expect: D,
+    },
+    Case {
+        name: "psql --command abbreviated is read as --command",
+        mode: DF,
+        rules: &[("deny", "shell(rm *)")],
+        tool: "shell",
+        subject: S::Cmd("psql --comm='\\! rm v'"),
+        expect: D,
+    },
+    Case {
+        name: "psql -o into a pipe is unprovable",
+        mode: DF,
+        rules: &[("deny", "shell(rm *)")],
+        tool: "shell",
+        subject: S::Cmd("psql -c 'select 1' -o '|rm v'"),
+        expect: D,
+    },
+    Case {
+        name: "dpkg --post-invoke is unprovable",
+        mode: DF,
+        rules: &[("deny", "shell(rm *)")],
+        tool: "shell",
+        subject: S::Cmd("dpkg --post-invoke='rm v' --configure -a"),
+        expect: D,
+    },
+    Case {
+        name: "apt-get -o can name a command (DPkg::Post-Invoke)",
+        mode: DF,
+        rules: &[("deny", "shell(rm *)")],
+        tool: "shell",
+        subject: S::Cmd("apt-get -o DPkg::Post-Invoke::='rm v' install x"),
+        expect: D,
+    },
+    Case {
+        name: "ruby -0e runs code (digits, then more switches)",
+        mode: DF,
+        rules: &[("deny", "shell(rm *)")],
+        tool: "shell",
+        subject: S::Cmd("ruby -0e 'File.delete \"v\"'"),
+        expect: D,
+    },
+    Case {
+        name: "an unknown wrapper running a denied command is denied",
+        mode: DF,
+        rules: &[("deny", "shell(rm *)")],
+        tool: "shell",
+        subject: S::Cmd("cgexec -g cpu:x rm v"),
+        expect: D,
+    },
+    Case {
+        name: "an unknown wrapper running a denied command by path is denied",
+        mode: DF,
+        rules: &[("deny", "shell(rm *)")],
+        tool: "shell",
+        subject: S::Cmd("daemonize /bin/rm v"),
+        expect: D,
+    },
+    Case {
+        name: "an unknown program's arguments naming another program are not denied",
+        mode: DF,
+        rules: &[("deny", "shell(rm *)")],
+        tool: "shell",
+        subject: S::Cmd("cgexec -g cpu:x ls v"),
+        expect: Q,
+    },
+    Case {
+        name: "an unknown program's --opt=VALUE holding a denied command is denied",
+        mode: BY,
+        rules: &[("deny", "shell(rm *)"), ("allow", "shell(frob *)")],
+        tool: "shell",
+        subject: S::Cmd("frob --hook='make && rm v'"),
+        expect: D,
+    },
+    Case {
+        name: "an unknown program's option value naming an asked command asks despite its allow rule",
+        mode: DF,
+        rules: &[("ask", "shell(git push *)"), ("allow", "shell(frob *)")],
+        tool: "shell",
+        subject: S::Cmd("frob --then='git push origin'"),
+        expect: Q,
+    },
+    Case {
+        name: "an unknown program's option value that names nothing denied is granted by its allow rule",
+        mode: DF,
+        rules: &[("deny", "shell(rm *)"), ("allow", "shell(frob *)")],
+        tool: "shell",
+        subject: S::Cmd("frob --format='%s (%d)' --level=3"),
+        expect: A,
+    },
+    Case {
+        name: "sort is known now: a file named rm is data",
+        mode: DF,
+        rules: &[("deny", "shell(rm *)"), ("allow", "shell(sort *)")],
+        tool: "shell",
+        subject: S::Cmd("sort -o out rm"),
+        expect: A,
+    },
+    Case {
+        name: "sort --compress-program needs the program allowed too",
+        mode: DF,
+        rules: &[("allow", "shell(sort *)")],
+        tool: "shell",
+        subject: S::Cmd("sort -S 1M --compress-program=gzip big"),
+        expect: Q,
+    },
+    Case {
+        name: "sort --compress-program with the program allowed is allowed",
+        mode: DF,
+        rules: &[("allow", "shell(sort *)"), ("allow", "shell(gzip *)")],
+        tool: "shell",
+        subject: S::Cmd("sort -S 1M --compress-program=gzip big"),
+        expect: A,
+    },
+    Case {
+        name: "split --filter with its command allowed is allowed",
+        mode: DF,
+        rules: &[("allow", "shell(split *)"), ("allow", "shell(gzip *)")],
+        tool: "shell",
+        subject: S::Cmd("split -b 1M --filter=gzip big"),
+        expect: A,
+    },
+    Case {
+        name: "split with a computed word that could be --filter is unprovable",
+        mode: BY,
+        rules: &[("deny", "shell(rm *)")],
+        tool: "shell",
+        subject: S::Cmd("split $opts big"),
+        expect: D,
+    },
+    Case {
+        name: "gcc -B runs compiler programs from a directory: unprovable",
+        mode: BY,
+        rules: &[("deny", "shell(rm *)")],
+        tool: "shell",
+        subject: S::Cmd("gcc -B. -c x.c"),
+        expect: D,
+    },
+    Case {
+        name: "cpio --rsh-command runs a command: unprovable",
+        mode: BY,
+        rules: &[("deny", "shell(rm *)")],
+        tool: "shell",
+        subject: S::Cmd("cpio -o -F x:y --rsh-command='rm v'"),
+        expect: D,
+    },
+    Case {
+        name: "a program known to read its arguments as data is not denied for naming rm",
+        mode: DF,
+        rules: &[("deny", "shell(rm *)"), ("allow", "shell(grep *)")],
+        tool: "shell",
+        subject: S::Cmd("grep -rn rm src"),
+        expect: A,
+    },
+    Case {
+        name: "echo of a denied command is only text",
+        mode: DF,
+        rules: &[("deny", "shell(rm *)"), ("allow", "shell(echo *)")],
+        tool: "shell",
+        subject: S::Cmd("echo rm v"),
+        expect: A,
+    },
+    Case {
+        name: "an unknown wrapper running a command an ask rule names asks",
+        mode: DF,
+        rules: &[("ask", "shell(git push *)"), ("allow", "shell(with-env *)")],
+        tool: "shell",
+        subject: S::Cmd("with-env git push"),
+        expect: Q,
+    },
+    Case {
+        name: "sqlite3 with SQL is allowed by a pattern rule",
+        mode: DF,
+        rules: &[("allow", "shell(sqlite3 *)")],
+        tool: "shell",
+        subject: S::Cmd("sqlite3 app.db 'select count(*) from users'"),
+        expect: A,
+    },
+    Case {
+        name: "sqlite3 with a showing dot-command is allowed",
+        mode: DF,
+        rules: &[("allow", "shell(sqlite3 *)")],
+        tool: "shell",
+        subject: S::Cmd("sqlite3 app.db .tables"),
+        expect: A,
+    },
+    Case {
+        name: "sqlite3 SQL calling edit() is unprovable",
+        mode: DF,
+        rules: &[("allow", "shell(sqlite3 *)")],
+        tool: "shell",
+        subject: S::Cmd("sqlite3 app.db \"select edit('x', 'rm v')\""),
+        expect: Q,
+    },
+    Case {
+        name: "sqlite3 without commands reads standard input",
+        mode: DF,
+        rules: &[("allow", "shell(sqlite3 *)")],
+        tool: "shell",
+        subject: S::Cmd("sqlite3 app.db"),
+        expect: Q,
+    },
+    Case {
+        name: "psql -c with SQL is allowed by a pattern rule",
+        mode: DF,
+        rules: &[("allow", "shell(psql *)")],
+        tool: "shell",
+        subject: S::Cmd("psql -d app -c 'select 1'"),
+        expect: A,
+    },
+    Case {
+        name: "psql COPY … PROGRAM is unprovable",
+        mode: DF,
+        rules: &[("allow", "shell(psql *)")],
+        tool: "shell",
+        subject: S::Cmd("psql -c \"copy t to program 'touch m'\""),
+        expect: Q,
+    },
+    Case {
+        name: "mysql -e with SQL is allowed by a pattern rule",
+        mode: DF,
+        rules: &[("allow", "shell(mysql *)")],
+        tool: "shell",
+        subject: S::Cmd("mysql -uroot -D app -e 'select 1'"),
+        expect: A,
+    },
+    Case {
+        name: "perl with a script file is allowed by a pattern rule",
+        mode: DF,
+        rules: &[("allow", "shell(perl *)")],
+        tool: "shell",
+        subject: S::Cmd("perl -w tools/gen.pl out.txt"),
+        expect: A,
+    },
+    Case {
+        name: "perl -lne code is unprovable",
+        mode: DF,
+        rules: &[("allow", "shell(perl *)")],
+        tool: "shell",
+        subject: S::Cmd("perl -lne 'print' f"),
+        expect: Q,
+    },
+    Case {
+        name: "gawk -i inplace with a program without system is allowed",
+        mode: DF,
+        rules: &[("allow", "shell(gawk *)")],
+        tool: "shell",
+        subject: S::Cmd("gawk -i inplace '{print $1}' f.txt"),
+        expect: A,
+    },
+    Case {
+        name: "git grep without -O is allowed",
+        mode: DF,
+        rules: &[("allow", "shell(git grep *)")],
+        tool: "shell",
+        subject: S::Cmd("git grep -n foo -- src"),
+        expect: A,
+    },
+    Case {
+        name: "npm run is allowed by a pattern rule",
+        mode: DF,
+        rules: &[("allow", "shell(npm *)")],
+        tool: "shell",
+        subject: S::Cmd("npm run build"),
+        expect: A,
+    },
+    Case {
+        name: "npm exec is unprovable",
+        mode: DF,
+        rules: &[("allow", "shell(npm *)")],
+        tool: "shell",
+        subject: S::Cmd("npm --prefix . exec eslint"),
+        expect: Q,
+    },
+    Case {
+        name: "git clone -c with a data key stays allowed",
+        mode: DF,
+        rules: &[("allow", "shell(git clone *)")],
+        tool: "shell",
+        subject: S::Cmd("git clone -c user.name=a https://x.example/r.git"),
+        expect: A,
+    },
+    Case {
+        name: "git clone -c core.sshCommand is unprovable",
+        mode: DF,
+        rules: &[("allow", "shell(git clone *)")],
+        tool: "shell",
+        subject: S::Cmd("git clone -c core.sshCommand=x ssh://x/y"),
+        expect: Q,
+    },
+    Case {
+        name: "a quoted here-document into a workspace file is allowed",
+        mode: DF,
+        rules: &[("allow", "shell(cat *)")],
+        tool: "shell",
+        subject: S::Cmd("cat <<'EOF' > notes.txt\nhello\nEOF"),
+        expect: A,
+    },
+    Case {
+        name: "an unquoted here-document without expansions is allowed",
+        mode: DF,
+        rules: &[("allow", "shell(cat *)")],
+        tool: "shell",
+        subject: S::Cmd("cat <<EOF\nhello \\\nworld\nEOF"),
+        expect: A,
+    },
+    Case {
+        name: "a here-document with a $'…' delimiter is unprovable",
+        mode: DF,
+        rules: &[("allow", "shell(cat *)")],
+        tool: "shell",
+        subject: S::Cmd("cat <<$'EOF'\nhello\nEOF"),
+        expect: Q,
+    },
+    Case {
+        name: "cargo --config can name a runner or wrapper",
+        mode: DF,
+        rules: &[("deny", "shell(rm *)")],
+        tool: "shell",
+        subject: S::Cmd("cargo --config 'target.x86_64-unknown-linux-gnu.runner=\"rm v\"' run"),
+        expect: D,
+    },
+    Case {
+        name: "go test -exec names a program to run",
+        mode: DF,
+        rules: &[("deny", "shell(rm *)")],
+        tool: "shell",
+        subject: S::Cmd("go test -exec 'rm v' ./..."),
+        expect: D,
+    },
+    Case {
+        name: "rustup run runs the command after the toolchain",
+        mode: DF,
+        rules: &[("deny", "shell(rm *)")],
+        tool: "shell",
+        subject: S::Cmd("rustup run stable rm v"),
+        expect: D,
+    },
+    Case {
+        name: "cargo with a subcommand stays allowed",
+        mode: DF,
+        rules: &[("allow", "shell(cargo test *)")],
+        tool: "shell",
+        subject: S::Cmd("cargo test -p keel-tools --lib"),
+        expect: A,
+    },
 ];
 
 fn build(case: &Case<'_>) -> (Policy, Subject, EffectClass) {
@@ -1043,12 +1803,20 @@ fn build(case: &Case<'_>) -> (Policy, Subject, EffectClass) {
             .collect()
     };
     let (subject, effect) = match case.subject {
-        S::Cmd(c) => (Subject::command(c, "."), EffectClass::SideEffecting),
+        S::Cmd(c) => (resolved_command(c), EffectClass::SideEffecting),
         S::Read(p) => (Subject::Paths(paths(p, false)), EffectClass::ReadOnly),
         S::Write(p) => (Subject::Paths(paths(p, true)), EffectClass::IdempotentWrite),
         S::Json(j) => (Subject::Other(j.to_owned()), EffectClass::SideEffecting),
     };
     (policy, subject, effect)
+}
+
+/// The subject of shell line `line` as authorization sees it: resolved against a workspace (an
+/// empty temporary directory).
+fn resolved_command(line: &str) -> Subject {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = crate::workspace::Workspace::new(dir.path()).unwrap();
+    crate::registry::resolve_subject(Subject::command(line, "."), &ws)
 }
 
 #[test]
@@ -1146,7 +1914,7 @@ fn permission_mode_parses_snake_and_kebab_case() {
 }
 
 #[test]
-fn arbitrary_command_lines_never_panic_and_unparseable_ones_are_never_allowed() {
+fn arbitrary_command_lines_never_panic_and_unprovable_ones_are_never_allowed() {
     const ALPHABET: &[&str] = &[
         "echo",
         " ",
@@ -1202,9 +1970,61 @@ fn arbitrary_command_lines_never_panic_and_unparseable_ones_are_never_allowed() 
             effect: EffectClass::SideEffecting,
             subject: &subject,
         });
-        if shell::split_commands(&line).is_err() {
+        if shell::analyze(&line).unprovable().is_some() {
             assert_ne!(d.verdict, Verdict::Allow, "{line:?}: {}", d.reason);
         }
         let _ = session_rules_for("shell", &subject);
+    }
+}
+
+#[test]
+fn session_rules_for_a_line_that_is_not_literal_allow_exactly_that_line() {
+    let subject = Subject::command("RUST_LOG=debug cargo test", ".");
+    let mut policy = Policy::new(PermissionMode::Default);
+    let decide = |policy: &Policy, line: &str| {
+        let subject = Subject::command(line, ".");
+        policy
+            .evaluate(&PolicyRequest {
+                tool: "shell",
+                effect: EffectClass::SideEffecting,
+                subject: &subject,
+            })
+            .verdict
+    };
+    assert_eq!(decide(&policy, "RUST_LOG=debug cargo test"), Verdict::Ask);
+    policy.rules.extend(session_rules_for("shell", &subject));
+    assert_eq!(decide(&policy, "RUST_LOG=debug cargo test"), Verdict::Allow);
+    assert_eq!(
+        decide(&policy, "RUST_LOG=debug cargo test -p x"),
+        Verdict::Ask
+    );
+    assert_eq!(
+        decide(&policy, "RUST_LOG=debug cargo test; touch m"),
+        Verdict::Ask
+    );
+}
+
+#[test]
+fn huge_and_deeply_nested_lines_are_decided_without_overflow() {
+    let policy = Policy::new(PermissionMode::Default).with_rule(Rule::deny("shell(rm *)").unwrap());
+    let lines = [
+        format!("{}rm v{}", "$(".repeat(3000), ")".repeat(3000)),
+        format!("{}rm v{}", "(".repeat(5000), ")".repeat(5000)),
+        format!("{}rm v{}", "{ ".repeat(3000), "; }".repeat(3000)),
+        format!(
+            "cat <<EOF\n{}EOF\nrm v",
+            format!("{}\n", "x".repeat(80)).repeat(2000)
+        ),
+        format!("cat <<'EOF'\n{}EOF\nrm v", "$(x) `y`\n".repeat(2000)),
+        format!("echo {}; rm v", "a ".repeat(20_000)),
+    ];
+    for line in &lines {
+        let subject = Subject::command(line, ".");
+        let d = policy.evaluate(&PolicyRequest {
+            tool: "shell",
+            effect: EffectClass::SideEffecting,
+            subject: &subject,
+        });
+        assert_eq!(d.verdict, Verdict::Deny, "{}…: {}", &line[..20], d.reason);
     }
 }

@@ -1,0 +1,143 @@
+//! `keel-sandbox`: the sandbox launcher for keel-tools' own tests (`keel-sandbox __sandbox …`,
+//! see `keel_tools::sandbox`), and a small command that runs one command in a
+//! [`keel_tools::sandbox::Sandbox`] the way `shell` does, for tests that need the host to be a
+//! separate process (running it as another user, killing it):
+//!
+//! ```text
+//! keel-sandbox [--mode off|read_only|workspace_write] [--network] [--workspace DIR]
+//!              [--hide PATH]… [--workspace-root DIR]… [--withhold NAME]… [--pass NAME]…
+//!              [--set NAME=VALUE]…
+//!              -- PROGRAM [ARG]…
+//! ```
+//!
+//! Output goes to standard output and error; the exit code is the command's (128+N when a signal
+//! N killed it), 125 when the sandbox cannot be set up (the reason on standard error).
+
+use std::path::PathBuf;
+use std::process::{ExitCode, Stdio};
+
+use keel_tools::sandbox::{self, Invocation, Launcher, Sandbox, SandboxMode};
+
+fn usage(message: &str) -> ExitCode {
+    eprintln!(
+        "keel-sandbox: {message}\nusage: keel-sandbox [--mode off|read_only|workspace_write] [--network] [--workspace DIR] [--hide PATH]... [--workspace-root DIR]... [--withhold NAME]... [--pass NAME]... [--set NAME=VALUE]... -- PROGRAM [ARG]..."
+    );
+    ExitCode::from(2)
+}
+
+fn main() -> ExitCode {
+    sandbox::run_launcher_if_requested();
+    sandbox::set_launcher(Launcher::this_program());
+
+    let mut mode = SandboxMode::WorkspaceWrite;
+    let mut network = false;
+    let mut workspace: Option<PathBuf> = None;
+    let (mut hide, mut roots, mut withhold, mut pass, mut set) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut args = std::env::args().skip(1);
+    let mut command = Vec::new();
+    while let Some(arg) = args.next() {
+        let needs_value = matches!(
+            arg.as_str(),
+            "--mode"
+                | "--workspace"
+                | "--hide"
+                | "--workspace-root"
+                | "--withhold"
+                | "--pass"
+                | "--set"
+        );
+        let value = if needs_value {
+            match args.next() {
+                Some(v) => v,
+                None => return usage(&format!("{arg} needs a value")),
+            }
+        } else {
+            String::new()
+        };
+        match arg.as_str() {
+            "--mode" => {
+                mode = match value.as_str() {
+                    "off" => SandboxMode::Off,
+                    "read_only" => SandboxMode::ReadOnly,
+                    "workspace_write" => SandboxMode::WorkspaceWrite,
+                    other => return usage(&format!("unknown mode {other:?}")),
+                }
+            }
+            "--network" => network = true,
+            "--workspace" => workspace = Some(value.into()),
+            "--hide" => hide.push(PathBuf::from(value)),
+            "--workspace-root" => roots.push(PathBuf::from(value)),
+            "--withhold" => withhold.push(value),
+            "--pass" => pass.push(value),
+            "--set" => match value.split_once('=') {
+                Some((k, v)) => set.push((k.to_owned(), v.to_owned())),
+                None => return usage(&format!("--set {value:?}: expected NAME=VALUE")),
+            },
+            "--" => {
+                command = args.by_ref().collect();
+            }
+            other => return usage(&format!("unknown argument {other:?}")),
+        }
+    }
+    let Some((program, rest)) = command.split_first() else {
+        return usage("no command after --");
+    };
+    let workspace = match workspace.map_or_else(std::env::current_dir, Ok) {
+        Ok(w) => w,
+        Err(e) => return usage(&format!("no workspace: {e}")),
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("keel-sandbox: cannot start a runtime: {e}");
+            return ExitCode::from(125);
+        }
+    };
+    runtime.block_on(async move {
+        let sandbox = match Sandbox::new(mode) {
+            Ok(s) => s
+                .with_network(network)
+                .hiding(&hide)
+                .isolating(&roots)
+                .withholding(&withhold)
+                .passing(&pass)
+                .setting(&set),
+            Err(e) => {
+                eprintln!("keel-sandbox: {e}");
+                return ExitCode::from(125);
+            }
+        };
+        let invocation = Invocation {
+            program: program.clone(),
+            args: rest.to_vec(),
+            workdir: workspace.clone(),
+            stdout: Stdio::inherit(),
+            stderr: Stdio::inherit(),
+        };
+        let mut child = match sandbox.spawn(invocation, &workspace).await {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("keel-sandbox: {e}");
+                return ExitCode::from(125);
+            }
+        };
+        match child.wait().await {
+            Ok(status) => {
+                use std::os::unix::process::ExitStatusExt;
+                let code = status
+                    .code()
+                    .or_else(|| status.signal().map(|s| 128 + s))
+                    .unwrap_or(125);
+                ExitCode::from(u8::try_from(code).unwrap_or(125))
+            }
+            Err(e) => {
+                eprintln!("keel-sandbox: {e}");
+                ExitCode::from(125)
+            }
+        }
+    })
+}

@@ -1,0 +1,72 @@
+//! Descriptors a tool process must not inherit.
+//!
+//! keel holds descriptors a command must never get: its store's database files, the server's
+//! listening and client sockets, pipes of other calls. Rust opens its own descriptors
+//! close-on-exec, but a host may hold others that are not (inherited from whoever started it, or
+//! opened by a C library), and `fork`/`exec` passes every one of those on. So every process keel
+//! starts for a tool — the sandbox launcher, and the command itself with the sandbox `off` —
+//! marks every descriptor from 3 up close-on-exec between `fork` and `exec`, and the launcher
+//! does it again first thing (for hosts that start it some other way): a command gets its
+//! standard input, output and error, and nothing else.
+//!
+//! This is the one module of keel-tools with `unsafe` code: marking a descriptor by number, and
+//! doing it in the child between `fork` and `exec`, have no safe API.
+#![allow(unsafe_code)]
+
+/// Marks every descriptor from 3 up close-on-exec: `close_range(3, ~0, CLOSE_RANGE_CLOEXEC)`,
+/// or, on kernels before 5.11, `fcntl(F_SETFD)` on each descriptor below the `RLIMIT_NOFILE`
+/// soft limit (at most 2^20). Makes only async-signal-safe system calls and allocates nothing,
+/// so it may run between `fork` and `exec`.
+///
+/// # Errors
+/// The `close_range` error when it fails for another reason than being unknown to the kernel.
+pub(crate) fn close_others_on_exec() -> std::io::Result<()> {
+    // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only sets a flag on open descriptors; it
+    // closes nothing, so no descriptor owned elsewhere in this process is invalidated.
+    let done = unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            3u32,
+            u32::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        )
+    };
+    if done == 0 {
+        return Ok(());
+    }
+    let err = std::io::Error::last_os_error();
+    if !matches!(err.raw_os_error(), Some(libc::ENOSYS | libc::EINVAL)) {
+        return Err(err);
+    }
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct it is given, which lives on this stack frame.
+    let max = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut limit) } == 0 {
+        limit.rlim_cur.min(1 << 20)
+    } else {
+        1 << 20
+    };
+    for fd in 3..i32::try_from(max).unwrap_or(1 << 20) {
+        // SAFETY: F_GETFD/F_SETFD read and set the close-on-exec flag of a descriptor number;
+        // on a number that is not open they fail with EBADF and change nothing.
+        unsafe {
+            let flags = libc::fcntl(fd, libc::F_GETFD);
+            if flags >= 0 && flags & libc::FD_CLOEXEC == 0 {
+                libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Makes `command`'s process mark every descriptor from 3 up close-on-exec before it executes
+/// its program (see [`close_others_on_exec`]).
+pub(crate) fn inherit_only_stdio(command: &mut tokio::process::Command) {
+    // SAFETY: the hook runs in the child between fork and exec; `close_others_on_exec` makes
+    // only async-signal-safe system calls and allocates nothing.
+    unsafe {
+        command.pre_exec(close_others_on_exec);
+    }
+}

@@ -1,0 +1,232 @@
+//! The seccomp filters a confined command runs under (installed by the launcher's second stage
+//! after `no_new_privs`; inherited by everything the command starts, never removable).
+//!
+//! Three filters are stacked (the kernel applies the strictest answer):
+//! 1. **EPERM** for:
+//!    - `socket` of any family but `AF_UNIX` (and `AF_INET`, `AF_INET6` when the network is
+//!      shared, plus `AF_NETLINK` with protocol `NETLINK_ROUTE` only, which lets `getifaddrs`
+//!      and name lookups read the interfaces; changing them needs `CAP_NET_ADMIN` over the host's
+//!      network namespace, which the sandbox never has). So `AF_PACKET`, `AF_VSOCK`, `AF_XDP`,
+//!      other netlink families, `AF_ALG`, … are refused.
+//!    - `socketpair` of any family but `AF_UNIX`.
+//!    - `io_uring_setup`, `io_uring_enter`, `io_uring_register` (io_uring requests bypass
+//!      seccomp, and have been a steady source of kernel bugs).
+//!    - `unshare`, `setns`, and `clone` with any `CLONE_NEW*` flag: no nested namespaces (a user
+//!      namespace would give the command capabilities over new mounts again, and widens the
+//!      kernel surface).
+//!    - `keyctl`, `add_key`, `request_key` (kernel keyrings are not namespaced).
+//!    - `bpf`, `perf_event_open`, `userfaultfd` (kernel attack surface, exploitation aids).
+//!    - `mount`, `umount2`, `pivot_root`, `chroot`, `open_tree`, `move_mount`, `fsopen`,
+//!      `fsconfig`, `fsmount`, `fspick`, `mount_setattr` (the capabilities are gone anyway).
+//!    - `open_by_handle_at`, `name_to_handle_at` (opening by handle escapes bind mounts),
+//!      `syslog` (the kernel log), `kexec_load`, `kexec_file_load`, `init_module`,
+//!      `finit_module`, `delete_module`, `reboot`, `swapon`, `swapoff`, `acct`.
+//!    - `ioctl(TIOCSTI)` (pushing keystrokes into a terminal) and `ioctl(TIOCLINUX)`.
+//!    - `mknod`/`mknodat` of a character or block device (FIFOs and sockets stay allowed).
+//! 2. **ENOSYS** for `clone3`, whose flags live in memory the filter cannot read: libc falls
+//!    back to `clone`, which filter 1 checks.
+//! 3. **Kill** (x86_64): any x32 system call number (`nr & 0x40000000`).
+//!
+//! Every filter first checks the architecture and kills the process for any other: on x86_64,
+//! 32-bit calls through `int 0x80` (`socketcall` included) never run.
+
+use std::collections::BTreeMap;
+
+use seccompiler::{
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+    SeccompRule, TargetArch,
+};
+
+type Rules = BTreeMap<i64, Vec<SeccompRule>>;
+
+fn cond(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, String> {
+    SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, value).map_err(|e| e.to_string())
+}
+
+fn rule(conditions: Vec<SeccompCondition>) -> Result<SeccompRule, String> {
+    SeccompRule::new(conditions).map_err(|e| e.to_string())
+}
+
+fn arch() -> Result<TargetArch, String> {
+    TargetArch::try_from(std::env::consts::ARCH).map_err(|e| e.to_string())
+}
+
+fn compile(rules: Rules, action: SeccompAction) -> Result<BpfProgram, String> {
+    let filter = SeccompFilter::new(rules, SeccompAction::Allow, action, arch()?)
+        .map_err(|e| e.to_string())?;
+    BpfProgram::try_from(filter).map_err(|e| e.to_string())
+}
+
+/// Filter 1: the calls that fail with EPERM.
+fn eperm_rules(network: bool) -> Result<Rules, String> {
+    let mut rules = Rules::new();
+    let mut allowed = vec![libc::AF_UNIX];
+    if network {
+        allowed.extend([libc::AF_INET, libc::AF_INET6, libc::AF_NETLINK]);
+    }
+    let mut socket = vec![rule(
+        allowed
+            .iter()
+            .map(|&family| cond(0, SeccompCmpOp::Ne, family as u64))
+            .collect::<Result<_, _>>()?,
+    )?];
+    if network {
+        socket.push(rule(vec![
+            cond(0, SeccompCmpOp::Eq, libc::AF_NETLINK as u64)?,
+            cond(2, SeccompCmpOp::Ne, libc::NETLINK_ROUTE as u64)?,
+        ])?);
+    }
+    rules.insert(libc::SYS_socket, socket);
+    rules.insert(
+        libc::SYS_socketpair,
+        vec![rule(vec![cond(
+            0,
+            SeccompCmpOp::Ne,
+            libc::AF_UNIX as u64,
+        )?])?],
+    );
+    let namespaces = [
+        libc::CLONE_NEWNS,
+        libc::CLONE_NEWCGROUP,
+        libc::CLONE_NEWUTS,
+        libc::CLONE_NEWIPC,
+        libc::CLONE_NEWUSER,
+        libc::CLONE_NEWPID,
+        libc::CLONE_NEWNET,
+    ];
+    rules.insert(
+        libc::SYS_clone,
+        namespaces
+            .iter()
+            .map(|&flag| {
+                let flag = flag as u32 as u64;
+                rule(vec![cond(0, SeccompCmpOp::MaskedEq(flag), flag)?])
+            })
+            .collect::<Result<_, _>>()?,
+    );
+    // `Ioctl` is `c_ulong` or `c_int` depending on the target.
+    #[allow(clippy::unnecessary_cast)]
+    rules.insert(
+        libc::SYS_ioctl,
+        vec![
+            rule(vec![cond(1, SeccompCmpOp::Eq, libc::TIOCSTI as u64)?])?,
+            rule(vec![cond(1, SeccompCmpOp::Eq, libc::TIOCLINUX as u64)?])?,
+        ],
+    );
+    let device = |mode_arg: u8| -> Result<Vec<SeccompRule>, String> {
+        let fmt = libc::S_IFMT as u64;
+        Ok(vec![
+            rule(vec![cond(
+                mode_arg,
+                SeccompCmpOp::MaskedEq(fmt),
+                libc::S_IFCHR as u64,
+            )?])?,
+            rule(vec![cond(
+                mode_arg,
+                SeccompCmpOp::MaskedEq(fmt),
+                libc::S_IFBLK as u64,
+            )?])?,
+        ])
+    };
+    rules.insert(libc::SYS_mknodat, device(2)?);
+    #[cfg(target_arch = "x86_64")]
+    rules.insert(libc::SYS_mknod, device(1)?);
+    let always = [
+        libc::SYS_io_uring_setup,
+        libc::SYS_io_uring_enter,
+        libc::SYS_io_uring_register,
+        libc::SYS_unshare,
+        libc::SYS_setns,
+        libc::SYS_keyctl,
+        libc::SYS_add_key,
+        libc::SYS_request_key,
+        libc::SYS_bpf,
+        libc::SYS_perf_event_open,
+        libc::SYS_userfaultfd,
+        libc::SYS_mount,
+        libc::SYS_umount2,
+        libc::SYS_pivot_root,
+        libc::SYS_chroot,
+        libc::SYS_open_tree,
+        libc::SYS_move_mount,
+        libc::SYS_fsopen,
+        libc::SYS_fsconfig,
+        libc::SYS_fsmount,
+        libc::SYS_fspick,
+        libc::SYS_mount_setattr,
+        libc::SYS_open_by_handle_at,
+        libc::SYS_name_to_handle_at,
+        libc::SYS_syslog,
+        libc::SYS_kexec_load,
+        libc::SYS_kexec_file_load,
+        libc::SYS_init_module,
+        libc::SYS_finit_module,
+        libc::SYS_delete_module,
+        libc::SYS_reboot,
+        libc::SYS_swapon,
+        libc::SYS_swapoff,
+        libc::SYS_acct,
+    ];
+    for nr in always {
+        rules.insert(nr, Vec::new());
+    }
+    Ok(rules)
+}
+
+/// Filter 3 on x86_64: kill any x32 system call (`nr & __X32_SYSCALL_BIT`).
+#[cfg(target_arch = "x86_64")]
+fn x32_filter() -> BpfProgram {
+    use seccompiler::sock_filter;
+    // BPF_LD | BPF_W | BPF_ABS (0x00 | 0x00 | 0x20).
+    const BPF_LD_W_ABS: u16 = 0x20;
+    const BPF_JMP_JSET_K: u16 = 0x05 | 0x40;
+    const BPF_RET_K: u16 = 0x06;
+    const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+    vec![
+        // A = seccomp_data.nr (offset 0)
+        sock_filter {
+            code: BPF_LD_W_ABS,
+            jt: 0,
+            jf: 0,
+            k: 0,
+        },
+        // if (A & X32_SYSCALL_BIT) kill else allow
+        sock_filter {
+            code: BPF_JMP_JSET_K,
+            jt: 0,
+            jf: 1,
+            k: X32_SYSCALL_BIT,
+        },
+        sock_filter {
+            code: BPF_RET_K,
+            jt: 0,
+            jf: 0,
+            k: libc::SECCOMP_RET_KILL_PROCESS,
+        },
+        sock_filter {
+            code: BPF_RET_K,
+            jt: 0,
+            jf: 0,
+            k: libc::SECCOMP_RET_ALLOW,
+        },
+    ]
+}
+
+/// Installs the filters on the calling thread (and so on everything it starts later).
+/// `no_new_privs` must be set.
+///
+/// Errors: what failed (an unsupported architecture, a kernel without seccomp filters).
+pub(super) fn install(network: bool) -> Result<(), String> {
+    let eperm = compile(
+        eperm_rules(network)?,
+        SeccompAction::Errno(libc::EPERM as u32),
+    )?;
+    let mut clone3 = Rules::new();
+    clone3.insert(libc::SYS_clone3, Vec::new());
+    let enosys = compile(clone3, SeccompAction::Errno(libc::ENOSYS as u32))?;
+    seccompiler::apply_filter(&eperm).map_err(|e| e.to_string())?;
+    seccompiler::apply_filter(&enosys).map_err(|e| e.to_string())?;
+    #[cfg(target_arch = "x86_64")]
+    seccompiler::apply_filter(&x32_filter()).map_err(|e| e.to_string())?;
+    Ok(())
+}

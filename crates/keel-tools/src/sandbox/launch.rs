@@ -1,0 +1,462 @@
+//! The sandbox launcher: the process side of [`super::Sandbox::spawn`] (see the module docs of
+//! [`super`] for what it builds).
+//!
+//! `PROGRAM __sandbox 1` is **stage 1**, started by the host with a socket as its standard input
+//! (the host's end is the *lifeline*) and the command's output pipes as standard output and
+//! error. The host writes the [`LaunchSpec`] (what to hide, where the workspace is, the command
+//! and its arguments) as one JSON line on that socket: it is never in the launcher's arguments
+//! or environment, where the command could read it (`/proc/1/cmdline` is the launcher's). Stage
+//! 1 enters a new user namespace (mapping its own uid and gid), unshares the mount, PID, IPC,
+//! UTS, cgroup (and, unless the network is shared, network) namespaces and re-executes itself as
+//! **stage 2** (`PROGRAM __sandbox 2`), the first process of the new PID namespace, whose
+//! standard input is a socket to stage 1, on which stage 1 passes the spec on. Stage 2 builds
+//! the new root (`root.rs`), drops every privilege, installs Landlock and seccomp, spawns the
+//! command, reaps every process of the namespace as its PID 1 and exits with the command's
+//! status when the command ends, which ends everything else in the namespace. Both stages mark
+//! every descriptor from 3 up close-on-exec first (`fds.rs`): nothing the host holds reaches the
+//! command.
+//!
+//! Messages, one line each, go from stage 2 to stage 1 and on to the host: `ready landlock=…`
+//! once the command runs, or `error LAYER: DETAIL` when a required layer cannot be set up (then
+//! nothing runs); then stage 2 tells stage 1 `exit N` or `signal N` when the command ends and
+//! stage 1 ends the same way. Stage 1 kills stage 2 when the lifeline closes (keel exited or
+//! dropped the call); stage 2 dies with stage 1 (`PR_SET_PDEATHSIG`).
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use rustix::event::{PollFd, PollFlags};
+use rustix::process::{Pid, Signal, WaitOptions, WaitStatus};
+
+use super::{LAUNCHER_ARG, LaunchSpec, SandboxMode};
+
+/// Exit code of a launcher that could not set the sandbox up (nothing ran).
+const SETUP_FAILED: i32 = 125;
+
+/// Longest spec line read from the previous stage, bytes.
+const MAX_SPEC_BYTES: usize = 16 * 1024 * 1024;
+
+/// A layer that could not be set up: `layer` names it for the person reading the error.
+#[derive(Debug)]
+pub(super) struct LayerError {
+    pub(super) layer: &'static str,
+    pub(super) detail: String,
+}
+
+pub(super) fn fail<E: std::fmt::Display>(layer: &'static str) -> impl FnOnce(E) -> LayerError {
+    move |e| LayerError {
+        layer,
+        detail: e.to_string(),
+    }
+}
+
+pub(super) type Setup<T = ()> = Result<T, LayerError>;
+
+/// The launcher's entry: `args` are those after `__sandbox` (the stage: `1` or `2`). Never
+/// returns.
+pub(super) fn main(args: Vec<OsString>) -> ! {
+    // Before anything else: nothing the host left open reaches stage 2 or the command.
+    let cloexec = super::fds::close_others_on_exec();
+    let stage = match args.as_slice() {
+        [stage] if stage == "1" || stage == "2" => stage.clone(),
+        _ => {
+            eprintln!(
+                "keel: `{LAUNCHER_ARG}` is the sandbox launcher, started by keel itself; it is not a command"
+            );
+            std::process::exit(2);
+        }
+    };
+    // The channel to the previous stage is standard input (a socket).
+    let mut upstream = match std::io::stdin().as_fd().try_clone_to_owned() {
+        Ok(fd) => UnixStream::from(fd),
+        Err(e) => {
+            eprintln!("keel sandbox: no channel to keel on standard input: {e}");
+            std::process::exit(SETUP_FAILED);
+        }
+    };
+    let (spec, spec_line) = match read_spec(&mut upstream) {
+        Ok(spec) => spec,
+        Err(e) => report_and_exit(&mut upstream, &e),
+    };
+    if let Err(e) = cloexec {
+        report_and_exit(&mut upstream, &fail("closing inherited descriptors")(e));
+    }
+    if stage == "1" {
+        stage1(upstream, &spec_line, &spec)
+    } else {
+        stage2(upstream, &spec)
+    }
+}
+
+/// Reads the spec line the previous stage writes first; returns it parsed and as read.
+fn read_spec(stream: &mut UnixStream) -> Setup<(LaunchSpec, Vec<u8>)> {
+    let layer = "launcher (reading the sandbox spec)";
+    let mut line = Vec::new();
+    let mut byte = [0u8; 1];
+    loop {
+        match stream.read(&mut byte) {
+            Ok(0) => return Err(fail(layer)("the channel closed before the spec was sent")),
+            Ok(_) if byte[0] == b'\n' => break,
+            Ok(_) if line.len() < MAX_SPEC_BYTES => line.push(byte[0]),
+            Ok(_) => return Err(fail(layer)("the spec is too long")),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(fail(layer)(e)),
+        }
+    }
+    let spec = serde_json::from_slice::<LaunchSpec>(&line).map_err(fail(layer))?;
+    if spec.command.is_empty() {
+        return Err(fail(layer)("no command given"));
+    }
+    line.push(b'\n');
+    Ok((spec, line))
+}
+
+fn send(stream: &mut UnixStream, line: &str) {
+    // The reader may be gone (keel exited): nothing to do about it.
+    let _ = stream.write_all(format!("{line}\n").as_bytes());
+}
+
+fn report_and_exit(stream: &mut UnixStream, e: &LayerError) -> ! {
+    send(
+        stream,
+        &format!("error {}: {}", e.layer, e.detail.replace('\n', " ")),
+    );
+    std::process::exit(SETUP_FAILED);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stage 1
+
+fn stage1(mut host: UnixStream, spec_line: &[u8], spec: &LaunchSpec) -> ! {
+    let child = match enter_namespaces(spec).and_then(|()| spawn_stage2(spec_line)) {
+        Ok(c) => c,
+        Err(e) => report_and_exit(&mut host, &e),
+    };
+    let (mut stage2, mut from_stage2) = child;
+    let mut pending = Vec::new();
+    let mut last: Option<String> = None;
+    let mut stage2_gone = false;
+    let mut buf = [0u8; 4096];
+    while !stage2_gone {
+        let mut fds = [
+            PollFd::new(&host, PollFlags::IN),
+            PollFd::new(&from_stage2, PollFlags::IN),
+        ];
+        match rustix::event::poll(&mut fds, None) {
+            Ok(_) => {}
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(_) => break,
+        }
+        let host_events = fds[0].revents();
+        let stage2_events = fds[1].revents();
+        if !host_events.is_empty() {
+            // keel never writes: anything readable is the end of the lifeline.
+            let n = (&host).read(&mut buf).unwrap_or(0);
+            if n == 0 || host_events.intersects(PollFlags::HUP | PollFlags::ERR) {
+                let _ = stage2.kill();
+                let _ = stage2.wait();
+                std::process::exit(137);
+            }
+        }
+        if !stage2_events.is_empty() {
+            let n = from_stage2.read(&mut buf).unwrap_or(0);
+            if n == 0 {
+                stage2_gone = true;
+            }
+            pending.extend_from_slice(&buf[..n]);
+            while let Some(end) = pending.iter().position(|&b| b == b'\n') {
+                let line = String::from_utf8_lossy(&pending[..end]).into_owned();
+                pending.drain(..=end);
+                if line.starts_with("ready") || line.starts_with("error ") {
+                    send(&mut host, &line);
+                }
+                last = Some(line);
+            }
+        }
+    }
+    let status = stage2.wait().ok();
+    end_like(last.as_deref(), status)
+}
+
+/// Ends stage 1 the way the command ended (`exit N` / `signal N` from stage 2), else the way
+/// stage 2 did.
+fn end_like(last: Option<&str>, status: Option<std::process::ExitStatus>) -> ! {
+    use std::os::unix::process::ExitStatusExt;
+    let parse = |prefix: &str| {
+        last.and_then(|l| l.strip_prefix(prefix))
+            .and_then(|n| n.trim().parse::<i32>().ok())
+    };
+    if let Some(code) = parse("exit ") {
+        std::process::exit(code);
+    }
+    let signal = parse("signal ").or_else(|| status.and_then(|s| s.signal()));
+    if let Some(signal) = signal {
+        // No core file of the launcher; then die of the same signal where its default action
+        // kills (Rust ignores SIGPIPE, some signals are ignored by default: exit 128+N then).
+        let _ = rustix::process::setrlimit(
+            rustix::process::Resource::Core,
+            rustix::process::Rlimit {
+                current: Some(0),
+                maximum: Some(0),
+            },
+        );
+        if let Ok(sig) = nix::sys::signal::Signal::try_from(signal) {
+            let _ = nix::sys::signal::raise(sig);
+        }
+        std::process::exit(128 + signal);
+    }
+    match status.and_then(|s| s.code()) {
+        Some(code) => std::process::exit(code),
+        None => std::process::exit(SETUP_FAILED),
+    }
+}
+
+fn enter_namespaces(spec: &LaunchSpec) -> Setup {
+    use nix::sched::{CloneFlags, unshare};
+    let uid = rustix::process::getuid().as_raw();
+    let gid = rustix::process::getgid().as_raw();
+    unshare(CloneFlags::CLONE_NEWUSER).map_err(fail("user namespace"))?;
+    let write = |path: &str, text: String| std::fs::write(path, text);
+    match write("/proc/self/setgroups", "deny".into()) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(fail("user namespace (setgroups)")(e)),
+    }
+    write("/proc/self/uid_map", format!("{uid} {uid} 1\n"))
+        .map_err(fail("user namespace (uid map)"))?;
+    write("/proc/self/gid_map", format!("{gid} {gid} 1\n"))
+        .map_err(fail("user namespace (gid map)"))?;
+    let mut each = vec![
+        (CloneFlags::CLONE_NEWNS, "mount namespace"),
+        (CloneFlags::CLONE_NEWPID, "PID namespace"),
+        (CloneFlags::CLONE_NEWIPC, "IPC namespace"),
+        (CloneFlags::CLONE_NEWUTS, "UTS namespace"),
+        (CloneFlags::CLONE_NEWCGROUP, "cgroup namespace"),
+    ];
+    if !spec.network {
+        each.push((CloneFlags::CLONE_NEWNET, "network namespace"));
+    }
+    for (flag, layer) in each {
+        unshare(flag).map_err(fail(layer))?;
+    }
+    keep_capabilities_across_exec()
+}
+
+/// Stage 1 holds every capability of its new user namespace, but a process whose uid is not 0
+/// there loses them when it executes stage 2: raise them all into the ambient set, which
+/// survives `execve` (stage 2 drops everything before the command runs).
+fn keep_capabilities_across_exec() -> Setup {
+    use rustix::thread::{CapabilitySet, CapabilitySets};
+    let layer = "user namespace (capabilities for setting up)";
+    let now = rustix::thread::capabilities(None).map_err(fail(layer))?;
+    rustix::thread::set_capabilities(
+        None,
+        CapabilitySets {
+            effective: now.effective,
+            permitted: now.permitted,
+            inheritable: now.permitted,
+        },
+    )
+    .map_err(fail(layer))?;
+    for bit in 0..64u32 {
+        let cap = CapabilitySet::from_bits_retain(1u64 << bit);
+        if now.permitted.contains(cap) {
+            rustix::thread::configure_capability_in_ambient_set(cap, true).map_err(fail(layer))?;
+        }
+    }
+    Ok(())
+}
+
+fn spawn_stage2(spec_line: &[u8]) -> Setup<(std::process::Child, UnixStream)> {
+    let (mut ours, theirs) = UnixStream::pair().map_err(fail("launcher (socket)"))?;
+    let child = Command::new("/proc/self/exe")
+        .arg(LAUNCHER_ARG)
+        .arg("2")
+        .stdin(Stdio::from(std::os::fd::OwnedFd::from(theirs)))
+        .spawn()
+        .map_err(fail("PID namespace (starting its first process)"))?;
+    // The socket buffer holds the line whatever stage 2 is doing; if it died, stage 1 learns
+    // it from the closed socket.
+    let _ = ours.write_all(spec_line);
+    Ok((child, ours))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Stage 2
+
+fn stage2(mut up: UnixStream, spec: &LaunchSpec) -> ! {
+    // Die with stage 1; if it is already gone, stop here.
+    if let Err(e) = rustix::process::set_parent_process_death_signal(Some(Signal::KILL)) {
+        report_and_exit(&mut up, &fail("parent-death signal")(e));
+    }
+    {
+        let mut fds = [PollFd::new(&up, PollFlags::empty())];
+        let zero = rustix::time::Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        if rustix::event::poll(&mut fds, Some(&zero)).is_ok()
+            && fds[0].revents().intersects(PollFlags::HUP | PollFlags::ERR)
+        {
+            std::process::exit(SETUP_FAILED);
+        }
+    }
+    let landlock = match confine(spec) {
+        Ok(l) => l,
+        Err(e) => report_and_exit(&mut up, &e),
+    };
+    let Some((program, args)) = spec.command.split_first() else {
+        report_and_exit(&mut up, &fail("command")("no command given"));
+    };
+    let devnull = File::open("/dev/null");
+    let spawned = devnull.and_then(|null| {
+        Command::new(program)
+            .args(args)
+            .stdin(Stdio::from(null))
+            .spawn()
+    });
+    send(&mut up, &format!("ready landlock={landlock}"));
+    let child = match spawned {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("keel sandbox: cannot run `{program}`: {e}");
+            send(&mut up, "exit 127");
+            std::process::exit(127);
+        }
+    };
+    let target = Pid::from_child(&child);
+    // PID 1: reap every process; when the command ends, so does the namespace.
+    loop {
+        match rustix::process::wait(WaitOptions::empty()) {
+            Ok(Some((pid, status))) if pid == target => {
+                let line = describe(status);
+                send(&mut up, &line);
+                std::process::exit(0);
+            }
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(_) => {
+                send(&mut up, "exit 125");
+                std::process::exit(SETUP_FAILED);
+            }
+        }
+    }
+}
+
+fn describe(status: WaitStatus) -> String {
+    if let Some(code) = status.exit_status() {
+        format!("exit {code}")
+    } else if let Some(signal) = status.terminating_signal() {
+        format!("signal {signal}")
+    } else {
+        "exit 125".into()
+    }
+}
+
+/// Everything between entering the namespaces and running the command. Returns how Landlock
+/// applied (`full`, `partial`, `none`).
+fn confine(spec: &LaunchSpec) -> Setup<&'static str> {
+    rustix::process::setsid().map_err(fail("new session (setsid)"))?;
+    super::root::build_root(spec)?;
+    std::env::set_current_dir(&spec.workdir).map_err(|e| LayerError {
+        layer: "working directory",
+        detail: format!("{}: {e}", spec.workdir.display()),
+    })?;
+    rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
+        .map_err(fail("non-dumpable launcher"))?;
+    drop_capabilities()?;
+    rustix::thread::set_no_new_privs(true).map_err(fail("no_new_privs"))?;
+    let landlock = landlock(spec);
+    super::filter::install(spec.network).map_err(fail("seccomp"))?;
+    Ok(landlock)
+}
+
+// --- privileges ------------------------------------------------------------------------------
+
+fn drop_capabilities() -> Setup {
+    use rustix::thread::{CapabilitySet, CapabilitySets};
+    let last = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+        .ok()
+        .and_then(|s| s.trim().parse::<u32>().ok())
+        .unwrap_or(63)
+        .min(63);
+    for cap in 0..=last {
+        let set = CapabilitySet::from_bits_retain(1u64 << cap);
+        match rustix::thread::remove_capability_from_bounding_set(set) {
+            Ok(()) | Err(rustix::io::Errno::INVAL) => {}
+            Err(e) => {
+                return Err(LayerError {
+                    layer: "capability drop",
+                    detail: format!("bounding set, capability {cap}: {e}"),
+                });
+            }
+        }
+    }
+    rustix::thread::clear_ambient_capability_set().map_err(fail("capability drop (ambient)"))?;
+    rustix::thread::set_capabilities(
+        None,
+        CapabilitySets {
+            effective: CapabilitySet::empty(),
+            permitted: CapabilitySet::empty(),
+            inheritable: CapabilitySet::empty(),
+        },
+    )
+    .map_err(fail("capability drop"))?;
+    let now = rustix::thread::capabilities(None).map_err(fail("capability drop (check)"))?;
+    if !(now.effective.is_empty() && now.permitted.is_empty() && now.inheritable.is_empty()) {
+        return Err(fail("capability drop")(
+            "capabilities remain after dropping them",
+        ));
+    }
+    Ok(())
+}
+
+/// Landlock, best effort: `full`, `partial` or `none`.
+fn landlock(spec: &LaunchSpec) -> &'static str {
+    use landlock::{
+        ABI, Access, AccessFs, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset, RulesetAttr,
+        RulesetCreatedAttr, RulesetStatus, Scope,
+    };
+    let abi = ABI::V6;
+    let build = || -> Result<RulesetStatus, landlock::RulesetError> {
+        let mut created = Ruleset::default()
+            .set_compatibility(CompatLevel::BestEffort)
+            .handle_access(AccessFs::from_all(abi))?
+            .scope(Scope::AbstractUnixSocket | Scope::Signal)?
+            .create()?;
+        if let Ok(fd) = PathFd::new("/") {
+            created = created.add_rule(PathBeneath::new(fd, AccessFs::from_read(abi)))?;
+        }
+        let mut writable = vec![
+            spec.temp.clone(),
+            PathBuf::from("/tmp"),
+            PathBuf::from("/dev/shm"),
+        ];
+        if spec.mode == SandboxMode::WorkspaceWrite {
+            writable.push(spec.workspace.clone());
+        }
+        for dir in writable {
+            if let Ok(fd) = PathFd::new(&dir) {
+                created = created.add_rule(PathBeneath::new(fd, AccessFs::from_all(abi)))?;
+            }
+        }
+        for device in ["/dev/null", "/dev/zero", "/dev/full", "/dev/tty"] {
+            if let Ok(fd) = PathFd::new(device) {
+                created = created.add_rule(PathBeneath::new(
+                    fd,
+                    AccessFs::ReadFile | AccessFs::WriteFile | AccessFs::Truncate,
+                ))?;
+            }
+        }
+        Ok(created.restrict_self()?.ruleset)
+    };
+    match build() {
+        Ok(RulesetStatus::FullyEnforced) => "full",
+        Ok(RulesetStatus::PartiallyEnforced) => "partial",
+        Ok(RulesetStatus::NotEnforced) | Err(_) => "none",
+    }
+}

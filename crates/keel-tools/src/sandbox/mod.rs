@@ -1,0 +1,680 @@
+//! The sandbox `shell` runs under.
+//!
+//! **What a sandboxed command gets** ([`SandboxMode::ReadOnly`], [`SandboxMode::WorkspaceWrite`];
+//! Linux only). Each command runs in its own user, mount, PID, network, IPC, UTS and cgroup
+//! namespaces, set up by the *launcher* (see [`Launcher`]), a re-execution of the host program
+//! in two stages (the layout is bubblewrap's; no `bwrap` binary is needed):
+//! - **Filesystem**: a new root made of the host's `/` bound read-only (every submount too,
+//!   `nosuid`, `nodev`); the workspace bound read-write (`workspace_write`) or read-only
+//!   (`read_only`); empty tmpfs over `/tmp`, `/run`, `/var/run` (when it is not a symlink) and
+//!   `/dev/shm`, so other services' sockets (a local PostgreSQL's, keel's own) are unreachable;
+//!   the sandbox's private temp dir bound read-write at its own path (`$TMPDIR`, kept across the
+//!   calls of one [`Sandbox`], while `/tmp` is empty at every call); the paths the host names
+//!   with [`Sandbox::hiding`] (keel's data and config directories, its store and seal key)
+//!   covered by an empty read-only tmpfs (directories) or `/dev/null` (files), with every
+//!   directory between the workspace and a hidden path inside it pinned (bound onto itself, so
+//!   renaming it fails with `EBUSY` and the next call still finds what it hides); the workspace
+//!   roots named with [`Sandbox::isolating`] covered the same way, the workspace bound back;
+//!   a minimal `/dev`
+//!   (`null`, `zero`, `full`, `random`, `urandom`, `tty`, a private `devpts`, `shm`; no `kmsg`, no
+//!   disks, no loop devices); a fresh `/proc` showing only the command's PID namespace, with
+//!   `/proc/sys`, `/proc/sysrq-trigger`, `/proc/irq` and `/proc/bus` read-only.
+//! - **Processes**: the launcher's second stage is PID 1 of the namespace; when the command ends it
+//!   exits and the kernel kills everything left in the namespace (background jobs, `setsid`
+//!   daemons). The command sees no process outside (keel's `/proc/<pid>/environ`, `kill`). The
+//!   launcher dies with keel: its first stage watches a socket only keel holds, the second stage
+//!   has `PR_SET_PDEATHSIG(SIGKILL)` against the first. The command runs in a new session (no
+//!   controlling terminal) and non-dumpable stage 2 cannot be traced.
+//! - **Privileges**: every capability dropped (bounding, ambient, inheritable, effective,
+//!   permitted); `no_new_privs`.
+//! - **Landlock** on top where the kernel has it (defence in depth; absence is logged once, not
+//!   fatal): read and execute everywhere, write only in the workspace (`workspace_write`), the
+//!   private temp dir, `/tmp`, `/dev/shm` and the character devices above; abstract Unix sockets
+//!   and signals scoped to the sandbox (ABI 6).
+//! - **seccomp** (see `filter.rs`): `socket` only for `AF_UNIX` (plus `AF_INET`/`AF_INET6`, and
+//!   `AF_NETLINK` with `NETLINK_ROUTE` only, when the network is shared); `socketpair` only
+//!   `AF_UNIX`; `io_uring_*`, namespace creation, keyrings, `bpf`, `perf_event_open`,
+//!   `userfaultfd`, mount calls, `open_by_handle_at`, `syslog`, `TIOCSTI` and device `mknod` fail
+//!   with `EPERM`; `clone3` fails with `ENOSYS` (so libc falls back to `clone`, whose flags the
+//!   filter can read); every non-native syscall ABI kills the process (32-bit x86 `int 0x80`,
+//!   `socketcall` included, and x32 numbers on x86_64).
+//!
+//! - **Descriptors**: every process started for a tool (the launcher, or the command itself in
+//!   `off` mode) has every descriptor from 3 up marked close-on-exec before it executes, and the
+//!   launcher does it again: a command inherits only its standard input, output and error.
+//! - **The spec** (what to hide, the command) reaches the launcher over its socket, never in its
+//!   arguments or environment, which the command could read as `/proc/1/cmdline`.
+//!
+//! **Network.** By default the command has its own network namespace and no IP sockets at all.
+//! [`Sandbox::with_network`] (`sandbox_network = true`) keeps every other layer and shares the
+//! host's network namespace for `AF_INET`/`AF_INET6`: the command can then reach the internet
+//! *and every service listening on the host's loopback interface* (and abstract Unix sockets,
+//! where the kernel lacks Landlock ABI 6).
+//!
+//! **Required layers.** Namespaces, the mount setup, the capability drop, `no_new_privs` and
+//! seccomp are required: where the kernel cannot provide one, nothing runs and
+//! [`ToolsError::SandboxUnavailable`] names the layer. A sandbox that is not there is never
+//! claimed.
+//!
+//! **Environment** (every mode, `off` included): a tool process gets keel's environment minus
+//! every variable whose name contains `KEY`, `SECRET`, `TOKEN` or `PASSWORD` (any case) and minus
+//! the names given to [`Sandbox::withholding`] (provider keys), except the names given to
+//! [`Sandbox::passing`]; then the values of [`Sandbox::setting`]; then `TMPDIR`.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, OnceLock};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::ToolsError;
+
+#[cfg(target_os = "linux")]
+mod fds;
+#[cfg(target_os = "linux")]
+mod filter;
+#[cfg(target_os = "linux")]
+mod launch;
+#[cfg(target_os = "linux")]
+mod root;
+
+/// The argument that makes a program the sandbox launcher (`keel __sandbox …`); see
+/// [`run_launcher_if_requested`].
+pub const LAUNCHER_ARG: &str = "__sandbox";
+
+/// How long the launcher may take to set the sandbox up before the call fails (ms).
+const SETUP_TIMEOUT_MS: u64 = 30_000;
+
+/// How `shell` is confined.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SandboxMode {
+    /// No confinement (the operator chose it explicitly); the environment is still scrubbed.
+    Off,
+    /// Nothing but the private temp dir and `/tmp` is writable; no IP networking.
+    ReadOnly,
+    /// The workspace, the private temp dir and `/tmp` are writable; no IP networking.
+    #[default]
+    WorkspaceWrite,
+}
+
+impl SandboxMode {
+    /// The snake_case name (`off`, `read_only`, `workspace_write`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Off => "off",
+            Self::ReadOnly => "read_only",
+            Self::WorkspaceWrite => "workspace_write",
+        }
+    }
+}
+
+/// The program that sets the sandbox up: a binary that calls [`run_launcher_if_requested`] first
+/// thing in `main`, started as `PROGRAM __sandbox …`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Launcher {
+    program: PathBuf,
+}
+
+impl Launcher {
+    /// The binary at `program`.
+    pub fn new(program: impl Into<PathBuf>) -> Self {
+        Self {
+            program: program.into(),
+        }
+    }
+
+    /// The running program itself (`/proc/self/exe`, which stays right even when the file is
+    /// replaced while it runs): for a binary whose `main` calls [`run_launcher_if_requested`].
+    pub fn this_program() -> Self {
+        Self::new("/proc/self/exe")
+    }
+
+    /// The program.
+    pub fn program(&self) -> &Path {
+        &self.program
+    }
+}
+
+static DEFAULT_LAUNCHER: OnceLock<Launcher> = OnceLock::new();
+
+/// Registers the launcher every [`Sandbox`] of this process uses unless it was given its own
+/// ([`Sandbox::with_launcher`]). The first registration wins; returns whether this one did.
+/// The `keel` binary registers itself ([`Launcher::this_program`]) at startup.
+pub fn set_launcher(launcher: Launcher) -> bool {
+    DEFAULT_LAUNCHER.set(launcher).is_ok()
+}
+
+/// Runs the sandbox launcher and exits, when this process was started as one
+/// (`argv[1] == "__sandbox"`); returns otherwise. Call it first thing in `main`, before any
+/// thread is started (the launcher must be single-threaded to enter a user namespace).
+pub fn run_launcher_if_requested() {
+    let mut args = std::env::args_os();
+    if args.nth(1).as_deref() != Some(std::ffi::OsStr::new(LAUNCHER_ARG)) {
+        return;
+    }
+    #[cfg(target_os = "linux")]
+    launch::main(args.collect());
+    #[cfg(not(target_os = "linux"))]
+    {
+        eprintln!("keel: the sandbox launcher needs Linux");
+        std::process::exit(125);
+    }
+}
+
+/// Whether a variable name looks like a secret: it contains `KEY`, `SECRET`, `TOKEN` or
+/// `PASSWORD` (any case). Such variables are dropped from every tool's environment unless passed
+/// explicitly.
+pub fn is_secret_env_name(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    ["KEY", "SECRET", "TOKEN", "PASSWORD"]
+        .iter()
+        .any(|word| upper.contains(word))
+}
+
+/// What to run: `program` (looked up in `PATH`) with `args`, in `workdir` (inside the
+/// workspace), with its output going to `stdout` and `stderr`. Its standard input is
+/// `/dev/null`.
+#[derive(Debug)]
+pub struct Invocation {
+    /// The program.
+    pub program: String,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// The working directory (absolute, inside the workspace).
+    pub workdir: PathBuf,
+    /// Where standard output goes.
+    pub stdout: Stdio,
+    /// Where standard error goes.
+    pub stderr: Stdio,
+}
+
+/// A process [`Sandbox::spawn`] started: the command itself (`off`) or the launcher running it.
+/// Either leads its own process group, whose id is [`SandboxedChild::id`]; killing that group
+/// (or the process) ends the command and, when confined, everything in its PID namespace.
+/// Dropping the handle kills the process.
+#[derive(Debug)]
+pub struct SandboxedChild {
+    child: tokio::process::Child,
+    /// The launcher's end of this socket is its standard input: when this end closes (the handle
+    /// is dropped, keel dies) the launcher kills the command.
+    _lifeline: Option<tokio::net::UnixStream>,
+}
+
+impl SandboxedChild {
+    /// The process id (also its process group id), while it runs.
+    pub fn id(&self) -> Option<u32> {
+        self.child.id()
+    }
+
+    /// Waits for the process to end. A confined command's exit status is passed through: its
+    /// exit code, or the signal that killed it.
+    ///
+    /// Errors: as [`tokio::process::Child::wait`].
+    pub async fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        self.child.wait().await
+    }
+
+    /// Sends SIGKILL to the process (not waiting for it).
+    ///
+    /// Errors: as [`tokio::process::Child::start_kill`].
+    pub fn start_kill(&mut self) -> std::io::Result<()> {
+        self.child.start_kill()
+    }
+}
+
+/// Explicit environment settings of tool processes (see the module docs).
+#[derive(Debug, Default, Clone)]
+struct EnvPolicy {
+    withheld: Vec<String>,
+    passed: Vec<String>,
+    set: Vec<(String, String)>,
+}
+
+/// A sandbox configuration with its private temp dir (deleted when the last clone is dropped).
+#[derive(Debug, Clone)]
+pub struct Sandbox {
+    mode: SandboxMode,
+    network: bool,
+    temp: Arc<tempfile::TempDir>,
+    env: Arc<EnvPolicy>,
+    hidden: Arc<[PathBuf]>,
+    roots: Arc<[PathBuf]>,
+    launcher: Option<Launcher>,
+}
+
+impl Sandbox {
+    /// A sandbox in `mode` with a fresh private temp dir under the system temp dir, no network,
+    /// nothing hidden and the process's registered launcher ([`set_launcher`]).
+    ///
+    /// Errors: [`ToolsError::Io`] when the temp dir cannot be created.
+    pub fn new(mode: SandboxMode) -> Result<Self, ToolsError> {
+        let temp = tempfile::Builder::new()
+            .prefix("keel-sandbox-")
+            .tempdir()
+            .map_err(|source| ToolsError::Io {
+                context: "creating the sandbox's private temp dir".into(),
+                source,
+            })?;
+        Ok(Self {
+            mode,
+            network: false,
+            temp: Arc::new(temp),
+            env: Arc::new(EnvPolicy::default()),
+            hidden: Arc::from(Vec::new()),
+            roots: Arc::from(Vec::new()),
+            launcher: None,
+        })
+    }
+
+    /// The same sandbox sharing the host's network namespace (`true`): `AF_INET`/`AF_INET6`
+    /// sockets are allowed and reach whatever the host reaches, its loopback services included.
+    /// Every other layer stays. No effect in `off` mode.
+    #[must_use]
+    pub fn with_network(mut self, network: bool) -> Self {
+        self.network = network;
+        self
+    }
+
+    /// The same sandbox, removing the environment variables `names` from every process it
+    /// spawns (secrets such as provider API keys that no tool needs), unless [`Self::passing`]
+    /// names them too.
+    #[must_use]
+    pub fn withholding(mut self, names: &[String]) -> Self {
+        Arc::make_mut(&mut self.env).withheld = names.to_vec();
+        self
+    }
+
+    /// The same sandbox, passing keel's own value of each of `names` to every process it spawns
+    /// even when the name looks like a secret or is withheld (the user config's `[env]` entries
+    /// without a value).
+    #[must_use]
+    pub fn passing(mut self, names: &[String]) -> Self {
+        Arc::make_mut(&mut self.env).passed = names.to_vec();
+        self
+    }
+
+    /// The same sandbox, setting each `(name, value)` in the environment of every process it
+    /// spawns (the user config's `[env]` values), whatever the name.
+    #[must_use]
+    pub fn setting(mut self, vars: &[(String, String)]) -> Self {
+        Arc::make_mut(&mut self.env).set = vars.to_vec();
+        self
+    }
+
+    /// The same sandbox, hiding `paths` from confined commands: a directory is covered by an
+    /// empty read-only tmpfs, anything else by `/dev/null`. Paths that do not exist when a
+    /// command starts are skipped. (keel hides its data and config directories, its store and
+    /// its seal key.) No effect in `off` mode.
+    #[must_use]
+    pub fn hiding(mut self, paths: &[PathBuf]) -> Self {
+        self.hidden = Arc::from(paths.to_vec());
+        self
+    }
+
+    /// The same sandbox, hiding the directories `roots` that hold the workspaces of other
+    /// sessions (`keel serve`'s `[server] workspace_roots`) except the workspace a command runs
+    /// in: each root is covered like a hidden directory and the workspace is bound back at its
+    /// path (read-write in `workspace_write`), so a command sees none of the other workspaces
+    /// under any root. A root that is the workspace itself is not hidden; a root nested in
+    /// another, or inside the workspace, is hidden too. `/` cannot be hidden and is skipped;
+    /// keep toolchains and other shared files outside the roots. No effect in `off` mode.
+    #[must_use]
+    pub fn isolating(mut self, roots: &[PathBuf]) -> Self {
+        self.roots = Arc::from(roots.to_vec());
+        self
+    }
+
+    /// The same sandbox using `launcher` instead of the process's registered one.
+    #[must_use]
+    pub fn with_launcher(mut self, launcher: Launcher) -> Self {
+        self.launcher = Some(launcher);
+        self
+    }
+
+    /// The mode.
+    pub fn mode(&self) -> SandboxMode {
+        self.mode
+    }
+
+    /// Whether confined commands share the host's network.
+    pub fn network(&self) -> bool {
+        self.network
+    }
+
+    /// The private temp dir (`TMPDIR` of sandboxed processes).
+    pub fn temp_dir(&self) -> &Path {
+        self.temp.path()
+    }
+
+    /// The environment a tool process gets (see the module docs), from `base` (keel's own).
+    pub fn tool_env(
+        &self,
+        base: impl IntoIterator<Item = (OsString, OsString)>,
+    ) -> Vec<(OsString, OsString)> {
+        let env = &self.env;
+        let mut out: Vec<(OsString, OsString)> = base
+            .into_iter()
+            .filter(|(name, _)| {
+                let name = name.to_string_lossy();
+                env.passed.iter().any(|p| *p == name)
+                    || !(is_secret_env_name(&name) || env.withheld.iter().any(|w| *w == name))
+            })
+            .collect();
+        for (name, value) in &env.set {
+            out.retain(|(n, _)| n.to_str() != Some(name.as_str()));
+            out.push((name.into(), value.into()));
+        }
+        out.retain(|(n, _)| n != "TMPDIR");
+        out.push(("TMPDIR".into(), self.temp.path().into()));
+        out
+    }
+
+    /// Spawns `invocation` confined according to the mode, with write access to `workspace` in
+    /// `workspace_write` mode, and returns once it runs. Must be called inside a tokio runtime.
+    ///
+    /// Errors: [`ToolsError::SandboxUnavailable`] naming the layer the kernel cannot provide, or
+    /// the missing launcher (nothing is run); [`ToolsError::Io`] when spawning fails.
+    pub async fn spawn(
+        &self,
+        invocation: Invocation,
+        workspace: &Path,
+    ) -> Result<SandboxedChild, ToolsError> {
+        let env = self.tool_env(std::env::vars_os());
+        if self.mode == SandboxMode::Off {
+            let mut command = tokio::process::Command::new(&invocation.program);
+            command
+                .args(&invocation.args)
+                .current_dir(&invocation.workdir)
+                .env_clear()
+                .envs(env)
+                .stdin(Stdio::null())
+                .stdout(invocation.stdout)
+                .stderr(invocation.stderr)
+                .process_group(0)
+                .kill_on_drop(true);
+            #[cfg(target_os = "linux")]
+            fds::inherit_only_stdio(&mut command);
+            let child = command.spawn().map_err(|source| ToolsError::Io {
+                context: format!("spawning `{}`", invocation.program),
+                source,
+            })?;
+            return Ok(SandboxedChild {
+                child,
+                _lifeline: None,
+            });
+        }
+        let launcher = self
+            .launcher
+            .as_ref()
+            .or_else(|| DEFAULT_LAUNCHER.get())
+            .ok_or_else(|| {
+                unavailable(
+                    self.mode,
+                    "no sandbox launcher is registered in this process: the program embedding \
+                     keel-tools must call keel_tools::sandbox::set_launcher at startup (the keel \
+                     binary does: `keel __sandbox`), or the sandbox must be set to off"
+                        .into(),
+                )
+            })?;
+        imp::spawn(self, launcher, invocation, workspace, env).await
+    }
+
+    /// Checks that this system can run a command under `mode` with the registered launcher, by
+    /// running `true` in a throwaway workspace.
+    ///
+    /// Errors: [`ToolsError::SandboxUnavailable`] naming what is missing.
+    pub async fn probe(mode: SandboxMode) -> Result<(), ToolsError> {
+        if mode == SandboxMode::Off {
+            return Ok(());
+        }
+        let sandbox = Self::new(mode)?;
+        let workspace = sandbox.temp_dir().to_path_buf();
+        let mut child = sandbox
+            .spawn(
+                Invocation {
+                    program: "true".into(),
+                    args: Vec::new(),
+                    workdir: workspace.clone(),
+                    stdout: Stdio::null(),
+                    stderr: Stdio::null(),
+                },
+                &workspace,
+            )
+            .await?;
+        let status = child.wait().await.map_err(|source| ToolsError::Io {
+            context: "waiting for the sandbox probe".into(),
+            source,
+        })?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(unavailable(
+                mode,
+                format!("`true` failed in the sandbox ({status})"),
+            ))
+        }
+    }
+}
+
+fn unavailable(mode: SandboxMode, reason: String) -> ToolsError {
+    tracing::error!(
+        sandbox = mode.as_str(),
+        %reason,
+        "SANDBOX UNAVAILABLE: refusing to run a command under a sandbox this system cannot enforce"
+    );
+    ToolsError::SandboxUnavailable {
+        mode: mode.as_str().to_owned(),
+        reason,
+    }
+}
+
+/// What the host tells the launcher: one JSON line on the launcher's standard input (a socket),
+/// never in its arguments or environment, which the command could read as `/proc/1/cmdline`.
+/// The command's environment is the launcher's own.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct LaunchSpec {
+    /// The program (looked up in `PATH`) and its arguments.
+    command: Vec<String>,
+    mode: SandboxMode,
+    network: bool,
+    /// Canonical paths: the workspace, the private temp dir, the working directory.
+    workspace: PathBuf,
+    temp: PathBuf,
+    workdir: PathBuf,
+    /// Canonical paths to hide.
+    hide: Vec<PathBuf>,
+}
+
+#[cfg(target_os = "linux")]
+mod imp {
+    use std::ffi::OsString;
+    use std::os::fd::OwnedFd;
+    use std::path::Path;
+    use std::process::Stdio;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::{
+        Invocation, LAUNCHER_ARG, LaunchSpec, Launcher, SETUP_TIMEOUT_MS, Sandbox, SandboxMode,
+        SandboxedChild, unavailable,
+    };
+    use crate::error::ToolsError;
+
+    static LANDLOCK_WARNED: AtomicBool = AtomicBool::new(false);
+
+    fn canonical(
+        mode: SandboxMode,
+        what: &str,
+        path: &Path,
+    ) -> Result<std::path::PathBuf, ToolsError> {
+        std::fs::canonicalize(path)
+            .map_err(|e| unavailable(mode, format!("{what} {}: {e}", path.display())))
+    }
+
+    pub(super) async fn spawn(
+        sandbox: &Sandbox,
+        launcher: &Launcher,
+        invocation: Invocation,
+        workspace: &Path,
+        env: Vec<(OsString, OsString)>,
+    ) -> Result<SandboxedChild, ToolsError> {
+        let mode = sandbox.mode;
+        let spec = LaunchSpec {
+            command: std::iter::once(invocation.program.clone())
+                .chain(invocation.args.iter().cloned())
+                .collect(),
+            mode,
+            network: sandbox.network,
+            workspace: canonical(mode, "the workspace", workspace)?,
+            temp: canonical(mode, "the private temp dir", sandbox.temp.path())?,
+            workdir: canonical(mode, "the working directory", &invocation.workdir)?,
+            hide: Vec::new(),
+        };
+        let spec = LaunchSpec {
+            hide: hidden_paths(sandbox, &spec.workspace),
+            ..spec
+        };
+        let mut spec = serde_json::to_string(&spec)
+            .map_err(|e| unavailable(mode, format!("a path is not UTF-8: {e}")))?;
+        spec.push('\n');
+        let (host_end, launcher_end) =
+            std::os::unix::net::UnixStream::pair().map_err(|source| ToolsError::Io {
+                context: "creating the sandbox launcher's socket".into(),
+                source,
+            })?;
+        let mut command = tokio::process::Command::new(launcher.program());
+        command
+            .arg(LAUNCHER_ARG)
+            .arg("1")
+            .current_dir("/")
+            .env_clear()
+            .envs(env)
+            .stdin(Stdio::from(OwnedFd::from(launcher_end)))
+            .stdout(invocation.stdout)
+            .stderr(invocation.stderr)
+            .process_group(0)
+            .kill_on_drop(true);
+        super::fds::inherit_only_stdio(&mut command);
+        let mut child = command.spawn().map_err(|e| {
+            unavailable(
+                mode,
+                format!(
+                    "cannot start the sandbox launcher {}: {e}",
+                    launcher.program().display()
+                ),
+            )
+        })?;
+        drop(command);
+        let io = |source| ToolsError::Io {
+            context: "talking to the sandbox launcher".into(),
+            source,
+        };
+        host_end.set_nonblocking(true).map_err(io)?;
+        let mut host_end = tokio::net::UnixStream::from_std(host_end).map_err(io)?;
+        // A launcher that died already shows as an early end of its answer below.
+        let _ = host_end.write_all(spec.as_bytes()).await;
+        let line = tokio::time::timeout(
+            Duration::from_millis(SETUP_TIMEOUT_MS),
+            read_line(&mut host_end),
+        )
+        .await;
+        let line = match line {
+            Ok(Ok(line)) => line,
+            Ok(Err(e)) => return Err(io(e)),
+            Err(_) => {
+                let _ = child.start_kill();
+                return Err(unavailable(
+                    mode,
+                    format!(
+                        "the sandbox launcher did not finish setting up within {SETUP_TIMEOUT_MS} ms"
+                    ),
+                ));
+            }
+        };
+        if let Some(rest) = line.strip_prefix("ready") {
+            let landlock = rest.trim().strip_prefix("landlock=").unwrap_or("unknown");
+            if landlock != "full" && !LANDLOCK_WARNED.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    landlock,
+                    "Landlock is not (fully) available on this kernel: the sandbox runs without this extra layer (namespaces, read-only mounts, dropped capabilities and seccomp still apply)"
+                );
+            }
+            return Ok(SandboxedChild {
+                child,
+                _lifeline: Some(host_end),
+            });
+        }
+        let status = child.wait().await.ok();
+        let reason = match line.strip_prefix("error ") {
+            Some(reason) if reason.starts_with("user namespace") => format!(
+                "{reason}; the sandbox needs unprivileged user namespaces (see the sysctls \
+                 user.max_user_namespaces and kernel.unprivileged_userns_clone, and AppArmor's \
+                 userns restriction on Ubuntu 23.10 and later), or choose the sandbox off"
+            ),
+            Some(reason) => reason.to_owned(),
+            None => format!(
+                "the sandbox launcher {} exited ({}) before starting the command",
+                launcher.program().display(),
+                status.map_or_else(|| "status unknown".to_owned(), |s| s.to_string())
+            ),
+        };
+        Err(unavailable(mode, reason))
+    }
+
+    /// What the launcher covers, canonical: the paths the host hides, and every workspace root
+    /// but the workspace itself (and `/`, which cannot be covered).
+    fn hidden_paths(sandbox: &Sandbox, workspace: &Path) -> Vec<std::path::PathBuf> {
+        let canonical = |p: &std::path::PathBuf| std::fs::canonicalize(p).ok();
+        let mut hide: Vec<std::path::PathBuf> =
+            sandbox.hidden.iter().filter_map(canonical).collect();
+        hide.extend(
+            sandbox
+                .roots
+                .iter()
+                .filter_map(canonical)
+                .filter(|root| root != workspace && root != Path::new("/")),
+        );
+        hide
+    }
+
+    /// One line (without its newline; empty at end of stream), at most 64 KiB.
+    async fn read_line(stream: &mut tokio::net::UnixStream) -> std::io::Result<String> {
+        let mut buf = Vec::new();
+        let mut byte = [0u8; 1];
+        while buf.len() < 64 * 1024 {
+            match stream.read(&mut byte).await? {
+                0 => break,
+                _ if byte[0] == b'\n' => break,
+                _ => buf.push(byte[0]),
+            }
+        }
+        Ok(String::from_utf8_lossy(&buf).into_owned())
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+mod imp {
+    use std::ffi::OsString;
+    use std::path::Path;
+
+    use super::{Invocation, Launcher, Sandbox, SandboxedChild, unavailable};
+    use crate::error::ToolsError;
+
+    pub(super) async fn spawn(
+        sandbox: &Sandbox,
+        _launcher: &Launcher,
+        _invocation: Invocation,
+        _workspace: &Path,
+        _env: Vec<(OsString, OsString)>,
+    ) -> Result<SandboxedChild, ToolsError> {
+        Err(unavailable(
+            sandbox.mode,
+            "the sandbox needs Linux (namespaces, seccomp); set the sandbox to off explicitly"
+                .into(),
+        ))
+    }
+}

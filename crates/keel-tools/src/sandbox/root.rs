@@ -1,0 +1,361 @@
+//! The sandbox's filesystem: the new root stage 2 of the launcher builds in its mount namespace
+//! (see the module docs of [`super`]): the host's `/` read-only, the workspace and the private
+//! temp dir bound at their paths, empty tmpfs over the places services keep sockets, the paths
+//! the host hides covered (with every ancestor of a hidden path inside the workspace pinned, so
+//! a command cannot rename it away from the path the next call hides), a minimal `/dev` and a
+//! fresh `/proc`.
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use rustix::mount::{MountFlags, MountPropagationFlags, UnmountFlags};
+
+use super::launch::{LayerError, Setup, fail};
+use super::{LaunchSpec, SandboxMode};
+
+const STAGING: &str = "/tmp";
+const NEW: &str = "/newroot";
+const OLD: &str = "/oldroot";
+
+fn at(base: &str, path: &Path) -> PathBuf {
+    let rel = path.strip_prefix("/").unwrap_or(path);
+    Path::new(base).join(rel)
+}
+
+fn mount_tmpfs(target: &Path, flags: MountFlags, options: &str) -> rustix::io::Result<()> {
+    let options = std::ffi::CString::new(options).unwrap_or_default();
+    rustix::mount::mount("tmpfs", target, "tmpfs", flags, options.as_c_str())
+}
+
+fn mount_err(what: &str, path: &Path) -> impl FnOnce(rustix::io::Errno) -> LayerError {
+    let detail = format!("{what} {}", path.display());
+    move |e| LayerError {
+        layer: "mount namespace",
+        detail: format!("{detail}: {e}"),
+    }
+}
+
+pub(super) fn build_root(spec: &LaunchSpec) -> Setup {
+    let root = Path::new("/");
+    // Nothing we mount propagates back to the host.
+    rustix::mount::mount_change(
+        root,
+        MountPropagationFlags::PRIVATE | MountPropagationFlags::REC,
+    )
+    .map_err(mount_err("making private", root))?;
+    // A staging tmpfs becomes the root for a while, with the host's root at /oldroot.
+    let staging = Path::new(STAGING);
+    mount_tmpfs(staging, MountFlags::NOSUID | MountFlags::NODEV, "mode=0755")
+        .map_err(mount_err("mounting the staging tmpfs on", staging))?;
+    std::env::set_current_dir(staging).map_err(fail("mount namespace (staging)"))?;
+    for dir in ["newroot", "oldroot"] {
+        std::fs::create_dir(dir).map_err(fail("mount namespace (staging)"))?;
+    }
+    rustix::process::pivot_root(".", "oldroot").map_err(mount_err("pivot_root to", staging))?;
+    std::env::set_current_dir("/").map_err(fail("mount namespace (staging)"))?;
+
+    // The host's root, read-only, every submount too.
+    let new = Path::new(NEW);
+    rustix::mount::mount_bind_recursive(OLD, new).map_err(mount_err("binding / on", new))?;
+    remount_tree(
+        new,
+        MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV,
+    )?;
+
+    // Empty tmpfs over the places services keep their sockets, and a fresh /tmp.
+    for (dir, mode) in [("/tmp", "1777"), ("/run", "0755"), ("/var/run", "0755")] {
+        let target = at(NEW, Path::new(dir));
+        match std::fs::symlink_metadata(&target) {
+            Ok(m) if m.is_dir() => {
+                mount_tmpfs(
+                    &target,
+                    MountFlags::NOSUID | MountFlags::NODEV,
+                    &format!("mode={mode}"),
+                )
+                .map_err(mount_err("mounting a tmpfs on", &target))?;
+            }
+            _ => {}
+        }
+    }
+
+    // keel's own files: those outside the workspace now (so a workspace inside a hidden
+    // directory stays visible), those inside after the workspace is bound.
+    let (inside, outside): (Vec<&PathBuf>, Vec<&PathBuf>) = spec
+        .hide
+        .iter()
+        .partition(|p| p.starts_with(&spec.workspace));
+    let mut covers = Vec::new();
+    for path in outside {
+        covers.extend(hide(path)?);
+    }
+    let workspace_flags = if spec.mode == SandboxMode::ReadOnly {
+        MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV
+    } else {
+        MountFlags::NOSUID | MountFlags::NODEV
+    };
+    bind_dir(&spec.workspace, true, workspace_flags)?;
+    bind_dir(&spec.temp, false, MountFlags::NOSUID | MountFlags::NODEV)?;
+    pin_ancestors(&spec.workspace, &inside, workspace_flags)?;
+    for path in inside {
+        covers.extend(hide(path)?);
+    }
+    // The covering tmpfs stayed writable for mount points (a workspace inside a hidden
+    // directory); now they are read-only.
+    for cover in covers {
+        remount_one(
+            &cover,
+            MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
+        )
+        .map_err(mount_err("hiding", &cover))?;
+    }
+    build_dev()?;
+    mount_proc()?;
+
+    // Into the new root; the staging root and the host's old root go away.
+    std::env::set_current_dir(new).map_err(fail("mount namespace (entering the new root)"))?;
+    rustix::process::pivot_root(".", ".").map_err(mount_err("pivot_root to", new))?;
+    rustix::mount::unmount(".", UnmountFlags::DETACH)
+        .map_err(mount_err("detaching the old root at", root))?;
+    std::env::set_current_dir("/").map_err(fail("mount namespace (entering the new root)"))?;
+    Ok(())
+}
+
+/// Binds the host's `path` at the same place in the new root (creating the mount point in a
+/// tmpfs where needed), then remounts it (and its submounts, when `recursive`) with `flags`.
+fn bind_dir(path: &Path, recursive: bool, flags: MountFlags) -> Setup {
+    let source = at(OLD, path);
+    let target = at(NEW, path);
+    std::fs::create_dir_all(&target).map_err(|e| LayerError {
+        layer: "mount namespace",
+        detail: format!("creating the mount point {}: {e}", target.display()),
+    })?;
+    if recursive {
+        rustix::mount::mount_bind_recursive(&source, &target)
+    } else {
+        rustix::mount::mount_bind(&source, &target)
+    }
+    .map_err(mount_err("binding", path))?;
+    remount_tree(&target, flags)
+}
+
+/// Pins every directory between the workspace and a path hidden inside it by binding it onto
+/// itself (with the workspace's `flags`): `rename(2)`, `rmdir(2)` and `unlink(2)` of a mount
+/// point fail with `EBUSY`, so a command cannot move a hidden path, or a directory above it,
+/// away from the path the next call hides (`mv .local .l2` with keel's data in
+/// `.local/share/keel`). The hidden paths themselves are mount points once covered. Everything
+/// else in those directories stays as writable as the workspace; only a rename *across* a
+/// pinned directory's edge becomes a copy (`EXDEV`, which `mv` handles).
+fn pin_ancestors(workspace: &Path, hidden: &[&PathBuf], flags: MountFlags) -> Setup {
+    let mut dirs = std::collections::BTreeSet::new();
+    for path in hidden {
+        let mut dir = path.parent();
+        while let Some(d) = dir.filter(|d| *d != workspace && d.starts_with(workspace)) {
+            dirs.insert(d.to_path_buf());
+            dir = d.parent();
+        }
+    }
+    // Outermost first: a path sorts before the paths beneath it.
+    for dir in dirs {
+        let target = at(NEW, &dir);
+        if !std::fs::symlink_metadata(&target).is_ok_and(|m| m.is_dir()) {
+            continue;
+        }
+        rustix::mount::mount_bind_recursive(&target, &target)
+            .map_err(mount_err("pinning", &dir))?;
+        remount_tree(&target, flags)?;
+    }
+    Ok(())
+}
+
+/// Covers `path` (canonical) in the new root: a directory with an empty tmpfs (returned: the
+/// caller makes it read-only once every mount point is made), anything else with a read-only
+/// `/dev/null`. Skipped when it is not there (already hidden).
+fn hide(path: &Path) -> Setup<Option<PathBuf>> {
+    let target = at(NEW, path);
+    let Ok(meta) = std::fs::symlink_metadata(&target) else {
+        return Ok(None);
+    };
+    if meta.is_dir() {
+        mount_tmpfs(
+            &target,
+            MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
+            "mode=0555",
+        )
+        .map_err(mount_err("hiding", path))?;
+        Ok(Some(target))
+    } else {
+        let null = at(OLD, Path::new("/dev/null"));
+        rustix::mount::mount_bind(&null, &target).map_err(mount_err("hiding", path))?;
+        remount_one(
+            &target,
+            MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NOEXEC,
+        )
+        .map_err(mount_err("hiding", path))?;
+        Ok(None)
+    }
+}
+
+/// A minimal /dev: a few character devices bound from the host, the usual links, a private
+/// devpts and an empty /dev/shm.
+fn build_dev() -> Setup {
+    let dev = at(NEW, Path::new("/dev"));
+    mount_tmpfs(&dev, MountFlags::NOSUID | MountFlags::NOEXEC, "mode=0755")
+        .map_err(mount_err("mounting a tmpfs on", &dev))?;
+    for name in ["null", "zero", "full", "random", "urandom", "tty"] {
+        let source = at(OLD, &Path::new("/dev").join(name));
+        if std::fs::metadata(&source).is_err() {
+            continue;
+        }
+        let target = dev.join(name);
+        File::create(&target).map_err(|e| LayerError {
+            layer: "mount namespace",
+            detail: format!("creating {}: {e}", target.display()),
+        })?;
+        rustix::mount::mount_bind(&source, &target).map_err(mount_err("binding", &source))?;
+        remount_one(&target, MountFlags::NOSUID | MountFlags::NOEXEC)
+            .map_err(mount_err("remounting", &target))?;
+    }
+    for (link, to) in [
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+        ("ptmx", "pts/ptmx"),
+    ] {
+        std::os::unix::fs::symlink(to, dev.join(link)).map_err(fail("mount namespace (/dev)"))?;
+    }
+    let shm = dev.join("shm");
+    std::fs::create_dir(&shm).map_err(fail("mount namespace (/dev/shm)"))?;
+    mount_tmpfs(&shm, MountFlags::NOSUID | MountFlags::NODEV, "mode=1777")
+        .map_err(mount_err("mounting a tmpfs on", &shm))?;
+    let pts = dev.join("pts");
+    std::fs::create_dir(&pts).map_err(fail("mount namespace (/dev/pts)"))?;
+    // Optional: a private pseudo-terminal instance (some kernels refuse it in a user namespace).
+    let options = std::ffi::CString::new("newinstance,ptmxmode=0666,mode=620").unwrap_or_default();
+    let _ = rustix::mount::mount(
+        "devpts",
+        &pts,
+        "devpts",
+        MountFlags::NOSUID | MountFlags::NOEXEC,
+        options.as_c_str(),
+    );
+    let _ = std::fs::set_permissions(&dev, std::fs::Permissions::from_mode(0o755));
+    remount_one(
+        &dev,
+        MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NOEXEC,
+    )
+    .map_err(mount_err("remounting", &dev))
+}
+
+/// A /proc of the new PID namespace, with the parts that change the kernel read-only (uid 0 of
+/// a user namespace that maps host root may write sysctls and the sysrq trigger otherwise).
+fn mount_proc() -> Setup {
+    let proc = at(NEW, Path::new("/proc"));
+    rustix::mount::mount(
+        "proc",
+        &proc,
+        "proc",
+        MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
+        None,
+    )
+    .map_err(|e| LayerError {
+        layer: "PID namespace (/proc)",
+        detail: format!("mounting a /proc for the sandbox: {e}"),
+    })?;
+    for name in ["sys", "sysrq-trigger", "irq", "bus"] {
+        let path = proc.join(name);
+        if std::fs::symlink_metadata(&path).is_err() {
+            continue;
+        }
+        rustix::mount::mount_bind(&path, &path).map_err(mount_err("binding", &path))?;
+        remount_one(
+            &path,
+            MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
+        )
+        .map_err(mount_err("remounting", &path))?;
+    }
+    Ok(())
+}
+
+/// Remounts the bind mount at `target` with `flags` added to the flags it has (which the
+/// kernel may have locked: a remount must keep them).
+fn remount_one(target: &Path, flags: MountFlags) -> rustix::io::Result<()> {
+    use rustix::fs::StatVfsMountFlags as St;
+    let st = rustix::fs::statvfs(target)?;
+    let have = st.f_flag;
+    let mut keep = MountFlags::empty();
+    for (s, m) in [
+        (St::RDONLY, MountFlags::RDONLY),
+        (St::NOSUID, MountFlags::NOSUID),
+        (St::NODEV, MountFlags::NODEV),
+        (St::NOEXEC, MountFlags::NOEXEC),
+        (St::SYNCHRONOUS, MountFlags::SYNCHRONOUS),
+        (St::MANDLOCK, MountFlags::PERMIT_MANDATORY_FILE_LOCKING),
+        (St::NOATIME, MountFlags::NOATIME),
+        (St::NODIRATIME, MountFlags::NODIRATIME),
+        (St::RELATIME, MountFlags::RELATIME),
+    ] {
+        if have.contains(s) {
+            keep |= m;
+        }
+    }
+    if !have.intersects(St::NOATIME | St::RELATIME) {
+        keep |= MountFlags::STRICTATIME;
+    }
+    rustix::mount::mount_remount(target, MountFlags::BIND | keep | flags, "")
+}
+
+/// Remounts every mount at or under `prefix` (per /proc/self/mountinfo) with `flags` added.
+/// A mount this process cannot reach (EACCES: the command cannot either) or that is gone or
+/// covered (ENOENT) is skipped; any other failure fails the layer.
+fn remount_tree(prefix: &Path, flags: MountFlags) -> Setup {
+    let info = std::fs::read_to_string(at(OLD, Path::new("/proc/self/mountinfo")))
+        .map_err(fail("mount namespace (reading mountinfo)"))?;
+    for line in info.lines() {
+        let Some(point) = line.split(' ').nth(4) else {
+            continue;
+        };
+        let point = PathBuf::from(unescape(point));
+        if !point.starts_with(prefix) {
+            continue;
+        }
+        match remount_one(&point, flags) {
+            Ok(()) => {}
+            // The mount asked for must be remounted; a submount out of reach need not be.
+            Err(rustix::io::Errno::ACCESS | rustix::io::Errno::NOENT) if point != prefix => {}
+            Err(e) => {
+                return Err(LayerError {
+                    layer: "read-only mounts",
+                    detail: format!("remounting {}: {e}", point.display()),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Decodes mountinfo's octal escapes (`\040` for a space, …).
+fn unescape(field: &str) -> OsString {
+    use std::os::unix::ffi::OsStringExt;
+    let bytes = field.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'\\'
+            && i + 3 < bytes.len()
+            && bytes[i + 1..i + 4]
+                .iter()
+                .all(|b| (b'0'..=b'7').contains(b))
+        {
+            let v = (bytes[i + 1] - b'0') * 64 + (bytes[i + 2] - b'0') * 8 + (bytes[i + 3] - b'0');
+            out.push(v);
+            i += 4;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    OsString::from_vec(out)
+}

@@ -1,0 +1,309 @@
+//! What a confined command must not reach besides the host's files (the final attack pass on
+//! issue 11): other sessions' workspaces under a server's workspace roots, descriptors the host
+//! holds, keel's own files inside the workspace after renaming their ancestors, and the sandbox
+//! spec in the launcher's command line. Each attack first succeeds unconfined (or through a
+//! naive spawn), then fails through the real sandbox (`keel-sandbox`, see `escapes.rs`), as root
+//! and as uid 65534.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use crate::escapes::{BOTH, CONFINED, NOBODY, OFF, RO, Run, Sbx, WW, Who, chown_tree};
+
+/// A temp dir under /var/tmp (which the sandbox leaves visible, read-only) owned by `who`.
+fn visible(who: Who) -> tempfile::TempDir {
+    crate::escapes::visible_outside(who)
+}
+
+/// Writes `text` to `path`, creating its directories.
+fn put(path: &Path, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+fn s(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+// --- other workspaces under `keel serve`'s workspace roots ------------------------------------
+
+/// A workspace `ws/` directly under a workspace root (`dir`, under /var/tmp).
+fn workspace_under_a_root(who: Who) -> Sbx {
+    let dir = visible(who);
+    std::fs::create_dir(dir.path().join("ws")).unwrap();
+    if who == Who::Nobody {
+        chown_tree(dir.path(), NOBODY);
+    }
+    Sbx { dir, who }
+}
+
+#[test]
+fn other_workspaces_under_the_workspace_roots_are_hidden() {
+    for who in BOTH {
+        let a = workspace_under_a_root(who);
+        let root1 = a.dir.path().to_path_buf();
+        let root2 = visible(who);
+        // Session B's workspace under the same root, C's under the other root, and a root
+        // inside A's own workspace.
+        put(&root1.join("bob/secret.txt"), "BOB-WORKSPACE-SECRET");
+        put(&root2.path().join("carol/secret.txt"), "CAROL-ROOT2-SECRET");
+        put(&a.path("inner/dave/secret.txt"), "INNER-ROOT-SECRET");
+        put(&a.path("mine.txt"), "A-OWN-FILE");
+        if who == Who::Nobody {
+            chown_tree(&root1, NOBODY);
+            chown_tree(root2.path(), NOBODY);
+        }
+        let attack = format!(
+            "ls -1 {r1} {r2} inner | sed 's/^/entry:/'; cat {r1}/bob/secret.txt {r2}/carol/secret.txt \
+             inner/dave/secret.txt; echo x > {r1}/bob/planted; echo x > {r2}/planted; \
+             echo x > {r1}/planted; cat mine.txt; echo written > new.txt; echo done",
+            r1 = s(&root1),
+            r2 = s(root2.path()),
+        );
+        let planted = [
+            root1.join("bob/planted"),
+            root2.path().join("planted"),
+            root1.join("planted"),
+        ];
+        let secrets = [
+            "BOB-WORKSPACE-SECRET",
+            "CAROL-ROOT2-SECRET",
+            "INNER-ROOT-SECRET",
+            "entry:bob",
+            "entry:carol",
+            "entry:dave",
+        ];
+        let r = a.run(OFF, &attack);
+        for secret in secrets {
+            assert!(r.has(secret), "unconfined ({who:?}), {secret}: {r:?}");
+        }
+        for p in &planted {
+            assert!(p.exists(), "unconfined ({who:?}): {p:?} was not written");
+            std::fs::remove_file(p).unwrap();
+        }
+        std::fs::remove_file(a.path("new.txt")).unwrap();
+
+        let (inner, ws, bob) = (a.path("inner"), a.ws(), root1.join("bob"));
+        let layouts: [Vec<&Path>; 3] = [
+            // Two roots, and one inside the workspace.
+            vec![&root1, root2.path(), &inner],
+            // The workspace is a root itself, inside another.
+            vec![&ws, &root1, root2.path(), &inner],
+            // Nested roots: a root inside a root.
+            vec![&root1, &bob, root2.path(), &inner],
+        ];
+        for roots in &layouts {
+            let flags: Vec<&str> = roots
+                .iter()
+                .flat_map(|r| ["--workspace-root", s(r)])
+                .collect();
+            for mode in CONFINED {
+                let r = a.run_with(mode, &flags, &attack);
+                let what = format!("{mode} ({who:?}) roots {roots:?}");
+                for secret in secrets {
+                    assert!(!r.has(secret), "{what} showed {secret}: {r:?}");
+                }
+                for p in &planted {
+                    assert!(!p.exists(), "{what} wrote {p:?}: {r:?}");
+                }
+                // The session's own workspace works as before.
+                assert!(
+                    r.has("entry:ws") && r.has("A-OWN-FILE") && r.has("done"),
+                    "{what}: {r:?}"
+                );
+                let written = std::fs::read_to_string(a.path("new.txt")).ok();
+                assert_eq!(written.is_some(), mode == WW, "{what}: {r:?}");
+                let _ = std::fs::remove_file(a.path("new.txt"));
+            }
+        }
+    }
+}
+
+// --- descriptors the host holds ---------------------------------------------------------------
+
+/// `command` started by a host that holds fd 7 open on `secret` and fd 8 on a TCP socket to
+/// `port`, neither close-on-exec (as a store file or a server socket a library opened).
+fn holding_descriptors(command: &Command, secret: &Path, port: u16, cwd: &Path) -> Command {
+    let mut c = Command::new("bash");
+    c.arg("-c")
+        .arg(r#"exec 7<"$1" 8<>"/dev/tcp/127.0.0.1/$2" && shift 2 && exec "$@""#)
+        .arg("host")
+        .arg(secret)
+        .arg(port.to_string())
+        .arg(command.get_program())
+        .args(command.get_args())
+        .current_dir(cwd)
+        .stdin(Stdio::null());
+    c
+}
+
+fn output(mut c: Command) -> Run {
+    let out = c.output().unwrap();
+    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&out.stderr));
+    Run {
+        code: out.status.code(),
+        text,
+    }
+}
+
+#[test]
+fn a_command_inherits_no_descriptor_of_its_host() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    // Readable by root only: what a descriptor leaks is not what the user could read anyway.
+    let store = tempfile::tempdir().unwrap();
+    let secret = store.path().join("keel.db");
+    std::fs::write(&secret, "HOST-STORE-SECRET").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let script =
+        "ls -l /proc/self/fd; cat <&7; echo; echo \"fds: $(ls /proc/self/fd | tr '\\n' ' ')\"";
+    for who in BOTH {
+        let sbx = Sbx::new(who);
+        // A naive host: the command gets both.
+        let mut naive = match who {
+            Who::Root => Command::new("bash"),
+            Who::Nobody => {
+                let mut c = Command::new("setpriv");
+                c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "bash"]);
+                c
+            }
+        };
+        naive.args(["-c", script]);
+        let r = output(holding_descriptors(&naive, &secret, port, &sbx.ws()));
+        assert!(
+            r.has("HOST-STORE-SECRET") && r.has("socket:"),
+            "naive ({who:?}): {r:?}"
+        );
+        for mode in [OFF, WW, RO] {
+            let c = sbx.command(mode, &[], script);
+            let r = output(holding_descriptors(&c, &secret, port, &sbx.ws()));
+            assert_eq!(r.code, Some(0), "{mode} ({who:?}): {r:?}");
+            assert!(
+                !r.has("HOST-STORE-SECRET") && !r.has("socket:") && !r.has("keel.db"),
+                "{mode} ({who:?}): {r:?}"
+            );
+            // `ls` itself holds 3 (the directory it lists).
+            assert!(r.has("fds: 0 1 2 3 \n"), "{mode} ({who:?}): {r:?}");
+        }
+    }
+}
+
+// --- keel's files inside the workspace (workspace = $HOME) ------------------------------------
+
+#[test]
+fn keels_files_inside_the_workspace_stay_hidden_after_renaming_their_ancestors() {
+    let secrets = [
+        "HOME-STORE-SECRET",
+        "HOME-SEAL-SECRET",
+        "HOME-CONFIG-SECRET",
+    ];
+    let setup = |who: Who| {
+        let home = Sbx::new(who);
+        put(&home.path(".local/share/keel/keel.db"), secrets[0]);
+        put(&home.path(".local/share/keel/seal.key"), secrets[1]);
+        put(&home.path(".config/keel/keel.toml"), secrets[2]);
+        put(&home.path(".local/bin/tool"), "a tool");
+        if who == Who::Nobody {
+            chown_tree(&home.ws(), NOBODY);
+        }
+        home
+    };
+    // Move each hidden path or a directory above it, then read it where it went.
+    let attack = "mv .local .l2; mv .local/share .local/s2; mv .local/share/keel .local/share/k2; \
+                  mv .config c2; mv .config/keel .config/k2; rm -rf .local/share/keel .config/keel; \
+                  mv .local/bin .local/bin2 && echo sibling-moved; echo step1";
+    let reveal = "cat .local/share/keel/keel.db .local/share/keel/seal.key .config/keel/keel.toml \
+                  .l2/share/keel/keel.db .l2/share/keel/seal.key .local/s2/keel/keel.db \
+                  .local/share/k2/keel.db .local/share/k2/seal.key \
+                  c2/keel/keel.toml .config/k2/keel.toml; echo step2";
+    for who in BOTH {
+        let home = setup(who);
+        let hidden = [home.path(".local/share/keel"), home.path(".config/keel")];
+        let flags = ["--hide", s(&hidden[0]), "--hide", s(&hidden[1])];
+        let r = home.run_with(OFF, &flags, &format!("{attack}; {reveal}"));
+        for secret in secrets {
+            assert!(r.has(secret), "unconfined ({who:?}), {secret}: {r:?}");
+        }
+        for mode in CONFINED {
+            let home = setup(who);
+            let hidden = [home.path(".local/share/keel"), home.path(".config/keel")];
+            let flags = ["--hide", s(&hidden[0]), "--hide", s(&hidden[1])];
+            let first = home.run_with(mode, &flags, attack);
+            let second = home.run_with(mode, &flags, reveal);
+            for secret in secrets {
+                assert!(
+                    !first.has(secret) && !second.has(secret),
+                    "{mode} ({who:?}) showed {secret}: {first:?} {second:?}"
+                );
+            }
+            assert!(
+                first.has("step1") && second.has("step2"),
+                "{first:?} {second:?}"
+            );
+            if mode == WW {
+                assert!(
+                    first.has("sibling-moved"),
+                    "the rest of the workspace stays writable: {first:?}"
+                );
+            }
+            // Nothing moved or removed on the host either.
+            for (rel, secret) in [
+                (".local/share/keel/keel.db", secrets[0]),
+                (".local/share/keel/seal.key", secrets[1]),
+                (".config/keel/keel.toml", secrets[2]),
+            ] {
+                assert_eq!(
+                    std::fs::read_to_string(home.path(rel)).unwrap(),
+                    secret,
+                    "{mode} ({who:?})"
+                );
+            }
+        }
+    }
+}
+
+// --- the sandbox spec -------------------------------------------------------------------------
+
+#[test]
+fn the_launchers_command_line_and_environment_show_nothing_of_the_spec() {
+    for who in BOTH {
+        let sbx = Sbx::new(who);
+        let data = visible(who);
+        let hidden: PathBuf = data.path().join("keel-data-dir-marker");
+        std::fs::create_dir(&hidden).unwrap();
+        let root = visible(who);
+        if who == Who::Nobody {
+            chown_tree(data.path(), NOBODY);
+        }
+        let script = "echo \"cmdline=[$(tr '\\0' ' ' < /proc/1/cmdline)]\"; \
+                      echo \"environ=[$(tr '\\0' ' ' < /proc/1/environ)]\"";
+        let flags = [
+            "--hide",
+            s(&hidden),
+            "--workspace-root",
+            s(root.path()),
+            "--set",
+            "DEPLOY_TOKEN=spec-env-value-0042",
+        ];
+        for mode in CONFINED {
+            let r = sbx.run_with(mode, &flags, script);
+            let what = format!("{mode} ({who:?})");
+            // PID 1 is the launcher: the check is not vacuous.
+            assert!(r.has("cmdline=[") && r.has("__sandbox 2"), "{what}: {r:?}");
+            let cmdline = r.text.lines().find(|l| l.starts_with("cmdline=")).unwrap();
+            for leak in [
+                s(&hidden),
+                s(root.path()),
+                "\"mode\"",
+                "bash",
+                "/proc/1/environ",
+            ] {
+                assert!(!cmdline.contains(leak), "{what}: {leak} in {cmdline}");
+            }
+            let environ = r.text.lines().find(|l| l.starts_with("environ=")).unwrap();
+            assert_eq!(environ, "environ=[]", "{what}: {r:?}");
+        }
+    }
+}
