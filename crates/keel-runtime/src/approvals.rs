@@ -82,7 +82,21 @@ impl Runner {
             .read(|j| j.state.tool_calls.get(&call).map(|c| c.name.clone()))
             .await
             .unwrap_or_default();
-        let acorr = Correlation::default().with_approval(approval);
+        // A decision names who made it (the approvals row's `decided_by`, set by an
+        // authenticated host); an expiry or a refusal by hash names nobody.
+        let decided_by = match &outcome {
+            ApprovalOutcome::Allowed(_) | ApprovalOutcome::Denied { .. } => self
+                .rt
+                .store
+                .get_approval(self.tenant, approval)
+                .await
+                .ok()
+                .and_then(|r| r.decided_by),
+            ApprovalOutcome::HashMismatch | ApprovalOutcome::Expired => None,
+        };
+        let acorr = Correlation::default()
+            .with_approval(approval)
+            .by(decided_by);
         let reject =
             |text: String| finished_item(turn, step, &call, ToolCallStatus::Rejected, text, true);
         let items = match outcome {

@@ -48,8 +48,11 @@ pub async fn tenant_usage_on(
     day: &str,
 ) -> Result<(u64, f64)> {
     let rows = store.usage(tenant, day, day).await?;
-    Ok(rows.iter().fold((0, 0.0), |(t, c), r| {
-        (t + r.usage.total_tokens(), c + r.cost_usd)
+    Ok(rows.iter().fold((0u64, 0.0), |(t, c), r| {
+        (
+            t.saturating_add(r.usage.total_tokens()),
+            c + keel_core::finite_cost(r.cost_usd),
+        )
     }))
 }
 

@@ -10,6 +10,7 @@ use std::sync::atomic::Ordering;
 use keel_core::{Correlation, EventBody, TurnId, TurnStatus};
 use keel_model::{ErrorKind, Message, ModelRequest, RequestPurpose};
 
+use crate::admission::Admission;
 use crate::context::boundaries;
 use crate::driver::{Runner, lock, phase_item};
 use crate::error::Result;
@@ -86,12 +87,34 @@ impl Runner {
                 timeouts: self.model_timeouts(),
                 ..ModelRequest::default()
             };
+            // Admitted under the tenant's token rate like a step (one reservation for the whole
+            // call); a stopped wait leaves the turn compacting, planned again by the turn loop.
+            let context = request
+                .messages
+                .iter()
+                .map(crate::tokens::estimate_message_tokens)
+                .sum::<u64>()
+                + request
+                    .instructions
+                    .as_deref()
+                    .map_or(0, crate::tokens::estimate_tokens);
+            let projected = self.projected_tokens(context, request.sampling.max_tokens);
+            let mut reservation = match self.admit(projected, &request.cancel).await? {
+                Admission::Admitted(r) => r,
+                Admission::Stopped => return Ok(()),
+            };
             let resp = keel_model::collect(
                 self.rt.model.stream(request),
                 self.rt.model.model(),
                 &self.rt.options.prices,
             )
             .await;
+            let used = resp
+                .usage
+                .iter()
+                .map(|u| u.usage.input_tokens.saturating_add(u.usage.output_tokens))
+                .fold(0u64, u64::saturating_add);
+            self.settle_tokens(&mut reservation, used).await;
             match resp.outcome {
                 keel_model::Outcome::Completed { .. } => {
                     let summary = resp.text;

@@ -4,9 +4,10 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
-use keel_core::Budget;
+use keel_core::{Budget, TenantId};
 use keel_model::PriceTable;
 use keel_tools::policy::{PermissionMode, Rule};
 use keel_tools::sandbox::SandboxMode;
@@ -25,6 +26,40 @@ pub enum MultitaskStrategy {
     Reject,
     /// Queue it and cancel the active turn (`turn.cancel_requested`, then `aborted`).
     Interrupt,
+}
+
+/// The lowest turn priority ([`SubmitOptions::priority`]).
+pub const MIN_PRIORITY: i32 = -100;
+/// The highest turn priority ([`SubmitOptions::priority`]).
+pub const MAX_PRIORITY: i32 = 100;
+
+/// How [`crate::Runtime::submit_opts`] queues an input.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SubmitOptions {
+    /// The multitask strategy, when not the session's.
+    pub strategy: Option<MultitaskStrategy>,
+    /// The turn's scheduling priority, [`MIN_PRIORITY`]..=[`MAX_PRIORITY`] (default 0): within
+    /// a tenant, a scheduler claims sessions of higher priority first (issue 13). Written to the
+    /// session's row with the `turn.queued` commit ([`keel_store::AppendExtras::priority`]): a
+    /// session's priority is that of its latest submitted turn. Not journaled.
+    pub priority: i32,
+}
+
+impl SubmitOptions {
+    /// Checks the priority's range.
+    ///
+    /// # Errors
+    /// [`RuntimeError::InvalidInput`] naming the range.
+    pub fn validate(&self) -> Result<()> {
+        if (MIN_PRIORITY..=MAX_PRIORITY).contains(&self.priority) {
+            Ok(())
+        } else {
+            Err(RuntimeError::InvalidInput(format!(
+                "priority must be between {MIN_PRIORITY} and {MAX_PRIORITY}, got {}",
+                self.priority
+            )))
+        }
+    }
 }
 
 /// Settings pinned with a session (journaled, redacted, in `session.created.config`) and changed
@@ -46,8 +81,15 @@ pub struct SessionConfig {
     pub ask: Vec<String>,
     /// `deny` rules added to the release's (`read_file(./secrets/**)`, …): they only tighten.
     pub deny: Vec<String>,
-    /// How `shell` is confined.
+    /// How `shell` is confined. The confined modes need a sandbox launcher registered in the
+    /// host process (`keel_tools::sandbox::set_launcher`; the `keel` binary registers itself):
+    /// without one a confined call fails, naming what is missing, and nothing runs.
     pub sandbox: SandboxMode,
+    /// Confined `shell` commands share the host's network namespace for `AF_INET`/`AF_INET6`
+    /// (package installs, test servers), keeping every other sandbox layer; they then also reach
+    /// every service listening on the host's loopback interface. Default false: no IP network.
+    /// No effect when `sandbox` is `off`. (Absent in journals of older builds: false.)
+    pub sandbox_network: bool,
     /// Per-turn limits; fields left `None` fall back to the release's budget.
     pub turn_budget: Budget,
     /// Per-session limits (over all turns).
@@ -120,6 +162,7 @@ impl Default for SessionConfig {
             ask: Vec::new(),
             deny: Vec::new(),
             sandbox: SandboxMode::WorkspaceWrite,
+            sandbox_network: false,
             turn_budget: Budget::default(),
             session_budget: Budget::default(),
             tenant_daily_budget: Budget::default(),
@@ -245,6 +288,10 @@ pub struct RuntimeOptions {
     pub lease_wait: Duration,
     /// Prices for cost accounting (USD).
     pub prices: PriceTable,
+    /// Where this worker records its metrics (model tokens and cost, tool outcomes, step
+    /// latency; see [`crate::metrics`]). Default: a registry of its own; a host that serves
+    /// `/metrics` passes the one it renders (clones share it).
+    pub metrics: crate::metrics::Metrics,
     /// Capacity of each session's ephemeral delta buffer (default 1024); a subscriber further
     /// behind loses deltas and is told how many.
     pub delta_buffer: usize,
@@ -261,12 +308,96 @@ pub struct RuntimeOptions {
     pub seal_key: crate::seal::SealKey,
     /// Environment variables removed from every tool process's environment: the provider API
     /// keys the host reads (default [`crate::redact::PROVIDER_KEY_ENV`]; a host that reads a
-    /// key from another variable adds it, and names it in the session's `secret_env` too).
+    /// key from another variable adds it). Their values are secrets: redacted from every
+    /// session this runtime loads, and sealed with it (see `crate::secrets`), whatever the
+    /// session's `secret_env` says.
     pub withheld_env: Vec<String>,
+    /// Environment variables set in every tool process (the host's configured values, e.g. the
+    /// `keel` CLI's `[env]`), whatever their names; secret ones belong in `secret_values` too.
+    /// Never journaled.
+    pub tool_env: Vec<(String, String)>,
+    /// Environment variables whose value in this process is passed to tool processes although
+    /// their names look secret (`KEY`, `SECRET`, `TOKEN`, `PASSWORD`) or are in `withheld_env`:
+    /// the host's explicit choice (the `keel` CLI's `[env]` entries without a value).
+    pub passed_env: Vec<String>,
+    /// Paths a confined `shell` command must not see (covered by an empty read-only directory or
+    /// `/dev/null`): the host's own data, such as the `keel` CLI's data and config directories,
+    /// its store and its seal key. See [`keel_tools::sandbox::Sandbox::hiding`].
+    pub hidden_paths: Vec<PathBuf>,
+    /// Directories holding the workspaces of many sessions (`keel serve`'s `[server]
+    /// workspace_roots`, canonical): a confined `shell` command sees none of them except its
+    /// own session's workspace, so one session cannot read or change another's. See
+    /// [`keel_tools::sandbox::Sandbox::isolating`].
+    pub workspace_roots: Vec<PathBuf>,
     /// Secret values the host knows (a provider key written in its configuration, an `[env]`
     /// value marked secret): redacted from every session this runtime loads, like
-    /// `secret_env`'s values. Never journaled.
+    /// `secret_env`'s values, and sealed with the session so a later process that lacks one
+    /// still redacts it (see `crate::secrets`). Never journaled.
     pub secret_values: Vec<String>,
+    /// Token-aware admission of model calls by each tenant's tokens-per-minute limit (issue 13,
+    /// "Scheduling"); `None` (default): no rate limit. See [`TokenRate`].
+    pub token_rate: Option<TokenRate>,
+}
+
+/// Length of a token-rate window, ms: the limits of [`TokenRate`] are per minute, and a
+/// window starts on each whole minute of the wall clock (Unix ms divisible by 60,000).
+pub const TOKEN_WINDOW_MS: i64 = 60_000;
+
+/// Per-tenant token-rate admission (issue 13): before each model call — every attempt of a
+/// step, and each compaction summary — the runtime reserves the call's *projected* tokens (the
+/// step's estimated context, [`crate::ContextSnapshot::estimated_tokens`], plus the request's
+/// maximum output: `sampling.max_tokens`, else [`TokenRate::default_output_tokens`]) in the
+/// tenant's window of the current minute ([`keel_store::Store::reserve_tokens`], window start in
+/// Unix ms, see [`TOKEN_WINDOW_MS`]). When the window has no room the call waits for the next
+/// window and tries again — it never fails for rate — and the wait is announced (a tracing
+/// event `waiting for the tenant's token rate` with tenant, session, tokens and limit, and a
+/// [`crate::DeltaKind::TokenRateWait`] delta). The wait ends early when the turn is cancelled
+/// (the turn then ends as cancelled) or the run is drained ([`crate::Runtime::run_claimed`]:
+/// the step is left for the next worker). After the call the reservation is settled to what
+/// it used ([`keel_store::Store::settle_tokens`]: input + output tokens, reported or, without a
+/// report, estimated as for budgets; nothing for an attempt that produced nothing). A run
+/// stopped between the two (a crash, a dropped future) leaves its reservation in that minute's
+/// window. The store admits a reservation larger than the limit into an empty window, so one
+/// oversized call runs alone instead of never.
+#[derive(Clone)]
+pub struct TokenRate {
+    limit: Arc<dyn Fn(TenantId) -> Option<u64> + Send + Sync>,
+    /// Output tokens projected for a request that names no maximum (default 8,192: the
+    /// Anthropic adapter's default `max_tokens`).
+    pub default_output_tokens: u64,
+}
+
+/// [`TokenRate::default_output_tokens`] by default.
+pub const DEFAULT_PROJECTED_OUTPUT_TOKENS: u64 = 8_192;
+
+impl TokenRate {
+    /// Limits read per call from `limit`: the tenant's tokens per minute, `None` for a tenant
+    /// without a limit (its calls are not reserved at all). Called before every model call, so
+    /// a changed limit applies to the next one; keep it cheap (a map lookup).
+    pub fn per_tenant(limit: impl Fn(TenantId) -> Option<u64> + Send + Sync + 'static) -> Self {
+        Self {
+            limit: Arc::new(limit),
+            default_output_tokens: DEFAULT_PROJECTED_OUTPUT_TOKENS,
+        }
+    }
+
+    /// The same limit, in tokens per minute, for every tenant.
+    pub fn uniform(tokens_per_minute: u64) -> Self {
+        Self::per_tenant(move |_| Some(tokens_per_minute))
+    }
+
+    /// `tenant`'s limit in tokens per minute, if it has one.
+    pub fn limit(&self, tenant: TenantId) -> Option<u64> {
+        (self.limit)(tenant)
+    }
+}
+
+impl std::fmt::Debug for TokenRate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenRate")
+            .field("default_output_tokens", &self.default_output_tokens)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for RuntimeOptions {
@@ -279,6 +410,7 @@ impl Default for RuntimeOptions {
             lease_ttl: Duration::from_secs(10),
             lease_wait: Duration::from_secs(11),
             prices: PriceTable::default(),
+            metrics: crate::metrics::Metrics::default(),
             delta_buffer: 1024,
             cancel_grace_ms: 5_000,
             checkpoint_after: Duration::from_millis(200),
@@ -288,6 +420,11 @@ impl Default for RuntimeOptions {
                 .map(|s| (*s).to_owned())
                 .collect(),
             secret_values: Vec::new(),
+            tool_env: Vec::new(),
+            passed_env: Vec::new(),
+            hidden_paths: Vec::new(),
+            workspace_roots: Vec::new(),
+            token_rate: None,
         }
     }
 }

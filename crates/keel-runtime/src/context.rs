@@ -19,12 +19,11 @@
 //! step — `AGENTS.md` edited, a tool allowed for the session — are not re-counted until the
 //! next step reports its usage.)
 
-use std::path::Path;
-
 use keel_model::{Message, ModelRequest, ReasoningItem, RequestPurpose, ToolSchema};
 use keel_tools::ToolRegistry;
 use keel_tools::policy::{Policy, PolicyRequest, Subject, Verdict};
 use keel_tools::tool::EffectClass;
+use keel_tools::workspace::Workspace;
 use serde::Serialize;
 
 use crate::journal::Projection;
@@ -81,13 +80,57 @@ fn visible(policy: &Policy, name: &str, effect: EffectClass) -> bool {
         != Verdict::Deny
 }
 
+/// The workspace's `AGENTS.md`, read as the file tools read (a repository's file is untrusted
+/// input): beneath the workspace root only — a symlink to a file outside it (another
+/// tenant's workspace, `/proc/self/environ`, keel's config) or to keel's own files inside it
+/// is left out, as is anything but a regular file (a FIFO is never waited on) or a file over
+/// 1 MiB, or a hard link (another name of a file elsewhere, such as keel's seal key). `None`
+/// when there is none or it is left out (logged at debug).
+pub fn read_agents_md(workspace: &Workspace) -> Option<String> {
+    let resolved = workspace
+        .resolve("AGENTS.md")
+        .map_err(|e| tracing::debug!("AGENTS.md left out: {e}"))
+        .ok()?;
+    if !resolved.exists {
+        return None;
+    }
+    // A hard link is the same file under another name, and the path checks cannot see what
+    // else names it (keel's seal key, a config elsewhere on the filesystem): left out.
+    let links = workspace
+        .open_read(&resolved.beneath, "AGENTS.md")
+        .map_err(|e| e.to_string())
+        .and_then(|opened| {
+            use std::os::unix::fs::MetadataExt;
+            opened
+                .file
+                .metadata()
+                .map(|m| m.nlink())
+                .map_err(|e| e.to_string())
+        })
+        .map_err(|e| tracing::debug!("AGENTS.md left out: {e}"))
+        .ok()?;
+    if links > 1 {
+        tracing::debug!("AGENTS.md left out: it is a hard link ({links} names)");
+        return None;
+    }
+    workspace
+        .read_regular(
+            &resolved.beneath,
+            "AGENTS.md",
+            keel_tools::files::MAX_CONFIG_BYTES,
+        )
+        .map_err(|e| tracing::debug!("AGENTS.md left out: {e}"))
+        .ok()
+        .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
+}
+
 /// Builds the snapshot for the next step. `exact_reasoning` gives, by transcript index, the
 /// reasoning items an assistant item is sent with in place of its projected ones: the active
 /// turn's sealed reasoning, exactly as the provider sent it (see [`crate::seal`]). Inspection
 /// passes none, so a projected context never shows hidden reasoning.
 pub fn project(
     instructions: &str,
-    workspace: &Path,
+    agents_md: Option<&str>,
     allowed_tools: &[String],
     registry: &ToolRegistry,
     policy: Policy,
@@ -95,7 +138,7 @@ pub fn project(
     exact_reasoning: &[(usize, Vec<ReasoningItem>)],
 ) -> ContextSnapshot {
     let mut system = instructions.to_owned();
-    if let Ok(agents) = std::fs::read_to_string(workspace.join("AGENTS.md")) {
+    if let Some(agents) = agents_md {
         if !system.is_empty() {
             system.push_str("\n\n");
         }

@@ -13,7 +13,7 @@ use keel_core::{
 };
 use keel_tools::approval::ApprovalService;
 
-use crate::config::{MultitaskStrategy, SessionConfig};
+use crate::config::{MultitaskStrategy, SessionConfig, SubmitOptions};
 use crate::error::{Result, RuntimeError};
 use crate::hold::Held;
 use crate::intent::{self, CancelToolCallIntent, CancelTurnIntent, InputIntent};
@@ -63,6 +63,34 @@ impl Runtime {
         input: &str,
         strategy: Option<MultitaskStrategy>,
     ) -> Result<TurnId> {
+        self.submit_opts(
+            tenant,
+            session,
+            input,
+            SubmitOptions {
+                strategy,
+                ..SubmitOptions::default()
+            },
+        )
+        .await
+    }
+    /// As [`Runtime::submit`] with options: an explicit multitask strategy and the turn's
+    /// scheduling priority ([`SubmitOptions::priority`], written to the session's row with the
+    /// `turn.queued` commit, also when the input travels as an intent to the worker running the
+    /// session).
+    ///
+    /// # Errors
+    /// [`RuntimeError::InvalidInput`] for a priority outside
+    /// [`crate::MIN_PRIORITY`]..=[`crate::MAX_PRIORITY`] (nothing written); see
+    /// [`Runtime::submit`].
+    pub async fn submit_opts(
+        &self,
+        tenant: TenantId,
+        session: SessionId,
+        input: &str,
+        opts: SubmitOptions,
+    ) -> Result<TurnId> {
+        opts.validate()?;
         if input.trim().is_empty() {
             return Err(RuntimeError::InvalidInput(
                 "input is empty; a turn needs a message".into(),
@@ -70,7 +98,7 @@ impl Runtime {
         }
         if let Ok(held) = self.inner.hold_now(tenant, session).await? {
             return self
-                .submit_on(tenant, held, input, strategy, TurnId::new())
+                .submit_on(tenant, held, input, opts, TurnId::new())
                 .await;
         }
         // Another live worker runs the session: ask it through a durable intent.
@@ -82,7 +110,7 @@ impl Runtime {
         let pinned = serde_json::from_value::<SessionConfig>(state.config.clone())
             .map(|c| c.multitask)
             .unwrap_or_default();
-        if strategy.unwrap_or(pinned) == MultitaskStrategy::Reject
+        if opts.strategy.unwrap_or(pinned) == MultitaskStrategy::Reject
             && let Some(t) = busy(&state)
         {
             return Err(RuntimeError::TurnInProgress { session, turn: t });
@@ -91,7 +119,9 @@ impl Runtime {
         let payload = serde_json::to_value(InputIntent {
             turn_id: turn,
             input: input.to_owned(),
-            strategy,
+            strategy: opts.strategy,
+            principal_id: self.actor,
+            priority: opts.priority,
         })
         .map_err(|e| RuntimeError::InvalidInput(format!("input: {e}")))?;
         match self
@@ -101,7 +131,7 @@ impl Runtime {
             .await?
         {
             Posted::Handled => Ok(turn),
-            Posted::Local(held) => self.submit_on(tenant, held, input, strategy, turn).await,
+            Posted::Local(held) => self.submit_on(tenant, held, input, opts, turn).await,
             Posted::Consumed(s) if s.status == SessionStatus::Closed => {
                 Err(RuntimeError::Closed { session })
             }
@@ -118,12 +148,18 @@ impl Runtime {
         tenant: TenantId,
         mut held: Held,
         input: &str,
-        strategy: Option<MultitaskStrategy>,
+        opts: SubmitOptions,
         turn: TurnId,
     ) -> Result<TurnId> {
-        let r = crate::intent::queue_input(held.journal(), input, strategy, turn).await;
+        let queued = crate::intent::Queued {
+            turn,
+            by: self.actor,
+            priority: opts.priority,
+        };
+        let r = crate::intent::queue_input(held.journal(), input, opts.strategy, queued).await;
         if r.is_ok()
-            && crate::intent::strategy_of(held.journal(), strategy) == MultitaskStrategy::Interrupt
+            && crate::intent::strategy_of(held.journal(), opts.strategy)
+                == MultitaskStrategy::Interrupt
             && let Held::Local(j) = &held
             && let Some(a) = self.inner.active(j.session)
         {
@@ -137,8 +173,12 @@ impl Runtime {
     /// Works from any process: when another live worker runs the session, a `cancel_turn` intent
     /// is posted (see [`crate::intent`]) and this returns once that worker has journaled it (it
     /// then stops the turn). The turn ends `aborted`, every open call gets a result. A session
-    /// nobody runs (e.g. waiting in `requires_action`) is aborted at once (this call runs it).
-    /// Returns the cancelled turn; cancelling a turn already being cancelled is a no-op.
+    /// nobody runs (e.g. waiting in `requires_action`, or left by a crashed worker) has the
+    /// turn ended at once, by this call, under the lease it took — and nothing more: no queued
+    /// turn is started and no model is asked (a queued follow-up waits for the next
+    /// [`Runtime::run`]). Returns the cancelled turn; cancelling a turn already being cancelled
+    /// is a no-op, and so is one that ended while the cancellation was on its way (a race with
+    /// the worker running it is no error).
     ///
     /// # Errors
     /// [`RuntimeError::NoActiveTurn`]; [`RuntimeError::SessionBusy`] when the worker running the
@@ -146,7 +186,7 @@ impl Runtime {
     /// errors.
     pub async fn cancel_turn(&self, tenant: TenantId, session: SessionId) -> Result<TurnId> {
         if let Ok(held) = self.inner.hold_now(tenant, session).await? {
-            return self.cancel_on(tenant, session, held).await;
+            return self.cancel_on(tenant, session, held, None).await;
         }
         let state = self.fold(tenant, session).await?;
         let Some(turn) = state.active_turn.or_else(|| state.queue.front().copied()) else {
@@ -163,6 +203,7 @@ impl Runtime {
         let payload = serde_json::to_value(CancelTurnIntent {
             turn_id: turn,
             reason: "cancelled by user".into(),
+            principal_id: self.actor,
         })
         .map_err(|e| RuntimeError::InvalidInput(format!("cancel: {e}")))?;
         match self
@@ -170,21 +211,37 @@ impl Runtime {
             .await?
         {
             Posted::Handled | Posted::Consumed(_) => Ok(turn),
-            Posted::Local(held) => self.cancel_on(tenant, session, held).await,
+            // The worker let the session go before taking the intent back: cancel that turn
+            // here (or find it already ended or cancelled: the race is no error).
+            Posted::Local(held) => self.cancel_on(tenant, session, held, Some(turn)).await,
         }
     }
+    /// Cancels `target` (or the active, else the oldest queued turn) of a session held here.
+    /// Journals `turn.cancel_requested`; when the hold is a lease of its own (nobody runs the
+    /// session), ends the turn under that same lease (`finish_only`: the turn's calls get their
+    /// results and `turn.finished` is journaled) and stops there — a queued turn is never started
+    /// by a cancellation: it waits for the next run with the session's model. A target that has
+    /// already ended returns at once.
     async fn cancel_on(
         &self,
         tenant: TenantId,
         session: SessionId,
         mut held: Held,
+        target: Option<TurnId>,
     ) -> Result<TurnId> {
         let j = held.journal();
-        let Some(turn) = j
-            .state
-            .active_turn
-            .or_else(|| j.state.queue.front().copied())
-        else {
+        let turn = match target {
+            Some(t) if j.state.turns.get(&t).is_none_or(|t| t.status.is_terminal()) => {
+                self.inner.unhold(tenant, held).await;
+                return Ok(t);
+            }
+            Some(t) => Some(t),
+            None => j
+                .state
+                .active_turn
+                .or_else(|| j.state.queue.front().copied()),
+        };
+        let Some(turn) = turn else {
             self.inner.unhold(tenant, held).await;
             return Err(RuntimeError::NoActiveTurn { session });
         };
@@ -199,7 +256,7 @@ impl Runtime {
             j.append(
                 "turn.cancel_requested",
                 vec![(
-                    Correlation::turn(turn),
+                    Correlation::turn(turn).by(self.actor),
                     EventBody::TurnCancelRequested {
                         reason: "cancelled by user".into(),
                     },
@@ -207,15 +264,36 @@ impl Runtime {
             )
             .await
         };
-        let local = matches!(held, Held::Local(_));
-        if local && let Some(a) = self.inner.active(session) {
-            a.cancel_turn();
-        }
-        self.inner.unhold(tenant, held).await;
-        r?;
-        if !local {
-            // Nobody runs the session here: finish the cancellation now.
-            self.run(tenant, session).await?;
+        match held {
+            Held::Local(g) => {
+                if let Some(a) = self.inner.active(session) {
+                    a.cancel_turn();
+                }
+                drop(g);
+                r?;
+            }
+            Held::Leased(j, lease) => {
+                // Nobody runs the session: end the turn now, under the lease already held (no
+                // other worker can slip in between), and nothing more.
+                drop(j);
+                let finished = match r {
+                    Ok(_) => self
+                        .run_leased(
+                            tenant,
+                            session,
+                            &lease,
+                            true,
+                            tokio_util::sync::CancellationToken::new(),
+                        )
+                        .await
+                        .map(|_| ()),
+                    Err(e) => Err(e),
+                };
+                if let Err(e) = self.inner.store.release_lease(tenant, &lease).await {
+                    tracing::debug!(%session, "lease release: {e}");
+                }
+                finished?;
+            }
         }
         Ok(turn)
     }
@@ -236,12 +314,11 @@ impl Runtime {
             session,
             call: call.clone(),
         };
-        if let Some(t) = self
+        if self
             .inner
             .active(session)
-            .and_then(|a| a.call_token(call.as_str()))
+            .is_some_and(|a| a.cancel_call(call.as_str(), self.actor))
         {
-            t.cancel();
             return Ok(());
         }
         if let Ok(held) = self.inner.hold_now(tenant, session).await? {
@@ -259,6 +336,7 @@ impl Runtime {
         }
         let payload = serde_json::to_value(CancelToolCallIntent {
             call_id: call.clone(),
+            principal_id: self.actor,
         })
         .map_err(|e| RuntimeError::InvalidInput(format!("cancel: {e}")))?;
         match self
@@ -321,17 +399,17 @@ impl Runtime {
         {
             Err(RuntimeError::TurnOpen { session, turn })
         } else {
-            Self::close_held(j).await
+            Self::close_held(j, self.actor).await
         };
         self.inner.unhold(tenant, held).await;
         r
     }
-    async fn close_held(j: &mut crate::journal::Journal) -> Result<()> {
-        j.stage(vec![crate::driver::status_item(
-            SessionStatus::Closed,
-            "closed by user",
-        )])
-        .await?;
+    async fn close_held(
+        j: &mut crate::journal::Journal,
+        by: Option<keel_core::PrincipalId>,
+    ) -> Result<()> {
+        let (corr, body) = crate::driver::status_item(SessionStatus::Closed, "closed by user");
+        j.stage(vec![(corr.by(by), body)]).await?;
         // Nothing waits on a timer in a closed session.
         j.extras.wake_at = Some(None);
         j.commit("session.closed").await?;
@@ -359,17 +437,25 @@ impl Runtime {
                     .get_approval(tenant, approval)
                     .await?
                     .session_id;
-                let redactor = self.session_redactor(tenant, session).await?;
+                let redactor = self.redactor(tenant, session).await?;
                 ApprovalDecision::Deny {
                     reason: redactor.redact_str(&reason),
                 }
             }
             other => other,
         };
+        let now = Utc::now();
+        if let Some(by) = self.actor {
+            // Record who decides; the service below then finds the decision made (idempotent)
+            // or refuses it the same way, with its own errors (and persists an expiry).
+            let _ = self
+                .inner
+                .store
+                .decide_approval_as(tenant, approval, decision.clone(), args_hash, now, Some(by))
+                .await;
+        }
         let svc = ApprovalService::new(self.inner.store.clone(), tenant);
-        Ok(svc
-            .decide(approval, decision, args_hash, Utc::now())
-            .await?)
+        Ok(svc.decide(approval, decision, args_hash, now).await?)
     }
     /// Records a human's decision on an `outcome_unknown` effect (`effect.decided`): `committed`
     /// (it happened; the outcome is the call's result), `failed` (it did not; the model sees a
@@ -393,11 +479,18 @@ impl Runtime {
             .get(key)
             .is_some_and(|e| e.status == EffectStatus::OutcomeUnknown && e.decision.is_none());
         let r = if ok {
+            // The decision is acted on by the next run, on whichever worker claims the session.
+            j.extras.wake_at = Some(Some(Utc::now()));
             j.append(
                 "effect.decided",
                 vec![(
-                    Correlation::default().with_operation(key.clone()),
-                    EventBody::EffectDecided { decision },
+                    Correlation::default()
+                        .with_operation(key.clone())
+                        .by(self.actor),
+                    EventBody::EffectDecided {
+                        decision,
+                        reconciled: false,
+                    },
                 )],
             )
             .await
@@ -428,7 +521,7 @@ impl Runtime {
         let store = self.inner.store.clone();
         // Intent rows are stored like everything else: redacted (what they journal is too).
         let mut payload = payload.clone();
-        self.session_redactor(tenant, session)
+        self.redactor(tenant, session)
             .await?
             .redact_value(&mut payload);
         let intent = store.post_intent(tenant, session, kind, &payload).await?;
@@ -483,5 +576,69 @@ impl Runtime {
                 state = self.fold(tenant, session).await?;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use std::sync::Arc;
+
+    use keel_core::{AgentDefinition, Budget, Release, TenantId};
+    use keel_model::{Script, ScriptedModel};
+
+    use crate::{Runtime, RuntimeOptions, SessionConfig};
+
+    /// The race of `keel cancel` with a live worker (review, minor item): the canceller saw turn
+    /// T active and posted its intent; the worker let the session go with the intent still
+    /// posted and T already ended (finished, or cancelled by the intent it journaled). The
+    /// canceller then holds the session itself: cancelling T is done, not an error. Before, it
+    /// looked for "the active turn" again, found none and failed with `NoActiveTurn` (exit 1).
+    #[tokio::test]
+    async fn a_cancel_whose_turn_ended_meanwhile_is_no_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = keel_store::SqlStore::open_sqlite(&dir.path().join("keel.db"))
+            .await
+            .unwrap();
+        let model = Arc::new(ScriptedModel::new(
+            Script::parse("t.jsonl", r#"{"text":"done"}"#).unwrap(),
+        ));
+        let rt = Runtime::new(
+            Arc::new(store),
+            model,
+            keel_tools::ToolRegistry::with_builtins().unwrap(),
+            RuntimeOptions::default(),
+        );
+        let release = Release::new(AgentDefinition {
+            name: "t".into(),
+            model_route: vec!["scripted".into()],
+            instructions: "test".into(),
+            tools: Vec::new(),
+            policy: serde_json::Value::Null,
+            budget: Budget::default(),
+        });
+        let tenant = TenantId::new();
+        let config = SessionConfig {
+            workspace: dir.path().to_path_buf(),
+            ..SessionConfig::default()
+        };
+        let session = rt.create_session(tenant, &release, config).await.unwrap();
+        let turn = rt.submit(tenant, session, "go").await.unwrap();
+        // The worker ends the turn while the canceller waits on its intent.
+        rt.run(tenant, session).await.unwrap();
+        let version = rt.view(tenant, session).await.unwrap().state.version;
+        let held = rt.inner.hold_now(tenant, session).await.unwrap().unwrap();
+        assert_eq!(
+            rt.cancel_on(tenant, session, held, Some(turn))
+                .await
+                .unwrap(),
+            turn
+        );
+        assert_eq!(
+            rt.view(tenant, session).await.unwrap().state.version,
+            version,
+            "nothing to journal"
+        );
     }
 }

@@ -63,6 +63,8 @@ pub(crate) struct Runner {
     pub(crate) artifacts: Arc<dyn ArtifactSink>,
     pub(crate) progress: Arc<dyn ProgressSink>,
     pub(crate) hub_progress: Arc<HubProgress>,
+    /// The root span of the turn this run works on (`crate::telemetry`).
+    pub(crate) trace: crate::telemetry::TurnTrace,
     /// The session's secrets, for deltas (redacted as streams before they leave the runner).
     pub(crate) redactor: Arc<Redactor>,
     pub(crate) deltas: tokio::sync::broadcast::Sender<Delta>,
@@ -84,6 +86,29 @@ pub(crate) struct Runner {
     pub(crate) pending_outcome: AtomicBool,
     /// Turns finished by this run.
     pub(crate) finished: Mutex<Vec<TurnId>>,
+    /// Only end turns whose end is due (a cancellation, a timeout): stop before anything else
+    /// — no queued turn is started, no model sampled, no tool run. What `cancel_turn` does for a
+    /// session nobody runs; the rest waits for the next run with the session's model.
+    pub(crate) finish_only: bool,
+    /// Cancelled to drain the run ([`crate::Runtime::run_claimed`]): the loop stops before it
+    /// starts more work (see [`starts_work`]); what runs finishes and commits first.
+    pub(crate) drain: CancellationToken,
+    /// What a step's attempt used when the turn stopped it (cancelled, timed out): counted in
+    /// the `step.failed` the turn's end journals for the step.
+    pub(crate) unsettled_usage: Mutex<Option<UnsettledUsage>>,
+}
+
+/// Usage of an attempt the turn's end settles (see [`Runner::unsettled_usage`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct UnsettledUsage {
+    /// The step.
+    pub(crate) step: StepId,
+    /// Tokens used (reported, or estimated).
+    pub(crate) usage: keel_core::Usage,
+    /// Their cost, USD.
+    pub(crate) cost_usd: f64,
+    /// `usage` is an estimate.
+    pub(crate) estimated: bool,
 }
 
 /// Aborts a background task when dropped.
@@ -108,17 +133,36 @@ impl Runner {
         session: SessionId,
         release: Release,
         config: SessionConfig,
+        redactor: Arc<Redactor>,
         active: Arc<Active>,
         approvals: ApprovalService,
         lost: CancellationToken,
     ) -> Result<Self> {
-        let workspace = Workspace::new(&config.workspace)?;
-        let sandbox = Sandbox::new(config.sandbox)?.withholding(&rt.options.withheld_env);
+        let workspace = Workspace::new(&config.workspace)?.protecting(&rt.options.hidden_paths);
+        // A host with workspace roots (`keel serve`) stored the workspace canonical, checked
+        // against the roots and the tenant's claim, when the session was created. A directory
+        // on that path since replaced by a symlink (or moved) would take the session somewhere
+        // that was never checked — another tenant's workspace: refused.
+        if !rt.options.workspace_roots.is_empty() && workspace.root() != config.workspace {
+            return Err(RuntimeError::Config {
+                session,
+                reason: format!(
+                    "the workspace {} now resolves to {}: a directory on its path was replaced or moved after the session was created, and keel does not follow it",
+                    config.workspace.display(),
+                    workspace.root().display()
+                ),
+            });
+        }
+        let sandbox = Sandbox::new(config.sandbox)?
+            .with_network(config.sandbox_network)
+            .withholding(&rt.options.withheld_env)
+            .passing(&rt.options.passed_env)
+            .setting(&rt.options.tool_env)
+            .hiding(&rt.options.hidden_paths)
+            .isolating(&rt.options.workspace_roots);
         let deltas = rt.hub.sender(session);
-        let redactor = Arc::new(
-            Redactor::new(&config.secret_patterns, &config.secret_env)?
-                .with_literals(&rt.options.secret_values),
-        );
+        // The journal's redactor (see `crate::secrets`): what is journaled and what is shown
+        // live are redacted alike.
         let artifacts: Arc<dyn ArtifactSink> = Arc::new(crate::redact::RedactingSink {
             inner: Arc::new(StoreArtifactSink::new(rt.store.clone(), tenant, session)),
             redactor: redactor.clone(),
@@ -145,6 +189,7 @@ impl Runner {
             artifacts,
             progress,
             hub_progress,
+            trace: crate::telemetry::TurnTrace::default(),
             redactor,
             deltas,
             inflight: Mutex::new(Vec::new()),
@@ -156,6 +201,9 @@ impl Runner {
             unreconciled: Mutex::new(BTreeSet::new()),
             pending_outcome: AtomicBool::new(false),
             finished: Mutex::new(Vec::new()),
+            unsettled_usage: Mutex::new(None),
+            finish_only: false,
+            drain: CancellationToken::new(),
         })
     }
 
@@ -240,9 +288,10 @@ impl Runner {
 
     // --- the loop ----------------------------------------------------------------------------
 
-    /// Runs the session until it is idle, waits on a human, or is closed. Returns the turns
-    /// this run finished, the session status and the journal version.
-    pub(crate) async fn run(self: Arc<Self>) -> Result<(Vec<TurnOutcome>, SessionStatus, u64)> {
+    /// Runs the session until it is idle, waits on a human, or is closed — or, once drained,
+    /// until the next thing to do would start work ([`starts_work`]): calls running here finish
+    /// and everything staged commits first, and the turn stays active for the next worker.
+    pub(crate) async fn run(self: Arc<Self>) -> Result<Ended> {
         // The active turn's wall-clock timer: cancels everything below the turn when it passes.
         let mut timer: Option<(TurnId, AbortOnDrop)> = None;
         let _checkpoints = self.start_checkpoints();
@@ -266,6 +315,7 @@ impl Runner {
             }
             let active_turn = self.read(|j| j.state.active_turn).await;
             if let Some(turn) = active_turn {
+                self.turn_span(turn);
                 if timer.as_ref().is_none_or(|(t, _)| *t != turn) {
                     timer = self.start_timer(turn).await;
                 }
@@ -276,11 +326,28 @@ impl Runner {
                     continue;
                 }
             }
+            if self.finish_only
+                && !matches!(next, Next::FinishTurn { .. } | Next::Stop | Next::Idle)
+            {
+                // The cancelled turn has ended; whatever comes next (a queued turn) waits for a
+                // run with the session's model.
+                let status = self.read(|j| j.state.status).await;
+                return self.done(status, false).await;
+            }
+            if self.drain.is_cancelled() && starts_work(&next) {
+                // Drained: nothing new starts here. Calls running here finish and their results
+                // commit with everything staged (a durable boundary, nothing left running); the
+                // next worker that claims the session plans the same step from the journal.
+                self.join_inflight().await;
+                let status = self.read(|j| j.state.status).await;
+                tracing::info!(session = %self.session, next = ?next, "drained: the session is left for another worker");
+                return self.done(status, true).await;
+            }
             match next {
-                Next::Stop => return self.done(SessionStatus::Closed).await,
+                Next::Stop => return self.done(SessionStatus::Closed, false).await,
                 Next::Idle => {
                     if let Some(status) = self.go_idle().await? {
-                        return self.done(status).await;
+                        return self.done(status, false).await;
                     }
                 }
                 Next::StartTurn { turn } => {
@@ -369,7 +436,7 @@ impl Runner {
                 Next::AwaitRunning { .. } => self.await_running().await,
                 Next::WaitForHuman { turn, .. } => {
                     self.wait_for_human(turn).await?;
-                    return self.done(SessionStatus::RequiresAction).await;
+                    return self.done(SessionStatus::RequiresAction, false).await;
                 }
                 Next::FinishTurn {
                     turn,
@@ -378,6 +445,7 @@ impl Runner {
                     error,
                 } => {
                     self.finish_turn(turn, reason, limit, error).await?;
+                    self.end_turn_span(turn).await;
                     lock(&self.finished).push(turn);
                     self.reset_turn_token();
                     timer = None;
@@ -526,7 +594,7 @@ impl Runner {
         Ok(Some(j.state.status))
     }
 
-    async fn done(&self, status: SessionStatus) -> Result<(Vec<TurnOutcome>, SessionStatus, u64)> {
+    async fn done(&self, status: SessionStatus, drained: bool) -> Result<Ended> {
         let ids: Vec<TurnId> = lock(&self.finished).clone();
         let mut j = self.active.journal.lock().await;
         let v = j.commit("run.end").await?;
@@ -536,8 +604,45 @@ impl Runner {
             .iter()
             .filter_map(|t| j.proj.finished.get(t).cloned())
             .collect();
-        Ok((turns, status, j.state.version))
+        Ok(Ended {
+            turns,
+            status,
+            version: j.state.version,
+            drained,
+        })
     }
+}
+
+/// How [`Runner::run`] ended.
+pub(crate) struct Ended {
+    /// The turns this run finished, in order.
+    pub(crate) turns: Vec<TurnOutcome>,
+    /// The session status.
+    pub(crate) status: SessionStatus,
+    /// The journal version (everything committed).
+    pub(crate) version: u64,
+    /// The drain stopped the run with work left (see [`starts_work`]).
+    pub(crate) drained: bool,
+}
+
+/// Whether doing `next` starts work a drained run leaves to the next worker: a turn, a model
+/// call (a step, an attempt, a compaction), a tool call (a batch, a dispatch, a re-run) or a
+/// reconcile check. Everything else only records what is already known — ends a turn, rejects
+/// or settles calls, journals decisions, asks a human, goes idle — or waits for calls already
+/// running here, and a drained run still does it (so a turn whose last step has completed
+/// finishes where it is, and a session with nothing left goes idle).
+pub(crate) fn starts_work(next: &Next) -> bool {
+    matches!(
+        next,
+        Next::StartTurn { .. }
+            | Next::SampleStep { .. }
+            | Next::ResampleStep { .. }
+            | Next::Compact { .. }
+            | Next::Execute { .. }
+            | Next::Dispatch { .. }
+            | Next::Rerun { .. }
+            | Next::Reconcile { .. }
+    )
 }
 
 pub(crate) fn status_item(status: SessionStatus, reason: &str) -> (Correlation, EventBody) {

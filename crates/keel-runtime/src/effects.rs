@@ -8,7 +8,9 @@
 //! ([`keel_store::AppendExtras`]): the table can never claim a dispatch the journal does not
 //! have. The same goes for usage: every `step.completed` adds its tokens and cost to the
 //! tenant's per-day, per-model totals in that transaction, and ends the session's reservation
-//! against the tenant's day (as `step.failed` and `turn.finished` do; see [`crate::budgets`]).
+//! against the tenant's day (as `step.failed` and `turn.finished` do; see [`crate::budgets`]);
+//! a failed attempt's usage (`step.attempt_failed`, `step.failed`) is added the same way under
+//! the model that served it.
 //!
 //! A worker that starts a session reconciles the whole table with the journal ([`reconcile`]),
 //! which repairs rows written by builds that kept the table apart from the journal. A row that
@@ -70,22 +72,43 @@ pub(crate) fn side_rows(state: &SessionState, ev: &Event, extras: &mut AppendExt
             cost_usd,
             ..
         } => {
-            extras.usage.push(UsageDelta {
-                day: ev.ts.format("%Y-%m-%d").to_string(),
-                model: model.clone(),
-                usage: *usage,
-                cost_usd: if cost_usd.is_finite() && *cost_usd > 0.0 {
-                    *cost_usd
-                } else {
-                    0.0
-                },
-                steps: 1,
-            });
+            extras.usage.push(usage_row(ev, model, usage, *cost_usd, 1));
             extras.release_reservation = true;
             return;
         }
-        // The step ended (or the turn): its reservation against the tenant's day ends with it.
-        EventBody::StepFailed { .. } | EventBody::TurnFinished { .. } => {
+        // A failed attempt's usage counts too, under the model that served it (a retry goes
+        // on under the step's reservation).
+        EventBody::StepAttemptFailed {
+            model,
+            usage,
+            cost_usd,
+            ..
+        } => {
+            if !usage.is_zero() || keel_core::finite_cost(*cost_usd) > 0.0 {
+                extras.usage.push(usage_row(ev, model, usage, *cost_usd, 0));
+            }
+            return;
+        }
+        // The step ended (or the turn): its reservation against the tenant's day ends with it,
+        // in the commit that counts what its last attempt used.
+        EventBody::StepFailed {
+            usage, cost_usd, ..
+        } => {
+            if !usage.is_zero() || keel_core::finite_cost(*cost_usd) > 0.0 {
+                let model = ev
+                    .correlation
+                    .step_id
+                    .and_then(|s| state.steps.get(&s))
+                    .map(|s| s.model.clone())
+                    .unwrap_or_default();
+                extras
+                    .usage
+                    .push(usage_row(ev, &model, usage, *cost_usd, 0));
+            }
+            extras.release_reservation = true;
+            return;
+        }
+        EventBody::TurnFinished { .. } => {
             extras.release_reservation = true;
             return;
         }
@@ -137,6 +160,24 @@ pub(crate) fn side_rows(state: &SessionState, ev: &Event, extras: &mut AppendExt
             row.error = error;
             extras.effects.push(row);
         }
+    }
+}
+
+/// The usage row of `usage` tokens costing `cost_usd` USD served by `model`, counting `steps`
+/// completed steps, on the day of `ev`. A cost that is not a finite, non-negative amount is 0.
+fn usage_row(
+    ev: &Event,
+    model: &str,
+    usage: &keel_core::Usage,
+    cost_usd: f64,
+    steps: u32,
+) -> UsageDelta {
+    UsageDelta {
+        day: ev.ts.format("%Y-%m-%d").to_string(),
+        model: model.to_owned(),
+        usage: *usage,
+        cost_usd: keel_core::finite_cost(cost_usd),
+        steps,
     }
 }
 

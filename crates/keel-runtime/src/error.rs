@@ -73,17 +73,6 @@ pub enum RuntimeError {
         /// The active or queued turn.
         turn: TurnId,
     },
-    /// [`crate::Runtime::update_config`] while a turn runs: settings change only between turns
-    /// or while the active turn waits on a human (`requires_action`). Nothing was written.
-    #[error(
-        "session {session}: turn {turn} is running; its settings can change only between turns or while a turn waits on a human (cancel it or wait for it to end)"
-    )]
-    TurnRunning {
-        /// The session.
-        session: SessionId,
-        /// The running turn.
-        turn: TurnId,
-    },
     /// [`crate::Runtime::repin`] while the session has an active turn (running, or waiting on a
     /// human): a turn runs one release from start to end. Nothing was written.
     #[error(

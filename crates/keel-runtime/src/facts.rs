@@ -71,6 +71,9 @@ impl Runner {
                         },
                     );
                 }
+                // A call waits on an approval the driver has not requested yet: the planner
+                // asks for it next (`approval.requested` commits with its row).
+                Err(keel_tools::ToolsError::ApprovalNotFound { .. }) => {}
                 Err(e) => {
                     tracing::warn!(session = %self.session, approval = %a, "reading an approval: {e}")
                 }

@@ -40,16 +40,10 @@ impl Inner {
             tenant,
             session,
             lease.epoch,
-            Arc::new(Redactor::new(&[], &[])?),
+            Arc::new(Redactor::with_values(&[], &[])?),
         )
         .await?;
-        if j.state.session_id.is_some() {
-            let config = j.config()?;
-            j.redactor = Arc::new(
-                Redactor::new(&config.secret_patterns, &config.secret_env)?
-                    .with_literals(&self.options.secret_values),
-            );
-        }
+        self.install_secrets(&mut j, None).await?;
         j.unseal(self.options.seal_key.clone()).await?;
         Ok(j)
     }

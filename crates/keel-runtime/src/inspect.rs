@@ -3,9 +3,8 @@
 
 use std::sync::Arc;
 
-use keel_core::{EventBody, SessionId, SessionState, TenantId};
+use keel_core::{SessionId, SessionState, TenantId};
 
-use crate::config::SessionConfig;
 use crate::context::ContextSnapshot;
 use crate::error::{Result, RuntimeError};
 use crate::journal::{Journal, TurnOutcome};
@@ -28,7 +27,7 @@ impl Runtime {
         let rec = self.inner.store.get_session(tenant, session).await?;
         let _ = rec;
         let deltas = self.inner.hub.sender(session).subscribe();
-        let redactor = self.session_redactor(tenant, session).await?;
+        let redactor = self.redactor(tenant, session).await?;
         Ok(Subscription::new(
             self.inner.store.clone(),
             tenant,
@@ -39,30 +38,6 @@ impl Runtime {
         ))
     }
 
-    /// The redactor of `session`, from the config its `session.created` pinned.
-    ///
-    /// # Errors
-    /// Store errors; [`RuntimeError::Config`] for a config this build cannot read (its secret
-    /// patterns must not be dropped silently).
-    pub(crate) async fn session_redactor(
-        &self,
-        tenant: TenantId,
-        session: SessionId,
-    ) -> Result<Redactor> {
-        let first = self.inner.store.read(tenant, session, 1, Some(1)).await?;
-        match first.first().map(|e| &e.body) {
-            Some(EventBody::SessionCreated { config, .. }) => {
-                let c: SessionConfig =
-                    serde_json::from_value(config.clone()).map_err(|e| RuntimeError::Config {
-                        session,
-                        reason: e.to_string(),
-                    })?;
-                Ok(Redactor::new(&c.secret_patterns, &c.secret_env)?
-                    .with_literals(&self.inner.options.secret_values))
-            }
-            _ => Ok(Redactor::new(&[], &[])?.with_literals(&self.inner.options.secret_values)),
-        }
-    }
     /// The session folded from its journal (no lease needed).
     ///
     /// # Errors
@@ -99,9 +74,13 @@ impl Runtime {
         })?;
         let release = self.inner.store.get_release(tenant, &release_id).await?;
         let policy = crate::authorize::session_policy(&release, &config, &j, &self.inner.tools)?;
+        let agents = keel_tools::workspace::Workspace::new(&config.workspace)
+            .ok()
+            .map(|w| w.protecting(&self.inner.options.hidden_paths))
+            .and_then(|w| crate::context::read_agents_md(&w));
         Ok(crate::context::project(
             &release.definition.instructions,
-            &config.workspace,
+            agents.as_deref(),
             &release.definition.tools,
             &self.inner.tools,
             policy,

@@ -15,7 +15,8 @@
 //! the cancellation is already requested) and only deletes.
 //!
 //! Kinds and payloads (JSON):
-//! - `input` — `{"turn_id", "input", "strategy"?}`: [`crate::Runtime::submit_with`]; refused
+//! - `input` — `{"turn_id", "input", "strategy"?, "principal_id"?, "priority"?}`:
+//!   [`crate::Runtime::submit_opts`] (`priority` absent: 0); refused
 //!   under `reject` while a turn is active or queued (deleted without a journal entry: the poster
 //!   reads that as [`crate::RuntimeError::TurnInProgress`]).
 //! - `cancel_turn` — `{"turn_id", "reason"}`: journals `turn.cancel_requested` and stops the
@@ -29,7 +30,8 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use keel_core::{
-    Correlation, EventBody, SessionId, SessionStatus, StateMachine, TenantId, ToolCallId, TurnId,
+    Correlation, EventBody, PrincipalId, SessionId, SessionStatus, StateMachine, TenantId,
+    ToolCallId, TurnId,
 };
 use keel_store::Intent;
 use serde::{Deserialize, Serialize};
@@ -57,6 +59,18 @@ pub struct InputIntent {
     /// The multitask strategy, when not the session's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub strategy: Option<MultitaskStrategy>,
+    /// The principal who sent it (journaled as `turn.queued`'s `principal_id`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal_id: Option<PrincipalId>,
+    /// The turn's scheduling priority ([`crate::SubmitOptions::priority`]); absent (intents of
+    /// older builds) reads as 0, and one out of range is clamped into it.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub priority: i32,
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's `skip_serializing_if` passes a reference
+fn is_zero(n: &i32) -> bool {
+    *n == 0
 }
 
 /// Payload of a [`CANCEL_TURN`] intent.
@@ -66,6 +80,9 @@ pub struct CancelTurnIntent {
     pub turn_id: TurnId,
     /// Why (journaled in `turn.cancel_requested`).
     pub reason: String,
+    /// The principal who asked (journaled as its `principal_id`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal_id: Option<PrincipalId>,
 }
 
 /// Payload of a [`CANCEL_TOOL_CALL`] intent.
@@ -73,6 +90,10 @@ pub struct CancelTurnIntent {
 pub struct CancelToolCallIntent {
     /// The call to stop.
     pub call_id: ToolCallId,
+    /// The principal who asked (journaled as the cancelled call's `tool_call.finished`
+    /// `principal_id`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub principal_id: Option<PrincipalId>,
 }
 
 /// Handles every intent of the session in `j` (held by this worker), oldest first: journals
@@ -118,7 +139,14 @@ async fn apply_intent(j: &mut Journal, active: Option<&Active>, intent: &Intent)
             if j.state.turns.contains_key(&p.turn_id) {
                 return Ok(()); // journaled by an earlier handler
             }
-            match queue_input(j, &p.input, p.strategy, p.turn_id).await {
+            let queued = Queued {
+                turn: p.turn_id,
+                by: p.principal_id,
+                priority: p
+                    .priority
+                    .clamp(crate::config::MIN_PRIORITY, crate::config::MAX_PRIORITY),
+            };
+            match queue_input(j, &p.input, p.strategy, queued).await {
                 Ok(_) => {
                     if strategy_is_interrupt(j, p.strategy)
                         && let Some(a) = active
@@ -151,7 +179,7 @@ async fn apply_intent(j: &mut Journal, active: Option<&Active>, intent: &Intent)
                 j.append(
                     "turn.cancel_requested",
                     vec![(
-                        Correlation::turn(p.turn_id),
+                        Correlation::turn(p.turn_id).by(p.principal_id),
                         EventBody::TurnCancelRequested { reason: p.reason },
                     )],
                 )
@@ -170,8 +198,8 @@ async fn apply_intent(j: &mut Journal, active: Option<&Active>, intent: &Intent)
             else {
                 return Ok(());
             };
-            if let Some(t) = active.and_then(|a| a.call_token(p.call_id.as_str())) {
-                t.cancel();
+            if let Some(a) = active {
+                a.cancel_call(p.call_id.as_str(), p.principal_id);
             }
             Ok(())
         }
@@ -195,9 +223,19 @@ pub(crate) fn strategy_of(j: &Journal, strategy: Option<MultitaskStrategy>) -> M
     strategy.unwrap_or_else(|| j.config().map(|c| c.multitask).unwrap_or_default())
 }
 
-/// Journals `input` as turn `turn` by the multitask strategy (the caller holds `j`): `enqueue`
-/// queues it; `reject` refuses it while a turn is active or queued; `interrupt` queues it and
-/// requests the cancellation of every open turn.
+/// The turn an input becomes: its id, who sent it, its scheduling priority.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Queued {
+    pub(crate) turn: TurnId,
+    pub(crate) by: Option<PrincipalId>,
+    /// Written to the session's row with the commit ([`keel_store::AppendExtras::priority`]).
+    pub(crate) priority: i32,
+}
+
+/// Journals `input` as turn `queued.turn` by the multitask strategy (the caller holds `j`):
+/// `enqueue` queues it; `reject` refuses it while a turn is active or queued; `interrupt`
+/// queues it and requests the cancellation of every open turn. The turn's priority commits
+/// with it.
 ///
 /// # Errors
 /// [`RuntimeError::Closed`], [`RuntimeError::TurnInProgress`], store errors.
@@ -205,8 +243,9 @@ pub(crate) async fn queue_input(
     j: &mut Journal,
     input: &str,
     strategy: Option<MultitaskStrategy>,
-    turn: TurnId,
+    queued: Queued,
 ) -> Result<TurnId> {
+    let Queued { turn, by, priority } = queued;
     if j.state.status == SessionStatus::Closed {
         return Err(RuntimeError::Closed { session: j.session });
     }
@@ -216,7 +255,7 @@ pub(crate) async fn queue_input(
         .active_turn
         .or_else(|| j.state.queue.front().copied());
     let mut items = vec![(
-        Correlation::turn(turn),
+        Correlation::turn(turn).by(by),
         EventBody::TurnQueued {
             input: input.to_owned(),
         },
@@ -243,7 +282,7 @@ pub(crate) async fn queue_input(
                 .collect();
             for t in open {
                 items.push((
-                    Correlation::turn(t),
+                    Correlation::turn(t).by(by),
                     EventBody::TurnCancelRequested {
                         reason: "interrupted by a newer input".into(),
                     },
@@ -252,7 +291,10 @@ pub(crate) async fn queue_input(
         }
         _ => {}
     }
-    j.append("turn.queued", items).await?;
+    j.stage(items).await?;
+    // Only once the turn is staged: a refused stage leaves nothing for a later commit.
+    j.extras.priority = Some(priority);
+    j.commit("turn.queued").await?;
     Ok(turn)
 }
 
@@ -306,4 +348,29 @@ pub(crate) fn spawn_watcher(
             }
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    /// An input intent posted by an older build has no priority: it reads as 0. A priority of 0
+    /// is left out of the payload, which older builds then read as before.
+    #[test]
+    fn an_input_intent_without_a_priority_reads_as_zero() {
+        let turn = TurnId::new();
+        let old = serde_json::json!({"turn_id": turn, "input": "hi"});
+        let p: InputIntent = serde_json::from_value(old.clone()).unwrap();
+        assert_eq!(p.priority, 0);
+        assert_eq!(serde_json::to_value(&p).unwrap(), old);
+        let high = InputIntent { priority: 7, ..p };
+        let v = serde_json::to_value(&high).unwrap();
+        assert_eq!(v["priority"], 7);
+        assert_eq!(
+            serde_json::from_value::<InputIntent>(v).unwrap().priority,
+            7
+        );
+    }
 }

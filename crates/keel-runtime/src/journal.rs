@@ -56,6 +56,9 @@ pub struct Journal {
     /// The exact reasoning items of the active turn's completed steps, as the provider sent
     /// them (see [`crate::seal`]).
     pub(crate) reasoning: HashMap<StepId, Vec<ReasoningItem>>,
+    /// Secret values to seal in the session's `secrets` row with the next commit (see
+    /// `crate::secrets`).
+    pub(crate) secrets_to_seal: Option<Vec<String>>,
 }
 
 impl Journal {
@@ -86,6 +89,7 @@ impl Journal {
             seal_key: None,
             exact: HashMap::new(),
             reasoning: HashMap::new(),
+            secrets_to_seal: None,
         };
         j.reload().await?;
         Ok(j)
@@ -223,6 +227,8 @@ impl Journal {
             // Side rows travel with events; without events there is nothing to commit yet.
             return Ok(self.durable);
         }
+        self.stage_secrets();
+        self.extras.work = Some(work_mark(&self.state));
         let r = self
             .store
             .append_with(
@@ -240,6 +246,7 @@ impl Journal {
                 self.staged.clear();
                 self.extras = AppendExtras::default();
                 self.staged_since = None;
+                self.secrets_to_seal = None;
                 crate::crash::after_commit(site);
                 Ok(v)
             }
@@ -270,5 +277,34 @@ impl Journal {
     ) -> Result<u64> {
         self.stage(items).await?;
         self.commit(site).await
+    }
+}
+
+/// The scheduler's mark of a session in `state` ([`keel_store::WorkMark`]), written with every
+/// commit ([`keel_store::AppendExtras::work`]), by what the planner
+/// ([`keel_core::plan::next`]) would do with it:
+/// - `closed`: nothing, ever.
+/// - `requires_action`: waits on a human — a decision wakes it through the store (a decided
+///   approval, `effect.decided`'s wake-up time), not through the mark — unless its active turn's
+///   cancellation was requested: the planner ends that turn first (rule 2), with no human.
+/// - `running`: a worker owes it something — its active turn, its queue, or going idle after
+///   its turn ended (a worker that stopped in between leaves it so; the next one tidies up).
+/// - `created` / `idle`: runnable when a turn is active or queued (a queued turn cancelled
+///   before it started too: the planner finishes it `aborted`).
+pub fn work_mark(state: &keel_core::SessionState) -> keel_store::WorkMark {
+    use keel_core::SessionStatus as S;
+    let cancel_due = state
+        .active_turn
+        .and_then(|t| state.turns.get(&t))
+        .is_some_and(|t| t.cancel_requested.is_some());
+    let runnable = match state.status {
+        S::Closed => false,
+        S::RequiresAction => cancel_due,
+        S::Running => true,
+        S::Created | S::Idle => state.active_turn.is_some() || !state.queue.is_empty(),
+    };
+    keel_store::WorkMark {
+        runnable,
+        queued_turns: u32::try_from(state.queue.len()).unwrap_or(u32::MAX),
     }
 }

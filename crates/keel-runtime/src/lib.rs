@@ -17,7 +17,8 @@
 //!   projected context) add to it.
 //! - `driver` — the loop: asks the planner ([`keel_core::plan::next`]) what to do next, does
 //!   it, commits once per phase. `facts` gathers the planner's plain inputs.
-//! - The phases, one module each: `sampling` (request, stream, retries, fallback, proposals),
+//! - The phases, one module each: `sampling` (request, stream, retries, fallback, proposals;
+//!   `admission` reserves each model call's tokens under the tenant's rate first),
 //!   `authorize` (validation and the step's frozen policy: the planner's call facts), `tools`
 //!   (parallel and sequential execution, one result per call),
 //!   `approvals` (requests, decisions, waiting on humans), `recovery` (calls a dead worker
@@ -39,6 +40,9 @@
 //! - [`pinned`] — what runs is the pinned release (tools, policy rules, the route a host
 //!   builds its model from); re-pinning ([`Runtime::repin`]).
 //! - `crash` — the crash-injection hook after each commit (feature `crash-injection`, tests only).
+//! - [`telemetry`] — the turn's spans (OpenTelemetry GenAI conventions: `invoke_agent`,
+//!   `chat`, `execute_tool`); [`metrics`] — [`metrics::Metrics`], the Prometheus registry the
+//!   runtime, the scheduler and the server record into.
 //! - [`lease`], [`redact`], [`config`] ([`SessionConfig`] per session, [`RuntimeOptions`] per
 //!   worker), [`error`] ([`RuntimeError`], the crate's one error type).
 //!
@@ -71,7 +75,9 @@
 //!   the old and the new one); [`Runtime::pinned_release`] is the release to build the model
 //!   from.
 //! - [`Runtime::submit`] journals `turn.queued` first (multitask `enqueue` / `reject` /
-//!   `interrupt`).
+//!   `interrupt`); [`Runtime::submit_opts`] also sets the turn's scheduling priority.
+//! - [`Runtime::run_claimed`] runs a session a scheduler claimed, under the claim's lease, and
+//!   stops at the next durable boundary when drained ([`RunOutcome::drained`]).
 //! - [`Runtime::run`] runs until `idle` or `requires_action` and returns a [`RunOutcome`]: the
 //!   session status, the turns that finished (each a [`TurnOutcome`] with terminal reason, usage,
 //!   cost, steps, duration and final text) and, for `requires_action`, the [`PendingAction`]s.
@@ -118,6 +124,8 @@ pub(crate) mod facts;
 
 pub(crate) mod sampling;
 
+pub(crate) mod admission;
+
 pub(crate) mod authorize;
 
 pub(crate) mod tools;
@@ -156,19 +164,30 @@ pub mod subscribe;
 
 pub mod lease;
 
+pub mod scheduler;
+
 pub mod redact;
 
 pub mod seal;
+
+pub(crate) mod secrets;
 
 pub mod pinned;
 
 pub mod config;
 
+pub mod metrics;
+
+pub mod telemetry;
+
 pub mod error;
 
 pub(crate) mod crash;
 
-pub use config::{MultitaskStrategy, RuntimeOptions, SessionConfig};
+pub use config::{
+    MAX_PRIORITY, MIN_PRIORITY, MultitaskStrategy, RuntimeOptions, SessionConfig, SubmitOptions,
+    TokenRate,
+};
 pub use context::ContextSnapshot;
 pub use crash::CRASH_INJECTION;
 pub use error::{Result, RuntimeError};

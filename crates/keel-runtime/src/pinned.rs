@@ -80,7 +80,7 @@ fn release_rules(release: &Release) -> std::result::Result<Vec<Rule>, String> {
 ///
 /// # Errors
 /// [`RuntimeError::InvalidInput`] naming the release.
-pub(crate) fn check_release(release: &Release) -> Result<()> {
+pub fn check_release(release: &Release) -> Result<()> {
     if !release.verify() {
         return Err(RuntimeError::InvalidInput(format!(
             "release {} does not match its definition's hash",
@@ -243,7 +243,7 @@ impl Runtime {
             .append(
                 "session.release_pinned",
                 vec![(
-                    Correlation::default(),
+                    Correlation::default().by(self.actor),
                     EventBody::SessionReleasePinned {
                         from_release_id: from.clone(),
                         to_release_id: release.id.clone(),

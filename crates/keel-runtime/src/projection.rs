@@ -167,6 +167,8 @@ impl Projection {
                 reasoning_sealed,
                 responses_consumed,
                 usage,
+                usage_estimated,
+                abandoned_calls,
                 ..
             } => {
                 self.position += responses_consumed;
@@ -175,13 +177,20 @@ impl Projection {
                 };
                 // The step's request showed the items up to here (results are added after the
                 // assistant item), from `first_kept` on.
-                self.anchor = (usage.input_tokens > 0).then_some(TokenAnchor {
+                // An estimate is no count: the anchor stays a provider's.
+                self.anchor = (usage.input_tokens > 0 && !usage_estimated).then_some(TokenAnchor {
                     input_tokens: usage.input_tokens,
                     items: self.items.len(),
                     first_kept: self.first_kept,
                 });
-                // Every call of the step (a call of an abandoned attempt has its own result).
-                let calls: Vec<ToolCallId> = step.tool_calls.clone();
+                // The calls of the response: those of failed attempts it did not propose again
+                // are not the model's in this response (nor are their results shown).
+                let calls: Vec<ToolCallId> = step
+                    .tool_calls
+                    .iter()
+                    .filter(|c| !abandoned_calls.contains(c))
+                    .cloned()
+                    .collect();
                 let tool_calls = calls
                     .iter()
                     .filter_map(|id| state.tool_calls.get(id))

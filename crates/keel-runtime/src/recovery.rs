@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use keel_core::plan::Settle;
 use keel_core::{
@@ -129,12 +130,25 @@ impl Runner {
             artifacts: self.artifacts.clone(),
             snapshot: Arc::new(StepSnapshot::default()),
             limits: self.tool_limits(),
+            hash_key: self.rt.options.seal_key.hash_key().clone(),
         };
         let ecorr = Correlation::default().with_operation(key.clone());
-        let items = match tool
-            .reconcile_call(key.as_str(), &arguments, probe.as_ref(), &ctx)
-            .await
-        {
+        // Under the tool time limit and the turn's cancellation, like the call: a check that
+        // does not answer in time cannot tell (a human decides).
+        let check = tool.reconcile_call(key.as_str(), &arguments, probe.as_ref(), &ctx);
+        let limit = self
+            .config
+            .tool_timeout_ms
+            .map_or(Duration::from_secs(365 * 24 * 3600), Duration::from_millis);
+        let outcome = tokio::select! {
+            o = check => o,
+            () = tokio::time::sleep(limit) => {
+                tracing::warn!(session = %self.session, operation = %key, "reconcile did not answer within the tool time limit; a human decides");
+                ReconcileOutcome::Unknown
+            }
+            () = ctx.cancel.cancelled() => ReconcileOutcome::Unknown,
+        };
+        let items = match outcome {
             ReconcileOutcome::Committed { output } => vec![
                 (
                     ecorr,
@@ -169,6 +183,17 @@ impl Runner {
                     true,
                 ),
             ],
+            // Provably not done: dispatch it again (the planner sees the decision).
+            ReconcileOutcome::NotHappened { reason } => {
+                tracing::info!(session = %self.session, operation = %key, %reason, "reconcile: the effect did not happen; running the call again");
+                vec![(
+                    ecorr,
+                    EventBody::EffectDecided {
+                        decision: EffectDecision::Retry,
+                        reconciled: true,
+                    },
+                )]
+            }
             ReconcileOutcome::Unknown => {
                 lock(&self.unreconciled).insert(key);
                 return Ok(());

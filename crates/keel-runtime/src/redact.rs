@@ -4,11 +4,24 @@
 //! Three sources of secrets: built-in patterns for common API keys and tokens (OpenAI `sk-…`,
 //! Anthropic `sk-ant-…`, GitHub `ghp_…`/`github_pat_…`, AWS `AKIA…`, Slack `xox?-…`,
 //! `Bearer …` headers), configured regular expressions
-//! ([`crate::SessionConfig::secret_patterns`]), and the values of environment variables marked
-//! secret ([`crate::SessionConfig::secret_env`] and the provider keys of [`PROVIDER_KEY_ENV`],
-//! read when the session is loaded; values shorter
-//! than 6 bytes are ignored so `1` or `true` are not blanked everywhere). Matches become
+//! ([`crate::SessionConfig::secret_patterns`]), and literal secret values (values shorter than
+//! 6 bytes are ignored so `1` or `true` are not blanked everywhere). Matches become
 //! [`REDACTED`].
+//!
+//! The runtime builds every session's redactor in one place (`crate::secrets`): its literal
+//! values are the session's sealed secret values, the values of the variables its `secret_env`
+//! names, of [`PROVIDER_KEY_ENV`] and of [`crate::RuntimeOptions::withheld_env`], and the host's
+//! [`crate::RuntimeOptions::secret_values`]. Hosts get the same redactor from
+//! [`crate::Runtime::redactor`].
+//!
+//! **Escaped spellings.** Text may carry a secret JSON-escaped: the raw text of a tool call's
+//! arguments that did not parse (`"postgres:\/\/u:pw@h\/db`), a JSON document in a tool's
+//! output (`"\u0073k-…"`). Every text holding a backslash is also searched in its JSON-unescaped
+//! form — every escape of RFC 8259 §7 decoded leniently: `\"`, `\\`, `\/`, `\b`, `\f`, `\n`,
+//! `\r`, `\t`, `\uXXXX` with surrogate pairs (a lone surrogate decodes to U+FFFD; a backslash
+//! starting no escape stays as it is) — repeated for up to [`UNESCAPE_DEPTH`] levels of nesting
+//! (JSON in a JSON string). A secret found there is redacted in the original text over its
+//! whole escaped spelling.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -54,6 +67,20 @@ impl Redactor {
     /// # Errors
     /// [`RuntimeError::InvalidInput`] naming a pattern that does not compile.
     pub fn new(patterns: &[String], secret_env: &[String]) -> Result<Self> {
+        let names: Vec<&str> = secret_env
+            .iter()
+            .map(String::as_str)
+            .chain(PROVIDER_KEY_ENV.iter().copied())
+            .collect();
+        Self::with_values(patterns, &env_values(&names))
+    }
+
+    /// Built-in patterns plus `patterns` (regular expressions) plus the literal `values` (values
+    /// shorter than 6 bytes are ignored). Reads no environment.
+    ///
+    /// # Errors
+    /// [`RuntimeError::InvalidInput`] naming a pattern that does not compile.
+    pub fn with_values(patterns: &[String], values: &[String]) -> Result<Self> {
         let mut compiled = Vec::new();
         for p in BUILTIN
             .iter()
@@ -64,19 +91,11 @@ impl Redactor {
                 RuntimeError::InvalidInput(format!("secret pattern {p:?} does not compile: {e}"))
             })?);
         }
-        let mut literals: Vec<String> = secret_env
-            .iter()
-            .map(String::as_str)
-            .chain(PROVIDER_KEY_ENV.iter().copied())
-            .filter_map(|name| std::env::var(name).ok())
-            .filter(|v| v.len() >= 6)
-            .collect();
-        // Longest first, so a value containing another is replaced whole.
-        literals.sort_by_key(|v| std::cmp::Reverse(v.len()));
         Ok(Self {
             patterns: compiled,
-            literals,
-        })
+            literals: Vec::new(),
+        }
+        .with_literals(values))
     }
 
     /// The same redactor, also replacing each of `values` (secrets the host knows by value, such
@@ -92,33 +111,66 @@ impl Redactor {
         self
     }
 
-    /// Redacts one string. Returns it unchanged (no allocation) when nothing matches.
+    /// Redacts one string: every secret, in plain or JSON-escaped spelling (see the module
+    /// docs), becomes [`REDACTED`]; overlapping or touching secrets become one.
     pub fn redact_str(&self, text: &str) -> String {
-        let mut out = std::borrow::Cow::Borrowed(text);
-        for lit in &self.literals {
-            if out.contains(lit.as_str()) {
-                out = std::borrow::Cow::Owned(out.replace(lit.as_str(), REDACTED));
-            }
+        let spans = self.spans(text);
+        if spans.is_empty() {
+            return text.to_owned();
         }
-        for re in &self.patterns {
-            if re.is_match(&out) {
-                out = std::borrow::Cow::Owned(re.replace_all(&out, REDACTED).into_owned());
-            }
+        let mut out = String::with_capacity(text.len());
+        let mut pos = 0;
+        for s in spans {
+            out.push_str(&text[pos..s.start]);
+            out.push_str(REDACTED);
+            pos = s.end;
         }
-        out.into_owned()
+        out.push_str(&text[pos..]);
+        out
     }
 
-    /// Byte ranges of `text` holding secrets, sorted, with overlapping or touching ranges merged.
-    fn spans(&self, text: &str) -> Vec<Range<usize>> {
-        let mut spans: Vec<Range<usize>> = Vec::new();
+    /// The longest literal value, bytes (0 when there is none).
+    fn longest_literal(&self) -> usize {
+        self.literals.iter().map(String::len).max().unwrap_or(0)
+    }
+
+    /// Adds the byte ranges of `text` holding secrets as they are spelled there to `out`.
+    fn plain_spans(&self, text: &str, out: &mut Vec<Range<usize>>) {
         for lit in &self.literals {
-            spans.extend(
+            out.extend(
                 text.match_indices(lit.as_str())
                     .map(|(i, m)| i..i + m.len()),
             );
         }
         for re in &self.patterns {
-            spans.extend(re.find_iter(text).map(|m| m.range()));
+            out.extend(re.find_iter(text).map(|m| m.range()));
+        }
+    }
+
+    /// Byte ranges of `text` holding secrets, plain or JSON-escaped, sorted, with overlapping
+    /// or touching ranges merged. Every range starts and ends on a character boundary.
+    fn spans(&self, text: &str) -> Vec<Range<usize>> {
+        let mut spans: Vec<Range<usize>> = Vec::new();
+        self.plain_spans(text, &mut spans);
+        // The text JSON-unescaped, level by level; what is found at a level is mapped back
+        // through every level to its escaped spelling in `text`.
+        let mut levels: Vec<Unescaped> = Vec::new();
+        while levels.len() < UNESCAPE_DEPTH {
+            let Some(next) = Unescaped::decode(levels.last().map_or(text, |u| u.text.as_str()))
+            else {
+                break;
+            };
+            let mut found = Vec::new();
+            self.plain_spans(&next.text, &mut found);
+            levels.push(next);
+            for r in found {
+                let (mut start, mut end) = (r.start, r.end);
+                for level in levels.iter().rev() {
+                    start = level.raw_start(start);
+                    end = level.raw_end(end);
+                }
+                spans.push(start..end);
+            }
         }
         spans.sort_by_key(|r| (r.start, r.end));
         let mut merged: Vec<Range<usize>> = Vec::with_capacity(spans.len());
@@ -207,6 +259,156 @@ impl Redactor {
     }
 }
 
+/// The current values of the environment variables `names` (unset and non-UTF-8 ones left out).
+pub fn env_values(names: &[&str]) -> Vec<String> {
+    names
+        .iter()
+        .filter_map(|name| std::env::var(name).ok())
+        .collect()
+}
+
+/// How many levels of JSON escaping the redactor looks through (a JSON document inside a
+/// JSON string inside the raw arguments text is three).
+pub const UNESCAPE_DEPTH: usize = 3;
+
+/// One JSON escape decoded: where its character is in the decoded text and where its spelling
+/// is in the text it was decoded from.
+#[derive(Debug)]
+struct Escape {
+    decoded: Range<usize>,
+    raw: Range<usize>,
+}
+
+/// A text with its JSON escapes decoded, and where each decoded escape came from.
+#[derive(Debug)]
+struct Unescaped {
+    text: String,
+    /// In order; text between escapes is copied byte for byte.
+    escapes: Vec<Escape>,
+}
+
+impl Unescaped {
+    /// Decodes every JSON escape of `raw`, wherever it stands (see the module docs); `None`
+    /// when `raw` has none.
+    fn decode(raw: &str) -> Option<Self> {
+        let bytes = raw.as_bytes();
+        let mut i = memchr_backslash(bytes, 0)?;
+        let mut text = String::with_capacity(raw.len());
+        let mut escapes = Vec::new();
+        let mut copied = 0;
+        loop {
+            match escape_at(bytes, i) {
+                Some((ch, len)) => {
+                    text.push_str(&raw[copied..i]);
+                    let start = text.len();
+                    text.push(ch);
+                    escapes.push(Escape {
+                        decoded: start..text.len(),
+                        raw: i..i + len,
+                    });
+                    copied = i + len;
+                    i = copied;
+                }
+                None => i += 1,
+            }
+            match memchr_backslash(bytes, i) {
+                Some(next) => i = next,
+                None => break,
+            }
+        }
+        if escapes.is_empty() {
+            return None;
+        }
+        text.push_str(&raw[copied..]);
+        Some(Self { text, escapes })
+    }
+
+    /// The escape whose decoded range starts at or before `d` (`strict`: before), if any.
+    fn before(&self, d: usize, strict: bool) -> Option<&Escape> {
+        let n = self.escapes.partition_point(|e| {
+            if strict {
+                e.decoded.start < d
+            } else {
+                e.decoded.start <= d
+            }
+        });
+        n.checked_sub(1).map(|i| &self.escapes[i])
+    }
+
+    /// Where a range starting at decoded offset `d` starts in the raw text (a range starting
+    /// inside an escape's character starts at the escape).
+    fn raw_start(&self, d: usize) -> usize {
+        match self.before(d, false) {
+            None => d,
+            Some(e) if d < e.decoded.end => e.raw.start,
+            Some(e) => e.raw.end + (d - e.decoded.end),
+        }
+    }
+
+    /// Where a range ending (exclusive) at decoded offset `d` ends in the raw text (a range
+    /// ending inside or right after an escape's character ends after the escape).
+    fn raw_end(&self, d: usize) -> usize {
+        match self.before(d, true) {
+            None => d,
+            Some(e) if d <= e.decoded.end => e.raw.end,
+            Some(e) => e.raw.end + (d - e.decoded.end),
+        }
+    }
+}
+
+/// The index of the first `\` in `bytes` at or after `from`.
+fn memchr_backslash(bytes: &[u8], from: usize) -> Option<usize> {
+    bytes
+        .get(from..)?
+        .iter()
+        .position(|b| *b == b'\\')
+        .map(|i| i + from)
+}
+
+/// The JSON escape starting at `bytes[i]` (a backslash): its character and length in bytes;
+/// `None` when the backslash starts no escape.
+fn escape_at(bytes: &[u8], i: usize) -> Option<(char, usize)> {
+    let simple = match *bytes.get(i + 1)? {
+        b'"' => '"',
+        b'\\' => '\\',
+        b'/' => '/',
+        b'b' => '\u{8}',
+        b'f' => '\u{c}',
+        b'n' => '\n',
+        b'r' => '\r',
+        b't' => '\t',
+        b'u' => {
+            let hi = hex4(bytes, i + 2)?;
+            return Some(match hi {
+                0xD800..=0xDBFF => {
+                    let lo = (bytes.get(i + 6) == Some(&b'\\') && bytes.get(i + 7) == Some(&b'u'))
+                        .then(|| hex4(bytes, i + 8))
+                        .flatten()
+                        .filter(|lo| (0xDC00..=0xDFFF).contains(lo));
+                    match lo {
+                        Some(lo) => {
+                            let c = 0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00);
+                            (char::from_u32(c).unwrap_or('\u{FFFD}'), 12)
+                        }
+                        None => ('\u{FFFD}', 6),
+                    }
+                }
+                _ => (char::from_u32(hi).unwrap_or('\u{FFFD}'), 6),
+            });
+        }
+        _ => return None,
+    };
+    Some((simple, 2))
+}
+
+/// The value of the four hex digits at `bytes[at..at + 4]`.
+fn hex4(bytes: &[u8], at: usize) -> Option<u32> {
+    let digits = bytes.get(at..at + 4)?;
+    digits
+        .iter()
+        .try_fold(0u32, |acc, b| Some(acc * 16 + char::from(*b).to_digit(16)?))
+}
+
 /// JSON pointers of every string leaf of `v`.
 fn string_paths(v: &Value, prefix: String, out: &mut Vec<String>) {
     match v {
@@ -230,10 +432,12 @@ fn string_paths(v: &Value, prefix: String, out: &mut Vec<String>) {
 /// secret split across two pieces is still caught.
 ///
 /// It holds back the last `hold` bytes of what it was given (at least 256 bytes, and at least
-/// the longest secret value), and any secret that reaches into them, until more text arrives or
-/// [`StreamRedactor::finish`] is called. What it returns, concatenated, equals the redaction of
-/// the whole text for every secret shorter than the hold (longer ones are caught as long as the
-/// pattern already matches their first `hold` bytes, which every built-in pattern does).
+/// six times the longest secret value: its spelling in `\uXXXX` escapes), and any secret that
+/// reaches into them, until more text arrives or [`StreamRedactor::finish`] is called. What it
+/// returns, concatenated, equals the redaction of the whole text for every secret spelled in
+/// fewer bytes than the hold (longer ones are caught as long as the pattern already matches
+/// their first `hold` bytes, which every built-in pattern does). What is journaled is redacted
+/// whole in any case.
 #[derive(Debug)]
 pub struct StreamRedactor {
     redactor: Arc<Redactor>,
@@ -245,13 +449,8 @@ pub struct StreamRedactor {
 impl StreamRedactor {
     /// A redactor for one stream.
     pub fn new(redactor: Arc<Redactor>) -> Self {
-        let hold = redactor
-            .literals
-            .iter()
-            .map(String::len)
-            .max()
-            .unwrap_or(0)
-            .max(256);
+        // A literal spelled with `\uXXXX` escapes is at most six times as long.
+        let hold = redactor.longest_literal().saturating_mul(6).max(256);
         Self {
             redactor,
             raw: String::new(),
@@ -304,9 +503,29 @@ impl StreamRedactor {
         }
         out.push_str(&self.raw[pos..cut]);
         self.emitted = cut;
+        self.forget_emitted();
         out
     }
+
+    /// Drops what was emitted, but the last `hold` bytes (the next scan looks back that far): a
+    /// long stream keeps about `hold` bytes plus what it holds back, never all it was given.
+    /// Done once the droppable prefix is large, so the moves stay linear in the text.
+    fn forget_emitted(&mut self) {
+        let keep_from = floor_boundary(&self.raw, self.emitted.saturating_sub(self.hold));
+        if keep_from >= FORGET_AFTER_BYTES.max(self.hold) {
+            self.raw.drain(..keep_from);
+            self.emitted -= keep_from;
+        }
+    }
+
+    /// Bytes of the stream kept in memory now (for tests of the bound).
+    pub fn buffered_bytes(&self) -> usize {
+        self.raw.len()
+    }
 }
+
+/// How much emitted text a [`StreamRedactor`] may keep before dropping it, bytes.
+const FORGET_AFTER_BYTES: usize = 64 * 1024;
 
 fn floor_boundary(s: &str, mut i: usize) -> usize {
     i = i.min(s.len());
@@ -411,6 +630,82 @@ mod tests {
         let out = r.redact_typed(ev);
         assert_eq!(out.ts, ts);
         assert_eq!(out.payload, format!("license {REDACTED}"));
+    }
+
+    /// Escaped spellings of a secret: a raw (truncated) arguments text with `\/`, a value with
+    /// a digit spelled `\u0037`, an emoji as a surrogate pair, upper-case hex, JSON in a JSON
+    /// string (two levels), a pattern match spelled with escapes. Each is redacted over its whole
+    /// escaped spelling, and the rest of the text stays as it was.
+    #[test]
+    fn a_secret_spelled_with_json_escapes_is_redacted() {
+        let r = Redactor::with_values(
+            &["tok_[0-9]{4}".into()],
+            &[
+                "postgres://u:pw@h/db".into(),
+                "key-1234567".into(),
+                "pass\u{1F600}word".into(),
+            ],
+        )
+        .unwrap();
+        let cases = [
+            (
+                r#"{"path":"a.txt","content":"postgres:\/\/u:pw@h\/db"#,
+                r#"{"path":"a.txt","content":"[REDACTED]"#,
+            ),
+            (r#"{"k":"key-123456\u0037"}"#, r#"{"k":"[REDACTED]"}"#),
+            (r#"{"k":"\u006bey-123456\u0037"}"#, r#"{"k":"[REDACTED]"}"#),
+            (r#"{"k":"\u006Bey-1234567 x"}"#, r#"{"k":"[REDACTED] x"}"#),
+            (r#"{"p":"pass\ud83d\ude00word"}"#, r#"{"p":"[REDACTED]"}"#),
+            (r#"{"p":"pass\uD83D\uDE00word"}"#, r#"{"p":"[REDACTED]"}"#),
+            (
+                r#"{"doc":"{\"url\":\"postgres:\\\/\\\/u:pw@h\\\/db\"}"}"#,
+                r#"{"doc":"{\"url\":\"[REDACTED]\"}"}"#,
+            ),
+            (
+                r#"tok\u005f1234 and tok_\u0031234"#,
+                "[REDACTED] and [REDACTED]",
+            ),
+            (
+                r#"a\nkey-1234567\tb \x \ud83d"#,
+                r#"a\n[REDACTED]\tb \x \ud83d"#,
+            ),
+        ];
+        for (raw, want) in cases {
+            assert_eq!(r.redact_str(raw), want, "{raw}");
+        }
+        // Escapes that decode to nothing secret leave the text as it is.
+        let plain = r#"{"a":"x\/y\u0041\ud83d\ude00\\","b":"\q"}"#;
+        assert_eq!(r.redact_str(plain), plain);
+        // A value holding the raw text.
+        let mut v = serde_json::Value::String(cases[0].0.to_owned());
+        r.redact_value(&mut v);
+        assert_eq!(v, serde_json::Value::String(cases[0].1.to_owned()));
+    }
+
+    /// The stream redactor holds back enough for a secret spelled wholly in `\uXXXX` escapes
+    /// (six times its length) and redacts it whatever the chunking.
+    #[test]
+    fn an_escaped_secret_split_across_chunks_is_redacted_in_the_stream() {
+        let secret = "s3cret-value-0123456789-abcdefghijklmnopqrstuvwxyz-0123456789";
+        let r = Arc::new(Redactor::with_values(&[], &[secret.into()]).unwrap());
+        let escaped: String = secret
+            .chars()
+            .map(|c| format!("\\u{:04x}", c as u32))
+            .collect();
+        let text = format!("{}{escaped} tail", "x".repeat(300));
+        for split in [1, 5, 64, 200, 397] {
+            let mut s = StreamRedactor::new(r.clone());
+            let mut out = String::new();
+            for chunk in text.as_bytes().chunks(split) {
+                out.push_str(&s.push(std::str::from_utf8(chunk).unwrap()));
+            }
+            out.push_str(&s.finish());
+            assert_eq!(
+                out,
+                format!("{}{REDACTED} tail", "x".repeat(300)),
+                "split {split}"
+            );
+        }
     }
 
     #[test]

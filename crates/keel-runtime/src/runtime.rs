@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use chrono::Utc;
 use keel_core::{
-    ApprovalId, Correlation, EffectStatus, EventBody, OperationKey, Release, SessionId,
-    SessionState, SessionStatus, TenantId, ToolCallId, ToolCallStatus,
+    ApprovalId, Correlation, EffectStatus, EventBody, OperationKey, PrincipalId, Release,
+    SessionId, SessionState, SessionStatus, TenantId, ToolCallId, ToolCallStatus,
 };
 use keel_model::ModelClient;
 use keel_store::{Lease, NewSession, Store};
@@ -74,6 +74,12 @@ pub struct RunOutcome {
     pub turns: Vec<TurnOutcome>,
     /// What a human must do, when `status` is `requires_action`.
     pub pending: Vec<PendingAction>,
+    /// The run was drained ([`Runtime::run_claimed`]) and stopped with work left: `status` is
+    /// still `running` (or what it was), the active turn is not ended, everything this run did
+    /// is committed and nothing it started is still running; the worker that claims the session
+    /// next continues the turn where it stopped. False when the run ended on its own (idle,
+    /// `requires_action`, closed), drain or not.
+    pub drained: bool,
 }
 
 /// A session's state as folded from its journal.
@@ -92,6 +98,8 @@ pub struct SessionView {
 #[derive(Clone)]
 pub struct Runtime {
     pub(crate) inner: Arc<Inner>,
+    /// The principal the calls of this handle act for ([`Runtime::acting_as`]).
+    pub(crate) actor: Option<PrincipalId>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -125,7 +133,25 @@ impl Runtime {
                 hub,
                 active: Mutex::new(HashMap::new()),
             }),
+            actor: None,
         }
+    }
+    /// A handle on the same runtime whose calls act for `principal`: the changes they journal
+    /// (`session.created`, `session.config_changed`, `session.release_pinned`, closing,
+    /// `turn.queued`, `turn.cancel_requested`, `effect.decided`, a cancelled call's
+    /// `tool_call.finished`) carry its id as the envelope's `principal_id`, and an approval it
+    /// decides records it (`decided_by`, then `approval.decided`'s `principal_id`). Hosts that
+    /// authenticate callers (the HTTP API) use one per request; the local CLI acts for nobody.
+    #[must_use]
+    pub fn acting_as(&self, principal: PrincipalId) -> Self {
+        Self {
+            inner: self.inner.clone(),
+            actor: Some(principal),
+        }
+    }
+    /// The principal this handle acts for, if any.
+    pub fn actor(&self) -> Option<PrincipalId> {
+        self.actor
     }
     /// The store.
     pub fn store(&self) -> &Arc<dyn Store> {
@@ -168,12 +194,22 @@ impl Runtime {
         let mut held = self.inner.hold(tenant, session).await?;
         let cfg = serde_json::to_value(&config)
             .map_err(|e| RuntimeError::InvalidInput(format!("config: {e}")))?;
+        // The session's secrets (its patterns, the values this process knows) redact
+        // `session.created` and are sealed with it.
+        if let Err(e) = self
+            .inner
+            .install_secrets(held.journal(), Some(&config))
+            .await
+        {
+            self.inner.unhold(tenant, held).await;
+            return Err(e);
+        }
         let r = held
             .journal()
             .append(
                 "session.created",
                 vec![(
-                    Correlation::default(),
+                    Correlation::default().by(self.actor),
                     EventBody::SessionCreated {
                         tenant_id: tenant,
                         release_id: release.id.clone(),
@@ -202,8 +238,9 @@ impl Runtime {
     /// [`RuntimeError::InvalidInput`] for a bad value (rule, fraction, workspace, negative cost),
     /// a change of `secret_patterns`/`secret_env` (fixed at creation) or of `allow` rules (a
     /// release's, see [`crate::pinned`]);
-    /// [`RuntimeError::TurnRunning`]; [`RuntimeError::SessionBusy`] when a worker (this process
-    /// or another) is running the session — change it once that run returns;
+    /// [`RuntimeError::SessionBusy`] when a worker (this process or another) is running the
+    /// session — change it once that run returns. A turn nobody runs (waiting on a human,
+    /// queued, or left by a crashed worker) does not stop the change: the next step takes it;
     /// [`RuntimeError::Closed`]; [`RuntimeError::Config`]; store errors. Nothing is written on
     /// error.
     pub async fn update_config(
@@ -224,22 +261,18 @@ impl Runtime {
             Err(owner) => return Err(RuntimeError::SessionBusy { session, owner }),
         };
         let mut held = held;
-        let r = Self::update_held(held.journal(), change).await;
+        let r = Self::update_held(held.journal(), change, self.actor).await;
         self.inner.unhold(tenant, held).await;
         r
     }
     async fn update_held(
         j: &mut Journal,
         change: impl FnOnce(&mut SessionConfig),
+        by: Option<PrincipalId>,
     ) -> Result<SessionConfig> {
         let session = j.session;
         if j.state.status == SessionStatus::Closed {
             return Err(RuntimeError::Closed { session });
-        }
-        if let Some(turn) = j.state.active_turn
-            && j.state.status != SessionStatus::RequiresAction
-        {
-            return Err(RuntimeError::TurnRunning { session, turn });
         }
         let old = j.config()?;
         let mut new = old.clone();
@@ -261,7 +294,7 @@ impl Runtime {
         j.append(
             "session.config_changed",
             vec![(
-                Correlation::default(),
+                Correlation::default().by(by),
                 EventBody::SessionConfigChanged { changes },
             )],
         )
@@ -289,17 +322,67 @@ impl Runtime {
             opts.lease_wait,
         )
         .await?;
-        let result = self.run_leased(tenant, session, &lease).await;
+        let result = self
+            .run_leased(tenant, session, &lease, false, CancellationToken::new())
+            .await;
         if let Err(e) = self.inner.store.release_lease(tenant, &lease).await {
             tracing::debug!(%session, "lease release: {e}");
         }
         result
     }
-    async fn run_leased(
+    /// Runs a session a scheduler claimed ([`keel_store::Store::claim_session`]) under the
+    /// claim's `lease`, as [`Runtime::run`] does under the lease it takes: recovery first, then
+    /// the turn loop until the session is idle, waits on a human or is closed. The lease must
+    /// be this worker's (taken for [`Runtime::owner`]); heartbeats renew it while the run lasts,
+    /// and it is **not** released: the caller gives the session back
+    /// ([`keel_store::Store::release_claim`]) after this returns, whatever it returned.
+    ///
+    /// **Drain.** Once `drain` is cancelled the loop stops at the next durable boundary: it
+    /// starts nothing new (no turn, model call, compaction, tool call or reconcile check), lets
+    /// what runs finish — a model step streaming completes (retries included; a wait for the
+    /// tenant's token rate ends at once), tool calls running complete — commits their results,
+    /// and returns [`RunOutcome::drained`] with the turn still active: not aborted, no terminal
+    /// event, nothing left `running` in the journal, so the next worker that claims the session
+    /// plans the same next step from the journal (no call becomes `outcome_unknown`). Pure
+    /// bookkeeping still happens (a turn whose last step completed finishes; a session with
+    /// nothing left goes idle). The session stays runnable ([`keel_store::WorkMark`]).
+    ///
+    /// **Hard stop.** Dropping the returned future (the drain deadline) is a crash of this run:
+    /// the heartbeat and intent watcher stop, tools still running here are cancelled, the
+    /// session is no longer this process's, and whatever was staged and not committed is lost;
+    /// the next worker recovers it as after a crash (a dispatched side effect becomes
+    /// `outcome_unknown` and is reconciled). The caller still releases the claim.
+    ///
+    /// # Errors
+    /// [`RuntimeError::InvalidInput`] when `lease` is another session's;
+    /// [`RuntimeError::LeaseLost`] (another worker took the session over; releasing the claim
+    /// then fails too), store errors. A failing model or tool does not make it fail.
+    pub async fn run_claimed(
         &self,
         tenant: TenantId,
         session: SessionId,
         lease: &Lease,
+        drain: CancellationToken,
+    ) -> Result<RunOutcome> {
+        if lease.session_id != session {
+            return Err(RuntimeError::InvalidInput(format!(
+                "the lease is session {}'s, not {session}'s",
+                lease.session_id
+            )));
+        }
+        self.run_leased(tenant, session, lease, false, drain).await
+    }
+    /// Runs the session under `lease` (held by this process). With `finish_only`, only ends
+    /// the turns whose end is due (a cancellation) and stops before anything else: see
+    /// `Runner::finish_only`. Cancelling `drain` stops the loop at the next durable boundary
+    /// (see [`Runtime::run_claimed`]).
+    pub(crate) async fn run_leased(
+        &self,
+        tenant: TenantId,
+        session: SessionId,
+        lease: &Lease,
+        finish_only: bool,
+        drain: CancellationToken,
     ) -> Result<RunOutcome> {
         let mut journal = self.inner.load(tenant, session, lease).await?;
         // Intents posted while nobody ran the session (or left by a crashed handler) first.
@@ -316,6 +399,7 @@ impl Runtime {
                 reason: "the journal has no session.created".into(),
             })?;
         let release = self.inner.store.get_release(tenant, &release_id).await?;
+        let redactor = journal.redactor.clone();
         let active = Arc::new(Active::new(journal));
         self.inner
             .active
@@ -324,6 +408,15 @@ impl Runtime {
             .insert(session, active.clone());
         let stop = CancellationToken::new();
         let lost = CancellationToken::new();
+        // Until the end below, dropping this future stops everything the run started.
+        let guard = RunGuard {
+            inner: self.inner.clone(),
+            session,
+            active: active.clone(),
+            stop: stop.clone(),
+            lost: lost.clone(),
+            finished: false,
+        };
         let hb = lease::heartbeat(
             self.inner.store.clone(),
             tenant,
@@ -350,27 +443,27 @@ impl Runtime {
             session,
             release,
             config,
+            redactor,
             active.clone(),
             approvals,
             lost,
         ) {
-            Ok(runner) => Arc::new(runner).run().await,
+            Ok(mut runner) => {
+                runner.finish_only = finish_only;
+                runner.drain = drain;
+                Arc::new(runner).run().await
+            }
             Err(e) => Err(e),
         };
         // Whatever happened, this worker is done with the session: later submits go through the
         // store. (The runner set `closed` itself when it went idle, under the journal lock.)
         active.journal.lock().await.closed = true;
-        self.inner
-            .active
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&session);
-        stop.cancel();
+        guard.finish();
         let _ = hb.await;
         let _ = watcher.await;
-        let (turns, status, version) = result?;
+        let ended = result?;
         let mut j = active.journal.lock().await;
-        let pending = if status == SessionStatus::RequiresAction {
+        let pending = if ended.status == SessionStatus::RequiresAction {
             self.pending_of(&mut j).await?
         } else {
             Vec::new()
@@ -379,10 +472,11 @@ impl Runtime {
         // with the run's last phase.
         Ok(RunOutcome {
             session_id: session,
-            status,
-            version,
-            turns,
+            status: ended.status,
+            version: ended.version,
+            turns: ended.turns,
             pending,
+            drained: ended.drained,
         })
     }
     async fn pending_of(&self, j: &mut Journal) -> Result<Vec<PendingAction>> {
@@ -453,5 +547,63 @@ impl Runtime {
             }
         }
         Ok(out)
+    }
+}
+
+/// What a run of a session started besides its loop, stopped when the run ends — or when its
+/// future is dropped mid-way (a hard stop: see [`Runtime::run_claimed`]).
+struct RunGuard {
+    inner: Arc<Inner>,
+    session: SessionId,
+    active: Arc<Active>,
+    /// Stops the heartbeat and the intent watcher.
+    stop: CancellationToken,
+    /// Cancels everything below the run (the turn's token, so running tools stop).
+    lost: CancellationToken,
+    /// The run ended normally ([`RunGuard::finish`]).
+    finished: bool,
+}
+
+impl RunGuard {
+    /// The run ended normally: the session is no longer this process's; the heartbeat and the
+    /// watcher stop.
+    fn finish(mut self) {
+        self.finished = true;
+        self.release_session();
+        self.stop.cancel();
+    }
+
+    fn release_session(&self) {
+        let mut active = self
+            .inner
+            .active
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        // Only this run's handle (a later run of the session may have registered its own).
+        if active
+            .get(&self.session)
+            .is_some_and(|a| Arc::ptr_eq(a, &self.active))
+        {
+            active.remove(&self.session);
+        }
+    }
+}
+
+impl Drop for RunGuard {
+    /// The run's future was dropped before it ended: as if this worker crashed. Nothing more is
+    /// committed (the journal is closed when it can be locked, and the lease's holder releases
+    /// the lease), tools running here are cancelled, and the session is no longer this
+    /// process's.
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        self.lost.cancel();
+        self.stop.cancel();
+        if let Ok(mut j) = self.active.journal.try_lock() {
+            j.closed = true;
+        }
+        self.release_session();
+        tracing::warn!(session = %self.session, "the run was stopped before it ended");
     }
 }

@@ -13,14 +13,15 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use keel_core::plan::{CallFacts, Verdict};
 use keel_core::{
-    Correlation, EffectClass, EventBody, StepId, ToolCallId, ToolCallStatus, TurnId, TurnStatus,
-    Usage,
+    Correlation, EffectClass, EventBody, StateMachine, StepId, ToolCallId, ToolCallStatus, TurnId,
+    TurnStatus, Usage,
 };
 use keel_model::{
     ErrorKind, ModelRequest, ProviderError, RequestPurpose, RequestTimeouts, StreamEvent,
 };
 use serde_json::Value;
 
+use crate::admission::{Admission, used_tokens};
 use crate::context::{ContextSnapshot, project};
 use crate::driver::{Runner, finished_item, lock, phase_item};
 use crate::error::Result;
@@ -33,9 +34,12 @@ impl Runner {
     pub(crate) fn project(&self, j: &Journal) -> Result<ContextSnapshot> {
         let policy =
             crate::authorize::session_policy(&self.release, &self.config, j, &self.rt.tools)?;
+        // What the model is sent is redacted like everything else it sees.
+        let agents = crate::context::read_agents_md(&self.workspace)
+            .map(|text| self.redactor.redact_str(&text));
         Ok(project(
             &self.release.definition.instructions,
-            &self.config.workspace,
+            agents.as_deref(),
             &self.release.definition.tools,
             &self.rt.tools,
             policy,
@@ -77,6 +81,19 @@ impl Runner {
         first_attempt: u32,
     ) -> Result<()> {
         let snapshot = self.step_snapshot().await?;
+        let turn_token = self.turn_token();
+        let position = self.read(|j| j.proj.position).await;
+        let mut request: ModelRequest = snapshot.request(RequestPurpose::Step, position);
+        // Each attempt is admitted under the tenant's token rate before anything of it is
+        // staged: a wait stopped by a cancellation or a drain leaves the step as it was, and the
+        // turn loop plans it again (the turn ends, or the drained run stops before it).
+        let projected =
+            self.projected_tokens(snapshot.estimated_tokens, request.sampling.max_tokens);
+        let mut reservation = match self.admit(projected, &turn_token).await? {
+            Admission::Admitted(r) => r,
+            Admission::Stopped => return Ok(()),
+        };
+        let _timing = crate::telemetry::StepTimer::start(&self.rt.options.metrics);
         self.skip_compaction
             .store(false, std::sync::atomic::Ordering::SeqCst);
         *self
@@ -99,12 +116,11 @@ impl Runner {
             },
         )])
         .await?;
-        let turn_token = self.turn_token();
         let step_token = turn_token.child_token();
-        let position = self.read(|j| j.proj.position).await;
-        let mut request: ModelRequest = snapshot.request(RequestPurpose::Step, position);
         request.cancel = step_token.clone();
         request.timeouts = self.model_timeouts();
+        let max_tokens = request.sampling.max_tokens;
+        let mut chat = self.chat_span(turn, step, attempt, &model, max_tokens);
         let mut stream = self.rt.model.stream(request);
         let started = tokio::time::Instant::now();
         let first_token_deadline = self
@@ -119,6 +135,22 @@ impl Runner {
             .read(|j| j.state.turns.get(&turn).and_then(|t| t.started_at))
             .await;
         let turn_deadline = self.turn_deadline(turn_started);
+        // When the turn's wall-clock budget runs out (its timer cancels the turn then).
+        let limits = self.limits();
+        let wall_left = self
+            .read(|j| {
+                j.state.turns.get(&turn).and_then(|t| {
+                    keel_core::plan::wall_time_left_ms(&j.state, t, &limits, chrono::Utc::now())
+                })
+            })
+            .await;
+        let turn_ends = [
+            turn_deadline,
+            wall_left.map(|ms| tokio::time::Instant::now() + Duration::from_millis(ms)),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
         let mut streaming = false;
         // Calls the current attempt proposed (or re-proposed); others of the step were abandoned.
         let mut seen: std::collections::HashSet<ToolCallId> = std::collections::HashSet::new();
@@ -127,9 +159,18 @@ impl Runner {
         let mut consumes = self.rt.model.consumes_responses();
         let mut text = String::new();
         let mut reasoning: Vec<Value> = Vec::new();
-        let mut usage = Usage::default();
-        let mut cost = 0.0;
+        // What the current attempt used: the provider's reports (summed), or, when it reported
+        // none, an estimate from the context sent and the output received (see `attempt_usage`).
+        let mut reported: Option<Usage> = None;
+        let mut output_bytes: u64 = 0;
         let mut timed_out: Option<&'static str> = None;
+        // The attempt failure after which no retry fitted in the model's time limits.
+        let mut no_time_left: Option<ProviderError> = None;
+        // Calls proposed with an empty id get one (`blank_call_id`): the last one started.
+        let mut blank_calls = 0u32;
+        let mut blank_current: Option<String> = None;
+        // The token-rate wait before a retry was stopped (cancelled, drained): see below.
+        let mut admission_stopped = false;
         // Deltas are redacted as streams: a secret split across two deltas is still caught.
         let mut text_out = StreamRedactor::new(self.redactor.clone());
         let mut reasoning_out = StreamRedactor::new(self.redactor.clone());
@@ -183,9 +224,11 @@ impl Runner {
                     if !shown.is_empty() {
                         self.delta(DeltaKind::Text { text: shown });
                     }
+                    output_bytes = output_bytes.saturating_add(t.len() as u64);
                     text.push_str(&t);
                 }
                 StreamEvent::ReasoningDelta { text: t } => {
+                    output_bytes = output_bytes.saturating_add(t.len() as u64);
                     let shown = reasoning_out.push(&t);
                     if !shown.is_empty() {
                         self.delta(DeltaKind::Reasoning { text: shown });
@@ -196,8 +239,17 @@ impl Runner {
                         reasoning.push(v);
                     }
                 }
-                StreamEvent::ToolCallStart { .. } => {}
+                StreamEvent::ToolCallStart { id, .. } => {
+                    if id.trim().is_empty() {
+                        blank_calls += 1;
+                        blank_current = Some(blank_call_id(step, blank_calls));
+                    }
+                }
                 StreamEvent::ToolCallDelta { id, delta } => {
+                    let id = match &blank_current {
+                        Some(b) if id.trim().is_empty() => b.clone(),
+                        _ => id,
+                    };
                     let shown = args_out
                         .entry(id.clone())
                         .or_insert_with(|| StreamRedactor::new(self.redactor.clone()))
@@ -214,8 +266,21 @@ impl Runner {
                     name,
                     arguments,
                     invalid,
-                    ..
+                    raw_arguments,
                 } => {
+                    output_bytes = output_bytes
+                        .saturating_add(name.len() as u64)
+                        .saturating_add(raw_arguments.len() as u64);
+                    // A call without an id would be sent back to the provider as `""` (and two
+                    // of them would collide): it gets one, the same for a re-sampled attempt.
+                    let id = if id.trim().is_empty() {
+                        blank_current.take().unwrap_or_else(|| {
+                            blank_calls += 1;
+                            blank_call_id(step, blank_calls)
+                        })
+                    } else {
+                        id
+                    };
                     if let Some(rest) = args_out.remove(&id).map(|mut s| s.finish())
                         && !rest.is_empty()
                     {
@@ -231,9 +296,9 @@ impl Runner {
                     seen.insert(id);
                 }
                 StreamEvent::Usage { usage: u } => {
-                    let mu = to_core_usage(&u);
-                    usage.add(&mu);
-                    cost += self.rt.options.prices.cost_usd(&model, &u).unwrap_or(0.0);
+                    reported
+                        .get_or_insert_with(Usage::default)
+                        .add(&to_core_usage(&u));
                 }
                 StreamEvent::Completed { .. } if !streaming => {
                     // Nothing streamed (an adapter that let an empty response through, or an
@@ -243,7 +308,11 @@ impl Runner {
                         "the response completed with no text and no tool call",
                     ));
                 }
-                StreamEvent::Completed { stop_reason, .. } => {
+                StreamEvent::Completed {
+                    stop_reason,
+                    model: answered,
+                } => {
+                    chat.answered_by(answered.as_deref());
                     let rest = reasoning_out.finish();
                     if !rest.is_empty() {
                         self.delta(DeltaKind::Reasoning { text: rest });
@@ -276,12 +345,70 @@ impl Runner {
                         StreamEvent::Fallback { error, to, .. } => (error, None, to),
                         _ => continue,
                     };
-                    let failed = (&error, u64::from(consumes));
-                    self.retry_attempt(turn, step, &mut attempt, (&model, &next), failed, delay)
-                        .await?;
+                    // A retry that could only start after a deadline would never happen: the
+                    // step ends now, instead of journaling "retrying in N ms" and then failing.
+                    // (The next attempt has not streamed: the first-token limit applies to it.)
+                    let retry_at =
+                        tokio::time::Instant::now() + Duration::from_millis(delay.unwrap_or(0));
+                    if let Some(d) = turn_ends.filter(|d| retry_at >= *d) {
+                        // The turn's clock runs out first: end as at its deadline (its timer
+                        // cancels the turn a moment after it).
+                        tokio::select! {
+                            () = tokio::time::sleep_until(d + Duration::from_millis(50)) => {}
+                            () = step_token.cancelled() => {}
+                        }
+                        timed_out = Some("turn");
+                        step_token.cancel();
+                        break Err(error);
+                    }
+                    if [first_token_deadline, total_deadline]
+                        .into_iter()
+                        .flatten()
+                        .any(|d| retry_at >= d)
+                    {
+                        timed_out = Some("model");
+                        no_time_left = Some(error);
+                        break Err(ProviderError::new(
+                            ErrorKind::Timeout,
+                            "no time left to retry",
+                        ));
+                    }
+                    // What the failed attempt used counts (under the model that served it).
+                    let used = self.attempt_usage(
+                        &model,
+                        reported.take(),
+                        streaming.then_some((snapshot.estimated_tokens, output_bytes)),
+                    );
+                    chat.end(&model, (&used.0, used.1, used.2), Err(error.kind.as_str()));
+                    self.settle_tokens(&mut reservation, used_tokens(&used.0))
+                        .await;
+                    // The next attempt is a model call of its own: admitted like the first.
+                    let admitted = self.admit(projected, &step_token).await?;
+                    let failed = (&error, u64::from(consumes), used);
+                    let Admission::Admitted(r) = admitted else {
+                        // Cancelled or drained while waiting: the failed attempt is journaled
+                        // and nothing of the next one. A cancelled turn ends (the turn loop); a
+                        // drained run leaves the step to be sampled again as its next attempt.
+                        self.retry_attempt(turn, step, &mut attempt, (&model, None), failed, delay)
+                            .await?;
+                        (streaming, output_bytes, admission_stopped) = (false, 0, true);
+                        break Err(error);
+                    };
+                    reservation = r;
+                    self.retry_attempt(
+                        turn,
+                        step,
+                        &mut attempt,
+                        (&model, Some(&next)),
+                        failed,
+                        delay,
+                    )
+                    .await?;
                     model = next;
-                    (text, reasoning, usage, cost, streaming) =
-                        (String::new(), Vec::new(), Usage::default(), 0.0, false);
+                    chat = self.chat_span(turn, step, attempt, &model, max_tokens);
+                    (text, reasoning, output_bytes, streaming) =
+                        (String::new(), Vec::new(), 0, false);
+                    (blank_calls, blank_current) = (0, None);
                     seen.clear();
                     text_out = StreamRedactor::new(self.redactor.clone());
                     reasoning_out = StreamRedactor::new(self.redactor.clone());
@@ -291,37 +418,58 @@ impl Runner {
         };
         drop(stream);
         let corr = Correlation::step(turn, step, attempt);
+        // What the last attempt used: reported, else estimated when it produced anything (a
+        // completed response always did).
+        let produced = streaming || outcome.is_ok();
+        let (usage, cost, usage_estimated) = self.attempt_usage(
+            &model,
+            reported.take(),
+            produced.then_some((snapshot.estimated_tokens, output_bytes)),
+        );
+        self.settle_tokens(&mut reservation, used_tokens(&usage))
+            .await;
+        // (An attempt whose retry was stopped while waiting for admission has ended already.)
+        chat.end(
+            &model,
+            (&usage, cost, usage_estimated),
+            outcome.as_deref().map_err(|e| {
+                let cancelled = step_token.is_cancelled();
+                crate::telemetry::attempt_error(e, timed_out.is_some(), cancelled)
+            }),
+        );
         match outcome {
             Ok(stop_reason) => {
                 let mut items = Vec::new();
-                // Calls proposed by abandoned attempts of this step never ran: close them.
-                let stale: Vec<ToolCallId> = self
+                // Calls proposed by abandoned attempts of this step are not part of the
+                // response: those that never ran are closed, those still running are stopped,
+                // and none is shown to the model as this response's (`abandoned_calls`).
+                let abandoned: Vec<(ToolCallId, ToolCallStatus)> = self
                     .read(|j| {
                         j.state.steps.get(&step).map_or(Vec::new(), |s| {
                             s.tool_calls
                                 .iter()
                                 .filter(|c| !seen.contains(*c))
-                                .filter(|c| {
-                                    j.state
-                                        .tool_calls
-                                        .get(*c)
-                                        .is_some_and(|c| c.status == ToolCallStatus::Proposed)
+                                .filter_map(|c| {
+                                    j.state.tool_calls.get(c).map(|t| (c.clone(), t.status))
                                 })
-                                .cloned()
                                 .collect()
                         })
                     })
                     .await;
-                for c in stale {
-                    items.push(finished_item(
-                        turn,
-                        step,
-                        &c,
-                        ToolCallStatus::Interrupted,
-                        "The call was proposed by an abandoned model attempt and was not run."
-                            .into(),
-                        true,
-                    ));
+                for (c, status) in &abandoned {
+                    if *status == ToolCallStatus::Proposed {
+                        items.push(finished_item(
+                            turn,
+                            step,
+                            c,
+                            ToolCallStatus::Interrupted,
+                            "The call was proposed by an abandoned model attempt and was not run."
+                                .into(),
+                            true,
+                        ));
+                    } else if !status.is_terminal() {
+                        self.active.cancel_call(c.as_str(), None);
+                    }
                 }
                 items.push((
                     corr,
@@ -329,6 +477,8 @@ impl Runner {
                         model: model.clone(),
                         stop_reason,
                         usage,
+                        usage_estimated,
+                        abandoned_calls: abandoned.into_iter().map(|(c, _)| c).collect(),
                         cost_usd: cost,
                         text,
                         // Sealed, and left out of the event unless the session keeps
@@ -351,22 +501,40 @@ impl Runner {
                 }
                 self.stage(items).await?;
             }
+            Err(_) if admission_stopped => {
+                // Everything the stopped step owes is staged (its failed attempt).
+                self.join_inflight().await;
+                return Ok(());
+            }
             Err(error) => {
-                if step_token.is_cancelled() && timed_out.is_none() {
-                    // The turn was cancelled or the lease lost: the turn loop takes it from here
-                    // (it closes the step with `step.failed`, consuming nothing).
+                if (step_token.is_cancelled() && timed_out.is_none()) || timed_out == Some("turn") {
+                    // The turn was cancelled, timed out or the lease lost: the turn loop takes it
+                    // from here (it closes the step with `step.failed`, consuming nothing, and
+                    // counts what the attempt used).
+                    *lock(&self.unsettled_usage) = Some(crate::driver::UnsettledUsage {
+                        step,
+                        usage,
+                        cost_usd: cost,
+                        estimated: usage_estimated,
+                    });
                     self.join_inflight().await;
                     return Ok(());
                 }
                 let error = match timed_out {
-                    Some("turn") => {
-                        self.join_inflight().await;
-                        return Ok(());
-                    }
-                    Some(_) => ProviderError::new(
-                        ErrorKind::Timeout,
-                        "the model did not answer within the configured time limit",
-                    ),
+                    Some(_) => match &no_time_left {
+                        Some(last) => ProviderError::new(
+                            ErrorKind::Timeout,
+                            format!(
+                                "the model did not answer within the configured time limit (no time left to retry after {}: {})",
+                                last.kind.as_str(),
+                                last.message
+                            ),
+                        ),
+                        None => ProviderError::new(
+                            ErrorKind::Timeout,
+                            "the model did not answer within the configured time limit",
+                        ),
+                    },
                     None => error,
                 };
                 if error.kind == ErrorKind::ContextOverflow {
@@ -379,6 +547,9 @@ impl Runner {
                             message: error.message.clone(),
                             retry_in_ms: None,
                             responses_consumed: u64::from(consumes),
+                            usage,
+                            cost_usd: cost,
+                            usage_estimated,
                         },
                     )])
                     .await?;
@@ -393,6 +564,9 @@ impl Runner {
                         error_kind: error.kind.as_str().into(),
                         message: error.message.clone(),
                         responses_consumed: u64::from(consumes),
+                        usage,
+                        cost_usd: cost,
+                        usage_estimated,
                     },
                 )])
                 .await?;
@@ -401,36 +575,91 @@ impl Runner {
         Ok(())
     }
 
+    /// What an attempt served by `model` used, as `(usage, cost in USD, estimated)`: the
+    /// provider's `reported` usage, capped per response ([`Usage::capped`]: an absurd report
+    /// cannot overflow a sum or a store column); without a report, when the attempt `produced`
+    /// output — `(context tokens sent, output bytes received)` — an estimate (the context
+    /// estimate the request was built with, and output bytes / 4), so cost and token budgets
+    /// still bind; otherwise nothing (a request refused before any output is not billed). The
+    /// cost is at `model`'s price (0 when the model has none).
+    fn attempt_usage(
+        &self,
+        model: &str,
+        reported: Option<Usage>,
+        produced: Option<(u64, u64)>,
+    ) -> (Usage, f64, bool) {
+        let (usage, estimated) = match (reported, produced) {
+            (Some(u), _) => {
+                let (capped, was_capped) = u.capped();
+                if was_capped {
+                    tracing::warn!(
+                        session = %self.session, model, reported = ?u,
+                        "the provider reported an impossible token count; counted at the cap of {} per response",
+                        keel_core::MAX_RESPONSE_TOKENS
+                    );
+                }
+                (capped, false)
+            }
+            (None, Some((context, output_bytes))) => (
+                Usage {
+                    input_tokens: context,
+                    output_tokens: output_bytes.div_ceil(4),
+                    ..Usage::default()
+                }
+                .capped()
+                .0,
+                true,
+            ),
+            (None, None) => return (Usage::default(), 0.0, false),
+        };
+        let cost = self
+            .rt
+            .options
+            .prices
+            .cost_usd(model, &to_model_usage(&usage))
+            .map_or(0.0, keel_core::finite_cost);
+        self.rt.options.metrics.model_usage(model, &usage, cost);
+        (usage, cost, estimated)
+    }
+
+    /// Stages the failure of attempt `attempt` (served by `failed`) and, when the step goes on
+    /// with `next`, the next attempt's start (`attempt` moves to it).
     async fn retry_attempt(
         &self,
         turn: TurnId,
         step: StepId,
         attempt: &mut u32,
-        (failed, next): (&str, &str),
-        (error, responses_consumed): (&ProviderError, u64),
+        (failed, next): (&str, Option<&str>),
+        (error, responses_consumed, (usage, cost_usd, usage_estimated)): (
+            &ProviderError,
+            u64,
+            (Usage, f64, bool),
+        ),
         retry_in_ms: Option<u64>,
     ) -> Result<()> {
-        let corr = Correlation::step(turn, step, *attempt);
-        *attempt += 1;
-        self.stage(vec![
-            (
-                corr,
-                EventBody::StepAttemptFailed {
-                    model: failed.to_owned(),
-                    error_kind: error.kind.as_str().into(),
-                    message: error.message.clone(),
-                    retry_in_ms,
-                    responses_consumed,
-                },
-            ),
-            (
+        let mut items = vec![(
+            Correlation::step(turn, step, *attempt),
+            EventBody::StepAttemptFailed {
+                model: failed.to_owned(),
+                error_kind: error.kind.as_str().into(),
+                message: error.message.clone(),
+                retry_in_ms,
+                responses_consumed,
+                usage,
+                cost_usd,
+                usage_estimated,
+            },
+        )];
+        if let Some(next) = next {
+            *attempt += 1;
+            items.push((
                 Correlation::step(turn, step, *attempt),
                 EventBody::StepStarted {
                     model: next.to_owned(),
                 },
-            ),
-        ])
-        .await?;
+            ));
+        }
+        self.stage(items).await?;
         Ok(())
     }
 
@@ -537,6 +766,25 @@ impl Runner {
         }
         lock(&self.call_facts).insert(call.clone(), facts);
         Ok(call)
+    }
+}
+
+/// The id a call proposed without one gets: `call_blank_<step>_<n>` (`n`: the n-th such call of
+/// the attempt, from 1). The same for every attempt of the step, so a re-sampled attempt
+/// proposing the same call reuses it.
+fn blank_call_id(step: StepId, n: u32) -> String {
+    let step = step.to_string();
+    let tail = step.get(step.len().saturating_sub(12)..).unwrap_or(&step);
+    format!("call_blank_{tail}_{n}")
+}
+
+fn to_model_usage(u: &Usage) -> keel_model::Usage {
+    keel_model::Usage {
+        input_tokens: u.input_tokens,
+        output_tokens: u.output_tokens,
+        cache_read_tokens: u.cache_read_tokens,
+        cache_write_tokens: u.cache_write_tokens,
+        reasoning_tokens: u.reasoning_tokens,
     }
 }
 

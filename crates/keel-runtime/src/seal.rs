@@ -37,6 +37,7 @@ use chacha20poly1305::{ChaCha20Poly1305, Key, Nonce};
 use keel_core::{Correlation, EventBody, StateMachine, StepId, ToolCallId};
 use keel_model::ReasoningItem;
 use keel_store::{SealedKey, SealedKind};
+use keel_tools::keyed_hash::HashKey;
 use serde_json::Value;
 
 use crate::error::{Result, RuntimeError};
@@ -46,11 +47,15 @@ use crate::journal::Journal;
 pub const KEY_BYTES: usize = 32;
 /// Bytes of the nonce that prefixes each sealed row.
 const NONCE_BYTES: usize = 12;
+/// What the hash key is derived for (changing it changes every keyed hash).
+const HASH_KEY_PURPOSE: &str = "keel-journal-hash/v1";
 
-/// A deployment's key for sealed arguments.
+/// A deployment's key for sealed rows, and the key of the hashes its journals keep
+/// ([`SealKey::hash_key`]).
 #[derive(Clone)]
 pub struct SealKey {
     cipher: ChaCha20Poly1305,
+    hash_key: HashKey,
 }
 
 impl std::fmt::Debug for SealKey {
@@ -70,64 +75,100 @@ impl SealKey {
     pub fn from_bytes(bytes: &[u8; KEY_BYTES]) -> Self {
         Self {
             cipher: ChaCha20Poly1305::new(Key::from_slice(bytes)),
+            hash_key: HashKey::derive(bytes, HASH_KEY_PURPOSE),
         }
+    }
+
+    /// The key of the keyed hashes the runtime journals (a tool's `prepare` probe, an effect's
+    /// `request_hash`; see [`keel_tools::keyed_hash`]): derived from this key, so every worker
+    /// of the deployment computes the same hashes and nobody without the key can test guesses
+    /// of the content against them.
+    pub fn hash_key(&self) -> &HashKey {
+        &self.hash_key
     }
 
     /// Reads the key at `path`, or creates one there (mode 0600; its directory 0700 when this
     /// creates it).
     ///
+    /// Creation is atomic: the key is written to a temporary file (0600) in the same directory,
+    /// flushed to disk, and linked into place only if no file is there yet (the directory is
+    /// flushed too). A process killed while creating leaves no key file (at most a stray
+    /// `.seal.key.*` temporary); processes starting at once end with the one key the first of
+    /// them linked — the others read it.
+    ///
     /// # Errors
-    /// [`RuntimeError::InvalidInput`] naming the file when it
-    /// cannot be read or written, is not exactly 32 bytes, or can be read by group or others.
+    /// [`RuntimeError::InvalidInput`] naming the file when it cannot be read or written, is not
+    /// exactly 32 bytes (saying what to do: an empty file never held a key and can be removed),
+    /// or can be read by group or others.
     pub fn load_or_create(path: &Path) -> Result<Self> {
         let bad = |what: String| {
             RuntimeError::InvalidInput(format!("seal key {}: {what}", path.display()))
         };
-        match std::fs::read(path) {
-            Ok(bytes) => {
-                #[cfg(unix)]
-                {
-                    use std::os::unix::fs::PermissionsExt;
-                    let mode = std::fs::metadata(path)
-                        .map_err(|e| bad(e.to_string()))?
-                        .permissions()
-                        .mode();
-                    if mode & 0o077 != 0 {
-                        return Err(bad(format!(
-                            "mode {:04o} lets others read it; run `chmod 600 {}`",
-                            mode & 0o7777,
-                            path.display()
-                        )));
+        // A creator that loses the race reads the winner's key; a file that vanishes between
+        // the two (removed by hand) is created again, a few times at most.
+        for _ in 0..3 {
+            // A regular file only, and no more than a key's worth (the length is checked next).
+            match keel_tools::files::read_regular_file(path, 4096) {
+                Ok(bytes) => return Self::from_file(path, bytes).map_err(bad),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
+                        && !dir.exists()
+                    {
+                        let mut b = std::fs::DirBuilder::new();
+                        b.recursive(true);
+                        #[cfg(unix)]
+                        std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
+                        b.create(dir).map_err(|e| bad(e.to_string()))?;
+                    }
+                    match create_key_file(path) {
+                        Ok(key) => return Ok(Self::from_bytes(&key)),
+                        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                        Err(e) => return Err(bad(format!("cannot create it: {e}"))),
                     }
                 }
-                let bytes: [u8; KEY_BYTES] = bytes.try_into().map_err(|b: Vec<u8>| {
-                    bad(format!("{} bytes, expected {KEY_BYTES}", b.len()))
-                })?;
-                Ok(Self::from_bytes(&bytes))
+                Err(e) => return Err(bad(e.to_string())),
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
-                    && !dir.exists()
-                {
-                    let mut b = std::fs::DirBuilder::new();
-                    b.recursive(true);
-                    #[cfg(unix)]
-                    std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
-                    b.create(dir).map_err(|e| bad(e.to_string()))?;
-                }
-                let key: [u8; KEY_BYTES] = ChaCha20Poly1305::generate_key(&mut OsRng).into();
-                let mut o = std::fs::OpenOptions::new();
-                o.write(true).create_new(true);
-                #[cfg(unix)]
-                std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
-                let mut f = o.open(path).map_err(|e| bad(e.to_string()))?;
-                f.write_all(&key)
-                    .and_then(|()| f.sync_all())
-                    .map_err(|e| bad(e.to_string()))?;
-                Ok(Self::from_bytes(&key))
-            }
-            Err(e) => Err(bad(e.to_string())),
         }
+        Err(bad(
+            "it keeps disappearing while keel creates and reads it; check what removes it".into(),
+        ))
+    }
+
+    /// The key in the file at `path`, whose content is `bytes`; the error says what is wrong
+    /// with the file and what to do.
+    fn from_file(path: &Path, bytes: Vec<u8>) -> std::result::Result<Self, String> {
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(path)
+                .map_err(|e| e.to_string())?
+                .permissions()
+                .mode();
+            if mode & 0o077 != 0 {
+                return Err(format!(
+                    "mode {:04o} lets others read it; run `chmod 600 {}`",
+                    mode & 0o7777,
+                    path.display()
+                ));
+            }
+        }
+        let bytes: [u8; KEY_BYTES] = bytes.try_into().map_err(|b: Vec<u8>| {
+            if b.is_empty() {
+                format!(
+                    "the file is empty (0 bytes, expected {KEY_BYTES}): no key was ever written to it, \
+                     so nothing is sealed with it; remove it (`rm {}`) and keel creates a new key",
+                    path.display()
+                )
+            } else {
+                format!(
+                    "{} bytes, expected {KEY_BYTES}: this is not a keel seal key; put the \
+                     deployment's key file back, or remove it to create a new key (sealed \
+                     arguments and secret values of existing sessions then no longer open)",
+                    b.len()
+                )
+            }
+        })?;
+        Ok(Self::from_bytes(&bytes))
     }
 
     /// Encrypts `plain`, bound to `context` (tenant, session and call: a row copied to another
@@ -167,6 +208,33 @@ impl SealKey {
             )
             .ok()
     }
+}
+
+/// Writes a new random key to a temporary file (0600) beside `path`, flushes it, and links it
+/// to `path` unless something is there already (`AlreadyExists`: another process won the race).
+fn create_key_file(path: &Path) -> std::io::Result<[u8; KEY_BYTES]> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let key: [u8; KEY_BYTES] = ChaCha20Poly1305::generate_key(&mut OsRng).into();
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(".seal.key.");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        builder.permissions(std::fs::Permissions::from_mode(0o600));
+    }
+    let mut tmp = builder.tempfile_in(dir)?;
+    tmp.write_all(&key)?;
+    tmp.as_file().sync_all()?;
+    tmp.persist_noclobber(path).map_err(|e| e.error)?;
+    // The new directory entry, durable too (best effort: not every filesystem syncs a
+    // directory).
+    if let Ok(d) = std::fs::File::open(dir) {
+        let _ = d.sync_all();
+    }
+    Ok(key)
 }
 
 impl Journal {
@@ -432,5 +500,69 @@ mod tests {
         std::fs::write(&path, b"short").unwrap();
         let err = SealKey::load_or_create(&path).unwrap_err().to_string();
         assert!(err.contains("5 bytes, expected 32"), "{err}");
+    }
+
+    /// Processes starting at once on a fresh deployment all end with the one key (before, the
+    /// losers of `create_new` failed, or read the winner's file before it was written and
+    /// refused it as 0 bytes). Threads stand in for the processes: the file system is the
+    /// same. Many rounds, so the race is met.
+    #[test]
+    fn creators_racing_on_a_fresh_key_file_all_get_the_one_key() {
+        for round in 0..40 {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("keys/seal.key");
+            let start = std::sync::Arc::new(std::sync::Barrier::new(8));
+            let keys: Vec<SealKey> = (0..8)
+                .map(|_| {
+                    let (path, start) = (path.clone(), start.clone());
+                    std::thread::spawn(move || {
+                        start.wait();
+                        SealKey::load_or_create(&path)
+                    })
+                })
+                .collect::<Vec<_>>()
+                .into_iter()
+                .map(|t| {
+                    t.join()
+                        .unwrap()
+                        .unwrap_or_else(|e| panic!("round {round}: {e}"))
+                })
+                .collect();
+            let row = keys[0].seal(b"c", b"x");
+            for k in &keys {
+                assert_eq!(
+                    k.open(b"c", &row).as_deref(),
+                    Some(&b"x"[..]),
+                    "round {round}"
+                );
+            }
+            let names: Vec<_> = std::fs::read_dir(path.parent().unwrap())
+                .unwrap()
+                .map(|e| e.unwrap().file_name())
+                .collect();
+            assert_eq!(
+                names,
+                vec![std::ffi::OsString::from("seal.key")],
+                "no temporary left"
+            );
+        }
+    }
+
+    /// An empty key file (left by an interrupted creation before creation was atomic) is a
+    /// clear error that names the file and says what to do; removing it lets keel go on.
+    #[cfg(unix)]
+    #[test]
+    fn an_empty_key_file_is_a_clear_error_naming_it() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("seal.key");
+        std::fs::write(&path, b"").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let err = SealKey::load_or_create(&path).unwrap_err().to_string();
+        assert!(err.contains(&path.display().to_string()), "{err}");
+        assert!(err.contains("empty") && err.contains("rm "), "{err}");
+        std::fs::remove_file(&path).unwrap();
+        SealKey::load_or_create(&path).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap().len(), KEY_BYTES);
     }
 }

@@ -9,7 +9,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use keel_core::{SessionId, ToolCallId};
+use keel_core::{PrincipalId, SessionId, ToolCallId};
 use keel_model::ModelClient;
 use keel_store::Store;
 use keel_tools::ToolRegistry;
@@ -33,6 +33,8 @@ pub(crate) struct Active {
     pub(crate) call_done: tokio::sync::Notify,
     /// The durable journal version, for deltas' `after_seq`.
     pub(crate) version: AtomicU64,
+    /// Who asked to cancel a running call, by call id (its `tool_call.finished` names them).
+    pub(crate) cancelled_by: Mutex<HashMap<String, PrincipalId>>,
 }
 
 impl Active {
@@ -46,7 +48,32 @@ impl Active {
             live_calls: Mutex::new(HashSet::new()),
             call_done: tokio::sync::Notify::new(),
             version: AtomicU64::new(version),
+            cancelled_by: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Cancels running call `call` (if it runs here) on behalf of `by`; returns whether it
+    /// runs here.
+    pub(crate) fn cancel_call(&self, call: &str, by: Option<PrincipalId>) -> bool {
+        let Some(token) = self.call_token(call) else {
+            return false;
+        };
+        if let Some(p) = by {
+            self.cancelled_by
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(call.to_owned(), p);
+        }
+        token.cancel();
+        true
+    }
+
+    /// Who asked to cancel `call`, taken out of the record.
+    pub(crate) fn take_canceller(&self, call: &str) -> Option<PrincipalId> {
+        self.cancelled_by
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(call)
     }
 
     /// Cancels the active turn's token, if there is one.

@@ -51,6 +51,18 @@ pub enum DeltaKind {
         /// The progress.
         progress: ToolProgress,
     },
+    /// The next model call waits for the tenant's token rate ([`crate::config::TokenRate`]):
+    /// the current minute's window has no room for it.
+    TokenRateWait {
+        /// Tokens the call reserves (projected context plus maximum output).
+        tokens: u64,
+        /// The tenant's limit, tokens per minute.
+        limit: u64,
+        /// Tokens reserved or used in the window now.
+        used: u64,
+        /// When the next window starts and the call tries again, Unix ms.
+        until_ms: i64,
+    },
 }
 
 /// A delta with the journal version it follows.
@@ -172,6 +184,8 @@ impl Subscription {
                     *text = self.redactor.redact_str(text);
                 }
             },
+            // Numbers only.
+            DeltaKind::TokenRateWait { .. } => {}
         }
         d
     }

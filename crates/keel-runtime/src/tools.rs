@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use keel_core::{
     Correlation, EffectClass, EffectStatus, EventBody, OperationKey, StateMachine, StepId,
-    ToolCallId, ToolCallStatus, TurnId, canonical::content_hash,
+    ToolCallId, ToolCallStatus, TurnId, canonical::canonical_json,
 };
 use keel_tools::policy::Policy;
 use keel_tools::tool::{StepSnapshot, ToolLimits};
@@ -96,6 +96,59 @@ impl Runner {
         Ok(())
     }
 
+    /// A side-effecting call whose effect could not be prepared — its probe ([`Tool::prepare`])
+    /// outlasted the call's time limit (`timed_out`) or the turn was cancelled — gets its result
+    /// without running: nothing was dispatched, so nothing happened. A call waiting on its
+    /// approval passes through `running` (the only way from an approval to a failure).
+    ///
+    /// [`Tool::prepare`]: keel_tools::tool::Tool::prepare
+    async fn unprepared(
+        &self,
+        turn: TurnId,
+        step: StepId,
+        call: &ToolCallId,
+        name: &str,
+        status: Option<ToolCallStatus>,
+        timed_out: bool,
+    ) -> Result<()> {
+        let corr = Correlation::tool_call(turn, step, call.clone());
+        let mut items = Vec::new();
+        if status == Some(ToolCallStatus::Proposed) {
+            items.push((corr.clone(), EventBody::ToolCallValidating {}));
+        }
+        let (result, text) = if timed_out {
+            (
+                ToolCallStatus::Failed,
+                format!(
+                    "Error: `{name}` timed out after {} ms while recording the state it needs to \
+                     check its effect after a crash; it was not run and changed nothing.",
+                    self.config.tool_timeout_ms.unwrap_or(0)
+                ),
+            )
+        } else {
+            (
+                ToolCallStatus::Cancelled,
+                format!("`{name}` was cancelled before it ran; it changed nothing."),
+            )
+        };
+        if result == ToolCallStatus::Failed && status == Some(ToolCallStatus::AwaitingApproval) {
+            items.push((corr, EventBody::ToolCallStarted {}));
+        }
+        items.push(finished_item(turn, step, call, result, text, true));
+        let still_open = self
+            .read(|j| {
+                j.state
+                    .tool_calls
+                    .get(call)
+                    .is_some_and(|c| !c.status.is_terminal())
+            })
+            .await;
+        if still_open {
+            self.stage(items).await?;
+        }
+        Ok(())
+    }
+
     /// Gives each call its result without running it.
     pub(crate) async fn reject(
         &self,
@@ -153,7 +206,7 @@ impl Runner {
         lock(&self.active.live_calls).insert(call.clone());
         let r = self
             .clone()
-            .run_call(turn, step, call.clone(), v, policy)
+            .run_traced(turn, step, call.clone(), v, policy)
             .await;
         lock(&self.active.live_calls).remove(&call);
         self.active.call_done.notify_waiters();
@@ -185,7 +238,7 @@ impl Runner {
             // However the task ends (a panic included), the call is no longer running here.
             let _live = LiveGuard(this.active.clone(), id.clone());
             let r = match this.validated(&call).await {
-                Ok(Some((v, policy))) => this.clone().run_call(turn, step, call, v, policy).await,
+                Ok(Some((v, policy))) => this.clone().run_traced(turn, step, call, v, policy).await,
                 Ok(None) => this.unrunnable(turn, step, &call).await,
                 Err(e) => Err(e),
             };
@@ -270,6 +323,12 @@ impl Runner {
             return Ok(());
         }
         let token = self.turn_token().child_token();
+        // The call's time limit runs from here: preparing the effect (the tool's probe) is part
+        // of the call, under the same limit and cancellation as running it.
+        let far = tokio::time::Instant::now() + Duration::from_secs(365 * 24 * 3600);
+        let deadline = self.config.tool_timeout_ms.map_or(far, |ms| {
+            tokio::time::Instant::now() + Duration::from_millis(ms)
+        });
         let ctx = ToolContext {
             call_id: call.to_string(),
             cancel: token.clone(),
@@ -282,6 +341,7 @@ impl Runner {
                 policy,
             }),
             limits: self.tool_limits(),
+            hash_key: self.rt.options.seal_key.hash_key().clone(),
         };
         let mut items = Vec::new();
         if status == Some(ToolCallStatus::Proposed) {
@@ -290,8 +350,12 @@ impl Runner {
         if side_effecting {
             match effect {
                 None => {
-                    let request_hash =
-                        content_hash(&json!({"tool": v.name, "arguments": v.arguments}));
+                    // Keyed: the journal keeps it, and the arguments may hold a secret that
+                    // their journaled form redacts (see `keel_tools::keyed_hash`).
+                    let request_hash = self.rt.options.seal_key.hash_key().hash(
+                        canonical_json(&json!({"tool": v.name, "arguments": v.arguments}))
+                            .as_bytes(),
+                    );
                     // The table and the journal commit together, so a row past `prepared` that the
                     // journal lacks was written by something else: never dispatch it again.
                     if let Ok(row) = self.rt.store.get_effect(self.tenant, &key).await
@@ -316,9 +380,22 @@ impl Runner {
                         self.commit("effect.duplicate").await?;
                         return Ok(());
                     }
-                    // What the tool's reconcile will need after a crash (file hashes, …).
+                    // What the tool's reconcile will need after a crash (file hashes, …):
+                    // under the call's time limit and the turn's cancellation. A probe that
+                    // does not finish in time ends the call before it runs (nothing happened).
                     let probe = match self.rt.tools.get(&v.name) {
-                        Some(tool) => tool.prepare(&v.arguments, &ctx).await,
+                        Some(tool) => {
+                            let prepare = tool.prepare(&v.arguments, &ctx);
+                            tokio::select! {
+                                p = prepare => p,
+                                () = tokio::time::sleep_until(deadline) => {
+                                    return self.unprepared(turn, step, &call, &v.name, status, true).await;
+                                }
+                                () = token.cancelled() => {
+                                    return self.unprepared(turn, step, &call, &v.name, status, false).await;
+                                }
+                            }
+                        }
                         None => None,
                     };
                     items.push((
@@ -363,10 +440,6 @@ impl Runner {
         let tools = self.rt.tools.clone();
         let fut = tools.execute(&v, &ctx);
         tokio::pin!(fut);
-        let far = tokio::time::Instant::now() + Duration::from_secs(365 * 24 * 3600);
-        let deadline = self.config.tool_timeout_ms.map_or(far, |ms| {
-            tokio::time::Instant::now() + Duration::from_millis(ms)
-        });
         let grace = Duration::from_millis(self.rt.options.cancel_grace_ms);
         let mut timed_out = false;
         let result: Option<ToolResult> = tokio::select! {
@@ -458,7 +531,12 @@ impl Runner {
             }
         }
         let is_error = status != ToolCallStatus::Succeeded;
-        items.push(finished_item(turn, step, &call, status, output, is_error));
+        let canceller = self.active.take_canceller(call.as_str());
+        let mut finished = finished_item(turn, step, &call, status, output, is_error);
+        if status == ToolCallStatus::Cancelled {
+            finished.0.principal_id = canceller;
+        }
+        items.push(finished);
         let still_open = self
             .read(|j| {
                 j.state

@@ -9,7 +9,7 @@ use keel_core::{
     ToolCallStatus, TurnId,
 };
 
-use crate::driver::{Items, Runner, finished_item, status_item};
+use crate::driver::{Items, Runner, finished_item, lock, status_item};
 use crate::error::Result;
 
 impl Runner {
@@ -32,6 +32,8 @@ impl Runner {
         } else {
             ToolCallStatus::Interrupted
         };
+        // What a stopped attempt used is counted in its step's `step.failed`.
+        let unsettled = lock(&self.unsettled_usage).take();
         let items = self
             .read(|j| {
                 let mut items: Items = Vec::new();
@@ -76,6 +78,7 @@ impl Runner {
                         items.push(finished_item(turn, s.id, &c.id, call_status, text, true));
                     }
                     if !s.status.is_terminal() {
+                        let used = unsettled.filter(|u| u.step == s.id);
                         items.push((
                             Correlation::step(turn, s.id, s.attempt),
                             EventBody::StepFailed {
@@ -86,10 +89,25 @@ impl Runner {
                                 },
                                 message: error.clone().unwrap_or_else(|| "the turn ended".into()),
                                 responses_consumed: 0,
+                                usage: used.map(|u| u.usage).unwrap_or_default(),
+                                cost_usd: used.map_or(0.0, |u| u.cost_usd),
+                                usage_estimated: used.is_some_and(|u| u.estimated),
                             },
                         ));
                     }
                 }
+                items
+            })
+            .await;
+        // The calls' results and the steps' ends are folded first, so the turn's totals
+        // include what its stopped attempts used.
+        self.stage(items).await?;
+        let items = self
+            .read(|j| {
+                let mut items: Items = Vec::new();
+                let Some(t) = j.state.turns.get(&turn) else {
+                    return items;
+                };
                 let duration = t.started_at.map_or(0, |s| {
                     u64::try_from((Utc::now() - s).num_milliseconds()).unwrap_or(0)
                 });

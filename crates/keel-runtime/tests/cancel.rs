@@ -17,6 +17,7 @@ on_both!(
     cancelling_during_streaming_closes_the_connection_and_aborts_the_turn,
     cancelling_during_an_approval_wait_aborts_the_suspended_turn,
     a_turn_timeout_makes_dispatched_effects_outcome_unknown_never_failed,
+    cancelling_a_turn_nobody_runs_ends_it_and_leaves_the_queued_turn_for_the_next_run,
 );
 
 /// Every call of the session has exactly one `tool_call.finished`.
@@ -210,4 +211,67 @@ async fn a_tool_timeout_fails_that_call_and_the_turn_continues(b: Backend) {
         })
         .unwrap();
     assert!(text.contains("timed out after 200 ms"), "{text}");
+}
+
+/// Review item I: `keel cancel` of a session nobody runs (its turn waits on a human, a
+/// follow-up is queued) used `run`, which went on to start the queued turn with the canceller's
+/// model (the CLI's placeholder: "scripted:(no model)"), consuming it as a failed turn. Now the
+/// cancellation ends the cancelled turn only; the follow-up stays queued, and the next run (with
+/// the session's model, at the script position the session stands at) answers it.
+async fn cancelling_a_turn_nobody_runs_ends_it_and_leaves_the_queued_turn_for_the_next_run(
+    b: Backend,
+) {
+    let f = fixture(
+        b,
+        &[
+            json!({"tool_calls": [call("counter", json!({"label": "x"}))]}),
+            json!({"text": "the follow-up, answered"}),
+        ],
+        |c| {
+            c.permission_mode = PermissionMode::Default;
+        },
+    )
+    .await;
+    let first = f.rt.submit(f.tenant, f.session, "count").await.unwrap();
+    let out = f.rt.run(f.tenant, f.session).await.unwrap();
+    assert_eq!(out.status, SessionStatus::RequiresAction);
+    let follow_up = f.rt.submit(f.tenant, f.session, "follow-up").await.unwrap();
+    let version = f.rt.view(f.tenant, f.session).await.unwrap().state.version;
+
+    // Another process, whose model must never be asked.
+    let other = other_process(&f.db).await;
+    assert_eq!(other.cancel_turn(f.tenant, f.session).await.unwrap(), first);
+    let view = f.rt.view(f.tenant, f.session).await.unwrap();
+    assert_eq!(view.turns.len(), 1, "{:?}", view.turns);
+    assert_eq!(view.turns[0].terminal_reason, TerminalReason::Aborted);
+    assert_eq!(
+        view.state.queue.iter().copied().collect::<Vec<_>>(),
+        [follow_up],
+        "the follow-up is still queued"
+    );
+    let after: Vec<&'static str> = f
+        .events()
+        .await
+        .iter()
+        .filter(|e| e.seq > version)
+        .map(|e| e.type_name())
+        .collect();
+    assert!(
+        !after.contains(&"turn.started") && !after.contains(&"step.started"),
+        "nothing ran after the cancellation: {after:?}"
+    );
+    assert!(f.counter_lines().is_empty());
+
+    // The next run answers the follow-up with the session's model, from where it stands.
+    let out = f.rt.run(f.tenant, f.session).await.unwrap();
+    assert_eq!(out.status, SessionStatus::Idle);
+    let t = &out.turns[0];
+    assert_eq!(
+        (t.turn_id, t.terminal_reason, t.final_text.as_str()),
+        (
+            follow_up,
+            TerminalReason::Completed,
+            "the follow-up, answered"
+        )
+    );
 }

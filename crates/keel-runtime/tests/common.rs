@@ -159,6 +159,12 @@ pub fn scripted(lines: &[Value]) -> Arc<dyn ModelClient> {
     ))
 }
 
+/// The tests' deployment key: every runtime of a test (and its worker processes) shares it, as
+/// the workers of one deployment share their seal key file.
+pub fn deployment_key() -> keel_runtime::seal::SealKey {
+    keel_runtime::seal::SealKey::from_bytes(&[7; keel_runtime::seal::KEY_BYTES])
+}
+
 pub fn runtime(db: &Db, model: Arc<dyn ModelClient>) -> Runtime {
     Runtime::new(
         db.store.clone(),
@@ -168,6 +174,7 @@ pub fn runtime(db: &Db, model: Arc<dyn ModelClient>) -> Runtime {
             lease_ttl: Duration::from_secs(5),
             lease_wait: Duration::from_secs(6),
             cancel_grace_ms: 2_000,
+            seal_key: deployment_key(),
             ..RuntimeOptions::default()
         },
     )
@@ -198,9 +205,39 @@ pub async fn other_process(db: &Db) -> Runtime {
             lease_ttl: Duration::from_secs(5),
             lease_wait: Duration::from_secs(6),
             cancel_grace_ms: 2_000,
+            seal_key: deployment_key(),
             ..RuntimeOptions::default()
         },
     )
+}
+
+/// Runs `session` on `rt` in a task the way a scheduler does: takes the lease for `rt` (as its
+/// claim would), runs the session under it (`Runtime::run_claimed`) until it stops or the
+/// returned token drains it, then releases the lease.
+pub async fn spawn_claimed(
+    rt: &Runtime,
+    tenant: TenantId,
+    session: SessionId,
+) -> (
+    tokio::task::JoinHandle<keel_runtime::RunOutcome>,
+    tokio_util::sync::CancellationToken,
+) {
+    let lease = rt
+        .store()
+        .acquire_lease(tenant, session, rt.owner(), Duration::from_secs(5))
+        .await
+        .unwrap();
+    let drain = tokio_util::sync::CancellationToken::new();
+    let (rt, token) = (rt.clone(), drain.clone());
+    let run = tokio::spawn(async move {
+        let out = rt
+            .run_claimed(tenant, session, &lease, token)
+            .await
+            .unwrap();
+        rt.store().release_lease(tenant, &lease).await.unwrap();
+        out
+    });
+    (run, drain)
 }
 
 /// Everything a test needs for one session.

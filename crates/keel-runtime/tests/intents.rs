@@ -180,6 +180,8 @@ async fn an_intent_left_unhandled_is_applied_once_when_a_worker_starts(b: Backen
         turn_id: turn,
         input: "from an intent".into(),
         strategy: None,
+        principal_id: None,
+        priority: 0,
     })
     .unwrap();
     let store = &f.db.store;

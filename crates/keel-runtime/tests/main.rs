@@ -6,6 +6,7 @@
 
 mod common;
 
+mod accounting;
 mod attacks;
 mod budgets;
 mod cancel;
@@ -14,16 +15,25 @@ mod commits;
 mod compaction;
 mod config_changes;
 mod context;
+mod drain;
 mod effects;
 mod expiry;
+mod hung_probes;
 mod intents;
+mod memory;
+mod metrics;
+mod principals;
+mod priority;
 mod reasoning;
 mod recovery;
 mod releases;
 mod sealed;
+mod secrets;
 mod streaming;
 mod subscribe;
 mod timeouts;
+mod token_rate;
 mod tools;
 mod transcript;
 mod turn_loop;
+mod work_marks;

@@ -49,7 +49,15 @@ fn crash_worker_process() {
         let model = Arc::new(
             keel_model::ScriptedModel::from_file(spec["script"].as_str().unwrap()).unwrap(),
         );
-        let runtime = Runtime::new(store, model, registry(), RuntimeOptions::default());
+        let runtime = Runtime::new(
+            store,
+            model,
+            registry(),
+            RuntimeOptions {
+                seal_key: deployment_key(),
+                ..RuntimeOptions::default()
+            },
+        );
         let tenant: TenantId = spec["tenant"].as_str().unwrap().parse().unwrap();
         let session = spec["session"].as_str().unwrap().parse().unwrap();
         let out = runtime.run(tenant, session).await.unwrap();
@@ -132,7 +140,15 @@ async fn a_worker_killed_at_every_append_recovers_without_duplicate_effects(b: B
     let reference = prepare(b).await;
     let clean = worker(&reference.spec, None, &log);
     assert!(clean.status.success());
-    let n_points = clean.sites.len() as u64;
+    // Under load a run can make an append more (a group commit that did not batch): the kill
+    // points are those every run reaches, the fewest appends of three clean runs.
+    let mut n_points = clean.sites.len() as u64;
+    for _ in 0..2 {
+        let again = prepare(b).await;
+        let run = worker(&again.spec, None, &log);
+        assert!(run.status.success());
+        n_points = n_points.min(run.sites.len() as u64);
+    }
     // One commit per phase: turn start, each effect's intent (with what was staged before it),
     // each step's end (with the last outcome), turn end, idle.
     assert!(
@@ -153,11 +169,22 @@ async fn a_worker_killed_at_every_append_recovers_without_duplicate_effects(b: B
     let mut sites = BTreeSet::new();
     let mut reconciled_failed = 0;
     for n in 1..=n_points {
-        let p = prepare(b).await;
-        let crashed = worker(&p.spec, Some(n), &log);
+        // How many appends a run makes can differ by one or two between runs (what a group
+        // commit batches depends on timing): a run that finished before its kill point is
+        // tried again on a fresh session, a few times, and every point must still be hit.
+        let mut attempts = 0;
+        let (p, crashed) = loop {
+            attempts += 1;
+            let p = prepare(b).await;
+            let crashed = worker(&p.spec, Some(n), &log);
+            if !crashed.status.success() || attempts == 5 {
+                break (p, crashed);
+            }
+        };
         assert!(
             !crashed.status.success(),
-            "kill point {n}: the worker must die"
+            "kill point {n}: the worker must die (5 runs made fewer appends: {:?})",
+            crashed.sites
         );
         assert_eq!(
             crashed.sites.len() as u64,
@@ -415,20 +442,35 @@ async fn a_file_write_interrupted_by_a_crash_is_reconciled_from_its_hashes(b: Ba
                 "{tool} {after:?}: {types:?}"
             );
             match after {
+                // Provably not done: the reconcile decides `retry` and the call runs again,
+                // once (was: the call failed with "did not happen" and the file stayed
+                // unwritten although the README promised a re-run).
                 FileAfterCrash::Unchanged => {
                     assert_eq!(out.turns[0].terminal_reason, TerminalReason::Completed);
-                    assert!(types.contains(&"effect.failed"), "{tool}: {types:?}");
                     let evs = f.events().await;
+                    assert!(
+                        evs.iter().any(|e| matches!(
+                            &e.body,
+                            EventBody::EffectDecided {
+                                decision: EffectDecision::Retry,
+                                reconciled: true
+                            }
+                        )),
+                        "{tool}: {types:?}"
+                    );
+                    assert!(!types.contains(&"effect.failed"), "{tool}: {types:?}");
+                    assert_eq!(
+                        types.iter().filter(|t| **t == "effect.dispatched").count(),
+                        2,
+                        "{tool}: dispatched before the crash and once more: {types:?}"
+                    );
+                    assert!(types.contains(&"effect.committed"), "{tool}: {types:?}");
+                    assert_eq!(std::fs::read_to_string(&path).unwrap(), intended, "{tool}");
                     let result = evs.iter().find_map(|e| match &e.body {
                         EventBody::ToolCallFinished { output, .. } => Some(output.clone()),
                         _ => None,
                     });
-                    assert!(
-                        result
-                            .unwrap()
-                            .contains("did not happen (checked after a crash)"),
-                        "{tool}"
-                    );
+                    assert!(!result.unwrap().starts_with("Error"), "{tool}");
                 }
                 FileAfterCrash::Written => {
                     assert_eq!(out.turns[0].terminal_reason, TerminalReason::Completed);
