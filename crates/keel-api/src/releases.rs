@@ -1,0 +1,83 @@
+//! Releases: immutable, content-hashed agent definitions (`/v1/releases`).
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
+
+use crate::BudgetBody;
+
+// --- releases -------------------------------------------------------------------------------
+
+/// `POST /v1/releases`: an agent definition. The release id is the SHA-256 of its canonical
+/// JSON, so the same definition twice is the same release.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateReleaseRequest {
+    /// The agent's name.
+    #[schema(min_length = 1, max_length = 200)]
+    pub name: String,
+    /// Model route, primary first (`openai:gpt-5`, `anthropic:claude-sonnet-4-5`, …; the
+    /// providers are the server's).
+    #[schema(min_items = 1, max_items = 8)]
+    pub model_route: Vec<String>,
+    /// System instructions.
+    #[serde(default)]
+    pub instructions: String,
+    /// Tools the model may see (empty: every built-in tool).
+    #[serde(default)]
+    pub tools: Vec<String>,
+    /// Policy rules: `{"allow": [...], "ask": [...], "deny": [...]}` (patterns such as
+    /// `shell(cargo test *)`), or `null` for none.
+    #[serde(default)]
+    pub policy: Option<PolicyBody>,
+    /// Default per-turn budget.
+    #[serde(default)]
+    pub budget: BudgetBody,
+}
+
+/// Policy rules of a release.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyBody {
+    /// Calls that run without asking.
+    #[serde(default)]
+    pub allow: Vec<String>,
+    /// Calls that always ask.
+    #[serde(default)]
+    pub ask: Vec<String>,
+    /// Calls that never run.
+    #[serde(default)]
+    pub deny: Vec<String>,
+}
+
+/// A release.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ReleaseBody {
+    /// `sha256:<hex>` of its definition.
+    #[schema(example = "sha256:4f1c…")]
+    pub release_id: String,
+    /// The agent's name.
+    pub name: String,
+    /// Model route.
+    pub model_route: Vec<String>,
+    /// Instructions.
+    pub instructions: String,
+    /// Tools.
+    pub tools: Vec<String>,
+    /// Policy rules (`null`: none).
+    pub policy: Value,
+    /// Default per-turn budget.
+    pub budget: BudgetBody,
+    /// When this tenant first stored it (in lists; `null` elsewhere).
+    pub created_at: Option<DateTime<Utc>>,
+}
+
+/// A page of releases.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct ReleasePage {
+    /// Releases, in the order first stored.
+    pub items: Vec<ReleaseBody>,
+    /// Pass as `cursor` for the next page; `null` on the last page.
+    pub next_cursor: Option<String>,
+}

@@ -1,0 +1,565 @@
+//! # keel-client — a typed Rust client of Keel's HTTP API (`keel serve`)
+//!
+//! **Owns:** requests to `/v1` with a bearer key, decoding responses into the `keel-api` wire
+//! types, errors as one enum carrying the server's problem+json body ([`Error`]), the SSE event
+//! stream with automatic `Last-Event-ID` reconnect ([`EventStream`]), and cursor pagination
+//! ([`Client::all`]).
+//!
+//! **Must not touch:** the wire types (they are `keel-api`'s, shared with the server, so the
+//! OpenAPI document and this client cannot drift), the kernel (it talks HTTP only), printing
+//! (the `keel` binary renders what this returns).
+//!
+//! ## Layout
+//! - [`Client`] (here) — one method per operation the CLI uses, plus [`Client::get_json`] /
+//!   [`Client::post_json`] for the rest. Start reading here.
+//! - [`error`] — [`Error`]; [`sse`] — [`EventStream`], [`StreamItem`], [`Reconnect`].
+//!
+//! TLS is rustls with the ring provider (the server's); `https://` URLs are verified against
+//! the platform's roots, or against [`ClientOptions::ca_pem`] when given.
+
+pub mod error;
+pub mod sse;
+
+use std::time::Duration;
+
+pub use error::Error;
+pub use keel_api as api;
+use keel_api::{
+    ApprovalBody, ApprovalDecisionParam, ApprovalPage, CancelledBody, CreateReleaseRequest,
+    CreateSessionRequest, DecideApprovalRequest, DecideEffectRequest, EffectDecidedBody,
+    EffectDecisionParam, EventPage, Problem, ReleaseBody, SessionBody, SessionPage, StateBody,
+    SubmitTurnRequest, TurnBody,
+};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+pub use sse::{EventStream, Reconnect, StreamItem};
+
+/// How a [`Client`] is built.
+#[derive(Debug, Clone, Default)]
+pub struct ClientOptions {
+    /// A PEM certificate (or bundle) to trust for `https://` instead of the platform's roots
+    /// (a server with a self-signed certificate).
+    pub ca_pem: Option<Vec<u8>>,
+    /// Limit of each non-streaming request (default 60 s); streams have none.
+    pub timeout: Option<Duration>,
+}
+
+/// A client of one server with one key. Cheap to clone (the connection pool is shared).
+#[derive(Debug, Clone)]
+pub struct Client {
+    base: String,
+    key: Option<String>,
+    http: reqwest::Client,
+    timeout: Duration,
+}
+
+/// One page of a cursor-paginated list.
+pub trait Page: DeserializeOwned {
+    /// The item type.
+    type Item;
+    /// Takes the items and the next cursor (`None` on the last page).
+    fn into_parts(self) -> (Vec<Self::Item>, Option<String>);
+}
+
+macro_rules! page {
+    ($($page:ty => $item:ty),* $(,)?) => {$(
+        impl Page for $page {
+            type Item = $item;
+            fn into_parts(self) -> (Vec<$item>, Option<String>) {
+                (self.items, self.next_cursor)
+            }
+        }
+    )*};
+}
+
+page!(
+    SessionPage => SessionBody,
+    ApprovalPage => ApprovalBody,
+    keel_api::TurnPage => TurnBody,
+    keel_api::ReleasePage => ReleaseBody,
+    keel_api::KeyPage => keel_api::KeyBody,
+    keel_api::TenantPage => keel_api::TenantBody,
+    keel_api::EffectPage => keel_api::EffectBody,
+    keel_api::ArtifactPage => keel_api::ArtifactInfoBody,
+    keel_api::MemoryPage => keel_api::MemoryBody,
+);
+
+/// A path segment percent-encoded (ids are UUIDs, but operation keys hold `/`).
+fn encode_segment(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~' | b':') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// The response if it is a success; its problem (or status) as an [`Error`] otherwise.
+async fn check(url: &str, resp: reqwest::Response) -> Result<reqwest::Response, Error> {
+    let status = resp.status();
+    if status.is_success() {
+        return Ok(resp);
+    }
+    let bytes = resp.bytes().await.unwrap_or_default();
+    match serde_json::from_slice::<Problem>(&bytes) {
+        Ok(problem) => Err(Error::Api {
+            status: status.as_u16(),
+            problem: Box::new(problem),
+        }),
+        Err(_) => {
+            let text = String::from_utf8_lossy(&bytes);
+            let body: String = text.chars().take(500).collect();
+            Err(Error::Status {
+                status: status.as_u16(),
+                url: url.to_owned(),
+                body,
+            })
+        }
+    }
+}
+
+impl Client {
+    /// A client of the server at `base_url` (`http://127.0.0.1:7878`, `https://keel.example`),
+    /// sending `key` as a bearer token (`None`: only the unauthenticated routes work).
+    ///
+    /// # Errors
+    /// [`Error::Config`] for a URL that is not `http://` or `https://`, a key that is not a
+    /// valid header value, or a CA file that does not parse.
+    pub fn new(base_url: &str, key: Option<&str>) -> Result<Self, Error> {
+        Self::with_options(base_url, key, &ClientOptions::default())
+    }
+
+    /// As [`Client::new`], with options.
+    ///
+    /// # Errors
+    /// As [`Client::new`].
+    pub fn with_options(
+        base_url: &str,
+        key: Option<&str>,
+        options: &ClientOptions,
+    ) -> Result<Self, Error> {
+        let base = base_url.trim().trim_end_matches('/').to_owned();
+        let rest = base
+            .strip_prefix("http://")
+            .or_else(|| base.strip_prefix("https://"))
+            .ok_or_else(|| {
+                Error::Config(format!(
+                    "server URL {base_url:?} must start with http:// or https:// (e.g. http://127.0.0.1:7878)"
+                ))
+            })?;
+        if rest.is_empty() || rest.starts_with('/') {
+            return Err(Error::Config(format!(
+                "server URL {base_url:?} has no host"
+            )));
+        }
+        if let Some(k) = key
+            && (k.is_empty() || !k.bytes().all(|b| b.is_ascii_graphic()))
+        {
+            return Err(Error::Config(
+                "the API key is empty or holds spaces or non-ASCII characters".into(),
+            ));
+        }
+        // reqwest's rustls backend takes the process-wide provider; ring is the one the
+        // server uses too. Installing twice is harmless (the first one stays).
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let mut builder = reqwest::Client::builder()
+            .tls_backend_rustls()
+            .connect_timeout(Duration::from_secs(10));
+        if let Some(pem) = &options.ca_pem {
+            let certs = reqwest::Certificate::from_pem_bundle(pem)
+                .map_err(|e| Error::Config(format!("the CA certificate does not parse: {e}")))?;
+            builder = builder.tls_certs_only(certs);
+        }
+        let http = builder
+            .build()
+            .map_err(|e| Error::Config(format!("cannot set up the HTTP client: {e}")))?;
+        Ok(Self {
+            base,
+            key: key.map(str::to_owned),
+            http,
+            timeout: options.timeout.unwrap_or(Duration::from_secs(60)),
+        })
+    }
+
+    /// The server's base URL, without a trailing `/`.
+    pub fn base_url(&self) -> &str {
+        &self.base
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    fn segment(&self, s: &str) -> String {
+        encode_segment(s)
+    }
+
+    fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        let req = self.http.request(method, self.url(path));
+        match &self.key {
+            Some(k) => req.bearer_auth(k),
+            None => req,
+        }
+    }
+
+    async fn send<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        req: reqwest::RequestBuilder,
+        what: &'static str,
+    ) -> Result<T, Error> {
+        let url = self.url(path);
+        let resp = req
+            .timeout(self.timeout)
+            .send()
+            .await
+            .map_err(|e| Error::from_reqwest(&url, &e))?;
+        let resp = check(&url, resp).await?;
+        let bytes = resp
+            .bytes()
+            .await
+            .map_err(|e| Error::from_reqwest(&url, &e))?;
+        serde_json::from_slice(&bytes).map_err(|e| Error::Decode {
+            url,
+            what,
+            detail: e.to_string(),
+        })
+    }
+
+    /// `GET path?query` as `T` (the query's names and values are percent-encoded here).
+    ///
+    /// # Errors
+    /// See [`Error`].
+    pub async fn get_json<T: DeserializeOwned>(
+        &self,
+        path: &str,
+        query: &[(&str, String)],
+    ) -> Result<T, Error> {
+        let mut full = path.to_owned();
+        for (i, (k, v)) in query.iter().enumerate() {
+            full.push(if i == 0 { '?' } else { '&' });
+            full.push_str(&encode_segment(k));
+            full.push('=');
+            full.push_str(&encode_segment(v));
+        }
+        let req = self.request(reqwest::Method::GET, &full);
+        self.send(&full, req, std::any::type_name::<T>()).await
+    }
+
+    /// `POST path` with a JSON body, as `T`.
+    ///
+    /// # Errors
+    /// See [`Error`].
+    pub async fn post_json<T: DeserializeOwned, B: Serialize + ?Sized>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<T, Error> {
+        let bytes = serde_json::to_vec(body)
+            .map_err(|e| Error::Config(format!("cannot encode the request body: {e}")))?;
+        let req = self
+            .request(reqwest::Method::POST, path)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(bytes);
+        self.send(path, req, std::any::type_name::<T>()).await
+    }
+
+    /// Every item of a cursor-paginated list at `path`, following `next_cursor` to the end.
+    /// `query` is sent with each page (with `cursor` added).
+    ///
+    /// # Errors
+    /// See [`Error`].
+    pub async fn all<P: Page>(
+        &self,
+        path: &str,
+        query: &[(&str, String)],
+    ) -> Result<Vec<P::Item>, Error> {
+        let mut items = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let mut q: Vec<(&str, String)> = query.to_vec();
+            if let Some(c) = cursor.take() {
+                q.push(("cursor", c));
+            }
+            let page: P = self.get_json(path, &q).await?;
+            let (mut page_items, next) = page.into_parts();
+            items.append(&mut page_items);
+            match next {
+                Some(c) => cursor = Some(c),
+                None => return Ok(items),
+            }
+        }
+    }
+
+    /// `POST /v1/releases`: stores a release (the same definition returns the same id).
+    ///
+    /// # Errors
+    /// See [`Error`]; 403 for a key that is not an admin's.
+    pub async fn create_release(&self, body: &CreateReleaseRequest) -> Result<ReleaseBody, Error> {
+        self.post_json("/v1/releases", body).await
+    }
+
+    /// `GET /v1/releases/{release_id}`.
+    ///
+    /// # Errors
+    /// See [`Error`].
+    pub async fn get_release(&self, release: &str) -> Result<ReleaseBody, Error> {
+        let path = format!("/v1/releases/{}", encode_segment(release));
+        self.get_json(&path, &[]).await
+    }
+
+    /// `POST /v1/sessions`.
+    ///
+    /// # Errors
+    /// See [`Error`]; 403 naming `workspace_roots`, `max_permission_mode` or `allow_sandbox_off`.
+    pub async fn create_session(&self, body: &CreateSessionRequest) -> Result<SessionBody, Error> {
+        self.post_json("/v1/sessions", body).await
+    }
+
+    /// `GET /v1/sessions/{session_id}`.
+    ///
+    /// # Errors
+    /// See [`Error`]; 404 for an unknown session.
+    pub async fn get_session(&self, session: &str) -> Result<SessionBody, Error> {
+        let path = format!("/v1/sessions/{}", encode_segment(session));
+        self.get_json(&path, &[]).await
+    }
+
+    /// Every session (optionally in one `status`), oldest first.
+    ///
+    /// # Errors
+    /// See [`Error`].
+    pub async fn list_sessions(&self, status: Option<&str>) -> Result<Vec<SessionBody>, Error> {
+        let mut q = vec![("limit", "1000".to_owned())];
+        if let Some(s) = status {
+            q.push(("status", s.to_owned()));
+        }
+        self.all::<SessionPage>("/v1/sessions", &q).await
+    }
+
+    /// `GET /v1/sessions/{session_id}/state`: the session folded from its journal.
+    ///
+    /// # Errors
+    /// See [`Error`].
+    pub async fn session_state(&self, session: &str) -> Result<StateBody, Error> {
+        let path = format!("/v1/sessions/{}/state", encode_segment(session));
+        self.get_json(&path, &[]).await
+    }
+
+    /// `POST /v1/sessions/{session_id}/turns` (the session's multitask setting applies).
+    ///
+    /// # Errors
+    /// See [`Error`]; 409 for a closed session or a refused second input.
+    pub async fn submit_turn(&self, session: &str, input: &str) -> Result<TurnBody, Error> {
+        let path = format!("/v1/sessions/{}/turns", encode_segment(session));
+        let body = SubmitTurnRequest {
+            input: input.to_owned(),
+            multitask: None,
+            priority: None,
+        };
+        self.post_json(&path, &body).await
+    }
+
+    /// `GET /v1/sessions/{session_id}/turns/{turn_id}`.
+    ///
+    /// # Errors
+    /// See [`Error`].
+    pub async fn get_turn(&self, session: &str, turn: &str) -> Result<TurnBody, Error> {
+        let path = format!(
+            "/v1/sessions/{}/turns/{}",
+            encode_segment(session),
+            encode_segment(turn)
+        );
+        self.get_json(&path, &[]).await
+    }
+
+    /// One page of a session's journal: events with `seq > after`, at most `limit` (1 to 1000).
+    ///
+    /// # Errors
+    /// See [`Error`].
+    pub async fn events_page(
+        &self,
+        session: &str,
+        after: u64,
+        limit: u32,
+    ) -> Result<EventPage, Error> {
+        let path = format!("/v1/sessions/{}/events", encode_segment(session));
+        self.get_json(
+            &path,
+            &[("after", after.to_string()), ("limit", limit.to_string())],
+        )
+        .await
+    }
+
+    /// A session's whole journal from `seq > after`, page by page.
+    ///
+    /// # Errors
+    /// See [`Error`].
+    pub async fn events(&self, session: &str, after: u64) -> Result<Vec<serde_json::Value>, Error> {
+        let mut out = Vec::new();
+        let mut after = after;
+        loop {
+            let page = self.events_page(session, after, 1000).await?;
+            out.extend(page.items);
+            if !page.has_more || page.next_after == after {
+                return Ok(out);
+            }
+            after = page.next_after;
+        }
+    }
+
+    /// The live event stream of `session` after seq `after`, reconnecting per `policy`.
+    ///
+    /// # Errors
+    /// As the first connection: see [`EventStream::open`].
+    pub async fn stream_events(
+        &self,
+        session: &str,
+        after: u64,
+        policy: Reconnect,
+    ) -> Result<EventStream, Error> {
+        EventStream::open(self.clone(), session, after, policy).await
+    }
+
+    /// A session's approvals (optionally in one `status`), oldest first.
+    ///
+    /// # Errors
+    /// See [`Error`].
+    pub async fn session_approvals(
+        &self,
+        session: &str,
+        status: Option<&str>,
+    ) -> Result<Vec<ApprovalBody>, Error> {
+        let path = format!("/v1/sessions/{}/approvals", encode_segment(session));
+        let mut q = vec![("limit", "1000".to_owned())];
+        if let Some(s) = status {
+            q.push(("status", s.to_owned()));
+        }
+        self.all::<ApprovalPage>(&path, &q).await
+    }
+
+    /// `GET /v1/approvals/{approval_id}`.
+    ///
+    /// # Errors
+    /// See [`Error`].
+    pub async fn get_approval(&self, approval: &str) -> Result<ApprovalBody, Error> {
+        let path = format!("/v1/approvals/{}", encode_segment(approval));
+        self.get_json(&path, &[]).await
+    }
+
+    /// Decides an approval, bound to the `args_hash` the decider saw.
+    ///
+    /// # Errors
+    /// See [`Error`]; 409 when it was decided otherwise or expired.
+    pub async fn decide_approval(
+        &self,
+        approval: &str,
+        decision: ApprovalDecisionParam,
+        args_hash: &str,
+        reason: Option<&str>,
+    ) -> Result<ApprovalBody, Error> {
+        let path = format!("/v1/approvals/{}/decision", encode_segment(approval));
+        let body = DecideApprovalRequest {
+            decision,
+            args_hash: args_hash.to_owned(),
+            reason: reason.map(str::to_owned),
+        };
+        self.post_json(&path, &body).await
+    }
+
+    /// A session's effects, optionally in one `status` (`outcome_unknown`).
+    ///
+    /// # Errors
+    /// See [`Error`].
+    pub async fn list_effects(
+        &self,
+        session: &str,
+        status: Option<&str>,
+    ) -> Result<Vec<keel_api::EffectBody>, Error> {
+        let path = format!("/v1/sessions/{}/effects", encode_segment(session));
+        let q: Vec<(&str, String)> = status
+            .map(|s| ("status", s.to_owned()))
+            .into_iter()
+            .collect();
+        self.all::<keel_api::EffectPage>(&path, &q).await
+    }
+
+    /// Says what an `outcome_unknown` effect did.
+    ///
+    /// # Errors
+    /// See [`Error`]; 409 when the effect is not waiting for a decision.
+    pub async fn decide_effect(
+        &self,
+        session: &str,
+        operation_key: &str,
+        decision: EffectDecisionParam,
+        reason: Option<&str>,
+    ) -> Result<EffectDecidedBody, Error> {
+        let path = format!(
+            "/v1/sessions/{}/effects/{}/decision",
+            encode_segment(session),
+            encode_segment(operation_key)
+        );
+        let body = DecideEffectRequest {
+            decision,
+            reason: reason.map(str::to_owned),
+        };
+        self.post_json(&path, &body).await
+    }
+
+    /// `POST /v1/sessions/{session_id}/close` with `If-Match: "version"` (the session's ETag as
+    /// [`SessionBody::version`] gives it): closes the session for good. Closing a closed session
+    /// succeeds.
+    ///
+    /// # Errors
+    /// See [`Error`]; 409 while a turn is open, 412 when the session's version is no longer
+    /// `version` (read it again and retry).
+    pub async fn close_session(&self, session: &str, version: u64) -> Result<SessionBody, Error> {
+        let path = format!("/v1/sessions/{}/close", encode_segment(session));
+        let req = self
+            .request(reqwest::Method::POST, &path)
+            .header(reqwest::header::IF_MATCH, format!("\"{version}\""))
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body("{}");
+        self.send(&path, req, std::any::type_name::<SessionBody>())
+            .await
+    }
+
+    /// `PATCH /v1/sessions/{session_id}` with `If-Match: "version"` (the session's ETag as
+    /// [`SessionBody::version`] gives it): changes the settings `body` names, between turns,
+    /// journaled as `session.config_changed`; absent fields stay.
+    ///
+    /// # Errors
+    /// See [`Error`]; 403 for a viewer's key or a setting beyond the server's limits, 409 while a
+    /// turn runs or when the session is closed, 412 when the session's version is no longer
+    /// `version` (read it again and retry), 422 for an invalid value.
+    pub async fn update_session(
+        &self,
+        session: &str,
+        version: u64,
+        body: &keel_api::UpdateSessionRequest,
+    ) -> Result<SessionBody, Error> {
+        let path = format!("/v1/sessions/{}", encode_segment(session));
+        let bytes = serde_json::to_vec(body)
+            .map_err(|e| Error::Config(format!("cannot encode the request body: {e}")))?;
+        let req = self
+            .request(reqwest::Method::PATCH, &path)
+            .header(reqwest::header::IF_MATCH, format!("\"{version}\""))
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(bytes);
+        self.send(&path, req, std::any::type_name::<SessionBody>())
+            .await
+    }
+
+    /// `POST /v1/sessions/{session_id}/cancel`: cancels the running (or oldest queued) turn.
+    ///
+    /// # Errors
+    /// See [`Error`]; 409 when no turn is running or queued.
+    pub async fn cancel_turn(&self, session: &str) -> Result<CancelledBody, Error> {
+        let path = format!("/v1/sessions/{}/cancel", encode_segment(session));
+        self.post_json(&path, &keel_api::CancelRequest {}).await
+    }
+}

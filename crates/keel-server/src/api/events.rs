@@ -1,0 +1,302 @@
+//! Events: a session's journal as JSON pages or as a Server-Sent Events stream, and a tenant-wide
+//! stream of session status changes.
+//!
+//! **SSE** (`Accept: text/event-stream`): each durable event is one SSE event whose `id` is its
+//! `seq`, `event` its type (`turn.finished`) and `data` the journal envelope; the stream starts
+//! after `Last-Event-ID` (or `after`), so a client that reconnects with the last id it saw gets
+//! every later durable event exactly once. Live output comes as `event: delta` (model text,
+//! tool progress) and `event: gap` (deltas lost to a slow reader), without an `id` and with
+//! `"ephemeral": true` in their data: they are not journaled and not replayed. A comment
+//! (`: heartbeat`) every 15 s keeps proxies from closing an idle stream. A key may hold
+//! `max_streams_per_key` streams at once (429 beyond). The stream ends after the session's
+//! `closed` event.
+
+use std::collections::{HashMap, VecDeque};
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::Extension;
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderMap, header};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures_util::Stream;
+use keel_core::{EventBody, SessionId, SessionStatus, StateMachine, TenantId};
+use keel_runtime::{Subscription, SubscriptionItem};
+use keel_store::{Role, SessionQuery, Store};
+use serde_json::{Value, json};
+
+use super::{P, Q, session_id};
+use crate::auth::Caller;
+use crate::error::{ApiError, Problem};
+use crate::state::{Shared, StreamSlot};
+use crate::types::{EventPage, EventsQuery};
+
+/// How the client wants the events.
+enum Wants {
+    Json,
+    Sse,
+}
+
+fn wants(headers: &HeaderMap) -> Result<Wants, ApiError> {
+    let Some(accept) = headers.get(header::ACCEPT) else {
+        return Ok(Wants::Json);
+    };
+    let accept = accept.to_str().unwrap_or("").to_ascii_lowercase();
+    if accept.contains("text/event-stream") {
+        return Ok(Wants::Sse);
+    }
+    if accept.is_empty()
+        || accept.contains("application/json")
+        || accept.contains("*/*")
+        || accept.contains("application/*")
+    {
+        return Ok(Wants::Json);
+    }
+    Err(ApiError::not_acceptable(
+        "events are served as application/json pages or as text/event-stream",
+    ))
+}
+
+fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
+    headers
+        .get("last-event-id")
+        .map(|v| {
+            v.to_str()
+                .ok()
+                .and_then(|s| s.trim().parse::<u64>().ok())
+                .ok_or_else(|| {
+                    ApiError::bad_request("last-event-id", "Last-Event-ID must be a seq (a number)")
+                })
+        })
+        .transpose()
+}
+
+fn sse_of(item: SubscriptionItem) -> (SseEvent, bool) {
+    match item {
+        SubscriptionItem::Event { event } => {
+            let closed = matches!(
+                &event.body,
+                EventBody::SessionStatusChanged {
+                    status: SessionStatus::Closed,
+                    ..
+                }
+            );
+            let data = serde_json::to_string(&event).unwrap_or_default();
+            (
+                SseEvent::default()
+                    .id(event.seq.to_string())
+                    .event(event.type_name())
+                    .data(data),
+                closed,
+            )
+        }
+        SubscriptionItem::Delta { delta } => {
+            let mut v = serde_json::to_value(&delta).unwrap_or(Value::Null);
+            if let Value::Object(m) = &mut v {
+                m.insert("ephemeral".into(), Value::Bool(true));
+            }
+            (
+                SseEvent::default().event("delta").data(v.to_string()),
+                false,
+            )
+        }
+        SubscriptionItem::Gap { dropped } => (
+            SseEvent::default()
+                .event("gap")
+                .data(json!({"ephemeral": true, "dropped": dropped}).to_string()),
+            false,
+        ),
+    }
+}
+
+fn session_stream(
+    sub: Subscription,
+    slot: StreamSlot,
+) -> impl Stream<Item = Result<SseEvent, Infallible>> {
+    futures_util::stream::unfold((sub, slot, false), |(mut sub, slot, done)| async move {
+        if done {
+            return None;
+        }
+        match sub.next().await {
+            Ok(item) => {
+                let (ev, closed) = sse_of(item);
+                Some((Ok(ev), (sub, slot, closed)))
+            }
+            Err(e) => {
+                tracing::debug!("event stream ends: {e}");
+                None
+            }
+        }
+    })
+}
+
+/// A session's events: JSON pages (`?after=SEQ&limit=N`), or SSE with `Accept:
+/// text/event-stream` (resumable with `Last-Event-ID`).
+#[utoipa::path(get, path = "/v1/sessions/{session_id}/events", tag = "sessions", operation_id = "session_events",
+    params(("session_id" = String, Path, description = "The session"), EventsQuery,
+        ("Last-Event-ID" = Option<String>, Header, description = "SSE: resume after this seq")),
+    responses(
+        (status = 200, description = "A page of events, or the live stream", content(
+            (EventPage = "application/json"),
+            (crate::types::SseEvent = "text/event-stream")
+        )),
+        (status = 400, description = "Bad query or Last-Event-ID", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No valid key", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "A system key", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such session", body = Problem, content_type = "application/problem+json"),
+        (status = 406, description = "Neither JSON nor SSE accepted", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "Too many streams for this key", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn session_events(
+    State(state): State<Shared>,
+    Extension(caller): Extension<Caller>,
+    P(id): P<String>,
+    Q(q): Q<EventsQuery>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let tenant = caller.tenant_as(Role::Viewer)?;
+    let session = session_id(&id)?;
+    let after = q.after.unwrap_or(0);
+    if i64::try_from(after).is_err() {
+        return Err(ApiError::bad_request(
+            "after",
+            format!("after {after} is past any seq (at most 2^63 - 1)"),
+        ));
+    }
+    match wants(&headers)? {
+        Wants::Json => {
+            let limit = match q.limit {
+                None => 100,
+                Some(n) if (1..=1000).contains(&n) => n,
+                Some(n) => {
+                    return Err(ApiError::bad_request(
+                        "limit",
+                        format!("limit {n} is out of range: 1 to 1000"),
+                    ));
+                }
+            };
+            let from = after.saturating_add(1);
+            let mut events = state
+                .store
+                .read(tenant, session, from, Some(limit.saturating_add(1)))
+                .await?;
+            let has_more = events.len() > usize::try_from(limit).unwrap_or(usize::MAX);
+            events.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
+            let next_after = events.last().map_or(after, |e| e.seq);
+            let items = events
+                .iter()
+                .map(|e| serde_json::to_value(e).unwrap_or(Value::Null))
+                .collect();
+            Ok(Json(EventPage {
+                items,
+                next_after,
+                has_more,
+            })
+            .into_response())
+        }
+        Wants::Sse => {
+            let from = last_event_id(&headers)?
+                .unwrap_or(0)
+                .max(after)
+                .saturating_add(1);
+            let rt = state.runtimes.for_session(tenant, session).await?;
+            let slot = state.open_stream(&caller.key_id)?;
+            let sub = rt.subscribe(tenant, session, from).await?;
+            Ok(Sse::new(session_stream(sub, slot))
+                .keep_alive(
+                    KeepAlive::new()
+                        .interval(Duration::from_millis(state.config.heartbeat_ms))
+                        .text("heartbeat"),
+                )
+                .into_response())
+        }
+    }
+}
+
+/// State of the tenant-wide stream: what was last seen of each session.
+struct Watch {
+    store: std::sync::Arc<dyn Store>,
+    tenant: TenantId,
+    seen: HashMap<SessionId, SessionStatus>,
+    out: VecDeque<SseEvent>,
+    _slot: StreamSlot,
+}
+
+/// How often the tenant-wide stream looks at the sessions.
+const WATCH_POLL: Duration = Duration::from_millis(500);
+
+fn tenant_stream(w: Watch) -> impl Stream<Item = Result<SseEvent, Infallible>> {
+    futures_util::stream::unfold(w, |mut w| async move {
+        loop {
+            if let Some(ev) = w.out.pop_front() {
+                return Some((Ok(ev), w));
+            }
+            match w
+                .store
+                .list_sessions(
+                    w.tenant,
+                    &SessionQuery {
+                        limit: Some(1000),
+                        ..SessionQuery::default()
+                    },
+                )
+                .await
+            {
+                Ok(rows) => {
+                    for r in rows {
+                        if w.seen.get(&r.session_id) != Some(&r.status) {
+                            w.seen.insert(r.session_id, r.status);
+                            w.out.push_back(
+                                SseEvent::default().event("session.status").data(
+                                    json!({
+                                        "session_id": r.session_id.to_string(),
+                                        "status": r.status.as_str(),
+                                        "version": r.version,
+                                    })
+                                    .to_string(),
+                                ),
+                            );
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!("tenant event stream: {e}"),
+            }
+            if w.out.is_empty() {
+                tokio::time::sleep(WATCH_POLL).await;
+            }
+        }
+    })
+}
+
+/// The tenant's live stream of session status changes (SSE: `event: session.status`, data
+/// `{session_id, status, version}`; first the status of every session, then each change).
+#[utoipa::path(get, path = "/v1/events", tag = "sessions", operation_id = "tenant_events",
+    responses(
+        (status = 200, description = "The live stream", content((crate::types::SseEvent = "text/event-stream"))),
+        (status = 401, description = "No valid key", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "A system key", body = Problem, content_type = "application/problem+json"),
+        (status = 429, description = "Too many streams for this key", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn tenant_events(
+    State(state): State<Shared>,
+    Extension(caller): Extension<Caller>,
+) -> Result<Response, ApiError> {
+    let tenant = caller.tenant_as(Role::Viewer)?;
+    let slot = state.open_stream(&caller.key_id)?;
+    let w = Watch {
+        store: state.store.clone(),
+        tenant,
+        seen: HashMap::new(),
+        out: VecDeque::new(),
+        _slot: slot,
+    };
+    Ok(Sse::new(tenant_stream(w))
+        .keep_alive(
+            KeepAlive::new()
+                .interval(Duration::from_millis(state.config.heartbeat_ms))
+                .text("heartbeat"),
+        )
+        .into_response())
+}

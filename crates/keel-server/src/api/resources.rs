@@ -1,0 +1,447 @@
+//! Releases (content-hashed agent definitions), artifacts (full tool outputs, paged), usage
+//! (per tenant, day and model) and memory (tenant-scoped, by namespace).
+
+use axum::Extension;
+use axum::Json;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use chrono::{NaiveDate, Utc};
+use keel_core::{AgentDefinition, Release, ReleaseId};
+use keel_store::Role;
+
+use super::{P, Q, next_cursor, page_limit, session_id};
+use crate::auth::Caller;
+use crate::error::{ApiError, Problem};
+use crate::http::JsonBody;
+use crate::state::Shared;
+use crate::types::{
+    ArtifactChunkBody, ArtifactInfoBody, ArtifactPage, ArtifactQuery, CreateReleaseRequest,
+    MemoryBody, MemoryListQuery, MemoryPage, PageQuery, PutMemoryRequest, ReleaseBody, ReleasePage,
+    UsageQuery, UsageReport, UsageRowBody, budget, budget_body, usage_body,
+};
+
+fn release_body(r: Release, created_at: Option<chrono::DateTime<Utc>>) -> ReleaseBody {
+    let d = r.definition;
+    ReleaseBody {
+        release_id: r.id.0,
+        name: d.name,
+        model_route: d.model_route,
+        instructions: d.instructions,
+        tools: d.tools,
+        policy: d.policy,
+        budget: budget_body(d.budget),
+        created_at,
+    }
+}
+
+/// Stores a release; the same definition twice is the same release (200 the second time).
+#[utoipa::path(post, path = "/v1/releases", tag = "releases", operation_id = "create_release",
+    params(("Idempotency-Key" = Option<String>, Header, pattern = r"^[!-~]{1,255}$", description = "Replays the first response of this key for 24 h")),
+    request_body = CreateReleaseRequest,
+    responses(
+        (status = 201, description = "Stored", body = ReleaseBody),
+        (status = 200, description = "The same definition was stored before", body = ReleaseBody),
+        (status = 400, description = "Malformed", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No valid key", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "Not an admin", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "The same key in flight", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "Body too large", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "Not JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid field (an unknown tool, a model the server does not serve, a rule that does not parse), or the key reused with another body", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn create_release(
+    State(state): State<Shared>,
+    Extension(caller): Extension<Caller>,
+    JsonBody(body): JsonBody<CreateReleaseRequest>,
+) -> Result<Response, ApiError> {
+    let tenant = caller.tenant_as(Role::Admin)?;
+    if body.name.trim().is_empty() || body.name.len() > 200 {
+        return Err(ApiError::invalid("name", "name must be 1 to 200 bytes"));
+    }
+    if body.model_route.is_empty() || body.model_route.len() > 8 {
+        return Err(ApiError::invalid(
+            "model_route",
+            "model_route needs 1 to 8 model specs, primary first",
+        ));
+    }
+    let known = state.runtimes.tool_names()?;
+    if let Some(t) = body.tools.iter().find(|t| !known.contains(t)) {
+        return Err(ApiError::invalid(
+            "tools",
+            format!("unknown tool {t:?}; known are {}", known.join(", ")),
+        ));
+    }
+    let policy = match &body.policy {
+        None => serde_json::Value::Null,
+        Some(p) => serde_json::to_value(p).map_err(|e| ApiError::internal(&e))?,
+    };
+    let release = Release::new(AgentDefinition {
+        name: body.name.clone(),
+        model_route: body.model_route.clone(),
+        instructions: body.instructions.clone(),
+        tools: body.tools.clone(),
+        policy,
+        budget: budget(body.budget),
+    });
+    keel_runtime::pinned::check_release(&release).map_err(|e| {
+        let text = e.to_string();
+        ApiError::invalid("policy", text)
+    })?;
+    // The route must be one this server serves (providers it has keys for, scripts if
+    // allowed): building it now refuses it before any session pins it.
+    state.runtimes.for_release(&release)?;
+    let existed = match state.store.get_release(tenant, &release.id).await {
+        Ok(_) => true,
+        Err(keel_store::StoreError::NotFound { .. }) => false,
+        Err(e) => return Err(e.into()),
+    };
+    state.store.put_release(tenant, &release).await?;
+    let status = if existed {
+        StatusCode::OK
+    } else {
+        StatusCode::CREATED
+    };
+    let location = format!("/v1/releases/{}", release.id);
+    let stored = state.store.get_release_record(tenant, &release.id).await?;
+    let mut res = (
+        status,
+        Json(release_body(stored.release, Some(stored.created_at))),
+    )
+        .into_response();
+    if let Ok(v) = location.parse() {
+        res.headers_mut().insert(header::LOCATION, v);
+    }
+    Ok(res)
+}
+
+/// Lists the tenant's releases.
+#[utoipa::path(get, path = "/v1/releases", tag = "releases", operation_id = "list_releases",
+    params(PageQuery),
+    responses(
+        (status = 200, description = "A page", body = ReleasePage),
+        (status = 400, description = "Bad query", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No valid key", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "A system key", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn list_releases(
+    State(state): State<Shared>,
+    Extension(caller): Extension<Caller>,
+    Q(q): Q<PageQuery>,
+) -> Result<Json<ReleasePage>, ApiError> {
+    let tenant = caller.tenant_as(Role::Viewer)?;
+    let limit = page_limit(q.limit)?;
+    let after = q.cursor.map(ReleaseId);
+    let items: Vec<ReleaseBody> = state
+        .store
+        .list_releases(tenant, after.as_ref(), limit)
+        .await?
+        .into_iter()
+        .map(|r| release_body(r.release, Some(r.created_at)))
+        .collect();
+    Ok(Json(ReleasePage {
+        next_cursor: next_cursor(&items, limit, |r| r.release_id.clone()),
+        items,
+    }))
+}
+
+/// Reads a release.
+#[utoipa::path(get, path = "/v1/releases/{release_id}", tag = "releases", operation_id = "get_release",
+    params(("release_id" = String, Path, description = "`sha256:<hex>`")),
+    responses(
+        (status = 200, description = "The release", body = ReleaseBody),
+        (status = 401, description = "No valid key", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "A system key", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such release", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn get_release(
+    State(state): State<Shared>,
+    Extension(caller): Extension<Caller>,
+    P(id): P<String>,
+) -> Result<Json<ReleaseBody>, ApiError> {
+    let tenant = caller.tenant_as(Role::Viewer)?;
+    let r = state
+        .store
+        .get_release_record(tenant, &ReleaseId(id))
+        .await?;
+    Ok(Json(release_body(r.release, Some(r.created_at))))
+}
+
+/// Lists a session's artifacts (without their bytes).
+#[utoipa::path(get, path = "/v1/sessions/{session_id}/artifacts", tag = "data", operation_id = "list_artifacts",
+    params(("session_id" = String, Path, description = "The session"), PageQuery),
+    responses(
+        (status = 200, description = "A page", body = ArtifactPage),
+        (status = 400, description = "Bad query", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No valid key", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "A system key", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such session", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn list_artifacts(
+    State(state): State<Shared>,
+    Extension(caller): Extension<Caller>,
+    P(id): P<String>,
+    Q(q): Q<PageQuery>,
+) -> Result<Json<ArtifactPage>, ApiError> {
+    let tenant = caller.tenant_as(Role::Viewer)?;
+    let session = session_id(&id)?;
+    let limit = page_limit(q.limit)?;
+    let items: Vec<ArtifactInfoBody> = state
+        .store
+        .list_artifacts(tenant, session, q.cursor.as_deref(), limit)
+        .await?
+        .into_iter()
+        .map(|a| ArtifactInfoBody {
+            artifact_id: a.artifact_id,
+            session_id: a.session_id.to_string(),
+            name: a.name,
+            content_type: a.content_type,
+            size: a.size,
+            created_at: a.created_at,
+        })
+        .collect();
+    Ok(Json(ArtifactPage {
+        next_cursor: next_cursor(&items, limit, |a| a.artifact_id.clone()),
+        items,
+    }))
+}
+
+/// Most bytes of an artifact per request.
+pub const ARTIFACT_CHUNK: u64 = 262_144;
+
+/// Reads an artifact (a tool's full output) in chunks.
+#[utoipa::path(get, path = "/v1/artifacts/{artifact_id}", tag = "data", operation_id = "get_artifact",
+    params(("artifact_id" = String, Path, description = "The artifact (`artifact://<id>` in a truncated result)"), ArtifactQuery),
+    responses(
+        (status = 200, description = "A chunk", body = ArtifactChunkBody),
+        (status = 400, description = "Bad query", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No valid key", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "A system key", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such artifact", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn get_artifact(
+    State(state): State<Shared>,
+    Extension(caller): Extension<Caller>,
+    P(id): P<String>,
+    Q(q): Q<ArtifactQuery>,
+) -> Result<Json<ArtifactChunkBody>, ApiError> {
+    let tenant = caller.tenant_as(Role::Viewer)?;
+    let limit = match q.limit {
+        None => ARTIFACT_CHUNK,
+        Some(n) if (1..=ARTIFACT_CHUNK).contains(&n) => n,
+        Some(n) => {
+            return Err(ApiError::bad_request(
+                "limit",
+                format!("limit {n} is out of range: 1 to {ARTIFACT_CHUNK}"),
+            ));
+        }
+    };
+    let a = state.store.get_artifact(tenant, &id).await?;
+    let size = a.data.len();
+    let offset = usize::try_from(q.offset.unwrap_or(0)).unwrap_or(usize::MAX);
+    if offset > size {
+        return Err(ApiError::bad_request(
+            "offset",
+            format!("offset {offset} is past the end ({size} bytes)"),
+        ));
+    }
+    let mut end = offset
+        .saturating_add(usize::try_from(limit).unwrap_or(usize::MAX))
+        .min(size);
+    // End on a character boundary when the bytes are UTF-8 (at most 3 bytes back).
+    let continuation = |b: u8| (b & 0b1100_0000) == 0b1000_0000;
+    let mut steps = 0;
+    while end < size && end > offset + 1 && steps < 3 && continuation(a.data[end]) {
+        end -= 1;
+        steps += 1;
+    }
+    let text = String::from_utf8_lossy(&a.data[offset..end]).into_owned();
+    Ok(Json(ArtifactChunkBody {
+        artifact_id: a.artifact_id,
+        name: a.name,
+        content_type: a.content_type,
+        size: size as u64,
+        offset: offset as u64,
+        text,
+        next_offset: (end < size).then_some(end as u64),
+    }))
+}
+
+fn day(field: &str, text: Option<&str>, default: NaiveDate) -> Result<NaiveDate, ApiError> {
+    match text {
+        None => Ok(default),
+        Some(t) => NaiveDate::parse_from_str(t, "%Y-%m-%d").map_err(|_| {
+            ApiError::bad_request(field, format!("{field} {t:?} is not a day (YYYY-MM-DD)"))
+        }),
+    }
+}
+
+/// The tenant's usage (tokens and cost) by UTC day and model.
+#[utoipa::path(get, path = "/v1/usage", tag = "data", operation_id = "get_usage",
+    params(UsageQuery),
+    responses(
+        (status = 200, description = "Usage", body = UsageReport),
+        (status = 400, description = "Bad query", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No valid key", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "A system key", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn usage(
+    State(state): State<Shared>,
+    Extension(caller): Extension<Caller>,
+    Q(q): Q<UsageQuery>,
+) -> Result<Json<UsageReport>, ApiError> {
+    let tenant = caller.tenant_as(Role::Viewer)?;
+    let today = Utc::now().date_naive();
+    let to = day("to", q.to.as_deref(), today)?;
+    let from = day("from", q.from.as_deref(), to - chrono::Duration::days(30))?;
+    if from > to {
+        return Err(ApiError::bad_request("from", "from is after to"));
+    }
+    let (from, to) = (
+        from.format("%Y-%m-%d").to_string(),
+        to.format("%Y-%m-%d").to_string(),
+    );
+    let rows = state.store.usage(tenant, &from, &to).await?;
+    // f64 sums start at -0.0: an empty range is 0.
+    let total_cost_usd = rows.iter().map(|r| r.cost_usd).sum::<f64>() + 0.0;
+    let total_tokens = rows.iter().map(|r| r.usage.total_tokens()).sum();
+    Ok(Json(UsageReport {
+        rows: rows
+            .into_iter()
+            .map(|r| UsageRowBody {
+                day: r.day,
+                model: r.model,
+                usage: usage_body(r.usage),
+                cost_usd: r.cost_usd,
+                steps: r.steps,
+            })
+            .collect(),
+        from,
+        to,
+        total_cost_usd,
+        total_tokens,
+    }))
+}
+
+fn check_name(field: &str, text: &str) -> Result<(), ApiError> {
+    if text.is_empty() || text.len() > 512 {
+        return Err(ApiError::bad_request(
+            field,
+            format!("{field} must be 1 to 512 bytes"),
+        ));
+    }
+    Ok(())
+}
+
+fn memory_body(m: keel_store::MemoryEntry) -> MemoryBody {
+    MemoryBody {
+        namespace: m.namespace,
+        key: m.key,
+        value: m.value,
+        updated_at: m.updated_at,
+    }
+}
+
+/// Lists a memory namespace by key, or searches it (`q`).
+#[utoipa::path(get, path = "/v1/memory/{namespace}", tag = "data", operation_id = "list_memory",
+    params(("namespace" = String, Path, description = "The namespace"), MemoryListQuery),
+    responses(
+        (status = 200, description = "A page", body = MemoryPage),
+        (status = 400, description = "Bad query", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No valid key", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "A system key", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn list_memory(
+    State(state): State<Shared>,
+    Extension(caller): Extension<Caller>,
+    P(ns): P<String>,
+    Q(q): Q<MemoryListQuery>,
+) -> Result<Json<MemoryPage>, ApiError> {
+    let tenant = caller.tenant_as(Role::Viewer)?;
+    check_name("namespace", &ns)?;
+    let limit = page_limit(q.limit)?;
+    if let Some(query) = q.q {
+        let items = state
+            .store
+            .memory_search(tenant, Some(&ns), &query, limit)
+            .await?
+            .into_iter()
+            .map(memory_body)
+            .collect();
+        return Ok(Json(MemoryPage {
+            items,
+            next_cursor: None,
+        }));
+    }
+    let items: Vec<MemoryBody> = state
+        .store
+        .memory_list(tenant, &ns, q.cursor.as_deref(), limit)
+        .await?
+        .into_iter()
+        .map(memory_body)
+        .collect();
+    Ok(Json(MemoryPage {
+        next_cursor: next_cursor(&items, limit, |m| m.key.clone()),
+        items,
+    }))
+}
+
+/// Reads a memory entry.
+#[utoipa::path(get, path = "/v1/memory/{namespace}/{key}", tag = "data", operation_id = "get_memory",
+    params(("namespace" = String, Path, description = "The namespace"), ("key" = String, Path, description = "The key")),
+    responses(
+        (status = 200, description = "The entry", body = MemoryBody),
+        (status = 400, description = "Bad name", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No valid key", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "A system key", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such entry", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn get_memory(
+    State(state): State<Shared>,
+    Extension(caller): Extension<Caller>,
+    P((ns, key)): P<(String, String)>,
+) -> Result<Json<MemoryBody>, ApiError> {
+    let tenant = caller.tenant_as(Role::Viewer)?;
+    check_name("namespace", &ns)?;
+    check_name("key", &key)?;
+    let m = state
+        .store
+        .memory_get(tenant, &ns, &key)
+        .await?
+        .ok_or_else(|| ApiError::not_found("memory entry", format!("{ns}/{key}")))?;
+    Ok(Json(memory_body(m)))
+}
+
+/// Writes a memory entry (insert or replace).
+#[utoipa::path(put, path = "/v1/memory/{namespace}/{key}", tag = "data", operation_id = "put_memory",
+    params(("namespace" = String, Path, description = "The namespace"), ("key" = String, Path, description = "The key")),
+    request_body = PutMemoryRequest,
+    responses(
+        (status = 200, description = "Written", body = MemoryBody),
+        (status = 400, description = "Malformed", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No valid key", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "Not an operator", body = Problem, content_type = "application/problem+json"),
+        (status = 413, description = "Body too large", body = Problem, content_type = "application/problem+json"),
+        (status = 415, description = "Not JSON", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid field", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn put_memory(
+    State(state): State<Shared>,
+    Extension(caller): Extension<Caller>,
+    P((ns, key)): P<(String, String)>,
+    JsonBody(body): JsonBody<PutMemoryRequest>,
+) -> Result<Json<MemoryBody>, ApiError> {
+    let tenant = caller.tenant_as(Role::Operator)?;
+    check_name("namespace", &ns)?;
+    check_name("key", &key)?;
+    state
+        .store
+        .memory_put(tenant, &ns, &key, &body.value)
+        .await?;
+    let m = state
+        .store
+        .memory_get(tenant, &ns, &key)
+        .await?
+        .ok_or_else(|| ApiError::not_found("memory entry", format!("{ns}/{key}")))?;
+    Ok(Json(memory_body(m)))
+}

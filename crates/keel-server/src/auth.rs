@@ -1,0 +1,233 @@
+//! API keys and who a request acts for.
+//!
+//! A key is `keel_` followed by 64 hex digits (32 bytes from the OS's random source); the store
+//! keeps only `sha256:<hex>` of the whole text and its first 12 characters. 256 random bits make
+//! a slow password hash pointless: nobody can guess a key from its SHA-256, and every request
+//! can be checked with one hash. A request names its key as `Authorization: Bearer <key>`; the
+//! middleware ([`authenticate`]) finds the key by its hash, refuses revoked and expired ones
+//! (401) and hands the handler a [`Caller`].
+//!
+//! Roles: `viewer` reads; `operator` also acts on sessions (create, settings, turns, approvals,
+//! effects, cancellation, close, delete, memory); `admin` also manages the tenant's keys and
+//! releases. `system` keys belong to no tenant: they manage tenants (and give a tenant its
+//! first keys) and nothing inside a tenant (403).
+
+use axum::extract::{Request, State};
+use axum::http::{Method, header};
+use axum::middleware::Next;
+use axum::response::Response;
+use chrono::Utc;
+use keel_core::{PrincipalId, TenantId};
+use keel_store::{ApiKeyRecord, NewApiKey, Role, Store};
+use sha2::{Digest, Sha256};
+
+use crate::error::ApiError;
+use crate::state::Shared;
+
+/// Who a request acts for: the key's principal, tenant and role.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    /// The principal (recorded in the journal as the actor of every change).
+    pub principal_id: PrincipalId,
+    /// The tenant; `None` for a system key.
+    pub tenant: Option<TenantId>,
+    /// The role.
+    pub role: Role,
+    /// The key used.
+    pub key_id: String,
+}
+
+fn rank(r: Role) -> u8 {
+    match r {
+        Role::Viewer => 1,
+        Role::Operator => 2,
+        Role::Admin => 3,
+        Role::System => 0,
+    }
+}
+
+impl Caller {
+    /// The caller's tenant, if its role is at least `min` (`viewer`, `operator` or `admin`).
+    ///
+    /// # Errors
+    /// 403 for a system key or a lesser role, naming what is needed.
+    pub fn tenant_as(&self, min: Role) -> Result<TenantId, ApiError> {
+        let Some(t) = self.tenant else {
+            return Err(ApiError::forbidden(
+                "system keys manage tenants and nothing inside one; use a key of the tenant",
+            ));
+        };
+        if rank(self.role) < rank(min) {
+            return Err(ApiError::forbidden(format!(
+                "this operation needs the {min} role or above; this key's principal is {}",
+                self.role
+            )));
+        }
+        Ok(t)
+    }
+
+    /// Passes for a system key.
+    ///
+    /// # Errors
+    /// 403 for a tenant key.
+    pub fn system(&self) -> Result<(), ApiError> {
+        if self.role == Role::System {
+            Ok(())
+        } else {
+            Err(ApiError::forbidden(
+                "only system keys manage tenants (keel keys create --system)",
+            ))
+        }
+    }
+
+    /// The idempotency scope: the tenant id, or `system`.
+    pub fn scope(&self) -> String {
+        self.tenant
+            .map_or_else(|| "system".to_owned(), |t| t.to_string())
+    }
+}
+
+/// `sha256:<hex>` of a key's text: what the store keeps.
+pub fn key_hash(key: &str) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(key.as_bytes())))
+}
+
+/// A new key's text: `keel_` and 64 hex digits from the OS's random source.
+///
+/// # Errors
+/// The OS gave no randomness.
+pub fn generate_key() -> Result<String, getrandom::Error> {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes)?;
+    Ok(format!("keel_{}", hex::encode(bytes)))
+}
+
+/// A key to create: who it is for.
+#[derive(Debug, Clone)]
+pub struct KeySpec {
+    /// Its tenant (`None`: a system key).
+    pub tenant: Option<TenantId>,
+    /// The new principal's name.
+    pub name: String,
+    /// Its role (`System` exactly when `tenant` is `None`).
+    pub role: Role,
+    /// Expiry.
+    pub expires_at: Option<chrono::DateTime<Utc>>,
+}
+
+/// Creates a key: generates its text, stores its hash with a new principal, returns the text
+/// (shown once) and the stored record.
+///
+/// # Errors
+/// Store errors (`NotFound` tenant, `InvalidInput` role/tenant mismatch or name); no
+/// randomness (`InvalidInput`).
+pub async fn create_key(
+    store: &dyn Store,
+    spec: &KeySpec,
+) -> Result<(String, ApiKeyRecord), keel_store::StoreError> {
+    let key = generate_key()
+        .map_err(|e| keel_store::StoreError::InvalidInput(format!("no randomness: {e}")))?;
+    let record = store
+        .create_api_key(&NewApiKey {
+            tenant_id: spec.tenant,
+            principal_id: None,
+            principal_name: spec.name.clone(),
+            role: spec.role,
+            key_hash: key_hash(&key),
+            prefix: key.chars().take(12).collect(),
+            expires_at: spec.expires_at,
+        })
+        .await?;
+    Ok((key, record))
+}
+
+/// Finds the caller of a request by its bearer key (its `Authorization` header).
+///
+/// # Errors
+/// 401 (no key, a malformed header, an unknown, revoked or expired key); store errors.
+pub async fn caller_of(
+    store: &dyn Store,
+    authorization: Option<&axum::http::HeaderValue>,
+) -> Result<Caller, ApiError> {
+    let Some(value) = authorization else {
+        return Err(ApiError::unauthorized(
+            "this operation needs an API key: Authorization: Bearer <key>",
+        ));
+    };
+    let text = value.to_str().unwrap_or_default();
+    let key = text
+        .strip_prefix("Bearer ")
+        .or_else(|| text.strip_prefix("bearer "))
+        .map(str::trim)
+        .filter(|k| !k.is_empty())
+        .ok_or_else(|| ApiError::unauthorized("the Authorization header must be Bearer <key>"))?;
+    let invalid =
+        || ApiError::unauthorized("the API key is not valid (unknown, revoked or expired)");
+    let record = store
+        .api_key_by_hash(&key_hash(key))
+        .await?
+        .ok_or_else(invalid)?;
+    if !record.is_usable(Utc::now()) {
+        return Err(invalid());
+    }
+    Ok(Caller {
+        principal_id: record.principal_id,
+        tenant: record.tenant_id,
+        role: record.role,
+        key_id: record.key_id,
+    })
+}
+
+/// Middleware: authenticates the request and stores its [`Caller`] as an extension.
+pub async fn authenticate(State(state): State<Shared>, mut req: Request, next: Next) -> Response {
+    let authorization = req.headers().get(header::AUTHORIZATION).cloned();
+    match caller_of(state.store.as_ref(), authorization.as_ref()).await {
+        Ok(caller) => {
+            // A viewer changes nothing: refused before its body is read, so a viewer's bad
+            // body gets the same 403 as a good one (the handler would say the same).
+            if caller.role == Role::Viewer
+                && !matches!(*req.method(), Method::GET | Method::HEAD)
+                && let Err(e) = caller.tenant_as(Role::Operator)
+            {
+                return axum::response::IntoResponse::into_response(e);
+            }
+            req.extensions_mut().insert(caller);
+            next.run(req).await
+        }
+        Err(e) => axum::response::IntoResponse::into_response(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_random_and_only_their_hash_is_derived() {
+        let a = generate_key().unwrap();
+        let b = generate_key().unwrap();
+        assert_ne!(a, b);
+        assert!(a.starts_with("keel_") && a.len() == 5 + 64, "{a}");
+        assert_eq!(key_hash(&a), key_hash(&a));
+        assert!(key_hash(&a).starts_with("sha256:"));
+        assert!(!key_hash(&a).contains(&a[5..]));
+    }
+
+    #[test]
+    fn roles_nest_and_system_keys_stay_out_of_tenants() {
+        let t = TenantId::new();
+        let c = |role, tenant| Caller {
+            principal_id: PrincipalId::new(),
+            tenant,
+            role,
+            key_id: "k".into(),
+        };
+        assert!(c(Role::Admin, Some(t)).tenant_as(Role::Operator).is_ok());
+        assert!(c(Role::Operator, Some(t)).tenant_as(Role::Admin).is_err());
+        assert!(c(Role::Viewer, Some(t)).tenant_as(Role::Viewer).is_ok());
+        assert!(c(Role::Viewer, Some(t)).tenant_as(Role::Operator).is_err());
+        assert!(c(Role::System, None).tenant_as(Role::Viewer).is_err());
+        assert!(c(Role::System, None).system().is_ok());
+        assert!(c(Role::Admin, Some(t)).system().is_err());
+    }
+}

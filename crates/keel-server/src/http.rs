@@ -1,0 +1,437 @@
+//! HTTP semantics every operation shares: JSON bodies ([`JsonBody`]: 415 for another media
+//! type, 413 past the limit, 400 for what is not JSON, 422 naming the field for a value that
+//! does not fit, unknown fields included), `ETag` and `If-Match` ([`etag`], [`check_if_match`]:
+//! 428 without, 412 on a mismatch), `Idempotency-Key` on every POST ([`idempotency`]), the
+//! problem+json fallbacks for unknown routes and methods, and response counting.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{FromRequest, Request, State};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use chrono::Utc;
+use keel_store::{IdempotencyBegin, IdempotencyKey, StoredResponse};
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::state::Shared;
+
+/// How long an idempotency record lives: 24 h.
+pub const IDEMPOTENCY_TTL: Duration = Duration::from_secs(24 * 3600);
+/// An in-flight record older than this belongs to a request whose process died: 10 min.
+pub const IDEMPOTENCY_STALE: Duration = Duration::from_secs(600);
+/// The header that marks a replayed response.
+pub const REPLAYED: &str = "idempotent-replayed";
+
+/// A JSON request body of type `T` (an empty body reads as `{}`).
+#[derive(Debug)]
+pub struct JsonBody<T>(pub T);
+
+impl<T: DeserializeOwned + utoipa::ToSchema> FromRequest<Shared> for JsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &Shared) -> Result<Self, Self::Rejection> {
+        if let Some(ct) = req.headers().get(header::CONTENT_TYPE) {
+            let ct = ct.to_str().unwrap_or("?");
+            let essence = ct
+                .split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase();
+            if essence != "application/json" && !essence.ends_with("+json") {
+                return Err(ApiError::unsupported_media_type(ct));
+            }
+        }
+        let limit = state.config.body_limit_bytes;
+        let bytes = Bytes::from_request(req, state).await.map_err(|r| {
+            if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::too_large(limit)
+            } else {
+                ApiError::bad_request("body", format!("the body could not be read: {r}"))
+            }
+        })?;
+        let body: Value = parse_json(&bytes)?;
+        let validator = state.body_schemas.validator(state, &T::name())?;
+        if let Some(e) = validator.iter_errors(&body).next() {
+            return Err(schema_error(&e));
+        }
+        parse_json(&serde_json::to_vec(&body).map_err(|e| ApiError::internal(&e))?).map(JsonBody)
+    }
+}
+
+/// Validators of request bodies, compiled once per schema from the document the server
+/// serves, so a body is held to exactly the contract `/openapi.json` states (serde alone
+/// also takes a struct written as a JSON array, for one).
+#[derive(Debug, Default)]
+pub struct BodySchemas {
+    cache: std::sync::Mutex<HashMap<String, Arc<jsonschema::Validator>>>,
+}
+
+impl BodySchemas {
+    /// The validator of `#/components/schemas/{name}` (JSON Schema 2020-12, as OpenAPI 3.1).
+    ///
+    /// # Errors
+    /// 500 when the document has no such schema or it does not compile: a bug, never input.
+    fn validator(
+        &self,
+        state: &crate::state::AppState,
+        name: &str,
+    ) -> Result<Arc<jsonschema::Validator>, ApiError> {
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(v) = cache.get(name) {
+            return Ok(v.clone());
+        }
+        let doc: Value = serde_json::from_str(state.openapi.get().map_or("{}", String::as_str))
+            .map_err(|e| ApiError::internal(&e))?;
+        if doc["components"]["schemas"][name].is_null() {
+            return Err(ApiError::internal(&format!(
+                "no schema {name} in the document"
+            )));
+        }
+        let root = serde_json::json!({
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "$ref": format!("#/components/schemas/{name}"),
+            "components": doc["components"],
+        });
+        let v = Arc::new(jsonschema::validator_for(&root).map_err(|e| ApiError::internal(&e))?);
+        cache.insert(name.to_owned(), v.clone());
+        Ok(v)
+    }
+}
+
+/// 422 naming the field a schema violation is about (`settings.approval_ttl_ms`; the missing
+/// or unknown property itself for `required` and `additionalProperties`).
+fn schema_error(e: &jsonschema::ValidationError<'_>) -> ApiError {
+    use jsonschema::error::ValidationErrorKind as K;
+    let path: Vec<String> = e
+        .instance_path()
+        .as_str()
+        .split('/')
+        .skip(1)
+        .map(|s| s.replace("~1", "/").replace("~0", "~"))
+        .collect();
+    let mut field = path.join(".");
+    let child = match e.kind() {
+        K::Required { property } => property.as_str().map(str::to_owned),
+        K::AdditionalProperties { unexpected } => unexpected.first().cloned(),
+        _ => None,
+    };
+    if let Some(c) = child {
+        field = if field.is_empty() {
+            c
+        } else {
+            format!("{field}.{c}")
+        };
+    }
+    if field.is_empty() {
+        field = "body".to_owned();
+    }
+    ApiError::invalid(&field, format!("the body does not fit the schema: {e}"))
+}
+
+/// Rewrites every float with a zero fractional part that fits an `i64`/`u64` as that
+/// integer; whether any changed.
+fn integral_floats_to_integers(v: &mut Value) -> bool {
+    match v {
+        Value::Number(n) if n.is_f64() => {
+            let f = n.as_f64().unwrap_or(f64::NAN);
+            if f.fract() != 0.0 || !f.is_finite() {
+                return false;
+            }
+            // 2^63 and 2^64 are exact as f64; below them the casts are exact too.
+            let int = if (0.0..18_446_744_073_709_551_616.0).contains(&f) {
+                serde_json::Number::from(f as u64)
+            } else if (-9_223_372_036_854_775_808.0..0.0).contains(&f) {
+                serde_json::Number::from(f as i64)
+            } else {
+                return false;
+            };
+            *v = Value::Number(int);
+            true
+        }
+        Value::Array(items) => items
+            .iter_mut()
+            .fold(false, |any, v| integral_floats_to_integers(v) | any),
+        Value::Object(map) => map
+            .values_mut()
+            .fold(false, |any, v| integral_floats_to_integers(v) | any),
+        _ => false,
+    }
+}
+
+/// Parses a request body: 400 for what is not JSON, 422 naming the field for the rest.
+///
+/// # Errors
+/// As said.
+pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    let bytes: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
+        b"{}"
+    } else {
+        bytes
+    };
+    let first = serde_json::from_slice::<T>(bytes);
+    // JSON Schema counts 3.0 as an integer (a number with a zero fractional part, JSON
+    // Schema 2020-12 §6.1.1 via the data model); serde's integers refuse it. Retry with such
+    // numbers made integers, keeping the first error when that does not help.
+    let first = match first {
+        Err(e) if e.classify() == serde_json::error::Category::Data => {
+            match serde_json::from_slice::<Value>(bytes) {
+                Ok(mut v) => {
+                    if integral_floats_to_integers(&mut v) {
+                        serde_json::from_value::<T>(v).map_err(|_| e)
+                    } else {
+                        Err(e)
+                    }
+                }
+                Err(_) => Err(e),
+            }
+        }
+        other => other,
+    };
+    first.map_err(|e| {
+        use serde_json::error::Category;
+        match e.classify() {
+            Category::Syntax | Category::Eof | Category::Io => {
+                ApiError::bad_request("body", format!("the body is not JSON: {e}"))
+            }
+            Category::Data => {
+                let text = e.to_string();
+                let field = named_field(&text).unwrap_or_else(|| "body".to_owned());
+                ApiError::invalid(&field, format!("the body does not fit the schema: {text}"))
+            }
+        }
+    })
+}
+
+/// The field a serde message names (`unknown field `x``, `missing field `x``).
+fn named_field(text: &str) -> Option<String> {
+    let start = text.find('`')? + 1;
+    let end = start + text[start..].find('`')?;
+    Some(text[start..end].to_owned())
+}
+
+/// The `ETag` of a session at `version`.
+pub fn etag(version: u64) -> HeaderValue {
+    HeaderValue::from_str(&format!("\"{version}\"")).unwrap_or(HeaderValue::from_static("\"0\""))
+}
+
+/// Checks `If-Match` against the session's current `version`: `*` or a list naming it passes.
+///
+/// # Errors
+/// 428 without the header; 412 when it names other versions.
+pub fn check_if_match(headers: &HeaderMap, version: u64) -> Result<(), ApiError> {
+    let Some(value) = headers.get(header::IF_MATCH) else {
+        return Err(ApiError::precondition_required());
+    };
+    let text = value.to_str().unwrap_or("");
+    let want = format!("\"{version}\"");
+    let ok = text
+        .split(',')
+        .map(str::trim)
+        .any(|tag| tag == "*" || tag == want || tag.strip_prefix("W/") == Some(want.as_str()));
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::precondition_failed(version, text))
+    }
+}
+
+/// The hash an idempotency record binds: of the canonical JSON when the body is JSON (so key
+/// order and spacing do not matter), else of the bytes.
+pub fn request_hash(bytes: &[u8]) -> String {
+    match serde_json::from_slice::<serde_json::Value>(bytes) {
+        Ok(v) => keel_core::canonical::content_hash(&v),
+        Err(_) => format!("sha256:{}", hex::encode(Sha256::digest(bytes))),
+    }
+}
+
+fn valid_key(key: &str) -> bool {
+    (1..=255).contains(&key.len()) && key.bytes().all(|b| (0x21..=0x7e).contains(&b))
+}
+
+/// Middleware on every authenticated route: a POST with `Idempotency-Key` runs once per
+/// (tenant, principal, route, key) for 24 h. The same key and body replay the first response
+/// (marked `Idempotent-Replayed: true`); another body is 422; while the first still runs,
+/// 409. A response of 500 or above is not kept (the key may be used again).
+pub async fn idempotency(State(state): State<Shared>, req: Request, next: Next) -> Response {
+    if req.method() != Method::POST {
+        return next.run(req).await;
+    }
+    let Some(raw) = req.headers().get("idempotency-key").cloned() else {
+        return next.run(req).await;
+    };
+    let Some(key) = raw
+        .to_str()
+        .ok()
+        .filter(|k| valid_key(k))
+        .map(str::to_owned)
+    else {
+        return ApiError::bad_request(
+            "idempotency-key",
+            "Idempotency-Key must be 1 to 255 visible ASCII characters",
+        )
+        .into_response();
+    };
+    let Some(caller) = req.extensions().get::<Caller>().cloned() else {
+        return next.run(req).await;
+    };
+    let limit = state.config.body_limit_bytes;
+    let (parts, body) = req.into_parts();
+    let bytes = match axum::body::to_bytes(body, limit).await {
+        Ok(b) => b,
+        Err(_) => return ApiError::too_large(limit).into_response(),
+    };
+    let hash = request_hash(&bytes);
+    let ikey = IdempotencyKey {
+        scope: caller.scope(),
+        principal_id: caller.principal_id,
+        route: format!("POST {}", parts.uri.path()),
+        key: key.clone(),
+    };
+    let store = state.store.clone();
+    match store
+        .idempotency_begin(&ikey, &hash, Utc::now(), IDEMPOTENCY_TTL, IDEMPOTENCY_STALE)
+        .await
+    {
+        Err(e) => ApiError::from(e).into_response(),
+        Ok(IdempotencyBegin::Mismatch) => ApiError::idempotency_mismatch(&key).into_response(),
+        Ok(IdempotencyBegin::InFlight) => ApiError::idempotency_in_flight(&key).into_response(),
+        Ok(IdempotencyBegin::Done(stored)) => {
+            state.metrics.idempotent_replay();
+            replay(stored)
+        }
+        Ok(IdempotencyBegin::Started) => {
+            let req = Request::from_parts(parts, Body::from(bytes));
+            let res = next.run(req).await;
+            let (parts, body) = res.into_parts();
+            let body = match axum::body::to_bytes(body, usize::MAX).await {
+                Ok(b) => b,
+                Err(e) => {
+                    let _ = store.idempotency_abandon(&ikey, &hash).await;
+                    return ApiError::internal(&e).into_response();
+                }
+            };
+            if parts.status.is_server_error() {
+                if let Err(e) = store.idempotency_abandon(&ikey, &hash).await {
+                    tracing::warn!("idempotency record not abandoned: {e}");
+                }
+            } else {
+                let stored = StoredResponse {
+                    status: parts.status.as_u16(),
+                    headers: [header::CONTENT_TYPE, header::ETAG, header::LOCATION]
+                        .iter()
+                        .filter_map(|h| {
+                            parts
+                                .headers
+                                .get(h)
+                                .and_then(|v| v.to_str().ok())
+                                .map(|v| (h.as_str().to_owned(), v.to_owned()))
+                        })
+                        .collect(),
+                    body: String::from_utf8_lossy(&body).into_owned(),
+                };
+                if let Err(e) = store.idempotency_finish(&ikey, &hash, &stored).await {
+                    tracing::warn!("idempotency record not kept: {e}");
+                }
+            }
+            Response::from_parts(parts, Body::from(body))
+        }
+    }
+}
+
+fn replay(stored: StoredResponse) -> Response {
+    let status = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::OK);
+    let mut res = (status, stored.body).into_response();
+    res.headers_mut().remove(header::CONTENT_TYPE);
+    for (k, v) in stored.headers {
+        if let (Ok(k), Ok(v)) = (HeaderName::try_from(k), HeaderValue::try_from(v)) {
+            res.headers_mut().insert(k, v);
+        }
+    }
+    res.headers_mut()
+        .insert(REPLAYED, HeaderValue::from_static("true"));
+    res
+}
+
+/// Middleware: counts every response by status class.
+pub async fn count(State(state): State<Shared>, req: Request, next: Next) -> Response {
+    let res = next.run(req).await;
+    state.metrics.http_response(res.status().as_u16());
+    res
+}
+
+/// Fallback: no route at this path.
+pub async fn no_route(req: Request) -> ApiError {
+    ApiError::no_route(req.uri().path())
+}
+
+/// Fallback: the path exists, the method does not.
+pub async fn no_method(req: Request) -> ApiError {
+    ApiError::method_not_allowed(req.method().as_str(), req.uri().path())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn if_match_requires_the_current_version() {
+        let mut h = HeaderMap::new();
+        assert_eq!(
+            check_if_match(&h, 3).unwrap_err().status,
+            StatusCode::PRECONDITION_REQUIRED
+        );
+        h.insert(header::IF_MATCH, HeaderValue::from_static("\"2\""));
+        assert_eq!(
+            check_if_match(&h, 3).unwrap_err().status,
+            StatusCode::PRECONDITION_FAILED
+        );
+        for ok in ["\"3\"", "W/\"3\"", "\"1\", \"3\"", "*"] {
+            h.insert(header::IF_MATCH, HeaderValue::from_static(ok));
+            assert!(check_if_match(&h, 3).is_ok(), "{ok}");
+        }
+    }
+
+    #[test]
+    fn bodies_name_the_field_at_fault() {
+        #[derive(Debug, serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        #[allow(dead_code)]
+        struct B {
+            input: String,
+        }
+        let e = parse_json::<B>(b"{\"input\": \"x\", \"extra\": 1}").unwrap_err();
+        assert_eq!(e.status, StatusCode::UNPROCESSABLE_ENTITY);
+        assert_eq!(e.problem.field.as_deref(), Some("extra"));
+        let e = parse_json::<B>(b"").unwrap_err();
+        assert_eq!(e.problem.field.as_deref(), Some("input"));
+        let e = parse_json::<B>(b"{nope").unwrap_err();
+        assert_eq!(e.status, StatusCode::BAD_REQUEST);
+        assert_eq!(
+            request_hash(b"{\"a\": 1, \"b\": 2}"),
+            request_hash(b"{\"b\":2,\"a\":1}")
+        );
+    }
+
+    #[test]
+    fn integers_written_with_a_zero_fraction_are_integers() {
+        #[derive(Debug, serde::Deserialize)]
+        struct B {
+            n: u64,
+            m: i64,
+            x: f64,
+        }
+        let b = parse_json::<B>(b"{\"n\": 370122.0, \"m\": -2.0, \"x\": 1.5}").unwrap();
+        assert_eq!((b.n, b.m, b.x), (370_122, -2, 1.5));
+        let e = parse_json::<B>(b"{\"n\": 1.5, \"m\": 0, \"x\": 0}").unwrap_err();
+        assert_eq!(e.status, StatusCode::UNPROCESSABLE_ENTITY);
+    }
+}

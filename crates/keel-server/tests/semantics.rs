@@ -1,0 +1,798 @@
+//! HTTP semantics: If-Match (428/412), Idempotency-Key (replay, 422, 409, 20 concurrent requests
+//! with one key → one turn), the workspace roots and the mode/sandbox ceiling (403 naming the
+//! limit), body limits (413), unknown fields (422 naming them), media types (415), another
+//! tenant's ids (404 exactly like a missing id), and bad input never getting a 5xx.
+
+use std::collections::BTreeSet;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::common::*;
+use crate::on_both;
+
+on_both!(
+    settings_close_and_delete_need_if_match_with_the_current_etag,
+    idempotency_keys_replay_refuse_other_bodies_and_run_once_under_concurrency,
+    workspaces_outside_the_roots_and_modes_beyond_the_ceiling_get_403_naming_the_limit,
+    malformed_requests_get_4xx_problems_naming_the_fault,
+    another_tenants_ids_answer_exactly_like_missing_ones,
+    tenants_share_the_roots_but_never_a_workspace,
+    a_workspace_replaced_by_a_symlink_after_its_claim_is_not_followed,
+);
+
+async fn idle_session(s: &TestServer) -> String {
+    let release = s.release("done", &[json!({"text": "ok"})], &[]).await;
+    s.session(&release, json!({})).await.body["session_id"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+async fn settings_close_and_delete_need_if_match_with_the_current_etag(b: Backend) {
+    let s = start(b).await;
+    let session = idle_session(&s).await;
+    let path = format!("/v1/sessions/{session}");
+    let got = s.get(&path, &s.viewer).await;
+    let tag = got.header("etag").unwrap();
+    assert_eq!(tag, format!("\"{}\"", got.body["version"]));
+    let change = json!({"settings": {"multitask": "reject", "turn_budget": {"max_steps": 3}}});
+    let r = s
+        .call("PATCH", &path, Some(&s.operator), Some(&change), &[])
+        .await;
+    assert_eq!(r.status, StatusCode::PRECONDITION_REQUIRED, "{r:?}");
+    assert_eq!(
+        r.header("content-type").unwrap(),
+        "application/problem+json"
+    );
+    assert_eq!(r.body["field"], "if-match");
+    let r = s
+        .call(
+            "PATCH",
+            &path,
+            Some(&s.operator),
+            Some(&change),
+            &[("if-match", "\"999\"")],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::PRECONDITION_FAILED, "{r:?}");
+    let r = s
+        .call(
+            "PATCH",
+            &path,
+            Some(&s.operator),
+            Some(&change),
+            &[("if-match", &tag)],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    assert_eq!(r.body["settings"]["multitask"], "reject");
+    assert_eq!(r.body["settings"]["turn_budget"]["max_steps"], 3);
+    let new_tag = r.header("etag").unwrap();
+    assert_ne!(new_tag, tag, "a change moves the version");
+    // The old tag is stale now, for close and delete too.
+    let close = format!("{path}/close");
+    let r = s.call("POST", &close, Some(&s.operator), None, &[]).await;
+    assert_eq!(r.status, StatusCode::PRECONDITION_REQUIRED);
+    let r = s
+        .call(
+            "POST",
+            &close,
+            Some(&s.operator),
+            None,
+            &[("if-match", &tag)],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::PRECONDITION_FAILED);
+    let r = s
+        .call(
+            "POST",
+            &close,
+            Some(&s.operator),
+            None,
+            &[("if-match", &new_tag)],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    assert_eq!(r.body["status"], "closed");
+    let closed_tag = r.header("etag").unwrap();
+    // A closed session takes no input.
+    let r = s
+        .post(
+            &format!("{path}/turns"),
+            &s.operator,
+            &json!({"input": "more"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT);
+    let r = s.call("DELETE", &path, Some(&s.operator), None, &[]).await;
+    assert_eq!(r.status, StatusCode::PRECONDITION_REQUIRED);
+    let r = s
+        .call(
+            "DELETE",
+            &path,
+            Some(&s.operator),
+            None,
+            &[("if-match", &new_tag)],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::PRECONDITION_FAILED);
+    let r = s
+        .call(
+            "DELETE",
+            &path,
+            Some(&s.operator),
+            None,
+            &[("if-match", &closed_tag)],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NO_CONTENT, "{r:?}");
+    assert_eq!(s.get(&path, &s.viewer).await.status, StatusCode::NOT_FOUND);
+    assert_eq!(
+        s.get(&format!("{path}/events"), &s.viewer).await.status,
+        StatusCode::NOT_FOUND,
+        "everything it owned went with it"
+    );
+}
+
+async fn idempotency_keys_replay_refuse_other_bodies_and_run_once_under_concurrency(b: Backend) {
+    let s = start(b).await;
+    let release = s
+        .release(
+            "slow",
+            &[
+                json!({"delay_ms": 50, "text": "one"}),
+                json!({"delay_ms": 50, "text": "two"}),
+                json!({"delay_ms": 50, "text": "three"}),
+            ],
+            &[],
+        )
+        .await;
+    let session = s.session(&release, json!({})).await.body["session_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let turns = format!("/v1/sessions/{session}/turns");
+    let body = json!({"input": "once"});
+    let first = s
+        .call(
+            "POST",
+            &turns,
+            Some(&s.operator),
+            Some(&body),
+            &[("idempotency-key", "k-1")],
+        )
+        .await;
+    assert_eq!(first.status, StatusCode::ACCEPTED, "{first:?}");
+    assert!(first.header("idempotent-replayed").is_none());
+    // The same key and body (keys in another order): the first response again, nothing new.
+    let same = json!({"input": "once"});
+    let replay = s
+        .call(
+            "POST",
+            &turns,
+            Some(&s.operator),
+            Some(&same),
+            &[("idempotency-key", "k-1")],
+        )
+        .await;
+    assert_eq!(replay.status, StatusCode::ACCEPTED);
+    assert_eq!(
+        replay.header("idempotent-replayed").as_deref(),
+        Some("true")
+    );
+    assert_eq!(replay.body, first.body);
+    assert_eq!(replay.header("location"), first.header("location"));
+    // Another body with the key: 422.
+    let other = s
+        .call(
+            "POST",
+            &turns,
+            Some(&s.operator),
+            Some(&json!({"input": "different"})),
+            &[("idempotency-key", "k-1")],
+        )
+        .await;
+    assert_eq!(other.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(other.body["field"], "idempotency-key");
+    // Scoped by principal: another key holder's k-1 is its own.
+    let admin = s
+        .call(
+            "POST",
+            &turns,
+            Some(&s.admin),
+            Some(&json!({"input": "admin's"})),
+            &[("idempotency-key", "k-1")],
+        )
+        .await;
+    assert_eq!(admin.status, StatusCode::ACCEPTED);
+    assert_ne!(admin.body["turn_id"], first.body["turn_id"]);
+    // A bad key is a 400.
+    let bad = s
+        .call(
+            "POST",
+            &turns,
+            Some(&s.operator),
+            Some(&body),
+            &[("idempotency-key", "")],
+        )
+        .await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+    // 20 concurrent requests with one key: one turn.
+    let mut tasks = Vec::new();
+    for _ in 0..20 {
+        let http = s.http.clone();
+        let url = format!("{}{turns}", s.base);
+        let key = s.operator.clone();
+        tasks.push(tokio::spawn(async move {
+            let r = http
+                .post(url)
+                .bearer_auth(key)
+                .header("content-type", "application/json")
+                .header("idempotency-key", "race")
+                .body(json!({"input": "raced"}).to_string())
+                .send()
+                .await
+                .unwrap();
+            let status = r.status();
+            let body: Value =
+                serde_json::from_slice(&r.bytes().await.unwrap()).unwrap_or(Value::Null);
+            (status, body)
+        }));
+    }
+    let mut turn_ids = BTreeSet::new();
+    let mut statuses = Vec::new();
+    for t in tasks {
+        let (status, body) = t.await.unwrap();
+        statuses.push(status.as_u16());
+        match status {
+            StatusCode::ACCEPTED => {
+                turn_ids.insert(body["turn_id"].as_str().unwrap().to_owned());
+            }
+            StatusCode::CONFLICT => assert_eq!(body["field"], "idempotency-key", "{body}"),
+            other => panic!("unexpected {other}: {body}"),
+        }
+    }
+    assert_eq!(turn_ids.len(), 1, "one turn for one key: {statuses:?}");
+    let listed = s.get(&format!("{turns}?limit=1000"), &s.viewer).await;
+    let raced = listed.body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| t["input"] == "raced")
+        .count();
+    assert_eq!(raced, 1, "{}", listed.body);
+}
+
+async fn workspaces_outside_the_roots_and_modes_beyond_the_ceiling_get_403_naming_the_limit(
+    b: Backend,
+) {
+    let s = start(b).await;
+    let release = s.release("w", &[json!({"text": "ok"})], &[]).await;
+    let outside = tempfile::tempdir().unwrap();
+    let make = |ws: String, settings: Value| json!({"release_id": release, "workspace": ws, "settings": settings});
+    let r = s
+        .post(
+            "/v1/sessions",
+            &s.operator,
+            &make(outside.path().display().to_string(), json!({})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{r:?}");
+    assert_eq!(r.body["limit"], "workspace_roots");
+    assert_eq!(r.body["field"], "workspace");
+    // A symlink under the root that leads outside is outside.
+    let link = s.root.path().join("escape");
+    std::os::unix::fs::symlink(outside.path(), &link).unwrap();
+    let r = s
+        .post(
+            "/v1/sessions",
+            &s.operator,
+            &make(link.display().to_string(), json!({})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{r:?}");
+    assert_eq!(r.body["limit"], "workspace_roots");
+    let dotdot = format!("{}/../", s.workspace.display());
+    let r = s
+        .post(
+            "/v1/sessions",
+            &s.operator,
+            &make(format!("{dotdot}.."), json!({})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{r:?}");
+    let r = s
+        .post(
+            "/v1/sessions",
+            &s.operator,
+            &make("relative/ws".into(), json!({})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY);
+    let missing = s.root.path().join("nope").display().to_string();
+    let r = s
+        .post("/v1/sessions", &s.operator, &make(missing, json!({})))
+        .await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY);
+    let ws = s.workspace.display().to_string();
+    // The ceiling: no bypass, no sandbox off.
+    let r = s
+        .post(
+            "/v1/sessions",
+            &s.operator,
+            &make(ws.clone(), json!({"permission_mode": "bypass"})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{r:?}");
+    assert_eq!(r.body["limit"], "max_permission_mode");
+    assert_eq!(r.body["field"], "settings.permission_mode");
+    assert!(r.body["detail"].as_str().unwrap().contains("accept_edits"));
+    let r = s
+        .post(
+            "/v1/sessions",
+            &s.operator,
+            &make(ws.clone(), json!({"sandbox": "off"})),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert_eq!(r.body["limit"], "allow_sandbox_off");
+    let r = s
+        .post(
+            "/v1/sessions",
+            &s.operator,
+            &make(
+                ws.clone(),
+                json!({"permission_mode": "accept_edits", "sandbox": "read_only"}),
+            ),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{r:?}");
+    // Changing settings meets the same ceiling.
+    let path = format!("/v1/sessions/{}", r.body["session_id"].as_str().unwrap());
+    let r = s
+        .call(
+            "PATCH",
+            &path,
+            Some(&s.operator),
+            Some(&json!({"settings": {"permission_mode": "bypass"}})),
+            &[("if-match", "*")],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert_eq!(r.body["limit"], "max_permission_mode");
+    // A server that allows more takes it.
+    let open = start_with(b, |c| {
+        c.max_permission_mode = keel_tools::policy::PermissionMode::Bypass;
+        c.allow_sandbox_off = true;
+    })
+    .await;
+    let release = open.release("w", &[json!({"text": "ok"})], &[]).await;
+    let r = open
+        .session(
+            &release,
+            json!({"permission_mode": "bypass", "sandbox": "off"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{r:?}");
+    // A server without roots takes no workspace at all.
+    let none = start_with(b, |c| c.workspace_roots.clear()).await;
+    let release = none.release("w", &[json!({"text": "ok"})], &[]).await;
+    let r = none.session(&release, json!({})).await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN);
+    assert_eq!(r.body["limit"], "workspace_roots");
+}
+
+async fn malformed_requests_get_4xx_problems_naming_the_fault(b: Backend) {
+    let s = start_with(b, |c| c.body_limit_bytes = 4096).await;
+    let session = idle_session(&s).await;
+    let turns = format!("/v1/sessions/{session}/turns");
+    let check = |r: &Res, status: StatusCode, field: &str| {
+        assert_eq!(r.status, status, "{r:?}");
+        assert_eq!(
+            r.header("content-type").unwrap(),
+            "application/problem+json"
+        );
+        assert_eq!(r.body["status"], status.as_u16());
+        assert!(
+            r.body["type"]
+                .as_str()
+                .unwrap()
+                .starts_with("urn:keel:problem:")
+        );
+        assert_eq!(r.body["field"], field, "{r:?}");
+    };
+    // Unknown field.
+    let r = s
+        .post(&turns, &s.operator, &json!({"input": "x", "extra": 1}))
+        .await;
+    check(&r, StatusCode::UNPROCESSABLE_ENTITY, "extra");
+    // Missing field, wrong type, bad enum value.
+    check(
+        &s.post(&turns, &s.operator, &json!({})).await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "input",
+    );
+    let r = s.post(&turns, &s.operator, &json!({"input": 5})).await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY);
+    let r = s
+        .post(
+            &turns,
+            &s.operator,
+            &json!({"input": "x", "multitask": "sometimes"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY);
+    let r = s.post(&turns, &s.operator, &json!({"input": "   "})).await;
+    check(&r, StatusCode::UNPROCESSABLE_ENTITY, "input");
+    // A viewer changes nothing: a bad body gets the same 403 as a good one.
+    let good = s.post(&turns, &s.viewer, &json!({"input": "x"})).await;
+    let bad = s
+        .post(&turns, &s.viewer, &json!({"input": 5, "extra": 1}))
+        .await;
+    assert_eq!(good.status, StatusCode::FORBIDDEN, "{good:?}");
+    assert_eq!(
+        (bad.status, bad.body.clone()),
+        (good.status, good.body.clone())
+    );
+    // Bodies are held to the document's schema, not only to what serde takes: an object
+    // written as an array (serde reads a struct from one) is refused, naming the body; a
+    // nested field's violation names its path.
+    let r = s.post(&turns, &s.operator, &json!(["x"])).await;
+    check(&r, StatusCode::UNPROCESSABLE_ENTITY, "body");
+    let memory = "/v1/memory/notes/k";
+    let r = s
+        .call(
+            "PUT",
+            memory,
+            Some(&s.operator),
+            Some(&json!([{"value": 1}])),
+            &[],
+        )
+        .await;
+    check(&r, StatusCode::UNPROCESSABLE_ENTITY, "body");
+    let r = s
+        .post(
+            "/v1/sessions",
+            &s.operator,
+            &json!({"release_id": "x", "workspace": "/w", "settings": {"approval_ttl_ms": "soon"}}),
+        )
+        .await;
+    check(
+        &r,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "settings.approval_ttl_ms",
+    );
+    // Not JSON; another media type.
+    let r = s
+        .call(
+            "POST",
+            &turns,
+            Some(&s.operator),
+            None,
+            &[("content-type", "application/json")],
+        )
+        .await;
+    assert_eq!(
+        r.status,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "an empty body reads as {{}}"
+    );
+    let res = s
+        .http
+        .post(format!("{}{turns}", s.base))
+        .bearer_auth(&s.operator)
+        .header("content-type", "application/json")
+        .body("{not json")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::BAD_REQUEST);
+    let res = s
+        .http
+        .post(format!("{}{turns}", s.base))
+        .bearer_auth(&s.operator)
+        .header("content-type", "text/plain")
+        .body("hello")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    // Too large: 413 naming the limit, with or without an idempotency key.
+    let big = json!({"input": "x".repeat(8192)});
+    let r = s.post(&turns, &s.operator, &big).await;
+    assert_eq!(r.status, StatusCode::PAYLOAD_TOO_LARGE, "{r:?}");
+    assert_eq!(r.body["limit"], "body_limit_bytes");
+    let r = s
+        .call(
+            "POST",
+            &turns,
+            Some(&s.operator),
+            Some(&big),
+            &[("idempotency-key", "big")],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::PAYLOAD_TOO_LARGE);
+    // Bad query parameters, ids, cursors; unknown routes and methods.
+    for (path, status) in [
+        ("/v1/sessions?limit=0", StatusCode::BAD_REQUEST),
+        ("/v1/sessions?limit=abc", StatusCode::BAD_REQUEST),
+        ("/v1/sessions?status=sleeping", StatusCode::BAD_REQUEST),
+        ("/v1/sessions?cursor=nope", StatusCode::BAD_REQUEST),
+        ("/v1/sessions?bogus=1", StatusCode::BAD_REQUEST),
+        ("/v1/sessions/not-a-uuid", StatusCode::NOT_FOUND),
+        ("/v1/sessions/not-a-uuid/events", StatusCode::NOT_FOUND),
+        ("/v1/usage?from=yesterday", StatusCode::BAD_REQUEST),
+        ("/v1/approvals/zzz", StatusCode::NOT_FOUND),
+        ("/v1/artifacts/zzz?offset=-1", StatusCode::BAD_REQUEST),
+        ("/v1/nothing", StatusCode::NOT_FOUND),
+        (
+            "/v1/sessions/00000000-0000-0000-0000-000000000000/events?after=18446744073709551615",
+            StatusCode::BAD_REQUEST,
+        ),
+    ] {
+        let r = s.get(path, &s.admin).await;
+        assert_eq!(r.status, status, "{path}: {r:?}");
+        assert_eq!(
+            r.header("content-type").unwrap(),
+            "application/problem+json",
+            "{path}"
+        );
+    }
+    let r = s
+        .call("PUT", "/v1/sessions", Some(&s.admin), None, &[])
+        .await;
+    assert_eq!(r.status, StatusCode::METHOD_NOT_ALLOWED);
+    assert_eq!(
+        r.header("content-type").unwrap(),
+        "application/problem+json"
+    );
+    // Keys: missing, malformed, unknown, revoked.
+    let r = s.call("GET", "/v1/sessions", None, None, &[]).await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+    assert!(r.header("www-authenticate").unwrap().starts_with("Bearer"));
+    let r = s
+        .call(
+            "GET",
+            "/v1/sessions",
+            None,
+            None,
+            &[("authorization", "Basic abc")],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+    let r = s.get("/v1/sessions", "keel_0000").await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+    let created = s
+        .post(
+            "/v1/keys",
+            &s.admin,
+            &json!({"name": "temp", "role": "viewer"}),
+        )
+        .await;
+    assert_eq!(created.status, StatusCode::CREATED);
+    let temp = created.body["key"].as_str().unwrap().to_owned();
+    assert_eq!(s.get("/v1/sessions", &temp).await.status, StatusCode::OK);
+    let id = created.body["key_id"].as_str().unwrap();
+    let r = s
+        .post(&format!("/v1/keys/{id}/revoke"), &s.admin, &json!({}))
+        .await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(
+        s.get("/v1/sessions", &temp).await.status,
+        StatusCode::UNAUTHORIZED
+    );
+}
+
+async fn another_tenants_ids_answer_exactly_like_missing_ones(b: Backend) {
+    let s = start(b).await;
+    let session = idle_session(&s).await;
+    let missing = uuid::Uuid::now_v7().to_string();
+    for suffix in [
+        "",
+        "/events",
+        "/state",
+        "/turns",
+        "/approvals",
+        "/effects",
+        "/artifacts",
+    ] {
+        let theirs = s
+            .get(&format!("/v1/sessions/{session}{suffix}"), &s.other)
+            .await;
+        let none = s
+            .get(&format!("/v1/sessions/{missing}{suffix}"), &s.other)
+            .await;
+        assert_eq!(theirs.status, StatusCode::NOT_FOUND, "{suffix}: {theirs:?}");
+        assert_eq!(none.status, StatusCode::NOT_FOUND);
+        let shape = |v: &Value| {
+            let mut v = v.clone();
+            let m = v.as_object_mut().unwrap();
+            m.remove("detail");
+            m.remove("id");
+            v
+        };
+        assert_eq!(shape(&theirs.body), shape(&none.body), "{suffix}");
+        assert_eq!(
+            theirs.body["detail"]
+                .as_str()
+                .unwrap()
+                .replace(&session, "ID"),
+            none.body["detail"]
+                .as_str()
+                .unwrap()
+                .replace(&missing, "ID")
+        );
+    }
+    // Their lists never show it.
+    let listed = s.get("/v1/sessions", &s.other).await;
+    assert_eq!(listed.body["items"], json!([]));
+    // Writes too.
+    let r = s
+        .post(
+            &format!("/v1/sessions/{session}/turns"),
+            &s.other,
+            &json!({"input": "hi"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::NOT_FOUND);
+}
+
+/// Tenants share the server's workspace roots, never a workspace: once tenant A works in a
+/// directory, tenant B gets 403 for it, for the root above it (whose sessions would see A's
+/// files), for a directory below it, and for any spelling of them (`..`, a symlink); A keeps
+/// using it, and B gets a directory of its own.
+async fn tenants_share_the_roots_but_never_a_workspace(b: Backend) {
+    let s = start(b).await;
+    let mine = s.release("a", &[json!({"text": "ok"})], &[]).await;
+    let a = s.session(&mine, json!({})).await;
+    assert_eq!(a.status, StatusCode::CREATED, "{a:?}");
+    // Tenant B: its own release (its admin may also run sessions).
+    let theirs = other_tenants_release(&s).await;
+    let below = s.workspace.join("sub");
+    std::fs::create_dir_all(&below).unwrap();
+    let link = s.root.path().join("to-a");
+    std::os::unix::fs::symlink(&s.workspace, &link).unwrap();
+    let ws = s.workspace.display().to_string();
+    for path in [
+        ws.clone(),
+        format!("{ws}/"),
+        format!("{ws}/sub/.."),
+        link.display().to_string(),
+        s.root.path().display().to_string(),
+        below.display().to_string(),
+    ] {
+        let r = s
+            .post(
+                "/v1/sessions",
+                &s.other,
+                &json!({"release_id": theirs, "workspace": path}),
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::FORBIDDEN, "{path}: {r:?}");
+        assert_eq!(r.body["limit"], "workspace_roots", "{path}");
+        assert_eq!(r.body["field"], "workspace", "{path}");
+        assert!(
+            r.body["detail"]
+                .as_str()
+                .unwrap()
+                .contains("another tenant"),
+            "{path}: {r:?}"
+        );
+    }
+    // A goes on working there, below it too; B gets its own directory.
+    assert_eq!(
+        s.session(&mine, json!({})).await.status,
+        StatusCode::CREATED
+    );
+    let r = s
+        .post(
+            "/v1/sessions",
+            &s.operator,
+            &json!({"release_id": mine, "workspace": below.display().to_string()}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{r:?}");
+    let own = s.root.path().join("b-ws");
+    std::fs::create_dir_all(&own).unwrap();
+    let r = s
+        .post(
+            "/v1/sessions",
+            &s.other,
+            &json!({"release_id": theirs, "workspace": own.display().to_string()}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{r:?}");
+    // And now the root is refused to A as well: B works below it.
+    let r = s
+        .post(
+            "/v1/sessions",
+            &s.operator,
+            &json!({"release_id": mine, "workspace": s.root.path().display().to_string()}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::FORBIDDEN, "{r:?}");
+}
+
+/// The claim is checked on the canonical path when the session is created; a directory on
+/// that path replaced afterwards by a symlink to another tenant's workspace (a shell call of
+/// the tenant's other session can do it) must not take the session there: its next turn does
+/// not run, and nothing of the other workspace is read.
+async fn a_workspace_replaced_by_a_symlink_after_its_claim_is_not_followed(b: Backend) {
+    let s = start(b).await;
+    // Tenant B's workspace, claimed, with its secret.
+    let theirs_ws = s.root.path().join("b-ws");
+    std::fs::create_dir_all(&theirs_ws).unwrap();
+    std::fs::write(theirs_ws.join("secret.txt"), "B-SECRET-42\n").unwrap();
+    let theirs = other_tenants_release(&s).await;
+    let r = s
+        .post(
+            "/v1/sessions",
+            &s.other,
+            &json!({"release_id": theirs, "workspace": theirs_ws.display().to_string()}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{r:?}");
+    // Tenant A: a session in a directory of its own, whose next turn reads secret.txt.
+    let mine_ws = s.root.path().join("a2").join("sub");
+    std::fs::create_dir_all(&mine_ws).unwrap();
+    std::fs::write(mine_ws.join("secret.txt"), "A-OWN\n").unwrap();
+    let release = s
+        .release(
+            "reader",
+            &[
+                json!({"tool_calls": [call("read_file", json!({"path": "secret.txt"}))]}),
+                json!({"text": "read"}),
+            ],
+            &["read_file"],
+        )
+        .await;
+    let r = s
+        .post(
+            "/v1/sessions",
+            &s.operator,
+            &json!({"release_id": release, "workspace": mine_ws.display().to_string()}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{r:?}");
+    let session = r.body["session_id"].as_str().unwrap().to_owned();
+    // The swap: the claimed directory becomes a symlink to B's.
+    std::fs::rename(&mine_ws, s.root.path().join("a2").join("sub.old")).unwrap();
+    std::os::unix::fs::symlink(&theirs_ws, &mine_ws).unwrap();
+    let turn = s
+        .post(
+            &format!("/v1/sessions/{session}/turns"),
+            &s.operator,
+            &json!({"input": "read the secret"}),
+        )
+        .await;
+    assert_eq!(turn.status, StatusCode::ACCEPTED, "{turn:?}");
+    // Without the check the call runs within milliseconds; give it ample time to.
+    let events_path = format!("/v1/sessions/{session}/events?limit=1000");
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    let text = loop {
+        let text = s.get(&events_path, &s.viewer).await.body.to_string();
+        if text.contains("tool_call.finished") || tokio::time::Instant::now() > deadline {
+            break text;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert!(!text.contains("B-SECRET"), "{text}");
+    assert!(!text.contains("tool_call.finished"), "a call ran: {text}");
+    assert!(!theirs_ws.join("out.txt").exists());
+}
+
+/// A release of the other tenant (its admin key), on a one-line script.
+async fn other_tenants_release(s: &TestServer) -> String {
+    let script = s.root.path().join("b.jsonl");
+    std::fs::write(&script, json!({"text": "ok"}).to_string()).unwrap();
+    let r = s
+        .post(
+            "/v1/releases",
+            &s.other,
+            &json!({"name": "b", "model_route": [format!("script:{}", script.display())]}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{r:?}");
+    r.body["release_id"].as_str().unwrap().to_owned()
+}

@@ -1,0 +1,173 @@
+//! Events over SSE: a client that disconnects mid-turn and reconnects with `Last-Event-ID`
+//! gets every durable event exactly once, in order; heartbeats keep an idle stream talking;
+//! a key holds at most `max_streams_per_key` streams.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::common::*;
+use crate::on_both;
+
+on_both!(
+    reconnecting_with_last_event_id_delivers_every_durable_event_exactly_once,
+    streams_beyond_the_per_key_limit_get_429_and_heartbeats_flow,
+);
+
+/// Reads durable events (with ids) until `stop` holds on one; returns their seqs and types.
+async fn read_until(sse: &mut Sse, stop: impl Fn(&str, &Value) -> bool) -> Vec<(u64, String)> {
+    let mut got = Vec::new();
+    while let Some(f) = sse.next().await {
+        let Some(id) = f.id else {
+            let data: Value = serde_json::from_str(&f.data).unwrap();
+            assert_eq!(data["ephemeral"], true, "{f:?}");
+            continue;
+        };
+        let ty = f.event.clone().unwrap();
+        let data: Value = serde_json::from_str(&f.data).unwrap();
+        got.push((id.parse().unwrap(), ty.clone()));
+        if stop(&ty, &data) {
+            return got;
+        }
+    }
+    panic!("the stream ended early after {got:?}");
+}
+
+async fn reconnecting_with_last_event_id_delivers_every_durable_event_exactly_once(b: Backend) {
+    let s = start(b).await;
+    let read = call("read_file", json!({"path": "README.md"}));
+    let mut lines: Vec<Value> = (0..4)
+        .map(|_| json!({"delay_ms": 120, "tool_calls": [read.clone()]}))
+        .collect();
+    lines.push(json!({"text": "read it four times"}));
+    let release = s.release("reader", &lines, &["read_file"]).await;
+    let session = s.session(&release, json!({})).await.body["session_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let path = format!("/v1/sessions/{session}/events");
+    let mut first = s.sse(&path, &s.viewer, None).await;
+    let r = s
+        .post(
+            &format!("/v1/sessions/{session}/turns"),
+            &s.operator,
+            &json!({"input": "read"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED);
+    // Disconnect mid-turn: after the first step completed.
+    let before = read_until(&mut first, |ty, _| ty == "step.completed").await;
+    first.close();
+    drop(first);
+    let last = before.last().unwrap().0;
+    // Let the turn move on while nobody listens.
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let mut second = s.sse(&path, &s.viewer, Some(last)).await;
+    assert_eq!(second.status, StatusCode::OK);
+    let after = read_until(&mut second, |ty, d| {
+        ty == "turn.finished" && d["payload"]["terminal_reason"] == "completed"
+    })
+    .await;
+    assert_eq!(
+        after.first().unwrap().0,
+        last + 1,
+        "resumes right after the last id"
+    );
+    let seqs: Vec<u64> = before.iter().chain(&after).map(|(s, _)| *s).collect();
+    let unique: BTreeSet<u64> = seqs.iter().copied().collect();
+    assert_eq!(unique.len(), seqs.len(), "no event twice: {seqs:?}");
+    assert_eq!(
+        seqs,
+        (1..=*seqs.last().unwrap()).collect::<Vec<_>>(),
+        "every event, in order"
+    );
+    // The same events the JSON pages hold, with the same types.
+    let page = s.get(&format!("{path}?limit=1000"), &s.viewer).await;
+    let journal: Vec<(u64, String)> = page.body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["seq"].as_u64().unwrap(),
+                e["type"].as_str().unwrap().to_owned(),
+            )
+        })
+        .take(seqs.len())
+        .collect();
+    let streamed: Vec<(u64, String)> = before.into_iter().chain(after).collect();
+    assert_eq!(streamed, journal);
+    // JSON pages: after + limit.
+    let p = s.get(&format!("{path}?after=2&limit=3"), &s.viewer).await;
+    let got: Vec<u64> = p.body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(got, vec![3, 4, 5]);
+    assert_eq!(p.body["next_after"], 5);
+    assert_eq!(p.body["has_more"], true);
+    // A bad Last-Event-ID is a 400 naming the header.
+    let bad = s
+        .call(
+            "GET",
+            &path,
+            Some(&s.viewer),
+            None,
+            &[("accept", "text/event-stream"), ("last-event-id", "x")],
+        )
+        .await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+    assert_eq!(bad.body["field"], "last-event-id");
+}
+
+async fn streams_beyond_the_per_key_limit_get_429_and_heartbeats_flow(b: Backend) {
+    let s = start_with(b, |c| {
+        c.max_streams_per_key = 2;
+        c.heartbeat_ms = 100;
+    })
+    .await;
+    let release = s.release("idle", &[json!({"text": "x"})], &[]).await;
+    let session = s.session(&release, json!({})).await.body["session_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let path = format!("/v1/sessions/{session}/events");
+    let mut one = s.sse(&path, &s.viewer, None).await;
+    let two = s.sse("/v1/events", &s.viewer, None).await;
+    assert_eq!(one.status, StatusCode::OK);
+    assert_eq!(two.status, StatusCode::OK);
+    let three = s
+        .call(
+            "GET",
+            &path,
+            Some(&s.viewer),
+            None,
+            &[("accept", "text/event-stream")],
+        )
+        .await;
+    assert_eq!(three.status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(three.body["limit"], "max_streams_per_key");
+    // Another key has its own streams.
+    let other = s.sse(&path, &s.operator, None).await;
+    assert_eq!(other.status, StatusCode::OK);
+    // Heartbeats: an idle stream still sends a comment.
+    assert!(one.raw_until(": heartbeat").await, "no heartbeat");
+    // Closing one frees its slot.
+    drop(two);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let again = s.sse(&path, &s.viewer, None).await;
+        if again.status == StatusCode::OK {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the slot was never freed"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
