@@ -33,8 +33,19 @@ pub struct GlobalArgs {
     pub workspace: Option<PathBuf>,
     /// Store: sqlite://PATH or postgres://… (default: SQLite in the user data directory,
     /// $XDG_DATA_HOME/keel/keel.db).
-    #[arg(long, global = true, value_name = "URL")]
+    #[arg(long, global = true, value_name = "URL", value_parser = parse_store_arg)]
     pub store: Option<String>,
+    /// A Keel server (`keel serve`) to run `run`, `resume`, `sessions`, `approve`, `deny`,
+    /// `resolve` and `cancel` against instead of the local store, e.g. http://127.0.0.1:7878
+    /// (default: $KEEL_SERVER). The API key is read from $KEEL_API_KEY. With it, `run` needs
+    /// --workspace: a directory on the server, under its workspace_roots.
+    #[arg(long, global = true, value_name = "URL")]
+    pub server: Option<String>,
+    /// A PEM certificate (or bundle) to trust for an https:// --server instead of the system's
+    /// roots, e.g. the CA or self-signed certificate of `keel serve --tls-cert` (default:
+    /// $KEEL_SERVER_CA).
+    #[arg(long, global = true, value_name = "FILE")]
+    pub server_ca: Option<PathBuf>,
     /// Show error details (cause chain and backtrace).
     #[arg(short, long, global = true)]
     pub verbose: bool,
@@ -67,11 +78,22 @@ pub struct RunArgs {
     /// How `shell` is confined.
     #[arg(long, value_enum, value_name = "MODE")]
     pub sandbox: Option<SandboxArg>,
+    /// Give confined shell commands the host's IP network (package installs, test servers),
+    /// keeping every other sandbox layer; they then also reach every service on this machine's
+    /// loopback. `--sandbox-network=false` turns it off again on resume.
+    #[arg(
+        long,
+        value_name = "BOOL",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true"
+    )]
+    pub sandbox_network: Option<bool>,
     /// Output: text (interactive on a terminal) or jsonl (one event per line, then a result).
     #[arg(long, value_enum, value_name = "FORMAT")]
     pub output: Option<OutputArg>,
-    /// Most model samplings per turn.
-    #[arg(long, value_name = "N")]
+    /// Most model samplings per turn (1 or more).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_steps: Option<u32>,
     /// Most cost per turn, USD.
     #[arg(long, value_name = "USD", value_parser = parse_cost_arg)]
@@ -94,6 +116,13 @@ fn parse_model_arg(text: &str) -> Result<String, String> {
     let (bare, _) = crate::model_spec::split_base_url(text);
     crate::model_spec::ModelSpec::parse(bare)
         .map(|_| text.to_owned())
+        .map_err(|e| e.to_string())
+}
+
+/// `--store`: `sqlite://PATH`, `postgres://…`, `postgresql://…` or a plain path.
+fn parse_store_arg(text: &str) -> Result<String, String> {
+    crate::config::check_store_url(text)
+        .map(|()| text.to_owned())
         .map_err(|e| e.to_string())
 }
 
@@ -145,6 +174,7 @@ impl RunArgs {
             base_url: self.base_url.clone(),
             permission_mode: self.permission_mode.map(|m| m.snake().to_owned()),
             sandbox: self.sandbox.map(|m| m.snake().to_owned()),
+            sandbox_network: self.sandbox_network,
             output: self.output.map(|m| m.snake().to_owned()),
             max_steps: self.max_steps,
             max_cost_usd: self.max_cost_usd,
@@ -286,9 +316,35 @@ pub enum Command {
     /// Configuration.
     #[command(subcommand)]
     Config(ConfigCommand),
+    /// Trust a workspace: its keel.toml may then loosen your settings (modes, sandbox, budgets,
+    /// timeouts, tools) and its allow rules apply. Recorded as `trusted_workspaces` in your user
+    /// config (comments kept). Never taken from a workspace, trusted or not: providers,
+    /// base_url, store, env, sandbox_network.
+    Trust {
+        /// The workspace directory (default: --workspace, else the current directory).
+        #[arg(value_name = "PATH", conflicts_with_all = ["list", "remove"])]
+        path: Option<PathBuf>,
+        /// Print the trusted workspaces, one per line.
+        #[arg(long, conflicts_with = "remove")]
+        list: bool,
+        /// Stop trusting PATH.
+        #[arg(long, value_name = "PATH")]
+        remove: Option<PathBuf>,
+    },
     /// Model adapters: diagnose provider streams.
     #[command(subcommand)]
     Model(ModelCommand),
+    /// Serve the HTTP API (sessions, turns, events, approvals) on this store.
+    Serve(crate::serve::ServeArgs),
+    /// Run sessions from a shared store (no API): claims runnable sessions, runs them under
+    /// leases, drains on SIGTERM.
+    Worker(crate::serve::WorkerArgs),
+    /// Tenants of the HTTP API (on the store directly).
+    #[command(subcommand)]
+    Tenants(crate::serve::TenantsCommand),
+    /// API keys of the HTTP API (on the store directly; a new key is shown once).
+    #[command(subcommand)]
+    Keys(crate::serve::KeysCommand),
 }
 
 /// `keel resolve --as` values.
@@ -305,14 +361,17 @@ pub enum ResolveArg {
 /// `keel sessions ...`
 #[derive(Debug, Subcommand)]
 pub enum SessionsCommand {
-    /// List sessions, oldest first.
+    /// List sessions, newest first (says how many older ones it left out).
     List {
         /// Only sessions in this status (created, running, idle, requires_action, closed).
         #[arg(long)]
         status: Option<String>,
-        /// At most this many.
-        #[arg(long, default_value_t = 100)]
+        /// At most this many, the newest.
+        #[arg(long, default_value_t = 100, conflicts_with = "all")]
         limit: u32,
+        /// Every session.
+        #[arg(long)]
+        all: bool,
         /// One JSON object per line.
         #[arg(long)]
         json: bool,
@@ -396,15 +455,54 @@ impl From<WireArg> for keel_model::Wire {
 ///
 /// # Errors
 /// When the runtime cannot start.
-pub fn tokio_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+pub fn tokio_runtime() -> anyhow::Result<BoundedRuntime> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
+        .map(BoundedRuntime::new)
         .context("cannot start the async runtime")
 }
 
-/// The configuration for commands that only need the store (`--store`, `--workspace`).
+/// How long a command's runtime waits, once the command is done, for blocking tasks still
+/// running (a file read that will not end, a hash of a huge file whose call timed out) before
+/// the process exits anyway.
+pub const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// A tokio runtime whose shutdown is bounded: dropping it waits at most [`SHUTDOWN_GRACE`] for
+/// blocking tasks (`spawn_blocking`), which a plain runtime waits for forever. The work a
+/// command awaited has finished by then (its result is printed); what is left is abandoned,
+/// so keel exits after its result line — and a SIGTERM then is never ignored for long.
+#[derive(Debug)]
+pub struct BoundedRuntime(Option<tokio::runtime::Runtime>);
+
+impl BoundedRuntime {
+    /// Wraps `runtime`.
+    pub fn new(runtime: tokio::runtime::Runtime) -> Self {
+        Self(Some(runtime))
+    }
+}
+
+impl BoundedRuntime {
+    /// Runs `future` to completion on the runtime ([`tokio::runtime::Runtime::block_on`]).
+    pub fn block_on<F: std::future::Future>(&self, future: F) -> F::Output {
+        match &self.0 {
+            Some(runtime) => runtime.block_on(future),
+            None => unreachable!("the runtime is only taken out when dropped"),
+        }
+    }
+}
+
+impl Drop for BoundedRuntime {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_timeout(SHUTDOWN_GRACE);
+        }
+    }
+}
+
+/// The configuration for commands that only need the store (`--store`, `--workspace`): the
+/// user file and flags, never the workspace's `keel.toml` (see [`Config::load_user`]).
 ///
 /// # Errors
 /// As [`Config::load`].
@@ -413,7 +511,7 @@ pub fn store_config(global: &GlobalArgs) -> anyhow::Result<Config> {
         store: global.store.clone(),
         ..Overrides::default()
     };
-    Ok(Config::load(
+    Ok(Config::load_user(
         global.workspace.as_deref(),
         &Locations::from_env(),
         &overrides,
@@ -426,7 +524,49 @@ pub fn store_config(global: &GlobalArgs) -> anyhow::Result<Config> {
 /// Anything that stops the command; `main` prints it on one line.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let global = cli.global;
-    match cli.command {
+    if let Some(server) = crate::remote::server_of(&global) {
+        return crate::remote::dispatch(&server, &global, cli.command);
+    }
+    run_local(global, cli.command)
+}
+
+/// A session status named on the command line (`requires-action` or `requires_action`).
+pub(crate) fn parse_status(s: &str) -> anyhow::Result<SessionStatus> {
+    s.replace('-', "_").parse::<SessionStatus>().map_err(|_| {
+        anyhow::anyhow!(
+            "unknown status {s:?}: expected created, running, idle, requires_action or closed"
+        )
+    })
+}
+
+/// The decision `keel approve [--for-session]` names.
+pub(crate) fn approve_decision(for_session: bool) -> ApprovalDecision {
+    if for_session {
+        ApprovalDecision::AllowForSession
+    } else {
+        ApprovalDecision::AllowOnce
+    }
+}
+
+/// The decision `keel resolve --as` names.
+pub(crate) fn effect_decision(outcome: ResolveArg, reason: Option<String>) -> EffectDecision {
+    match outcome {
+        ResolveArg::Committed => EffectDecision::Committed {
+            outcome: reason.map_or(serde_json::Value::Null, serde_json::Value::String),
+        },
+        ResolveArg::Failed => EffectDecision::Failed {
+            error: reason.unwrap_or_else(|| "the user says it did not happen".into()),
+        },
+        ResolveArg::Retry => EffectDecision::Retry,
+    }
+}
+
+/// The commands on this machine's store (every command without `--server`).
+///
+/// # Errors
+/// Anything that stops the command; `main` prints it on one line.
+pub fn run_local(global: GlobalArgs, command: Command) -> anyhow::Result<ExitCode> {
+    match command {
         Command::Model(ModelCommand::Parse { wire, file }) => model_parse(wire.into(), &file),
         Command::Config(ConfigCommand::Show { json, args }) => {
             let config = Config::load(
@@ -434,6 +574,9 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 &Locations::from_env(),
                 &args.overrides(global.store.as_deref()),
             )?;
+            for notice in &config.notices {
+                eprintln!("{notice}");
+            }
             let table = config.to_masked_table();
             let mut out = std::io::stdout().lock();
             if json {
@@ -457,17 +600,11 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     SessionsCommand::List {
                         status,
                         limit,
+                        all,
                         json,
                     } => {
-                        let status = status
-                            .map(|s| {
-                                s.replace('-', "_").parse::<SessionStatus>().map_err(|_| {
-                                    anyhow::anyhow!(
-                                        "unknown status {s:?}: expected created, running, idle, requires_action or closed"
-                                    )
-                                })
-                            })
-                            .transpose()?;
+                        let limit = (!all).then_some(limit);
+                        let status = status.as_deref().map(parse_status).transpose()?;
                         crate::sessions::list(&store, status, limit, json).await?;
                     }
                     SessionsCommand::Show { session, json } => {
@@ -476,7 +613,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     }
                     SessionsCommand::Close { session } => {
                         let id = crate::sessions::parse_session(&session)?;
-                        crate::session_cmd::close(store, id).await?;
+                        crate::session_cmd::close(store, &config, id).await?;
                     }
                     SessionsCommand::Events {
                         session,
@@ -493,14 +630,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Approve {
             approval,
             for_session,
-        } => {
-            let decision = if for_session {
-                ApprovalDecision::AllowForSession
-            } else {
-                ApprovalDecision::AllowOnce
-            };
-            decide(&global, &approval, decision)
-        }
+        } => decide(&global, &approval, approve_decision(for_session)),
         Command::Deny { approval, reason } => {
             decide(&global, &approval, ApprovalDecision::Deny { reason })
         }
@@ -532,20 +662,85 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             operation_key,
             outcome,
             reason,
-        } => {
-            let decision = match outcome {
-                ResolveArg::Committed => EffectDecision::Committed {
-                    outcome: reason.map_or(serde_json::Value::Null, serde_json::Value::String),
-                },
-                ResolveArg::Failed => EffectDecision::Failed {
-                    error: reason.unwrap_or_else(|| "the user says it did not happen".into()),
-                },
-                ResolveArg::Retry => EffectDecision::Retry,
-            };
-            crate::session_cmd::resolve(&global, &operation_key, decision)
-        }
+        } => crate::session_cmd::resolve(&global, &operation_key, effect_decision(outcome, reason)),
         Command::Cancel { session } => crate::session_cmd::cancel(&global, &session),
+        Command::Trust { path, list, remove } => trust(&global, path, list, remove),
+        Command::Serve(args) => crate::serve::serve(&global, &args),
+        Command::Worker(args) => crate::serve::worker(&global, &args),
+        Command::Tenants(cmd) => crate::serve::tenants(&global, cmd),
+        Command::Keys(cmd) => crate::serve::keys(&global, cmd),
     }
+}
+
+/// `keel trust [PATH]`, `--list`, `--remove PATH`.
+fn trust(
+    global: &GlobalArgs,
+    path: Option<PathBuf>,
+    list: bool,
+    remove: Option<PathBuf>,
+) -> anyhow::Result<ExitCode> {
+    use crate::trust::{self, Trusted};
+    let file = trust::user_file(&Locations::from_env())?;
+    let mut out = std::io::stdout().lock();
+    if list {
+        for entry in trust::list(&file)? {
+            match entry {
+                trust::TrustEntry::Pinned(e) => {
+                    writeln!(out, "{}\tkeel.toml {}", e.path, e.keel_toml)?
+                }
+                trust::TrustEntry::Path(p) => {
+                    writeln!(
+                        out,
+                        "{p}\t(no keel.toml pinned: not trusted; keel trust {p} pins it)"
+                    )?;
+                }
+            }
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    if let Some(path) = remove {
+        let removed = trust::remove(&file, &path)?;
+        if removed.is_empty() {
+            anyhow::bail!(
+                "{} is not in trusted_workspaces of {} (see keel trust --list)",
+                path.display(),
+                file.display()
+            );
+        }
+        for entry in removed {
+            writeln!(
+                out,
+                "no longer trusted: {entry} (removed from {})",
+                file.display()
+            )?;
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let path = path
+        .or_else(|| global.workspace.clone())
+        .unwrap_or_else(|| PathBuf::from("."));
+    match trust::trust(&file, &path)? {
+        Trusted::Added(ws) => writeln!(
+            out,
+            "trusted {}: its keel.toml, as it is now, may loosen your settings and add allow rules (recorded in {} with the file's hash: if the file changes, the workspace is untrusted until you run keel trust again; undo with keel trust --remove {})",
+            ws.display(),
+            file.display(),
+            ws.display()
+        )?,
+        Trusted::Repinned(ws) => writeln!(
+            out,
+            "trusted {} with its keel.toml as it is now (the pin in {} now names this version)",
+            ws.display(),
+            file.display()
+        )?,
+        Trusted::Already(ws, entry) => writeln!(
+            out,
+            "{} is already trusted ({entry:?} in {})",
+            ws.display(),
+            file.display()
+        )?,
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn decide(
@@ -557,7 +752,7 @@ fn decide(
     let id = crate::decide::parse_approval(approval)?;
     tokio_runtime()?.block_on(async move {
         let store = crate::store::open(&config.store).await?;
-        let line = crate::decide::decide(&store, id, decision).await?;
+        let line = crate::decide::decide(&store, &config, id, decision).await?;
         println!("{line}");
         Ok(ExitCode::SUCCESS)
     })
@@ -577,11 +772,20 @@ fn model_parse(wire: keel_model::Wire, file: &Path) -> anyhow::Result<ExitCode> 
         .enable_time()
         .build()?;
     let events = runtime.block_on(keel_model::parse_recorded(wire, &body));
+    // Printed like everything else keel prints: key formats and the provider keys of this
+    // environment redacted.
+    let keys: Vec<String> = keel_runtime::redact::PROVIDER_KEY_ENV
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+    let redactor = keel_runtime::redact::Redactor::new(&[], &keys)?;
     let mut out = std::io::stdout().lock();
     let mut failed = false;
     for event in &events {
         failed |= matches!(event, keel_model::StreamEvent::Error { .. });
-        writeln!(out, "{}", serde_json::to_string(event)?)?;
+        let mut value = serde_json::to_value(event)?;
+        redactor.redact_value(&mut value);
+        writeln!(out, "{value}")?;
     }
     Ok(if failed {
         ExitCode::FAILURE

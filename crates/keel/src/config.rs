@@ -1,6 +1,18 @@
 //! Configuration: `keel.toml` in the user config directory, then in the workspace, then
 //! command-line flags, each layer overriding the one before (tables merge key by key, any other
-//! value — arrays included — is replaced whole).
+//! value — arrays included — is replaced whole; except that the workspace file's policy rules
+//! are added to the user's, never replacing them).
+//!
+//! The workspace's `keel.toml` comes with the repository and is not trusted: it may only
+//! tighten (stricter modes and sandbox, lower budgets and timeouts, fewer tools, more `deny` and
+//! `ask` rules), unless the user config lists the workspace in `trusted_workspaces` (`keel
+//! trust`, [`crate::trust`]). Some keys are never taken from a workspace file, trusted or not:
+//! `[providers]`, `base_url` (and a model spec carrying `@URL`), `store`, `[env]`,
+//! `sandbox_network` and `trusted_workspaces`. A looser or forbidden value stops the command
+//! before anything runs ([`ConfigError::Untrusted`], naming the file, the key and how to accept
+//! it); what needs trust and is merely not granted — `allow` rules, and the reserved `[hooks]`,
+//! `[mcp_servers]` and `[agents]` — is dropped with a notice ([`Config::notices`]).
+//! docs/SECURITY.md has the table, key by key.
 //!
 //! ```toml
 //! model = "openai:gpt-5"                   # primary: openai:M, openai-responses:M, anthropic:M, script:PATH
@@ -10,9 +22,11 @@
 //! context_window = 128000                 # tokens; default: the model's known window
 //! permission_mode = "default"              # default | accept_edits | read_only | bypass
 //! sandbox = "workspace_write"              # off | read_only | workspace_write
+//! sandbox_network = false                  # true: confined commands get the host's IP network (user config / --sandbox-network only)
 //! output = "text"                          # text | jsonl
 //! keep_reasoning = false                   # true: journal the model's reasoning (redacted)
 //! store = "sqlite:///home/me/.local/share/keel/keel.db"   # or postgres://…
+//! trusted_workspaces = [{ path = "/home/me/src/keel", keel_toml = "sha256:…" }]  # user config only (`keel trust`)
 //!
 //! [budget]                                 # per turn
 //! max_steps = 50
@@ -38,19 +52,23 @@
 //! [providers.openai]                       # openai, openai-responses, anthropic
 //! api_key_env = "MY_OPENAI_KEY"            # where to read the key (default OPENAI_API_KEY)
 //!
-//! [env]                                    # secret names: redacted from events (see below)
+//! [env]                                    # set in every tool process (user config only)
 //! RUST_LOG = "info"
 //! DATABASE_URL = { value = "postgres://u:pw@h/db", secret = true }
+//! GITHUB_TOKEN = {}                        # no value: pass keel's own GITHUB_TOKEN through
 //! ```
 //!
 //! [`mask_secrets`] hides every value whose key names a key, token, secret or password (except
 //! counts such as `max_tokens`), every `[env]` value marked `secret = true`, and passwords inside
 //! URLs; `keel config show` prints the result.
 //!
-//! `[env]` names environment variables; the names of secret ones (marked, or named like a secret)
-//! become the session's `secret_env`, so the runtime redacts their values from events and
-//! transcripts. Tools inherit keel's own environment: the values written here are not passed to
-//! them yet (that needs a hook in keel-tools/keel-runtime).
+//! `[env]` sets environment variables of every tool process (`shell` commands). Tools get keel's
+//! own environment minus every variable named like a secret (`KEY`, `SECRET`, `TOKEN`,
+//! `PASSWORD`) and every provider key; an `[env]` entry with a value sets it, an entry without
+//! one (`NAME = {}`, `NAME = { secret = true }`) passes keel's own value of `NAME` through the
+//! scrub. The names of secret entries (marked, or named like a secret) become the session's
+//! `secret_env` and their values are redacted from events and transcripts. `[env]` is read from
+//! the user config only (a workspace file may not set it).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -139,6 +157,18 @@ pub enum ConfigError {
     /// No user data directory is known (no `$HOME`, no `$XDG_DATA_HOME`).
     #[error("no data directory for the default store: set $XDG_DATA_HOME or pass --store")]
     NoDataDir,
+    /// No user config directory is known (no `$HOME`, no `$XDG_CONFIG_HOME`): `keel trust` has
+    /// nowhere to write.
+    #[error("no user config directory: set $XDG_CONFIG_HOME (or $HOME)")]
+    NoConfigDir,
+    /// The user config file cannot be written (`keel trust`).
+    #[error("cannot write {path}: {source}")]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
 }
 
 /// Output format of `run` and `resume`.
@@ -288,16 +318,18 @@ impl std::fmt::Debug for ProviderSettings {
     }
 }
 
-/// One `[env]` entry: a plain string, or `{ value = "…", secret = true }`.
+/// One `[env]` entry: a plain string, or `{ value = "…", secret = true }`; without a `value`
+/// (`{}`, `{ secret = true }`) keel's own value of the variable is passed to tools.
 #[derive(Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum EnvValue {
     /// A plain value.
     Plain(String),
-    /// A value with flags.
+    /// A value with flags, or none (pass keel's own).
     Detailed {
-        /// The value.
-        value: String,
+        /// The value; `None`: keel's own value of the variable is passed through.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        value: Option<String>,
         /// Masked by `config show` and redacted from events.
         #[serde(default)]
         secret: bool,
@@ -305,10 +337,11 @@ pub enum EnvValue {
 }
 
 impl EnvValue {
-    /// The value.
-    pub fn value(&self) -> &str {
+    /// The value written in the file; `None` for an entry that passes keel's own value.
+    pub fn value(&self) -> Option<&str> {
         match self {
-            EnvValue::Plain(v) | EnvValue::Detailed { value: v, .. } => v,
+            EnvValue::Plain(v) => Some(v),
+            EnvValue::Detailed { value, .. } => value.as_deref(),
         }
     }
 
@@ -353,6 +386,9 @@ pub struct FileConfig {
     /// `off`, `read_only`, `workspace_write`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox: Option<String>,
+    /// Confined commands share the host's network (never from a workspace file).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox_network: Option<bool>,
     /// `text` or `jsonl`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<String>,
@@ -363,6 +399,11 @@ pub struct FileConfig {
     /// and kept, sealed, only until its turn ends.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub keep_reasoning: Option<bool>,
+    /// Workspaces whose `keel.toml` may loosen settings and add `allow` rules: absolute paths
+    /// (or `~/…`), matched canonically and exactly, each with the hash of the `keel.toml`
+    /// version trusted ([`crate::trust`]). Read from the user config only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trusted_workspaces: Option<Vec<crate::trust::TrustEntry>>,
     /// Per-turn budget.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub budget: Option<BudgetConfig>,
@@ -394,6 +435,8 @@ pub struct Overrides {
     pub permission_mode: Option<String>,
     /// `--sandbox` (snake_case).
     pub sandbox: Option<String>,
+    /// `--sandbox-network`.
+    pub sandbox_network: Option<bool>,
     /// `--output`.
     pub output: Option<String>,
     /// `--max-steps`.
@@ -429,6 +472,10 @@ impl Overrides {
             self.permission_mode.clone().map(toml::Value::String),
         );
         put("sandbox", self.sandbox.clone().map(toml::Value::String));
+        put(
+            "sandbox_network",
+            self.sandbox_network.map(toml::Value::Boolean),
+        );
         put("output", self.output.clone().map(toml::Value::String));
         put("store", self.store.clone().map(toml::Value::String));
         put(
@@ -497,6 +544,8 @@ pub struct Config {
     pub permission_mode: PermissionMode,
     /// Sandbox for `shell`.
     pub sandbox: SandboxMode,
+    /// Confined `shell` commands share the host's network.
+    pub sandbox_network: bool,
     /// Output format.
     pub output: OutputFormat,
     /// Store location (`sqlite://…` or `postgres://…`).
@@ -515,27 +564,51 @@ pub struct Config {
     pub providers: BTreeMap<String, ProviderSettings>,
     /// Environment variables; secret ones are redacted from events.
     pub env: BTreeMap<String, EnvValue>,
+    /// Whether the user config trusts the workspace (`trusted_workspaces`), so that its
+    /// `keel.toml` was applied without the only-tighten rule.
+    pub trusted: bool,
+    /// What was dropped from the workspace's `keel.toml` (untrusted `allow` rules, reserved
+    /// sections) or added by it, one line each, for the command to print on standard error.
+    pub notices: Vec<String>,
 }
 
-/// Reads one layer; a missing file is an empty layer.
-fn read_layer(path: &Path) -> Result<Option<toml::Table>, ConfigError> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => {
-            return Err(ConfigError::Read {
-                path: path.to_owned(),
-                source,
-            });
-        }
-    };
-    let table: toml::Table = text
-        .parse()
+/// Reads one file as a TOML table; a missing file is `None`.
+fn read_table(path: &Path) -> Result<Option<toml::Table>, ConfigError> {
+    read_config_bytes(path)?
+        .map(|bytes| parse_table(path, &bytes))
+        .transpose()
+}
+
+/// The bytes of the config file at `path`, `None` when there is none. Only a regular file is
+/// read (a symlink is followed to one), at most [`keel_tools::files::MAX_CONFIG_BYTES`]: a
+/// repository's `keel.toml` that is a FIFO, a device or a huge file is refused, never waited on
+/// or read without end.
+///
+/// # Errors
+/// [`ConfigError::Read`] naming the file and what is wrong with it.
+pub(crate) fn read_config_bytes(path: &Path) -> Result<Option<Vec<u8>>, ConfigError> {
+    keel_tools::files::read_regular_file_if_present(path, keel_tools::files::MAX_CONFIG_BYTES)
+        .map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })
+}
+
+/// Parses the TOML text of the file at `path`.
+fn parse_table(path: &Path, bytes: &[u8]) -> Result<toml::Table, ConfigError> {
+    let text = std::str::from_utf8(bytes).map_err(|e| ConfigError::Parse {
+        path: path.to_owned(),
+        message: format!("not UTF-8 text: {e}"),
+    })?;
+    text.parse()
         .map_err(|e: toml::de::Error| ConfigError::Parse {
             path: path.to_owned(),
             message: e.to_string().trim().replace('\n', " "),
-        })?;
-    // Check the layer on its own so that an error names the file it is in.
+        })
+}
+
+/// Checks one layer on its own, so that an error names the file it is in; returns it typed.
+fn check_layer(path: &Path, table: &toml::Table) -> Result<FileConfig, ConfigError> {
     let layer = FileConfig::deserialize(toml::Value::Table(table.clone())).map_err(|e| {
         ConfigError::Invalid {
             sources: path.display().to_string(),
@@ -546,7 +619,33 @@ fn read_layer(path: &Path) -> Result<Option<toml::Table>, ConfigError> {
         path: path.to_owned(),
         message: e.to_string(),
     })?;
-    Ok(Some(table))
+    Ok(layer)
+}
+
+/// Sections reserved for what keel does not have yet, with what each would do. Keel refuses
+/// them where they would apply (the user config, a trusted workspace) rather than ignore a
+/// setting someone relies on, and drops them with a notice from an untrusted workspace, where
+/// they would never apply anyway.
+pub const RESERVED_KEYS: [(&str, &str); 3] = [
+    ("hooks", "run hooks"),
+    ("mcp_servers", "start MCP servers"),
+    ("agents", "define agents"),
+];
+
+/// Refuses a reserved section in a file whose settings apply (the user config, a trusted
+/// workspace's).
+fn refuse_reserved(path: &Path, table: &toml::Table, how: &str) -> Result<(), ConfigError> {
+    for (key, what) in RESERVED_KEYS {
+        if table.contains_key(key) {
+            return Err(ConfigError::InFile {
+                path: path.to_owned(),
+                message: format!(
+                    "`{key}` is reserved: keel does not {what} yet, and will not ignore a setting you may rely on; {how}"
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Checks the values of one layer (or of the merged result), so that a mistake is reported
@@ -570,6 +669,22 @@ pub fn validate_layer(layer: &FileConfig) -> Result<(), ConfigError> {
     if let Some(u) = &layer.base_url {
         check_base_url(u)?;
     }
+    let specs = layer.model.iter().map(|m| ("model", m)).chain(
+        layer
+            .fallback_models
+            .iter()
+            .flatten()
+            .map(|m| ("fallback_models", m)),
+    );
+    for (field, spec) in specs {
+        crate::model_spec::ModelSpec::parse(crate::model_spec::split_base_url(spec).0).map_err(
+            |_| ConfigError::Value {
+                field,
+                value: spec.clone(),
+                expected: "openai:MODEL, openai-responses:MODEL, anthropic:MODEL or script:PATH",
+            },
+        )?;
+    }
     if layer.context_window == Some(0) {
         return Err(ConfigError::Value {
             field: "context_window",
@@ -578,6 +693,13 @@ pub fn validate_layer(layer: &FileConfig) -> Result<(), ConfigError> {
         });
     }
     if let Some(b) = &layer.budget {
+        if b.max_steps == Some(0) {
+            return Err(ConfigError::Value {
+                field: "budget.max_steps",
+                value: "0".into(),
+                expected: "1 or more (a turn with no step cannot run)",
+            });
+        }
         if let Some(c) = b.max_cost_usd {
             check_cost(c)?;
         }
@@ -690,100 +812,443 @@ fn sandbox_rank(mode: SandboxMode) -> u8 {
     }
 }
 
-/// Refuses a workspace layer that loosens `permission_mode` or `sandbox` relative to `trusted`
-/// (the defaults and the user config), or turns `keep_reasoning` on (it keeps what the model
-/// thought, for good), unless the flags set the field themselves; and one that sets
-/// `[providers]`, `base_url`, `store` or `[env]` at all (where keys go, where keel writes and
-/// what is hidden from the user are the user's to say).
-fn check_workspace_layer(
-    path: &Path,
-    workspace: &toml::Table,
-    trusted: &toml::Table,
-    flags: &toml::Table,
-    user_file: Option<&Path>,
-) -> Result<(), ConfigError> {
-    let text = |t: &toml::Table, k: &str| t.get(k).and_then(toml::Value::as_str).map(str::to_owned);
-    let user_file = user_file.map_or_else(
-        || "~/.config/keel/keel.toml".to_owned(),
-        |p| p.display().to_string(),
-    );
-    let untrusted = |field: &str, value: String, baseline: String, flag: &str| {
+/// Keys a workspace's `keel.toml` may never set, trusted or not: what each could do, and where
+/// the setting belongs instead (`{user}` is replaced by the user config's path, `{ws}` by the
+/// workspace's).
+const NEVER_FROM_WORKSPACE: [(&str, &str, &str); 6] = [
+    (
+        "providers",
+        "could send your API keys (or any environment variable, as api_key_env) to a server of its choosing",
+        "put it in your user config {user}",
+    ),
+    (
+        "base_url",
+        "could send your API key to a server of its choosing",
+        "put it in your user config {user} or pass --base-url",
+    ),
+    (
+        "store",
+        "could make keel write into another database file",
+        "put it in your user config {user} or pass --store",
+    ),
+    (
+        "env",
+        "could hide text from the approvals you are asked (its secret values are shown as [REDACTED]) or un-mark your secrets (secret = false)",
+        "put it in your user config {user}",
+    ),
+    (
+        "sandbox_network",
+        "could give every shell command the host's network, loopback services included",
+        "put it in your user config {user} or pass --sandbox-network",
+    ),
+    (
+        "trusted_workspaces",
+        "could trust itself or other directories",
+        "to trust this workspace, run `keel trust {ws}` (it writes your user config {user})",
+    ),
+];
+
+/// The workspace's `keel.toml` while it is checked and admitted (see the module docs).
+struct WorkspaceFile<'a> {
+    /// The file.
+    path: &'a Path,
+    /// The workspace (canonical), named in `keel trust WS`.
+    workspace: &'a Path,
+    /// The user config, as named in messages.
+    user_file: String,
+    /// Whether the user config trusts the workspace.
+    trusted: bool,
+    /// Why a listed workspace is not trusted now (its keel.toml changed since, or no version
+    /// is pinned), added to refusals.
+    why_untrusted: Option<&'static str>,
+}
+
+impl WorkspaceFile<'_> {
+    /// Refuses what a workspace file may never set, trusted or not ([`NEVER_FROM_WORKSPACE`]),
+    /// and a model spec carrying its own server (`openai:M@http://…`, the form earlier builds
+    /// pinned into releases): it is a `base_url` by another name.
+    fn refuse_never(&self, layer: &toml::Table) -> Result<(), ConfigError> {
+        for (key, why, how) in NEVER_FROM_WORKSPACE {
+            if layer.contains_key(key) {
+                let how = how
+                    .replace("{user}", &self.user_file)
+                    .replace("{ws}", &self.workspace.display().to_string());
+                return Err(ConfigError::Untrusted(format!(
+                    "{} sets `{key}`, which a workspace's keel.toml may not (trusted or not): it {why}; {how}",
+                    self.path.display()
+                )));
+            }
+        }
+        let model = layer
+            .get("model")
+            .and_then(toml::Value::as_str)
+            .map(|s| ("model", s));
+        let fallbacks = layer
+            .get("fallback_models")
+            .and_then(toml::Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(toml::Value::as_str)
+            .map(|s| ("fallback_models", s));
+        for (key, spec) in model.into_iter().chain(fallbacks) {
+            if let (bare, Some(_)) = crate::model_spec::split_base_url(spec) {
+                return Err(ConfigError::Untrusted(format!(
+                    "{} sets `{key}` to {spec:?}, a model with its own server address, which a workspace's keel.toml may not (trusted or not): it could send your API key to a server of its choosing; write {bare:?} and set the server as base_url in your user config {} or pass --base-url",
+                    self.path.display(),
+                    self.user_file
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes out the reserved sections ([`RESERVED_KEYS`]) of an untrusted workspace's file,
+    /// with a notice each; refuses them in a trusted one's (they would apply, and keel cannot
+    /// honour them).
+    fn take_reserved(
+        &self,
+        layer: &mut toml::Table,
+        notices: &mut Vec<String>,
+    ) -> Result<(), ConfigError> {
+        let ws = self.workspace.display();
+        if self.trusted {
+            return refuse_reserved(
+                self.path,
+                layer,
+                &format!("remove it, or stop trusting the workspace (keel trust --remove {ws})"),
+            );
+        }
+        for (key, what) in RESERVED_KEYS {
+            if layer.remove(key).is_some() {
+                notices.push(format!(
+                    "keel: note: {} sets `{key}`; ignored: keel does not {what} yet, and a workspace's will apply only if you trust it (keel trust {ws})",
+                    self.path.display()
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes out the `allow` rules of an untrusted workspace's file (checked already), with a
+    /// notice naming them; announces those of a trusted one, which apply.
+    fn take_allow(&self, layer: &mut toml::Table, notices: &mut Vec<String>) {
+        let ws = self.workspace.display();
+        let file = self.path.display();
+        if self.trusted {
+            let allow = layer
+                .get("policy")
+                .and_then(|p| p.get("allow"))
+                .and_then(toml::Value::as_array)
+                .map_or(0, Vec::len);
+            if allow > 0 {
+                notices.push(format!(
+                    "keel: note: {file} (a workspace you trust) adds {allow} `allow` polic{} (calls that run without asking)",
+                    if allow == 1 { "y rule" } else { "y rules" }
+                ));
+            }
+            return;
+        }
+        if let Some(toml::Value::Table(policy)) = layer.get_mut("policy")
+            && let Some(allow) = policy.remove("allow")
+        {
+            // Debug-quoted: the rules are the repository's text, shown on your terminal.
+            let rules: Vec<String> = allow
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|r| format!("{:?}", r.as_str().unwrap_or_default()))
+                .collect();
+            if !rules.is_empty() {
+                notices.push(format!(
+                    "keel: note: {file} has `allow` rules, not applied because you do not trust this workspace (the calls they name are decided as usual): {}; to apply them, run `keel trust {ws}` or copy them into your user config {}",
+                    rules.join(", "),
+                    self.user_file
+                ));
+            }
+        }
+    }
+
+    /// The error for a value looser than `baseline`: names the file, the key and the three
+    /// ways to accept it (the flag where there is one, the user config, `keel trust`).
+    fn looser(
+        &self,
+        key: &str,
+        value: &str,
+        baseline: &str,
+        verb: &str,
+        flag: Option<String>,
+    ) -> ConfigError {
+        let flag = flag.map(|f| format!("pass {f}, ")).unwrap_or_default();
+        let why = self
+            .why_untrusted
+            .map(|w| {
+                format!(
+                    " — the workspace is listed in trusted_workspaces, but {w}; review it, then"
+                )
+            })
+            .unwrap_or_default();
         ConfigError::Untrusted(format!(
-            "{} sets {field} = \"{value}\", looser than \"{baseline}\" from your configuration; a workspace's keel.toml may only tighten it (to accept, pass --{flag} {} or put it in your user config {user_file})",
-            path.display(),
-            value.replace('_', "-"),
+            "{} sets {key} = {value}, looser than {baseline}; a workspace's keel.toml may only {verb} it unless you trust the workspace{why} (to accept: {flag}put it in your user config {}, or run `keel trust {}`)",
+            self.path.display(),
+            self.user_file,
+            self.workspace.display()
         ))
-    };
-    if let (Some(ws), None) = (
-        text(workspace, "permission_mode"),
-        text(flags, "permission_mode"),
-    ) {
-        let mode = parse_permission_mode(&ws)?;
-        let base = match text(trusted, "permission_mode") {
-            Some(b) => parse_permission_mode(&b)?,
-            None => PermissionMode::Default,
+    }
+
+    /// Refuses a limit above the user's (`None`: no limit there, so any value is lower).
+    fn refuse_higher<T: PartialOrd + std::fmt::Display>(
+        &self,
+        key: &str,
+        ws: Option<T>,
+        user: Option<T>,
+        flag: Option<(&str, bool)>,
+    ) -> Result<(), ConfigError> {
+        if flag.is_some_and(|(_, given)| given) {
+            return Ok(());
+        }
+        match (ws, user) {
+            (Some(w), Some(u)) if w > u => Err(self.looser(
+                key,
+                &w.to_string(),
+                &format!("{u} from your user config"),
+                "lower",
+                flag.map(|(f, _)| format!("{f} {w}")),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// As [`Self::refuse_higher`] for durations, against the user's value or else `default_ms`.
+    fn refuse_longer(
+        &self,
+        key: &'static str,
+        ws: Option<&String>,
+        user: Option<&String>,
+        default_ms: Option<u64>,
+        flag: Option<(&str, bool)>,
+    ) -> Result<(), ConfigError> {
+        if flag.is_some_and(|(_, given)| given) {
+            return Ok(());
+        }
+        let Some(w) = ws else { return Ok(()) };
+        let w_ms = parse_duration_field(key, w)?;
+        let (base_ms, shown) = match (user, default_ms) {
+            (Some(u), _) => (
+                parse_duration_field(key, u)?,
+                format!("\"{u}\" from your user config"),
+            ),
+            (None, Some(d)) => (d, format!("\"{}\" (the default)", format_duration_ms(d))),
+            (None, None) => return Ok(()),
         };
-        if permission_rank(mode) < permission_rank(base) {
-            return Err(untrusted(
-                "permission_mode",
-                snake(&mode),
-                snake(&base),
-                "permission-mode",
+        if w_ms > base_ms {
+            return Err(self.looser(
+                key,
+                &format!("\"{w}\""),
+                &shown,
+                "lower",
+                flag.map(|(f, _)| format!("{f} {w}")),
             ));
         }
+        Ok(())
     }
-    if let (Some(ws), None) = (text(workspace, "sandbox"), text(flags, "sandbox")) {
-        let mode = parse_sandbox(&ws)?;
-        let base = match text(trusted, "sandbox") {
-            Some(b) => parse_sandbox(&b)?,
-            None => SandboxMode::WorkspaceWrite,
+
+    /// Refuses, in an untrusted workspace's file, every value looser than the user's (or the
+    /// default): permission mode, sandbox, `keep_reasoning`, each `[budget]` and `[timeouts]`
+    /// key, tools the user did not enable. A value the flags set is not checked: the flag wins.
+    fn refuse_loosening(
+        &self,
+        ws: &FileConfig,
+        user: &FileConfig,
+        flags: &Overrides,
+    ) -> Result<(), ConfigError> {
+        let from = |given: bool| {
+            if given {
+                "from your user config"
+            } else {
+                "(the default)"
+            }
         };
-        if sandbox_rank(mode) < sandbox_rank(base) {
-            return Err(untrusted(
-                "sandbox",
-                mode.as_str().to_owned(),
-                base.as_str().to_owned(),
-                "sandbox",
+        if let (Some(w), None) = (&ws.permission_mode, &flags.permission_mode) {
+            let mode = parse_permission_mode(w)?;
+            let base = match &user.permission_mode {
+                Some(b) => parse_permission_mode(b)?,
+                None => PermissionMode::Default,
+            };
+            if permission_rank(mode) < permission_rank(base) {
+                return Err(self.looser(
+                    "permission_mode",
+                    &format!("\"{}\"", snake(&mode)),
+                    &format!(
+                        "\"{}\" {}",
+                        snake(&base),
+                        from(user.permission_mode.is_some())
+                    ),
+                    "tighten",
+                    Some(format!(
+                        "--permission-mode {}",
+                        snake(&mode).replace('_', "-")
+                    )),
+                ));
+            }
+        }
+        if let (Some(w), None) = (&ws.sandbox, &flags.sandbox) {
+            let mode = parse_sandbox(w)?;
+            let base = match &user.sandbox {
+                Some(b) => parse_sandbox(b)?,
+                None => SandboxMode::WorkspaceWrite,
+            };
+            if sandbox_rank(mode) < sandbox_rank(base) {
+                return Err(self.looser(
+                    "sandbox",
+                    &format!("\"{}\"", mode.as_str()),
+                    &format!("\"{}\" {}", base.as_str(), from(user.sandbox.is_some())),
+                    "tighten",
+                    Some(format!("--sandbox {}", mode.as_str().replace('_', "-"))),
+                ));
+            }
+        }
+        if ws.keep_reasoning == Some(true)
+            && user.keep_reasoning != Some(true)
+            && flags.keep_reasoning.is_none()
+        {
+            return Err(self.looser(
+                "keep_reasoning",
+                "true (it journals the model's reasoning)",
+                &format!("false {}", from(user.keep_reasoning.is_some())),
+                "turn off",
+                Some("--keep-reasoning".into()),
             ));
         }
-    }
-    // Where keys go and what is hidden from you are yours to say, never a repository's: a
-    // workspace `[providers]` or `base_url` could send your API key (or any variable, as
-    // `api_key_env`) to its own server, `store` could take over another database, and `[env]`
-    // values marked secret would be shown as [REDACTED] in the approvals you are asked.
-    for (key, why) in [
-        (
-            "providers",
-            "could send your API keys (or any environment variable, as api_key_env) to a server of its choosing",
-        ),
-        (
-            "base_url",
-            "could send your API key to a server of its choosing",
-        ),
-        ("store", "could make keel write into another database file"),
-        (
-            "env",
-            "could hide text from the approvals you are asked (its secret values are shown as [REDACTED])",
-        ),
-    ] {
-        if workspace.contains_key(key) {
-            return Err(ConfigError::Untrusted(format!(
-                "{} sets `{key}`, which a workspace's keel.toml may not: it {why}; put it in your user config {user_file} or pass it as a flag",
-                path.display()
-            )));
+        let (wb, ub) = (
+            ws.budget.clone().unwrap_or_default(),
+            user.budget.clone().unwrap_or_default(),
+        );
+        self.refuse_higher(
+            "budget.max_steps",
+            wb.max_steps,
+            ub.max_steps,
+            Some(("--max-steps", flags.max_steps.is_some())),
+        )?;
+        self.refuse_higher(
+            "budget.max_cost_usd",
+            wb.max_cost_usd,
+            ub.max_cost_usd,
+            Some(("--max-cost-usd", flags.max_cost_usd.is_some())),
+        )?;
+        self.refuse_higher("budget.max_tokens", wb.max_tokens, ub.max_tokens, None)?;
+        self.refuse_higher(
+            "budget.max_tool_calls",
+            wb.max_tool_calls,
+            ub.max_tool_calls,
+            None,
+        )?;
+        self.refuse_longer(
+            "budget.timeout",
+            wb.timeout.as_ref(),
+            ub.timeout.as_ref(),
+            None,
+            Some(("--timeout", flags.timeout.is_some())),
+        )?;
+        let (wt, ut) = (
+            ws.timeouts.clone().unwrap_or_default(),
+            user.timeouts.clone().unwrap_or_default(),
+        );
+        self.refuse_longer(
+            "timeouts.tool",
+            wt.tool.as_ref(),
+            ut.tool.as_ref(),
+            Some(keel_runtime::config::DEFAULT_TOOL_TIMEOUT_MS),
+            Some(("--tool-timeout", flags.tool_timeout.is_some())),
+        )?;
+        self.refuse_longer(
+            "timeouts.first_token",
+            wt.first_token.as_ref(),
+            ut.first_token.as_ref(),
+            None,
+            None,
+        )?;
+        self.refuse_longer(
+            "timeouts.model_total",
+            wt.model_total.as_ref(),
+            ut.model_total.as_ref(),
+            None,
+            None,
+        )?;
+        self.refuse_longer(
+            "timeouts.stream_idle",
+            wt.stream_idle.as_ref(),
+            ut.stream_idle.as_ref(),
+            Some(keel_runtime::config::DEFAULT_STREAM_IDLE_TIMEOUT_MS),
+            None,
+        )?;
+        let user_tools = user
+            .tools
+            .as_ref()
+            .map(|t| t.enabled.clone())
+            .unwrap_or_default();
+        if let Some(t) = &ws.tools
+            && !user_tools.is_empty()
+        {
+            let extra: Vec<&String> = t
+                .enabled
+                .iter()
+                .filter(|name| !user_tools.contains(name))
+                .collect();
+            if !extra.is_empty() {
+                return Err(self.looser(
+                    "tools.enabled",
+                    &format!("{:?}", t.enabled),
+                    &format!(
+                        "{user_tools:?} from your user config (it adds {})",
+                        extra
+                            .iter()
+                            .map(|s| s.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                    "narrow",
+                    None,
+                ));
+            }
         }
+        Ok(())
     }
-    let flag = |t: &toml::Table| t.get("keep_reasoning").and_then(toml::Value::as_bool);
-    if flag(workspace) == Some(true)
-        && flag(trusted) != Some(true)
-        && flags.get("keep_reasoning").is_none()
+}
+
+/// Merges the workspace's layer into `base`: as [`merge`], except that its policy rules are
+/// added to the ones already there (never replacing them: `deny = []` erases nothing), and an
+/// empty `[tools] enabled` (which would mean "every tool") changes nothing.
+pub fn merge_workspace(base: &mut toml::Table, mut layer: toml::Table) {
+    if let Some(toml::Value::Table(tools)) = layer.get_mut("tools")
+        && tools
+            .get("enabled")
+            .and_then(toml::Value::as_array)
+            .is_some_and(Vec::is_empty)
     {
-        return Err(ConfigError::Untrusted(format!(
-            "{} sets keep_reasoning = true, which journals the model's reasoning; a workspace's keel.toml may not turn it on (to accept, pass --keep-reasoning or put it in your user config {user_file})",
-            path.display()
-        )));
+        tools.remove("enabled");
     }
-    Ok(())
+    if let Some(toml::Value::Table(policy)) = layer.remove("policy")
+        && let toml::Value::Table(base_policy) = base
+            .entry("policy")
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()))
+    {
+        for (kind, rules) in policy {
+            let toml::Value::Array(rules) = rules else {
+                continue;
+            };
+            if let toml::Value::Array(existing) = base_policy
+                .entry(kind)
+                .or_insert_with(|| toml::Value::Array(Vec::new()))
+            {
+                for rule in rules {
+                    if !existing.contains(&rule) {
+                        existing.push(rule);
+                    }
+                }
+            }
+        }
+    }
+    merge(base, layer);
 }
 
 /// Merges `over` into `base`: tables key by key, everything else replaced.
@@ -913,52 +1378,141 @@ pub fn resolve_workspace(workspace: Option<&Path>) -> Result<PathBuf, ConfigErro
 }
 
 impl Config {
-    /// Builds the effective configuration: defaults, the user file, the workspace's `keel.toml`,
-    /// then `overrides`.
+    /// Builds the effective configuration: defaults, the user file, the workspace's `keel.toml`
+    /// (admitted as the module docs say: only tightening unless the user config trusts the
+    /// workspace), then `overrides`.
     ///
     /// # Errors
-    /// [`ConfigError`] naming the file or field at fault.
+    /// [`ConfigError`] naming the file or field at fault; [`ConfigError::Untrusted`] for a
+    /// workspace file that loosens a setting or sets a key it may not.
     pub fn load(
         workspace: Option<&Path>,
         locations: &Locations,
         overrides: &Overrides,
     ) -> Result<Self, ConfigError> {
+        Self::load_layers(workspace, locations, overrides, true)
+    }
+
+    /// As [`Config::load`] without the workspace's `keel.toml`: defaults, the user file, then
+    /// `overrides`. For commands that only need the store (`sessions`, `approve`, `deny`,
+    /// `resolve`, `cancel`) and for finding a session before resuming it: the store never
+    /// comes from a workspace file, so a repository whose file keel refuses cannot stop them.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the user file or flag at fault.
+    pub fn load_user(
+        workspace: Option<&Path>,
+        locations: &Locations,
+        overrides: &Overrides,
+    ) -> Result<Self, ConfigError> {
+        Self::load_layers(workspace, locations, overrides, false)
+    }
+
+    fn load_layers(
+        workspace: Option<&Path>,
+        locations: &Locations,
+        overrides: &Overrides,
+        read_workspace_file: bool,
+    ) -> Result<Self, ConfigError> {
         let workspace = resolve_workspace(workspace)?;
         let mut merged = toml::Table::new();
         let mut sources = Vec::new();
+        let mut notices = Vec::new();
         let workspace_file = workspace.join(CONFIG_FILE);
+        let mut user = FileConfig::default();
         if let Some(user_file) = &locations.user_file
-            && let Some(layer) = read_layer(user_file)?
+            && let Some(layer) = read_table(user_file)?
         {
+            refuse_reserved(user_file, &layer, "remove it")?;
+            user = check_layer(user_file, &layer)?;
             merge(&mut merged, layer);
             sources.push(user_file.display().to_string());
         }
-        let flags = overrides.to_table();
         // The user file may name the workspace's own keel.toml (a workspace in the config dir):
         // read it once, as the user's.
         let same_file = locations.user_file.as_ref() == Some(&workspace_file);
-        if !same_file && let Some(layer) = read_layer(&workspace_file)? {
-            check_workspace_layer(
-                &workspace_file,
-                &layer,
-                &merged,
-                &flags,
-                locations.user_file.as_deref(),
-            )?;
-            let allow = layer
-                .get("policy")
-                .and_then(|p| p.get("allow"))
-                .and_then(toml::Value::as_array)
-                .map_or(0, Vec::len);
-            if allow > 0 {
-                eprintln!(
-                    "keel: note: {} adds {allow} `allow` polic{} (calls that run without asking)",
-                    workspace_file.display(),
-                    if allow == 1 { "y rule" } else { "y rules" }
-                );
+        // Read once: the bytes trusted (their hash) are the bytes applied.
+        let workspace_bytes = if read_workspace_file && !same_file {
+            read_config_bytes(&workspace_file)?
+        } else {
+            None
+        };
+        let trust = match &locations.user_file {
+            Some(user_file) if read_workspace_file => crate::trust::is_trusted(
+                &workspace,
+                &crate::trust::pin_of(workspace_bytes.as_deref()),
+                user.trusted_workspaces.as_deref().unwrap_or_default(),
+                user_file,
+            )?,
+            _ => crate::trust::Trust::Untrusted,
+        };
+        let trusted = trust == crate::trust::Trust::Trusted;
+        let retrust = || {
+            format!(
+                "review it, then `keel trust {}` to trust this version",
+                workspace.display()
+            )
+        };
+        match trust {
+            crate::trust::Trust::Changed => notices.push(format!(
+                "keel: {} changed since you trusted {} (or appeared, or went away): it is untrusted and may only tighten your settings; {}",
+                workspace_file.display(),
+                workspace.display(),
+                retrust()
+            )),
+            crate::trust::Trust::Unpinned => notices.push(format!(
+                "keel: trusted_workspaces lists {} without the keel.toml version you trust (keel_toml): it is untrusted and may only tighten your settings; {}",
+                workspace.display(),
+                retrust()
+            )),
+            crate::trust::Trust::Trusted | crate::trust::Trust::Untrusted => {}
+        }
+        if let Some(bytes) = &workspace_bytes {
+            let mut layer = parse_table(&workspace_file, bytes)?;
+            let file = WorkspaceFile {
+                path: &workspace_file,
+                workspace: &workspace,
+                user_file: locations.user_file.as_ref().map_or_else(
+                    || "~/.config/keel/keel.toml".to_owned(),
+                    |p| p.display().to_string(),
+                ),
+                trusted,
+                why_untrusted: match trust {
+                    crate::trust::Trust::Changed => Some(
+                        "its keel.toml changed since you trusted it (or appeared, or went away)",
+                    ),
+                    crate::trust::Trust::Unpinned => {
+                        Some("without the keel.toml version you trust (keel_toml)")
+                    }
+                    crate::trust::Trust::Trusted | crate::trust::Trust::Untrusted => None,
+                },
+            };
+            file.refuse_never(&layer)?;
+            file.take_reserved(&mut layer, &mut notices)?;
+            let checked = check_layer(&workspace_file, &layer)?;
+            if !trusted {
+                file.refuse_loosening(&checked, &user, overrides)?;
             }
-            merge(&mut merged, layer);
-            sources.push(workspace_file.display().to_string());
+            file.take_allow(&mut layer, &mut notices);
+            merge_workspace(&mut merged, layer);
+            sources.push(format!(
+                "{}{}",
+                workspace_file.display(),
+                if trusted { " (trusted)" } else { "" }
+            ));
+        }
+        let flags = overrides.to_table();
+        if let Some(model) = &overrides.model
+            && let Some(fallbacks) = merged
+                .get("fallback_models")
+                .and_then(toml::Value::as_array)
+                .filter(|f| !f.is_empty())
+        {
+            let names: Vec<&str> = fallbacks.iter().filter_map(toml::Value::as_str).collect();
+            notices.push(format!(
+                "keel: --model {model} replaces the configured model route: fallback_models ({}) are not used",
+                names.join(", ")
+            ));
         }
         if overrides.base_url.is_some()
             && let Some(model) = &overrides.model
@@ -981,7 +1535,10 @@ impl Config {
                     message: e.to_string().trim().replace('\n', " "),
                 }
             })?;
-        Self::from_file_config(workspace, sources, file, locations)
+        let mut config = Self::from_file_config(workspace, sources, file, locations)?;
+        config.trusted = trusted;
+        config.notices = notices;
+        Ok(config)
     }
 
     fn from_file_config(
@@ -1037,6 +1594,7 @@ impl Config {
             context_window: file.context_window,
             permission_mode,
             sandbox,
+            sandbox_network: file.sandbox_network.unwrap_or(false),
             output,
             store,
             keep_reasoning: file.keep_reasoning.unwrap_or(false),
@@ -1051,6 +1609,8 @@ impl Config {
             providers: file.providers.clone(),
             env: file.env.clone(),
             merged: file,
+            trusted: false,
+            notices: Vec::new(),
         })
     }
 
@@ -1061,6 +1621,7 @@ impl Config {
         shown.model = self.model_route.first().cloned();
         shown.permission_mode = Some(snake(&self.permission_mode));
         shown.sandbox = Some(self.sandbox.as_str().to_owned());
+        shown.sandbox_network = Some(self.sandbox_network);
         shown.output = Some(snake(&self.output));
         shown.store = Some(self.store.clone());
         // Timeouts with their defaults; the model limits only when set (none by default).
@@ -1079,6 +1640,10 @@ impl Config {
         table.insert(
             "workspace".into(),
             toml::Value::String(self.workspace.display().to_string()),
+        );
+        table.insert(
+            "workspace_trusted".into(),
+            toml::Value::Boolean(self.trusted),
         );
         // Keys the providers read from the environment, shown as set or not, never their values.
         for (provider, var) in [
@@ -1284,6 +1849,25 @@ mod tests {
             mask_url_password("sqlite:///tmp/a.db"),
             "sqlite:///tmp/a.db"
         );
+    }
+
+    #[test]
+    fn a_workspace_layer_adds_rules_and_an_empty_tool_list_changes_nothing() {
+        let mut base: toml::Table =
+            "[policy]\ndeny = ['a', 'b']\nask = ['q']\n[tools]\nenabled = ['read_file']"
+                .parse()
+                .unwrap();
+        let over: toml::Table =
+            "[policy]\ndeny = []\nask = ['q', 'r']\nallow = ['z']\n[tools]\nenabled = []"
+                .parse()
+                .unwrap();
+        merge_workspace(&mut base, over);
+        let c = FileConfig::deserialize(toml::Value::Table(base)).unwrap();
+        let p = c.policy.unwrap();
+        assert_eq!(p.deny, ["a", "b"]);
+        assert_eq!(p.ask, ["q", "r"]);
+        assert_eq!(p.allow, ["z"]);
+        assert_eq!(c.tools.unwrap().enabled, ["read_file"]);
     }
 
     #[test]

@@ -6,6 +6,13 @@ use keel_core::TerminalReason;
 /// Exit status for command-line usage errors (clap's convention).
 pub const USAGE: u8 = 2;
 
+/// A command line keel cannot act on, found after parsing: an empty prompt, `--base-url` for a
+/// route without an OpenAI-compatible model. Like clap's errors it exits with [`USAGE`] and is
+/// reported on standard error before any stream starts (no `result` line, nothing created).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+
 /// The exit status of a run that ended with `reason`.
 ///
 /// | reason | code |
@@ -35,7 +42,8 @@ pub const HELP: &str = "\
 Exit codes of run and resume (one per terminal reason):
   0  completed          the model ended the turn
   1  failed             an error the runtime could not recover from (or keel could not start)
-  2  usage error        the command line was not understood (reported before any output: no JSONL result line)
+  2  usage error        the command line was not understood or does not apply (no prompt, --base-url
+                        without an OpenAI model, …): reported before any output, no JSONL result line
   3  requires_action    waiting on a human: `keel approve|deny APPROVAL` or `keel resolve KEY`, then `keel resume SESSION`
   4  aborted            cancelled (Ctrl-C or `keel cancel SESSION`); `keel resume SESSION` continues
   5  budget_exhausted   a limit ran out (steps, tokens, cost, tool_calls, wall_time)

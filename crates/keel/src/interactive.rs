@@ -10,7 +10,6 @@ use keel_core::{ApprovalDecision, ApprovalId, ApprovalStatus, EffectDecision, Op
 use keel_runtime::PendingAction;
 use tokio::sync::mpsc;
 
-use crate::output::one_line;
 use crate::run::Prepared;
 
 /// Lines typed on standard input.
@@ -41,6 +40,14 @@ impl Lines {
             Answer::Line(l) => Some(l),
             Answer::Quit | Answer::Elsewhere => None,
         }
+    }
+
+    /// Asks for the next prompt at `› `: the line typed, or `None` when the user leaves — an
+    /// empty line, `exit`, `quit` or `/exit`, end of input or Ctrl-C (the README's promise).
+    pub async fn ask_prompt(&mut self) -> Option<String> {
+        self.ask("› ")
+            .await
+            .filter(|l| !l.trim().is_empty() && !matches!(l.trim(), "exit" | "quit" | "/exit"))
     }
 
     /// As [`Lines::ask`], but gives up when `elsewhere` resolves (the question was answered
@@ -79,33 +86,104 @@ pub enum Answer {
     Elsewhere,
 }
 
-const POLL: std::time::Duration = std::time::Duration::from_millis(250);
+/// How often a question polls whether it was decided elsewhere.
+pub const POLL: std::time::Duration = std::time::Duration::from_millis(250);
 
-/// Resolves once approval `id` is no longer pending (decided by `keel approve|deny`).
-async fn approval_decided(p: &Prepared, id: ApprovalId) {
-    loop {
-        tokio::time::sleep(POLL).await;
-        match p.runtime.store().get_approval(p.tenant, id).await {
-            Ok(a) if a.status != ApprovalStatus::Pending => return,
-            _ => {}
+/// Where a run's pending actions are decided: the local runtime, or a server
+/// ([`crate::remote`]). The questions and answers are the same either way.
+pub trait Decider {
+    /// Returns once approval `id` is no longer pending (decided from another terminal).
+    fn approval_decided(&self, id: ApprovalId) -> impl std::future::Future<Output = ()>;
+    /// Returns once effect `key` has a decision.
+    fn effect_decided(&self, key: &OperationKey) -> impl std::future::Future<Output = ()>;
+    /// Decides an approval, bound to `args_hash`.
+    fn decide_approval(
+        &self,
+        id: ApprovalId,
+        decision: ApprovalDecision,
+        args_hash: &str,
+    ) -> impl std::future::Future<Output = anyhow::Result<()>>;
+    /// Says what an `outcome_unknown` effect did.
+    fn resolve_effect(
+        &self,
+        key: &OperationKey,
+        decision: EffectDecision,
+    ) -> impl std::future::Future<Output = anyhow::Result<()>>;
+    /// The session's workspace, for what an allow-for-session grants.
+    fn workspace(&self) -> impl std::future::Future<Output = Option<std::path::PathBuf>>;
+}
+
+impl Decider for Prepared {
+    async fn approval_decided(&self, id: ApprovalId) {
+        loop {
+            tokio::time::sleep(POLL).await;
+            match self.runtime.store().get_approval(self.tenant, id).await {
+                Ok(a) if a.status != ApprovalStatus::Pending => return,
+                _ => {}
+            }
         }
+    }
+
+    async fn effect_decided(&self, key: &OperationKey) {
+        loop {
+            tokio::time::sleep(POLL).await;
+            if let Ok(view) = self.runtime.view(self.tenant, self.session).await
+                && view
+                    .state
+                    .effects
+                    .get(key)
+                    .is_some_and(|e| e.decision.is_some())
+            {
+                return;
+            }
+        }
+    }
+
+    async fn decide_approval(
+        &self,
+        id: ApprovalId,
+        decision: ApprovalDecision,
+        args_hash: &str,
+    ) -> anyhow::Result<()> {
+        self.runtime
+            .decide_approval(self.tenant, id, decision, args_hash)
+            .await?;
+        Ok(())
+    }
+
+    async fn resolve_effect(
+        &self,
+        key: &OperationKey,
+        decision: EffectDecision,
+    ) -> anyhow::Result<()> {
+        self.runtime
+            .resolve_effect(self.tenant, self.session, key, decision)
+            .await?;
+        Ok(())
+    }
+
+    async fn workspace(&self) -> Option<std::path::PathBuf> {
+        self.runtime
+            .view(self.tenant, self.session)
+            .await
+            .ok()
+            .and_then(|v| {
+                serde_json::from_value::<keel_runtime::SessionConfig>(v.state.config).ok()
+            })
+            .map(|c| c.workspace)
     }
 }
 
-/// Resolves once effect `key` has a decision (by `keel resolve`).
-async fn effect_decided(p: &Prepared, key: &OperationKey) {
-    loop {
-        tokio::time::sleep(POLL).await;
-        if let Ok(view) = p.runtime.view(p.tenant, p.session).await
-            && view
-                .state
-                .effects
-                .get(key)
-                .is_some_and(|e| e.decision.is_some())
-        {
-            return;
-        }
-    }
+/// Asks about each pending action of a local run; see [`decide_with`].
+///
+/// # Errors
+/// As [`decide_with`].
+pub async fn decide_pending(
+    p: &Prepared,
+    pending: &[PendingAction],
+    lines: &mut Lines,
+) -> anyhow::Result<bool> {
+    decide_with(p, pending, lines).await
 }
 
 /// Asks about every pending action and records the answers; returns whether all were answered
@@ -113,8 +191,8 @@ async fn effect_decided(p: &Prepared, key: &OperationKey) {
 ///
 /// # Errors
 /// A decision the runtime refused (expired approval, …).
-pub async fn decide_pending(
-    p: &Prepared,
+pub async fn decide_with<D: Decider>(
+    p: &D,
     pending: &[PendingAction],
     lines: &mut Lines,
 ) -> anyhow::Result<bool> {
@@ -128,14 +206,14 @@ pub async fn decide_pending(
                 ..
             } => {
                 println!(
-                    "? {tool_name} {} needs approval (or: keel approve|deny {approval_id})",
-                    one_line(&arguments.to_string(), 160)
+                    "? {tool_name} needs approval (or: keel approve|deny {approval_id}):\n{}",
+                    crate::output::approval_text(tool_name, arguments)
                 );
                 let decision = loop {
                     let answer = match lines
                         .ask_until(
                             "  [y] allow once · [a] allow for this session · [n] deny › ",
-                            approval_decided(p, *approval_id),
+                            p.approval_decided(*approval_id),
                         )
                         .await
                     {
@@ -164,9 +242,15 @@ pub async fn decide_pending(
                     }
                 };
                 if let Some(decision) = decision {
-                    p.runtime
-                        .decide_approval(p.tenant, *approval_id, decision, args_hash)
-                        .await?;
+                    let for_session = decision == ApprovalDecision::AllowForSession;
+                    p.decide_approval(*approval_id, decision, args_hash).await?;
+                    if for_session {
+                        let workspace = p.workspace().await;
+                        println!(
+                            "  {}",
+                            crate::decide::grant_of(tool_name, arguments, workspace.as_deref())
+                        );
+                    }
                 }
             }
             PendingAction::Effect {
@@ -176,14 +260,14 @@ pub async fn decide_pending(
                 ..
             } => {
                 println!(
-                    "? the outcome of {tool_name} {} is unknown (the run stopped while it was running; or: keel resolve {operation_key})",
-                    one_line(&arguments.to_string(), 160)
+                    "? the outcome of {tool_name} is unknown (the run stopped while it was running; or: keel resolve {operation_key}):\n{}",
+                    crate::output::approval_text(tool_name, arguments)
                 );
                 let decision = loop {
                     let answer = match lines
                         .ask_until(
                             "  did it happen? [c] committed · [f] failed · [r] retry it › ",
-                            effect_decided(p, operation_key),
+                            p.effect_decided(operation_key),
                         )
                         .await
                     {
@@ -207,9 +291,7 @@ pub async fn decide_pending(
                     }
                 };
                 if let Some(decision) = decision {
-                    p.runtime
-                        .resolve_effect(p.tenant, p.session, operation_key, decision)
-                        .await?;
+                    p.resolve_effect(operation_key, decision).await?;
                 }
             }
         }

@@ -3,10 +3,20 @@
 use clap::Parser;
 
 fn main() -> std::process::ExitCode {
+    // `keel __sandbox …` is the sandbox launcher keel starts for each confined shell command;
+    // it must run before anything else (single-threaded, no argument parsing).
+    keel_tools::sandbox::run_launcher_if_requested();
+    keel_tools::sandbox::set_launcher(keel_tools::sandbox::Launcher::this_program());
     let cli = keel_cli::cli::Cli::parse();
     let verbose = cli.global.verbose;
-    keel_cli::logging::init(cli.global.log_format);
-    match keel_cli::cli::run(cli) {
+    let telemetry = match keel_cli::logging::init(cli.global.log_format) {
+        Ok(t) => t,
+        Err(error) => {
+            eprintln!("keel: {error}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let code = match keel_cli::cli::run(cli) {
         Ok(code) => code,
         // `keel sessions events S | head -1`: the reader has what it wanted.
         Err(error) if keel_cli::report::is_broken_pipe(&error) => std::process::ExitCode::SUCCESS,
@@ -16,7 +26,14 @@ fn main() -> std::process::ExitCode {
             } else {
                 eprintln!("keel: {}", keel_cli::report::describe(&error));
             }
-            std::process::ExitCode::FAILURE
+            if error.is::<keel_cli::exit::UsageError>() {
+                std::process::ExitCode::from(keel_cli::exit::USAGE)
+            } else {
+                std::process::ExitCode::FAILURE
+            }
         }
-    }
+    };
+    // The spans still queued are exported before the process ends.
+    drop(telemetry);
+    code
 }

@@ -160,7 +160,22 @@ pub fn build_model(spec: &str, config: &Config) -> Result<Arc<dyn ModelClient>, 
             } else {
                 path
             };
-            Arc::new(ScriptedModel::from_file(path)?)
+            // Read like every file keel loads by path (a repository may name the script):
+            // a regular file only, capped.
+            let shown = path.display().to_string();
+            let text =
+                keel_tools::files::read_regular_file(&path, keel_tools::files::MAX_SCRIPT_BYTES)
+                    .and_then(|bytes| {
+                        String::from_utf8(bytes)
+                            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
+                    })
+                    .map_err(|source| ModelError::ScriptIo {
+                        path: shown.clone(),
+                        source,
+                    })?;
+            Arc::new(ScriptedModel::new(keel_model::Script::parse(
+                &shown, &text,
+            )?))
         }
     })
 }

@@ -1,13 +1,13 @@
 //! What `run` and `resume` print: the headless JSONL stream with its closing `result` line, and
 //! text for people (streamed, with a spinner per running tool call on a terminal).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::Write;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
 use keel_core::{
-    BudgetLimit, EventBody, SessionId, TerminalReason, ToolCallStatus, Usage, UsageByModel,
+    BudgetLimit, EventBody, SessionId, StepId, TerminalReason, ToolCallStatus, Usage, UsageByModel,
 };
 use keel_runtime::{DeltaKind, PendingAction, SubscriptionItem};
 use serde::Serialize;
@@ -46,6 +46,16 @@ pub struct ResultLine {
     /// The model's last text of the turn.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub final_text: String,
+    /// The turn's limits (`tokens`, `cost`) its totals ended above. Limits are checked before
+    /// each step, so the step that crosses one still finishes: a turn may end one step over
+    /// (`completed` when that step ended it). Left out when none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub over_limits: Vec<BudgetLimit>,
+    /// `Some(false)` when this invocation ran no turn (a `keel resume` without a prompt whose
+    /// last turn completed): the line then has the last turn's `terminal_reason` with this
+    /// invocation's zero usage and own duration. Left out otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub continued: Option<bool>,
 }
 
 impl ResultLine {
@@ -64,6 +74,8 @@ impl ResultLine {
             error: Some(error),
             pending: Vec::new(),
             final_text: String::new(),
+            over_limits: Vec::new(),
+            continued: None,
         }
     }
 }
@@ -115,15 +127,35 @@ struct RunningCall {
 
 /// Text for people. On a terminal (`live`), model text streams as it arrives and each running
 /// tool call shows a spinner, then its duration.
+///
+/// Ordering: a step's events are journaled together when the step ends, after the live text
+/// deltas of its stream, and a read-only call the model proposed mid-stream may run (and be
+/// journaled `tool_call.finished`) before its step's `step.completed`. So live text is matched
+/// to its step by the deltas' `after_seq` (not by `step.started`, which arrives after them), and
+/// without a terminal the lines of a step's calls wait until the step's text has been printed.
+/// A delta can also overtake the events journaled before it (they reach a subscriber once
+/// committed, or over the server's stream): it waits until they are shown.
 pub struct TextPrinter {
     live: bool,
-    /// Text of the current step already shown from live deltas.
-    streamed: String,
-    /// Seq of the last `step.completed` shown: later text deltas of that step are stale.
+    /// Live text shown, as `(after_seq, text)` of each delta not yet matched to a step.
+    streamed: Vec<(u64, String)>,
+    /// Seq of the last `step.completed` shown: deltas produced before it are stale.
     completed_seq: u64,
+    /// The highest event seq shown (or seeded): a delta produced after a later event waits in
+    /// `early` until that event is shown, so text never lands on a running call's spinner
+    /// line (whose redraw erases it) or before the line of the call it follows. A delta still
+    /// waiting when the stream ends is not lost: its step's `step.completed` shows the text.
+    seen_seq: u64,
+    /// Deltas waiting for their events, as `(after_seq, text)`, oldest first.
+    early: VecDeque<(u64, String)>,
     at_line_start: bool,
     proposed: HashMap<String, String>,
     running: HashMap<String, RunningCall>,
+    /// Steps seen starting whose `step.completed` / `step.failed` has not come yet.
+    open_steps: HashSet<StepId>,
+    /// Without a terminal: lines of calls of an open step, printed after the step's text.
+    held: Vec<(StepId, String)>,
+    out: Box<dyn Write + Send>,
 }
 
 impl std::fmt::Debug for TextPrinter {
@@ -135,13 +167,84 @@ impl std::fmt::Debug for TextPrinter {
 }
 
 /// Whether `c` must not reach a terminal raw: control characters other than newline and tab
-/// (ESC, BEL, CR, C1 controls, …) would move the cursor, clear the screen or set the title.
+/// (ESC, BEL, CR, C1 controls, …) would move the cursor, clear the screen or set the title;
+/// Unicode format characters (general category Cf: bidi overrides and isolates such as
+/// U+202E, zero-width characters, tags) would make a command read differently from what runs
+/// ("Trojan Source", CVE-2021-42574).
 fn is_unsafe(c: char) -> bool {
-    c.is_control() && c != '\n' && c != '\t'
+    (c.is_control() && c != '\n' && c != '\t') || is_format(c)
+}
+
+/// Unicode general category Cf (format), Unicode 15.1.
+fn is_format(c: char) -> bool {
+    matches!(
+        u32::from(c),
+        0x00AD
+            | 0x0600..=0x0605
+            | 0x061C
+            | 0x06DD
+            | 0x070F
+            | 0x0890..=0x0891
+            | 0x08E2
+            | 0x180E
+            | 0x200B..=0x200F
+            | 0x202A..=0x202E
+            | 0x2060..=0x2064
+            | 0x2066..=0x206F
+            | 0xFEFF
+            | 0xFFF9..=0xFFFB
+            | 0x110BD
+            | 0x110CD
+            | 0x13430..=0x1343F
+            | 0x1BCA0..=0x1BCA3
+            | 0x1D173..=0x1D17A
+            | 0xE0001
+            | 0xE0020..=0xE007F
+    )
+}
+
+/// How much of a call's arguments an approval prompt shows before saying how much is left
+/// (characters).
+const APPROVAL_SHOWN_CHARS: usize = 6_000;
+
+/// The arguments of a call a human is asked to approve, all of them (up to
+/// [`APPROVAL_SHOWN_CHARS`], then how many characters are not shown and where to read them),
+/// made [`visible`], indented under the question: a `shell` command as its lines, anything else
+/// as indented JSON. Never one truncated line: what is approved is what is shown.
+pub fn approval_text(tool: &str, arguments: &serde_json::Value) -> String {
+    let body = match (
+        tool,
+        arguments.get("command").and_then(serde_json::Value::as_str),
+    ) {
+        ("shell", Some(command)) => {
+            let mut text = command.to_owned();
+            for (key, value) in arguments.as_object().into_iter().flatten() {
+                if key != "command" {
+                    text.push_str(&format!("\n({key}: {value})"));
+                }
+            }
+            text
+        }
+        _ => serde_json::to_string_pretty(arguments).unwrap_or_else(|_| arguments.to_string()),
+    };
+    let body = visible(&body);
+    let total = body.chars().count();
+    let mut shown: String = body.chars().take(APPROVAL_SHOWN_CHARS).collect();
+    if total > APPROVAL_SHOWN_CHARS {
+        shown.push_str(&format!(
+            "\n[… {} more characters not shown: read them all with `keel sessions show SESSION` before you decide]",
+            total - APPROVAL_SHOWN_CHARS
+        ));
+    }
+    shown
+        .lines()
+        .map(|l| format!("  │ {l}"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// `text` made safe for a terminal: ESC becomes `␛`, every other control character except
-/// newline and tab becomes `\u{…}`. Untrusted output (model text, tool arguments and outputs,
+/// newline and tab, and every Unicode format character, becomes `\u{…}`. Untrusted output (model text, tool arguments and outputs,
 /// stored prompts) stays data in every human-readable rendering; JSON output is not passed
 /// through this.
 pub fn visible(text: &str) -> std::borrow::Cow<'_, str> {
@@ -189,23 +292,64 @@ pub fn one_line(text: &str, max: usize) -> String {
     }
 }
 
+/// The part of `text` not yet shown when `shown` was streamed live: `text` after the longest
+/// suffix of `shown` that is a prefix of `text` (an attempt abandoned mid-stream leaves its
+/// partial text before the answer's); all of `text` when nothing of it was shown.
+pub fn unshown_rest<'a>(shown: &str, text: &'a str) -> &'a str {
+    for (i, _) in shown.char_indices() {
+        let tail = &shown[i..];
+        if let Some(rest) = text.strip_prefix(tail) {
+            return rest;
+        }
+    }
+    text
+}
+
+/// `n` and `noun`, plural unless `n` is 1 (`1 step`, `2 steps`).
+pub fn count(n: impl Into<u64>, noun: &str) -> String {
+    let n = n.into();
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
+/// A model label as people name it: the scripted model's `scripted:PATH` is written the way
+/// `--model` takes it, `script:PATH`; other labels are the provider's model names.
+pub fn model_label(label: &str) -> String {
+    match label.strip_prefix("scripted:") {
+        Some(path) => format!("script:{path}"),
+        None => label.to_owned(),
+    }
+}
+
 impl TextPrinter {
-    /// A printer; `live` streams deltas and draws spinners (for a terminal).
+    /// A printer to standard output; `live` streams deltas and draws spinners (for a terminal).
     pub fn new(live: bool) -> Self {
+        Self::to_writer(live, Box::new(std::io::stdout()))
+    }
+
+    /// A printer to `out`.
+    pub fn to_writer(live: bool, out: Box<dyn Write + Send>) -> Self {
         Self {
             live,
-            streamed: String::new(),
+            streamed: Vec::new(),
             completed_seq: 0,
+            seen_seq: 0,
+            early: VecDeque::new(),
             at_line_start: true,
             proposed: HashMap::new(),
             running: HashMap::new(),
+            open_steps: HashSet::new(),
+            held: Vec::new(),
+            out,
         }
     }
 
     fn out(&mut self, text: &str) {
-        let mut out = std::io::stdout().lock();
-        let _ = out.write_all(visible(text).as_bytes());
-        let _ = out.flush();
+        let _ = self.out.write_all(visible(text).as_bytes());
+        let _ = self.out.flush();
         if let Some(last) = text.chars().last() {
             self.at_line_start = last == '\n';
         }
@@ -218,26 +362,83 @@ impl TextPrinter {
         self.out(&format!("{text}\n"));
     }
 
-    fn event(&mut self, body: &EventBody, call: Option<&str>) {
+    /// A line about a call of `step`: held while the step's text is still to come (without a
+    /// terminal), else printed.
+    fn call_line(&mut self, step: Option<StepId>, text: String) {
+        match step {
+            Some(s) if !self.live && self.open_steps.contains(&s) => self.held.push((s, text)),
+            _ => self.line(&text),
+        }
+    }
+
+    /// Prints the held lines of `step` (every held line when `None`).
+    fn release(&mut self, step: Option<StepId>) {
+        let (now, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut self.held)
+            .into_iter()
+            .partition(|(s, _)| step.is_none_or(|step| *s == step));
+        self.held = keep;
+        for (_, text) in now {
+            self.line(&text);
+        }
+    }
+
+    /// Shows a text delta produced after event `after_seq`, unless its step was shown
+    /// complete already.
+    fn live_text(&mut self, after_seq: u64, text: &str) {
+        if after_seq >= self.completed_seq {
+            self.streamed.push((after_seq, text.to_owned()));
+            self.out(text);
+        }
+    }
+
+    /// The live text streamed before event `seq` (deltas produced before it was journaled),
+    /// taken out of the buffer.
+    fn streamed_before(&mut self, seq: u64) -> String {
+        let (before, after): (Vec<_>, Vec<_>) = std::mem::take(&mut self.streamed)
+            .into_iter()
+            .partition(|(after_seq, _)| *after_seq < seq);
+        self.streamed = after;
+        before.into_iter().map(|(_, t)| t).collect()
+    }
+
+    fn event(&mut self, seq: u64, body: &EventBody, step: Option<StepId>, call: Option<&str>) {
         match body {
-            EventBody::StepStarted { .. } => self.streamed.clear(),
-            EventBody::StepCompleted { text, .. } => {
-                // Deltas may have shown part of the text before the event arrived: show the rest.
-                let streamed = std::mem::take(&mut self.streamed);
-                match text.strip_prefix(streamed.as_str()) {
-                    Some(rest) if !streamed.is_empty() => {
-                        let rest = rest.trim_end().to_owned();
-                        self.out(&rest);
-                        if !self.at_line_start {
-                            self.out("\n");
-                        }
-                    }
-                    _ if !text.is_empty() => {
-                        let text = text.clone();
-                        self.line(text.trim_end());
-                    }
-                    _ => {}
+            EventBody::StepStarted { .. } => {
+                if let Some(s) = step {
+                    self.open_steps.insert(s);
                 }
+            }
+            EventBody::StepCompleted { text, .. } => {
+                self.completed_seq = seq;
+                // Live deltas may have shown the text (or part of it) already: show the rest.
+                let shown = self.streamed_before(seq);
+                let rest = unshown_rest(&shown, text).trim_end().to_owned();
+                if !rest.is_empty() {
+                    if shown.is_empty() {
+                        self.line(&rest);
+                    } else {
+                        self.out(&rest);
+                    }
+                }
+                if !self.at_line_start {
+                    self.out("\n");
+                }
+                if let Some(s) = step {
+                    self.open_steps.remove(&s);
+                }
+                self.release(step);
+            }
+            EventBody::StepFailed { .. } => {
+                self.completed_seq = seq;
+                // What the failed step streamed stays on screen, ended by a newline.
+                let _ = self.streamed_before(seq);
+                if !self.at_line_start {
+                    self.out("\n");
+                }
+                if let Some(s) = step {
+                    self.open_steps.remove(&s);
+                }
+                self.release(step);
             }
             EventBody::StepAttemptFailed {
                 error_kind,
@@ -329,9 +530,9 @@ impl TextPrinter {
                             .unwrap_or_default()
                     ),
                 };
-                self.line(&format!("{mark} {label}{took}{status_name}"));
+                self.call_line(step, format!("{mark} {label}{took}{status_name}"));
                 if *is_error || *status != ToolCallStatus::Succeeded {
-                    self.line(&format!("  {}", one_line(output, 200)));
+                    self.call_line(step, format!("  {}", one_line(output, 200)));
                 }
             }
             EventBody::TurnCancelRequested { reason } => {
@@ -344,6 +545,7 @@ impl TextPrinter {
             } => self.line(&format!(
                 "… context compacted ({tokens_before} → {tokens_after} tokens)"
             )),
+            EventBody::TurnFinished { .. } => self.release(None),
             _ => {}
         }
     }
@@ -358,18 +560,30 @@ impl Printer for TextPrinter {
                     .tool_call_id
                     .as_ref()
                     .map(|c| c.as_str().to_owned());
-                if matches!(event.body, EventBody::StepCompleted { .. }) {
-                    self.completed_seq = event.seq;
+                self.event(
+                    event.seq,
+                    &event.body,
+                    event.correlation.step_id,
+                    call.as_deref(),
+                );
+                self.seen_seq = self.seen_seq.max(event.seq);
+                while let Some((after_seq, _)) = self.early.front()
+                    && *after_seq <= self.seen_seq
+                {
+                    if let Some((after_seq, text)) = self.early.pop_front() {
+                        self.live_text(after_seq, &text);
+                    }
                 }
-                self.event(&event.body, call.as_deref());
             }
             SubscriptionItem::Delta { delta } => {
                 if let DeltaKind::Text { text } = &delta.kind
                     && self.live
-                    && delta.after_seq >= self.completed_seq
                 {
-                    self.streamed.push_str(text);
-                    self.out(text);
+                    if delta.after_seq > self.seen_seq {
+                        self.early.push_back((delta.after_seq, text.clone()));
+                    } else {
+                        self.live_text(delta.after_seq, text);
+                    }
                 }
             }
             SubscriptionItem::Gap { .. } => {}
@@ -381,6 +595,7 @@ impl Printer for TextPrinter {
     }
 
     fn seed(&mut self, state: &keel_core::SessionState) {
+        self.seen_seq = self.seen_seq.max(state.version);
         for call in state.tool_calls.values() {
             let args = one_line(&call.arguments.to_string(), 100);
             self.proposed
@@ -389,6 +604,7 @@ impl Printer for TextPrinter {
     }
 
     fn result(&mut self, r: &ResultLine) {
+        self.release(None);
         for (_, call) in self.running.drain() {
             if let Some(pb) = call.spinner {
                 pb.finish_and_clear();
@@ -398,19 +614,38 @@ impl Printer for TextPrinter {
             .session_id
             .map(|s| s.to_string())
             .unwrap_or_else(|| "-".into());
+        if r.continued == Some(false) {
+            self.line(&format!(
+                "nothing to continue: session {session}'s last turn ended {}; give a follow-up with: keel resume {session} \"…\"",
+                r.terminal_reason.as_str()
+            ));
+            return;
+        }
         let limit = r
             .limit
             .and_then(|l| serde_json::to_value(l).ok())
             .and_then(|v| v.as_str().map(|s| format!(" ({s})")))
             .unwrap_or_default();
         self.line(&format!(
-            "── {}{limit} · {} steps · {} tokens · ${:.4} · {:.1}s · session {session}",
+            "── {}{limit} · {} · {} · ${:.4} · {:.1}s · session {session}",
             r.terminal_reason.as_str(),
-            r.num_steps,
-            r.usage.total_tokens(),
+            count(r.num_steps, "step"),
+            count(r.usage.total_tokens(), "token"),
             r.cost_usd,
             Duration::from_millis(r.duration_ms).as_secs_f64(),
         ));
+        if !r.over_limits.is_empty() {
+            let names: Vec<String> = r
+                .over_limits
+                .iter()
+                .filter_map(|l| serde_json::to_value(l).ok())
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect();
+            self.line(&format!(
+                "   over the turn's {} limit: limits are checked before each step, and the step that crossed it finished",
+                names.join(" and ")
+            ));
+        }
         if r.usage_by_model.len() > 1 {
             // More than one model served the turn (a fallback answered): say who spent what.
             let by: Vec<String> = r
@@ -418,9 +653,10 @@ impl Printer for TextPrinter {
                 .iter()
                 .map(|(model, t)| {
                     format!(
-                        "{model} {} steps {} tokens ${:.4}",
-                        t.steps,
-                        t.usage.total_tokens(),
+                        "{} {} {} ${:.4}",
+                        model_label(model),
+                        count(t.steps, "step"),
+                        count(t.usage.total_tokens(), "token"),
                         t.cost_usd
                     )
                 })
@@ -438,8 +674,8 @@ impl Printer for TextPrinter {
                     arguments,
                     ..
                 } => self.line(&format!(
-                    "needs approval: {tool_name} {}\n  keel approve {approval_id}   or   keel deny {approval_id} --reason TEXT\n  then: keel resume {session}",
-                    one_line(&arguments.to_string(), 160)
+                    "needs approval: {tool_name}\n{}\n  keel approve {approval_id}   or   keel deny {approval_id} --reason TEXT\n  then: keel resume {session}",
+                    approval_text(tool_name, arguments)
                 )),
                 PendingAction::Effect {
                     operation_key,
@@ -453,5 +689,28 @@ impl Printer for TextPrinter {
         if r.terminal_reason == TerminalReason::Aborted {
             self.line(&format!("resume with: keel resume {session}"));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_unshown_rest_skips_what_was_streamed_and_an_abandoned_attempt() {
+        assert_eq!(unshown_rest("", "hi"), "hi");
+        assert_eq!(unshown_rest("hi", "hi"), "");
+        assert_eq!(unshown_rest("hel", "hello"), "lo");
+        // An attempt that failed mid-stream, then the whole answer of the next one.
+        assert_eq!(unshown_rest("partiahello", "hello"), "");
+        assert_eq!(unshown_rest("zz", "hello"), "hello");
+        assert_eq!(unshown_rest("é", "éa"), "a");
+    }
+
+    #[test]
+    fn counts_are_singular_for_one() {
+        assert_eq!(count(1u32, "step"), "1 step");
+        assert_eq!(count(0u32, "step"), "0 steps");
+        assert_eq!(count(72u64, "token"), "72 tokens");
     }
 }

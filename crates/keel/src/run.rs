@@ -67,6 +67,9 @@ pub struct Prepared {
     pub from_seq: u64,
     /// The turn this invocation submitted, if any.
     pub turn: Option<TurnId>,
+    /// Whether there is anything to run: false for a `resume` that found nothing unfinished and
+    /// was given no prompt (its result line says so, see [`ResultLine::continued`]).
+    pub continues: bool,
     /// When the invocation started.
     pub started: Instant,
 }
@@ -109,6 +112,7 @@ pub fn session_config_of(config: &Config) -> SessionConfig {
         workspace: config.workspace.clone(),
         permission_mode: config.permission_mode,
         sandbox: config.sandbox,
+        sandbox_network: config.sandbox_network,
         turn_budget: config.budget,
         tool_timeout_ms: Some(config.timeouts.tool_ms),
         model_first_token_timeout_ms: config.timeouts.first_token_ms,
@@ -145,6 +149,8 @@ pub struct ResumeChanges {
     pub permission_mode: Option<keel_tools::policy::PermissionMode>,
     /// `--sandbox`.
     pub sandbox: Option<keel_tools::sandbox::SandboxMode>,
+    /// `--sandbox-network[=BOOL]`.
+    pub sandbox_network: Option<bool>,
     /// `--max-steps`: per-turn steps.
     pub max_steps: Option<u32>,
     /// `--max-cost-usd`: per-turn cost, USD.
@@ -172,6 +178,9 @@ impl ResumeChanges {
         }
         if let Some(m) = self.sandbox {
             c.sandbox = m;
+        }
+        if let Some(n) = self.sandbox_network {
+            c.sandbox_network = n;
         }
         if let Some(n) = self.max_steps {
             c.turn_budget.max_steps = Some(n);
@@ -236,9 +245,126 @@ pub fn secret_values(config: &Config) -> Vec<String> {
                 .env
                 .iter()
                 .filter(|(name, v)| v.is_secret(name))
-                .map(|(_, v)| v.value().to_owned()),
+                .filter_map(|(_, v)| v.value().map(str::to_owned)),
         )
         .collect()
+}
+
+/// The `[env]` values every tool process gets (entries with a value).
+pub fn tool_env(config: &Config) -> Vec<(String, String)> {
+    config
+        .env
+        .iter()
+        .filter_map(|(name, v)| v.value().map(|v| (name.clone(), v.to_owned())))
+        .collect()
+}
+
+/// The `[env]` entries without a value: keel's own value of each is passed to tools, even for a
+/// name that looks secret or is a provider key.
+pub fn passed_env(config: &Config) -> Vec<String> {
+    config
+        .env
+        .iter()
+        .filter(|(_, v)| v.value().is_none())
+        .map(|(name, _)| name.clone())
+        .collect()
+}
+
+/// What a confined command must not see of keel's own files: the user data directory (the
+/// default store, the seal key), the user config directory, the seal key file named by
+/// `$KEEL_SEAL_KEY_FILE`, and a SQLite store elsewhere (with its `-wal`, `-shm` and `-journal`
+/// files).
+pub fn hidden_paths(config: &Config) -> Vec<std::path::PathBuf> {
+    let locations = crate::config::Locations::from_env();
+    // The sandbox hides what exists. A user config directory that does not exist yet would be
+    // left open, and with the workspace at (or above) it a confined command could create it
+    // with a keel.toml every later run trusts fully: create it (0700, empty) so it is hidden.
+    if let Some(dir) = locations
+        .user_file
+        .as_deref()
+        .and_then(std::path::Path::parent)
+        .filter(|d| !d.exists())
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        if let Err(e) = std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+        {
+            tracing::warn!(
+                "could not create the user configuration directory {} to hide it from confined commands: {e}",
+                dir.display()
+            );
+        }
+    }
+    let mut paths: Vec<std::path::PathBuf> = Vec::new();
+    paths.extend(locations.data_dir);
+    paths.extend(
+        locations
+            .user_file
+            .as_deref()
+            .and_then(std::path::Path::parent)
+            .map(std::path::Path::to_path_buf),
+    );
+    // A user config kept elsewhere and linked in (dotfiles): its real file and directory too
+    // (it may hold an `api_key` or secret `[env]` values).
+    if let Some(real) = locations
+        .user_file
+        .as_deref()
+        .and_then(|f| std::fs::canonicalize(f).ok())
+    {
+        paths.extend(real.parent().map(std::path::Path::to_path_buf));
+        paths.push(real);
+    }
+    if let Some(file) = std::env::var_os(crate::store::SEAL_KEY_ENV).filter(|p| !p.is_empty()) {
+        paths.push(file.into());
+    }
+    let store = &config.store;
+    if !(store.starts_with("postgres://") || store.starts_with("postgresql://")) {
+        let db = store.strip_prefix("sqlite://").unwrap_or(store);
+        for suffix in ["", "-wal", "-shm", "-journal"] {
+            paths.push(format!("{db}{suffix}").into());
+        }
+    }
+    paths
+}
+
+/// The options of every runtime a `keel` host builds — `run`, `resume`, the commands that act
+/// on a session (`approve`, `deny`, `cancel`, `resolve`, `sessions close`) and `keel serve` —
+/// one place, so no host forgets a secret to redact, a provider key to withhold, an `[env]`
+/// value to pass or one of keel's own files to hide from confined commands: the seal key, the
+/// provider keys keel reads (withheld from tools, and secrets: the runtime redacts their
+/// values and seals them with each session it loads), the configuration's secret values, the
+/// `[env]` values and passed names, and the paths a confined shell must not see. The secret
+/// values also reach the log redactor ([`crate::logging::add_secrets`]).
+///
+/// # Errors
+/// A seal key file that cannot be read or created (see [`crate::store::seal_key`]).
+pub fn host_options(config: &Config, worker_name: &str) -> anyhow::Result<RuntimeOptions> {
+    let mut withheld_env = provider_key_env(config);
+    // The span exporter's headers (credentials for the collector) are not for tools either.
+    withheld_env.extend(crate::telemetry::SECRET_ENV.iter().map(|s| (*s).to_owned()));
+    let mut secret_values = secret_values(config);
+    secret_values.extend(crate::telemetry::secret_values());
+    let names: Vec<&str> = withheld_env.iter().map(String::as_str).collect();
+    crate::logging::add_secrets(
+        &keel_runtime::redact::env_values(&names)
+            .into_iter()
+            .chain(secret_values.iter().cloned())
+            .collect::<Vec<_>>(),
+    );
+    Ok(RuntimeOptions {
+        worker_name: worker_name.into(),
+        seal_key: crate::store::seal_key()?,
+        // Provider keys never reach a tool process (they stay redacted in any case), unless
+        // the user config's `[env]` passes one explicitly.
+        withheld_env,
+        secret_values,
+        tool_env: tool_env(config),
+        passed_env: passed_env(config),
+        hidden_paths: hidden_paths(config),
+        ..RuntimeOptions::default()
+    })
 }
 
 fn runtime_for(
@@ -247,15 +373,25 @@ fn runtime_for(
     model: Arc<dyn ModelClient>,
 ) -> anyhow::Result<Runtime> {
     let tools = ToolRegistry::with_builtins().context("cannot set up the built-in tools")?;
-    let options = RuntimeOptions {
-        worker_name: "keel-cli".into(),
-        seal_key: crate::store::seal_key()?,
-        // Provider keys never reach a tool process (they stay redacted in any case).
-        withheld_env: provider_key_env(config),
-        secret_values: secret_values(config),
-        ..RuntimeOptions::default()
-    };
-    Ok(Runtime::new(store, model, tools, options))
+    Ok(Runtime::new(
+        store,
+        model,
+        tools,
+        host_options(config, "keel-cli")?,
+    ))
+}
+
+/// A runtime for commands that act on a session without sampling a model themselves (its
+/// model is an empty script), with the same options as every other ([`host_options`]).
+///
+/// # Errors
+/// As [`host_options`]; the built-in tools failing to set up.
+pub fn bare_runtime(store: Arc<dyn Store>, config: &Config) -> anyhow::Result<Runtime> {
+    let model = Arc::new(keel_model::ScriptedModel::new(keel_model::Script::parse(
+        "(no model)",
+        "",
+    )?));
+    runtime_for(config, store, model)
 }
 
 /// Creates a session for `config` and journals `prompt` as its first turn.
@@ -278,6 +414,7 @@ pub async fn prepare_run(config: &Config, prompt: &str) -> anyhow::Result<Prepar
         session,
         from_seq: 1,
         turn: Some(turn),
+        continues: true,
         started,
     })
 }
@@ -291,6 +428,8 @@ pub struct Pinned {
     pub config: SessionConfig,
     /// The journal's version.
     pub version: u64,
+    /// The session's status (the journal's).
+    pub status: SessionStatus,
 }
 
 /// Reads what `session` pinned.
@@ -319,6 +458,7 @@ pub async fn pinned(store: &Arc<dyn Store>, session: SessionId) -> anyhow::Resul
         release,
         config,
         version: record.version,
+        status: state.status,
     })
 }
 
@@ -347,6 +487,10 @@ pub async fn prepare_resume(
 ) -> anyhow::Result<Prepared> {
     let started = Instant::now();
     let pinned = pinned(&store, session).await?;
+    // Before anything is journaled: a closed session takes no re-pin, change or input.
+    if pinned.status == SessionStatus::Closed {
+        anyhow::bail!("session {session} is closed; start a new one with `keel run`");
+    }
     let old_route = &pinned.release.definition.model_route;
     let release = match new_route {
         Some(route) if route != old_route.as_slice() => Release::new(AgentDefinition {
@@ -402,9 +546,6 @@ pub async fn prepare_resume(
     }
     let view = runtime.view(tenant, session).await?;
     let state = &view.state;
-    if state.status == SessionStatus::Closed {
-        anyhow::bail!("session {session} is closed; start a new one with `keel run`");
-    }
     let unfinished = state.active_turn.is_some()
         || !state.queue.is_empty()
         || state.status == SessionStatus::RequiresAction;
@@ -427,6 +568,7 @@ pub async fn prepare_resume(
         tenant,
         session,
         from_seq: pinned.version + 1,
+        continues: turn.is_some() || unfinished,
         turn,
         started,
     })
@@ -530,6 +672,7 @@ async fn run_or_follow(p: &Prepared) -> keel_runtime::Result<RunOutcome> {
                 version: state.version,
                 turns: view.turns.clone(),
                 pending,
+                drained: false,
             });
         }
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
@@ -632,6 +775,19 @@ pub async fn result_of(p: &Prepared, driven: &Driven) -> ResultLine {
             r.num_steps = u32::try_from(t.steps.len()).unwrap_or(u32::MAX);
         }
     };
+    if !p.continues
+        && let Driven::Finished(o) = driven
+        && o.status != SessionStatus::RequiresAction
+    {
+        // Nothing ran: say so, with the last turn's reason (the same exit code as when it
+        // ended) and this invocation's own zero usage and duration.
+        r.continued = Some(false);
+        r.terminal_reason = view
+            .as_ref()
+            .and_then(|v| v.turns.last())
+            .map_or(TerminalReason::Completed, |t| t.terminal_reason);
+        return r;
+    }
     match driven {
         Driven::Interrupted => {
             r.terminal_reason = TerminalReason::Aborted;
@@ -675,5 +831,46 @@ pub async fn result_of(p: &Prepared, driven: &Driven) -> ResultLine {
             }
         }
     }
+    r.over_limits = over_limits(p, &r).await;
     r
+}
+
+/// The turn limits (`tokens`, `cost`) the result's totals ended above: the session's effective
+/// per-turn budget (its settings over its release's). Limits are checked before each step, so
+/// the step that crosses one finishes.
+async fn over_limits(p: &Prepared, r: &ResultLine) -> Vec<keel_core::BudgetLimit> {
+    let Ok(pinned) = pinned(p.runtime.store(), p.session).await else {
+        return Vec::new();
+    };
+    limits_over(
+        pinned.config.turn_budget,
+        Some(pinned.release.definition.budget),
+        r,
+    )
+}
+
+/// The limits (`tokens`, `cost`) of a per-turn budget — the session's `turn`, falling back to
+/// the `release`'s — that `r`'s totals ended above.
+pub fn limits_over(
+    turn: keel_core::Budget,
+    release: Option<keel_core::Budget>,
+    r: &ResultLine,
+) -> Vec<keel_core::BudgetLimit> {
+    let release = release.unwrap_or_default();
+    let mut over = Vec::new();
+    if turn
+        .max_tokens
+        .or(release.max_tokens)
+        .is_some_and(|m| r.usage.total_tokens() > m)
+    {
+        over.push(keel_core::BudgetLimit::Tokens);
+    }
+    if turn
+        .max_cost_usd
+        .or(release.max_cost_usd)
+        .is_some_and(|m| r.cost_usd > m)
+    {
+        over.push(keel_core::BudgetLimit::Cost);
+    }
+    over
 }

@@ -8,7 +8,6 @@ use std::time::Instant;
 
 use anyhow::Context;
 use keel_core::{EffectDecision, OperationKey, SessionId, SessionStatus, TerminalReason};
-use keel_model::{Script, ScriptedModel};
 use keel_runtime::Runtime;
 use keel_store::Store;
 
@@ -24,13 +23,17 @@ use crate::store::local_tenant;
 
 /// How a run talks to its user.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Mode {
+pub enum Mode {
+    /// `--output jsonl`.
     Jsonl,
+    /// Text, not on a terminal.
     Text,
+    /// Text on a terminal: live output, questions, follow-ups.
     Interactive,
 }
 
-fn mode_of(output: OutputFormat) -> Mode {
+/// The mode of `output` here (interactive when both standard streams are a terminal).
+pub fn mode_of(output: OutputFormat) -> Mode {
     match output {
         OutputFormat::Jsonl => Mode::Jsonl,
         OutputFormat::Text if std::io::stdout().is_terminal() && std::io::stdin().is_terminal() => {
@@ -40,7 +43,8 @@ fn mode_of(output: OutputFormat) -> Mode {
     }
 }
 
-fn printer_for(mode: Mode) -> SharedPrinter {
+/// The printer of a mode.
+pub fn printer_for(mode: Mode) -> SharedPrinter {
     match mode {
         Mode::Jsonl => Arc::new(Mutex::new(JsonlPrinter)),
         Mode::Text => Arc::new(Mutex::new(TextPrinter::new(false))),
@@ -72,7 +76,8 @@ pub enum Target {
 }
 
 /// `keel run` / `keel resume`: returns the exit code of the terminal reason. Errors before the
-/// session runs are reported on one line (and, with `--output jsonl`, as a `failed` result line).
+/// session runs are reported on one line (and, with `--output jsonl`, as a `failed` result line
+/// naming the session when it is known); a [`exit::UsageError`] exits 2 with no result line.
 pub fn execute(
     global: &GlobalArgs,
     args: &RunArgs,
@@ -81,6 +86,11 @@ pub fn execute(
 ) -> ExitCode {
     let started = Instant::now();
     let flag_jsonl = args.output == Some(OutputArg::Jsonl);
+    // The session a resume names, for its result line even when it cannot be resumed.
+    let known_session = match &target {
+        Target::Resume(s) => crate::sessions::parse_session(s).ok(),
+        Target::New => None,
+    };
     let fail = |error: anyhow::Error, jsonl: bool| {
         let text = if global.verbose {
             format!("{error:?}")
@@ -88,12 +98,14 @@ pub fn execute(
             crate::report::describe(&error)
         };
         eprintln!("keel: {text}");
+        if error.is::<exit::UsageError>() {
+            return ExitCode::from(exit::USAGE);
+        }
         if jsonl {
             let elapsed = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
-            JsonlPrinter.result(&ResultLine::startup_failure(
-                crate::report::describe(&error),
-                elapsed,
-            ));
+            let mut line = ResultLine::startup_failure(crate::report::describe(&error), elapsed);
+            line.session_id = known_session;
+            JsonlPrinter.result(&line);
         }
         ExitCode::from(exit::code(TerminalReason::Failed))
     };
@@ -120,12 +132,7 @@ type PrepareError = (anyhow::Error, bool);
 /// The person left at the first prompt (empty line, `exit`, Ctrl-D): nothing ran, exit 0.
 #[derive(Debug, thiserror::Error)]
 #[error("left without a prompt")]
-struct LeftWithoutPrompt;
-
-/// `exit`, `quit` or `/exit`: the words that leave the interactive terminal.
-fn is_leave_word(line: &str) -> bool {
-    matches!(line.trim(), "exit" | "quit" | "/exit")
-}
+pub(crate) struct LeftWithoutPrompt;
 
 async fn prepare(
     global: &GlobalArgs,
@@ -137,8 +144,18 @@ async fn prepare(
     let locations = Locations::from_env();
     let overrides = args.overrides(global.store.as_deref());
     let plain = |e: anyhow::Error| (e, false);
-    let config = Config::load(global.workspace.as_deref(), &locations, &overrides)
-        .map_err(|e| plain(e.into()))?;
+    // A resume reads the session's own workspace file below; finding the session needs only
+    // the store, which a workspace file never sets.
+    let load = if matches!(target, Target::New) {
+        Config::load
+    } else {
+        Config::load_user
+    };
+    let config =
+        load(global.workspace.as_deref(), &locations, &overrides).map_err(|e| plain(e.into()))?;
+    if matches!(target, Target::New) {
+        print_notices(&config);
+    }
     let jsonl = config.output == OutputFormat::Jsonl;
     let with_mode = |e: anyhow::Error| (e, jsonl);
     let mode = mode_of(config.output);
@@ -148,25 +165,32 @@ async fn prepare(
             let prompt = match prompt {
                 Some(p) => p,
                 None if mode == Mode::Interactive => {
-                    match lines.get_or_insert_with(Lines::spawn).ask("› ").await {
-                        Some(p) if !p.trim().is_empty() && !is_leave_word(&p) => p,
-                        _ => return Err(with_mode(anyhow::Error::new(LeftWithoutPrompt))),
+                    match lines.get_or_insert_with(Lines::spawn).ask_prompt().await {
+                        Some(p) => p,
+                        None => return Err(with_mode(anyhow::Error::new(LeftWithoutPrompt))),
                     }
                 }
                 None if !std::io::stdin().is_terminal() => read_prompt(Some("-".into()))
                     .map_err(with_mode)?
                     .unwrap_or_default(),
-                None => {
-                    return Err(with_mode(anyhow::anyhow!(
-                        "no prompt: give one, e.g. keel run \"fix the failing test\", or `-` to read it from standard input"
-                    )));
-                }
+                None => String::new(),
             };
+            if prompt.trim().is_empty() {
+                return Err(with_mode(no_prompt()));
+            }
+            if let Some(e) = base_url_unused(args, &config.model_route, None) {
+                return Err(with_mode(e));
+            }
             let p = prepare_run(&config, &prompt).await.map_err(with_mode)?;
             Ok((p, mode))
         }
         Target::Resume(session) => {
             let session = crate::sessions::parse_session(&session).map_err(with_mode)?;
+            if prompt.as_deref().is_some_and(|p| p.trim().is_empty()) {
+                return Err(with_mode(anyhow::Error::new(exit::UsageError(format!(
+                    "the prompt is empty: give a follow-up (keel resume {session} \"…\"), or none to continue an unfinished turn"
+                )))));
+            }
             let store = crate::store::open(&config.store)
                 .await
                 .map_err(|e| with_mode(e.into()))?;
@@ -181,12 +205,17 @@ async fn prepare(
                 .unwrap_or_else(|| pinned.config.workspace.clone());
             let config = Config::load(Some(&workspace), &locations, &overrides)
                 .map_err(|e| with_mode(e.into()))?;
+            print_notices(&config);
             let changes = resume_changes(args, &config);
             // `--model` (keel.toml's `model` never): the route to re-pin the session to.
             let new_route = args
                 .model
                 .is_some()
                 .then_some(config.model_route.as_slice());
+            let route = new_route.unwrap_or(&pinned.release.definition.model_route);
+            if let Some(e) = base_url_unused(args, route, Some(session)) {
+                return Err(with_mode(e));
+            }
             let p = prepare_resume(
                 store,
                 &config,
@@ -202,12 +231,48 @@ async fn prepare(
     }
 }
 
+/// The usage error of a run without a prompt (none given, or only whitespace).
+pub(crate) fn no_prompt() -> anyhow::Error {
+    anyhow::Error::new(exit::UsageError(
+        "no prompt: give one, e.g. keel run \"fix the failing test\", or pipe it on standard input (`-` reads it from there)".into(),
+    ))
+}
+
+/// `--base-url` given for a route where no model takes it (only `openai:` and
+/// `openai-responses:` models do): a usage error naming the route, or `None`.
+fn base_url_unused(
+    args: &RunArgs,
+    route: &[String],
+    session: Option<SessionId>,
+) -> Option<anyhow::Error> {
+    args.base_url.as_ref()?;
+    if route.is_empty() || route.iter().any(|m| crate::config::base_url_applies(m)) {
+        return None;
+    }
+    let whose = match session {
+        Some(s) => format!("session {s} runs model route {}", route.join(", ")),
+        None => format!("the model route is {}", route.join(", ")),
+    };
+    Some(anyhow::Error::new(exit::UsageError(format!(
+        "--base-url applies to openai: and openai-responses: models only, and {whose}; drop --base-url, or give --model openai:MODEL with it"
+    ))))
+}
+
+/// Prints what the workspace's keel.toml was not allowed (or was trusted) to do, on standard
+/// error, one line each.
+fn print_notices(config: &Config) {
+    for notice in &config.notices {
+        eprintln!("{notice}");
+    }
+}
+
 /// The settings flags given to `resume`, as parsed into `config` (which also holds keel.toml's
 /// values: only the flags given change the session).
-fn resume_changes(args: &RunArgs, config: &Config) -> ResumeChanges {
+pub(crate) fn resume_changes(args: &RunArgs, config: &Config) -> ResumeChanges {
     ResumeChanges {
         permission_mode: args.permission_mode.map(|_| config.permission_mode),
         sandbox: args.sandbox.map(|_| config.sandbox),
+        sandbox_network: args.sandbox_network,
         max_steps: args.max_steps,
         max_cost_usd: args.max_cost_usd,
         max_wall_time_ms: args.timeout.as_ref().and(config.budget.max_wall_time_ms),
@@ -259,13 +324,8 @@ async fn converse(mut p: Prepared, mode: Mode, lines: &mut Option<Lines>) -> u8 
         let Some(lines) = lines.as_mut() else {
             return code;
         };
-        let next = loop {
-            match lines.ask("› ").await {
-                None => return code,
-                Some(l) if is_leave_word(&l) => return code,
-                Some(l) if l.trim().is_empty() => {}
-                Some(l) => break l,
-            }
+        let Some(next) = lines.ask_prompt().await else {
+            return code;
         };
         match p.runtime.submit(p.tenant, p.session, &next).await {
             Ok(turn) => {
@@ -280,20 +340,10 @@ async fn converse(mut p: Prepared, mode: Mode, lines: &mut Option<Lines>) -> u8 
     }
 }
 
-/// A runtime for commands that do not sample a model themselves.
-fn bare_runtime(store: Arc<dyn Store>) -> anyhow::Result<Runtime> {
-    let model = Arc::new(ScriptedModel::new(Script::parse("(no model)", "")?));
-    let tools = keel_tools::ToolRegistry::with_builtins()?;
-    Ok(Runtime::new(
-        store,
-        model,
-        tools,
-        keel_runtime::RuntimeOptions {
-            worker_name: "keel-cli".into(),
-            seal_key: crate::store::seal_key()?,
-            ..keel_runtime::RuntimeOptions::default()
-        },
-    ))
+/// A runtime for commands that do not sample a model themselves (see
+/// [`crate::run::bare_runtime`]).
+fn bare_runtime(store: Arc<dyn Store>, config: &crate::config::Config) -> anyhow::Result<Runtime> {
+    crate::run::bare_runtime(store, config)
 }
 
 /// `keel resolve KEY --as committed|failed|retry`.
@@ -344,7 +394,7 @@ pub fn resolve(
             );
             return Ok(ExitCode::SUCCESS);
         }
-        let rt = bare_runtime(store)?;
+        let rt = bare_runtime(store, &config)?;
         rt.resolve_effect(local_tenant(), session, &key, decision.clone())
             .await
             .with_context(|| format!("cannot resolve effect {key}"))?;
@@ -367,7 +417,7 @@ pub fn cancel(global: &GlobalArgs, session: &str) -> anyhow::Result<ExitCode> {
     crate::cli::tokio_runtime()?.block_on(async move {
         let store = crate::store::open(&config.store).await?;
         crate::sessions::get_session(&store, session).await?;
-        let rt = bare_runtime(store)?;
+        let rt = bare_runtime(store, &config)?;
         let turn = rt
             .cancel_turn(local_tenant(), session)
             .await
@@ -385,13 +435,17 @@ pub fn cancel(global: &GlobalArgs, session: &str) -> anyhow::Result<ExitCode> {
 /// # Errors
 /// Unknown session, an open turn (running, waiting on a decision, queued), another process
 /// running the session, store errors.
-pub async fn close(store: Arc<dyn Store>, session: SessionId) -> anyhow::Result<()> {
+pub async fn close(
+    store: Arc<dyn Store>,
+    config: &crate::config::Config,
+    session: SessionId,
+) -> anyhow::Result<()> {
     let record = crate::sessions::get_session(&store, session).await?;
     if record.status == SessionStatus::Closed {
         println!("session {session} is already closed");
         return Ok(());
     }
-    let rt = bare_runtime(store)?;
+    let rt = bare_runtime(store, config)?;
     rt.close_session(local_tenant(), session)
         .await
         .with_context(|| format!("cannot close session {session}"))?;

@@ -105,22 +105,92 @@ fn status_name(status: SessionStatus) -> String {
     }
 }
 
-/// `keel sessions list`.
+/// Sessions of the store matching `status`, oldest first, read a page at a time; keeps the
+/// newest `limit` (all with `None`) and returns them with how many older ones matched too.
+async fn newest_sessions(
+    store: &Arc<dyn Store>,
+    status: Option<SessionStatus>,
+    limit: Option<u32>,
+) -> anyhow::Result<(Vec<keel_store::SessionRecord>, u64)> {
+    const PAGE: u32 = 1000;
+    let keep = limit.map(|l| usize::try_from(l).unwrap_or(usize::MAX));
+    let mut kept = std::collections::VecDeque::new();
+    let mut left_out = 0u64;
+    let mut after = None;
+    loop {
+        let query = SessionQuery {
+            status,
+            after,
+            limit: Some(PAGE),
+            ..SessionQuery::default()
+        };
+        let page = store.list_sessions(local_tenant(), &query).await?;
+        let full = page.len() == PAGE as usize;
+        after = page.last().map(|r| r.session_id);
+        for record in page {
+            kept.push_back(record);
+            if keep.is_some_and(|k| kept.len() > k) {
+                kept.pop_front();
+                left_out += 1;
+            }
+        }
+        if !full {
+            break;
+        }
+    }
+    Ok((kept.into_iter().rev().collect(), left_out))
+}
+
+/// `keel sessions list`: the newest `limit` sessions (all with `None`), newest first; when it
+/// leaves older ones out it says how many on standard error, with the flags that show them.
 ///
 /// # Errors
 /// Store errors.
 pub async fn list(
     store: &Arc<dyn Store>,
     status: Option<SessionStatus>,
-    limit: u32,
+    limit: Option<u32>,
     json_out: bool,
 ) -> anyhow::Result<()> {
-    let query = SessionQuery {
-        status,
-        limit: Some(limit),
-        ..SessionQuery::default()
-    };
-    let sessions = store.list_sessions(local_tenant(), &query).await?;
+    let (sessions, left_out) = newest_sessions(store, status, limit).await?;
+    let mut rows = Vec::with_capacity(sessions.len());
+    for record in sessions {
+        let (_, state) = load_state(store, record.session_id).await?;
+        rows.push(ListRow {
+            session_id: record.session_id.to_string(),
+            status: status_name(record.status),
+            created_at: record.created_at,
+            updated_at: record.updated_at,
+            workspace: record.metadata.get("workspace").cloned(),
+            state,
+        });
+    }
+    print_list(rows, left_out, json_out)
+}
+
+/// One session of `sessions list`, wherever it was read from (the store, or a server).
+#[derive(Debug)]
+pub struct ListRow {
+    /// Its id.
+    pub session_id: String,
+    /// Its status (`idle`, …).
+    pub status: String,
+    /// Creation time.
+    pub created_at: chrono::DateTime<chrono::Utc>,
+    /// Last change of its row.
+    pub updated_at: chrono::DateTime<chrono::Utc>,
+    /// Its workspace, when known.
+    pub workspace: Option<Value>,
+    /// Its journal folded.
+    pub state: SessionState,
+}
+
+/// Prints `sessions list` (newest first) and, on standard error, how many older ones
+/// `left_out` leaves out.
+///
+/// # Errors
+/// A closed standard output.
+pub fn print_list(rows: Vec<ListRow>, left_out: u64, json_out: bool) -> anyhow::Result<()> {
     let mut out: Box<dyn Write> = if json_out {
         Box::new(std::io::stdout().lock())
     } else {
@@ -133,31 +203,40 @@ pub async fn list(
             "SESSION", "STATUS", "CREATED", "TURNS"
         )?;
     }
-    for record in sessions {
-        let (_, state) = load_state(store, record.session_id).await?;
-        let created = record.created_at.format("%Y-%m-%d %H:%M:%S").to_string();
+    let shown = rows.len();
+    for row in rows {
+        let state = &row.state;
+        let created = row.created_at.format("%Y-%m-%d %H:%M:%S").to_string();
         if json_out {
             let line = json!({
-                "session_id": record.session_id,
-                "status": record.status,
-                "created_at": record.created_at,
-                "updated_at": record.updated_at,
+                "session_id": row.session_id,
+                "status": row.status,
+                "created_at": row.created_at,
+                "updated_at": row.updated_at,
                 "turns": state.turn_order.len(),
-                "workspace": record.metadata.get("workspace"),
-                "last_input": last_input(&state),
+                "workspace": row.workspace,
+                "last_input": last_input(state),
             });
             writeln!(out, "{line}")?;
         } else {
             writeln!(
                 out,
                 "{:<36}  {:<15}  {:<20}  {:>5}  {}",
-                record.session_id,
-                status_name(record.status),
+                row.session_id,
+                row.status,
                 created,
                 state.turn_order.len(),
-                last_input(&state)
+                last_input(state)
             )?;
         }
+    }
+    out.flush()?;
+    if left_out > 0 {
+        eprintln!(
+            "… and {left_out} older session{} not shown (--limit {} or --all lists them)",
+            if left_out == 1 { "" } else { "s" },
+            u64::try_from(shown).unwrap_or(u64::MAX) + left_out
+        );
     }
     Ok(())
 }
@@ -176,7 +255,81 @@ pub async fn summary(store: &Arc<dyn Store>, session: SessionId) -> anyhow::Resu
         .release_id
         .clone()
         .unwrap_or(record.release_id.clone());
-    let re_pins: Vec<Value> = events
+    let approvals: Vec<Value> = waiting_approvals(store, session, &state)
+        .await?
+        .into_iter()
+        .map(|a| {
+            json!({
+                "approval_id": a.approval_id,
+                "tool_call_id": a.tool_call_id,
+                "tool_name": a.tool_name,
+                "arguments": a.arguments,
+                "expires_at": a.expires_at,
+            })
+        })
+        .collect();
+    // Whether a live process holds the session (a `running` session nobody holds was left by a
+    // crash or kill: `keel resume` continues it).
+    let live_worker = record.lease.as_ref().is_some_and(|l| {
+        l.expires_at > chrono::Utc::now()
+            && !keel_runtime::lease::owner_is_dead_local_process(&l.owner)
+    });
+    let model_route = store
+        .get_release(tenant, &release_id)
+        .await
+        .ok()
+        .map(|r| r.definition.model_route);
+    Ok(summary_of(&SummaryParts {
+        session,
+        status: record.status,
+        live_worker,
+        release_id: release_id.0.clone(),
+        model_route,
+        version: record.version,
+        created_at: record.created_at,
+        metadata: record.metadata.clone(),
+        lease_owner: record.lease.as_ref().map(|l| l.owner.clone()),
+        events: &events,
+        state: &state,
+        approvals,
+    }))
+}
+
+/// What a session's summary is made of, wherever it was read from (the store, or a server).
+#[derive(Debug)]
+pub struct SummaryParts<'a> {
+    /// The session.
+    pub session: SessionId,
+    /// Its row's status.
+    pub status: SessionStatus,
+    /// Whether a live worker holds it.
+    pub live_worker: bool,
+    /// The release it runs now.
+    pub release_id: String,
+    /// That release's model route, when it could be read.
+    pub model_route: Option<Vec<String>>,
+    /// The journal's version.
+    pub version: u64,
+    /// Creation time.
+    pub created_at: chrono::DateTime<chrono::Utc>,
+    /// The row's metadata (`workspace`, …).
+    pub metadata: Value,
+    /// The lease holder, if any.
+    pub lease_owner: Option<String>,
+    /// The journal.
+    pub events: &'a [Event],
+    /// The journal folded.
+    pub state: &'a SessionState,
+    /// The approvals still waited on (`approval_id`, `tool_call_id`, `tool_name`,
+    /// `arguments`, `expires_at`).
+    pub approvals: Vec<Value>,
+}
+
+/// A session's summary as JSON (see [`summary`]).
+pub fn summary_of(p: &SummaryParts<'_>) -> Value {
+    let state = p.state;
+    let re_pins: Vec<Value> = p
+        .events
         .iter()
         .filter_map(|e| match &e.body {
             EventBody::SessionReleasePinned {
@@ -207,19 +360,6 @@ pub async fn summary(store: &Arc<dyn Store>, session: SessionId) -> anyhow::Resu
             })
         })
         .collect();
-    let approvals: Vec<Value> = waiting_approvals(store, session, &state)
-        .await?
-        .into_iter()
-        .map(|a| {
-            json!({
-                "approval_id": a.approval_id,
-                "tool_call_id": a.tool_call_id,
-                "tool_name": a.tool_name,
-                "arguments": a.arguments,
-                "expires_at": a.expires_at,
-            })
-        })
-        .collect();
     let effects: Vec<Value> = state
         .effects
         .values()
@@ -233,45 +373,60 @@ pub async fn summary(store: &Arc<dyn Store>, session: SessionId) -> anyhow::Resu
             })
         })
         .collect();
-    Ok(json!({
-        "session_id": session,
-        "status": record.status,
-        "release_id": release_id,
+    json!({
+        "session_id": p.session,
+        "status": p.status,
+        "live_worker": p.live_worker,
+        "release_id": p.release_id,
         "re_pins": re_pins,
-        "model_route": store
-            .get_release(tenant, &release_id)
-            .await
-            .ok()
-            .map(|r| r.definition.model_route),
-        "version": record.version,
-        "created_at": record.created_at,
-        "metadata": record.metadata,
+        "model_route": p.model_route,
+        "version": p.version,
+        "created_at": p.created_at,
+        "metadata": p.metadata,
         "config": state.config,
-        "lease_owner": record.lease.as_ref().map(|l| l.owner.clone()),
+        "lease_owner": p.lease_owner,
         "turns": turns,
-        "pending_approvals": approvals,
+        "pending_approvals": p.approvals,
         "unresolved_effects": effects,
         "usage": state.usage,
         "cost_usd": state.cost_usd,
         "usage_by_model": state.usage_by_model,
         "num_steps": state.num_steps,
-    }))
+    })
 }
 
 /// The limits of a session's effective turn budget for `sessions show`, e.g. `max_steps 1,
-/// timeout 30000 ms`; empty when none is set.
+/// timeout 30s`; `none` when none is set.
 fn turn_limits(budget: &Value) -> String {
-    [
-        ("max_steps", "max_steps", ""),
-        ("max_tokens", "max_tokens", ""),
-        ("max_cost_usd", "max_cost_usd", ""),
-        ("max_tool_calls", "max_tool_calls", ""),
-        ("max_wall_time_ms", "timeout", " ms"),
+    let limits: Vec<String> = [
+        ("max_steps", "max_steps"),
+        ("max_tokens", "max_tokens"),
+        ("max_cost_usd", "max_cost_usd"),
+        ("max_tool_calls", "max_tool_calls"),
+        ("max_wall_time_ms", "timeout"),
     ]
     .iter()
-    .filter_map(|(key, label, unit)| budget.get(*key).map(|v| format!("{label} {v}{unit}")))
-    .collect::<Vec<_>>()
-    .join(", ")
+    .filter_map(|(key, label)| {
+        let v = budget.get(*key)?;
+        Some(match (key, v.as_u64()) {
+            (&"max_wall_time_ms", Some(ms)) => {
+                format!("{label} {}", crate::config::format_duration_ms(ms))
+            }
+            _ => format!("{label} {v}"),
+        })
+    })
+    .collect();
+    if limits.is_empty() {
+        "none".into()
+    } else {
+        limits.join(", ")
+    }
+}
+
+/// A duration setting in ms for `sessions show`: `5s`, or `none`.
+fn duration_setting(v: &Value) -> String {
+    v.as_u64()
+        .map_or_else(|| "none".into(), crate::config::format_duration_ms)
 }
 
 /// `keel sessions show`.
@@ -284,9 +439,17 @@ pub async fn show(
     json_out: bool,
 ) -> anyhow::Result<()> {
     let s = summary(store, session).await?;
+    print_summary(&s, json_out)
+}
+
+/// Prints a session's summary (as [`summary`] makes it) as text, or as JSON.
+///
+/// # Errors
+/// A closed standard output.
+pub fn print_summary(s: &Value, json_out: bool) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     if json_out {
-        writeln!(out, "{}", serde_json::to_string_pretty(&s)?)?;
+        writeln!(out, "{}", serde_json::to_string_pretty(s)?)?;
         return Ok(());
     }
     // Stored prompts and tool names are untrusted: keep them data on a terminal.
@@ -297,7 +460,16 @@ pub async fn show(
         other => other.to_string(),
     };
     writeln!(out, "session    {}", str_of(&s["session_id"]))?;
-    writeln!(out, "status     {}", str_of(&s["status"]))?;
+    let status = str_of(&s["status"]);
+    if status == "running" && s["live_worker"] == false {
+        writeln!(
+            out,
+            "status     running (no live worker; keel resume {} continues)",
+            str_of(&s["session_id"])
+        )?;
+    } else {
+        writeln!(out, "status     {status}")?;
+    }
     writeln!(out, "release    {}", str_of(&s["release_id"]))?;
     if let Some(pins) = s["re_pins"].as_array().filter(|p| !p.is_empty()) {
         writeln!(
@@ -315,28 +487,66 @@ pub async fn show(
         let route: Vec<String> = route.iter().map(str_of).collect();
         writeln!(out, "model      {}", route.join(" -> "))?;
     }
-    if let Some(mode) = s["config"].get("permission_mode") {
+    let config = &s["config"];
+    if let Some(mode) = config.get("permission_mode") {
+        let network = if config["sandbox_network"].as_bool() == Some(true) {
+            ", with network"
+        } else {
+            ""
+        };
         writeln!(
             out,
-            "mode       {} (sandbox {})",
+            "mode       {} (sandbox {}{network})",
             str_of(mode),
-            str_of(&s["config"]["sandbox"])
+            str_of(&config["sandbox"])
         )?;
     }
-    let limits = turn_limits(&s["config"]["turn_budget"]);
-    if !limits.is_empty() {
-        writeln!(out, "limits     {limits} per turn")?;
+    writeln!(
+        out,
+        "limits     {} per turn",
+        turn_limits(&config["turn_budget"])
+    )?;
+    writeln!(
+        out,
+        "timeouts   tool {}, model first token {}, model total {}, stream idle {}",
+        duration_setting(&config["tool_timeout_ms"]),
+        duration_setting(&config["model_first_token_timeout_ms"]),
+        duration_setting(&config["model_total_timeout_ms"]),
+        duration_setting(&config["stream_idle_timeout_ms"]),
+    )?;
+    writeln!(
+        out,
+        "reasoning  {}",
+        if config["keep_reasoning"] == true {
+            "kept in the journal, redacted (keep_reasoning)"
+        } else {
+            "not kept: only counted in the journal (keep_reasoning off)"
+        }
+    )?;
+    writeln!(
+        out,
+        "context    {}",
+        config["context_window_tokens"]
+            .as_u64()
+            .map_or_else(|| "the model's window".into(), |t| format!("{t} tokens"))
+    )?;
+    for (key, label) in [("ask", "ask rules "), ("deny", "deny rules")] {
+        if let Some(rules) = config[key].as_array().filter(|r| !r.is_empty()) {
+            let rules: Vec<String> = rules.iter().map(str_of).collect();
+            writeln!(out, "{label} {}", rules.join(", "))?;
+        }
     }
-    if let Some(url) = s["config"]["host"]
+    if let Some(url) = config["host"]
         .get(crate::run::HOST_BASE_URL)
         .and_then(Value::as_str)
     {
         writeln!(out, "base url   {url}")?;
     }
+    let steps = |v: &Value| crate::output::count(v.as_u64().unwrap_or(0), "step");
     writeln!(
         out,
-        "totals     {} steps, {} input + {} output tokens, ${:.4}",
-        s["num_steps"],
+        "totals     {}, {} input + {} output tokens, ${:.4}",
+        steps(&s["num_steps"]),
         s["usage"]["input_tokens"],
         s["usage"]["output_tokens"],
         s["cost_usd"].as_f64().unwrap_or(0.0)
@@ -344,8 +554,9 @@ pub async fn show(
     for (model, t) in s["usage_by_model"].as_object().into_iter().flatten() {
         writeln!(
             out,
-            "  {model}  {} steps, {} input + {} output tokens, ${:.4}",
-            t["steps"],
+            "  {}  {}, {} input + {} output tokens, ${:.4}",
+            crate::output::model_label(model),
+            steps(&t["steps"]),
             t["usage"]["input_tokens"],
             t["usage"]["output_tokens"],
             t["cost_usd"].as_f64().unwrap_or(0.0)
@@ -361,10 +572,10 @@ pub async fn show(
         let first = input.lines().next().unwrap_or_default();
         writeln!(
             out,
-            "  {}  {:<16}  {} steps  {}",
+            "  {}  {:<16}  {}  {}",
             str_of(&t["turn_id"]),
             reason,
-            t["steps"],
+            steps(&t["steps"]),
             first
         )?;
     }

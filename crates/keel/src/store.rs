@@ -53,6 +53,7 @@ pub enum OpenError {
 /// # Errors
 /// [`OpenError`] naming the location.
 pub async fn open(location: &str) -> Result<Arc<dyn Store>, OpenError> {
+    guard_directory(location);
     let shown = mask_url_password(location);
     keel_store::open(location).await.map_err(|e| match e {
         StoreError::Locked(detail) => OpenError::Locked {
@@ -69,6 +70,58 @@ pub async fn open(location: &str) -> Result<Arc<dyn Store>, OpenError> {
             source,
         },
     })
+}
+
+/// The directory of a SQLite store, checked before it is opened: keel's own data directory
+/// (`$XDG_DATA_HOME/keel`, which holds the default store and `seal.key`) is narrowed to 0700
+/// when group or others may enter it, as the store file is narrowed to 0600; any other
+/// directory is left as it is, with a warning when everyone may write it (without the sticky
+/// bit: anyone could replace the database). Both are said on standard error. Nothing for PostgreSQL.
+fn guard_directory(location: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    let path = match location.split_once("://") {
+        Some(("sqlite", rest)) => rest,
+        Some(_) => return,
+        None => location,
+    };
+    let path = path.split('?').next().unwrap_or(path);
+    let Some(dir) = std::path::Path::new(path).parent() else {
+        return;
+    };
+    let dir = if dir.as_os_str().is_empty() {
+        std::path::Path::new(".")
+    } else {
+        dir
+    };
+    let Ok(meta) = std::fs::metadata(dir) else {
+        return; // created 0700 by the store
+    };
+    let mode = meta.permissions().mode() & 0o7777;
+    let own = crate::config::Locations::from_env()
+        .data_dir
+        .and_then(|d| std::fs::canonicalize(d).ok())
+        .zip(std::fs::canonicalize(dir).ok())
+        .is_some_and(|(data, dir)| data == dir);
+    if own && mode & 0o077 != 0 {
+        match std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)) {
+            Ok(()) => eprintln!(
+                "keel: narrowed {} from {:o} to 0700: it holds the session store and the seal key",
+                dir.display(),
+                mode & 0o777
+            ),
+            Err(e) => eprintln!(
+                "keel: warning: {} is mode {:o}, and it holds the session store and the seal key; narrowing it to 0700 failed: {e}",
+                dir.display(),
+                mode & 0o777
+            ),
+        }
+    } else if !own && mode & 0o002 != 0 && mode & 0o1000 == 0 {
+        eprintln!(
+            "keel: warning: the store's directory {} is writable by everyone (mode {:o}): anyone could replace the database; chmod o-w it or choose another --store",
+            dir.display(),
+            mode & 0o777
+        );
+    }
 }
 
 /// Environment variable naming the deployment's seal-key file (default: `seal.key` in the user

@@ -57,6 +57,15 @@ impl Env {
             .env_remove("ANTHROPIC_API_KEY")
             .env_remove("ANTHROPIC_BASE_URL")
             .env_remove("RUST_BACKTRACE")
+            // No span export unless a test asks for it.
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+            .env_remove("OTEL_EXPORTER_OTLP_HEADERS")
+            .env_remove("OTEL_EXPORTER_OTLP_TRACES_HEADERS")
+            .env_remove("OTEL_EXPORTER_OTLP_PROTOCOL")
+            .env_remove("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+            .env_remove("OTEL_SDK_DISABLED")
+            .env_remove("OTEL_SERVICE_NAME")
             .env("TERM", "xterm");
         c
     }
@@ -124,18 +133,21 @@ pub struct Running {
     lines: std::sync::mpsc::Receiver<String>,
     /// Every line read so far.
     pub seen: Vec<String>,
+    /// Every line of standard error so far, read by a thread (so a process that logs a lot
+    /// never blocks on a full pipe).
+    errors: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl Running {
-    /// Starts `cmd` with piped standard output.
+    /// Starts `cmd` with piped standard output and standard error.
     pub fn start(mut cmd: Command) -> Self {
+        use std::io::BufRead;
         cmd.stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped());
         let mut child = cmd.spawn().unwrap();
         let stdout = child.stdout.take().unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
-            use std::io::BufRead;
             for line in std::io::BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
                 if tx.send(line).is_err() {
@@ -143,10 +155,42 @@ impl Running {
                 }
             }
         });
+        let errors = std::sync::Arc::<std::sync::Mutex<Vec<String>>>::default();
+        let stderr = child.stderr.take().unwrap();
+        let sink = errors.clone();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                sink.lock().unwrap().push(line);
+            }
+        });
         Running {
             child,
             lines: rx,
             seen: Vec::new(),
+            errors,
+        }
+    }
+
+    /// Every line of standard error so far.
+    pub fn stderr_lines(&self) -> Vec<String> {
+        self.errors.lock().unwrap().clone()
+    }
+
+    /// Waits until a line of standard error contains `needle` (panics after `secs` seconds);
+    /// returns it.
+    pub fn wait_for_stderr(&self, needle: &str, secs: u64) -> String {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+        loop {
+            if let Some(l) = self.stderr_lines().into_iter().find(|l| l.contains(needle)) {
+                return l;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no line with {needle:?} on standard error within {secs}s; saw:\n{}",
+                self.stderr_lines().join("\n")
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
         }
     }
 
@@ -172,13 +216,7 @@ impl Running {
 
     /// Sends a signal (`INT`, `KILL`, …) to the process.
     pub fn signal(&self, name: &str) {
-        let ok = Command::new("kill")
-            .arg(format!("-{name}"))
-            .arg(self.child.id().to_string())
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "kill -{name}");
+        signal(&self.child, name);
     }
 
     /// Waits for the process to exit (panics after `secs`), reads the rest of its output and
@@ -212,6 +250,17 @@ impl Drop for Running {
     }
 }
 
+/// Sends the signal `name` (`INT`, `TERM`, `KILL`, …) to `child`.
+pub fn signal(child: &std::process::Child, name: &str) {
+    let ok = Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(child.id().to_string())
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill -{name}");
+}
+
 /// Parses collected lines as JSON.
 pub fn parse_lines(lines: &[String]) -> Vec<serde_json::Value> {
     jsonl_lines(lines.join("\n").as_bytes())
@@ -234,4 +283,54 @@ pub fn run_script(
         .output()
         .unwrap();
     (out.status.code(), jsonl_lines(&out.stdout))
+}
+
+/// The user-config line trusting `env`'s workspace with its `keel.toml` as it is now (what
+/// `keel trust ws` writes): call it after writing the workspace file.
+pub fn trusted_line(env: &Env) -> String {
+    let ws = std::fs::canonicalize(env.ws()).unwrap();
+    let pin = match std::fs::read(ws.join("keel.toml")) {
+        Ok(bytes) => keel_core::canonical::bytes_hash(&bytes),
+        Err(_) => "none".to_owned(),
+    };
+    format!(
+        "trusted_workspaces = [{{ path = {:?}, keel_toml = {pin:?} }}]\n",
+        ws.to_str().unwrap()
+    )
+}
+
+/// Starts `keel serve` on free loopback ports of `env`'s store; returns the child and the API's
+/// `HOST:PORT` (from its first line on standard error, which is then drained in a thread).
+pub fn spawn_serve(env: &Env) -> (std::process::Child, String) {
+    spawn_serve_with(env, &[])
+}
+
+/// As [`spawn_serve`], with more `keel serve` arguments (`--tls-cert FILE --tls-key FILE`).
+pub fn spawn_serve_with(env: &Env, args: &[&str]) -> (std::process::Child, String) {
+    use std::io::BufRead;
+    let mut child = env
+        .keel()
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+        ])
+        .args(args)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    // "keel serve: listening on http(s)://HOST:PORT (store …)"
+    let addr = first
+        .split("listening on ")
+        .nth(1)
+        .and_then(|r| r.split("://").nth(1))
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no address in {first:?}"))
+        .to_owned();
+    std::thread::spawn(move || for _ in lines {});
+    (child, addr)
 }

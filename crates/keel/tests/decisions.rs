@@ -88,3 +88,60 @@ fn racing_resumes_all_report_the_turns_real_end() {
         );
     }
 }
+
+/// A call that needs approval is a normal run: nothing on standard error. Before, every
+/// approval logged `WARN … reading an approval: approval … does not exist` (the planner's facts
+/// read the row before the driver had requested it), in the middle of a terminal's output.
+#[test]
+fn asking_for_an_approval_logs_no_warning() {
+    let env = Env::new();
+    env.write("script.jsonl", ASK);
+    let out = env
+        .keel()
+        .args(["run", "--workspace", "ws", "--model", "script:script.jsonl"])
+        .args(["--output", "jsonl", "do the task"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("WARN"), "{}", stderr(&out));
+}
+
+/// A shell line keel cannot prove (a computed command name) is never run on the strength of a
+/// pattern: headless and with no rule it waits on a human (exit 3); with a `shell` deny rule
+/// in the user config it is denied, and the model is told why.
+#[test]
+fn an_unprovable_shell_line_waits_on_a_human_headless_or_is_denied_by_a_deny_rule() {
+    let script = "{\"tool_calls\":[{\"name\":\"shell\",\"arguments\":{\"command\":\"a=rm; $a v\"}}]}\n{\"text\":\"done\"}\n";
+    let env = Env::new();
+    env.write("ws/v", "keep me");
+    env.write(
+        "config/keel/keel.toml",
+        "[policy]\nallow = [\"shell(rm *)\", \"shell(a=rm)\"]\n",
+    );
+    let (code, lines) = run_script(&env, script, &[]);
+    assert_eq!(code, Some(3), "{lines:?}");
+    let result = lines.last().unwrap();
+    assert_eq!(result["terminal_reason"], "requires_action", "{result}");
+    assert_eq!(result["pending"][0]["kind"], "approval", "{result}");
+    assert!(env.ws().join("v").exists());
+
+    let env = Env::new();
+    env.write("ws/v", "keep me");
+    env.write(
+        "config/keel/keel.toml",
+        "[policy]\ndeny = [\"shell(rm *)\"]\n",
+    );
+    let (code, lines) = run_script(&env, script, &["--permission-mode", "bypass"]);
+    assert_eq!(code, Some(0), "{lines:?}");
+    let finished = lines
+        .iter()
+        .find(|l| l["type"] == "tool_call.finished")
+        .unwrap();
+    assert_eq!(finished["payload"]["status"], "rejected", "{finished}");
+    let output = finished["payload"]["output"].as_str().unwrap();
+    assert!(
+        output.contains("`$a` is computed") && output.contains("deny shell(rm *)"),
+        "{output}"
+    );
+    assert!(env.ws().join("v").exists());
+}

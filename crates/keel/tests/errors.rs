@@ -22,6 +22,7 @@ fn a_missing_api_key_names_the_variable_to_set() {
         "ws",
         "--model",
         "anthropic:claude-sonnet-4-5",
+        "hi",
     ]);
     assert!(
         stderr(&out).contains("ANTHROPIC_API_KEY"),

@@ -234,6 +234,33 @@ fn kill_9_mid_turn_then_a_bare_resume_completes() {
     assert_eq!(result["final_text"], "done");
 }
 
+/// After `kill -9` no process runs the session, so a resume with settings flags applies them
+/// (journaled) and continues the turn. Before, it was refused: "turn … is running".
+#[test]
+fn kill_9_mid_turn_then_a_resume_with_settings_flags_applies_them() {
+    let env = Env::new();
+    let script = "{\"delay_ms\":1500,\"tool_calls\":[{\"name\":\"list_dir\",\"arguments\":{\"path\":\".\"}}]}\n{\"text\":\"done\"}\n";
+    let mut run = start_run(&env, script, &[]);
+    let session = session_of(&run.wait_for("session.created", 30));
+    run.wait_for("step.started", 30);
+    run.signal("KILL");
+    let (code, _) = run.finish(30);
+    assert_eq!(code, None, "killed by a signal");
+    let out = env.run(&["resume", &session, "--max-steps", "5", "--output", "jsonl"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let lines = jsonl_lines(&out.stdout);
+    let result = check_stream(&lines);
+    assert_eq!(result["terminal_reason"], "completed", "{result}");
+    let changed = lines
+        .iter()
+        .find(|l| l["type"] == "session.config_changed")
+        .expect("the change is journaled");
+    assert_eq!(
+        changed["payload"]["changes"]["turn_budget"]["max_steps"], 5,
+        "{changed}"
+    );
+}
+
 #[test]
 fn kill_9_during_a_side_effect_is_resolved_from_another_process() {
     let env = Env::new();

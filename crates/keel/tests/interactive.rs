@@ -211,3 +211,58 @@ fn exit_or_an_empty_line_at_the_first_prompt_leaves_with_0_and_no_session() {
     let out = env.run(&["sessions", "list", "--json"]);
     assert_eq!(crate::common::stdout(&out).trim(), "", "no session");
 }
+
+/// Item 4 of the new-user report: on a terminal every piece of model text was printed twice
+/// (`hi\r\nhi\r\n`): the step's events arrive after its live text, and `step.started` cleared
+/// what had been shown. Now the text appears once.
+#[test]
+fn model_text_appears_once_on_a_terminal() {
+    let env = Env::new();
+    env.write("hi.jsonl", "{\"text\":\"hi there\"}\n");
+    let mut cmd = env.keel_tty();
+    cmd.args(["run", "--model", "script:hi.jsonl", "hello"]);
+    let mut p = spawn_command(cmd, Some(TIMEOUT_MS)).unwrap();
+    let before = p.exp_string(&l1("── completed")).unwrap();
+    assert_eq!(before.matches("hi there").count(), 1, "{before:?}");
+    p.exp_string(&l1("› ")).unwrap();
+    p.send_line("exit").unwrap();
+    assert_eq!(exit_code(&mut p), Some(0));
+}
+
+/// Item 5 of the new-user report: an empty line at the follow-up prompt leaves, as the README
+/// says (before, keel showed `› ` again).
+#[test]
+fn an_empty_line_at_the_follow_up_prompt_leaves() {
+    let env = Env::new();
+    let mut p = start(&env, "{\"text\":\"first answer\"}\n", &[]);
+    p.exp_string(&l1("› ")).unwrap();
+    p.send_line("a task").unwrap();
+    p.exp_string(&l1("── completed")).unwrap();
+    p.exp_string(&l1("› ")).unwrap();
+    p.send_line("").unwrap();
+    assert_eq!(exit_code(&mut p), Some(0));
+}
+
+/// What a human approves is what they were shown: the whole command, not its first 160
+/// characters (a tail past them ran unseen), and bidi overrides shown as escapes, not applied
+/// (U+202E made the text read differently from what runs).
+#[test]
+fn an_approval_prompt_shows_the_whole_command_and_escapes_bidi_overrides() {
+    let env = Env::new();
+    let padding = "x".repeat(300);
+    let command = format!("echo {padding} ; touch EVIL-TAIL-MARKER ; echo \u{202e}gnp.exe");
+    let call =
+        serde_json::json!({"tool_calls": [{"name": "shell", "arguments": {"command": command}}]});
+    let script = format!("{call}\n{{\"text\":\"ok\"}}\n");
+    let mut p = start(&env, &script, &["--permission-mode", "default"]);
+    p.exp_string(&l1("› ")).unwrap();
+    p.send_line("go").unwrap();
+    let shown = p.exp_string("[y] allow once").unwrap();
+    assert!(
+        shown.contains("EVIL-TAIL-MARKER"),
+        "the tail was not shown: {shown}"
+    );
+    assert!(shown.contains("\\u{202e}"), "{shown}");
+    assert!(!shown.contains(&l1("\u{202e}")), "{shown}");
+    p.send_line("n").unwrap();
+}

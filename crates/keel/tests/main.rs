@@ -2,8 +2,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may unwrap (workspace rule applies to library code)
 
+mod cancel;
 mod close;
 mod common;
+mod config_files;
 mod config_show;
 mod crash_injection;
 mod decisions;
@@ -12,13 +14,23 @@ mod error_lines;
 mod errors;
 mod example;
 mod headless;
+mod home_workspace;
 mod interactive;
 mod model_parse;
+mod newuser;
+mod otlp;
 mod postgres;
 mod realworld;
+mod remote;
 mod resume_changes;
 mod secret_attacks;
 mod secrets;
+mod serve;
+mod session_secrets;
+mod shell_sandbox;
+mod shutdown;
+mod sse;
 mod terminal_escapes;
 mod timeouts;
 mod untrusted_config;
+mod workers;

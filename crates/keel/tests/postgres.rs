@@ -5,32 +5,61 @@
 use crate::common::{Env, check_stream, jsonl_lines, stderr, stdout};
 
 /// A fresh schema, dropped on drop.
-struct Schema {
+pub(crate) struct Schema {
     base: String,
     name: String,
 }
 
 impl Schema {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let base = std::env::var("KEEL_TEST_DATABASE_URL")
             .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
         let name = format!("keel_cli_{}", uuid::Uuid::now_v7().simple());
         Schema { base, name }
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         let sep = if self.base.contains('?') { '&' } else { '?' };
         format!("{}{sep}keel_schema={}", self.base, self.name)
+    }
+
+    /// A small pool on the database whose connections work in this schema (`search_path`),
+    /// for tests that read or change the store's rows directly.
+    pub(crate) async fn pool(&self) -> sqlx::PgPool {
+        use std::str::FromStr;
+        let options = sqlx::postgres::PgConnectOptions::from_str(&self.base)
+            .unwrap()
+            .options([("search_path", self.name.as_str())]);
+        sqlx::postgres::PgPoolOptions::new()
+            .max_connections(2)
+            .connect_with(options)
+            .await
+            .unwrap()
     }
 }
 
 impl Drop for Schema {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("psql")
-            .arg(&self.base)
-            .arg("-qc")
-            .arg(format!("DROP SCHEMA IF EXISTS {} CASCADE", self.name))
-            .output();
+        let (base, name) = (self.base.clone(), self.name.clone());
+        // Its own runtime on its own thread: a drop may run inside a test's runtime.
+        let _ = std::thread::spawn(move || {
+            use sqlx::{Connection, Executor};
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async move {
+                if let Ok(mut c) = sqlx::PgConnection::connect(&base).await {
+                    let _ = c
+                        .execute(format!("DROP SCHEMA IF EXISTS \"{name}\" CASCADE").as_str())
+                        .await;
+                    let _ = c.close().await;
+                }
+            });
+        })
+        .join();
     }
 }
 

@@ -1,0 +1,827 @@
+//! `keel --server URL run|resume`: the run happens on the server; this process creates the
+//! release and session (or finds the session), submits the input, follows the session's SSE
+//! stream and renders it with the printers of local runs, answers approvals like a local run
+//! (interactive on a terminal, otherwise left pending with exit 3), and ends with the same
+//! result line and exit code.
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+use std::sync::PoisonError;
+use std::time::Instant;
+
+use anyhow::Context;
+use keel_client::api::{
+    BudgetBody, CreateReleaseRequest, CreateSessionRequest, PermissionModeParam, PolicyBody,
+    SandboxParam, SettingsBody, UpdateSessionRequest,
+};
+use keel_client::{Client, Reconnect, StreamItem};
+use keel_core::{
+    Event, SessionId, SessionState, SessionStatus, StateMachine, TerminalReason, TurnId, TurnStatus,
+};
+use keel_runtime::{Delta, DeltaKind, PendingAction, SessionConfig, SubscriptionItem};
+
+use super::{Server, connect, explain, load_state, waiting_approvals};
+use crate::cli::{GlobalArgs, OutputArg, RunArgs};
+use crate::config::{Config, Locations, OutputFormat};
+use crate::exit;
+use crate::interactive::Lines;
+use crate::output::{JsonlPrinter, Printer, ResultLine};
+use crate::run::{CONTINUE_PROMPT, ResumeChanges, SharedPrinter};
+use crate::session_cmd::{LeftWithoutPrompt, Mode, no_prompt};
+
+/// A remote session being driven.
+struct RemoteRun {
+    client: Client,
+    session: SessionId,
+    /// The turn this invocation submitted.
+    turn: Option<TurnId>,
+    /// Whether there is anything to run (see `crate::run::Prepared::continues`).
+    continues: bool,
+    started: Instant,
+    /// The journal folded so far.
+    state: SessionState,
+}
+
+/// How a drive ended.
+enum Driven {
+    Finished(SessionStatus),
+    Error(anyhow::Error),
+    Interrupted,
+}
+
+fn budget_body(b: keel_core::Budget) -> BudgetBody {
+    BudgetBody {
+        max_steps: b.max_steps,
+        max_tokens: b.max_tokens,
+        max_cost_usd: b.max_cost_usd,
+        max_tool_calls: b.max_tool_calls,
+        max_wall_time_ms: b.max_wall_time_ms,
+    }
+}
+
+fn permission_param(m: keel_tools::policy::PermissionMode) -> PermissionModeParam {
+    use keel_tools::policy::PermissionMode as M;
+    match m {
+        M::Default => PermissionModeParam::Default,
+        M::AcceptEdits => PermissionModeParam::AcceptEdits,
+        M::ReadOnly => PermissionModeParam::ReadOnly,
+        M::Bypass => PermissionModeParam::Bypass,
+    }
+}
+
+fn sandbox_param(m: keel_tools::sandbox::SandboxMode) -> SandboxParam {
+    use keel_tools::sandbox::SandboxMode as S;
+    match m {
+        S::Off => SandboxParam::Off,
+        S::ReadOnly => SandboxParam::ReadOnly,
+        S::WorkspaceWrite => SandboxParam::WorkspaceWrite,
+    }
+}
+
+fn settings_of(config: &Config) -> SettingsBody {
+    SettingsBody {
+        permission_mode: Some(permission_param(config.permission_mode)),
+        sandbox: Some(sandbox_param(config.sandbox)),
+        turn_budget: Some(budget_body(config.budget)),
+        tool_timeout_ms: Some(config.timeouts.tool_ms),
+        context_window_tokens: config.context_window,
+        keep_reasoning: Some(config.keep_reasoning),
+        ..SettingsBody::default()
+    }
+}
+
+fn release_request(config: &Config) -> CreateReleaseRequest {
+    let d = crate::run::release_of(config).definition;
+    let b = d.budget;
+    CreateReleaseRequest {
+        name: d.name,
+        model_route: d.model_route,
+        instructions: d.instructions,
+        tools: d.tools,
+        policy: Some(PolicyBody {
+            allow: config.policy.allow.clone(),
+            ask: config.policy.ask.clone(),
+            deny: config.policy.deny.clone(),
+        }),
+        budget: budget_body(b),
+    }
+}
+
+/// The settings flags given to `resume` as the API's settings: only those given, the per-turn
+/// budget whole (the API replaces it) with the session's other limits kept. `None` when no
+/// flag changes anything.
+fn changes_body(changes: &ResumeChanges, current: &SessionConfig) -> Option<SettingsBody> {
+    if changes.is_empty() {
+        return None;
+    }
+    let mut next = current.clone();
+    changes.apply(&mut next);
+    let budget_changed = changes.max_steps.is_some()
+        || changes.max_cost_usd.is_some()
+        || changes.max_wall_time_ms.is_some();
+    Some(SettingsBody {
+        permission_mode: changes.permission_mode.map(permission_param),
+        sandbox: changes.sandbox.map(sandbox_param),
+        turn_budget: budget_changed.then_some(budget_body(next.turn_budget)),
+        tool_timeout_ms: changes.tool_timeout_ms,
+        keep_reasoning: changes.keep_reasoning,
+        ..SettingsBody::default()
+    })
+}
+
+/// The flags `keel --server` cannot pass on (the API has no field for them): a usage error
+/// naming the first, or `None`.
+fn unsupported_flag(args: &RunArgs) -> Option<anyhow::Error> {
+    let (flag, why) = if args.base_url.is_some() {
+        (
+            "--base-url",
+            "the server reaches the models itself; give the model route with --model (run) and configure its endpoint on the server",
+        )
+    } else if args.sandbox_network.is_some() {
+        (
+            "--sandbox-network",
+            "the API sets no network access for shell; the server's configuration decides it",
+        )
+    } else {
+        return None;
+    };
+    Some(anyhow::Error::new(exit::UsageError(format!(
+        "{flag} is not available with --server: {why}; drop {flag}"
+    ))))
+}
+
+/// Applies `body` to session `sid` bound to `version` (its ETag when read); on 412 (the session
+/// moved since) reads it again and retries once with the fresh version.
+///
+/// # Errors
+/// 409 while a turn runs or waits on a human, 403 beyond the server's limits or for a viewer's
+/// key, a second 412, other server errors — each naming the session.
+async fn update_settings(
+    client: &Client,
+    sid: &str,
+    version: u64,
+    body: &SettingsBody,
+) -> anyhow::Result<()> {
+    let request = UpdateSessionRequest {
+        settings: body.clone(),
+    };
+    let refused =
+        |e| explain(client, e).context(format!("cannot change the settings of session {sid}"));
+    match client.update_session(sid, version, &request).await {
+        Ok(_) => Ok(()),
+        Err(e) if e.status() == Some(412) => {
+            let fresh = client
+                .get_session(sid)
+                .await
+                .map_err(|e| explain(client, e))?;
+            client
+                .update_session(sid, fresh.version, &request)
+                .await
+                .map(|_| ())
+                .map_err(refused)
+        }
+        Err(e) => Err(refused(e)),
+    }
+}
+
+/// `keel --server URL run|resume`: the exit code of the terminal reason; failures before the
+/// run as locally (one line, a `failed` result line with `--output jsonl`, exit 1; usage errors
+/// exit 2).
+pub fn execute(
+    server: &Server,
+    global: &GlobalArgs,
+    args: &RunArgs,
+    prompt: Option<String>,
+    resume: Option<String>,
+) -> ExitCode {
+    let started = Instant::now();
+    let jsonl = args.output == Some(OutputArg::Jsonl);
+    let known = resume
+        .as_deref()
+        .and_then(|s| crate::sessions::parse_session(s).ok());
+    let fail = |error: anyhow::Error, session: Option<SessionId>| {
+        eprintln!("keel: {}", crate::report::describe(&error));
+        if error.is::<exit::UsageError>() {
+            return ExitCode::from(exit::USAGE);
+        }
+        if jsonl {
+            let elapsed = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+            let mut line = ResultLine::startup_failure(crate::report::describe(&error), elapsed);
+            line.session_id = session;
+            JsonlPrinter.result(&line);
+        }
+        ExitCode::from(exit::code(TerminalReason::Failed))
+    };
+    if resume.is_none() && global.workspace.is_none() {
+        return fail(
+            anyhow::Error::new(exit::UsageError(format!(
+                "--workspace is required with --server: name the workspace directory on the server (under its workspace_roots), e.g. keel --server {} run --workspace /srv/work/repo \"…\"",
+                server.url
+            ))),
+            None,
+        );
+    }
+    if resume.is_some() && args.model.is_some() {
+        return fail(
+            anyhow::Error::new(exit::UsageError(
+                "--model with --server: re-pinning a session to another model is not available over the API; start a new session with keel run --model …".into(),
+            )),
+            known,
+        );
+    }
+    if let Some(e) = unsupported_flag(args) {
+        return fail(e, known);
+    }
+    let rt = match crate::cli::tokio_runtime() {
+        Ok(rt) => rt,
+        Err(e) => return fail(e, known),
+    };
+    rt.block_on(async {
+        crate::signals::install();
+        // One reader of standard input for the whole process, started when first needed.
+        let mut lines: Option<Lines> = None;
+        let (p, output) = match prepare(server, global, args, prompt, resume, &mut lines).await {
+            Ok(p) => p,
+            Err(e) if e.is::<LeftWithoutPrompt>() => return ExitCode::SUCCESS,
+            Err(e) => return fail(e, known),
+        };
+        ExitCode::from(converse(p, output, &mut lines).await)
+    })
+}
+
+async fn prepare(
+    server: &Server,
+    global: &GlobalArgs,
+    args: &RunArgs,
+    prompt: Option<String>,
+    resume: Option<String>,
+    lines: &mut Option<Lines>,
+) -> anyhow::Result<(RemoteRun, OutputFormat)> {
+    let started = Instant::now();
+    // The user file and flags: the workspace is the server's, its keel.toml is not read here.
+    let config = Config::load_user(None, &Locations::from_env(), &args.overrides(None))?;
+    let prompt = match prompt.as_deref() {
+        Some("-") => {
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)?;
+            Some(text)
+        }
+        _ => prompt,
+    };
+    let client = connect(server)?;
+    match resume {
+        None => {
+            // As locally: asked on a terminal, else read from standard input.
+            let prompt = match prompt {
+                Some(p) => p,
+                None if crate::session_cmd::mode_of(config.output) == Mode::Interactive => {
+                    match lines.get_or_insert_with(Lines::spawn).ask_prompt().await {
+                        Some(p) => p,
+                        None => return Err(anyhow::Error::new(LeftWithoutPrompt)),
+                    }
+                }
+                None if !std::io::stdin().is_terminal() => {
+                    let mut text = String::new();
+                    std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+                        .context("cannot read the prompt from standard input")?;
+                    text
+                }
+                None => String::new(),
+            };
+            if prompt.trim().is_empty() {
+                return Err(no_prompt());
+            }
+            let workspace = global
+                .workspace
+                .as_ref()
+                .map(|w| w.display().to_string())
+                .unwrap_or_default();
+            // As locally, before anything reaches the server.
+            if config.model_route.is_empty() {
+                return Err(crate::model_spec::SpecError::Missing.into());
+            }
+            let release = client
+                .create_release(&release_request(&config))
+                .await
+                .map_err(|e| {
+                    if e.status() == Some(403) && e.problem().is_none_or(|p| p.limit.is_none()) {
+                        explain(&client, e).context(
+                            "keel --server run stores a release (the model route, instructions, tools and policy the session pins), which needs an admin key; use an admin's key in KEEL_API_KEY, or continue an existing session with `keel --server resume SESSION`, which an operator key may do",
+                        )
+                    } else {
+                        explain(&client, e)
+                    }
+                })?;
+            let session = client
+                .create_session(&CreateSessionRequest {
+                    release_id: release.release_id,
+                    workspace,
+                    settings: settings_of(&config),
+                })
+                .await
+                .map_err(|e| explain(&client, e))?;
+            let id: SessionId = session.session_id.parse()?;
+            let turn = client
+                .submit_turn(&session.session_id, &prompt)
+                .await
+                .map_err(|e| explain(&client, e))?;
+            Ok((
+                RemoteRun {
+                    client,
+                    session: id,
+                    turn: turn.turn_id.parse().ok(),
+                    continues: true,
+                    started,
+                    state: SessionState::default(),
+                },
+                config.output,
+            ))
+        }
+        Some(session) => {
+            let id = crate::sessions::parse_session(&session)?;
+            if prompt.as_deref().is_some_and(|p| p.trim().is_empty()) {
+                return Err(anyhow::Error::new(exit::UsageError(format!(
+                    "the prompt is empty: give a follow-up (keel resume {id} \"…\"), or none to continue an unfinished turn"
+                ))));
+            }
+            let sid = id.to_string();
+            let record = client
+                .get_session(&sid)
+                .await
+                .map_err(|e| explain(&client, e))?;
+            if record.status == "closed" {
+                anyhow::bail!("session {id} is closed; start a new one with `keel run`");
+            }
+            let (mut events, mut state) = load_state(&client, &sid).await?;
+            // As locally: the settings flags are journaled first (`session.config_changed`),
+            // so they hold for this turn and the later ones.
+            let current = serde_json::from_value::<SessionConfig>(state.config.clone())
+                .with_context(|| format!("the settings of session {id} do not read"))?;
+            let changes = crate::session_cmd::resume_changes(args, &config);
+            if let Some(body) = changes_body(&changes, &current) {
+                update_settings(&client, &sid, record.version, &body).await?;
+                (events, state) = load_state(&client, &sid).await?;
+            }
+            let mut caught_up = None;
+            if prompt.is_none()
+                && state.active_turn.is_none()
+                && let Some((seq, turn)) = continued_on_server(&events, &state)
+            {
+                // The server went on as soon as the wait was decided (a local session waits
+                // for `keel resume`): show the turn from where it waited, as a local resume does.
+                state = SessionState::replay(events.iter().take_while(|e| e.seq <= seq))?;
+                caught_up = Some(turn);
+            }
+            let unfinished = caught_up.is_some()
+                || state.active_turn.is_some()
+                || !state.queue.is_empty()
+                || state.status == SessionStatus::RequiresAction;
+            let input = match prompt {
+                Some(p) => Some(p),
+                None if unfinished => None,
+                None => state
+                    .turn_order
+                    .last()
+                    .and_then(|t| state.turns.get(t))
+                    .filter(|t| t.status != TurnStatus::Completed)
+                    .map(|t| format!("{CONTINUE_PROMPT}\n\n{}", t.input)),
+            };
+            let turn = match input.filter(|_| caught_up.is_none()) {
+                Some(text) => Some(
+                    client
+                        .submit_turn(&sid, &text)
+                        .await
+                        .map_err(|e| explain(&client, e))?
+                        .turn_id
+                        .parse()?,
+                ),
+                None => caught_up,
+            };
+            Ok((
+                RemoteRun {
+                    client,
+                    session: id,
+                    continues: turn.is_some() || unfinished,
+                    turn,
+                    started,
+                    state,
+                },
+                config.output,
+            ))
+        }
+    }
+}
+
+/// The last time the session waited on a human (its `session.status_changed` to
+/// `requires_action`) when the turn that waited has since completed and nothing came after it:
+/// that event's seq and the turn. A turn that ended otherwise (cancelled while it waited, failed,
+/// over a budget) is not caught up: as locally, a bare resume continues it with a new turn
+/// (replaying it instead would end every bare resume the same way, a loop).
+fn continued_on_server(events: &[Event], state: &SessionState) -> Option<(u64, TurnId)> {
+    let last = *state.turn_order.last()?;
+    if state.turns.get(&last)?.status != TurnStatus::Completed {
+        return None;
+    }
+    let waited = events.iter().rev().find(|e| {
+        matches!(
+            e.body,
+            keel_core::EventBody::SessionStatusChanged {
+                status: SessionStatus::RequiresAction,
+                ..
+            }
+        )
+    })?;
+    let finished_after = events.iter().any(|e| {
+        e.seq > waited.seq
+            && e.correlation.turn_id == Some(last)
+            && matches!(e.body, keel_core::EventBody::TurnFinished { .. })
+    });
+    let started_after = state.turns.get(&last).is_some_and(|t| {
+        events.iter().any(|e| {
+            e.seq > waited.seq
+                && matches!(e.body, keel_core::EventBody::TurnQueued { .. })
+                && e.correlation.turn_id == Some(t.id)
+        })
+    });
+    (finished_after && !started_after).then_some((waited.seq, last))
+}
+
+/// A delta from the stream's JSON, for the printers (text and reasoning; tool progress is
+/// only drawn by local runs).
+fn delta_of(session: SessionId, v: &serde_json::Value) -> Option<Delta> {
+    let after_seq = v.get("after_seq")?.as_u64()?;
+    let text = v.get("text").and_then(serde_json::Value::as_str);
+    let kind = match (v.get("kind")?.as_str()?, text) {
+        ("text", Some(t)) => DeltaKind::Text { text: t.to_owned() },
+        ("reasoning", Some(t)) => DeltaKind::Reasoning { text: t.to_owned() },
+        _ => return None,
+    };
+    Some(Delta {
+        session_id: session,
+        after_seq,
+        kind,
+    })
+}
+
+/// The drive ends where a local `Runtime::run` returns: the session idle with nothing active
+/// or queued (and this invocation's turn ended), or waiting on a human, or closed.
+fn stop_status(p: &RemoteRun) -> Option<SessionStatus> {
+    let s = &p.state;
+    match s.status {
+        SessionStatus::Idle
+            if s.active_turn.is_none()
+                && s.queue.is_empty()
+                && p.turn
+                    .is_none_or(|t| s.turns.get(&t).is_some_and(|t| t.status.is_terminal())) =>
+        {
+            Some(SessionStatus::Idle)
+        }
+        SessionStatus::RequiresAction => Some(SessionStatus::RequiresAction),
+        SessionStatus::Closed => Some(SessionStatus::Closed),
+        _ => None,
+    }
+}
+
+/// Follows the stream from the folded state's version, printing, until [`stop_status`].
+async fn drive(p: &mut RemoteRun, printer: &SharedPrinter) -> Driven {
+    // Already waiting on a human (a resume of a waiting session): nothing will arrive on the
+    // stream until someone decides, so stop here, as a local run returns at once.
+    if let Some(status) = stop_status(p)
+        && (!p.continues
+            || (status == SessionStatus::RequiresAction && !pending(p).await.is_empty()))
+    {
+        return Driven::Finished(status);
+    }
+    let sid = p.session.to_string();
+    let mut stream = match p
+        .client
+        .stream_events(&sid, p.state.version, Reconnect::default())
+        .await
+    {
+        Ok(s) => s,
+        Err(e) => return Driven::Error(explain(&p.client, e)),
+    };
+    let mut interrupts = 0u32;
+    loop {
+        let item = tokio::select! {
+            item = stream.recv() => item,
+            () = crate::signals::next() => {
+                // Waiting on a human, the turn runs nowhere: as locally (where Ctrl-C at the
+                // approval question leaves), the session is left waiting and nothing cancelled.
+                if p.state.status == SessionStatus::RequiresAction && !pending(p).await.is_empty() {
+                    printer.lock().unwrap_or_else(PoisonError::into_inner).note(&format!(
+                        "⊘ left waiting on a human, nothing cancelled (keel cancel {sid} cancels the turn)"
+                    ));
+                    return Driven::Finished(SessionStatus::RequiresAction);
+                }
+                interrupts += 1;
+                if interrupts >= 2 {
+                    return Driven::Interrupted;
+                }
+                printer.lock().unwrap_or_else(PoisonError::into_inner)
+                    .note("⊘ cancelling the turn — press Ctrl-C again to exit");
+                let client = p.client.clone();
+                let sid = sid.clone();
+                tokio::spawn(async move { let _ = client.cancel_turn(&sid).await; });
+                continue;
+            }
+        };
+        let item = match item {
+            None => return Driven::Finished(p.state.status),
+            Some(Err(e)) => return Driven::Error(explain(&p.client, e)),
+            Some(Ok(i)) => i,
+        };
+        let sub = match item {
+            StreamItem::Event { data, .. } => {
+                let event = match Event::decode_value(data) {
+                    Ok(e) => e,
+                    Err(e) => return Driven::Error(e.into()),
+                };
+                if let Err(e) = p.state.apply(&event) {
+                    return Driven::Error(e.into());
+                }
+                SubscriptionItem::Event {
+                    event: Box::new(event),
+                }
+            }
+            StreamItem::Delta(v) => match delta_of(p.session, &v) {
+                Some(delta) => SubscriptionItem::Delta { delta },
+                None => continue,
+            },
+            StreamItem::Gap { dropped } => SubscriptionItem::Gap { dropped },
+        };
+        printer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .item(&sub);
+        if let Some(status) = stop_status(p)
+            && (status != SessionStatus::RequiresAction || !pending(p).await.is_empty())
+        {
+            return Driven::Finished(status);
+        }
+    }
+}
+
+/// What the session waits on: approvals whose call waits, and undecided unknown effects.
+async fn pending(p: &RemoteRun) -> Vec<PendingAction> {
+    let sid = p.session.to_string();
+    let mut out: Vec<PendingAction> = waiting_approvals(&p.client, &sid, &p.state)
+        .await
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|a| {
+            Some(PendingAction::Approval {
+                approval_id: a.approval_id.parse().ok()?,
+                tool_call_id: keel_core::ToolCallId::from(a.tool_call_id.as_str()),
+                tool_name: a.tool_name,
+                arguments: a.arguments,
+                args_hash: a.args_hash,
+                expires_at: a.expires_at,
+            })
+        })
+        .collect();
+    for e in p.state.effects.values() {
+        if e.status == keel_core::EffectStatus::OutcomeUnknown && e.decision.is_none() {
+            let call = p.state.tool_calls.get(&e.tool_call_id);
+            out.push(PendingAction::Effect {
+                operation_key: e.key.clone(),
+                tool_call_id: e.tool_call_id.clone(),
+                tool_name: call.map(|c| c.name.clone()).unwrap_or_default(),
+                arguments: call.map(|c| c.arguments.clone()).unwrap_or_default(),
+            });
+        }
+    }
+    out
+}
+
+/// The result line, as `crate::run::result_of` makes it for a local run.
+async fn result_of(p: &RemoteRun, driven: &Driven, pending: Vec<PendingAction>) -> ResultLine {
+    let elapsed = u64::try_from(p.started.elapsed().as_millis()).unwrap_or(u64::MAX);
+    let mut r = ResultLine::startup_failure(String::new(), elapsed);
+    r.session_id = Some(p.session);
+    r.error = None;
+    let s = &p.state;
+    let turn_stats = |turn: Option<TurnId>, r: &mut ResultLine| {
+        if let Some(t) = turn.and_then(|t| s.turns.get(&t)) {
+            r.usage = t.usage;
+            r.cost_usd = t.cost_usd;
+            r.usage_by_model = t.usage_by_model.clone();
+            r.num_steps = u32::try_from(t.steps.len()).unwrap_or(u32::MAX);
+        }
+    };
+    if !p.continues
+        && let Driven::Finished(status) = driven
+        && *status != SessionStatus::RequiresAction
+    {
+        r.continued = Some(false);
+        r.terminal_reason = s
+            .turn_order
+            .last()
+            .and_then(|t| s.turns.get(t))
+            .and_then(|t| t.terminal_reason)
+            .unwrap_or(TerminalReason::Completed);
+        return r;
+    }
+    match driven {
+        Driven::Interrupted => {
+            r.terminal_reason = TerminalReason::Aborted;
+            turn_stats(s.active_turn.or(p.turn), &mut r);
+        }
+        Driven::Error(e) => {
+            r.terminal_reason = TerminalReason::Failed;
+            r.error = Some(crate::report::describe(e));
+            turn_stats(p.turn, &mut r);
+        }
+        Driven::Finished(SessionStatus::RequiresAction) => {
+            r.terminal_reason = TerminalReason::RequiresAction;
+            r.pending = pending;
+            turn_stats(s.active_turn, &mut r);
+        }
+        Driven::Finished(_) => {
+            let turn = p.turn.or_else(|| s.turn_order.last().copied());
+            let body = match turn {
+                Some(t) => p
+                    .client
+                    .get_turn(&p.session.to_string(), &t.to_string())
+                    .await
+                    .ok(),
+                None => None,
+            };
+            turn_stats(turn, &mut r);
+            match body {
+                Some(t) => {
+                    r.terminal_reason =
+                        named(t.terminal_reason).unwrap_or(TerminalReason::Completed);
+                    r.limit = named(t.limit);
+                    r.num_steps = t.num_steps;
+                    r.duration_ms = t.duration_ms.unwrap_or(r.duration_ms);
+                    r.error = t.error.as_deref().map(crate::report::explain_model_failure);
+                    r.final_text = t.final_text.unwrap_or_default();
+                }
+                None => r.terminal_reason = TerminalReason::Completed,
+            }
+        }
+    }
+    r.over_limits = over_limits(p, &r);
+    r
+}
+
+/// A snake_case name the API sends (`budget_exhausted`, `tokens`) as the kernel's enum.
+fn named<T: serde::de::DeserializeOwned>(v: Option<String>) -> Option<T> {
+    v.and_then(|s| serde_json::from_value(serde_json::Value::String(s)).ok())
+}
+
+/// As the local run's: the per-turn limits (the session's over the release's) the totals
+/// ended above.
+fn over_limits(p: &RemoteRun, r: &ResultLine) -> Vec<keel_core::BudgetLimit> {
+    let Ok(config) = serde_json::from_value::<keel_runtime::SessionConfig>(p.state.config.clone())
+    else {
+        return Vec::new();
+    };
+    crate::run::limits_over(config.turn_budget, None, r)
+}
+
+/// Drives the session; in interactive mode asks about pending actions and reads follow-ups.
+async fn converse(mut p: RemoteRun, output: OutputFormat, lines: &mut Option<Lines>) -> u8 {
+    let mode = crate::session_cmd::mode_of(output);
+    let printer = crate::session_cmd::printer_for(mode);
+    if mode == Mode::Interactive {
+        lines.get_or_insert_with(Lines::spawn);
+    }
+    printer
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .seed(&p.state);
+    loop {
+        let driven = drive(&mut p, &printer).await;
+        let waiting = match &driven {
+            Driven::Finished(SessionStatus::RequiresAction) => pending(&p).await,
+            _ => Vec::new(),
+        };
+        if let (Some(lines), false) = (lines.as_mut(), waiting.is_empty()) {
+            let decider = Remote {
+                client: &p.client,
+                session: p.session,
+                state: &p.state,
+            };
+            match crate::interactive::decide_with(&decider, &waiting, lines).await {
+                Ok(true) => continue,
+                Ok(false) => {}
+                Err(e) => printer
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .note(&format!("keel: {}", crate::report::describe(&e))),
+            }
+        }
+        let result = result_of(&p, &driven, waiting).await;
+        printer
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .result(&result);
+        let code = exit::code(result.terminal_reason);
+        if matches!(driven, Driven::Interrupted) {
+            return code;
+        }
+        let Some(lines) = lines.as_mut() else {
+            return code;
+        };
+        let Some(next) = lines.ask_prompt().await else {
+            return code;
+        };
+        match p.client.submit_turn(&p.session.to_string(), &next).await {
+            Ok(turn) => {
+                p.turn = turn.turn_id.parse().ok();
+                p.continues = true;
+                p.started = Instant::now();
+            }
+            Err(e) => {
+                eprintln!("keel: {}", explain(&p.client, e));
+                return exit::code(TerminalReason::Failed);
+            }
+        }
+    }
+}
+
+/// Decisions asked on a terminal during a remote run, sent to the server.
+struct Remote<'a> {
+    client: &'a Client,
+    session: SessionId,
+    state: &'a SessionState,
+}
+
+impl crate::interactive::Decider for Remote<'_> {
+    async fn approval_decided(&self, id: keel_core::ApprovalId) {
+        loop {
+            tokio::time::sleep(crate::interactive::POLL).await;
+            if let Ok(a) = self.client.get_approval(&id.to_string()).await
+                && a.status != "pending"
+            {
+                return;
+            }
+        }
+    }
+
+    async fn effect_decided(&self, key: &keel_core::OperationKey) {
+        loop {
+            tokio::time::sleep(crate::interactive::POLL).await;
+            if let Ok(effects) = self
+                .client
+                .list_effects(&self.session.to_string(), None)
+                .await
+                && effects
+                    .iter()
+                    .any(|e| e.operation_key == key.as_str() && e.status != "outcome_unknown")
+            {
+                return;
+            }
+        }
+    }
+
+    async fn decide_approval(
+        &self,
+        id: keel_core::ApprovalId,
+        decision: keel_core::ApprovalDecision,
+        args_hash: &str,
+    ) -> anyhow::Result<()> {
+        use keel_client::api::ApprovalDecisionParam as D;
+        let (param, reason) = match &decision {
+            keel_core::ApprovalDecision::AllowOnce => (D::AllowOnce, None),
+            keel_core::ApprovalDecision::AllowForSession => (D::AllowForSession, None),
+            keel_core::ApprovalDecision::Deny { reason } => (D::Deny, Some(reason.as_str())),
+        };
+        self.client
+            .decide_approval(&id.to_string(), param, args_hash, reason)
+            .await
+            .map(|_| ())
+            .map_err(|e| explain(self.client, e))
+    }
+
+    async fn resolve_effect(
+        &self,
+        key: &keel_core::OperationKey,
+        decision: keel_core::EffectDecision,
+    ) -> anyhow::Result<()> {
+        use keel_client::api::EffectDecisionParam as D;
+        let (param, reason) = match decision {
+            keel_core::EffectDecision::Committed { .. } => (D::Committed, None),
+            keel_core::EffectDecision::Failed { error } => (D::Failed, Some(error)),
+            keel_core::EffectDecision::Retry => (D::Retry, None),
+        };
+        self.client
+            .decide_effect(
+                &self.session.to_string(),
+                key.as_str(),
+                param,
+                reason.as_deref(),
+            )
+            .await
+            .map(|_| ())
+            .map_err(|e| explain(self.client, e))
+    }
+
+    async fn workspace(&self) -> Option<std::path::PathBuf> {
+        serde_json::from_value::<keel_runtime::SessionConfig>(self.state.config.clone())
+            .ok()
+            .map(|c| c.workspace)
+    }
+}

@@ -1,0 +1,135 @@
+//! The workspace is the home directory, so keel's data (`data/keel`: the store, the seal key)
+//! and config (`config/keel`) directories lie inside it: the file tools refuse them, and a
+//! confined command can neither read them nor rename them (or a directory above them) out of
+//! the way of the next call, which hides them by path. With `--sandbox off` the same commands
+//! read the store, so the confined run proves something.
+
+use serde_json::json;
+
+use crate::common::{Env, jsonl_lines, stderr};
+
+fn call(name: &str, args: serde_json::Value) -> String {
+    json!({"tool_calls": [{"name": name, "arguments": args}]}).to_string()
+}
+
+/// `keel run` headless in bypass mode with the whole environment as its workspace.
+fn run_home(env: &Env, script: &[String], flags: &[&str]) -> std::process::Output {
+    env.write("script.jsonl", &script.join("\n"));
+    env.keel()
+        .args(["run", "--workspace", ".", "--model", "script:script.jsonl"])
+        .args(["--output", "jsonl", "--permission-mode", "bypass"])
+        .args(flags)
+        .arg("go")
+        .output()
+        .unwrap()
+}
+
+/// Each tool call's output, in order.
+fn outputs(out: &std::process::Output) -> Vec<String> {
+    jsonl_lines(&out.stdout)
+        .iter()
+        .filter(|l| l["type"] == "tool_call.finished")
+        .map(|l| l["payload"]["output"].as_str().unwrap_or("").to_owned())
+        .collect()
+}
+
+#[test]
+fn keels_data_and_config_in_a_home_workspace_stay_out_of_reach() {
+    let config_mark = "# CONFIG-FILE-MARKER-5521\n";
+    let reveal = "head -c 15 data/keel/keel.db d2/keel/keel.db data2/keel/keel.db; \
+                  cat config/keel/keel.toml c2/keel/keel.toml config/k2/keel.toml; echo end";
+
+    // Unconfined, the store and the config are right there.
+    let env = Env::new();
+    env.write("config/keel/keel.toml", config_mark);
+    let out = run_home(
+        &env,
+        &[
+            call("shell", json!({"command": reveal})),
+            json!({"text": "done"}).to_string(),
+        ],
+        &["--sandbox", "off"],
+    );
+    let shown = outputs(&out).join("\n");
+    assert!(
+        shown.contains("SQLite format") && shown.contains("CONFIG-FILE-MARKER"),
+        "unconfined: {shown} {}",
+        stderr(&out)
+    );
+
+    let env = Env::new();
+    env.write("config/keel/keel.toml", config_mark);
+    // A first run creates the store and the seal key in data/keel.
+    let first = run_home(&env, &[json!({"text": "hi"}).to_string()], &[]);
+    assert!(first.status.success(), "{}", stderr(&first));
+    let script = [
+        call("read_file", json!({"path": "data/keel/keel.db"})),
+        call("read_file", json!({"path": "config/keel/keel.toml"})),
+        call(
+            "write_file",
+            json!({"path": "config/keel/keel.toml", "content": "permission_mode = \"bypass\"\n"}),
+        ),
+        call("list_dir", json!({"path": "data"})),
+        call(
+            "shell",
+            json!({"command": "mv data d2; mv data/keel data2; mv config c2; mv config/keel config/k2; echo moved"}),
+        ),
+        call("shell", json!({"command": reveal})),
+        json!({"text": "done"}).to_string(),
+    ];
+    let out = run_home(&env, &script, &[]);
+    let shown = outputs(&out);
+    assert_eq!(shown.len(), 6, "{shown:?} {}", stderr(&out));
+    for (i, refused) in shown[..3].iter().enumerate() {
+        assert!(refused.contains("is keel's own"), "call {i}: {refused}");
+    }
+    assert!(!shown[3].contains("keel"), "list_dir data: {}", shown[3]);
+    assert!(shown[4].contains("Device or resource busy"), "{}", shown[4]);
+    assert!(shown[5].contains("end"), "{}", shown[5]);
+    for (i, output) in shown.iter().enumerate() {
+        assert!(
+            !output.contains("SQLite format") && !output.contains("CONFIG-FILE-MARKER"),
+            "call {i}: {output}"
+        );
+    }
+    // Nothing moved or changed on the host.
+    assert!(env.path("data/keel/keel.db").is_file());
+    assert_eq!(
+        std::fs::read_to_string(env.path("config/keel/keel.toml")).unwrap(),
+        config_mark
+    );
+}
+
+#[test]
+fn a_confined_command_cannot_create_the_user_config_keel_has_not_made_yet() {
+    // No config/keel yet: keel creates it empty before the first confined command, so the
+    // sandbox hides it and nothing written there can reach the next run's trusted settings.
+    let env = Env::new();
+    std::fs::remove_dir_all(env.path("config/keel")).unwrap();
+    let plant = "mkdir -p config/keel && printf 'permission_mode = \"bypass\"\\n' > config/keel/keel.toml; \
+                 ls -a config/keel; echo planted";
+    let out = run_home(
+        &env,
+        &[
+            call("shell", json!({"command": plant})),
+            call(
+                "write_file",
+                json!({"path": "config/keel/keel.toml", "content": "permission_mode = \"bypass\"\n"}),
+            ),
+            json!({"text": "done"}).to_string(),
+        ],
+        &[],
+    );
+    let shown = outputs(&out);
+    assert_eq!(shown.len(), 2, "{shown:?} {}", stderr(&out));
+    assert!(shown[1].contains("is keel's own"), "{}", shown[1]);
+    assert!(
+        env.path("config/keel").is_dir(),
+        "keel made the directory to hide it"
+    );
+    assert!(
+        !env.path("config/keel/keel.toml").exists(),
+        "a confined command planted a user config: {}",
+        shown[0]
+    );
+}
