@@ -236,6 +236,23 @@ async fn an_empty_response_is_classified_empty_response_on_every_wire() {
     }
 }
 
+/// The exact stream: a Chat response whose whole body is `data: [DONE]` (no role
+/// chunk, no finish reason, no usage). Before, it ended the step as a completion with nothing in
+/// it ("illegal step transition started -> completed"); it is a retryable `empty_response`.
+#[tokio::test]
+async fn a_chat_stream_of_only_done_is_empty_response() {
+    let got = run(
+        Wire::OpenaiChat,
+        Reply::Frames(vec!["data: [DONE]\n\n".to_owned()]),
+    )
+    .await;
+    let [StreamEvent::Error { error }] = &got[..] else {
+        panic!("{got:?}")
+    };
+    assert_eq!(error.kind, ErrorKind::EmptyResponse, "{error}");
+    assert!(error.retryable);
+}
+
 #[tokio::test]
 async fn http_429_carries_retry_after_from_headers() {
     for wire in Wire::ALL {
