@@ -891,6 +891,40 @@ fn psql_through_the_local_postgresql_socket_fails_confined() {
     }
 }
 
+// --- privileges: capabilities and no_new_privs ----------------------------------------------
+
+/// Every capability set is empty and `no_new_privs` is on in a confined command (as root, whose
+/// user namespace would otherwise give it a full set, and as a normal user). Unconfined the
+/// same command shows the bounding set full and `no_new_privs` off (and root's effective set).
+#[test]
+fn a_confined_command_has_no_capabilities_and_no_new_privs() {
+    const SETS: [&str; 5] = ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"];
+    let attack = "grep -E '^(Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs):' /proc/self/status";
+    let none = |set: &str| format!("{set}:\t0000000000000000");
+    for who in BOTH {
+        let s = Sbx::new(who);
+        let r = s.run(OFF, attack);
+        assert!(r.has("NoNewPrivs:\t0"), "unconfined ({who:?}): {r:?}");
+        assert!(
+            r.has("CapBnd:") && !r.has(&none("CapBnd")),
+            "unconfined: {r:?}"
+        );
+        if who == Who::Root {
+            assert!(
+                r.has("CapEff:") && !r.has(&none("CapEff")),
+                "unconfined: {r:?}"
+            );
+        }
+        for mode in CONFINED {
+            let r = s.run(mode, attack);
+            for set in SETS {
+                assert!(r.has(&none(set)), "{mode} ({who:?}) kept {set}: {r:?}");
+            }
+            assert!(r.has("NoNewPrivs:\t1"), "{mode} ({who:?}): {r:?}");
+        }
+    }
+}
+
 // --- required layers --------------------------------------------------------------------------
 
 /// A sandbox inside the sandbox cannot create its namespaces (the filter refuses `unshare`):
