@@ -1,5 +1,6 @@
 //! The metrics read from the store at scrape time (issue 13 item 6): sessions by status and
-//! queue depth per tenant follow the store, and a read that fails keeps the last values.
+//! queue depth per tenant follow the store, and a read that fails keeps the last values; lease
+//! takeovers and model cost count what the store's claims and the model attempts report.
 
 use keel_runtime::metrics::Metrics;
 use serde_json::json;
@@ -8,7 +9,10 @@ use sqlx::{AnyConnection, Connection, Executor};
 use crate::common::*;
 use crate::on_both;
 
-on_both!(store_gauges_follow_the_store_and_keep_their_last_values_when_a_read_fails);
+on_both!(
+    store_gauges_follow_the_store_and_keep_their_last_values_when_a_read_fails,
+    takeovers_and_model_costs_are_counted_by_what_happened,
+);
 
 /// The value of the sample `series` (`name{labels}`) in `text`, if present.
 fn sample(text: &str, series: &str) -> Option<f64> {
@@ -100,4 +104,52 @@ async fn store_gauges_follow_the_store_and_keep_their_last_values_when_a_read_fa
         Some(1.0)
     );
     assert_eq!(sample(&text, "keel_sessions{status=\"idle\"}"), Some(1.0));
+}
+
+/// A claim that took an expired lease over (the store's own claim, another owner's lease run
+/// out) counts one takeover and a fresh claim none; a priced model attempt adds its cost
+/// under its model, and an unpriced one adds no cost series.
+async fn takeovers_and_model_costs_are_counted_by_what_happened(backend: Backend) {
+    use keel_runtime::scheduler::SchedulerObserver;
+    let f = fixture(backend, &[json!({"text": "hi"})], |_| {}).await;
+    let m = Metrics::new();
+    let store = f.db.store.as_ref();
+    f.rt.submit(f.tenant, f.session, "hello").await.unwrap();
+    let ttl = std::time::Duration::from_secs(5);
+    let now = chrono::Utc::now();
+    let max = keel_core::SCHEMA_VERSION;
+    let first = store
+        .claim_session(f.tenant, "w-1", ttl, now, max)
+        .await
+        .unwrap();
+    let first = first.expect("the queued turn is claimable");
+    assert_eq!(first.took_over, None);
+    m.claimed(&first, None);
+    let later = now + chrono::Duration::seconds(10);
+    let second = store
+        .claim_session(f.tenant, "w-2", ttl, later, max)
+        .await
+        .unwrap();
+    let second = second.expect("w-1's lease ran out");
+    assert_eq!(second.took_over.as_deref(), Some("w-1"));
+    m.claimed(&second, None);
+    let usage = keel_core::Usage {
+        input_tokens: 1000,
+        output_tokens: 100,
+        ..keel_core::Usage::default()
+    };
+    m.model_usage("openai:gpt-5", &usage, 0.25);
+    m.model_usage("openai:gpt-5", &usage, 0.5);
+    m.model_usage("scripted:free", &usage, 0.0);
+    let text = m.render();
+    assert_eq!(sample(&text, "keel_worker_claims_total"), Some(2.0));
+    assert_eq!(sample(&text, "keel_lease_takeovers_total"), Some(1.0));
+    let cost = |model: &str| {
+        sample(
+            &text,
+            &format!("keel_model_cost_usd_total{{model=\"{model}\"}}"),
+        )
+    };
+    assert_eq!(cost("openai:gpt-5"), Some(0.75), "{text}");
+    assert_eq!(cost("scripted:free"), None, "{text}");
 }

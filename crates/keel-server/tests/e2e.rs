@@ -1,5 +1,6 @@
 //! A scripted session end to end through the API alone: create a release and a session,
-//! submit a turn, approve the call it waits on, watch SSE until `turn.finished`.
+//! submit a turn, approve the call it waits on, watch SSE until `turn.finished` (the model's
+//! text as ephemeral deltas between), and the tenant-wide stream report its status changes.
 
 use reqwest::StatusCode;
 use serde_json::{Value, json};
@@ -35,6 +36,8 @@ async fn a_scripted_session_runs_end_to_end_over_http(b: Backend) {
         .sse(&format!("/v1/sessions/{session}/events"), &s.viewer, None)
         .await;
     assert_eq!(sse.status, StatusCode::OK);
+    let mut statuses = s.sse("/v1/events", &s.viewer, None).await;
+    assert_eq!(statuses.status, StatusCode::OK);
     let turn = s
         .post(
             &format!("/v1/sessions/{session}/turns"),
@@ -64,6 +67,8 @@ async fn a_scripted_session_runs_end_to_end_over_http(b: Backend) {
         )
         .await;
     assert_eq!(t.body["terminal_reason"], "requires_action");
+    // The tenant-wide stream says so (the session waits until the decision below).
+    until_status(&mut statuses, &session, "requires_action").await;
     let decided = s
         .post(
             &format!(
@@ -79,6 +84,7 @@ async fn a_scripted_session_runs_end_to_end_over_http(b: Backend) {
     // Watch the stream until the turn finishes.
     let mut types = Vec::new();
     let mut last_seq = 0u64;
+    let mut deltas = 0;
     let finished = loop {
         let f = sse
             .next()
@@ -91,7 +97,11 @@ async fn a_scripted_session_runs_end_to_end_over_http(b: Backend) {
         }
         let data: Value = serde_json::from_str(&f.data).unwrap();
         match f.event.as_deref() {
-            Some("delta") | Some("gap") => assert_eq!(data["ephemeral"], true),
+            Some("delta") | Some("gap") => {
+                assert!(f.id.is_none(), "an ephemeral frame has no id: {f:?}");
+                assert_eq!(data["ephemeral"], true);
+                deltas += usize::from(f.event.as_deref() == Some("delta"));
+            }
             Some(ty) => {
                 assert_eq!(data["type"], ty);
                 assert_eq!(data["seq"].as_u64(), Some(last_seq));
@@ -104,6 +114,13 @@ async fn a_scripted_session_runs_end_to_end_over_http(b: Backend) {
         }
     };
     assert_eq!(finished["payload"]["terminal_reason"], "completed");
+    // The model's text streamed live, as ephemeral deltas beside the durable events.
+    assert!(deltas > 0, "no delta streamed: {types:?}");
+    let version = until_status(&mut statuses, &session, "idle").await;
+    assert!(
+        version >= last_seq,
+        "idle at {version}, finished at {last_seq}"
+    );
     for ty in [
         "session.created",
         "turn.queued",
@@ -164,4 +181,19 @@ async fn a_scripted_session_runs_end_to_end_over_http(b: Backend) {
     let usage = s.get("/v1/usage", &s.viewer).await;
     assert_eq!(usage.status, StatusCode::OK);
     assert_eq!(usage.body["total_tokens"], 30);
+}
+
+/// Reads the tenant-wide stream until it reports `session` in `status`; returns the version.
+async fn until_status(sse: &mut Sse, session: &str, status: &str) -> u64 {
+    loop {
+        let f = sse
+            .next()
+            .await
+            .unwrap_or_else(|| panic!("the tenant stream ended before {session} was {status}"));
+        assert_eq!(f.event.as_deref(), Some("session.status"), "{f:?}");
+        let data: Value = serde_json::from_str(&f.data).unwrap();
+        if data["session_id"] == session && data["status"] == status {
+            return data["version"].as_u64().unwrap();
+        }
+    }
 }

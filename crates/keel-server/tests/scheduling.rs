@@ -1,6 +1,7 @@
 //! The node's workers and admission control over HTTP: beyond the queue depths new turns get
 //! 429 with `Retry-After` and nothing accepted is dropped; a tenant with one turn is served
-//! within a round of a tenant with a thousand; `/readyz` turns unready when the node drains.
+//! within a round of a tenant with a thousand; the tenant's and the worker's limits bound the
+//! sessions running at once. (`/readyz` during a drain: `keel`'s `workers::drain` tests.)
 
 use std::time::{Duration, Instant};
 
@@ -469,6 +470,74 @@ async fn a_light_tenant_is_served_while_a_heavy_one_holds_every_slot(b: Backend)
     }
 }
 
+/// How many of `sessions`' turns ran at once at most, read from their journals: a turn runs
+/// from its `turn.started` to its `turn.finished` under its session's lease.
+async fn most_at_once(s: &TestServer, sessions: &[String]) -> usize {
+    let mut spans = Vec::new();
+    for id in sessions {
+        let events = s
+            .get(&format!("/v1/sessions/{id}/events?limit=1000"), &s.viewer)
+            .await
+            .body;
+        let ts = |ty: &str| {
+            let e = events["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|e| e["type"] == ty)
+                .unwrap_or_else(|| panic!("no {ty} in {events}"));
+            chrono::DateTime::parse_from_rfc3339(e["ts"].as_str().unwrap()).unwrap()
+        };
+        spans.push((ts("turn.started"), ts("turn.finished")));
+    }
+    spans
+        .iter()
+        .map(|(at, _)| spans.iter().filter(|(a, z)| a <= at && at < z).count())
+        .max()
+        .unwrap_or(0)
+}
+
+/// `[scheduler] tenant_max_sessions` and a worker's `concurrency` bound the sessions running
+/// at once: six sessions whose turns each take 800 ms, queued together on the node's one
+/// worker, run two at a time — with the tenant's limit at 2 (and 8 slots), then with the
+/// worker's slots at 2 (and a tenant limit of 8) — and every turn completes.
+async fn sessions_run_at_once_up_to_the_tenant_and_worker_limits(b: Backend) {
+    for (max_sessions, concurrency) in [(2, 8), (8, 2)] {
+        let s = start_with(b, |c| {
+            c.scheduler.workers = 1;
+            c.scheduler.concurrency = concurrency;
+            c.scheduler.tenant_max_sessions = max_sessions;
+        })
+        .await;
+        let release = s
+            .release("slow", &[json!({"delay_ms": 800, "text": "done"})], &[])
+            .await;
+        let mut sessions = Vec::new();
+        for _ in 0..6 {
+            let r = s.session(&release, json!({})).await;
+            sessions.push(r.body["session_id"].as_str().unwrap().to_owned());
+        }
+        for id in &sessions {
+            let r = submit(&s, &s.operator, id, "slow").await;
+            assert_eq!(r.status, StatusCode::ACCEPTED, "{r:?}");
+        }
+        for id in &sessions {
+            s.wait_session(id, |b| b["status"] == "idle").await;
+            let turns = s.get(&format!("/v1/sessions/{id}/turns"), &s.viewer).await;
+            assert_eq!(turns.body["items"][0]["status"], "completed", "{turns:?}");
+        }
+        let most = most_at_once(&s, &sessions).await;
+        assert!(
+            most <= 2,
+            "{most} sessions ran at once (tenant_max_sessions {max_sessions}, concurrency {concurrency})"
+        );
+        assert_eq!(
+            most, 2,
+            "six 800 ms turns queued together never ran two at once: the test proves nothing"
+        );
+    }
+}
+
 on_both!(
     admission_refuses_turns_beyond_the_queue_depths_and_drops_nothing,
     a_light_tenant_is_not_starved_by_a_heavy_one,
@@ -476,5 +545,6 @@ on_both!(
     concurrent_submits_never_queue_beyond_the_limit,
     concurrent_submits_to_one_session_are_all_queued,
     a_worker_counts_the_sessions_it_leaves_for_newer_schemas_in_its_metrics,
-    a_light_tenant_is_served_while_a_heavy_one_holds_every_slot
+    a_light_tenant_is_served_while_a_heavy_one_holds_every_slot,
+    sessions_run_at_once_up_to_the_tenant_and_worker_limits,
 );

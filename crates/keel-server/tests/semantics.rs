@@ -19,6 +19,8 @@ on_both!(
     another_tenants_ids_answer_exactly_like_missing_ones,
     tenants_share_the_roots_but_never_a_workspace,
     a_workspace_replaced_by_a_symlink_after_its_claim_is_not_followed,
+    input_strategies_and_decisions_are_bound_as_the_request_says,
+    memory_and_artifacts_read_back_what_was_written,
 );
 
 async fn idle_session(s: &TestServer) -> String {
@@ -795,4 +797,152 @@ async fn other_tenants_release(s: &TestServer) -> String {
         .await;
     assert_eq!(r.status, StatusCode::CREATED, "{r:?}");
     r.body["release_id"].as_str().unwrap().to_owned()
+}
+
+/// Per request, while a turn waits on an approval: `multitask: reject` is refused (409) and
+/// writes nothing, `enqueue` queues behind it. A decision naming other arguments' hash is
+/// refused (409 naming `args_hash`) and decides nothing; with the hash shown it runs the call,
+/// and both turns complete in order.
+async fn input_strategies_and_decisions_are_bound_as_the_request_says(b: Backend) {
+    let s = start(b).await;
+    let write = call("write_file", json!({"path": "w.txt", "content": "w"}));
+    let lines = [
+        json!({"tool_calls": [write]}),
+        json!({"text": "wrote"}),
+        json!({"text": "next"}),
+    ];
+    let release = s.release("bound", &lines, &["write_file"]).await;
+    let session = s.session(&release, json!({})).await.body["session_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let turns = format!("/v1/sessions/{session}/turns");
+    let first = s
+        .post(&turns, &s.operator, &json!({"input": "write"}))
+        .await;
+    s.wait_session(&session, |b| b["status"] == "requires_action")
+        .await;
+    let r = s
+        .post(
+            &turns,
+            &s.operator,
+            &json!({"input": "no", "multitask": "reject"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{r:?}");
+    let r = s
+        .post(
+            &turns,
+            &s.operator,
+            &json!({"input": "then", "multitask": "enqueue"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{r:?}");
+    let pending = s
+        .get(&format!("/v1/sessions/{session}/approvals"), &s.viewer)
+        .await;
+    let a = pending.body["items"][0].clone();
+    let path = format!("/v1/approvals/{}", a["approval_id"].as_str().unwrap());
+    let other =
+        json!({"decision": "allow_once", "args_hash": format!("sha256:{}", "0".repeat(64))});
+    let r = s
+        .post(&format!("{path}/decision"), &s.operator, &other)
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{r:?}");
+    assert_eq!(r.body["field"], "args_hash", "{r:?}");
+    assert_eq!(s.get(&path, &s.viewer).await.body["status"], "pending");
+    let seen = json!({"decision": "allow_once", "args_hash": a["args_hash"]});
+    let r = s
+        .post(&format!("{path}/decision"), &s.operator, &seen)
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    s.wait_session(&session, |b| {
+        b["status"] == "idle" && b["active_turn_id"].is_null() && b["queued_turn_ids"] == json!([])
+    })
+    .await;
+    let listed = s.get(&turns, &s.viewer).await.body;
+    let got: Vec<(&Value, &Value)> = listed["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (&t["input"], &t["status"]))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (&json!("write"), &json!("completed")),
+            (&json!("then"), &json!("completed"))
+        ]
+    );
+    assert_eq!(listed["items"][0]["turn_id"], first.body["turn_id"]);
+    assert_eq!(
+        std::fs::read_to_string(s.workspace.join("w.txt")).unwrap(),
+        "w"
+    );
+}
+
+/// A memory entry written is read, listed by key and found by a case-insensitive search, in
+/// its namespace only; an artifact larger than a page reads back whole across pages of
+/// `limit` bytes, none ending inside a multibyte character.
+async fn memory_and_artifacts_read_back_what_was_written(b: Backend) {
+    let s = start(b).await;
+    for (k, v) in [
+        ("build", json!("cargo test -q")),
+        ("lint", json!({"cmd": "clippy"})),
+    ] {
+        let r = s
+            .call(
+                "PUT",
+                &format!("/v1/memory/notes/{k}"),
+                Some(&s.operator),
+                Some(&json!({"value": v})),
+                &[],
+            )
+            .await;
+        assert_eq!((r.status, &r.body["value"]), (StatusCode::OK, &v), "{r:?}");
+    }
+    let got = s.get("/v1/memory/notes/lint", &s.viewer).await;
+    assert_eq!(got.body["value"], json!({"cmd": "clippy"}), "{got:?}");
+    let keys = |r: &Res| -> Vec<String> {
+        r.body["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["key"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(
+        keys(&s.get("/v1/memory/notes", &s.viewer).await),
+        ["build", "lint"]
+    );
+    assert_eq!(
+        keys(&s.get("/v1/memory/notes?q=CARGO", &s.viewer).await),
+        ["build"]
+    );
+    assert_eq!(
+        keys(&s.get("/v1/memory/other?q=cargo", &s.viewer).await),
+        Vec::<String>::new()
+    );
+    let session = idle_session(&s).await;
+    let text = "ab€🦀".repeat(20_000); // 180,000 bytes: 1-, 3- and 4-byte characters
+    let sid: keel_core::SessionId = session.parse().unwrap();
+    let id = s
+        .store
+        .put_artifact(s.tenant, sid, "out.txt", "text/plain", text.as_bytes())
+        .await
+        .unwrap();
+    let (mut read, mut offset) = (String::new(), Some(0u64));
+    while let Some(at) = offset {
+        let r = s
+            .get(
+                &format!("/v1/artifacts/{id}?offset={at}&limit=65537"),
+                &s.viewer,
+            )
+            .await;
+        assert_eq!(r.status, StatusCode::OK, "{r:?}");
+        assert_eq!(r.body["size"], text.len());
+        read.push_str(r.body["text"].as_str().unwrap());
+        offset = r.body["next_offset"].as_u64();
+    }
+    assert!(read == text, "the pages do not add up to the artifact");
 }
