@@ -103,7 +103,12 @@ pub async fn acquire(
     }
 }
 
-/// Renews `lease` every `ttl / 3` until `stop` is cancelled; on loss cancels `lost`.
+/// Renews `lease` whenever a third of `ttl` has passed since it was granted or last renewed
+/// (reckoned from its `expires_at`, not from when this task started: a run whose setup took
+/// most of the TTL renews at once instead of a third of a TTL later, after the lease lapsed),
+/// until `stop` is cancelled; on loss cancels `lost`. A renewal that fails for another reason
+/// (the store is slow or briefly unreachable) is retried after a twelfth of the TTL, while
+/// the lease may still be live.
 pub fn heartbeat(
     store: Arc<dyn Store>,
     tenant: TenantId,
@@ -115,27 +120,75 @@ pub fn heartbeat(
     tokio::spawn(async move {
         let mut lease = lease;
         let period = (ttl / 3).max(Duration::from_millis(10));
+        let retry = (ttl / 12).max(Duration::from_millis(10));
+        let mut wait = renewal_due_in(&lease, ttl, period);
         loop {
             tokio::select! {
                 () = stop.cancelled() => return,
-                () = tokio::time::sleep(period) => {}
+                () = tokio::time::sleep(wait) => {}
             }
             match store.renew_lease(tenant, &lease, ttl).await {
-                Ok(l) => lease = l,
+                Ok(l) => {
+                    lease = l;
+                    wait = renewal_due_in(&lease, ttl, period);
+                }
                 Err(StoreError::LeaseLost { .. }) => {
                     tracing::warn!(session = %lease.session_id, "lease lost; stopping the session here");
                     lost.cancel();
                     return;
                 }
-                Err(e) => tracing::warn!(session = %lease.session_id, "lease renewal failed: {e}"),
+                Err(e) => {
+                    tracing::warn!(session = %lease.session_id, "lease renewal failed: {e}");
+                    wait = retry;
+                }
             }
         }
     })
 }
 
+/// How long until `lease` (of `ttl`) is `period` old: its grant time is `expires_at - ttl`
+/// (the store's clock; a skew between hosts only moves the renewal earlier or later by it).
+/// Zero when that moment has passed.
+fn renewal_due_in(lease: &Lease, ttl: Duration, period: Duration) -> Duration {
+    let left = (lease.expires_at - chrono::Utc::now())
+        .to_std()
+        .unwrap_or(Duration::ZERO);
+    left.saturating_sub(ttl.saturating_sub(period))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn lease_expiring_in(ms: i64) -> Lease {
+        Lease {
+            session_id: SessionId::new(),
+            owner: "w".into(),
+            epoch: keel_core::LeaseEpoch(1),
+            expires_at: chrono::Utc::now() + chrono::Duration::milliseconds(ms),
+        }
+    }
+
+    /// A fresh lease is renewed a third of its TTL from now; one whose holder spent most of
+    /// the TTL before the heartbeat started (or one already lapsed) is renewed at once.
+    #[test]
+    fn renewal_is_reckoned_from_the_lease_not_from_the_heartbeat() {
+        let ttl = Duration::from_secs(3);
+        let period = ttl / 3;
+        let fresh = renewal_due_in(&lease_expiring_in(3000), ttl, period);
+        assert!(
+            fresh > Duration::from_millis(900) && fresh <= period,
+            "{fresh:?}"
+        );
+        assert_eq!(
+            renewal_due_in(&lease_expiring_in(1500), ttl, period),
+            Duration::ZERO
+        );
+        assert_eq!(
+            renewal_due_in(&lease_expiring_in(-10), ttl, period),
+            Duration::ZERO
+        );
+    }
 
     #[test]
     fn a_live_or_foreign_owner_is_not_dead() {

@@ -201,17 +201,17 @@ fn three_workers_two_hundred_sessions_one_killed() {
     );
 }
 
-/// A run that lasts several lease TTLs keeps its lease (`[scheduler] lease_ttl_ms` = 1 s
+/// A run that lasts several lease TTLs keeps its lease (`[scheduler] lease_ttl_ms` = 2 s
 /// here): its heartbeats renew the lease the worker claimed in time, so a second, idle worker
-/// never takes the session over from the live one; the 3 s `shell` call runs once, commits
+/// never takes the session over from the live one; the 6 s `shell` call runs once, commits
 /// (no `outcome_unknown`) and the turn completes on the worker that claimed it. (The runtimes
 /// used to renew on their own 10 s TTL, every 3.3 s: a shorter scheduler TTL ran out under
 /// every longer run.)
 #[test]
 fn a_run_longer_than_the_lease_ttl_keeps_its_lease() {
-    let c = Cluster::postgres_with_ttl(1000);
+    let c = Cluster::postgres_with_ttl(2000);
     let a = c.worker(&["--concurrency", "2"]);
-    let marker = "3.0456";
+    let marker = "6.0456";
     let session = c.start_turn(
         "long",
         &[
