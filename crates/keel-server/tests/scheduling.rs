@@ -48,6 +48,34 @@ async fn submit(s: &TestServer, key: &str, session: &str, input: &str) -> Res {
     .await
 }
 
+/// Submits a turn to the other tenant's session `light` and waits until it starts, failing
+/// when that takes 2 s or more (a correctness bound with a wide margin); `behind` says what it
+/// waited behind, for the failure message. Returns when the turn was submitted.
+async fn light_turn_starts_within_2s(s: &TestServer, light: &str, behind: &str) -> Instant {
+    let sent = Instant::now();
+    let r = submit(s, &s.other, light, "light").await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{r:?}");
+    loop {
+        let events = s
+            .get(&format!("/v1/sessions/{light}/events"), &s.other)
+            .await
+            .body;
+        if events["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["type"] == "turn.started")
+        {
+            return sent;
+        }
+        assert!(
+            sent.elapsed() < Duration::from_secs(2),
+            "the light tenant's turn did not start within 2 s {behind}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Asserts `session` has `n` queued turns; returns its state.
 async fn queued(s: &TestServer, session: &str, n: usize) -> Value {
     let state = s
@@ -173,28 +201,7 @@ async fn a_light_tenant_is_not_starved_by_a_heavy_one(b: Backend) {
         "the heavy backlog drained before the light turn came ({mine} queued): the test proves nothing"
     );
     let light = other_session(&s, &[json!({"text": "light"})]).await;
-    let sent = Instant::now();
-    let r = submit(&s, &s.other, &light, "light").await;
-    assert_eq!(r.status, StatusCode::ACCEPTED, "{r:?}");
-    loop {
-        let events = s
-            .get(&format!("/v1/sessions/{light}/events"), &s.other)
-            .await
-            .body;
-        if events["items"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|e| e["type"] == "turn.started")
-        {
-            break;
-        }
-        assert!(
-            sent.elapsed() < Duration::from_secs(2),
-            "the light tenant's turn did not start within 2 s behind the heavy backlog"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let sent = light_turn_starts_within_2s(&s, &light, "behind the heavy backlog").await;
     eprintln!(
         "fairness ({b:?}): the light turn started {} ms after submit, {} heavy turns still queued; the backlog took {} ms to queue",
         sent.elapsed().as_millis(),
@@ -430,28 +437,7 @@ async fn a_light_tenant_is_served_while_a_heavy_one_holds_every_slot(b: Backend)
         s.wait_session(id, |b| b["status"] == "running").await;
     }
     let light = other_session(&s, &[json!({"text": "light"})]).await;
-    let sent = Instant::now();
-    let r = submit(&s, &s.other, &light, "light").await;
-    assert_eq!(r.status, StatusCode::ACCEPTED, "{r:?}");
-    loop {
-        let events = s
-            .get(&format!("/v1/sessions/{light}/events"), &s.other)
-            .await
-            .body;
-        if events["items"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|e| e["type"] == "turn.started")
-        {
-            break;
-        }
-        assert!(
-            sent.elapsed() < Duration::from_secs(2),
-            "the light tenant's turn did not start within 2 s while the heavy one held every slot"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let sent = light_turn_starts_within_2s(&s, &light, "while the heavy one held every slot").await;
     eprintln!(
         "slots ({b:?}): the light turn started {} ms after submit",
         sent.elapsed().as_millis()
