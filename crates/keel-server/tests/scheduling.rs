@@ -455,7 +455,65 @@ async fn a_light_tenant_is_served_while_a_heavy_one_holds_every_slot(b: Backend)
     }
 }
 
+/// An approval TTL as long as the API accepts (`approval_ttl_ms = i64::MAX`, and `u64::MAX`)
+/// reaches past the last time an approval can expire at: the expiry saturates there instead
+/// of overflowing in the run (which would panic it), the session waits on the human, and the
+/// decision resumes it.
+async fn the_longest_approval_ttl_waits_on_a_human(b: Backend) {
+    let s = start(b).await;
+    let release = s
+        .release(
+            "patient",
+            &[
+                json!({"tool_calls": [call("write_file", json!({"path": "out.txt", "content": "hi\n"}))]}),
+                json!({"text": "wrote it"}),
+            ],
+            &["write_file"],
+        )
+        .await;
+    for ttl in [u64::try_from(i64::MAX).unwrap(), u64::MAX] {
+        let created = s.session(&release, json!({"approval_ttl_ms": ttl})).await;
+        assert_eq!(created.status, StatusCode::CREATED, "{created:?}");
+        let session = created.body["session_id"].as_str().unwrap().to_owned();
+        let _ = std::fs::remove_file(s.workspace.join("out.txt"));
+        let r = submit(&s, &s.operator, &session, "write out.txt").await;
+        assert_eq!(r.status, StatusCode::ACCEPTED, "{r:?}");
+        let waiting = s
+            .wait_session(&session, |b| b["status"] == "requires_action")
+            .await;
+        let approvals = s
+            .get(&format!("/v1/sessions/{session}/approvals"), &s.viewer)
+            .await
+            .body;
+        let a = &approvals["items"][0];
+        assert_eq!(a["status"], "pending", "{waiting} {approvals}");
+        assert_eq!(a["expires_at"], "9999-12-31T23:59:59.999Z", "{a}");
+        let decided = s
+            .post(
+                &format!(
+                    "/v1/approvals/{}/decision",
+                    a["approval_id"].as_str().unwrap()
+                ),
+                &s.operator,
+                &json!({"decision": "allow_once", "args_hash": a["args_hash"]}),
+            )
+            .await;
+        assert_eq!(decided.status, StatusCode::OK, "{decided:?}");
+        let end = s.wait_session(&session, |b| b["status"] == "idle").await;
+        let turns = s
+            .get(&format!("/v1/sessions/{session}/turns"), &s.viewer)
+            .await
+            .body;
+        assert_eq!(turns["items"][0]["status"], "completed", "{end} {turns}");
+        assert_eq!(
+            std::fs::read_to_string(s.workspace.join("out.txt")).unwrap(),
+            "hi\n"
+        );
+    }
+}
+
 on_both!(
+    the_longest_approval_ttl_waits_on_a_human,
     admission_refuses_turns_beyond_the_queue_depths_and_drops_nothing,
     a_light_tenant_is_not_starved_by_a_heavy_one,
     a_short_lease_is_renewed_in_time_and_never_taken_from_a_live_worker,
