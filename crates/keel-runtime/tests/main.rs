@@ -27,6 +27,7 @@ mod priority;
 mod reasoning;
 mod recovery;
 mod releases;
+mod scheduler;
 mod sealed;
 mod secrets;
 mod streaming;
