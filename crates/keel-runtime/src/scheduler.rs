@@ -128,7 +128,7 @@ impl Default for TenantLimits {
 /// A worker's settings.
 #[derive(Clone)]
 pub struct SchedulerConfig {
-    /// Lease owner string (`<name>@<host>:<pid>`, see [`crate::lease::owner_string`]).
+    /// Lease owner string (`<name>@<host>:<pid>/pidns:<inode>`, see [`crate::lease::LeaseOwner`]).
     pub owner: String,
     /// Sessions this worker runs at once (default 16; 0 counts as 1, more than
     /// [`Semaphore::MAX_PERMITS`] as that).

@@ -20,6 +20,7 @@ mod effects;
 mod expiry;
 mod hung_probes;
 mod intents;
+mod leases;
 mod memory;
 mod metrics;
 mod principals;
