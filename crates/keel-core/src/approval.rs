@@ -17,6 +17,15 @@ use crate::machine::{ApprovalStatus, StateMachine, check_transition};
 /// How long an approval waits by default: 24 h.
 pub const DEFAULT_APPROVAL_TTL: Duration = Duration::hours(24);
 
+/// The last expiry an approval can have, 9999-12-31T23:59:59.999Z: the last instant with a
+/// four-digit year, so that it is written the same in RFC 3339 (the journal's JSON, the API)
+/// and as milliseconds in the store. A TTL reaching past it (`approval_ttl_ms = i64::MAX`) ends
+/// here: an approval that, in practice, never expires.
+pub fn last_expiry() -> DateTime<Utc> {
+    // 253_402_300_799_999 ms after the epoch is in chrono's range; MAX_UTC is never reached.
+    DateTime::from_timestamp_millis(253_402_300_799_999).unwrap_or(DateTime::<Utc>::MAX_UTC)
+}
+
 /// The hash an approval is bound to: [`content_hash`] of the tool call's arguments
 /// (`sha256:<hex>` of canonical JSON, so key order does not matter).
 pub fn args_hash(arguments: &Value) -> String {
@@ -126,7 +135,8 @@ pub enum Decided {
 }
 
 impl ApprovalRecord {
-    /// A new pending approval for a call, expiring `ttl` after `now`.
+    /// A new pending approval for a call, expiring `ttl` after `now`, or at [`last_expiry`] if
+    /// that is later (it saturates; a huge TTL does not overflow).
     pub fn request(
         session_id: SessionId,
         turn_id: TurnId,
@@ -148,7 +158,9 @@ impl ApprovalRecord {
             status: ApprovalStatus::INITIAL,
             decision: None,
             created_at: now,
-            expires_at: now + ttl,
+            expires_at: now
+                .checked_add_signed(ttl)
+                .map_or_else(last_expiry, |t| t.min(last_expiry())),
             decided_at: None,
             decided_by: None,
         }
@@ -289,6 +301,43 @@ mod tests {
             .decide(ApprovalDecision::AllowOnce, &a.args_hash, later)
             .unwrap_err();
         assert!(matches!(err, ApprovalError::Expired { .. }));
+    }
+
+    #[test]
+    fn a_ttl_past_the_last_representable_time_expires_then() {
+        let now = Utc::now();
+        let request = |ttl| {
+            ApprovalRecord::request(
+                SessionId::new(),
+                TurnId::new(),
+                ToolCallId::from("call_1"),
+                "shell",
+                json!({}),
+                now,
+                ttl,
+            )
+        };
+        // `approval_ttl_ms = i64::MAX`, chrono's largest delta, and one just past the bound.
+        for ttl in [
+            Duration::milliseconds(i64::MAX),
+            Duration::MAX,
+            (last_expiry() - now) + Duration::milliseconds(1),
+        ] {
+            let a = request(ttl);
+            assert_eq!(a.expires_at, last_expiry(), "{ttl}");
+            assert!(!a.is_overdue(now + Duration::days(365 * 1000)));
+            assert!(a.is_overdue(last_expiry()));
+            // The journal's JSON holds it and reads it back unchanged.
+            let json = serde_json::to_string(&a).unwrap();
+            assert!(json.contains("9999-12-31T23:59:59.999Z"), "{json}");
+            let back: ApprovalRecord = serde_json::from_str(&json).unwrap();
+            assert_eq!(back.expires_at, last_expiry());
+        }
+        // A TTL within range is kept as given.
+        assert_eq!(
+            request(Duration::hours(1)).expires_at,
+            now + Duration::hours(1)
+        );
     }
 
     #[test]

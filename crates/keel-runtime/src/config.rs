@@ -279,7 +279,7 @@ pub(crate) fn merge_budget(base: Budget, over: Budget) -> Budget {
 /// Settings of one worker process.
 #[derive(Debug, Clone)]
 pub struct RuntimeOptions {
-    /// Worker name; the lease owner is `<name>@<host>:<pid>`.
+    /// Worker name; the lease owner is `<name>@<host>:<pid>/pidns:<inode>`.
     pub worker_name: String,
     /// Lease time-to-live (default 10 s); heartbeats renew it every third of it.
     pub lease_ttl: Duration,

@@ -1,11 +1,16 @@
 //! Leases: who may write a session's journal.
 //!
-//! The owner string is `<worker>@<host>:<pid>`. A worker that finds the lease held by a process
-//! of *this host* that no longer exists (`/proc/<pid>` is gone) takes it over at once
+//! The owner string is `<worker>@<host>:<pid>/pidns:<inode>` ([`LeaseOwner`]): the worker's
+//! name, its host's name, its process id and the inode of its PID namespace
+//! (`/proc/self/ns/pid`). A worker that finds the lease held by a process of *this host and this
+//! PID namespace* that no longer exists (`/proc/<pid>` is gone) takes it over at once
 //! ([`keel_store::Store::take_over_lease`]); any other holder is waited out, bounded by the lease
-//! TTL (default 10 s, renewed by heartbeats every third of it).
+//! TTL (default 10 s, renewed by heartbeats every third of it). The namespace matters: containers
+//! sharing a host name see each other's process ids only within their own PID namespace, so a
+//! live worker in another one would look dead. An owner without the namespace (written before
+//! it was recorded, or by a process that could not read it) is never taken for dead.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use keel_core::{SessionId, TenantId};
@@ -24,27 +29,103 @@ pub fn hostname() -> String {
         .unwrap_or_else(|| "localhost".into())
 }
 
-/// The lease owner string of worker `name` in this process.
-pub fn owner_string(name: &str) -> String {
-    format!("{name}@{}:{}", hostname(), std::process::id())
+/// The inode of this process's PID namespace (`/proc/self/ns/pid`, as in `pid:[<inode>]`), or
+/// `None` where it cannot be read (no procfs). Read once per process.
+pub fn pid_namespace() -> Option<u64> {
+    static NS: OnceLock<Option<u64>> = OnceLock::new();
+    *NS.get_or_init(|| {
+        use std::os::unix::fs::MetadataExt as _;
+        std::fs::metadata("/proc/self/ns/pid").ok().map(|m| m.ino())
+    })
 }
 
-/// Whether `owner` names a process of this host that has exited.
-pub fn owner_is_dead_local_process(owner: &str) -> bool {
-    let Some((_, hostpid)) = owner.rsplit_once('@') else {
-        return false;
-    };
-    let Some((host, pid)) = hostpid.rsplit_once(':') else {
-        return false;
-    };
-    let Ok(pid) = pid.parse::<u32>() else {
-        return false;
-    };
-    if host != hostname() || pid == std::process::id() {
-        return false;
+/// A lease owner string, parsed: `<worker>@<host>:<pid>/pidns:<inode>`, or the older
+/// `<worker>@<host>:<pid>` (no namespace). The worker name may contain anything; the host
+/// name contains no `@`, `:` or `/`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseOwner {
+    /// The worker's name within its process (`worker`, `serve-1`, …).
+    pub worker: String,
+    /// Its host's name ([`hostname`]).
+    pub host: String,
+    /// Its process id, as seen in its own PID namespace.
+    pub pid: u32,
+    /// The inode of its PID namespace ([`pid_namespace`]); `None` when not recorded.
+    pub pid_ns: Option<u64>,
+}
+
+impl LeaseOwner {
+    /// Worker `worker` of this process.
+    pub fn this_process(worker: &str) -> Self {
+        Self {
+            worker: worker.to_owned(),
+            host: hostname(),
+            pid: std::process::id(),
+            pid_ns: pid_namespace(),
+        }
     }
-    let proc_dir = std::path::Path::new("/proc");
-    proc_dir.is_dir() && !proc_dir.join(pid.to_string()).exists()
+
+    /// Parses an owner string; `None` when it is not one (an owner set by hand, say).
+    pub fn parse(owner: &str) -> Option<Self> {
+        let (worker, rest) = owner.rsplit_once('@')?;
+        let (hostpid, pid_ns) = match rest.split_once("/pidns:") {
+            Some((hostpid, ns)) => (hostpid, Some(ns.parse::<u64>().ok()?)),
+            None => (rest, None),
+        };
+        let (host, pid) = hostpid.rsplit_once(':')?;
+        if host.is_empty() || host.contains('/') {
+            return None;
+        }
+        Some(Self {
+            worker: worker.to_owned(),
+            host: host.to_owned(),
+            pid: pid.parse().ok()?,
+            pid_ns,
+        })
+    }
+
+    /// Whether this owner is process `pid` of this host, in this process's PID namespace (a
+    /// process this one can see as `/proc/<pid>`).
+    pub fn is_local_process(&self, pid: u32) -> bool {
+        self.pid == pid && self.is_local_namespace()
+    }
+
+    /// Whether this owner ran on this host in this process's PID namespace (both known).
+    fn is_local_namespace(&self) -> bool {
+        self.host == hostname() && self.pid_ns.is_some() && self.pid_ns == pid_namespace()
+    }
+
+    /// Whether this owner is a process of this host and PID namespace that has exited (not
+    /// this process). An owner of another PID namespace, or without one, is never dead here:
+    /// its process ids are not this namespace's.
+    pub fn is_dead_local_process(&self) -> bool {
+        if !self.is_local_namespace() || self.pid == std::process::id() {
+            return false;
+        }
+        let proc_dir = std::path::Path::new("/proc");
+        proc_dir.is_dir() && !proc_dir.join(self.pid.to_string()).exists()
+    }
+}
+
+impl std::fmt::Display for LeaseOwner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}@{}:{}", self.worker, self.host, self.pid)?;
+        match self.pid_ns {
+            Some(ns) => write!(f, "/pidns:{ns}"),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The lease owner string of worker `name` in this process ([`LeaseOwner::this_process`]).
+pub fn owner_string(name: &str) -> String {
+    LeaseOwner::this_process(name).to_string()
+}
+
+/// Whether `owner` names a process of this host and PID namespace that has exited (see
+/// [`LeaseOwner::is_dead_local_process`]); `false` for a string that is no owner.
+pub fn owner_is_dead_local_process(owner: &str) -> bool {
+    LeaseOwner::parse(owner).is_some_and(|o| o.is_dead_local_process())
 }
 
 /// Takes the session's lease: free, expired, or held by a dead process on this host (taken over
@@ -192,14 +273,81 @@ mod tests {
 
     #[test]
     fn a_live_or_foreign_owner_is_not_dead() {
-        assert!(!owner_is_dead_local_process(&owner_string("me")));
-        assert!(!owner_is_dead_local_process("w@some-other-host:1"));
+        let here = LeaseOwner::this_process("me");
+        assert!(!owner_is_dead_local_process(&here.to_string()));
+        assert!(!owner_is_dead_local_process("w@some-other-host:1/pidns:1"));
         assert!(!owner_is_dead_local_process("garbage"));
-        // pid 1 exists on Linux.
-        assert!(!owner_is_dead_local_process(&format!("w@{}:1", hostname())));
-        assert!(owner_is_dead_local_process(&format!(
-            "w@{}:4194303",
-            hostname()
-        )));
+        // pid 1 exists in every PID namespace.
+        let init = LeaseOwner {
+            pid: 1,
+            ..here.clone()
+        };
+        assert!(!init.is_dead_local_process());
+        // Beyond pid_max: no such process here.
+        let gone = LeaseOwner {
+            pid: 4_194_303,
+            ..here
+        };
+        assert!(gone.is_dead_local_process(), "{gone}");
+        assert!(owner_is_dead_local_process(&gone.to_string()));
+    }
+
+    #[test]
+    fn a_missing_pid_of_another_pid_namespace_is_not_dead() {
+        let ns = pid_namespace().expect("Linux has /proc/self/ns/pid");
+        let here = LeaseOwner {
+            pid: 4_194_303,
+            ..LeaseOwner::this_process("w")
+        };
+        assert!(here.is_dead_local_process());
+        // The same host name and a pid not alive here, in another PID namespace (another
+        // container on this host): it may well be alive there.
+        let other = LeaseOwner {
+            pid_ns: Some(ns + 1),
+            ..here.clone()
+        };
+        assert!(!other.is_dead_local_process(), "{other}");
+        assert!(!owner_is_dead_local_process(&other.to_string()));
+        // Nor is an owner that does not say its namespace.
+        let unknown = format!("w@{}:4194303", hostname());
+        assert!(!owner_is_dead_local_process(&unknown));
+    }
+
+    #[test]
+    fn owner_strings_parse_back() {
+        let here = LeaseOwner::this_process("serve@x:1");
+        let s = here.to_string();
+        assert_eq!(
+            s,
+            format!(
+                "serve@x:1@{}:{}/pidns:{}",
+                hostname(),
+                std::process::id(),
+                pid_namespace().unwrap()
+            )
+        );
+        assert_eq!(LeaseOwner::parse(&s), Some(here.clone()));
+        assert!(here.is_local_process(std::process::id()));
+        assert!(!here.is_local_process(std::process::id() + 1));
+        assert_eq!(
+            LeaseOwner::parse("w@h:12"),
+            Some(LeaseOwner {
+                worker: "w".into(),
+                host: "h".into(),
+                pid: 12,
+                pid_ns: None
+            })
+        );
+        for bad in [
+            "w@h",
+            "w@h:x",
+            "w@:1",
+            "w@h:1/pidns:",
+            "w@h:1/pidns:x",
+            "h:1",
+            "w@h/x:1",
+        ] {
+            assert_eq!(LeaseOwner::parse(bad), None, "{bad}");
+        }
     }
 }

@@ -157,7 +157,7 @@ impl Runtime {
     pub fn store(&self) -> &Arc<dyn Store> {
         &self.inner.store
     }
-    /// This worker's lease owner string (`<name>@<host>:<pid>`).
+    /// This worker's lease owner string (`<name>@<host>:<pid>/pidns:<inode>`).
     pub fn owner(&self) -> &str {
         &self.inner.owner
     }

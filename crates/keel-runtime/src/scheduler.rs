@@ -67,8 +67,8 @@ pub enum RunReport {
         /// Backoff before it is claimable again.
         retry_after: Duration,
     },
-    /// The run failed (a store error, an unreadable journal): give it back after the worker's
-    /// error backoff.
+    /// The run failed (a store error, an unreadable journal, a panic in the run — the scheduler
+    /// reports a panic as this itself): give it back after the worker's error backoff.
     Failed(String),
     /// Another worker holds the session now (the lease was lost): nothing to give back.
     LeaseLost,
@@ -128,7 +128,7 @@ impl Default for TenantLimits {
 /// A worker's settings.
 #[derive(Clone)]
 pub struct SchedulerConfig {
-    /// Lease owner string (`<name>@<host>:<pid>`, see [`crate::lease::owner_string`]).
+    /// Lease owner string (`<name>@<host>:<pid>/pidns:<inode>`, see [`crate::lease::LeaseOwner`]).
     pub owner: String,
     /// Sessions this worker runs at once (default 16; 0 counts as 1, more than
     /// [`Semaphore::MAX_PERMITS`] as that).
@@ -444,7 +444,7 @@ async fn worker_loop(
         );
         runs.spawn(async move {
             let _permit = permit;
-            let report = runner.run(claim.clone(), drain).await;
+            let report = run_caught(runner, claim.clone(), drain).await;
             observer.ran(&claim, &report);
             lock(&in_flight).remove(&claim.lease.session_id);
             give_back(store.as_ref(), &config, &claim, &report, now).await;
@@ -474,6 +474,34 @@ async fn worker_loop(
         }
     }
     tracing::info!(owner = %config.owner, "worker stopped");
+}
+
+/// Runs `claim` with `runner`; a panic in it (in [`ClaimRunner::run`] or in its future) is a
+/// failed run, [`RunReport::Failed`] naming the panic, logged here: the session is then given
+/// back at once (with the error backoff) and counted like any failed run, instead of holding
+/// its lease until it expires or taking the worker loop down.
+async fn run_caught(
+    runner: Arc<dyn ClaimRunner>,
+    claim: Claim,
+    drain: CancellationToken,
+) -> RunReport {
+    use futures_util::FutureExt as _;
+    let session = claim.lease.session_id;
+    // Unwind safety: nothing the run touched is read after a panic but the run's own state,
+    // which the panic discards; shared locks are taken poison-tolerantly.
+    let run = std::panic::AssertUnwindSafe(async move { runner.run(claim, drain).await });
+    match run.catch_unwind().await {
+        Ok(report) => report,
+        Err(payload) => {
+            let what = payload
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| payload.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a non-text payload".to_owned());
+            tracing::error!(%session, "the session's run panicked: {what}");
+            RunReport::Failed(format!("the run panicked: {what}"))
+        }
+    }
 }
 
 /// Gives a claimed session back after its run, with the backoff its report asks for; a served

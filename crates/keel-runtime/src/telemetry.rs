@@ -24,7 +24,7 @@
 //! `gen_ai.tool.type` (`function`), `error.type`. `gen_ai.response.id` is not recorded: the
 //! model adapters' normalized stream does not carry the provider's response id. Keel's own:
 //! `keel.session.id`, `keel.turn.id`, `keel.step.id`, `keel.attempt`, `keel.tool_call.id`,
-//! `keel.tenant.id`, `keel.worker` (the lease owner, `<name>@<host>:<pid>`), `keel.release.id`,
+//! `keel.tenant.id`, `keel.worker` (the lease owner, `<name>@<host>:<pid>/pidns:<inode>`), `keel.release.id`,
 //! `keel.terminal_reason`, `keel.steps`, `keel.cost_usd`, `keel.usage.estimated`,
 //! `keel.tool_call.status`.
 //!

@@ -283,7 +283,7 @@ pub struct Workers {
 
 impl Workers {
     /// Starts `settings.workers` workers (or `count` when given) on `store`, running sessions
-    /// with `runtimes`, named `<name>-<n>@<host>:<pid>`.
+    /// with `runtimes`, named `<name>-<n>@<host>:<pid>/pidns:<inode>`.
     pub fn start(
         store: Arc<dyn Store>,
         runtimes: Arc<Runtimes>,

@@ -49,6 +49,34 @@ async fn submit(s: &TestServer, key: &str, session: &str, input: &str) -> Res {
     .await
 }
 
+/// Submits a turn to the other tenant's session `light` and waits until it starts, failing
+/// when that takes 2 s or more (a correctness bound with a wide margin); `behind` says what it
+/// waited behind, for the failure message. Returns when the turn was submitted.
+async fn light_turn_starts_within_2s(s: &TestServer, light: &str, behind: &str) -> Instant {
+    let sent = Instant::now();
+    let r = submit(s, &s.other, light, "light").await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{r:?}");
+    loop {
+        let events = s
+            .get(&format!("/v1/sessions/{light}/events"), &s.other)
+            .await
+            .body;
+        if events["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["type"] == "turn.started")
+        {
+            return sent;
+        }
+        assert!(
+            sent.elapsed() < Duration::from_secs(2),
+            "the light tenant's turn did not start within 2 s {behind}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Asserts `session` has `n` queued turns; returns its state.
 async fn queued(s: &TestServer, session: &str, n: usize) -> Value {
     let state = s
@@ -174,28 +202,7 @@ async fn a_light_tenant_is_not_starved_by_a_heavy_one(b: Backend) {
         "the heavy backlog drained before the light turn came ({mine} queued): the test proves nothing"
     );
     let light = other_session(&s, &[json!({"text": "light"})]).await;
-    let sent = Instant::now();
-    let r = submit(&s, &s.other, &light, "light").await;
-    assert_eq!(r.status, StatusCode::ACCEPTED, "{r:?}");
-    loop {
-        let events = s
-            .get(&format!("/v1/sessions/{light}/events"), &s.other)
-            .await
-            .body;
-        if events["items"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|e| e["type"] == "turn.started")
-        {
-            break;
-        }
-        assert!(
-            sent.elapsed() < Duration::from_secs(2),
-            "the light tenant's turn did not start within 2 s behind the heavy backlog"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let sent = light_turn_starts_within_2s(&s, &light, "behind the heavy backlog").await;
     eprintln!(
         "fairness ({b:?}): the light turn started {} ms after submit, {} heavy turns still queued; the backlog took {} ms to queue",
         sent.elapsed().as_millis(),
@@ -431,28 +438,7 @@ async fn a_light_tenant_is_served_while_a_heavy_one_holds_every_slot(b: Backend)
         s.wait_session(id, |b| b["status"] == "running").await;
     }
     let light = other_session(&s, &[json!({"text": "light"})]).await;
-    let sent = Instant::now();
-    let r = submit(&s, &s.other, &light, "light").await;
-    assert_eq!(r.status, StatusCode::ACCEPTED, "{r:?}");
-    loop {
-        let events = s
-            .get(&format!("/v1/sessions/{light}/events"), &s.other)
-            .await
-            .body;
-        if events["items"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|e| e["type"] == "turn.started")
-        {
-            break;
-        }
-        assert!(
-            sent.elapsed() < Duration::from_secs(2),
-            "the light tenant's turn did not start within 2 s while the heavy one held every slot"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let sent = light_turn_starts_within_2s(&s, &light, "while the heavy one held every slot").await;
     eprintln!(
         "slots ({b:?}): the light turn started {} ms after submit",
         sent.elapsed().as_millis()
@@ -467,6 +453,63 @@ async fn a_light_tenant_is_served_while_a_heavy_one_holds_every_slot(b: Backend)
         assert_eq!(turn["status"], "completed", "{end} {turn}");
         assert_eq!(turn["num_steps"], 101, "{turn}");
         assert_eq!(turn["final_text"], "heavy done", "{turn}");
+    }
+}
+
+/// An approval TTL as long as the API accepts (`approval_ttl_ms = i64::MAX`, and `u64::MAX`)
+/// reaches past the last time an approval can expire at: the expiry saturates there instead
+/// of overflowing in the run (which would panic it), the session waits on the human, and the
+/// decision resumes it.
+async fn the_longest_approval_ttl_waits_on_a_human(b: Backend) {
+    let s = start(b).await;
+    let release = s
+        .release(
+            "patient",
+            &[
+                json!({"tool_calls": [call("write_file", json!({"path": "out.txt", "content": "hi\n"}))]}),
+                json!({"text": "wrote it"}),
+            ],
+            &["write_file"],
+        )
+        .await;
+    for ttl in [u64::try_from(i64::MAX).unwrap(), u64::MAX] {
+        let created = s.session(&release, json!({"approval_ttl_ms": ttl})).await;
+        assert_eq!(created.status, StatusCode::CREATED, "{created:?}");
+        let session = created.body["session_id"].as_str().unwrap().to_owned();
+        let _ = std::fs::remove_file(s.workspace.join("out.txt"));
+        let r = submit(&s, &s.operator, &session, "write out.txt").await;
+        assert_eq!(r.status, StatusCode::ACCEPTED, "{r:?}");
+        let waiting = s
+            .wait_session(&session, |b| b["status"] == "requires_action")
+            .await;
+        let approvals = s
+            .get(&format!("/v1/sessions/{session}/approvals"), &s.viewer)
+            .await
+            .body;
+        let a = &approvals["items"][0];
+        assert_eq!(a["status"], "pending", "{waiting} {approvals}");
+        assert_eq!(a["expires_at"], "9999-12-31T23:59:59.999Z", "{a}");
+        let decided = s
+            .post(
+                &format!(
+                    "/v1/approvals/{}/decision",
+                    a["approval_id"].as_str().unwrap()
+                ),
+                &s.operator,
+                &json!({"decision": "allow_once", "args_hash": a["args_hash"]}),
+            )
+            .await;
+        assert_eq!(decided.status, StatusCode::OK, "{decided:?}");
+        let end = s.wait_session(&session, |b| b["status"] == "idle").await;
+        let turns = s
+            .get(&format!("/v1/sessions/{session}/turns"), &s.viewer)
+            .await
+            .body;
+        assert_eq!(turns["items"][0]["status"], "completed", "{end} {turns}");
+        assert_eq!(
+            std::fs::read_to_string(s.workspace.join("out.txt")).unwrap(),
+            "hi\n"
+        );
     }
 }
 
@@ -539,6 +582,7 @@ async fn sessions_run_at_once_up_to_the_tenant_and_worker_limits(b: Backend) {
 }
 
 on_both!(
+    the_longest_approval_ttl_waits_on_a_human,
     admission_refuses_turns_beyond_the_queue_depths_and_drops_nothing,
     a_light_tenant_is_not_starved_by_a_heavy_one,
     a_short_lease_is_renewed_in_time_and_never_taken_from_a_live_worker,

@@ -15,6 +15,7 @@ mod restart;
 
 use std::time::{Duration, Instant, SystemTime};
 
+use keel_runtime::lease::LeaseOwner;
 use serde_json::{Value, json};
 use sqlx::Row;
 
@@ -246,13 +247,11 @@ impl Cluster {
 
     /// The sessions whose lease `worker` holds now.
     pub(super) fn leased_by(&self, worker: &Worker) -> Vec<String> {
-        self.rows(&format!(
-            "SELECT session_id FROM sessions WHERE lease_owner LIKE '%:{}'",
-            worker.pid()
-        ))
-        .into_iter()
-        .filter_map(|r| r[0].clone())
-        .collect()
+        self.rows("SELECT session_id, lease_owner FROM sessions WHERE lease_owner IS NOT NULL")
+            .into_iter()
+            .filter(|r| r[1].as_deref().is_some_and(|o| worker.owns(o)))
+            .filter_map(|r| r[0].clone())
+            .collect()
     }
 
     /// `session`'s lease owner now, if any.
@@ -318,14 +317,16 @@ pub(super) struct Worker {
 }
 
 impl Worker {
-    /// The process id (the end of its lease owner strings: `<name>@<host>:<pid>`).
+    /// The process id.
     pub(super) fn pid(&self) -> u32 {
         self.run.child.id()
     }
 
-    /// Whether `owner` (a lease owner) is one of this process's workers.
+    /// Whether `owner` (a lease owner string, `<name>@<host>:<pid>/pidns:<inode>`, parsed by
+    /// [`LeaseOwner::parse`]) is one of this process's workers: its pid on this host, in the
+    /// test's PID namespace (which the workers it starts share).
     pub(super) fn owns(&self, owner: &str) -> bool {
-        owner.ends_with(&format!(":{}", self.pid()))
+        LeaseOwner::parse(owner).is_some_and(|o| o.is_local_process(self.pid()))
     }
 
     /// The HTTP status of `GET PATH` on its metrics listener (`None`: not answering).
@@ -370,6 +371,13 @@ pub(super) fn wait<T>(secs: u64, what: &str, mut f: impl FnMut() -> Option<T>) -
         assert!(Instant::now() < deadline, "{what}: not within {secs} s");
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// The value of field `name` in a log line of a worker (`… name=value …`, quotes removed).
+pub(super) fn log_field<'a>(line: &'a str, name: &str) -> Option<&'a str> {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(name)?.strip_prefix('='))
+        .map(|v| v.trim_matches('"'))
 }
 
 /// A `shell` call of a scripted response.
