@@ -2815,6 +2815,10 @@ fn stop_hooks_continue_a_turn_at_most_the_cap() {
         )
         .push(
             Correlation::step(turn, step, 1),
+            EventBody::StepStreaming {},
+        )
+        .push(
+            Correlation::step(turn, step, 1),
             EventBody::StepCompleted {
                 model: MODEL.into(),
                 stop_reason: "end_turn".into(),

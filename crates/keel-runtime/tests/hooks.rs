@@ -3,7 +3,6 @@
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use keel_core::{
     ApprovalDecision, Budget, Event, EventBody, HookDecision, HookEvent, SessionStatus, TenantId,
@@ -36,15 +35,10 @@ fn hooked_runtime(
     model: Arc<dyn keel_model::ModelClient>,
     hooks: &HooksConfig,
 ) -> Runtime {
-    Runtime::new(
-        db.store.clone(),
+    runtime_with(
+        db,
         model,
-        registry(),
         RuntimeOptions {
-            lease_ttl: Duration::from_secs(5),
-            lease_wait: Duration::from_secs(6),
-            cancel_grace_ms: 2_000,
-            seal_key: deployment_key(),
             hooks: Hooks::new(hooks).unwrap(),
             ..RuntimeOptions::default()
         },
