@@ -408,11 +408,16 @@ pub enum EventBody {
         /// When it expires.
         expires_at: DateTime<Utc>,
     },
-    /// A human decided. Correlation: `approval_id`.
+    /// A human decided (or a `permission_request` hook, named in `hook`). Correlation:
+    /// `approval_id`, and `principal_id` for a human's decision through an authenticated host.
     #[serde(rename = "approval.decided")]
     ApprovalDecided {
         /// The decision.
         decision: ApprovalDecision,
+        /// The `permission_request` hook that decided, when no human did (its `hook.ran` comes
+        /// first). Absent for a human's decision and in journals written before hooks existed.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        hook: Option<String>,
     },
     /// Nobody decided in time. Correlation: `approval_id`.
     #[serde(rename = "approval.expired")]
@@ -430,6 +435,132 @@ pub enum EventBody {
         /// Estimated tokens after.
         tokens_after: u64,
     },
+    /// A hook ran (see `keel_runtime::hooks`): what it answered, journaled before it takes
+    /// effect, so a decided hook is never run again for the same call, approval, prompt or stop
+    /// after a crash. Correlation: `turn_id`; also `step_id` and `tool_call_id` for
+    /// `pre_tool_use` and `post_tool_use`, `approval_id` for `permission_request`.
+    #[serde(rename = "hook.ran")]
+    HookRan {
+        /// The hook's name (configured, or `<event>#<n>`: its position in the event's list).
+        hook: String,
+        /// The hook event it ran for.
+        event: HookEvent,
+        /// How long it ran, ms.
+        duration_ms: u64,
+        /// What it decided (after `fail_closed` applied to a failure).
+        decision: HookDecision,
+        /// Its reason (a deny's text the model or the user sees), redacted.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+        /// `rewrite`: the tool call's new input, redacted. The call runs it (validated again
+        /// against the tool's schema; an approval's hash is of it).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        arguments: Option<Value>,
+        /// Redaction changed `arguments`: the exact ones are sealed outside the journal like a
+        /// proposal's (the sealed `arguments` row of the call) until the call ends.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        sealed: bool,
+        /// Context the hook added for the model (`session_start`, `user_prompt_submit`,
+        /// `post_tool_use`), redacted.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        context: Option<String>,
+        /// Why the hook failed (a timeout, an exit status, an answer that is not the expected
+        /// JSON, an HTTP error), redacted; its `decision` is then `deny` when it fails closed,
+        /// else `none`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
+}
+
+/// The points in a session where hooks run (`[[hooks.<event>]]` in `keel.toml`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HookEvent {
+    /// Before the session's first turn samples.
+    SessionStart,
+    /// Before a turn's input reaches the model: may block it or add context.
+    UserPromptSubmit,
+    /// Before a tool call is authorized: may allow, deny, ask or rewrite its input.
+    PreToolUse,
+    /// When a call waits on an approval: may decide it.
+    PermissionRequest,
+    /// After a tool call has its result: may add context to it.
+    PostToolUse,
+    /// Before older context is summarized.
+    PreCompact,
+    /// When the turn would complete: may ask it to continue.
+    Stop,
+}
+
+impl HookEvent {
+    /// Every hook event, in the order above.
+    pub const ALL: [HookEvent; 7] = [
+        HookEvent::SessionStart,
+        HookEvent::UserPromptSubmit,
+        HookEvent::PreToolUse,
+        HookEvent::PermissionRequest,
+        HookEvent::PostToolUse,
+        HookEvent::PreCompact,
+        HookEvent::Stop,
+    ];
+
+    /// The snake_case name (`pre_tool_use`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HookEvent::SessionStart => "session_start",
+            HookEvent::UserPromptSubmit => "user_prompt_submit",
+            HookEvent::PreToolUse => "pre_tool_use",
+            HookEvent::PermissionRequest => "permission_request",
+            HookEvent::PostToolUse => "post_tool_use",
+            HookEvent::PreCompact => "pre_compact",
+            HookEvent::Stop => "stop",
+        }
+    }
+
+    /// Whether its hooks match tool names (`pre_tool_use`, `permission_request`,
+    /// `post_tool_use`).
+    pub fn is_tool_event(self) -> bool {
+        matches!(
+            self,
+            HookEvent::PreToolUse | HookEvent::PermissionRequest | HookEvent::PostToolUse
+        )
+    }
+}
+
+/// What a hook decided, as journaled in `hook.ran`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HookDecision {
+    /// No decision: the runtime goes on as without the hook (a hook that only observes, a
+    /// `permission_request` hook leaving the approval to a human, a failure that fails open).
+    None,
+    /// `pre_tool_use`: no objection, and no need to ask (a policy `deny` still refuses);
+    /// `permission_request`: the approval is allowed.
+    Allow,
+    /// `pre_tool_use`: run the call with `arguments` instead (as if allowed).
+    Rewrite,
+    /// `pre_tool_use`: ask a human even where the policy allows.
+    Ask,
+    /// `pre_tool_use`: the call is not run, the model sees `reason`; `permission_request`: the
+    /// approval is denied; `user_prompt_submit`: the prompt is blocked (the turn ends
+    /// `aborted`).
+    Deny,
+    /// `stop`: the turn goes on with another step, the model seeing `reason`.
+    Continue,
+}
+
+impl HookDecision {
+    /// The snake_case name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HookDecision::None => "none",
+            HookDecision::Allow => "allow",
+            HookDecision::Rewrite => "rewrite",
+            HookDecision::Ask => "ask",
+            HookDecision::Deny => "deny",
+            HookDecision::Continue => "continue",
+        }
+    }
 }
 
 fn one() -> u64 {
@@ -494,6 +625,7 @@ pub const EVENT_TYPES: &[&str] = &[
     "approval.decided",
     "approval.expired",
     "context.compacted",
+    "hook.ran",
 ];
 
 impl EventBody {
@@ -529,6 +661,7 @@ impl EventBody {
             EventBody::ApprovalDecided { .. } => "approval.decided",
             EventBody::ApprovalExpired {} => "approval.expired",
             EventBody::ContextCompacted { .. } => "context.compacted",
+            EventBody::HookRan { .. } => "hook.ran",
         }
     }
 
@@ -839,6 +972,7 @@ mod tests {
                 decision: ApprovalDecision::Deny {
                     reason: "no".into(),
                 },
+                hook: None,
             },
             EventBody::ApprovalExpired {},
             EventBody::ContextCompacted {
@@ -847,7 +981,35 @@ mod tests {
                 tokens_before: 1000,
                 tokens_after: 100,
             },
+            EventBody::HookRan {
+                hook: "audit".into(),
+                event: HookEvent::PreToolUse,
+                duration_ms: 12,
+                decision: HookDecision::Rewrite,
+                reason: Some("use the dry run".into()),
+                arguments: Some(json!({"command": "make -n"})),
+                sealed: false,
+                context: None,
+                error: None,
+            },
         ]
+    }
+
+    /// A journal written before hooks existed reads as before: `approval.decided` without
+    /// `hook`.
+    #[test]
+    fn an_approval_decided_without_a_hook_reads_as_before() {
+        let body: EventBody = serde_json::from_value(
+            json!({"type": "approval.decided", "payload": {"decision": {"decision": "allow_once"}}}),
+        )
+        .unwrap();
+        assert_eq!(
+            body,
+            EventBody::ApprovalDecided {
+                decision: ApprovalDecision::AllowOnce,
+                hook: None
+            }
+        );
     }
 
     #[test]

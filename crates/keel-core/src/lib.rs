@@ -41,7 +41,7 @@ pub use budget::{
 };
 pub use event::{
     Correlation, DecodeErrorKind, EVENT_TYPES, EffectDecision, Event, EventBody, EventDecodeError,
-    SCHEMA_VERSION,
+    HookDecision, HookEvent, SCHEMA_VERSION,
 };
 pub use ids::{
     ApprovalId, LeaseEpoch, OperationKey, PrincipalId, ReleaseId, SessionId, StepId, TenantId,

@@ -55,7 +55,7 @@ use serde::{Deserialize, Serialize};
 use crate::approval::ApprovalDecision;
 use crate::budget::{Budget, BudgetLimit, Consumed, TerminalReason};
 use crate::canonical::content_hash;
-use crate::event::EffectDecision;
+use crate::event::{EffectDecision, HookDecision, HookEvent};
 use crate::ids::{ApprovalId, OperationKey, StepId, ToolCallId, TurnId};
 use crate::machine::{
     ApprovalStatus, EffectStatus, SessionStatus, StateMachine, StepStatus, ToolCallStatus,
@@ -87,6 +87,9 @@ pub enum CallFacts {
         /// The result the model sees.
         output: String,
     },
+    /// `pre_tool_use` hooks match the call and have not decided yet: nothing about it is
+    /// decided (not even its validity) until their decision is journaled.
+    AwaitingHook,
     /// A valid call and the policy's verdict on it.
     Valid {
         /// The tool's effect class.
@@ -177,6 +180,25 @@ pub struct Facts {
     /// store's reservation of the step's worst case read it: at a limit, the turn ends
     /// `budget_exhausted`.
     pub tenant_usage: Option<Consumed>,
+    /// Which hook events have hooks configured (the driver's host configuration).
+    pub hooks: HookFacts,
+}
+
+/// Which hook events have hooks (the `pre_tool_use` and `post_tool_use` ones are per call:
+/// [`CallFacts::AwaitingHook`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct HookFacts {
+    /// `session_start` hooks run before the session's first turn samples.
+    pub session_start: bool,
+    /// `user_prompt_submit` hooks run before each turn samples.
+    pub user_prompt_submit: bool,
+    /// Calls waiting on an approval whose tool `permission_request` hooks match: the hooks run
+    /// on the pending approval before a human is waited for.
+    pub permission_request: BTreeSet<ToolCallId>,
+    /// `stop` hooks run when a turn would complete.
+    pub stop: bool,
+    /// How many times `stop` hooks may make a turn continue; one more ends it `loop_detected`.
+    pub max_stop_continues: u32,
 }
 
 /// How a decided approval is journaled.
@@ -282,6 +304,17 @@ pub enum Next {
         approval: ApprovalId,
         /// What to journal.
         outcome: ApprovalOutcome,
+    },
+    /// Run the hooks of `event` and journal what they decide (`hook.ran`), committed before it
+    /// takes effect: for each of `calls` (`pre_tool_use`, `permission_request`: the calls'
+    /// pending approvals), or for the turn (`session_start`, `user_prompt_submit`, `stop`).
+    RunHooks {
+        /// The turn.
+        turn: TurnId,
+        /// The hook event.
+        event: HookEvent,
+        /// The calls the hooks run for (empty for turn events).
+        calls: Vec<ToolCallId>,
     },
     /// Run these read-only, parallel-safe, allowed calls concurrently.
     Execute {
@@ -435,10 +468,7 @@ pub fn next(state: &SessionState, facts: &Facts) -> Next {
             // The fold keeps neither a queued nor a finished turn active.
             return Next::Idle;
         }
-        TurnStatus::Preparing => Next::EnterPhase {
-            turn: turn.id,
-            phase: TurnStatus::Sampling,
-        },
+        TurnStatus::Preparing => preparing(state, turn, facts),
         TurnStatus::Compacting => {
             if let Some(n) = compaction_exhausted(turn, facts) {
                 prompt_too_long(turn.id, n)
@@ -459,6 +489,65 @@ pub fn next(state: &SessionState, facts: &Facts) -> Next {
         return Next::Resume;
     }
     planned
+}
+
+/// The `preparing` phase: the session's and the prompt's hooks, then sampling.
+fn preparing(state: &SessionState, turn: &TurnState, facts: &Facts) -> Next {
+    if let Some((hook, reason)) = &turn.blocked {
+        return Next::FinishTurn {
+            turn: turn.id,
+            reason: TerminalReason::Aborted,
+            limit: None,
+            error: Some(format!(
+                "the prompt was blocked by the user_prompt_submit hook `{hook}`: {reason}"
+            )),
+        };
+    }
+    let hooks = |event| Next::RunHooks {
+        turn: turn.id,
+        event,
+        calls: Vec::new(),
+    };
+    if facts.hooks.session_start && !state.session_hooked {
+        return hooks(HookEvent::SessionStart);
+    }
+    if facts.hooks.user_prompt_submit && !turn.prompt_hooked {
+        return hooks(HookEvent::UserPromptSubmit);
+    }
+    Next::EnterPhase {
+        turn: turn.id,
+        phase: TurnStatus::Sampling,
+    }
+}
+
+/// A response without calls would complete the turn: unless `stop` hooks ask it to continue
+/// (at most [`HookFacts::max_stop_continues`] times; once more ends it `loop_detected`, naming
+/// the hook).
+fn stop_or_continue(state: &SessionState, turn: &TurnState, step: StepId, facts: &Facts) -> Next {
+    if let Some((s, hook)) = &turn.stop_continue
+        && *s == step
+    {
+        if turn.stop_continues > facts.hooks.max_stop_continues {
+            return Next::FinishTurn {
+                turn: turn.id,
+                reason: TerminalReason::LoopDetected,
+                limit: None,
+                error: Some(format!(
+                    "the stop hook `{hook}` asked the turn to continue more than {} times",
+                    facts.hooks.max_stop_continues
+                )),
+            };
+        }
+        return new_step(state, turn, facts);
+    }
+    if facts.hooks.stop && turn.stop_hooked_step != Some(step) {
+        return Next::RunHooks {
+            turn: turn.id,
+            event: HookEvent::Stop,
+            calls: Vec::new(),
+        };
+    }
+    finish(turn.id, TerminalReason::Completed)
 }
 
 fn finish(turn: TurnId, reason: TerminalReason) -> Next {
@@ -587,7 +676,7 @@ fn sampling(state: &SessionState, turn: &TurnState, facts: &Facts) -> Next {
                         .is_none_or(|c| c.status.is_terminal())
             }) =>
         {
-            finish(turn.id, TerminalReason::Completed)
+            stop_or_continue(state, turn, step.id, facts)
         }
         Some(step)
             if step.tool_calls.iter().any(|c| {
@@ -737,6 +826,8 @@ fn executing(state: &SessionState, turn: &TurnState, facts: &Facts) -> Next {
     };
     let mut rejects = Vec::new();
     let mut asks = Vec::new();
+    let mut pre_hooks = Vec::new();
+    let mut permission_hooks = Vec::new();
     let mut batch = Vec::new();
     let mut sequential: Option<Next> = None;
     // An earlier sequential call is still open: later sequential calls wait behind it.
@@ -783,6 +874,16 @@ fn executing(state: &SessionState, turn: &TurnState, facts: &Facts) -> Next {
                 match next {
                     Next::Reject { mut calls, .. } => rejects.append(&mut calls),
                     Next::RequestApprovals { mut calls, .. } => asks.append(&mut calls),
+                    Next::RunHooks {
+                        event: HookEvent::PreToolUse,
+                        mut calls,
+                        ..
+                    } => pre_hooks.append(&mut calls),
+                    Next::RunHooks {
+                        event: HookEvent::PermissionRequest,
+                        mut calls,
+                        ..
+                    } => permission_hooks.append(&mut calls),
                     // Recovery and decisions come first, one at a time, in proposal order.
                     other => return other,
                 }
@@ -816,6 +917,20 @@ fn executing(state: &SessionState, turn: &TurnState, facts: &Facts) -> Next {
                     seq_blocked = true;
                 }
             }
+        }
+    }
+    // Hooks decide before anything of their calls happens (a hook that blocks stops the side
+    // effect: the call cannot be dispatched before the decision is journaled).
+    for (event, calls) in [
+        (HookEvent::PreToolUse, pre_hooks),
+        (HookEvent::PermissionRequest, permission_hooks),
+    ] {
+        if !calls.is_empty() {
+            return Next::RunHooks {
+                turn: turn.id,
+                event,
+                calls,
+            };
         }
     }
     if !rejects.is_empty() {
@@ -919,6 +1034,11 @@ fn call_need(
     match call.status {
         ToolCallStatus::Proposed | ToolCallStatus::Validating => match cf {
             None => CallNeed::Unknown,
+            Some(CallFacts::AwaitingHook) => CallNeed::Act(Next::RunHooks {
+                turn: turn.id,
+                event: HookEvent::PreToolUse,
+                calls: vec![call.id.clone()],
+            }),
             Some(CallFacts::Invalid { status, output }) => CallNeed::Act(Next::Reject {
                 turn: turn.id,
                 step,
@@ -996,11 +1116,40 @@ fn awaiting(
                 step,
                 calls: vec![(call.id.clone(), *status, output.clone())],
             }),
-            None => CallNeed::Unknown,
+            Some(CallFacts::AwaitingHook) | None => CallNeed::Unknown,
         },
         // Journaled with the call's result in one batch; seen open only in a broken journal.
         ApprovalStatus::Denied | ApprovalStatus::Expired => apply(ApprovalOutcome::Expired),
         ApprovalStatus::Pending => {
+            // A `permission_request` hook's journaled decision is the decision (the approvals
+            // row follows it); with hooks and none run yet, they run before a human is asked.
+            match &approval.hook {
+                Some((HookDecision::Allow, _, _)) => {
+                    return apply(ApprovalOutcome::Allowed(ApprovalDecision::AllowOnce));
+                }
+                Some((HookDecision::Deny, hook, reason)) => {
+                    return apply(ApprovalOutcome::Denied {
+                        reason: match reason {
+                            Some(r) if !r.trim().is_empty() => r.clone(),
+                            _ => format!("denied by the permission_request hook `{hook}`"),
+                        },
+                    });
+                }
+                Some(_) => {}
+                None if facts.hooks.permission_request.contains(&call.id)
+                    && facts
+                        .approvals
+                        .get(&approval.id)
+                        .is_none_or(|t| t.status == ApprovalStatus::Pending) =>
+                {
+                    return CallNeed::Act(Next::RunHooks {
+                        turn,
+                        event: HookEvent::PermissionRequest,
+                        calls: vec![call.id.clone()],
+                    });
+                }
+                None => {}
+            }
             let Some(table) = facts.approvals.get(&approval.id) else {
                 return CallNeed::Human {
                     approval: Some(approval.id),

@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 
 use crate::budget::{TerminalReason, Usage, UsageByModel};
-use crate::event::{EffectDecision, Event, EventBody};
+use crate::event::{EffectDecision, Event, EventBody, HookDecision, HookEvent};
 use crate::ids::{
     ApprovalId, OperationKey, ReleaseId, SessionId, StepId, TenantId, ToolCallId, TurnId,
 };
@@ -141,6 +141,31 @@ pub struct TurnState {
     pub compacted_at_step: Option<usize>,
     /// Model attempts of the turn that failed with `context_overflow`.
     pub overflows: u32,
+    /// The `user_prompt_submit` hooks ran for this turn (`hook.ran`).
+    pub prompt_hooked: bool,
+    /// A `user_prompt_submit` hook blocked the prompt: the hook and its reason. The turn ends
+    /// `aborted` before any step.
+    pub blocked: Option<(String, String)>,
+    /// The step after which the `stop` hooks last ran.
+    pub stop_hooked_step: Option<StepId>,
+    /// The step after which a `stop` hook last asked the turn to continue, and that hook.
+    pub stop_continue: Option<(StepId, String)>,
+    /// How many times `stop` hooks asked the turn to continue (once per step, however many
+    /// hooks asked).
+    pub stop_continues: u32,
+}
+
+/// What `pre_tool_use` hooks decided about a call (folded from its `hook.ran` events).
+#[derive(Clone, Debug, PartialEq)]
+pub struct CallHook {
+    /// The most restrictive decision (`deny` over `ask` over the rest).
+    pub decision: HookDecision,
+    /// The hook that made it.
+    pub hook: String,
+    /// Its reason.
+    pub reason: Option<String>,
+    /// The hook whose rewrite the call runs (its arguments replaced the proposal's).
+    pub rewritten_by: Option<String>,
 }
 
 /// A step as folded from the journal.
@@ -195,6 +220,8 @@ pub struct ToolCallState {
     pub operation_key: Option<OperationKey>,
     /// Its one result, once finished: `(output, is_error)`.
     pub result: Option<(String, bool)>,
+    /// What `pre_tool_use` hooks decided, once they ran (`hook.ran`).
+    pub hook: Option<CallHook>,
 }
 
 /// An effect as folded from the journal.
@@ -227,6 +254,9 @@ pub struct ApprovalState {
     pub args_hash: String,
     /// Current status.
     pub status: ApprovalStatus,
+    /// What the `permission_request` hooks decided, once they ran: the decision (`allow`,
+    /// `deny`, or `none` — left to a human), the hook that made it, its reason.
+    pub hook: Option<(HookDecision, String, Option<String>)>,
     /// Expiry.
     pub expires_at: DateTime<Utc>,
 }
@@ -279,6 +309,8 @@ pub struct SessionState {
     pub usage_by_model: UsageByModel,
     /// Sum of finished turns' durations (`turn.finished` `duration_ms`), ms.
     pub finished_turns_ms: u64,
+    /// The `session_start` hooks ran (`hook.ran`).
+    pub session_hooked: bool,
 }
 
 impl Default for SessionStatus {
@@ -461,6 +493,11 @@ impl SessionState {
                         cancel_requested: None,
                         compacted_at_step: None,
                         overflows: 0,
+                        prompt_hooked: false,
+                        blocked: None,
+                        stop_hooked_step: None,
+                        stop_continue: None,
+                        stop_continues: 0,
                     },
                 );
                 self.turn_order.push(id);
@@ -739,6 +776,7 @@ impl SessionState {
                         approval_id: None,
                         operation_key: None,
                         result: None,
+                        hook: None,
                     },
                 );
                 if let Some(step) = self.steps.get_mut(&step_id) {
@@ -889,15 +927,33 @@ impl SessionState {
                         args_hash: args_hash.clone(),
                         status: ApprovalStatus::INITIAL,
                         expires_at: *expires_at,
+                        hook: None,
                     },
                 );
             }
-            EventBody::ApprovalDecided { decision } => {
+            EventBody::ApprovalDecided { decision, .. } => {
                 self.approval_transition(ev, decision.status())?;
             }
             EventBody::ApprovalExpired {} => {
                 self.approval_transition(ev, ApprovalStatus::Expired)?;
             }
+            EventBody::HookRan {
+                hook,
+                event,
+                decision,
+                reason,
+                arguments,
+                sealed,
+                ..
+            } => self.apply_hook(
+                ev,
+                hook,
+                *event,
+                *decision,
+                reason,
+                arguments.as_ref(),
+                *sealed,
+            )?,
             EventBody::ContextCompacted {
                 first_kept_item, ..
             } => {
@@ -917,6 +973,172 @@ impl SessionState {
             }
         }
         self.version = seq;
+        Ok(())
+    }
+
+    /// Folds a `hook.ran`: what the hook decided about the call, approval, prompt or stop it
+    /// ran for (see [`HookDecision`]). A tool hook is accepted only before the call is
+    /// authorized (`proposed` / `validating`), a `permission_request` hook only while its
+    /// approval is pending, and every hook only within the active turn.
+    #[allow(clippy::too_many_arguments)]
+    fn apply_hook(
+        &mut self,
+        ev: &Event,
+        hook: &str,
+        event: HookEvent,
+        decision: HookDecision,
+        reason: &Option<String>,
+        arguments: Option<&Value>,
+        sealed: bool,
+    ) -> Result<(), ApplyError> {
+        let (seq, ty, c) = (ev.seq, ev.type_name(), &ev.correlation);
+        let rule = |rule| ApplyError::Rule {
+            seq,
+            event_type: ty,
+            rule,
+        };
+        let missing = |field| ApplyError::MissingCorrelation {
+            seq,
+            event_type: ty,
+            field,
+        };
+        let turn_id = c.turn_id.ok_or_else(|| missing("turn_id"))?;
+        if self.active_turn != Some(turn_id) {
+            return Err(rule("hooks run only within the active turn"));
+        }
+        let allowed = match event {
+            HookEvent::PreToolUse => matches!(
+                decision,
+                HookDecision::None
+                    | HookDecision::Allow
+                    | HookDecision::Ask
+                    | HookDecision::Deny
+                    | HookDecision::Rewrite
+            ),
+            HookEvent::PermissionRequest => matches!(
+                decision,
+                HookDecision::None | HookDecision::Allow | HookDecision::Deny
+            ),
+            HookEvent::UserPromptSubmit => {
+                matches!(decision, HookDecision::None | HookDecision::Deny)
+            }
+            HookEvent::Stop => matches!(decision, HookDecision::None | HookDecision::Continue),
+            HookEvent::SessionStart | HookEvent::PostToolUse | HookEvent::PreCompact => {
+                decision == HookDecision::None
+            }
+        };
+        if !allowed {
+            return Err(rule("this hook event cannot make this decision"));
+        }
+        if arguments.is_some() != (decision == HookDecision::Rewrite) {
+            return Err(rule("a rewrite, and only a rewrite, carries arguments"));
+        }
+        match event {
+            HookEvent::PreToolUse => {
+                let id = c
+                    .tool_call_id
+                    .clone()
+                    .ok_or_else(|| missing("tool_call_id"))?;
+                let call =
+                    self.tool_calls
+                        .get_mut(&id)
+                        .ok_or_else(|| ApplyError::UnknownEntity {
+                            seq,
+                            event_type: ty,
+                            entity: "tool_call",
+                            id: id.to_string(),
+                        })?;
+                if !matches!(
+                    call.status,
+                    ToolCallStatus::Proposed | ToolCallStatus::Validating
+                ) {
+                    return Err(rule(
+                        "a pre_tool_use hook runs only before the call is authorized",
+                    ));
+                }
+                let rank = |d: HookDecision| match d {
+                    HookDecision::Deny => 3,
+                    HookDecision::Ask => 2,
+                    HookDecision::None
+                    | HookDecision::Allow
+                    | HookDecision::Rewrite
+                    | HookDecision::Continue => 1,
+                };
+                let mut folded = call.hook.clone().unwrap_or(CallHook {
+                    decision: HookDecision::None,
+                    hook: hook.to_owned(),
+                    reason: None,
+                    rewritten_by: None,
+                });
+                // An earlier `allow` stands unless a later hook is stricter; `none` says nothing.
+                if decision != HookDecision::None
+                    && (folded.decision == HookDecision::None
+                        || rank(decision) > rank(folded.decision))
+                {
+                    folded.decision = decision;
+                    folded.hook = hook.to_owned();
+                    folded.reason.clone_from(reason);
+                }
+                if let Some(args) = arguments {
+                    call.arguments = args.clone();
+                    call.sealed = sealed;
+                    folded.rewritten_by = Some(hook.to_owned());
+                }
+                call.hook = Some(folded);
+            }
+            HookEvent::PermissionRequest => {
+                let id = c.approval_id.ok_or_else(|| missing("approval_id"))?;
+                let approval =
+                    self.approvals
+                        .get_mut(&id)
+                        .ok_or_else(|| ApplyError::UnknownEntity {
+                            seq,
+                            event_type: ty,
+                            entity: "approval",
+                            id: id.to_string(),
+                        })?;
+                if approval.status != ApprovalStatus::Pending {
+                    return Err(rule(
+                        "a permission_request hook runs only on a pending approval",
+                    ));
+                }
+                // The first hook that decides decides; `none` leaves it to the next, then a human.
+                if approval
+                    .hook
+                    .as_ref()
+                    .is_none_or(|(d, _, _)| *d == HookDecision::None)
+                {
+                    approval.hook = Some((decision, hook.to_owned(), reason.clone()));
+                }
+            }
+            HookEvent::UserPromptSubmit => {
+                if let Some(turn) = self.turns.get_mut(&turn_id) {
+                    turn.prompt_hooked = true;
+                    if decision == HookDecision::Deny && turn.blocked.is_none() {
+                        turn.blocked = Some((
+                            hook.to_owned(),
+                            reason.clone().unwrap_or_else(|| "no reason given".into()),
+                        ));
+                    }
+                }
+            }
+            HookEvent::Stop => {
+                if let Some(turn) = self.turns.get_mut(&turn_id) {
+                    let Some(step) = turn.steps.last().copied() else {
+                        return Err(rule("a stop hook runs after a step"));
+                    };
+                    turn.stop_hooked_step = Some(step);
+                    if decision == HookDecision::Continue
+                        && turn.stop_continue.as_ref().is_none_or(|(s, _)| *s != step)
+                    {
+                        turn.stop_continues = turn.stop_continues.saturating_add(1);
+                        turn.stop_continue = Some((step, hook.to_owned()));
+                    }
+                }
+            }
+            HookEvent::SessionStart => self.session_hooked = true,
+            HookEvent::PostToolUse | HookEvent::PreCompact => {}
+        }
         Ok(())
     }
 

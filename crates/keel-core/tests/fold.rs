@@ -154,6 +154,7 @@ fn a_turn_with_an_approved_side_effecting_call_folds_to_completed() {
             Correlation::default().with_approval(approval),
             EventBody::ApprovalDecided {
                 decision: ApprovalDecision::AllowOnce,
+                hook: None,
             },
         )
         .status(SessionStatus::Running)

@@ -39,9 +39,9 @@ use keel_core::plan::{
 };
 use keel_core::{
     ApprovalDecision, ApprovalId, ApprovalStatus, Budget, BudgetLimit, Correlation, EffectDecision,
-    EffectStatus, Event, EventBody, OperationKey, ReleaseId, SessionId, SessionState,
-    SessionStatus, StateMachine, StepId, StepStatus, TenantId, TerminalReason, ToolCallId,
-    ToolCallStatus, TurnId, TurnStatus, Usage, args_hash,
+    EffectStatus, Event, EventBody, HookDecision, HookEvent, OperationKey, ReleaseId, SessionId,
+    SessionState, SessionStatus, StateMachine, StepId, StepStatus, TenantId, TerminalReason,
+    ToolCallId, ToolCallStatus, TurnId, TurnStatus, Usage, args_hash,
 };
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -513,6 +513,7 @@ impl World {
             skip_compaction: self.local.skip_compaction,
             unreconciled: self.local.unreconciled.clone(),
             tenant_usage: None,
+            hooks: Default::default(),
         }
     }
 
@@ -932,6 +933,8 @@ impl World {
                 self.commit(items, &next)?;
             }
             Next::Resume => self.commit(vec![status_item(SessionStatus::Running)], &next)?,
+            // The simulated host configures no hooks (`tests/plan.rs` hooks cases plan by hand).
+            Next::RunHooks { .. } => unreachable!("no hooks are configured: {next:?}"),
             Next::EnterPhase { turn, phase } => {
                 self.commit(
                     vec![(
@@ -1047,6 +1050,7 @@ impl World {
                         acorr,
                         EventBody::ApprovalDecided {
                             decision: decision.clone(),
+                            hook: None,
                         },
                     )],
                     ApprovalOutcome::Denied { reason } => vec![
@@ -1056,6 +1060,7 @@ impl World {
                                 decision: ApprovalDecision::Deny {
                                     reason: reason.clone(),
                                 },
+                                hook: None,
                             },
                         ),
                         reject("The user denied this call."),
@@ -1067,6 +1072,7 @@ impl World {
                                 decision: ApprovalDecision::Deny {
                                     reason: "decided for other arguments".into(),
                                 },
+                                hook: None,
                             },
                         ),
                         reject("The approval was for other arguments."),
@@ -2691,4 +2697,218 @@ fn a_closed_session_stops() {
     )
     .status(SessionStatus::Closed);
     assert_eq!(plan::next(&h.state, &hand_facts(BASE_MS)), Next::Stop);
+}
+
+fn hook_ran(hook: &str, event: HookEvent, decision: HookDecision) -> EventBody {
+    EventBody::HookRan {
+        hook: hook.into(),
+        event,
+        duration_ms: 5,
+        decision,
+        reason: Some("because".into()),
+        arguments: None,
+        sealed: false,
+        context: None,
+        error: None,
+    }
+}
+
+/// A call its pre_tool_use hooks have not decided is neither run nor rejected: the hooks run
+/// first, and their journaled decision then stands — after a crash too.
+#[test]
+fn a_call_waits_for_its_pre_tool_use_hooks_and_their_deny_stands() {
+    let (turn, step, call) = ids();
+    let mut h = Hand::executing(turn, step, &call);
+    let mut facts = hand_facts(BASE_MS);
+    facts.calls.insert(call.clone(), CallFacts::AwaitingHook);
+    assert_eq!(
+        plan::next(&h.state, &facts),
+        Next::RunHooks {
+            turn,
+            event: HookEvent::PreToolUse,
+            calls: vec![call.clone()],
+        }
+    );
+    h.push(
+        Correlation::tool_call(turn, step, call.clone()),
+        hook_ran("guard", HookEvent::PreToolUse, HookDecision::Deny),
+    );
+    let hook = h.state.tool_calls[&call].hook.clone().unwrap();
+    assert_eq!(
+        (hook.decision, hook.hook.as_str()),
+        (HookDecision::Deny, "guard")
+    );
+    // The driver's facts now carry the hook's verdict: the call is rejected, never dispatched.
+    facts.calls.insert(
+        call.clone(),
+        valid(
+            EffectClass::SideEffecting,
+            false,
+            Verdict::Deny {
+                reason: "the pre_tool_use hook `guard` denied it: because".into(),
+            },
+        ),
+    );
+    let replayed = SessionState::replay(&h.journal).unwrap();
+    assert!(matches!(
+        plan::next(&replayed, &facts),
+        Next::Reject { ref calls, .. } if calls[0].0 == call
+    ));
+    // A rewrite replaces the arguments the call runs with (and carries them only then).
+    let (turn2, step2, call2) = ids();
+    let mut h = Hand::executing(turn2, step2, &call2);
+    h.push(
+        Correlation::tool_call(turn2, step2, call2.clone()),
+        EventBody::HookRan {
+            hook: "dry".into(),
+            event: HookEvent::PreToolUse,
+            duration_ms: 5,
+            decision: HookDecision::Rewrite,
+            reason: None,
+            arguments: Some(json!({"command": "make -n deploy"})),
+            sealed: false,
+            context: None,
+            error: None,
+        },
+    );
+    assert_eq!(
+        h.state.tool_calls[&call2].arguments,
+        json!({"command": "make -n deploy"})
+    );
+    let bad = Event::new(
+        h.session,
+        h.state.version + 1,
+        ts(BASE_MS),
+        Correlation::tool_call(turn2, step2, call2.clone()),
+        hook_ran("dry", HookEvent::PreToolUse, HookDecision::Rewrite),
+    );
+    assert!(
+        h.state.clone().apply(&bad).is_err(),
+        "a rewrite needs arguments"
+    );
+}
+
+/// A response without calls completes the turn only after the stop hooks let it; a hook
+/// that keeps asking ends it `loop_detected` past the cap, naming the hook.
+#[test]
+fn stop_hooks_continue_a_turn_at_most_the_cap() {
+    let (turn, _, _) = ids();
+    let mut h = Hand::new(turn);
+    h.status(SessionStatus::Running)
+        .push(Correlation::turn(turn), EventBody::TurnStarted {})
+        .push(
+            Correlation::turn(turn),
+            EventBody::TurnPhaseChanged {
+                phase: TurnStatus::Sampling,
+            },
+        );
+    let mut facts = hand_facts(BASE_MS);
+    facts.hooks.stop = true;
+    facts.hooks.max_stop_continues = 1;
+    for round in 0..3 {
+        let step = StepId(Uuid::from_u128(0x500 + round));
+        h.push(
+            Correlation::step(turn, step, 1),
+            EventBody::StepStarted {
+                model: MODEL.into(),
+            },
+        )
+        .push(
+            Correlation::step(turn, step, 1),
+            EventBody::StepStreaming {},
+        )
+        .push(
+            Correlation::step(turn, step, 1),
+            EventBody::StepCompleted {
+                model: MODEL.into(),
+                stop_reason: "end_turn".into(),
+                usage: Usage::default(),
+                cost_usd: 0.0,
+                text: "done".into(),
+                reasoning: Vec::new(),
+                reasoning_sealed: 0,
+                responses_consumed: 1,
+                abandoned_calls: Vec::new(),
+                usage_estimated: false,
+            },
+        );
+        assert_eq!(
+            plan::next(&h.state, &facts),
+            Next::RunHooks {
+                turn,
+                event: HookEvent::Stop,
+                calls: Vec::new(),
+            }
+        );
+        h.push(
+            Correlation::turn(turn),
+            hook_ran("nag", HookEvent::Stop, HookDecision::Continue),
+        );
+        let next = plan::next(&h.state, &facts);
+        if round == 0 {
+            assert_eq!(
+                next,
+                Next::SampleStep { turn },
+                "the first continue is allowed"
+            );
+        } else {
+            let Next::FinishTurn {
+                reason: TerminalReason::LoopDetected,
+                error: Some(error),
+                ..
+            } = next
+            else {
+                panic!("{next:?}")
+            };
+            assert!(
+                error.contains("`nag`") && error.contains("more than 1 times"),
+                "{error}"
+            );
+            return;
+        }
+    }
+}
+
+/// A prompt a user_prompt_submit hook blocked ends its turn `aborted` before any step.
+#[test]
+fn a_blocked_prompt_aborts_its_turn_before_sampling() {
+    let (turn, _, _) = ids();
+    let mut h = Hand::new(turn);
+    h.status(SessionStatus::Running)
+        .push(Correlation::turn(turn), EventBody::TurnStarted {});
+    let mut facts = hand_facts(BASE_MS);
+    facts.hooks.user_prompt_submit = true;
+    facts.hooks.session_start = true;
+    assert_eq!(
+        plan::next(&h.state, &facts),
+        Next::RunHooks {
+            turn,
+            event: HookEvent::SessionStart,
+            calls: Vec::new(),
+        }
+    );
+    h.push(
+        Correlation::turn(turn),
+        hook_ran("hello", HookEvent::SessionStart, HookDecision::None),
+    );
+    assert!(matches!(
+        plan::next(&h.state, &facts),
+        Next::RunHooks {
+            event: HookEvent::UserPromptSubmit,
+            ..
+        }
+    ));
+    h.push(
+        Correlation::turn(turn),
+        hook_ran("dlp", HookEvent::UserPromptSubmit, HookDecision::Deny),
+    );
+    let Next::FinishTurn {
+        reason: TerminalReason::Aborted,
+        error: Some(error),
+        ..
+    } = plan::next(&h.state, &facts)
+    else {
+        panic!()
+    };
+    assert!(error.contains("`dlp`: because"), "{error}");
 }

@@ -319,6 +319,7 @@ impl Ids {
                             reason: "no".into(),
                         }
                     },
+                    hook: None,
                 },
             ),
             Op::ApprExpire(a) => (

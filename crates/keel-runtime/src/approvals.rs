@@ -12,8 +12,8 @@ use std::sync::atomic::Ordering;
 use chrono::Utc;
 use keel_core::plan::ApprovalOutcome;
 use keel_core::{
-    ApprovalDecision, ApprovalId, ApprovalStatus, Correlation, EventBody, SessionStatus, StepId,
-    ToolCallId, ToolCallStatus, TurnId,
+    ApprovalDecision, ApprovalId, ApprovalStatus, Correlation, EventBody, HookDecision,
+    SessionStatus, StepId, ToolCallId, ToolCallStatus, TurnId,
 };
 use keel_tools::ToolCallRequest;
 
@@ -94,6 +94,22 @@ impl Runner {
                 .and_then(|r| r.decided_by),
             ApprovalOutcome::HashMismatch | ApprovalOutcome::Expired => None,
         };
+        // A permission_request hook's journaled decision: the approvals row follows it (a human
+        // deciding meanwhile is refused by the row, which the hook decided first in the journal).
+        let hook = self
+            .read(|j| {
+                j.state
+                    .approvals
+                    .get(&approval)
+                    .and_then(|a| a.hook.clone())
+                    .filter(|(d, _, _)| matches!(d, HookDecision::Allow | HookDecision::Deny))
+                    .map(|(_, h, _)| h)
+            })
+            .await;
+        if let Some(h) = &hook {
+            self.decide_row_for_hook(approval, &outcome, h).await;
+        }
+        let decided_by = if hook.is_some() { None } else { decided_by };
         let acorr = Correlation::default()
             .with_approval(approval)
             .by(decided_by);
@@ -101,7 +117,13 @@ impl Runner {
             |text: String| finished_item(turn, step, &call, ToolCallStatus::Rejected, text, true);
         let items = match outcome {
             ApprovalOutcome::Allowed(decision) => {
-                vec![(acorr, EventBody::ApprovalDecided { decision })]
+                vec![(
+                    acorr,
+                    EventBody::ApprovalDecided {
+                        decision,
+                        hook: hook.clone(),
+                    },
+                )]
             }
             ApprovalOutcome::Denied { reason } => vec![
                 (
@@ -110,11 +132,17 @@ impl Runner {
                         decision: ApprovalDecision::Deny {
                             reason: reason.clone(),
                         },
+                        hook: hook.clone(),
                     },
                 ),
-                reject(format!(
-                    "The user denied this `{name}` call: {reason}. It was not run; do not retry it unchanged."
-                )),
+                reject(match &hook {
+                    Some(h) => format!(
+                        "The permission_request hook `{h}` denied this `{name}` call: {reason}. It was not run; do not retry it unchanged."
+                    ),
+                    None => format!(
+                        "The user denied this `{name}` call: {reason}. It was not run; do not retry it unchanged."
+                    ),
+                }),
             ],
             ApprovalOutcome::HashMismatch => {
                 let reason = "the decision was made for other arguments than this call's";
@@ -125,6 +153,7 @@ impl Runner {
                             decision: ApprovalDecision::Deny {
                                 reason: reason.into(),
                             },
+                            hook: None,
                         },
                     ),
                     reject(format!(
@@ -150,6 +179,39 @@ impl Runner {
         };
         self.stage(items).await?;
         Ok(())
+    }
+
+    /// Decides the approvals row as the `permission_request` hook `hook` did (journaled
+    /// already): a row a human decided first, or that expired, stays as it is (logged).
+    async fn decide_row_for_hook(
+        &self,
+        approval: ApprovalId,
+        outcome: &ApprovalOutcome,
+        hook: &str,
+    ) {
+        let decision = match outcome {
+            ApprovalOutcome::Allowed(d) => d.clone(),
+            ApprovalOutcome::Denied { reason } => ApprovalDecision::Deny {
+                reason: reason.clone(),
+            },
+            ApprovalOutcome::HashMismatch | ApprovalOutcome::Expired => return,
+        };
+        let hash = self
+            .read(|j| {
+                j.state
+                    .approvals
+                    .get(&approval)
+                    .map(|a| a.args_hash.clone())
+            })
+            .await
+            .unwrap_or_default();
+        if let Err(e) = self
+            .approvals
+            .decide(approval, decision, &hash, Utc::now())
+            .await
+        {
+            tracing::warn!(session = %self.session, %approval, %hook, "the approvals row does not take the hook's decision: {e}");
+        }
     }
 
     /// Only humans can move the turn on: `requires_action`, with the wake-up time at the

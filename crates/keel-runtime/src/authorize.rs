@@ -158,7 +158,14 @@ impl Runner {
                 return out;
             };
             let f = match j.exact_arguments(&call.id) {
-                Some(args) => self.assess(&call.id, &call.name, &args, p),
+                // Its hooks decide first; nothing is cached until they have.
+                Some(_) if self.awaits_hook(call) => {
+                    out.insert(call.id.clone(), CallFacts::AwaitingHook);
+                    continue;
+                }
+                Some(args) => {
+                    Self::with_hook_decision(call, self.assess(&call.id, &call.name, &args, p))
+                }
                 None => CallFacts::Invalid {
                     status: ToolCallStatus::Rejected,
                     output: SEALED_UNAVAILABLE.into(),

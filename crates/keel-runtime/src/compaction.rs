@@ -27,6 +27,8 @@ impl Runner {
             self.stage(vec![phase_item(turn, TurnStatus::Compacting)])
                 .await?;
         }
+        let hooks = self.pre_compact_hooks(turn, aggressive).await;
+        self.stage(hooks).await?;
         let snapshot = {
             let j = self.active.journal.lock().await;
             self.project(&j)?

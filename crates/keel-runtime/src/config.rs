@@ -337,6 +337,10 @@ pub struct RuntimeOptions {
     /// Token-aware admission of model calls by each tenant's tokens-per-minute limit (issue 13,
     /// "Scheduling"); `None` (default): no rate limit. See [`TokenRate`].
     pub token_rate: Option<TokenRate>,
+    /// The host's hooks (see [`crate::hooks`]): commands and HTTP endpoints run at fixed points
+    /// of every session this runtime runs. Default: none. Only a host's own configuration sets
+    /// them (they run code); never a session's settings.
+    pub hooks: crate::hooks::Hooks,
 }
 
 /// Length of a token-rate window, ms: the limits of [`TokenRate`] are per minute, and a
@@ -425,6 +429,7 @@ impl Default for RuntimeOptions {
             hidden_paths: Vec::new(),
             workspace_roots: Vec::new(),
             token_rate: None,
+            hooks: crate::hooks::Hooks::default(),
         }
     }
 }

@@ -403,6 +403,9 @@ impl Runner {
                     self.apply_approval(turn, step, call, approval, outcome)
                         .await?;
                 }
+                Next::RunHooks { turn, event, calls } => {
+                    self.run_hooks(turn, event, calls).await?;
+                }
                 Next::Execute { turn, step, calls } => self.execute(turn, step, calls).await?,
                 Next::Dispatch {
                     turn, step, call, ..
@@ -638,6 +641,7 @@ pub(crate) fn starts_work(next: &Next) -> bool {
             | Next::SampleStep { .. }
             | Next::ResampleStep { .. }
             | Next::Compact { .. }
+            | Next::RunHooks { .. }
             | Next::Execute { .. }
             | Next::Dispatch { .. }
             | Next::Rerun { .. }

@@ -18,6 +18,14 @@ pub enum RuntimeError {
     /// or secret pattern, an unknown workspace). Nothing was written.
     #[error("invalid input: {0}")]
     InvalidInput(String),
+    /// A hook's configuration is wrong (see [`crate::hooks::Hooks::new`]).
+    #[error("{hook}: {reason}")]
+    HookConfig {
+        /// Which hook (`hooks.pre_tool_use[0]`).
+        hook: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// The session's `config` (pinned in `session.created`) cannot be read by this build.
     #[error("session {session}: its pinned config cannot be read: {reason}")]
     Config {

@@ -52,7 +52,9 @@ impl Runner {
                                 .tool_calls
                                 .iter()
                                 .all(|c| s.tool_calls.get(c).is_none_or(|c| c.status.is_terminal()))
-                            && !st.tool_calls.is_empty()
+                            && (!st.tool_calls.is_empty()
+                                // A stop hook asked the turn to continue after this step.
+                                || turn.stop_continue.as_ref().is_some_and(|(s, _)| *s == st.id))
                     });
                 (Some(turn.id), pending, new_step)
             })
@@ -106,6 +108,7 @@ impl Runner {
             skip_compaction: self.skip_compaction.load(Ordering::SeqCst),
             unreconciled: lock(&self.unreconciled).clone(),
             tenant_usage,
+            hooks: self.hook_facts(&j.state),
         };
         Ok(keel_core::plan::next(&j.state, &facts))
     }

@@ -22,7 +22,9 @@
 //!   `authorize` (validation and the step's frozen policy: the planner's call facts), `tools`
 //!   (parallel and sequential execution, one result per call),
 //!   `approvals` (requests, decisions, waiting on humans), `recovery` (calls a dead worker
-//!   left running; reconcile), `compaction`, [`budgets`] (the tenant's usage), `turn_end`.
+//!   left running; reconcile), `compaction`, [`budgets`] (the tenant's usage), `turn_end`,
+//!   and [`hooks`] (the host's hook commands and HTTP endpoints, each run journaled as
+//!   `hook.ran` before its decision takes effect).
 //! - `progress` — tool output into the live delta stream, redacted.
 //! - [`intent`] — durable intents: input and cancellations from processes that do not run the
 //!   session. `hold` — holding a journal outside a run. `shared` — the worker's and each
@@ -135,6 +137,8 @@ pub(crate) mod approvals;
 pub(crate) mod recovery;
 
 pub(crate) mod compaction;
+
+pub mod hooks;
 
 pub mod budgets;
 

@@ -7,8 +7,8 @@
 use std::collections::HashMap;
 
 use keel_core::{
-    ApprovalDecision, BudgetLimit, Event, EventBody, SessionState, StepId, TerminalReason,
-    ToolCallId, TurnId, Usage, UsageByModel,
+    ApprovalDecision, BudgetLimit, Event, EventBody, HookDecision, HookEvent, SessionState, StepId,
+    TerminalReason, ToolCallId, TurnId, Usage, UsageByModel,
 };
 use keel_model::{Message, ReasoningItem, ToolCall};
 use keel_store::TranscriptItem;
@@ -243,6 +243,30 @@ impl Projection {
                 self.position += responses_consumed;
             }
             EventBody::ToolCallFinished { .. } => self.flush_results(state, c.turn_id),
+            // What a hook gives the model: a session_start or user_prompt_submit hook's
+            // context after the input, a stop hook's reason to continue.
+            EventBody::HookRan {
+                hook,
+                event,
+                decision,
+                reason,
+                context,
+                ..
+            } => {
+                let text = match (event, decision, context) {
+                    (HookEvent::SessionStart | HookEvent::UserPromptSubmit, _, Some(context)) => {
+                        Some(format!("[{} hook `{hook}`] {context}", event.as_str()))
+                    }
+                    (HookEvent::Stop, HookDecision::Continue, _) => Some(format!(
+                        "The stop hook `{hook}` asked you to continue: {}",
+                        reason.as_deref().unwrap_or("the task is not done yet")
+                    )),
+                    _ => None,
+                };
+                if let Some(content) = text {
+                    self.push(Message::User { content }, c.turn_id);
+                }
+            }
             EventBody::ContextCompacted {
                 summary,
                 first_kept_item,
@@ -269,6 +293,7 @@ impl Projection {
             }
             EventBody::ApprovalDecided {
                 decision: ApprovalDecision::AllowForSession,
+                ..
             } => {
                 if let Some(call) = c
                     .approval_id

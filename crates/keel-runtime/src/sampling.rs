@@ -748,6 +748,10 @@ impl Runner {
             return Ok(call);
         }
         self.stage(items).await?;
+        if self.hooks_gate(&name) {
+            // Its pre_tool_use hooks decide first (the planner runs them).
+            return Ok(call);
+        }
         let facts = self.assess(&call, &name, &arguments, &snapshot.policy);
         // A read-only call starts while the model still streams, unless a tool-call budget is
         // set: then the planner decides which calls fit.

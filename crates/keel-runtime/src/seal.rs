@@ -319,7 +319,8 @@ impl Journal {
         )
     }
 
-    /// The arguments call `call` runs with: exactly what the model proposed. `None` when the
+    /// The arguments call `call` runs with: exactly what the model proposed, or a journaled
+    /// `pre_tool_use` hook's rewrite of them (`hook.ran`). `None` when the
     /// call is unknown, or its journaled arguments were redacted and the exact ones are not
     /// available (a sealed row that did not open): such a call must not run.
     pub(crate) fn exact_arguments(&self, call: &ToolCallId) -> Option<Value> {
@@ -372,6 +373,37 @@ impl Journal {
                         let row =
                             key.seal(self.arguments_context(&call).as_bytes(), plain.as_bytes());
                         self.stage_seal(SealedKey::new(SealedKind::Arguments, call.as_str()), row);
+                        self.exact.insert(call, arguments.clone());
+                    }
+                }
+                EventBody::HookRan {
+                    arguments: Some(arguments),
+                    sealed,
+                    ..
+                } => {
+                    // A hook's rewrite: the call runs these from now on, so they replace the
+                    // proposal's exact arguments — sealed when redaction changes them, and a
+                    // sealed proposal's row deleted when it does not.
+                    let Some(call) = corr.tool_call_id.clone() else {
+                        continue;
+                    };
+                    let mut shown = arguments.clone();
+                    self.redactor.redact_value(&mut shown);
+                    let key = SealedKey::new(SealedKind::Arguments, call.as_str());
+                    if shown == *arguments {
+                        if self.exact.remove(&call).is_some()
+                            || self.state.tool_calls.get(&call).is_some_and(|c| c.sealed)
+                        {
+                            self.stage_unseal(key);
+                        }
+                        continue;
+                    }
+                    *sealed = true;
+                    if let Some(seal_key) = &self.seal_key {
+                        let plain = arguments.to_string();
+                        let row = seal_key
+                            .seal(self.arguments_context(&call).as_bytes(), plain.as_bytes());
+                        self.stage_seal(key, row);
                         self.exact.insert(call, arguments.clone());
                     }
                 }

@@ -531,6 +531,11 @@ impl Runner {
             }
         }
         let is_error = status != ToolCallStatus::Succeeded;
+        // The post_tool_use hooks see the result and may add to what the model reads.
+        let (output, hook_items) = self
+            .post_tool_hooks(turn, step, &call, &v.name, &v.arguments, status, output)
+            .await;
+        items.extend(hook_items);
         let canceller = self.active.take_canceller(call.as_str());
         let mut finished = finished_item(turn, step, &call, status, output, is_error);
         if status == ToolCallStatus::Cancelled {

@@ -166,6 +166,11 @@ pub fn deployment_key() -> keel_runtime::seal::SealKey {
 }
 
 pub fn runtime(db: &Db, model: Arc<dyn ModelClient>) -> Runtime {
+    runtime_with(db, model, RuntimeOptions::default())
+}
+
+/// As [`runtime`], with the rest of the options from `base` (hooks, …).
+pub fn runtime_with(db: &Db, model: Arc<dyn ModelClient>, base: RuntimeOptions) -> Runtime {
     Runtime::new(
         db.store.clone(),
         model,
@@ -175,7 +180,7 @@ pub fn runtime(db: &Db, model: Arc<dyn ModelClient>) -> Runtime {
             lease_wait: Duration::from_secs(6),
             cancel_grace_ms: 2_000,
             seal_key: deployment_key(),
-            ..RuntimeOptions::default()
+            ..base
         },
     )
 }

@@ -18,6 +18,7 @@ mod context;
 mod drain;
 mod effects;
 mod expiry;
+mod hooks;
 mod hung_probes;
 mod intents;
 mod leases;

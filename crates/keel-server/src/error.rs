@@ -372,8 +372,10 @@ impl From<RuntimeError> for ApiError {
                 ApiError::conflict(text).id(call.to_string())
             }
             RuntimeError::EffectNotUnknown { key, .. } => ApiError::conflict(text).id(key.0),
+            // The host's hook configuration is checked at start; never a caller's fault.
             RuntimeError::Config { .. }
             | RuntimeError::Release { .. }
+            | RuntimeError::HookConfig { .. }
             | RuntimeError::Rejected { .. } => ApiError::internal(&text),
         }
     }

@@ -10,8 +10,9 @@
 //! `[providers]`, `base_url` (and a model spec carrying `@URL`), `store`, `[env]`,
 //! `sandbox_network` and `trusted_workspaces`. A looser or forbidden value stops the command
 //! before anything runs ([`ConfigError::Untrusted`], naming the file, the key and how to accept
-//! it); what needs trust and is merely not granted — `allow` rules, and the reserved `[hooks]`,
-//! `[mcp_servers]` and `[agents]` — is dropped with a notice ([`Config::notices`]).
+//! it); what needs trust and is merely not granted — `allow` rules, `[hooks]` (they run code),
+//! and the reserved `[mcp_servers]` and `[agents]` — is dropped with a notice
+//! ([`Config::notices`]). A trusted workspace's hooks run after the user's.
 //! docs/SECURITY.md has the table, key by key.
 //!
 //! ```toml
@@ -51,6 +52,15 @@
 //!
 //! [providers.openai]                       # openai, openai-responses, anthropic
 //! api_key_env = "MY_OPENAI_KEY"            # where to read the key (default OPENAI_API_KEY)
+//!
+//! [hooks]                                  # see keel_runtime::hooks; a workspace's only when trusted
+//! max_stop_continues = 3                   # stop hooks may make a turn continue this often
+//! [[hooks.pre_tool_use]]                   # also session_start, user_prompt_submit, permission_request,
+//! name = "guard"                           #   post_tool_use, pre_compact, stop
+//! matcher = "shell"                        # glob on tool names (tool events only)
+//! command = "./scripts/guard.sh"           # or url = "https://hooks.example/keel"
+//! timeout_ms = 60000
+//! fail_closed = true
 //!
 //! [env]                                    # set in every tool process (user config only)
 //! RUST_LOG = "info"
@@ -422,6 +432,9 @@ pub struct FileConfig {
     /// Environment variables; secret ones are redacted from events.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, EnvValue>,
+    /// Hooks per event (`[[hooks.pre_tool_use]]`, …; see `keel_runtime::hooks`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hooks: Option<keel_runtime::hooks::HooksConfig>,
 }
 
 /// Settings given on the command line; `None` leaves the configured value.
@@ -564,6 +577,8 @@ pub struct Config {
     pub providers: BTreeMap<String, ProviderSettings>,
     /// Environment variables; secret ones are redacted from events.
     pub env: BTreeMap<String, EnvValue>,
+    /// Hooks: the user config's, then a trusted workspace's.
+    pub hooks: keel_runtime::hooks::HooksConfig,
     /// Whether the user config trusts the workspace (`trusted_workspaces`), so that its
     /// `keel.toml` was applied without the only-tighten rule.
     pub trusted: bool,
@@ -626,8 +641,7 @@ fn check_layer(path: &Path, table: &toml::Table) -> Result<FileConfig, ConfigErr
 /// them where they would apply (the user config, a trusted workspace) rather than ignore a
 /// setting someone relies on, and drops them with a notice from an untrusted workspace, where
 /// they would never apply anyway.
-pub const RESERVED_KEYS: [(&str, &str); 3] = [
-    ("hooks", "run hooks"),
+pub const RESERVED_KEYS: [(&str, &str); 2] = [
     ("mcp_servers", "start MCP servers"),
     ("agents", "define agents"),
 ];
@@ -722,6 +736,11 @@ pub fn validate_layer(layer: &FileConfig) -> Result<(), ConfigError> {
                 known: known.join(", "),
             });
         }
+    }
+    if let Some(h) = &layer.hooks {
+        keel_runtime::hooks::Hooks::new(h).map_err(|e| ConfigError::Rule {
+            message: e.to_string(),
+        })?;
     }
     if let Some(p) = &layer.policy {
         for rule in p.allow.iter().chain(&p.ask).chain(&p.deny) {
@@ -927,6 +946,23 @@ impl WorkspaceFile<'_> {
             }
         }
         Ok(())
+    }
+
+    /// Takes out the `[hooks]` of an untrusted workspace's file (they run code), with a notice;
+    /// announces those of a trusted one, which run after the user's.
+    fn take_hooks(&self, layer: &mut toml::Table, notices: &mut Vec<String>) {
+        let (ws, file) = (self.workspace.display(), self.path.display());
+        if self.trusted {
+            if layer.contains_key("hooks") {
+                notices.push(format!(
+                    "keel: note: {file} (a workspace you trust) adds [hooks]: commands or URLs keel runs at session events"
+                ));
+            }
+        } else if layer.remove("hooks").is_some() {
+            notices.push(format!(
+                "keel: note: {file} sets [hooks]; ignored: hooks run code, and a workspace's run only if you trust it (keel trust {ws})"
+            ));
+        }
     }
 
     /// Takes out the `allow` rules of an untrusted workspace's file (checked already), with a
@@ -1248,6 +1284,23 @@ pub fn merge_workspace(base: &mut toml::Table, mut layer: toml::Table) {
             }
         }
     }
+    // Its hooks run after the user's (both lists apply).
+    if let Some(toml::Value::Table(hooks)) = layer.remove("hooks")
+        && let toml::Value::Table(base_hooks) = base
+            .entry("hooks")
+            .or_insert_with(|| toml::Value::Table(toml::Table::new()))
+    {
+        for (key, value) in hooks {
+            match (base_hooks.get_mut(&key), value) {
+                (Some(toml::Value::Array(existing)), toml::Value::Array(more)) => {
+                    existing.extend(more);
+                }
+                (_, value) => {
+                    base_hooks.insert(key, value);
+                }
+            }
+        }
+    }
     merge(base, layer);
 }
 
@@ -1494,6 +1547,7 @@ impl Config {
                 file.refuse_loosening(&checked, &user, overrides)?;
             }
             file.take_allow(&mut layer, &mut notices);
+            file.take_hooks(&mut layer, &mut notices);
             merge_workspace(&mut merged, layer);
             sources.push(format!(
                 "{}{}",
@@ -1608,6 +1662,7 @@ impl Config {
             policy: file.policy.clone().unwrap_or_default(),
             providers: file.providers.clone(),
             env: file.env.clone(),
+            hooks: file.hooks.clone().unwrap_or_default(),
             merged: file,
             trusted: false,
             notices: Vec::new(),

@@ -363,6 +363,8 @@ pub fn host_options(config: &Config, worker_name: &str) -> anyhow::Result<Runtim
         tool_env: tool_env(config),
         passed_env: passed_env(config),
         hidden_paths: hidden_paths(config),
+        hooks: keel_runtime::hooks::Hooks::new(&config.hooks)
+            .context("the [hooks] configuration")?,
         ..RuntimeOptions::default()
     })
 }

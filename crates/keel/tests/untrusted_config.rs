@@ -834,7 +834,7 @@ fn trusted_workspaces_match_by_canonical_path_and_exactly() {
 #[test]
 fn reserved_sections_are_ignored_untrusted_and_refused_where_they_would_apply() {
     let env = Env::new();
-    for key in ["hooks", "mcp_servers", "agents"] {
+    for key in ["mcp_servers", "agents"] {
         env.write("config/keel/keel.toml", "");
         env.write(
             "ws/keel.toml",
@@ -867,6 +867,52 @@ fn reserved_sections_are_ignored_untrusted_and_refused_where_they_would_apply() 
             "{err}"
         );
     }
+}
+
+/// A workspace's `[hooks]` run code: dropped with a notice from an untrusted workspace, run (after
+/// the user's) from a trusted one. A bad hook in the user config stops the command, naming it.
+#[test]
+fn workspace_hooks_run_only_when_the_workspace_is_trusted() {
+    let env = Env::new();
+    let hooks =
+        "[[hooks.user_prompt_submit]]\nname = \"repo\"\ncommand = \"echo repo >> hook_runs.txt\"\n";
+    env.write(
+        "config/keel/keel.toml",
+        "[[hooks.user_prompt_submit]]\nname = \"mine\"\ncommand = \"echo mine >> hook_runs.txt\"\n",
+    );
+    env.write("ws/keel.toml", hooks);
+    let out = run_ws(&env, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("[hooks]") && err.contains("keel trust"),
+        "{err}"
+    );
+    let runs = std::fs::read_to_string(env.path("ws/hook_runs.txt")).unwrap();
+    assert_eq!(runs, "mine\n", "only the user's hook ran");
+    trust(
+        &env,
+        "[[hooks.user_prompt_submit]]\nname = \"mine\"\ncommand = \"echo mine >> hook_runs.txt\"\n",
+    );
+    let out = run_ws(&env, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let runs = std::fs::read_to_string(env.path("ws/hook_runs.txt")).unwrap();
+    assert_eq!(
+        runs, "mine\nmine\nrepo\n",
+        "a trusted workspace's hooks run after the user's"
+    );
+    env.write("ws/keel.toml", "");
+    env.write(
+        "config/keel/keel.toml",
+        "[[hooks.stop]]\nmatcher = \"shell\"\ncommand = \"true\"\n",
+    );
+    let out = run_ws(&env, &[]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.contains("hooks.stop[0]") && err.contains("tool events only"),
+        "{err}"
+    );
 }
 
 /// A refused workspace file stops `keel run` in that workspace, but not the commands that only
