@@ -10,8 +10,9 @@
 //! `[providers]`, `base_url` (and a model spec carrying `@URL`), `store`, `[env]`,
 //! `sandbox_network` and `trusted_workspaces`. A looser or forbidden value stops the command
 //! before anything runs ([`ConfigError::Untrusted`], naming the file, the key and how to accept
-//! it); what needs trust and is merely not granted — `allow` rules, and the reserved `[hooks]`,
-//! `[mcp_servers]` and `[agents]` — is dropped with a notice ([`Config::notices`]).
+//! it); what needs trust and is merely not granted — `allow` rules, `[mcp_servers]` (it starts
+//! programs), and the reserved `[hooks]` and `[agents]` — is dropped with a notice
+//! ([`Config::notices`]).
 //! docs/SECURITY.md has the table, key by key.
 //!
 //! ```toml
@@ -51,6 +52,13 @@
 //!
 //! [providers.openai]                       # openai, openai-responses, anthropic
 //! api_key_env = "MY_OPENAI_KEY"            # where to read the key (default OPENAI_API_KEY)
+//!
+//! [mcp_servers.git]                       # tools mcp__git__*; user config, or a trusted workspace
+//! command = "mcp-server-git"               # stdio: command, args, env, env_vars
+//! args = ["--repository", "."]
+//! [mcp_servers.docs]                       # streamable HTTP: url, headers (values from env vars)
+//! url = "https://mcp.example.com/mcp"
+//! headers = { Authorization = { env = "DOCS_TOKEN", prefix = "Bearer " } }
 //!
 //! [env]                                    # set in every tool process (user config only)
 //! RUST_LOG = "info"
@@ -138,6 +146,9 @@ pub enum ConfigError {
     /// setting; the message names the file, the setting and how to accept it.
     #[error("{0}")]
     Untrusted(String),
+    /// An `[mcp_servers.NAME]` entry is wrong (names the server, the key and what is expected).
+    #[error("{0}")]
+    Mcp(#[from] keel_mcp::McpError),
     /// A name that is not one of the known ones.
     #[error("unknown {field} entry {value:?}: known are {known}")]
     Unknown {
@@ -422,6 +433,10 @@ pub struct FileConfig {
     /// Environment variables; secret ones are redacted from events.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, EnvValue>,
+    /// MCP servers whose tools the agent gets (`mcp__<server>__<tool>`; see [`keel_mcp::config`]).
+    /// From the user config, or a workspace's only when it is trusted.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub mcp_servers: BTreeMap<String, keel_mcp::McpServerConfig>,
 }
 
 /// Settings given on the command line; `None` leaves the configured value.
@@ -626,11 +641,14 @@ fn check_layer(path: &Path, table: &toml::Table) -> Result<FileConfig, ConfigErr
 /// them where they would apply (the user config, a trusted workspace) rather than ignore a
 /// setting someone relies on, and drops them with a notice from an untrusted workspace, where
 /// they would never apply anyway.
-pub const RESERVED_KEYS: [(&str, &str); 3] = [
-    ("hooks", "run hooks"),
-    ("mcp_servers", "start MCP servers"),
-    ("agents", "define agents"),
-];
+pub const RESERVED_KEYS: [(&str, &str); 2] = [("hooks", "run hooks"), ("agents", "define agents")];
+
+/// Sections a workspace's `keel.toml` may set only when the workspace is trusted (they run
+/// programs it names), with what each does: dropped with a notice from an untrusted one.
+pub const TRUSTED_ONLY_KEYS: [(&str, &str); 1] = [(
+    "mcp_servers",
+    "would start the MCP servers it names (programs run with your environment, or URLs called)",
+)];
 
 /// Refuses a reserved section in a file whose settings apply (the user config, a trusted
 /// workspace's).
@@ -723,6 +741,7 @@ pub fn validate_layer(layer: &FileConfig) -> Result<(), ConfigError> {
             });
         }
     }
+    keel_mcp::config::validate_servers(&layer.mcp_servers)?;
     if let Some(p) = &layer.policy {
         for rule in p.allow.iter().chain(&p.ask).chain(&p.deny) {
             keel_tools::policy::RulePattern::parse(rule).map_err(|e| ConfigError::Rule {
@@ -917,6 +936,14 @@ impl WorkspaceFile<'_> {
                 layer,
                 &format!("remove it, or stop trusting the workspace (keel trust --remove {ws})"),
             );
+        }
+        for (key, what) in TRUSTED_ONLY_KEYS {
+            if layer.remove(key).is_some() {
+                notices.push(format!(
+                    "keel: note: {} sets `{key}`; ignored: it {what}, and a workspace's applies only if you trust it (keel trust {ws})",
+                    self.path.display()
+                ));
+            }
         }
         for (key, what) in RESERVED_KEYS {
             if layer.remove(key).is_some() {
