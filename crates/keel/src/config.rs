@@ -1765,6 +1765,21 @@ pub fn mask_secrets(table: &mut toml::Table, env: &BTreeMap<String, EnvValue>) {
             // Durations, never secrets (though `first_token` is named like one).
             continue;
         }
+        if key == "mcp_servers"
+            && let toml::Value::Table(servers) = value
+        {
+            // A literal header value may be a credential whatever the header is called; one
+            // read from an environment variable (`{ env = "…" }`) only names the variable.
+            for (_, server) in servers.iter_mut() {
+                if let Some(toml::Value::Table(headers)) = server.get_mut("headers") {
+                    for (_, header) in headers.iter_mut() {
+                        if let toml::Value::String(text) = header {
+                            *text = MASK.to_owned();
+                        }
+                    }
+                }
+            }
+        }
         mask_value(key, value);
     }
 }
@@ -1863,6 +1878,18 @@ mod tests {
         for s in ["max_tokens", "api_key_env", "model", "base_url"] {
             assert!(!is_secret_name(s), "{s}");
         }
+    }
+
+    #[test]
+    fn literal_mcp_header_values_are_masked() {
+        let mut table: toml::Table = toml::from_str(
+            "[mcp_servers.d]\nurl = \"https://h/mcp\"\nheaders = { Authorization = \"Bearer s3cret\", X-Key = { env = \"K\" } }\n",
+        )
+        .unwrap();
+        mask_secrets(&mut table, &BTreeMap::new());
+        let text = toml::to_string(&table).unwrap();
+        assert!(!text.contains("s3cret"), "{text}");
+        assert!(text.contains("env = \"K\""), "{text}");
     }
 
     #[test]
