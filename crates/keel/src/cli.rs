@@ -334,6 +334,9 @@ pub enum Command {
     /// Model adapters: diagnose provider streams.
     #[command(subcommand)]
     Model(ModelCommand),
+    /// MCP servers (`[mcp_servers.NAME]` in keel.toml): list them, their state and tools.
+    #[command(subcommand)]
+    Mcp(McpCommand),
     /// Serve the HTTP API (sessions, turns, events, approvals) on this store.
     Serve(crate::serve::ServeArgs),
     /// Run sessions from a shared store (no API): claims runnable sessions, runs them under
@@ -345,6 +348,27 @@ pub enum Command {
     /// API keys of the HTTP API (on the store directly; a new key is shown once).
     #[command(subcommand)]
     Keys(crate::serve::KeysCommand),
+}
+
+/// `keel mcp ...`
+#[derive(Debug, Subcommand)]
+pub enum McpCommand {
+    /// Start every configured MCP server and show its state (ready with its protocol
+    /// revision, or why not) and its tools as the model sees them, with their effect class.
+    List {
+        /// One JSON object per server and line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Connect to the MCP server at URL (streamable HTTP) as a run does, call each of its tools
+    /// once with sample arguments and print the results (the MCP conformance suite's client).
+    TestClient {
+        /// The server's URL.
+        url: String,
+        /// Protocol revision: auto (the default of a configured server), session or sessionless.
+        #[arg(long, default_value = "auto")]
+        protocol: String,
+    },
 }
 
 /// `keel resolve --as` values.
@@ -664,6 +688,22 @@ pub fn run_local(global: GlobalArgs, command: Command) -> anyhow::Result<ExitCod
             reason,
         } => crate::session_cmd::resolve(&global, &operation_key, effect_decision(outcome, reason)),
         Command::Cancel { session } => crate::session_cmd::cancel(&global, &session),
+        Command::Mcp(cmd) => {
+            let config = Config::load(
+                global.workspace.as_deref(),
+                &Locations::from_env(),
+                &crate::config::Overrides::default(),
+            )?;
+            for notice in &config.notices {
+                eprintln!("{notice}");
+            }
+            match cmd {
+                McpCommand::List { json } => crate::mcp::list(&config, json),
+                McpCommand::TestClient { url, protocol } => {
+                    crate::mcp::test_client(&config, &url, &protocol)
+                }
+            }
+        }
         Command::Trust { path, list, remove } => trust(&global, path, list, remove),
         Command::Serve(args) => crate::serve::serve(&global, &args),
         Command::Worker(args) => crate::serve::worker(&global, &args),

@@ -11,7 +11,7 @@
 //! `sandbox_network` and `trusted_workspaces`. A looser or forbidden value stops the command
 //! before anything runs ([`ConfigError::Untrusted`], naming the file, the key and how to accept
 //! it); what needs trust and is merely not granted — `allow` rules, `[hooks]` (they run code),
-//! and the reserved `[mcp_servers]` and `[agents]` — is dropped with a notice
+//! `[mcp_servers]` (it starts programs) and the reserved `[agents]` — is dropped with a notice
 //! ([`Config::notices`]). A trusted workspace's hooks run after the user's.
 //! docs/SECURITY.md has the table, key by key.
 //!
@@ -61,6 +61,12 @@
 //! command = "./scripts/guard.sh"           # or url = "https://hooks.example/keel"
 //! timeout_ms = 60000
 //! fail_closed = true
+//! [mcp_servers.git]                       # tools mcp__git__*; user config, or a trusted workspace
+//! command = "mcp-server-git"               # stdio: command, args, env, env_vars
+//! args = ["--repository", "."]
+//! [mcp_servers.docs]                       # streamable HTTP: url, headers (values from env vars)
+//! url = "https://mcp.example.com/mcp"
+//! headers = { Authorization = { env = "DOCS_TOKEN", prefix = "Bearer " } }
 //!
 //! [env]                                    # set in every tool process (user config only)
 //! RUST_LOG = "info"
@@ -148,6 +154,9 @@ pub enum ConfigError {
     /// setting; the message names the file, the setting and how to accept it.
     #[error("{0}")]
     Untrusted(String),
+    /// An `[mcp_servers.NAME]` entry is wrong (names the server, the key and what is expected).
+    #[error("{0}")]
+    Mcp(#[from] keel_mcp::McpError),
     /// A name that is not one of the known ones.
     #[error("unknown {field} entry {value:?}: known are {known}")]
     Unknown {
@@ -435,6 +444,10 @@ pub struct FileConfig {
     /// Hooks per event (`[[hooks.pre_tool_use]]`, …; see `keel_runtime::hooks`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hooks: Option<keel_runtime::hooks::HooksConfig>,
+    /// MCP servers whose tools the agent gets (`mcp__<server>__<tool>`; see [`keel_mcp::config`]).
+    /// From the user config, or a workspace's only when it is trusted.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub mcp_servers: BTreeMap<String, keel_mcp::McpServerConfig>,
 }
 
 /// Settings given on the command line; `None` leaves the configured value.
@@ -641,10 +654,14 @@ fn check_layer(path: &Path, table: &toml::Table) -> Result<FileConfig, ConfigErr
 /// them where they would apply (the user config, a trusted workspace) rather than ignore a
 /// setting someone relies on, and drops them with a notice from an untrusted workspace, where
 /// they would never apply anyway.
-pub const RESERVED_KEYS: [(&str, &str); 2] = [
-    ("mcp_servers", "start MCP servers"),
-    ("agents", "define agents"),
-];
+pub const RESERVED_KEYS: [(&str, &str); 1] = [("agents", "define agents")];
+
+/// Sections a workspace's `keel.toml` may set only when the workspace is trusted (they run
+/// programs it names), with what each does: dropped with a notice from an untrusted one.
+pub const TRUSTED_ONLY_KEYS: [(&str, &str); 1] = [(
+    "mcp_servers",
+    "would start the MCP servers it names (programs run with your environment, or URLs called)",
+)];
 
 /// Refuses a reserved section in a file whose settings apply (the user config, a trusted
 /// workspace's).
@@ -742,6 +759,7 @@ pub fn validate_layer(layer: &FileConfig) -> Result<(), ConfigError> {
             message: e.to_string(),
         })?;
     }
+    keel_mcp::config::validate_servers(&layer.mcp_servers)?;
     if let Some(p) = &layer.policy {
         for rule in p.allow.iter().chain(&p.ask).chain(&p.deny) {
             keel_tools::policy::RulePattern::parse(rule).map_err(|e| ConfigError::Rule {
@@ -936,6 +954,14 @@ impl WorkspaceFile<'_> {
                 layer,
                 &format!("remove it, or stop trusting the workspace (keel trust --remove {ws})"),
             );
+        }
+        for (key, what) in TRUSTED_ONLY_KEYS {
+            if layer.remove(key).is_some() {
+                notices.push(format!(
+                    "keel: note: {} sets `{key}`; ignored: it {what}, and a workspace's applies only if you trust it (keel trust {ws})",
+                    self.path.display()
+                ));
+            }
         }
         for (key, what) in RESERVED_KEYS {
             if layer.remove(key).is_some() {
@@ -1793,6 +1819,21 @@ pub fn mask_secrets(table: &mut toml::Table, env: &BTreeMap<String, EnvValue>) {
             // Durations, never secrets (though `first_token` is named like one).
             continue;
         }
+        if key == "mcp_servers"
+            && let toml::Value::Table(servers) = value
+        {
+            // A literal header value may be a credential whatever the header is called; one
+            // read from an environment variable (`{ env = "…" }`) only names the variable.
+            for (_, server) in servers.iter_mut() {
+                if let Some(toml::Value::Table(headers)) = server.get_mut("headers") {
+                    for (_, header) in headers.iter_mut() {
+                        if let toml::Value::String(text) = header {
+                            *text = MASK.to_owned();
+                        }
+                    }
+                }
+            }
+        }
         mask_value(key, value);
     }
 }
@@ -1891,6 +1932,18 @@ mod tests {
         for s in ["max_tokens", "api_key_env", "model", "base_url"] {
             assert!(!is_secret_name(s), "{s}");
         }
+    }
+
+    #[test]
+    fn literal_mcp_header_values_are_masked() {
+        let mut table: toml::Table = toml::from_str(
+            "[mcp_servers.d]\nurl = \"https://h/mcp\"\nheaders = { Authorization = \"Bearer s3cret\", X-Key = { env = \"K\" } }\n",
+        )
+        .unwrap();
+        mask_secrets(&mut table, &BTreeMap::new());
+        let text = toml::to_string(&table).unwrap();
+        assert!(!text.contains("s3cret"), "{text}");
+        assert!(text.contains("env = \"K\""), "{text}");
     }
 
     #[test]

@@ -39,6 +39,7 @@ pub mod decide;
 pub mod exit;
 pub mod interactive;
 pub mod logging;
+pub mod mcp;
 pub mod model_spec;
 pub mod output;
 pub mod remote;

@@ -369,6 +369,22 @@ pub fn host_options(config: &Config, worker_name: &str) -> anyhow::Result<Runtim
     })
 }
 
+/// A runtime whose registry also has the tools of the configured MCP servers (started now;
+/// see [`crate::mcp::registry`]).
+async fn runtime_with_mcp(
+    config: &Config,
+    store: Arc<dyn Store>,
+    model: Arc<dyn ModelClient>,
+) -> anyhow::Result<Runtime> {
+    let tools = crate::mcp::registry(config).await?;
+    Ok(Runtime::new(
+        store,
+        model,
+        tools,
+        host_options(config, "keel-cli")?,
+    ))
+}
+
 fn runtime_for(
     config: &Config,
     store: Arc<dyn Store>,
@@ -404,7 +420,7 @@ pub async fn prepare_run(config: &Config, prompt: &str) -> anyhow::Result<Prepar
     let started = Instant::now();
     let model = Arc::new(build_route(config)?);
     let store = crate::store::open(&config.store).await?;
-    let runtime = runtime_for(config, store, model)?;
+    let runtime = runtime_with_mcp(config, store, model).await?;
     let tenant = local_tenant();
     let session = runtime
         .create_session(tenant, &release_of(config), session_config_of(config))
@@ -516,7 +532,7 @@ pub async fn prepare_resume(
         route_config.base_url = Some(url);
     }
     let model = Arc::new(build_route(&route_config)?);
-    let runtime = runtime_for(config, store, model)?;
+    let runtime = runtime_with_mcp(config, store, model).await?;
     let tenant = local_tenant();
     if release.id != pinned.release.id {
         let repin = runtime

@@ -123,6 +123,7 @@ pub fn execute(
             Err((e, jsonl)) => return fail(e, jsonl || flag_jsonl),
         };
         let code = converse(prepared, mode, &mut lines).await;
+        crate::mcp::shutdown_all().await;
         ExitCode::from(code)
     })
 }

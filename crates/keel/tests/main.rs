@@ -16,6 +16,7 @@ mod example;
 mod headless;
 mod home_workspace;
 mod interactive;
+mod mcp;
 mod model_parse;
 mod newuser;
 mod otlp;

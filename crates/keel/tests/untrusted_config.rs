@@ -834,7 +834,7 @@ fn trusted_workspaces_match_by_canonical_path_and_exactly() {
 #[test]
 fn reserved_sections_are_ignored_untrusted_and_refused_where_they_would_apply() {
     let env = Env::new();
-    for key in ["mcp_servers", "agents"] {
+    for key in ["agents"] {
         env.write("config/keel/keel.toml", "");
         env.write(
             "ws/keel.toml",
@@ -1045,5 +1045,55 @@ fn a_trusted_workspaces_keel_toml_changed_by_the_model_is_untrusted_until_truste
         stderr(&out).contains("without the keel.toml version you trust"),
         "{}",
         stderr(&out)
+    );
+}
+
+/// `[mcp_servers]` starts programs: from an untrusted workspace it is dropped with a notice
+/// (nothing runs), from a trusted one it applies (the server is started; one that is not an
+/// MCP server is a notice, and the run goes on), and a bad entry names its file.
+#[test]
+fn mcp_servers_from_a_workspace_start_only_when_it_is_trusted() {
+    let env = Env::new();
+    env.write("config/keel/keel.toml", "");
+    env.write(
+        "ws/keel.toml",
+        "[mcp_servers.x]\ncommand = \"sh\"\nargs = [\"-c\", \"touch ran\"]\nstartup_timeout_ms = 2000\n",
+    );
+    let out = run_ws(&env, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("`mcp_servers`") && err.contains("ignored") && err.contains("keel trust"),
+        "{err}"
+    );
+    assert!(
+        !env.path("ws/ran").exists(),
+        "an untrusted workspace's server ran"
+    );
+    trust(&env, "");
+    let out = run_ws(&env, &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        env.path("ws/ran").exists(),
+        "a trusted workspace's server did not start"
+    );
+    assert!(
+        stderr(&out).contains("MCP server `x` did not start"),
+        "{}",
+        stderr(&out)
+    );
+    env.write("ws/keel.toml", "");
+    env.write(
+        "config/keel/keel.toml",
+        "[mcp_servers.x]\nurl = \"ftp://h\"\n",
+    );
+    let out = run_ws(&env, &[]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(
+        err.contains("config/keel/keel.toml")
+            && err.contains("[mcp_servers.x]")
+            && err.contains("http://"),
+        "{err}"
     );
 }

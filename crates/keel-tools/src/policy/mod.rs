@@ -10,7 +10,10 @@
 //! 4. any matching `allow` rule → allow;
 //! 5. the mode's default: `bypass` allows everything; `default` and `read_only` allow read-only
 //!    tools and ask for the rest; `accept_edits` also allows `write_file`/`edit_file` inside the
-//!    workspace.
+//!    workspace. An MCP tool (`mcp__…`) never gets the read-only allow, whatever its effect
+//!    class: its `readOnlyHint` is the server's claim, and a server cannot declare itself safe —
+//!    it is asked for in `default` and `accept_edits` and denied in `read_only` unless a rule
+//!    allows it.
 //!
 //! A shell command line is parsed with the bash grammar ([`shell::analyze`]) into the commands
 //! it runs, wrappers unwrapped, `sh -c` scripts and substitutions included:
@@ -632,6 +635,9 @@ impl Policy {
     /// What the mode gives a call no rule decided; `note` (when not empty) says why no allow
     /// rule matched.
     fn fallback(&self, request: &PolicyRequest<'_>, note: &str) -> Decision {
+        if is_mcp_tool(request.tool) && self.mode != PermissionMode::Bypass {
+            return mcp_fallback(self.mode, request.tool);
+        }
         let read_only = request.effect == EffectClass::ReadOnly;
         let with_note = |reason: String| {
             if note.is_empty() {
@@ -876,6 +882,36 @@ fn allow_by(rule: &Rule) -> Decision {
         format!("allowed by rule `{rule}` ({})", source_name(rule.source)),
         Some(rule.to_string()),
     )
+}
+
+/// Whether `tool` is an MCP server's (`mcp__<server>__<tool>`).
+pub fn is_mcp_tool(tool: &str) -> bool {
+    tool.starts_with("mcp__")
+}
+
+/// What the mode gives an MCP tool no rule decided: never the read-only allow (see the module
+/// docs), whatever its hints say.
+fn mcp_fallback(mode: PermissionMode, tool: &str) -> Decision {
+    let unproven = "MCP tools never run without asking: a server's readOnlyHint is its own claim";
+    match mode {
+        PermissionMode::ReadOnly => Decision::new(
+            Verdict::Deny,
+            format!(
+                "permission mode read_only: `{tool}` is an MCP tool and nothing shows it cannot write ({unproven}); a rule `allow {tool}` lets it run"
+            ),
+            None,
+        ),
+        PermissionMode::Default | PermissionMode::AcceptEdits | PermissionMode::Bypass => {
+            Decision::new(
+                Verdict::Ask,
+                format!(
+                    "permission mode {}: `{tool}` is an MCP tool and no rule allows it ({unproven})",
+                    mode_name(mode)
+                ),
+                None,
+            )
+        }
+    }
 }
 
 fn read_only_deny(tool: &str) -> Decision {

@@ -8,6 +8,8 @@ enum S<'a> {
     Read(&'a str),
     Write(&'a str),
     Json(&'a str),
+    /// An MCP tool's arguments, the tool hinted read-only by its server.
+    Mcp(&'a str),
 }
 
 struct Case<'a> {
@@ -1342,6 +1344,48 @@ const CASES: &[Case<'static>] = &[
         subject: S::Json("{\"title\":\"x\"}"),
         expect: A,
     },
+    // MCP tools whose server hints read-only (`Mcp`: effect class read_only) never get the
+    // read-only auto-allow.
+    Case {
+        name: "default mode asks for an mcp tool hinted read-only",
+        mode: DF,
+        rules: &[],
+        tool: "mcp__fs__read_text_file",
+        subject: S::Mcp("{}"),
+        expect: Q,
+    },
+    Case {
+        name: "accept_edits asks for an mcp tool hinted read-only",
+        mode: AE,
+        rules: &[],
+        tool: "mcp__fs__read_text_file",
+        subject: S::Mcp("{}"),
+        expect: Q,
+    },
+    Case {
+        name: "read_only mode denies an mcp tool hinted read-only",
+        mode: RO,
+        rules: &[],
+        tool: "mcp__fs__read_text_file",
+        subject: S::Mcp("{}"),
+        expect: D,
+    },
+    Case {
+        name: "an allow rule lets an mcp tool hinted read-only run in read_only mode",
+        mode: RO,
+        rules: &[("allow", "mcp__fs__read_text_file")],
+        tool: "mcp__fs__read_text_file",
+        subject: S::Mcp("{}"),
+        expect: A,
+    },
+    Case {
+        name: "bypass runs an mcp tool",
+        mode: BY,
+        rules: &[],
+        tool: "mcp__fs__write_file",
+        subject: S::Json("{}"),
+        expect: A,
+    },
     Case {
         name: "mcp server wildcard does not cover another server",
         mode: DF,
@@ -1807,6 +1851,7 @@ fn build(case: &Case<'_>) -> (Policy, Subject, EffectClass) {
         S::Read(p) => (Subject::Paths(paths(p, false)), EffectClass::ReadOnly),
         S::Write(p) => (Subject::Paths(paths(p, true)), EffectClass::IdempotentWrite),
         S::Json(j) => (Subject::Other(j.to_owned()), EffectClass::SideEffecting),
+        S::Mcp(j) => (Subject::Other(j.to_owned()), EffectClass::ReadOnly),
     };
     (policy, subject, effect)
 }
