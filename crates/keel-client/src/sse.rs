@@ -255,3 +255,78 @@ impl EventStream {
         }))
     }
 }
+
+/// One frame of the tenant-wide stream (`GET /v1/events`, `event: session.status`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+pub struct SessionStatusFrame {
+    /// The session (a UUID).
+    pub session_id: String,
+    /// Its status now (`idle`, `running`, `requires_action`, `closed`, …).
+    pub status: String,
+    /// Its version (the seq of its last journaled event).
+    pub version: u64,
+}
+
+/// The tenant-wide stream of session status changes: first every session's status, then each
+/// change. It has no ids to resume from, so it does not reconnect: open it again to read every
+/// session's status anew. Read it with [`StatusStream::recv`].
+pub struct StatusStream {
+    url: String,
+    inner: Inner,
+}
+
+impl std::fmt::Debug for StatusStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StatusStream")
+            .field("url", &self.url)
+            .finish_non_exhaustive()
+    }
+}
+
+impl StatusStream {
+    /// Opens the caller's tenant's stream.
+    ///
+    /// # Errors
+    /// As [`Client`] requests: [`Error::Api`] (401, 403 for a system key, 429).
+    pub async fn open(client: &Client) -> Result<Self, Error> {
+        let path = "/v1/events";
+        let url = client.url(path);
+        let resp = client
+            .request(reqwest::Method::GET, path)
+            .header(reqwest::header::ACCEPT, "text/event-stream")
+            .send()
+            .await
+            .map_err(|e| Error::from_reqwest(&url, &e))?;
+        let resp = crate::check(&url, resp).await?;
+        Ok(Self {
+            url,
+            inner: Box::pin(resp.bytes_stream().eventsource()),
+        })
+    }
+
+    /// The next status frame; `None` when the connection ended.
+    ///
+    /// # Errors
+    /// [`Error::Decode`] for a frame whose data is not a status; [`Error::Transport`] when the
+    /// connection broke.
+    pub async fn recv(&mut self) -> Option<Result<SessionStatusFrame, Error>> {
+        loop {
+            match self.inner.next().await? {
+                Ok(ev) if ev.event == "session.status" => {
+                    return Some(serde_json::from_str(&ev.data).map_err(|e| Error::Decode {
+                        url: self.url.clone(),
+                        what: "a session.status frame",
+                        detail: e.to_string(),
+                    }));
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    return Some(Err(Error::Transport {
+                        url: self.url.clone(),
+                        detail: e.to_string(),
+                    }));
+                }
+            }
+        }
+    }
+}

@@ -8,3 +8,4 @@ mod common;
 
 mod client;
 mod reconnect;
+mod typed;

@@ -634,6 +634,7 @@ async fn next_claim(
                 config.lease_ttl,
                 now,
                 config.max_schema_version,
+                config.limits(tenant).max_sessions,
             )
             .await?
         {

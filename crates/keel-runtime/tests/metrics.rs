@@ -119,7 +119,7 @@ async fn takeovers_and_model_costs_are_counted_by_what_happened(backend: Backend
     let now = chrono::Utc::now();
     let max = keel_core::SCHEMA_VERSION;
     let first = store
-        .claim_session(f.tenant, "w-1", ttl, now, max)
+        .claim_session(f.tenant, "w-1", ttl, now, max, u64::MAX)
         .await
         .unwrap();
     let first = first.expect("the queued turn is claimable");
@@ -127,7 +127,7 @@ async fn takeovers_and_model_costs_are_counted_by_what_happened(backend: Backend
     m.claimed(&first, None);
     let later = now + chrono::Duration::seconds(10);
     let second = store
-        .claim_session(f.tenant, "w-2", ttl, later, max)
+        .claim_session(f.tenant, "w-2", ttl, later, max, u64::MAX)
         .await
         .unwrap();
     let second = second.expect("w-1's lease ran out");

@@ -109,6 +109,7 @@ async fn claims_follow_priorities_also_submitted_through_an_intent(b: Backend) {
                 Duration::from_secs(5),
                 Utc::now(),
                 SCHEMA_VERSION,
+                u64::MAX,
             )
             .await
             .unwrap()

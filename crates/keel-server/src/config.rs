@@ -13,6 +13,7 @@
 //! allow_sandbox_off = false             # sessions may not ask for sandbox = "off"
 //! body_limit_bytes = 1048576            # larger request bodies get 413
 //! max_streams_per_key = 100             # concurrent SSE streams per API key; more get 429
+//! tenant_stream_page = 1000            # sessions per store read of GET /v1/events (1..1000)
 //! allow_script_models = false           # releases may name script:PATH models (tests, demos)
 //!
 //! [scheduler]                           # keel serve's in-process workers, and keel worker
@@ -75,6 +76,9 @@ pub struct ServerConfig {
     pub allow_script_models: bool,
     /// Interval of SSE heartbeat comments, ms.
     pub heartbeat_ms: u64,
+    /// Sessions per store read of the tenant-wide stream (`GET /v1/events`), which pages
+    /// through all of a tenant's sessions on each look; clamped to 1..=1000.
+    pub tenant_stream_page: u32,
     /// The `[scheduler]` table of the same file (not a `[server]` key).
     #[serde(skip)]
     pub scheduler: SchedulerSettings,
@@ -250,6 +254,7 @@ impl Default for ServerConfig {
             max_streams_per_key: 100,
             allow_script_models: false,
             heartbeat_ms: 15_000,
+            tenant_stream_page: 1000,
         }
     }
 }

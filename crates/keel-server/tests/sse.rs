@@ -14,6 +14,7 @@ use crate::on_both;
 on_both!(
     reconnecting_with_last_event_id_delivers_every_durable_event_exactly_once,
     streams_beyond_the_per_key_limit_get_429_and_heartbeats_flow,
+    the_tenant_stream_reports_every_session_beyond_one_page,
 );
 
 /// Reads durable events (with ids) until `stop` holds on one; returns their seqs and types.
@@ -170,4 +171,47 @@ async fn streams_beyond_the_per_key_limit_get_429_and_heartbeats_flow(b: Backend
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// With 5 sessions per store read and 12 sessions, the tenant-wide stream reports each of the
+/// 12, then a change to the newest (beyond the first two pages).
+async fn the_tenant_stream_reports_every_session_beyond_one_page(b: Backend) {
+    let s = start_with(b, |c| c.tenant_stream_page = 5).await;
+    let release = s.release("idle", &[json!({"text": "x"})], &[]).await;
+    let mut ids = Vec::new();
+    for _ in 0..12 {
+        let r = s.session(&release, json!({})).await;
+        ids.push(r.body["session_id"].as_str().unwrap().to_owned());
+    }
+    let mut stream = s.sse("/v1/events", &s.viewer, None).await;
+    assert_eq!(stream.status, StatusCode::OK);
+    let mut seen = BTreeSet::new();
+    while seen.len() < ids.len() {
+        let f = stream
+            .next()
+            .await
+            .unwrap_or_else(|| panic!("the stream ended after reporting {seen:?}"));
+        let data: Value = serde_json::from_str(&f.data).unwrap();
+        assert_eq!(data["status"], "created", "{data}");
+        seen.insert(data["session_id"].as_str().unwrap().to_owned());
+    }
+    assert_eq!(seen, ids.iter().cloned().collect::<BTreeSet<_>>());
+    // Closing the newest session is reported.
+    let newest = ids.last().unwrap();
+    let path = format!("/v1/sessions/{newest}");
+    let tag = s.get(&path, &s.viewer).await.header("etag").unwrap();
+    let r = s
+        .call(
+            "POST",
+            &format!("{path}/close"),
+            Some(&s.operator),
+            None,
+            &[("if-match", &tag)],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    let f = stream.next().await.expect("no frame after the close");
+    let data: Value = serde_json::from_str(&f.data).unwrap();
+    assert_eq!(data["session_id"], newest.as_str(), "{data}");
+    assert_eq!(data["status"], "closed", "{data}");
 }

@@ -237,7 +237,13 @@ pub trait Store: Send + Sync + 'static {
     /// priority first, then the longest runnable (then due timers and intents, oldest first).
     /// Takes the lease in the same transaction (epoch bumped); rows locked by another claimer
     /// are skipped (`FOR UPDATE SKIP LOCKED` on PostgreSQL; SQLite's one writer serializes).
-    /// `None` when nothing is claimable. Wakes nobody.
+    /// `None` when nothing is claimable, or when `max_leased` of the tenant's sessions are
+    /// already under a live lease at `now` (any owner: the tenant's running-session limit,
+    /// `u64::MAX` for none). That count and the claim are one atomic step across processes:
+    /// the tenant's claims take turns on a transaction-scoped advisory lock on PostgreSQL
+    /// (SQLite's one writer), so concurrent claimers never take the tenant past the limit.
+    /// Leases taken outside claims ([`Store::acquire_lease`]) count but are not limited. Wakes
+    /// nobody.
     ///
     /// # Errors
     /// Store errors.
@@ -248,6 +254,7 @@ pub trait Store: Send + Sync + 'static {
         ttl: Duration,
         now: DateTime<Utc>,
         max_schema_version: u32,
+        max_leased: u64,
     ) -> Result<Option<crate::Claim>>;
 
     /// Gives a claimed session back: releases `lease`, sets `claim_after` to `defer_until`

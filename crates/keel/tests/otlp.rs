@@ -374,3 +374,80 @@ fn the_exporter_headers_are_withheld_from_tools() {
     assert!(output.starts_with("H=\n"), "{output}");
     assert!(!String::from_utf8_lossy(&out.stdout).contains(HEADER_SECRET));
 }
+
+/// Spans from a `keel worker` process (where turns run in a deployment), with the batch
+/// exporter's delay set to ten minutes (`OTEL_BSP_SCHEDULE_DELAY`) so that only a flush can
+/// send them: an API-only node and the worker share a PostgreSQL schema, the worker runs a
+/// turn (a `shell` call, then an answer), and nothing has been exported when the turn has
+/// ended. SIGTERM drains the worker: it exits 0, and by then the receiver holds the turn's
+/// `invoke_agent` root (the session as `gen_ai.conversation.id`, the worker's lease owner as
+/// `keel.worker`), a `chat` span per attempt and the `execute_tool` span, children of the root.
+#[test]
+fn a_worker_exports_the_turns_it_runs_and_flushes_them_when_drained() {
+    use crate::workers::{Cluster, shell, wait};
+
+    let rt = runtime();
+    let (got, addr) = receiver(&rt, "127.0.0.1:0").unwrap();
+    let c = Cluster::postgres();
+    let mut worker = c.worker_with_env(
+        &["--concurrency", "2"],
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://{addr}")),
+            ("OTEL_BSP_SCHEDULE_DELAY", "600000".to_owned()),
+        ],
+    );
+    let session = c.start_turn(
+        "traced",
+        &[
+            shell("echo traced >> otlp.txt"),
+            serde_json::json!({"text": "done", "usage": {"input_tokens": 20, "output_tokens": 7}}),
+        ],
+    );
+    c.completed_turn(&session);
+    // Ended spans wait in the batch queue: nothing has left the process yet.
+    assert!(got.bodies().is_empty(), "exported before the flush");
+
+    worker.run.signal("TERM");
+    let code = wait(60, "the worker exits after SIGTERM", || {
+        worker.run.child.try_wait().unwrap().map(|s| s.code())
+    });
+    assert_eq!(code, Some(0), "{:#?}", worker.run.stderr_lines());
+    let mut spans: Vec<Span> = Vec::new();
+    for body in got.bodies() {
+        let req = ExportTraceServiceRequest::decode(body.as_slice()).unwrap();
+        for rs in req.resource_spans {
+            for ss in rs.scope_spans {
+                spans.extend(ss.spans);
+            }
+        }
+    }
+    spans.sort_by_key(|s| s.start_time_unix_nano);
+    let names: Vec<&str> = spans.iter().map(|s| s.name.as_str()).collect();
+    let by_op = |op: &str| -> Vec<&Span> {
+        spans
+            .iter()
+            .filter(|s| str_attr(s, "gen_ai.operation.name") == op)
+            .collect()
+    };
+    let roots = by_op("invoke_agent");
+    assert_eq!(roots.len(), 1, "{names:?}");
+    let root = roots[0];
+    assert!(root.parent_span_id.is_empty(), "the turn is a root span");
+    assert_eq!(str_attr(root, "gen_ai.conversation.id"), session);
+    assert_eq!(str_attr(root, "keel.terminal_reason"), "completed");
+    let owner = str_attr(root, "keel.worker");
+    assert!(worker.owns(owner), "{owner}");
+    let chats = by_op("chat");
+    assert_eq!(chats.len(), 2, "{names:?}");
+    let tools = by_op("execute_tool");
+    assert_eq!(tools.len(), 1, "{names:?}");
+    assert_eq!(tools[0].name, "execute_tool shell");
+    assert_eq!(str_attr(tools[0], "keel.tool_call.status"), "succeeded");
+    for s in chats.iter().chain(&tools) {
+        assert_eq!(s.trace_id, root.trace_id);
+        assert_eq!(s.parent_span_id, root.span_id);
+        assert_eq!(str_attr(s, "gen_ai.conversation.id"), session);
+    }
+    assert_eq!(int_attr(chats[1], "gen_ai.usage.output_tokens"), 7);
+    assert_eq!(spans.len(), 4, "{names:?}");
+}

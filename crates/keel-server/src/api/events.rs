@@ -221,6 +221,8 @@ struct Watch {
     tenant: TenantId,
     seen: HashMap<SessionId, SessionStatus>,
     out: VecDeque<SseEvent>,
+    /// Sessions per store read (`[server] tenant_stream_page`).
+    page: u32,
     _slot: StreamSlot,
 }
 
@@ -233,41 +235,58 @@ fn tenant_stream(w: Watch) -> impl Stream<Item = Result<SseEvent, Infallible>> {
             if let Some(ev) = w.out.pop_front() {
                 return Some((Ok(ev), w));
             }
-            match w
-                .store
-                .list_sessions(
-                    w.tenant,
-                    &SessionQuery {
-                        limit: Some(1000),
-                        ..SessionQuery::default()
-                    },
-                )
-                .await
-            {
-                Ok(rows) => {
-                    for r in rows {
-                        if w.seen.get(&r.session_id) != Some(&r.status) {
-                            w.seen.insert(r.session_id, r.status);
-                            w.out.push_back(
-                                SseEvent::default().event("session.status").data(
-                                    json!({
-                                        "session_id": r.session_id.to_string(),
-                                        "status": r.status.as_str(),
-                                        "version": r.version,
-                                    })
-                                    .to_string(),
-                                ),
-                            );
-                        }
-                    }
-                }
-                Err(e) => tracing::warn!("tenant event stream: {e}"),
+            if let Err(e) = w.look().await {
+                tracing::warn!("tenant event stream: {e}");
             }
             if w.out.is_empty() {
                 tokio::time::sleep(WATCH_POLL).await;
             }
         }
     })
+}
+
+impl Watch {
+    /// Reads every session of the tenant, `page` at a time in creation order, and queues a
+    /// `session.status` frame for each one whose status differs from the last one seen.
+    ///
+    /// # Errors
+    /// The store's; the frames of the pages read before it stay queued.
+    async fn look(&mut self) -> Result<(), keel_store::StoreError> {
+        let mut after = None;
+        loop {
+            let rows = self
+                .store
+                .list_sessions(
+                    self.tenant,
+                    &SessionQuery {
+                        after,
+                        limit: Some(self.page),
+                        ..SessionQuery::default()
+                    },
+                )
+                .await?;
+            let full = rows.len() >= usize::try_from(self.page).unwrap_or(usize::MAX);
+            after = rows.last().map(|r| r.session_id);
+            for r in rows {
+                if self.seen.get(&r.session_id) != Some(&r.status) {
+                    self.seen.insert(r.session_id, r.status);
+                    self.out.push_back(
+                        SseEvent::default().event("session.status").data(
+                            json!({
+                                "session_id": r.session_id.to_string(),
+                                "status": r.status.as_str(),
+                                "version": r.version,
+                            })
+                            .to_string(),
+                        ),
+                    );
+                }
+            }
+            if !full || after.is_none() {
+                return Ok(());
+            }
+        }
+    }
 }
 
 /// The tenant's live stream of session status changes (SSE: `event: session.status`, data
@@ -290,6 +309,7 @@ pub async fn tenant_events(
         tenant,
         seen: HashMap::new(),
         out: VecDeque::new(),
+        page: state.config.tenant_stream_page.clamp(1, 1000),
         _slot: slot,
     };
     Ok(Sse::new(tenant_stream(w))

@@ -1443,8 +1443,9 @@ impl Store for SqlStore {
         ttl: Duration,
         now: DateTime<Utc>,
         max_schema_version: u32,
+        max_leased: u64,
     ) -> Result<Option<crate::Claim>> {
-        self.sched_claim_session(tenant, owner, ttl, now, max_schema_version)
+        self.sched_claim_session(tenant, owner, ttl, now, max_schema_version, max_leased)
             .await
     }
 

@@ -1,12 +1,16 @@
 //! The scheduler's queries ([`crate::scheduling`]) for both dialects: one SQL text each, with
-//! PostgreSQL's `FOR UPDATE SKIP LOCKED` on the claim as the only difference.
+//! PostgreSQL's `FOR UPDATE SKIP LOCKED` on the claim and its per-tenant advisory lock as the
+//! only differences.
 //!
 //! A claim's candidates are the union of three small sets, each read through an index: sessions
 //! marked runnable (`sessions_runnable`), due wake-up times (`sessions_by_wake`) and sessions
 //! with intents (the intents' primary key); the lease, deferral and schema conditions filter
 //! those. The claim then takes the lease with [`super::ACQUIRE_LEASE`], the statement of
 //! `acquire_lease`, in the same transaction: the same fencing rule (epoch + 1, also for the
-//! same owner).
+//! same owner). A claim with a tenant limit first counts the tenant's live leases in that
+//! transaction, after taking the tenant's advisory lock on PostgreSQL ([`TENANT_CLAIM_LOCK`];
+//! SQLite's `BEGIN IMMEDIATE` already excludes other writers), so the count and the claim are
+//! one step for every claimer of the tenant.
 
 use std::time::Duration;
 
@@ -44,6 +48,12 @@ const FREE: &str = "(s.lease_owner IS NULL OR s.lease_expires_at IS NULL OR s.le
 /// timers and intents (earliest wake-up first, then the oldest session).
 const CLAIM_ORDER: &str = "s.priority DESC, s.runnable DESC, s.runnable_since, \
      CASE WHEN s.wake_at IS NULL THEN 1 ELSE 0 END, s.wake_at, s.created_at, s.session_id";
+
+/// PostgreSQL: takes the transaction-scoped advisory lock of one tenant's claims (bind: the
+/// tenant id), in a key space of its own (the two-key form, class 7465013), keyed by schema
+/// too so stores in other schemas of the database do not wait on each other.
+const TENANT_CLAIM_LOCK: &str =
+    "SELECT pg_advisory_xact_lock(7465013, hashtext(current_schema() || ':' || $1))";
 
 /// How long token windows are kept after they start (ms): two minutes.
 const WINDOW_RETENTION_MS: i64 = 120_000;
@@ -105,6 +115,7 @@ impl SqlStore {
         ttl: Duration,
         now: DateTime<Utc>,
         max_schema_version: u32,
+        max_leased: u64,
     ) -> Result<Option<Claim>> {
         let now = now.timestamp_millis();
         let t = tenant.to_string();
@@ -120,6 +131,30 @@ impl SqlStore {
         );
         let mut conn = self.write_conn().await?;
         let mut tx = self.begin(&mut conn).await?;
+        if max_leased < u64::MAX {
+            if self.inner.dialect == Dialect::Postgres {
+                // The tenant's claims take turns from here to the commit, so the count below
+                // sees every claim committed before this one (read committed: each statement
+                // sees what committed before it began). Keyed by schema and tenant.
+                sqlx::query(TENANT_CLAIM_LOCK)
+                    .bind(t.clone())
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            let leased = sqlx::query(&self.sql(
+                "SELECT count(*) AS n FROM sessions \
+                 WHERE tenant_id = ? AND lease_owner IS NOT NULL AND lease_expires_at > ?",
+            ))
+            .bind(t.clone())
+            .bind(now)
+            .fetch_one(&mut *tx)
+            .await?;
+            let leased = non_negative("sessions", &t, "leased", leased.try_get("n")?)?;
+            if leased >= max_leased {
+                tx.rollback().await?;
+                return Ok(None);
+            }
+        }
         let picked = sqlx::query(&self.sql(&sql))
             .bind(t.clone())
             .bind(t.clone())

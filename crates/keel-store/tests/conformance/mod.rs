@@ -95,6 +95,7 @@ conformance!(
     claims_skip_held_deferred_and_newer_schema_sessions_and_take_over_expired_ones,
     decisions_and_intents_make_a_session_claimable,
     concurrent_claimers_never_claim_a_session_twice,
+    concurrent_claimers_never_take_a_tenant_past_its_session_limit,
     wait_for_work_is_woken_by_work_from_another_handle,
     token_windows_admit_refuse_and_settle,
     concurrent_token_reservations_never_exceed_the_limit,

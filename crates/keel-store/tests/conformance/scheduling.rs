@@ -6,6 +6,7 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use chrono::{DateTime, Duration as ChronoDuration, Utc};
@@ -88,7 +89,7 @@ async fn runnable(store: &Arc<dyn Store>, t: TenantId, priority: i32, queued: u3
 
 async fn claim(store: &Arc<dyn Store>, t: TenantId, owner: &str) -> Option<Claim> {
     store
-        .claim_session(t, owner, TTL, Utc::now(), SCHEMA)
+        .claim_session(t, owner, TTL, Utc::now(), SCHEMA, u64::MAX)
         .await
         .unwrap()
 }
@@ -342,14 +343,21 @@ pub async fn claims_skip_held_deferred_and_newer_schema_sessions_and_take_over_e
     // A newer worker claims the newer session; past the deferral the deferred one is claimable.
     let c = h
         .store
-        .claim_session(t, "new", TTL, Utc::now(), SCHEMA + 1)
+        .claim_session(t, "new", TTL, Utc::now(), SCHEMA + 1, u64::MAX)
         .await
         .unwrap()
         .unwrap();
     assert_eq!(c.lease.session_id, newer.id);
     let c = h
         .store
-        .claim_session(t, "w", TTL, until + ChronoDuration::seconds(1), SCHEMA)
+        .claim_session(
+            t,
+            "w",
+            TTL,
+            until + ChronoDuration::seconds(1),
+            SCHEMA,
+            u64::MAX,
+        )
         .await
         .unwrap()
         .unwrap();
@@ -374,7 +382,7 @@ pub async fn claims_skip_held_deferred_and_newer_schema_sessions_and_take_over_e
     let before = h.store.commits();
     let c = h
         .store
-        .claim_session(t, "w2", TTL, minute_later, SCHEMA)
+        .claim_session(t, "w2", TTL, minute_later, SCHEMA, u64::MAX)
         .await
         .unwrap()
         .unwrap();
@@ -545,7 +553,7 @@ pub async fn concurrent_claimers_never_claim_a_session_twice(h: &Harness) {
             let owner = format!("worker-{w}");
             let mut mine = Vec::new();
             while let Some(c) = store
-                .claim_session(t, &owner, TTL, Utc::now(), SCHEMA)
+                .claim_session(t, &owner, TTL, Utc::now(), SCHEMA, u64::MAX)
                 .await
                 .unwrap()
             {
@@ -570,6 +578,97 @@ pub async fn concurrent_claimers_never_claim_a_session_twice(h: &Harness) {
     }
     let backlog = tenants(&h.store, Utc::now()).await;
     assert!(backlog.iter().all(|b| b.tenant_id != t));
+}
+
+/// `claim_session`'s `max_leased`: the tenant's sessions under a live lease (any holder,
+/// claimed or not) bound its claims; an expired lease counts no more. Then eight claimers,
+/// each with its own store (as eight worker processes), race for 24 sessions of one tenant
+/// with a limit of 3, each holding what it claimed for 50 ms: at no moment do they hold more
+/// than 3 leases together (counted from a claim's return to before its release, inside the
+/// lease's life in the store), and every session is claimed once.
+pub async fn concurrent_claimers_never_take_a_tenant_past_its_session_limit(h: &Harness) {
+    let t = TenantId::new();
+    // Leased outside any claim (a host's `acquire_lease`): it counts.
+    let outside = new_session(&h.store, t).await;
+    for _ in 0..3 {
+        runnable(&h.store, t, 0, 1).await;
+    }
+    let limited = |now| {
+        let store = h.store.clone();
+        async move {
+            store
+                .claim_session(t, "w", TTL, now, SCHEMA, 2)
+                .await
+                .unwrap()
+        }
+    };
+    assert!(limited(Utc::now()).await.is_some());
+    assert!(
+        limited(Utc::now()).await.is_none(),
+        "the session leased outside a claim and the claim make two"
+    );
+    h.store.release_lease(t, &outside.lease).await.unwrap();
+    assert!(limited(Utc::now()).await.is_some());
+    assert!(limited(Utc::now()).await.is_none(), "two claims");
+    // Once both leases have expired they count no more.
+    let later = Utc::now() + ChronoDuration::from_std(TTL).unwrap() + ChronoDuration::seconds(1);
+    assert!(limited(later).await.is_some());
+
+    const SESSIONS: usize = 24;
+    const LIMIT: u64 = 3;
+    let t = TenantId::new();
+    let mut ids = HashSet::new();
+    for _ in 0..SESSIONS {
+        ids.insert(runnable(&h.store, t, 0, 1).await.id);
+    }
+    let held = Arc::new(AtomicU64::new(0));
+    let most = Arc::new(AtomicU64::new(0));
+    let claimed = Arc::new(AtomicUsize::new(0));
+    let mut tasks = Vec::new();
+    for w in 0..8 {
+        let store = h.reopen().await.unwrap();
+        let (held, most, claimed) = (held.clone(), most.clone(), claimed.clone());
+        tasks.push(tokio::spawn(async move {
+            let owner = format!("worker-{w}");
+            let mut mine = Vec::new();
+            while claimed.load(Ordering::SeqCst) < SESSIONS {
+                let Some(c) = store
+                    .claim_session(t, &owner, TTL, Utc::now(), SCHEMA, LIMIT)
+                    .await
+                    .unwrap()
+                else {
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    continue;
+                };
+                claimed.fetch_add(1, Ordering::SeqCst);
+                let now_held = held.fetch_add(1, Ordering::SeqCst) + 1;
+                most.fetch_max(now_held, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                held.fetch_sub(1, Ordering::SeqCst);
+                // Given back deferred for an hour: claimed no more.
+                store
+                    .release_claim(
+                        t,
+                        &c.lease,
+                        Some(Utc::now() + ChronoDuration::hours(1)),
+                        None,
+                    )
+                    .await
+                    .unwrap();
+                mine.push(c.lease.session_id);
+            }
+            mine
+        }));
+    }
+    let mut all = Vec::new();
+    for task in tasks {
+        all.extend(task.await.unwrap());
+    }
+    let most = most.load(Ordering::SeqCst);
+    assert!(most <= LIMIT, "{most} leases held at once (limit {LIMIT})");
+    assert_eq!(most, LIMIT, "the claimers did overlap up to the limit");
+    assert_eq!(all.len(), SESSIONS, "every session claimed exactly once");
+    assert_eq!(all.into_iter().collect::<HashSet<_>>(), ids);
 }
 
 pub async fn wait_for_work_is_woken_by_work_from_another_handle(h: &Harness) {
@@ -734,7 +833,7 @@ pub async fn a_lease_of_the_longest_ttl_is_held_not_wrapped_into_the_past(h: &Ha
     let s = runnable(&h.store, t, 0, 1).await;
     let c = h
         .store
-        .claim_session(t, "w", longest, Utc::now(), SCHEMA)
+        .claim_session(t, "w", longest, Utc::now(), SCHEMA, u64::MAX)
         .await
         .unwrap()
         .unwrap();

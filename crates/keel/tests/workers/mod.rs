@@ -7,11 +7,13 @@
 //! Deadlines are correctness bounds with wide margins; the measured figures (takeover time,
 //! cancel latency, drain time) are printed with `eprintln!` (`--nocapture` shows them).
 
+mod approval;
 mod cancel;
 mod drain;
 mod kill;
 mod newer_schema;
 mod restart;
+mod takeover;
 
 use std::time::{Duration, Instant, SystemTime};
 
@@ -128,10 +130,16 @@ impl Cluster {
     /// Starts `keel worker ARGS` on the cluster's store, with /metrics and /readyz on a free
     /// port and the scheduler's info lines (claims taken over, drains) on standard error.
     pub(super) fn worker(&self, args: &[&str]) -> Worker {
+        self.worker_with_env(args, &[])
+    }
+
+    /// [`Cluster::worker`] with the environment variables `vars` set (e.g. `OTEL_*`).
+    pub(super) fn worker_with_env(&self, args: &[&str], vars: &[(&str, String)]) -> Worker {
         let mut cmd = self.env.keel();
         cmd.args(["worker", "--metrics-listen", "127.0.0.1:0"])
             .args(args)
-            .env("KEEL_LOG", "warn,keel_runtime::scheduler=info");
+            .env("KEEL_LOG", "warn,keel_runtime::scheduler=info")
+            .envs(vars.iter().map(|(k, v)| (k, v)));
         let run = Running::start(cmd);
         let line = run.wait_for_stderr("metrics on http://", 60);
         let metrics = line
@@ -155,6 +163,15 @@ impl Cluster {
     /// [`Cluster::start_turn`] for each `(name, lines)`, 16 at a time; the session ids in
     /// order.
     pub(super) fn start_turns(&self, scripts: &[(String, Vec<Value>)]) -> Vec<String> {
+        self.start_turns_with(scripts, &json!({"allow": ["shell"]}))
+    }
+
+    /// [`Cluster::start_turns`] with the releases' `policy` (`{}`: `shell` asks a human).
+    pub(super) fn start_turns_with(
+        &self,
+        scripts: &[(String, Vec<Value>)],
+        policy: &Value,
+    ) -> Vec<String> {
         let ws = self.env.ws().display().to_string();
         let jobs: Vec<(String, String)> = scripts
             .iter()
@@ -170,9 +187,10 @@ impl Cluster {
             let mut tasks = tokio::task::JoinSet::new();
             for (i, (name, path)) in jobs.into_iter().enumerate() {
                 let (client, ws, slots) = (self.client.clone(), ws.clone(), slots.clone());
+                let policy = policy.clone();
                 tasks.spawn(async move {
                     let _slot = slots.acquire_owned().await.unwrap();
-                    (i, start_turn(&client, &name, &path, &ws).await)
+                    (i, start_turn(&client, &name, &path, &ws, &policy).await)
                 });
             }
             let mut ids = vec![String::new(); scripts.len()];
@@ -273,9 +291,15 @@ impl Cluster {
     }
 }
 
-/// Stores a release named `name` on the script at `path` (`shell` allowed unasked), a session
-/// of it in the workspace `ws` and a turn; returns the session id.
-async fn start_turn(client: &keel_client::Client, name: &str, path: &str, ws: &str) -> String {
+/// Stores a release named `name` on the script at `path` with `policy`, a session of it in the
+/// workspace `ws` and a turn; returns the session id.
+async fn start_turn(
+    client: &keel_client::Client,
+    name: &str,
+    path: &str,
+    ws: &str,
+    policy: &Value,
+) -> String {
     let release: Value = client
         .post_json(
             "/v1/releases",
@@ -284,7 +308,7 @@ async fn start_turn(client: &keel_client::Client, name: &str, path: &str, ws: &s
                 "model_route": [format!("script:{path}")],
                 "instructions": "You are a test agent.",
                 "tools": ["shell"],
-                "policy": {"allow": ["shell"]},
+                "policy": policy,
             }),
         )
         .await
