@@ -834,7 +834,8 @@ fn trusted_workspaces_match_by_canonical_path_and_exactly() {
 #[test]
 fn reserved_sections_are_ignored_untrusted_and_refused_where_they_would_apply() {
     let env = Env::new();
-    for key in ["agents"] {
+    {
+        let key = "agents";
         env.write("config/keel/keel.toml", "");
         env.write(
             "ws/keel.toml",
