@@ -29,10 +29,15 @@ use crate::ids::{
 };
 use crate::machine::{SessionStatus, ToolCallStatus, TurnStatus};
 
-/// The envelope version this build writes. Version history:
+/// The newest envelope version this build reads and writes. Version history:
 /// - 1: timestamp as `ts_ms` (integer, Unix ms).
 /// - 2: timestamp as `ts` (RFC 3339 string, UTC).
-pub const SCHEMA_VERSION: u32 = 2;
+/// - 3: `hook.ran`, and `approval.decided` naming the `hook` that decided. Only those events
+///   are written at 3 ([`EventBody::schema_version`]); every other event is still written at
+///   2, so a build of version 2 reads every session that never ran a hook, and its workers
+///   leave a session that did to newer ones (the claim's `schema_version` check) instead of
+///   failing on an event they cannot read.
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// Ids that tie an event to the entities it concerns. All optional; each event type documents
 /// which it requires.
@@ -629,6 +634,15 @@ pub const EVENT_TYPES: &[&str] = &[
 ];
 
 impl EventBody {
+    /// The oldest envelope version that carries this body (see [`SCHEMA_VERSION`]): 3 for
+    /// `hook.ran` and for an `approval.decided` naming a hook, 2 for everything else.
+    pub fn schema_version(&self) -> u32 {
+        match self {
+            EventBody::HookRan { .. } | EventBody::ApprovalDecided { hook: Some(_), .. } => 3,
+            _ => 2,
+        }
+    }
+
     /// The event type name (`turn.started`, …).
     pub fn type_name(&self) -> &'static str {
         match self {
@@ -726,7 +740,8 @@ pub enum DecodeErrorKind {
 }
 
 impl Event {
-    /// Builds an event at `seq` for `session_id`, stamped `ts`, in the current schema version.
+    /// Builds an event at `seq` for `session_id`, stamped `ts`, in the oldest schema version
+    /// that can carry `body` ([`EventBody::schema_version`]).
     pub fn new(
         session_id: SessionId,
         seq: u64,
@@ -735,7 +750,7 @@ impl Event {
         body: EventBody,
     ) -> Self {
         Event {
-            schema_version: SCHEMA_VERSION,
+            schema_version: body.schema_version(),
             session_id,
             seq,
             ts,
@@ -997,6 +1012,34 @@ mod tests {
 
     /// A journal written before hooks existed reads as before: `approval.decided` without
     /// `hook`.
+    /// Hook events are the only ones a schema-2 build cannot read: they alone are written at
+    /// 3, so a session without them stays readable (and claimable) by older workers.
+    #[test]
+    fn only_hook_events_are_written_at_schema_3() {
+        for body in sample_bodies() {
+            let ev = Event::new(
+                SessionId::new(),
+                1,
+                Utc::now(),
+                Correlation::default(),
+                body,
+            );
+            let hook = matches!(
+                ev.body,
+                EventBody::HookRan { .. } | EventBody::ApprovalDecided { hook: Some(_), .. }
+            );
+            assert_eq!(ev.schema_version, if hook { 3 } else { 2 }, "{:?}", ev.body);
+            let v: Value = serde_json::from_str(&ev.encode()).unwrap();
+            assert_eq!(v["schema_version"], ev.schema_version);
+        }
+        let human = EventBody::ApprovalDecided {
+            decision: ApprovalDecision::AllowOnce,
+            hook: None,
+        };
+        assert_eq!(human.schema_version(), 2);
+        assert!(SCHEMA_VERSION >= 3);
+    }
+
     #[test]
     fn an_approval_decided_without_a_hook_reads_as_before() {
         let body: EventBody = serde_json::from_value(
@@ -1043,7 +1086,7 @@ mod tests {
             let text = ev.encode();
             let v: Value = serde_json::from_str(&text).unwrap();
             assert_eq!(v["type"], EVENT_TYPES[i]);
-            assert_eq!(v["schema_version"], SCHEMA_VERSION);
+            assert_eq!(v["schema_version"], ev.body.schema_version());
             assert_eq!(v["tool_call_id"], "call_1");
             assert_eq!(Event::decode(&text).unwrap(), ev);
         }
@@ -1104,7 +1147,7 @@ mod tests {
             "payload": {"input": "hi"}})
         .to_string();
         let ev = Event::decode(&text).unwrap();
-        assert_eq!(ev.schema_version, SCHEMA_VERSION);
+        assert_eq!(ev.schema_version, 2);
         assert_eq!(ev.ts.timestamp_millis(), 1_764_468_928_123);
         assert_eq!(ev.correlation.turn_id, Some(t));
         assert_eq!(ev.body, EventBody::TurnQueued { input: "hi".into() });
