@@ -1083,6 +1083,13 @@ impl SessionState {
                     call.arguments = args.clone();
                     call.sealed = sealed;
                     folded.rewritten_by = Some(hook.to_owned());
+                    // An earlier `allow` answered the input that hook was shown, not this one:
+                    // the rewritten call goes back to the policy (an `ask` stays stricter).
+                    if folded.decision == HookDecision::Allow {
+                        folded.decision = HookDecision::Rewrite;
+                        folded.hook = hook.to_owned();
+                        folded.reason.clone_from(reason);
+                    }
                 }
                 call.hook = Some(folded);
             }

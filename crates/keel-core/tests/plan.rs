@@ -2912,3 +2912,43 @@ fn a_blocked_prompt_aborts_its_turn_before_sampling() {
     };
     assert!(error.contains("`dlp`: because"), "{error}");
 }
+
+/// Attack (issue 14): a `pre_tool_use` hook's `allow` answers the input it was shown. A later
+/// hook that rewrites the input must not inherit that `allow`: the rewritten call is decided by
+/// the policy again (an `ask` rule asks), instead of running arguments no approving hook saw.
+#[test]
+fn an_allow_does_not_carry_over_to_a_later_hooks_rewrite() {
+    let (turn, step, call) = ids();
+    let mut h = Hand::executing(turn, step, &call);
+    let corr = Correlation::tool_call(turn, step, call.clone());
+    h.push(
+        corr.clone(),
+        hook_ran("vetted", HookEvent::PreToolUse, HookDecision::Allow),
+    );
+    h.push(
+        corr,
+        EventBody::HookRan {
+            hook: "expand".into(),
+            event: HookEvent::PreToolUse,
+            duration_ms: 5,
+            decision: HookDecision::Rewrite,
+            reason: None,
+            arguments: Some(json!({"command": "rm -rf build"})),
+            sealed: false,
+            context: None,
+            error: None,
+        },
+    );
+    let hook = h.state.tool_calls[&call].hook.clone().unwrap();
+    assert_eq!(
+        (
+            hook.decision,
+            hook.hook.as_str(),
+            hook.rewritten_by.as_deref()
+        ),
+        (HookDecision::Rewrite, "expand", Some("expand")),
+        "the allow was for the input `vetted` saw, not the rewrite"
+    );
+    let replayed = SessionState::replay(&h.journal).unwrap();
+    assert_eq!(replayed.tool_calls[&call].hook, Some(hook));
+}

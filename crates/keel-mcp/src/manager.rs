@@ -47,13 +47,15 @@ pub struct McpManager {
 
 impl McpManager {
     /// A manager of `configs` (checked first); servers run in (and answer `roots/list` with)
-    /// `workspace`. Nothing is started.
+    /// `workspace`, stdio servers without the variables named in `withheld` (see
+    /// [`McpServer::new`]). Nothing is started.
     ///
     /// # Errors
     /// The first [`McpError::Config`].
     pub fn new(
         configs: &BTreeMap<String, McpServerConfig>,
         workspace: &Path,
+        withheld: &[String],
     ) -> Result<Self, McpError> {
         validate_servers(configs)?;
         let servers = configs
@@ -61,7 +63,7 @@ impl McpManager {
             .map(|(name, config)| {
                 (
                     name.clone(),
-                    Arc::new(McpServer::new(name, config.clone(), workspace)),
+                    Arc::new(McpServer::new(name, config.clone(), workspace, withheld)),
                 )
             })
             .collect();

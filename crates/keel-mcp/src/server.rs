@@ -111,6 +111,7 @@ pub struct McpServer {
     name: String,
     config: McpServerConfig,
     workspace: PathBuf,
+    withheld: Vec<String>,
     current: tokio::sync::Mutex<Option<Arc<Connection>>>,
     state: Mutex<ServerState>,
     stderr: Arc<Mutex<VecDeque<String>>>,
@@ -136,8 +137,10 @@ enum Ended {
 
 impl McpServer {
     /// A server named `name` configured by `config`, whose root (and stdio working directory)
-    /// is `workspace`. Nothing is started.
-    pub fn new(name: &str, config: McpServerConfig, workspace: &Path) -> Self {
+    /// is `workspace`; a stdio server's environment leaves out the variables named in
+    /// `withheld` (the host's provider keys and other credentials it withholds from tools)
+    /// unless `env_vars` names them. Nothing is started.
+    pub fn new(name: &str, config: McpServerConfig, workspace: &Path, withheld: &[String]) -> Self {
         let state = if config.is_enabled() {
             ServerState::Stopped
         } else {
@@ -147,6 +150,7 @@ impl McpServer {
             name: name.to_owned(),
             config,
             workspace: workspace.to_owned(),
+            withheld: withheld.to_vec(),
             current: tokio::sync::Mutex::new(None),
             state: Mutex::new(state),
             stderr: Arc::new(Mutex::new(VecDeque::new())),
@@ -351,7 +355,8 @@ impl McpServer {
     }
 
     /// The environment of a stdio server: `base` (keel's own) without variables named like a
-    /// secret, then the configured `env_vars` passed through and `env` set.
+    /// secret or withheld by the host (as tools get it), then the configured `env_vars` passed
+    /// through and `env` set.
     pub fn server_env(
         &self,
         base: impl IntoIterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
@@ -361,7 +366,8 @@ impl McpServer {
             .filter(|(name, _)| {
                 let name = name.to_string_lossy();
                 self.config.env_vars.iter().any(|p| *p == name)
-                    || !keel_tools::sandbox::is_secret_env_name(&name)
+                    || !(keel_tools::sandbox::is_secret_env_name(&name)
+                        || self.withheld.iter().any(|w| *w == name))
             })
             .collect();
         for (name, value) in &self.config.env {
@@ -625,3 +631,55 @@ async fn follow_tool_changes(mut subscription: Subscription, shared: Arc<Shared>
 
 /// Servers by name.
 pub type Servers = BTreeMap<String, Arc<McpServer>>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Attack (issue 14): a stdio server gets the environment tools get. The collector's
+    /// credentials (`OTEL_EXPORTER_OTLP_HEADERS`) and a provider key under a name that does
+    /// not look secret (`api_key_env = "OPENAI_CREDS"`) are withheld from tools; they were
+    /// passed to every MCP server. `env_vars` still passes one on purpose.
+    #[test]
+    fn a_stdio_server_gets_no_withheld_variable() {
+        let withheld = [
+            "OTEL_EXPORTER_OTLP_HEADERS".to_owned(),
+            "OPENAI_CREDS".to_owned(),
+        ];
+        let base = || {
+            [
+                ("PATH", "/usr/bin"),
+                (
+                    "OTEL_EXPORTER_OTLP_HEADERS",
+                    "Authorization=Bearer c0llector",
+                ),
+                ("OPENAI_CREDS", "sk-proj-creds"),
+                ("GITHUB_TOKEN", "ghp_x"),
+            ]
+            .map(|(k, v)| (k.into(), v.into()))
+        };
+        let names = |server: &McpServer| -> Vec<String> {
+            server
+                .server_env(base())
+                .into_iter()
+                .map(|(k, _)| k.to_string_lossy().into_owned())
+                .collect()
+        };
+        let config = McpServerConfig {
+            command: Some("true".into()),
+            ..McpServerConfig::default()
+        };
+        let server = McpServer::new("s", config.clone(), Path::new("/"), &withheld);
+        assert_eq!(names(&server), ["PATH"]);
+        let passing = McpServer::new(
+            "s",
+            McpServerConfig {
+                env_vars: vec!["OPENAI_CREDS".into()],
+                ..config
+            },
+            Path::new("/"),
+            &withheld,
+        );
+        assert_eq!(names(&passing), ["PATH", "OPENAI_CREDS"]);
+    }
+}

@@ -124,7 +124,7 @@ impl Fixture {
             .into_iter()
             .map(|(n, c)| (n.to_owned(), c))
             .collect();
-        let manager = McpManager::new(&configs, &root).unwrap();
+        let manager = McpManager::new(&configs, &root, &[]).unwrap();
         let mut notices = manager.start().await;
         let mut registry = ToolRegistry::new();
         notices.extend(manager.register(&mut registry).await.unwrap());

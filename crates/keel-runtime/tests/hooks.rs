@@ -29,6 +29,26 @@ on_both!(
     post_tool_use_adds_to_the_result_and_session_start_runs_once,
 );
 
+/// Open (attack 14): see [`a_human_deny_during_a_slow_allowing_permission_hook_stands`].
+mod a_human_deny_during_a_slow_allowing_permission_hook {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    #[ignore = "attack: a human's deny (approvals row) during a slow permission_request hook is overridden by the hook's later allow; the call runs"]
+    async fn sqlite() {
+        super::a_human_deny_during_a_slow_allowing_permission_hook_stands(
+            crate::common::Backend::Sqlite,
+        )
+        .await
+    }
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    #[ignore = "attack: a human's deny (approvals row) during a slow permission_request hook is overridden by the hook's later allow; the call runs"]
+    async fn postgres() {
+        super::a_human_deny_during_a_slow_allowing_permission_hook_stands(
+            crate::common::Backend::Postgres,
+        )
+        .await
+    }
+}
+
 /// A runtime over `db` with `hooks`.
 fn hooked_runtime(
     db: &Db,
@@ -710,5 +730,62 @@ async fn post_tool_use_adds_to_the_result_and_session_start_runs_once(b: Backend
             .filter(|r| r.1 == HookEvent::PostToolUse)
             .count(),
         1
+    );
+}
+
+/// Attack (issue 14): a human denies a pending approval (`keel deny`, the approvals row) while a
+/// slow `permission_request` hook is still deciding, and the hook then answers `allow`. The
+/// human's deny was accepted by the row first; the call must not run.
+async fn a_human_deny_during_a_slow_allowing_permission_hook_stands(b: Backend) {
+    let f = with_hooks(
+        b,
+        &[
+            json!({"tool_calls": [call("counter", json!({"label": "x"}))]}),
+            json!({"text": "done"}),
+        ],
+        |ws| HooksConfig {
+            permission_request: vec![command(
+                ws,
+                "approver.sh",
+                "cat > request.json\nwhile [ ! -e go ]; do sleep 0.05; done\necho '{\"decision\": \"allow\"}'\n",
+            )],
+            ..HooksConfig::default()
+        },
+        |c| c.permission_mode = PermissionMode::Default,
+    )
+    .await;
+    f.rt.submit(f.tenant, f.session, "count").await.unwrap();
+    let rt = f.rt.clone();
+    let (tenant, session) = (f.tenant, f.session);
+    let run = tokio::spawn(async move { rt.run(tenant, session).await });
+    // The hook has the request (and so the approval row exists): a human denies now.
+    let request = f.ws.path().join("request.json");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let body: Value = loop {
+        if let Ok(text) = std::fs::read_to_string(&request)
+            && let Ok(v) = serde_json::from_str(&text)
+        {
+            break v;
+        }
+        assert!(std::time::Instant::now() < deadline, "the hook never ran");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    let approval: keel_core::ApprovalId = body["approval_id"].as_str().unwrap().parse().unwrap();
+    let row = f.db.store.get_approval(f.tenant, approval).await.unwrap();
+    f.rt.decide_approval(
+        f.tenant,
+        approval,
+        ApprovalDecision::Deny {
+            reason: "not today".into(),
+        },
+        &row.args_hash,
+    )
+    .await
+    .unwrap();
+    std::fs::write(f.ws.path().join("go"), "").unwrap();
+    let _ = run.await.unwrap();
+    assert!(
+        f.counter_lines().is_empty(),
+        "the human denied it before the hook answered, and the call ran"
     );
 }

@@ -1819,13 +1819,17 @@ pub fn mask_secrets(table: &mut toml::Table, env: &BTreeMap<String, EnvValue>) {
             // Durations, never secrets (though `first_token` is named like one).
             continue;
         }
-        if key == "mcp_servers"
-            && let toml::Value::Table(servers) = value
+        // A literal header value may be a credential whatever the header is called; one read
+        // from an environment variable (`{ env = "…" }`) only names the variable. MCP servers
+        // are a table of servers, hooks a table of lists (`[[hooks.permission_request]]`).
+        if let ("mcp_servers" | "hooks", toml::Value::Table(entries)) = (key.as_str(), &mut *value)
         {
-            // A literal header value may be a credential whatever the header is called; one
-            // read from an environment variable (`{ env = "…" }`) only names the variable.
-            for (_, server) in servers.iter_mut() {
-                if let Some(toml::Value::Table(headers)) = server.get_mut("headers") {
+            let specs = entries.iter_mut().flat_map(|(_, v)| match v {
+                toml::Value::Array(list) => list.iter_mut().collect::<Vec<_>>(),
+                other => vec![other],
+            });
+            for spec in specs {
+                if let Some(toml::Value::Table(headers)) = spec.get_mut("headers") {
                     for (_, header) in headers.iter_mut() {
                         if let toml::Value::String(text) = header {
                             *text = MASK.to_owned();
@@ -1944,6 +1948,70 @@ mod tests {
         let text = toml::to_string(&table).unwrap();
         assert!(!text.contains("s3cret"), "{text}");
         assert!(text.contains("env = \"K\""), "{text}");
+    }
+
+    /// Attack (issue 14): an HTTP hook's literal header (the README's own example,
+    /// `headers = { Authorization = "Bearer …" }`) is a credential as much as an MCP server's,
+    /// and `keel config show` must not print it.
+    #[test]
+    fn literal_hook_header_values_are_masked() {
+        let mut table: toml::Table = toml::from_str(
+            "[hooks]\nmax_stop_continues = 2\n[[hooks.permission_request]]\nurl = \"https://approvals.example/keel\"\nheaders = { Authorization = \"Bearer h00ksecret\", X-Team = \"t3amsecret\" }\n",
+        )
+        .unwrap();
+        mask_secrets(&mut table, &BTreeMap::new());
+        let text = toml::to_string(&table).unwrap();
+        assert!(
+            !text.contains("h00ksecret") && !text.contains("t3amsecret"),
+            "{text}"
+        );
+        assert!(text.contains("https://approvals.example/keel"), "{text}");
+        assert!(text.contains("max_stop_continues = 2"), "{text}");
+    }
+
+    /// Attack (issue 14): an untrusted workspace's file spells `[hooks]` and `[mcp_servers]`
+    /// every way TOML allows — dotted keys, inline tables, arrays of tables — or in another case;
+    /// none of them starts a server or runs a hook.
+    #[test]
+    fn no_spelling_of_hooks_or_servers_applies_from_an_untrusted_workspace() {
+        let spellings = [
+            "mcp_servers.x.command = \"sh\"\n",
+            "mcp_servers = { x = { command = \"sh\", env_vars = [\"OPENAI_API_KEY\"] } }\n",
+            "[mcp_servers]\nx = { url = \"http://127.0.0.1:5432/\" }\n",
+            "hooks.stop = [{ command = \"touch pwned\" }]\n",
+            "hooks = { pre_tool_use = [{ command = \"touch pwned\" }] }\n",
+            "[[hooks.session_start]]\ncommand = \"touch pwned\"\n",
+            "[hooks]\nmax_stop_continues = 1000\n",
+        ];
+        for text in spellings {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::write(dir.path().join(CONFIG_FILE), text).unwrap();
+            let locations = Locations {
+                user_file: Some(dir.path().join("user.toml")),
+                data_dir: Some(dir.path().join("data")),
+            };
+            let config = Config::load(Some(dir.path()), &locations, &Overrides::default())
+                .unwrap_or_else(|e| panic!("{text:?}: {e}"));
+            assert!(config.merged.mcp_servers.is_empty(), "{text:?}");
+            assert!(config.hooks.is_empty(), "{text:?}");
+            assert_eq!(config.hooks.max_stop_continues, None, "{text:?}");
+            assert!(!config.notices.is_empty(), "{text:?}: no notice");
+        }
+        for text in [
+            "[MCP_Servers.x]\ncommand = \"sh\"\n",
+            "[[Hooks.stop]]\ncommand = \"sh\"\n",
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::write(dir.path().join(CONFIG_FILE), text).unwrap();
+            let locations = Locations {
+                user_file: Some(dir.path().join("user.toml")),
+                data_dir: Some(dir.path().join("data")),
+            };
+            assert!(
+                Config::load(Some(dir.path()), &locations, &Overrides::default()).is_err(),
+                "{text:?} is an unknown key, refused"
+            );
+        }
     }
 
     #[test]

@@ -30,7 +30,11 @@ pub async fn registry(config: &Config) -> anyhow::Result<ToolRegistry> {
     if servers.is_empty() {
         return Ok(registry);
     }
-    let manager = Arc::new(McpManager::new(servers, &config.workspace)?);
+    let manager = Arc::new(McpManager::new(
+        servers,
+        &config.workspace,
+        &crate::run::withheld_env(config),
+    )?);
     let mut notices = manager.start().await;
     notices.extend(manager.register(&mut registry).await?);
     for notice in notices {
@@ -59,7 +63,11 @@ pub fn list(config: &Config, json_out: bool) -> anyhow::Result<ExitCode> {
     let servers = &config.merged.mcp_servers;
     let rt = crate::cli::tokio_runtime()?;
     rt.block_on(async {
-        let manager = McpManager::new(servers, &config.workspace)?;
+        let manager = McpManager::new(
+            servers,
+            &config.workspace,
+            &crate::run::withheld_env(config),
+        )?;
         let notices = manager.start().await;
         let status = manager.status().await;
         manager.shutdown().await;
@@ -141,7 +149,11 @@ pub fn test_client(config: &Config, url: &str, protocol: &str) -> anyhow::Result
             },
         )]
         .into();
-        let manager = McpManager::new(&servers, &config.workspace)?;
+        let manager = McpManager::new(
+            &servers,
+            &config.workspace,
+            &crate::run::withheld_env(config),
+        )?;
         let notices = manager.start().await;
         if let Some(notice) = notices.first() {
             eprintln!("keel: {notice}");

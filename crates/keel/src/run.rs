@@ -233,6 +233,15 @@ pub fn provider_key_env(config: &Config) -> Vec<String> {
     names
 }
 
+/// The variables of keel's environment that no program keel starts gets unless the user
+/// config passes them (tools, hooks, MCP stdio servers): the provider keys keel reads and the
+/// span exporter's headers (credentials for the collector).
+pub fn withheld_env(config: &Config) -> Vec<String> {
+    let mut names = provider_key_env(config);
+    names.extend(crate::telemetry::SECRET_ENV.iter().map(|s| (*s).to_owned()));
+    names
+}
+
 /// Secrets this configuration holds by value: `[providers.NAME] api_key` and `[env]` values
 /// that are secret. The runtime redacts them wherever they appear.
 pub fn secret_values(config: &Config) -> Vec<String> {
@@ -341,9 +350,7 @@ pub fn hidden_paths(config: &Config) -> Vec<std::path::PathBuf> {
 /// # Errors
 /// A seal key file that cannot be read or created (see [`crate::store::seal_key`]).
 pub fn host_options(config: &Config, worker_name: &str) -> anyhow::Result<RuntimeOptions> {
-    let mut withheld_env = provider_key_env(config);
-    // The span exporter's headers (credentials for the collector) are not for tools either.
-    withheld_env.extend(crate::telemetry::SECRET_ENV.iter().map(|s| (*s).to_owned()));
+    let withheld_env = withheld_env(config);
     let mut secret_values = secret_values(config);
     secret_values.extend(crate::telemetry::secret_values());
     let names: Vec<&str> = withheld_env.iter().map(String::as_str).collect();
