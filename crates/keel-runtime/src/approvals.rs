@@ -12,8 +12,8 @@ use std::sync::atomic::Ordering;
 use chrono::Utc;
 use keel_core::plan::ApprovalOutcome;
 use keel_core::{
-    ApprovalDecision, ApprovalId, ApprovalStatus, Correlation, EventBody, HookDecision,
-    SessionStatus, StepId, ToolCallId, ToolCallStatus, TurnId,
+    ApprovalDecision, ApprovalId, ApprovalRecord, ApprovalStatus, Correlation, EventBody,
+    HookDecision, SessionStatus, StepId, ToolCallId, ToolCallStatus, TurnId,
 };
 use keel_tools::ToolCallRequest;
 
@@ -106,8 +106,20 @@ impl Runner {
                     .map(|(_, h, _)| h)
             })
             .await;
-        if let Some(h) = &hook {
-            self.decide_row_for_hook(approval, &outcome, h).await;
+        let (mut outcome, mut hook, mut decided_by) = (outcome, hook, decided_by);
+        if let Some(h) = hook.clone()
+            && let Some(first) = self.decide_row_for_hook(approval, &outcome, &h).await
+        {
+            // A human decided the row while the hook ran: the human's decision stands (the
+            // hook's `hook.ran` stays in the journal as what it answered, too late).
+            tracing::info!(session = %self.session, %approval, hook = %h, "a human decided before the permission_request hook answered; the human's decision stands");
+            outcome = match first.decision {
+                Some(ApprovalDecision::Deny { reason }) => ApprovalOutcome::Denied { reason },
+                Some(d) => ApprovalOutcome::Allowed(d),
+                None => outcome,
+            };
+            decided_by = first.decided_by;
+            hook = None;
         }
         let decided_by = if hook.is_some() { None } else { decided_by };
         let acorr = Correlation::default()
@@ -182,19 +194,21 @@ impl Runner {
     }
 
     /// Decides the approvals row as the `permission_request` hook `hook` did (journaled
-    /// already): a row a human decided first, or that expired, stays as it is (logged).
+    /// already). Returns the row when a human decided it first (allowed or denied before the
+    /// hook answered): that decision stands, not the hook's. A row that expired, or refuses
+    /// for another reason, stays as it is (logged) and `None` is returned.
     async fn decide_row_for_hook(
         &self,
         approval: ApprovalId,
         outcome: &ApprovalOutcome,
         hook: &str,
-    ) {
+    ) -> Option<ApprovalRecord> {
         let decision = match outcome {
             ApprovalOutcome::Allowed(d) => d.clone(),
             ApprovalOutcome::Denied { reason } => ApprovalDecision::Deny {
                 reason: reason.clone(),
             },
-            ApprovalOutcome::HashMismatch | ApprovalOutcome::Expired => return,
+            ApprovalOutcome::HashMismatch | ApprovalOutcome::Expired => return None,
         };
         let hash = self
             .read(|j| {
@@ -205,12 +219,25 @@ impl Runner {
             })
             .await
             .unwrap_or_default();
-        if let Err(e) = self
+        let Err(e) = self
             .approvals
-            .decide(approval, decision, &hash, Utc::now())
+            .decide(approval, decision.clone(), &hash, Utc::now())
             .await
-        {
-            tracing::warn!(session = %self.session, %approval, %hook, "the approvals row does not take the hook's decision: {e}");
+        else {
+            return None;
+        };
+        let row = self.rt.store.get_approval(self.tenant, approval).await.ok();
+        match row {
+            Some(r)
+                if matches!(r.status, ApprovalStatus::Allowed | ApprovalStatus::Denied)
+                    && r.decision.as_ref().is_some_and(|d| *d != decision) =>
+            {
+                Some(r)
+            }
+            _ => {
+                tracing::warn!(session = %self.session, %approval, %hook, "the approvals row does not take the hook's decision: {e}");
+                None
+            }
         }
     }
 

@@ -29,10 +29,9 @@ on_both!(
     post_tool_use_adds_to_the_result_and_session_start_runs_once,
 );
 
-/// Open (attack 14): see [`a_human_deny_during_a_slow_allowing_permission_hook_stands`].
+/// Attack 14 (fixed): see [`a_human_deny_during_a_slow_allowing_permission_hook_stands`].
 mod a_human_deny_during_a_slow_allowing_permission_hook {
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    #[ignore = "attack: a human's deny (approvals row) during a slow permission_request hook is overridden by the hook's later allow; the call runs"]
     async fn sqlite() {
         super::a_human_deny_during_a_slow_allowing_permission_hook_stands(
             crate::common::Backend::Sqlite,
@@ -40,7 +39,6 @@ mod a_human_deny_during_a_slow_allowing_permission_hook {
         .await
     }
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-    #[ignore = "attack: a human's deny (approvals row) during a slow permission_request hook is overridden by the hook's later allow; the call runs"]
     async fn postgres() {
         super::a_human_deny_during_a_slow_allowing_permission_hook_stands(
             crate::common::Backend::Postgres,
