@@ -71,12 +71,22 @@ pub struct CreateSessionRequest {
     pub settings: SettingsBody,
 }
 
-/// `PATCH /v1/sessions/{session_id}`: settings to change (absent fields stay).
-#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+/// `PATCH /v1/sessions/{session_id}`: settings to change (absent fields stay) and/or the release
+/// to re-pin the session to. Both in one request are one commit (both or neither):
+/// `session.release_pinned` then `session.config_changed`, so the version moves by the number of
+/// events written (one or two).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateSessionRequest {
-    /// The settings to change.
+    /// The settings to change (absent: none).
+    #[serde(default)]
     pub settings: SettingsBody,
+    /// A release of the tenant to re-pin the session to (`POST /v1/releases` gives its id): its
+    /// model route, tools and policy rules run from the next turn on. Between turns only;
+    /// journaled as `session.release_pinned {from_release_id, to_release_id}` with the caller's
+    /// principal. The session's current release, or absent: no re-pin.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub release_id: Option<String>,
 }
 
 /// A session.

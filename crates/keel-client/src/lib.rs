@@ -608,12 +608,17 @@ impl Client {
 
     /// `PATCH /v1/sessions/{session_id}` with `If-Match: "version"` (the session's ETag as
     /// [`SessionBody::version`] gives it): changes the settings `body` names, between turns,
-    /// journaled as `session.config_changed`; absent fields stay.
+    /// journaled as `session.config_changed`; absent fields stay. With `body.release_id`, also
+    /// re-pins the session to that release of the tenant (`session.release_pinned` naming the
+    /// old and the new release, in the same commit as the settings change): its next turn runs
+    /// that release's model route, tools and policy.
     ///
     /// # Errors
-    /// See [`Error`]; 403 for a viewer's key or a setting beyond the server's limits, 409 while a
-    /// turn runs or when the session is closed, 412 when the session's version is no longer
-    /// `version` (read it again and retry), 422 for an invalid value.
+    /// See [`Error`]; 403 for a viewer's key or a setting beyond the server's limits, 404 for an
+    /// unknown release (problem `field` `release_id`), 409 while a turn runs (to re-pin: while
+    /// one is active at all) or when the session is closed, 412 when the session's version is no
+    /// longer `version` (read it again and retry), 422 for an invalid value. Nothing changes on
+    /// an error.
     pub async fn update_session(
         &self,
         session: &str,

@@ -205,6 +205,7 @@ async fn every_typed_method_calls_its_operation() {
                     tool_timeout_ms: Some(5000),
                     ..SettingsBody::default()
                 },
+                release_id: None,
             },
         )
         .await

@@ -205,6 +205,29 @@ impl Runtime {
         session: SessionId,
         release: &Release,
     ) -> Result<Option<Repin>> {
+        Ok(self
+            .repin_with_config(tenant, session, release, |_| {})
+            .await?
+            .0)
+    }
+
+    /// [`Runtime::repin`] and [`Runtime::update_config`] at once: re-pins `session` to
+    /// `release` and applies `change` to its settings, journaling `session.release_pinned`
+    /// (when the release differs) followed by `session.config_changed` (when the settings
+    /// differ) in **one commit** — both or neither. Between turns only, as [`Runtime::repin`]
+    /// (even when only the settings change). Returns what was re-pinned (`None` when the session
+    /// already ran `release`) and the effective config afterwards.
+    ///
+    /// # Errors
+    /// Those of [`Runtime::repin`] and [`Runtime::update_config`]; the settings are validated
+    /// before anything is written, and nothing is journaled on error.
+    pub async fn repin_with_config(
+        &self,
+        tenant: TenantId,
+        session: SessionId,
+        release: &Release,
+        change: impl FnOnce(&mut SessionConfig),
+    ) -> Result<(Option<Repin>, SessionConfig)> {
         check_release(release)?;
         let mut held = match self.inner.hold_now(tenant, session).await? {
             Ok(Held::Local(g)) => {
@@ -217,12 +240,17 @@ impl Runtime {
             Ok(held) => held,
             Err(owner) => return Err(RuntimeError::SessionBusy { session, owner }),
         };
-        let r = self.repin_held(&mut held, release).await;
+        let r = self.repin_held(&mut held, release, change).await;
         self.inner.unhold(tenant, held).await;
         r
     }
 
-    async fn repin_held(&self, held: &mut Held, release: &Release) -> Result<Option<Repin>> {
+    async fn repin_held(
+        &self,
+        held: &mut Held,
+        release: &Release,
+        change: impl FnOnce(&mut SessionConfig),
+    ) -> Result<(Option<Repin>, SessionConfig)> {
         let j = held.journal();
         let session = j.session;
         if j.state.status == SessionStatus::Closed {
@@ -235,26 +263,39 @@ impl Runtime {
             session,
             reason: "the journal has no session.created".into(),
         })?;
-        if from == release.id {
-            return Ok(None);
+        let (config, changes) = Runtime::planned_config(j, change)?;
+        let repin = from != release.id;
+        let mut items = Vec::new();
+        if repin {
+            self.inner.store.put_release(j.tenant, release).await?;
+            items.push((
+                Correlation::default().by(self.actor),
+                EventBody::SessionReleasePinned {
+                    from_release_id: from.clone(),
+                    to_release_id: release.id.clone(),
+                },
+            ));
         }
-        self.inner.store.put_release(j.tenant, release).await?;
-        let version = j
-            .append(
-                "session.release_pinned",
-                vec![(
-                    Correlation::default().by(self.actor),
-                    EventBody::SessionReleasePinned {
-                        from_release_id: from.clone(),
-                        to_release_id: release.id.clone(),
-                    },
-                )],
-            )
-            .await?;
-        Ok(Some(Repin {
+        if let Some(changes) = changes {
+            items.push((
+                Correlation::default().by(self.actor),
+                EventBody::SessionConfigChanged { changes },
+            ));
+        }
+        if items.is_empty() {
+            return Ok((None, config));
+        }
+        let site = if repin {
+            "session.release_pinned"
+        } else {
+            "session.config_changed"
+        };
+        let version = j.append(site, items).await?;
+        let repinned = repin.then(|| Repin {
             from_release_id: from,
             to_release_id: release.id.clone(),
             version,
-        }))
+        });
+        Ok((repinned, j.config()?))
     }
 }

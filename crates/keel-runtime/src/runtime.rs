@@ -270,6 +270,28 @@ impl Runtime {
         change: impl FnOnce(&mut SessionConfig),
         by: Option<PrincipalId>,
     ) -> Result<SessionConfig> {
+        let (new, changes) = Self::planned_config(j, change)?;
+        let Some(changes) = changes else {
+            return Ok(new);
+        };
+        j.append(
+            "session.config_changed",
+            vec![(
+                Correlation::default().by(by),
+                EventBody::SessionConfigChanged { changes },
+            )],
+        )
+        .await?;
+        j.config()
+    }
+
+    /// The config `change` makes of the session's current one, validated as
+    /// [`Runtime::update_config`] validates it, and its difference (a JSON merge patch; `None`
+    /// when nothing changes). Writes nothing.
+    pub(crate) fn planned_config(
+        j: &Journal,
+        change: impl FnOnce(&mut SessionConfig),
+    ) -> Result<(SessionConfig, Option<serde_json::Value>)> {
         let session = j.session;
         if j.state.status == SessionStatus::Closed {
             return Err(RuntimeError::Closed { session });
@@ -289,17 +311,9 @@ impl Runtime {
         };
         let changes = keel_core::merge_diff(&value(&old)?, &value(&new)?);
         if changes.as_object().is_some_and(serde_json::Map::is_empty) {
-            return Ok(new);
+            return Ok((new, None));
         }
-        j.append(
-            "session.config_changed",
-            vec![(
-                Correlation::default().by(by),
-                EventBody::SessionConfigChanged { changes },
-            )],
-        )
-        .await?;
-        j.config()
+        Ok((new, Some(changes)))
     }
     /// Runs the session until it has nothing to do (`idle`) or waits on a human
     /// (`requires_action`): takes the lease (at once from a dead worker of this host, else

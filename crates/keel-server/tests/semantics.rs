@@ -1,7 +1,8 @@
 //! HTTP semantics: If-Match (428/412), Idempotency-Key (replay, 422, 409, 20 concurrent requests
 //! with one key → one turn), the workspace roots and the mode/sandbox ceiling (403 naming the
 //! limit), body limits (413), unknown fields (422 naming them), media types (415), another
-//! tenant's ids (404 exactly like a missing id), and bad input never getting a 5xx.
+//! tenant's ids (404 exactly like a missing id), bad input never getting a 5xx, and re-pinning a
+//! session's release through `PATCH`.
 
 use std::collections::BTreeSet;
 
@@ -21,6 +22,7 @@ on_both!(
     a_workspace_replaced_by_a_symlink_after_its_claim_is_not_followed,
     input_strategies_and_decisions_are_bound_as_the_request_says,
     memory_and_artifacts_read_back_what_was_written,
+    patch_re_pins_the_release_between_turns_journaled_with_the_caller,
 );
 
 async fn idle_session(s: &TestServer) -> String {
@@ -945,4 +947,199 @@ async fn memory_and_artifacts_read_back_what_was_written(b: Backend) {
         offset = r.body["next_offset"].as_u64();
     }
     assert!(read == text, "the pages do not add up to the artifact");
+}
+
+/// The events of `session` of type `ty`, oldest first.
+async fn events_of(s: &TestServer, session: &str, ty: &str) -> Vec<Value> {
+    let r = s
+        .get(
+            &format!("/v1/sessions/{session}/events?limit=1000"),
+            &s.viewer,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    r.body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["type"] == ty)
+        .cloned()
+        .collect()
+}
+
+/// Submits `input` to `session`, waits until the session is idle again and returns the turn's
+/// final text.
+async fn turn_text(s: &TestServer, session: &str, input: &str) -> Value {
+    let turns = format!("/v1/sessions/{session}/turns");
+    let t = s.post(&turns, &s.operator, &json!({"input": input})).await;
+    assert_eq!(t.status, StatusCode::ACCEPTED, "{t:?}");
+    let id = t.body["turn_id"].as_str().unwrap();
+    s.wait_session(session, |b| {
+        b["status"] == "idle" && b["active_turn_id"].is_null() && b["queued_turn_ids"] == json!([])
+    })
+    .await;
+    let t = s.get(&format!("{turns}/{id}"), &s.viewer).await;
+    assert_eq!(t.body["status"], "completed", "{t:?}");
+    t.body["final_text"].clone()
+}
+
+/// `PATCH` with a `release_id` re-pins the session: an unknown release, another tenant's, or a
+/// stale `If-Match` change nothing (404 naming `release_id`, the same 404, 412); a re-pin with
+/// settings is one `session.release_pinned {from, to}` by the operator's principal followed by
+/// `session.config_changed`, and the next turn's answer comes from the new release's script.
+/// While a turn is active (waiting on an approval), a re-pin is refused with 409 saying why.
+async fn patch_re_pins_the_release_between_turns_journaled_with_the_caller(b: Backend) {
+    let s = start(b).await;
+    let a = s.release("pin-a", &[json!({"text": "from A"})], &[]).await;
+    // A script answers by the session's model response number: B's second line is the answer
+    // to the session's second call.
+    let bb = s
+        .release(
+            "pin-b",
+            &[json!({"text": "unused"}), json!({"text": "from B"})],
+            &[],
+        )
+        .await;
+    let session = s.session(&a, json!({})).await.body["session_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(turn_text(&s, &session, "one").await, "from A");
+    let path = format!("/v1/sessions/{session}");
+    let before = s.get(&path, &s.viewer).await;
+    let tag = before.header("etag").unwrap();
+    let patch = |body: Value, tag: String| {
+        let s = &s;
+        let path = path.clone();
+        async move {
+            s.call(
+                "PATCH",
+                &path,
+                Some(&s.operator),
+                Some(&body),
+                &[("if-match", tag.as_str())],
+            )
+            .await
+        }
+    };
+
+    // Nothing changes on a refusal.
+    let foreign = other_tenants_release(&s).await;
+    let missing = format!("rel_{}", "0".repeat(16));
+    let mut refusals = Vec::new();
+    for release in [missing.as_str(), foreign.as_str()] {
+        let r = patch(
+            json!({"release_id": release, "settings": {"multitask": "reject"}}),
+            tag.clone(),
+        )
+        .await;
+        assert_eq!(r.status, StatusCode::NOT_FOUND, "{r:?}");
+        assert_eq!(r.body["field"], "release_id", "{r:?}");
+        refusals.push((r.body["title"].clone(), r.body["type"].clone()));
+    }
+    assert_eq!(
+        refusals[0], refusals[1],
+        "another tenant's release is unknown"
+    );
+    let r = patch(json!({"release_id": bb}), "\"1\"".to_owned()).await;
+    assert_eq!(r.status, StatusCode::PRECONDITION_FAILED, "{r:?}");
+    let after = s.get(&path, &s.viewer).await;
+    assert_eq!(after.body, before.body, "a refused PATCH changes nothing");
+    assert!(
+        events_of(&s, &session, "session.release_pinned")
+            .await
+            .is_empty()
+    );
+
+    // Re-pin with a settings change: one commit, the version moves by its two events.
+    let r = patch(
+        json!({"release_id": bb, "settings": {"multitask": "reject"}}),
+        tag.clone(),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    assert_eq!(r.body["release_id"], bb.as_str());
+    assert_eq!(r.body["settings"]["multitask"], "reject");
+    let version = before.body["version"].as_u64().unwrap();
+    assert_eq!(r.body["version"], version + 2);
+    assert_eq!(r.header("etag").unwrap(), format!("\"{}\"", version + 2));
+    let keys = s.get("/v1/keys", &s.admin).await;
+    let operator = keys.body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["name"] == "olga")
+        .unwrap()["principal_id"]
+        .clone();
+    let pinned = events_of(&s, &session, "session.release_pinned").await;
+    assert_eq!(pinned.len(), 1, "{pinned:?}");
+    let ev = &pinned[0];
+    assert_eq!(ev["seq"], version + 1, "{ev}");
+    assert_eq!(ev["principal_id"], operator, "{ev}");
+    let text = ev.to_string();
+    assert!(
+        text.contains(&format!("\"from_release_id\":\"{a}\""))
+            && text.contains(&format!("\"to_release_id\":\"{bb}\"")),
+        "{ev}"
+    );
+    let changed = events_of(&s, &session, "session.config_changed").await;
+    assert_eq!(changed.last().unwrap()["seq"], version + 2, "{changed:?}");
+    assert_eq!(changed.last().unwrap()["principal_id"], operator);
+    // The same release again writes nothing.
+    let r = patch(json!({"release_id": bb}), format!("\"{}\"", version + 2)).await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    assert_eq!(r.body["version"], version + 2);
+
+    // The next turn runs the new release's route.
+    assert_eq!(turn_text(&s, &session, "two").await, "from B");
+
+    // While a turn is active, a re-pin is refused and names why.
+    let write = call("write_file", json!({"path": "p.txt", "content": "p"}));
+    let filler = json!({"text": "unused"});
+    let w = s
+        .release(
+            "pin-w",
+            &[
+                filler.clone(),
+                filler,
+                json!({"tool_calls": [write]}),
+                json!({"text": "wrote"}),
+            ],
+            &["write_file"],
+        )
+        .await;
+    let now = s.get(&path, &s.viewer).await.header("etag").unwrap();
+    let r = patch(json!({"release_id": w}), now).await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    s.post(
+        &format!("{path}/turns"),
+        &s.operator,
+        &json!({"input": "write"}),
+    )
+    .await;
+    let waiting = s
+        .wait_session(&session, |b| b["status"] == "requires_action")
+        .await;
+    let r = patch(
+        json!({"release_id": a}),
+        format!("\"{}\"", waiting["version"]),
+    )
+    .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{r:?}");
+    assert!(
+        r.body["detail"]
+            .as_str()
+            .unwrap()
+            .contains("only between turns"),
+        "{r:?}"
+    );
+    let still = s.get(&path, &s.viewer).await;
+    assert_eq!(still.body["release_id"], w.as_str());
+    assert_eq!(still.body["version"], waiting["version"]);
+    assert_eq!(
+        events_of(&s, &session, "session.release_pinned")
+            .await
+            .len(),
+        2
+    );
 }

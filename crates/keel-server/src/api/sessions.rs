@@ -419,7 +419,11 @@ pub async fn get_session(
     Ok(with_etag(StatusCode::OK, session_body(&rec, Some(&f))))
 }
 
-/// Changes a session's settings between turns. Needs `If-Match`.
+/// Changes a session's settings and/or re-pins it to another release of the tenant. Needs
+/// `If-Match`. Settings alone change between turns and while a turn waits on a human; with a
+/// `release_id`, between turns only (409 while a turn is active). Both in one request are one
+/// commit: `session.release_pinned` then `session.config_changed`, both naming the caller's
+/// principal.
 #[utoipa::path(patch, path = "/v1/sessions/{session_id}", tag = "sessions", operation_id = "update_session",
     params(("session_id" = String, Path, description = "The session"),
         ("If-Match" = String, Header, description = "The session's ETag")),
@@ -429,8 +433,8 @@ pub async fn get_session(
         (status = 400, description = "Malformed", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "No valid key", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "Not an operator, or beyond a server limit", body = Problem, content_type = "application/problem+json"),
-        (status = 404, description = "No such session", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "A turn runs, or the session is closed", body = Problem, content_type = "application/problem+json"),
+        (status = 404, description = "No such session, or no such release (`field`: `release_id`)", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "A turn runs (or, to re-pin, is active at all), or the session is closed", body = Problem, content_type = "application/problem+json"),
         (status = 412, description = "If-Match names another version", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body too large", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "Not JSON", body = Problem, content_type = "application/problem+json"),
@@ -449,18 +453,47 @@ pub async fn update_session(
     let rec = state.store.get_session(tenant, session).await?;
     check_if_match(&headers, rec.version)?;
     check_settings(&body.settings)?;
+    let release = match &body.release_id {
+        None => None,
+        Some(r) => Some(
+            state
+                .store
+                .get_release(tenant, &keel_core::ReleaseId(r.clone()))
+                .await
+                .map_err(|e| match e {
+                    keel_store::StoreError::NotFound { .. } => {
+                        ApiError::not_found("release", r.clone()).field("release_id")
+                    }
+                    e => e.into(),
+                })?,
+        ),
+    };
     let f = fold(state.store.as_ref(), tenant, session, None).await?;
     let mut next = config_of(&f)?;
     apply_settings(&mut next, &body.settings);
     check_ceiling(&state, &next)?;
-    let rt = state
-        .runtimes
-        .for_session(tenant, session)
-        .await?
-        .acting_as(caller.principal_id);
     let settings = body.settings.clone();
-    rt.update_config(tenant, session, |c| apply_settings(c, &settings))
-        .await?;
+    match release {
+        None => {
+            state
+                .runtimes
+                .for_session(tenant, session)
+                .await?
+                .acting_as(caller.principal_id)
+                .update_config(tenant, session, |c| apply_settings(c, &settings))
+                .await?;
+        }
+        Some(release) => {
+            // The new release's runtime: an unknown model route is refused before anything is
+            // written, and the next turn's worker builds the same one.
+            state
+                .runtimes
+                .for_release(&release)?
+                .acting_as(caller.principal_id)
+                .repin_with_config(tenant, session, &release, |c| apply_settings(c, &settings))
+                .await?;
+        }
+    }
     let rec = state.store.get_session(tenant, session).await?;
     let f = fold(state.store.as_ref(), tenant, session, None).await?;
     Ok(with_etag(StatusCode::OK, session_body(&rec, Some(&f))))

@@ -164,6 +164,7 @@ async fn update_settings(
 ) -> anyhow::Result<()> {
     let request = UpdateSessionRequest {
         settings: body.clone(),
+        release_id: None,
     };
     let refused =
         |e| explain(client, e).context(format!("cannot change the settings of session {sid}"));
