@@ -329,8 +329,8 @@ pub struct SseEvent {
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct StateQuery {
-    /// Fold the journal up to this seq (default: all of it).
-    #[param(minimum = 0)]
+    /// Fold the journal up to this seq (default: all of it); at most 2^63 - 1 (400 beyond).
+    #[param(minimum = 0, maximum = 9_223_372_036_854_775_807_u64)]
     pub at: Option<u64>,
 }
 

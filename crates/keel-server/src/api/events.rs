@@ -59,6 +59,10 @@ fn wants(headers: &HeaderMap) -> Result<Wants, ApiError> {
     ))
 }
 
+/// The largest seq a journal can hold (2^63 - 1, the stores' signed 64-bit column): reading or
+/// subscribing from past it is clamped here, where nothing ever is.
+const LAST_SEQ: u64 = i64::MAX as u64;
+
 fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
     headers
         .get("last-event-id")
@@ -177,7 +181,8 @@ pub async fn session_events(
                     ));
                 }
             };
-            let from = after.saturating_add(1);
+            // No seq is past 2^63 - 1: `after` at that bound reads nothing (not an error).
+            let from = after.saturating_add(1).min(LAST_SEQ);
             let mut events = state
                 .store
                 .read(tenant, session, from, Some(limit.saturating_add(1)))
@@ -200,7 +205,8 @@ pub async fn session_events(
             let from = last_event_id(&headers)?
                 .unwrap_or(0)
                 .max(after)
-                .saturating_add(1);
+                .saturating_add(1)
+                .min(LAST_SEQ);
             let rt = state.runtimes.for_session(tenant, session).await?;
             let slot = state.open_stream(&caller.key_id)?;
             let sub = rt.subscribe(tenant, session, from).await?;

@@ -607,6 +607,14 @@ pub async fn get_state(
 ) -> Result<Json<StateBody>, ApiError> {
     let tenant = caller.tenant_as(Role::Viewer)?;
     let session = session_id(&id)?;
+    if let Some(at) = q.at
+        && i64::try_from(at).is_err()
+    {
+        return Err(ApiError::bad_request(
+            "at",
+            format!("at {at} is past any seq (at most 2^63 - 1)"),
+        ));
+    }
     let f = fold(state.store.as_ref(), tenant, session, q.at).await?;
     let s = &f.state;
     Ok(Json(StateBody {
