@@ -6,6 +6,8 @@
 //! the new release) between turns. So what an agent was allowed to do at any point is always
 //! answerable from the journal: the release pinned before that point.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -69,6 +71,12 @@ pub struct AgentDefinition {
     /// Default per-turn budget.
     #[serde(default)]
     pub budget: Budget,
+    /// MCP servers whose tools the agent gets (`mcp__<server>__<tool>`), by name, each an object
+    /// in `keel.toml`'s `[mcp_servers.NAME]` shape (`command`/`args`/`env`/`env_vars` or
+    /// `url`/`headers`, timeouts; see `keel_mcp::config`). Hosts check them when the release is
+    /// made; left out of the hashed JSON when empty, so releases without servers keep their ids.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub mcp_servers: BTreeMap<String, Value>,
 }
 
 /// An immutable, content-hashed agent definition.
@@ -113,7 +121,18 @@ mod tests {
                 max_steps: Some(10),
                 ..Budget::default()
             },
+            mcp_servers: Default::default(),
         }
+    }
+
+    #[test]
+    fn a_release_without_mcp_servers_hashes_as_before_the_field_existed() {
+        let json = serde_json::to_value(def(Value::Null)).unwrap();
+        assert!(json.get("mcp_servers").is_none(), "{json}");
+        let mut with = def(Value::Null);
+        with.mcp_servers
+            .insert("git".into(), json!({"command": "mcp-server-git"}));
+        assert_ne!(Release::new(with).id, Release::new(def(Value::Null)).id);
     }
 
     #[test]

@@ -266,6 +266,27 @@ pub fn validate_servers(servers: &BTreeMap<String, McpServerConfig>) -> Result<(
         .try_for_each(|(name, server)| server.validate(name))
 }
 
+/// The servers of a release (`AgentDefinition::mcp_servers`: JSON objects in the
+/// `[mcp_servers.NAME]` shape), parsed and checked.
+///
+/// # Errors
+/// [`McpError::Config`] naming the first server that does not parse (an unknown key, a wrong
+/// type) or does not pass [`McpServerConfig::validate`].
+pub fn release_servers(
+    servers: &BTreeMap<String, serde_json::Value>,
+) -> Result<BTreeMap<String, McpServerConfig>, McpError> {
+    let parsed = servers
+        .iter()
+        .map(|(name, value)| {
+            serde_json::from_value::<McpServerConfig>(value.clone())
+                .map(|config| (name.clone(), config))
+                .map_err(|e| McpError::config(name, e.to_string()))
+        })
+        .collect::<Result<BTreeMap<_, _>, _>>()?;
+    validate_servers(&parsed)?;
+    Ok(parsed)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -278,6 +299,27 @@ mod tests {
         let file: File = serde_json::from_str(text).map_err(|e| e.to_string())?;
         validate_servers(&file.mcp_servers).map_err(|e| e.to_string())?;
         Ok(file.mcp_servers)
+    }
+
+    #[test]
+    fn release_servers_parse_and_name_the_bad_one() {
+        let ok = BTreeMap::from([(
+            "git".to_owned(),
+            serde_json::json!({"command": "mcp-server-git", "startup_timeout_ms": 5000}),
+        )]);
+        assert_eq!(
+            release_servers(&ok).unwrap()["git"].command.as_deref(),
+            Some("mcp-server-git")
+        );
+        let unknown_key = BTreeMap::from([(
+            "docs".to_owned(),
+            serde_json::json!({"url": "https://x.example/mcp", "token": "t"}),
+        )]);
+        let e = release_servers(&unknown_key).unwrap_err().to_string();
+        assert!(e.contains("docs") && e.contains("token"), "{e}");
+        let neither = BTreeMap::from([("empty".to_owned(), serde_json::json!({}))]);
+        let e = release_servers(&neither).unwrap_err().to_string();
+        assert!(e.contains("empty") && e.contains("command"), "{e}");
     }
 
     #[test]

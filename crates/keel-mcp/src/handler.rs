@@ -17,7 +17,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use keel_tools::tool::{ProgressSink, ToolProgress};
@@ -43,6 +43,8 @@ pub(crate) struct Shared {
     pub(crate) progress: Mutex<HashMap<ProgressToken, ProgressRoute>>,
     /// Set by a tool-list change; cleared when the list is fetched again.
     pub(crate) tools_stale: AtomicBool,
+    /// The server's tool-list generation ([`crate::McpServer::generation`]), bumped by a change.
+    pub(crate) generation: Arc<AtomicU64>,
 }
 
 impl Shared {
@@ -62,6 +64,7 @@ impl Shared {
 
     pub(crate) fn mark_stale(&self) {
         self.tools_stale.store(true, Ordering::SeqCst);
+        self.generation.fetch_add(1, Ordering::SeqCst);
     }
 }
 

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use keel_tools::tool::Tool;
-use keel_tools::{ToolRegistry, ToolsError};
+use keel_tools::ToolRegistry;
+use keel_tools::tool::{Tool, ToolSource};
 use serde::Serialize;
 
 use crate::config::{McpServerConfig, validate_servers};
@@ -138,29 +138,13 @@ impl McpManager {
         (tools, notices)
     }
 
-    /// Adds every MCP tool to `registry`; a tool whose schema the registry refuses is left out
-    /// with a notice.
-    ///
-    /// # Errors
-    /// [`ToolsError::DuplicateTool`] when an MCP tool's name is taken by a tool already in
-    /// `registry` (cannot happen with built-ins: they have no `mcp__` prefix).
-    pub async fn register(&self, registry: &mut ToolRegistry) -> Result<Vec<String>, ToolsError> {
+    /// `registry` plus every MCP tool; a tool whose schema the registry refuses (or whose name
+    /// is taken) is left out with a notice ([`ToolRegistry::extended`]).
+    pub async fn extend(&self, registry: &ToolRegistry) -> (ToolRegistry, Vec<String>) {
         let (tools, mut notices) = self.tools().await;
-        for tool in tools {
-            let name = tool.name().to_owned();
-            match registry.register(tool) {
-                Ok(()) => {}
-                Err(ToolsError::InvalidSchema { tool, reason }) => notices.push(format!(
-                    "MCP tool `{tool}` is left out: its input schema does not compile ({reason})"
-                )),
-                Err(e @ ToolsError::DuplicateTool { .. }) => {
-                    tracing::warn!(tool = %name, "duplicate MCP tool");
-                    return Err(e);
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(notices)
+        let (registry, left_out) = registry.extended(tools);
+        notices.extend(left_out);
+        (registry, notices)
     }
 
     /// What `keel mcp list` shows: every server, its state and its tools.
@@ -207,6 +191,12 @@ impl McpManager {
         out
     }
 
+    /// The sum of the servers' [`McpServer::generation`]s: moves whenever any server's tools
+    /// may have changed.
+    pub fn generation(&self) -> u64 {
+        self.servers.values().map(|s| s.generation()).sum()
+    }
+
     /// Shuts every server down (stdio: close stdin, SIGTERM, SIGKILL), all at once.
     pub async fn shutdown(&self) {
         let mut tasks = tokio::task::JoinSet::new();
@@ -215,5 +205,16 @@ impl McpManager {
             tasks.spawn(async move { server.shutdown().await });
         }
         while tasks.join_next().await.is_some() {}
+    }
+}
+
+#[async_trait::async_trait]
+impl ToolSource for McpManager {
+    fn generation(&self) -> u64 {
+        McpManager::generation(self)
+    }
+
+    async fn tools(&self) -> (Vec<Arc<dyn Tool>>, Vec<String>) {
+        McpManager::tools(self).await
     }
 }

@@ -26,7 +26,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -115,6 +115,8 @@ pub struct McpServer {
     current: tokio::sync::Mutex<Option<Arc<Connection>>>,
     state: Mutex<ServerState>,
     stderr: Arc<Mutex<VecDeque<String>>>,
+    /// Bumped by every tool-list change and every (re)start: see [`McpServer::generation`].
+    generation: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for McpServer {
@@ -154,7 +156,14 @@ impl McpServer {
             current: tokio::sync::Mutex::new(None),
             state: Mutex::new(state),
             stderr: Arc::new(Mutex::new(VecDeque::new())),
+            generation: Arc::new(AtomicU64::new(0)),
         }
+    }
+
+    /// A number that moves whenever the server's tools may have changed: a list-change
+    /// notification (either revision) or a (re)start. Never goes back.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::SeqCst)
     }
 
     /// The server's name.
@@ -241,12 +250,16 @@ impl McpServer {
             protocol: conn.protocol.clone(),
         });
         *current = Some(Arc::clone(&conn));
+        self.generation.fetch_add(1, Ordering::SeqCst);
         Ok(conn)
     }
 
     /// Spawns or connects, handshakes, lists the tools (unbounded: the caller bounds it).
     async fn connect(&self) -> Result<Arc<Connection>, McpError> {
-        let shared = Arc::new(Shared::default());
+        let shared = Arc::new(Shared {
+            generation: Arc::clone(&self.generation),
+            ..Shared::default()
+        });
         let handler = KeelClient {
             server: self.name.clone(),
             workspace: self.workspace.clone(),

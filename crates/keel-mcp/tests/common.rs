@@ -126,8 +126,8 @@ impl Fixture {
             .collect();
         let manager = McpManager::new(&configs, &root, &[]).unwrap();
         let mut notices = manager.start().await;
-        let mut registry = ToolRegistry::new();
-        notices.extend(manager.register(&mut registry).await.unwrap());
+        let (registry, left_out) = manager.extend(&ToolRegistry::new()).await;
+        notices.extend(left_out);
         let progress = Arc::new(Recorded::default());
         let ctx = ToolContext {
             call_id: "call_1".into(),

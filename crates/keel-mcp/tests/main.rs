@@ -5,4 +5,5 @@
 
 mod common;
 mod real_servers;
+mod runtime;
 mod test_server;

@@ -44,7 +44,7 @@ impl Runner {
                 name: call.name.clone(),
                 arguments,
             };
-            let Ok(v) = self.rt.tools.validate(&req) else {
+            let Ok(v) = self.tools().validate(&req) else {
                 continue;
             };
             let corr = Correlation::tool_call(turn, step, id.clone());

@@ -80,21 +80,17 @@ impl Runner {
             name: name.to_owned(),
             arguments: arguments.clone(),
         };
-        match self.rt.tools.validate(&req) {
+        match self.tools().validate(&req) {
             Err(result) => CallFacts::Invalid {
                 status: map_status(result.status),
                 output: result.content,
             },
             Ok(v) => {
-                let (decision, _) = self.rt.tools.authorize(&v, &self.workspace, policy);
+                let (decision, _) = self.tools().authorize(&v, &self.workspace, policy);
                 CallFacts::Valid {
                     effect: v.effect,
                     parallel_safe: v.parallel_safe,
-                    can_reconcile: self
-                        .rt
-                        .tools
-                        .get(&v.name)
-                        .is_some_and(|t| t.can_reconcile()),
+                    can_reconcile: self.tools().get(&v.name).is_some_and(|t| t.can_reconcile()),
                     verdict: match decision.verdict {
                         PolicyVerdict::Allow => Verdict::Allow,
                         PolicyVerdict::Ask => Verdict::Ask,
@@ -114,7 +110,7 @@ impl Runner {
         {
             return Ok(p.clone());
         }
-        session_policy(&self.release, &self.config, j, &self.rt.tools)
+        session_policy(&self.release, &self.config, j, &self.tools())
     }
 
     /// Facts for every open call of the active turn's last step (cached per call: the step's

@@ -70,6 +70,9 @@ pub(crate) struct Runner {
     pub(crate) deltas: tokio::sync::broadcast::Sender<Delta>,
     /// Tool tasks running in this process.
     pub(crate) inflight: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// The tools of the current step (see [`crate::tool_catalog`]): taken when the run starts
+    /// and before each new step, kept for the whole step.
+    pub(crate) step_tools: Mutex<Arc<keel_tools::ToolRegistry>>,
     /// The policy frozen with the last step's snapshot.
     pub(crate) step_policy: Mutex<Option<(StepId, Policy)>>,
     /// What validation and the step's frozen policy said of each call (stable per step).
@@ -175,6 +178,7 @@ impl Runner {
             streams: Mutex::new(HashMap::new()),
         });
         let progress: Arc<dyn ProgressSink> = hub_progress.clone();
+        let step_tools = Mutex::new(rt.tools.base().clone());
         Ok(Self {
             rt,
             tenant,
@@ -193,6 +197,7 @@ impl Runner {
             redactor,
             deltas,
             inflight: Mutex::new(Vec::new()),
+            step_tools,
             step_policy: Mutex::new(None),
             call_facts: Mutex::new(HashMap::new()),
             snapshot: Mutex::new(None),
@@ -291,7 +296,24 @@ impl Runner {
     /// Runs the session until it is idle, waits on a human, or is closed — or, once drained,
     /// until the next thing to do would start work ([`starts_work`]): calls running here finish
     /// and everything staged commits first, and the turn stays active for the next worker.
+    /// The tools of the current step.
+    pub(crate) fn tools(&self) -> Arc<keel_tools::ToolRegistry> {
+        lock(&self.step_tools).clone()
+    }
+
+    /// Takes the tools for the next step: the host's plus the release's sources' as they are
+    /// now (a tool-list change since the last step shows here, never within a step).
+    pub(crate) async fn refresh_tools(&self) {
+        let tools = self
+            .rt
+            .tools
+            .registry(&self.release, self.workspace.root())
+            .await;
+        *lock(&self.step_tools) = tools;
+    }
+
     pub(crate) async fn run(self: Arc<Self>) -> Result<Ended> {
+        self.refresh_tools().await;
         // The active turn's wall-clock timer: cancels everything below the turn when it passes.
         let mut timer: Option<(TurnId, AbortOnDrop)> = None;
         let _checkpoints = self.start_checkpoints();
@@ -381,6 +403,7 @@ impl Runner {
                     }
                 }
                 Next::SampleStep { turn } => {
+                    self.refresh_tools().await;
                     self.clone().sample(turn, StepId::new(), 1).await?;
                 }
                 Next::ResampleStep {

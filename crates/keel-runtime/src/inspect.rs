@@ -73,16 +73,20 @@ impl Runtime {
             reason: "no session.created".into(),
         })?;
         let release = self.inner.store.get_release(tenant, &release_id).await?;
-        let policy = crate::authorize::session_policy(&release, &config, &j, &self.inner.tools)?;
-        let agents = keel_tools::workspace::Workspace::new(&config.workspace)
+        let workspace = keel_tools::workspace::Workspace::new(&config.workspace)
             .ok()
-            .map(|w| w.protecting(&self.inner.options.hidden_paths))
-            .and_then(|w| crate::context::read_agents_md(&w));
+            .map(|w| w.protecting(&self.inner.options.hidden_paths));
+        let tools = match &workspace {
+            Some(w) => self.inner.tools.registry(&release, w.root()).await,
+            None => self.inner.tools.base().clone(),
+        };
+        let policy = crate::authorize::session_policy(&release, &config, &j, &tools)?;
+        let agents = workspace.as_ref().and_then(crate::context::read_agents_md);
         Ok(crate::context::project(
             &release.definition.instructions,
             agents.as_deref(),
             &release.definition.tools,
-            &self.inner.tools,
+            &tools,
             policy,
             &j.proj,
             &[],

@@ -151,6 +151,8 @@ pub mod intent;
 pub(crate) mod hold;
 
 pub(crate) mod shared;
+/// The tools a step sees (built-ins plus a release's MCP tools).
+pub(crate) mod tool_catalog;
 
 pub(crate) mod effects;
 

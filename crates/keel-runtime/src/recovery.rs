@@ -117,7 +117,7 @@ impl Runner {
             })
             .await;
         // Never reconciled against redacted arguments: without the exact ones, a human decides.
-        let (Some(tool), Some(arguments)) = (self.rt.tools.get(&name).cloned(), arguments) else {
+        let (Some(tool), Some(arguments)) = (self.tools().get(&name).cloned(), arguments) else {
             lock(&self.unreconciled).insert(key);
             return Ok(());
         };

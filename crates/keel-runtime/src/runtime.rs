@@ -127,7 +127,7 @@ impl Runtime {
             inner: Arc::new(Inner {
                 store,
                 model,
-                tools: Arc::new(tools),
+                tools: crate::tool_catalog::ToolCatalog::new(tools),
                 options,
                 owner,
                 hub,
@@ -136,6 +136,14 @@ impl Runtime {
             actor: None,
         }
     }
+    /// Makes `provider` the source of the tools a release adds to the built-in ones (its MCP
+    /// servers, `AgentDefinition::mcp_servers`): asked once per release and workspace when a
+    /// session of it first runs here; their lists are read again before a step when they
+    /// changed. Without one, releases' servers are not started (and their tools not offered).
+    pub fn set_tool_provider(&self, provider: Arc<dyn keel_tools::ToolProvider>) {
+        self.inner.tools.set_provider(provider);
+    }
+
     /// A handle on the same runtime whose calls act for `principal`: the changes they journal
     /// (`session.created`, `session.config_changed`, `session.release_pinned`, closing,
     /// `turn.queued`, `turn.cancel_requested`, `effect.decided`, a cancelled call's

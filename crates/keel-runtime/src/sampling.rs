@@ -33,7 +33,7 @@ impl Runner {
     /// What the model sees for the next step (the frozen snapshot).
     pub(crate) fn project(&self, j: &Journal) -> Result<ContextSnapshot> {
         let policy =
-            crate::authorize::session_policy(&self.release, &self.config, j, &self.rt.tools)?;
+            crate::authorize::session_policy(&self.release, &self.config, j, &self.tools())?;
         // What the model is sent is redacted like everything else it sees.
         let agents = crate::context::read_agents_md(&self.workspace)
             .map(|text| self.redactor.redact_str(&text));
@@ -41,7 +41,7 @@ impl Runner {
             &self.release.definition.instructions,
             agents.as_deref(),
             &self.release.definition.tools,
-            &self.rt.tools,
+            &self.tools(),
             policy,
             &j.proj,
             &j.exact_reasoning(),

@@ -12,7 +12,6 @@ use std::sync::{Arc, Mutex, PoisonError};
 use keel_core::{PrincipalId, SessionId, ToolCallId};
 use keel_model::ModelClient;
 use keel_store::Store;
-use keel_tools::ToolRegistry;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::RuntimeOptions;
@@ -110,7 +109,7 @@ impl Active {
 pub(crate) struct Inner {
     pub(crate) store: Arc<dyn Store>,
     pub(crate) model: Arc<dyn ModelClient>,
-    pub(crate) tools: Arc<ToolRegistry>,
+    pub(crate) tools: crate::tool_catalog::ToolCatalog,
     pub(crate) options: RuntimeOptions,
     pub(crate) owner: String,
     pub(crate) hub: Hub,

@@ -37,7 +37,7 @@ impl Runner {
             name: c.name.clone(),
             arguments,
         };
-        let Ok(v) = self.rt.tools.validate(&req) else {
+        let Ok(v) = self.tools().validate(&req) else {
             return Ok(None);
         };
         let policy = self.policy_for(&j, c.step_id)?;
@@ -383,7 +383,7 @@ impl Runner {
                     // What the tool's reconcile will need after a crash (file hashes, …):
                     // under the call's time limit and the turn's cancellation. A probe that
                     // does not finish in time ends the call before it runs (nothing happened).
-                    let probe = match self.rt.tools.get(&v.name) {
+                    let probe = match self.tools().get(&v.name) {
                         Some(tool) => {
                             let prepare = tool.prepare(&v.arguments, &ctx);
                             tokio::select! {
@@ -437,7 +437,7 @@ impl Runner {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(call.to_string(), token.clone());
-        let tools = self.rt.tools.clone();
+        let tools = self.tools();
         let fut = tools.execute(&v, &ctx);
         tokio::pin!(fut);
         let grace = Duration::from_millis(self.rt.options.cancel_grace_ms);

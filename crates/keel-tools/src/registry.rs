@@ -71,10 +71,10 @@ struct Entry {
     validator: jsonschema::Validator,
 }
 
-/// The set of tools a session can use.
-#[derive(Default)]
+/// The set of tools a session can use. Cloning is cheap (the compiled entries are shared).
+#[derive(Default, Clone)]
 pub struct ToolRegistry {
-    entries: BTreeMap<String, Entry>,
+    entries: BTreeMap<String, Arc<Entry>>,
 }
 
 impl std::fmt::Debug for ToolRegistry {
@@ -175,13 +175,34 @@ impl ToolRegistry {
         };
         self.entries.insert(
             name,
-            Entry {
+            Arc::new(Entry {
                 tool,
                 spec,
                 validator,
-            },
+            }),
         );
         Ok(())
+    }
+
+    /// This registry plus `tools` (from a [`ToolSource`]), and one notice per tool left out:
+    /// a schema the registry refuses ([`ToolRegistry::register`]'s rules) or a name already
+    /// taken. What is here is never replaced.
+    pub fn extended(&self, tools: Vec<Arc<dyn Tool>>) -> (Self, Vec<String>) {
+        let mut out = self.clone();
+        let mut notices = Vec::new();
+        for tool in tools {
+            match out.register(tool) {
+                Ok(()) => {}
+                Err(ToolsError::InvalidSchema { tool, reason }) => notices.push(format!(
+                    "tool `{tool}` is left out: its input schema does not compile ({reason})"
+                )),
+                Err(ToolsError::DuplicateTool { name }) => notices.push(format!(
+                    "tool `{name}` is left out: another tool has that name"
+                )),
+                Err(e) => notices.push(format!("a tool is left out: {e}")),
+            }
+        }
+        (out, notices)
     }
 
     /// The tool named `name`.

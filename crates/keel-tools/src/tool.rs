@@ -380,3 +380,31 @@ pub trait Tool: Send + Sync {
     /// Runs the call. Never panics; every failure is a [`ToolOutput`] saying what failed and why.
     async fn call(&self, args: Value, ctx: &ToolContext) -> ToolOutput;
 }
+
+/// Tools that come from outside the process and can change while a session runs (an MCP
+/// server's tool list). The runtime lists them again for the next step's snapshot when
+/// [`ToolSource::generation`] moved, never for the step in progress.
+#[async_trait]
+pub trait ToolSource: Send + Sync {
+    /// A number that changes whenever the tools may have changed (a list-change notification,
+    /// a restart). Cheap: read before every step.
+    fn generation(&self) -> u64;
+
+    /// The tools now, and one notice per tool or server left out (not started, list failed).
+    async fn tools(&self) -> (Vec<Arc<dyn Tool>>, Vec<String>);
+}
+
+/// Where the tools of a release's external sources come from (its MCP servers): the runtime
+/// asks once per release and workspace, and lists the sources again when their generation
+/// moves.
+#[async_trait]
+pub trait ToolProvider: Send + Sync {
+    /// The sources of the tools `release` names (started if need be), running in `workspace`,
+    /// and one notice per source that could not be set up (a bad entry, a server that did not
+    /// start: its tools are not offered).
+    async fn sources(
+        &self,
+        release: &keel_core::Release,
+        workspace: &std::path::Path,
+    ) -> (Vec<Arc<dyn ToolSource>>, Vec<String>);
+}

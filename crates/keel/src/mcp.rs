@@ -7,51 +7,49 @@ use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use anyhow::Context;
-use keel_mcp::{McpManager, McpServerConfig};
+use keel_core::Release;
+use keel_mcp::{McpManager, McpPool, McpServerConfig};
 use keel_tools::ToolRegistry;
 use serde_json::{Map, Value, json};
 
 use crate::config::Config;
 
-/// Managers started by this process, shut down by [`shutdown_all`].
-static STARTED: Mutex<Vec<Arc<McpManager>>> = Mutex::new(Vec::new());
+/// Pools started by this process, shut down by [`shutdown_all`].
+static STARTED: Mutex<Vec<Arc<McpPool>>> = Mutex::new(Vec::new());
 
-/// The built-in tools plus the tools of every MCP server `config` names (started now, each
-/// bounded by its startup timeout; a server that does not start is a notice on standard error
-/// and its tools are left out).
+/// The provider of `release`'s MCP tools (`AgentDefinition::mcp_servers`, which a local run
+/// takes from `[mcp_servers]` of the effective configuration), its servers started now in the
+/// workspace, each bounded by its startup timeout; a server that does not start is a notice on
+/// standard error and its tools are left out. `None` when the release names no server.
 ///
 /// # Errors
-/// The built-in tools failing to set up; a bad `[mcp_servers]` entry (checked when the
-/// configuration was loaded, so only in theory).
-pub async fn registry(config: &Config) -> anyhow::Result<ToolRegistry> {
-    let mut registry = ToolRegistry::with_builtins().context("cannot set up the built-in tools")?;
-    let servers = &config.merged.mcp_servers;
+/// A bad server entry (checked when the configuration was loaded, so only for a stored
+/// release made elsewhere).
+pub async fn provider(config: &Config, release: &Release) -> anyhow::Result<Option<Arc<McpPool>>> {
+    let servers = &release.definition.mcp_servers;
     if servers.is_empty() {
-        return Ok(registry);
+        return Ok(None);
     }
-    let manager = Arc::new(McpManager::new(
-        servers,
-        &config.workspace,
-        &crate::run::withheld_env(config),
-    )?);
-    let mut notices = manager.start().await;
-    notices.extend(manager.register(&mut registry).await?);
+    let pool = Arc::new(McpPool::new(crate::run::withheld_env(config), true));
+    let workspace = keel_tools::workspace::Workspace::new(&config.workspace)
+        .map(|w| w.root().to_owned())
+        .unwrap_or_else(|_| config.workspace.clone());
+    let (_, notices) = pool.manager(servers, &workspace).await?;
     for notice in notices {
         eprintln!("keel: note: {notice}");
     }
     STARTED
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
-        .push(manager);
-    Ok(registry)
+        .push(pool.clone());
+    Ok(Some(pool))
 }
 
 /// Shuts down every MCP server this process started (stdio: close stdin, SIGTERM, SIGKILL).
 pub async fn shutdown_all() {
-    let managers = std::mem::take(&mut *STARTED.lock().unwrap_or_else(PoisonError::into_inner));
-    for manager in managers {
-        manager.shutdown().await;
+    let pools = std::mem::take(&mut *STARTED.lock().unwrap_or_else(PoisonError::into_inner));
+    for pool in pools {
+        pool.shutdown().await;
     }
 }
 
@@ -159,8 +157,8 @@ pub fn test_client(config: &Config, url: &str, protocol: &str) -> anyhow::Result
             eprintln!("keel: {notice}");
             return Ok(ExitCode::FAILURE);
         }
-        let mut registry = ToolRegistry::new();
-        for notice in manager.register(&mut registry).await? {
+        let (registry, left_out) = manager.extend(&ToolRegistry::new()).await;
+        for notice in left_out {
             eprintln!("keel: note: {notice}");
         }
         let ctx = test_context(config)?;

@@ -102,6 +102,17 @@ pub fn release_of(config: &Config) -> Release {
             "deny": config.policy.deny,
         }),
         budget: config.budget,
+        mcp_servers: config
+            .merged
+            .mcp_servers
+            .iter()
+            .map(|(name, server)| {
+                (
+                    name.clone(),
+                    serde_json::to_value(server).unwrap_or(serde_json::Value::Null),
+                )
+            })
+            .collect(),
     })
 }
 
@@ -376,20 +387,19 @@ pub fn host_options(config: &Config, worker_name: &str) -> anyhow::Result<Runtim
     })
 }
 
-/// A runtime whose registry also has the tools of the configured MCP servers (started now;
-/// see [`crate::mcp::registry`]).
+/// A runtime that offers the tools of `release`'s MCP servers (started now in the workspace,
+/// a notice on standard error for each that did not start; see [`crate::mcp::provider`]).
 async fn runtime_with_mcp(
     config: &Config,
     store: Arc<dyn Store>,
     model: Arc<dyn ModelClient>,
+    release: &Release,
 ) -> anyhow::Result<Runtime> {
-    let tools = crate::mcp::registry(config).await?;
-    Ok(Runtime::new(
-        store,
-        model,
-        tools,
-        host_options(config, "keel-cli")?,
-    ))
+    let runtime = runtime_for(config, store, model)?;
+    if let Some(provider) = crate::mcp::provider(config, release).await? {
+        runtime.set_tool_provider(provider);
+    }
+    Ok(runtime)
 }
 
 fn runtime_for(
@@ -427,10 +437,11 @@ pub async fn prepare_run(config: &Config, prompt: &str) -> anyhow::Result<Prepar
     let started = Instant::now();
     let model = Arc::new(build_route(config)?);
     let store = crate::store::open(&config.store).await?;
-    let runtime = runtime_with_mcp(config, store, model).await?;
+    let release = release_of(config);
+    let runtime = runtime_with_mcp(config, store, model, &release).await?;
     let tenant = local_tenant();
     let session = runtime
-        .create_session(tenant, &release_of(config), session_config_of(config))
+        .create_session(tenant, &release, session_config_of(config))
         .await?;
     let turn = runtime.submit(tenant, session, prompt).await?;
     Ok(Prepared {
@@ -539,7 +550,7 @@ pub async fn prepare_resume(
         route_config.base_url = Some(url);
     }
     let model = Arc::new(build_route(&route_config)?);
-    let runtime = runtime_with_mcp(config, store, model).await?;
+    let runtime = runtime_with_mcp(config, store, model, &release).await?;
     let tenant = local_tenant();
     if release.id != pinned.release.id {
         let repin = runtime
