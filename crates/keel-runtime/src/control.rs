@@ -272,7 +272,7 @@ impl Runtime {
                 drop(g);
                 r?;
             }
-            Held::Leased(j, lease) => {
+            Held::Leased(j, lease, _gate) => {
                 // Nobody runs the session: end the turn now, under the lease already held (no
                 // other worker can slip in between), and nothing more.
                 drop(j);
@@ -617,6 +617,7 @@ mod tests {
             tools: Vec::new(),
             policy: serde_json::Value::Null,
             budget: Budget::default(),
+            mcp_servers: Default::default(),
         });
         let tenant = TenantId::new();
         let config = SessionConfig {

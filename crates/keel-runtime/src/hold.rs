@@ -1,7 +1,8 @@
 //! Holding a session's journal outside a run: from this process's running session, or under
 //! a short lease of its own (released by `unhold`).
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, PoisonError, Weak};
 use std::time::Duration;
 
 use keel_core::{SessionId, TenantId};
@@ -13,18 +14,48 @@ use crate::lease;
 use crate::redact::Redactor;
 use crate::shared::Inner;
 
-/// The journal of a session, held either by a run in this process or under a short lease.
+/// The journal of a session, held either by a run in this process or under a short lease (and
+/// this process's gate of the session, see [`Gates`]).
 pub(crate) enum Held {
     Local(tokio::sync::OwnedMutexGuard<Journal>),
-    Leased(Box<Journal>, Lease),
+    Leased(Box<Journal>, Lease, Gate),
 }
 
 impl Held {
     pub(crate) fn journal(&mut self) -> &mut Journal {
         match self {
             Held::Local(g) => g,
-            Held::Leased(j, _) => j,
+            Held::Leased(j, ..) => j,
         }
+    }
+}
+
+/// A session's turn at its store lease among this process's short holds.
+pub(crate) type Gate = tokio::sync::OwnedMutexGuard<()>;
+
+/// One first-come-first-served queue per session for this process's short holds (submits,
+/// decisions, settings): only the head of the queue asks the store for the session's lease,
+/// and the others wait their turn instead of polling the store against each other — polling
+/// left some of 30 concurrent submits to one session waiting past `lease_wait` while others
+/// took the lease again and again.
+#[derive(Default)]
+pub(crate) struct Gates(std::sync::Mutex<HashMap<SessionId, Weak<tokio::sync::Mutex<()>>>>);
+
+impl Gates {
+    /// Waits (at most `wait`) for `session`'s gate; `None` when the wait ran out.
+    async fn enter(&self, session: SessionId, wait: Duration) -> Option<Gate> {
+        let gate = {
+            let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(g) = map.get(&session).and_then(Weak::upgrade) {
+                g
+            } else {
+                map.retain(|_, g| g.strong_count() > 0);
+                let g = Arc::new(tokio::sync::Mutex::new(()));
+                map.insert(session, Arc::downgrade(&g));
+                g
+            }
+        };
+        tokio::time::timeout(wait, gate.lock_owned()).await.ok()
     }
 }
 
@@ -48,7 +79,8 @@ impl Inner {
         Ok(j)
     }
     /// Holds the session now if this process runs it or its lease is free (or a dead local
-    /// worker's); otherwise returns the live holder's owner string.
+    /// worker's), after the short holds of this process queued before (see [`Gates`]);
+    /// otherwise returns the live holder's owner string.
     pub(crate) async fn hold_now(
         &self,
         tenant: TenantId,
@@ -60,6 +92,12 @@ impl Inner {
                 return Ok(Ok(Held::Local(g)));
             }
         }
+        // Another short hold of this process is ahead: it ends soon (holds are single
+        // commits), so wait in line — bounded like a lease wait — rather than hand the caller
+        // a busy session it would poll for against the others.
+        let Some(gate) = self.gates.enter(session, self.options.lease_wait).await else {
+            return Ok(Err(self.owner.clone()));
+        };
         let lease = match lease::acquire(
             &self.store,
             tenant,
@@ -75,7 +113,7 @@ impl Inner {
             Err(e) => return Err(e),
         };
         match self.load(tenant, session, &lease).await {
-            Ok(j) => Ok(Ok(Held::Leased(Box::new(j), lease))),
+            Ok(j) => Ok(Ok(Held::Leased(Box::new(j), lease, gate))),
             Err(e) => {
                 let _ = self.store.release_lease(tenant, &lease).await;
                 Err(e)
@@ -90,6 +128,14 @@ impl Inner {
             }
         }
         let opts = &self.options;
+        // The queue of this process's holds first (bounded like the lease wait), then the
+        // store's lease, which another process may hold.
+        let Some(gate) = self.gates.enter(session, opts.lease_wait).await else {
+            return Err(RuntimeError::SessionBusy {
+                session,
+                owner: self.owner.clone(),
+            });
+        };
         let lease = lease::acquire(
             &self.store,
             tenant,
@@ -100,7 +146,7 @@ impl Inner {
         )
         .await?;
         match self.load(tenant, session, &lease).await {
-            Ok(j) => Ok(Held::Leased(Box::new(j), lease)),
+            Ok(j) => Ok(Held::Leased(Box::new(j), lease, gate)),
             Err(e) => {
                 let _ = self.store.release_lease(tenant, &lease).await;
                 Err(e)
@@ -108,7 +154,7 @@ impl Inner {
         }
     }
     pub(crate) async fn unhold(&self, tenant: TenantId, held: Held) {
-        if let Held::Leased(_, lease) = held
+        if let Held::Leased(_, lease, _gate) = held
             && let Err(e) = self.store.release_lease(tenant, &lease).await
         {
             tracing::debug!(session = %lease.session_id, "lease release: {e}");

@@ -132,6 +132,7 @@ impl Runtime {
                 owner,
                 hub,
                 active: Mutex::new(HashMap::new()),
+                gates: crate::hold::Gates::default(),
             }),
             actor: None,
         }

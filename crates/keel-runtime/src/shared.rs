@@ -114,6 +114,8 @@ pub(crate) struct Inner {
     pub(crate) owner: String,
     pub(crate) hub: Hub,
     pub(crate) active: Mutex<HashMap<SessionId, Arc<Active>>>,
+    /// This process's queue per session for short holds of its lease.
+    pub(crate) gates: crate::hold::Gates,
 }
 
 impl Inner {
