@@ -546,6 +546,25 @@ impl TextPrinter {
                 "… context compacted ({tokens_before} → {tokens_after} tokens)"
             )),
             EventBody::TurnFinished { .. } => self.release(None),
+            // A hook that decided something says so; one that only observed stays quiet.
+            EventBody::HookRan {
+                hook,
+                event,
+                duration_ms,
+                decision,
+                reason,
+                ..
+            } if *decision != keel_core::HookDecision::None => {
+                let reason = reason
+                    .as_deref()
+                    .map(|r| format!(": {}", one_line(r, 160)))
+                    .unwrap_or_default();
+                self.line(&format!(
+                    "↪ hook {hook} ({}) {}{reason} ({duration_ms} ms)",
+                    event.as_str(),
+                    decision.as_str()
+                ));
+            }
             _ => {}
         }
     }

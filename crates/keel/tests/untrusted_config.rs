@@ -1098,3 +1098,41 @@ fn mcp_servers_from_a_workspace_start_only_when_it_is_trusted() {
         "{err}"
     );
 }
+
+/// The text output says what a deciding hook did (name, event, decision, reason, duration);
+/// a hook that only observed stays out of it.
+#[test]
+fn text_output_shows_what_a_hook_decided() {
+    let env = Env::new();
+    env.write(
+        "config/keel/keel.toml",
+        concat!(
+            "[[hooks.pre_tool_use]]\nname = \"guard\"\nmatcher = \"write_file\"\n",
+            "command = \"echo '{\\\"decision\\\": \\\"deny\\\", \\\"reason\\\": \\\"no writes today\\\"}'\"\n",
+            "[[hooks.user_prompt_submit]]\nname = \"watcher\"\ncommand = \"true\"\n",
+        ),
+    );
+    env.write(
+        "script.jsonl",
+        "{\"tool_calls\": [{\"name\": \"write_file\", \"arguments\": {\"path\": \"a.txt\", \"content\": \"x\"}}]}\n{\"text\": \"done\"}\n",
+    );
+    std::fs::create_dir_all(env.ws()).unwrap();
+    let out = env
+        .keel()
+        .args(["run", "--workspace", "ws", "--model", "script:script.jsonl"])
+        .args(["--permission-mode", "bypass", "write it"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = crate::common::stdout(&out);
+    let line = text
+        .lines()
+        .find(|l| l.contains("hook guard"))
+        .unwrap_or_else(|| panic!("no hook line in {text}"));
+    assert!(
+        line.contains("(pre_tool_use) deny: no writes today") && line.ends_with(" ms)"),
+        "{line}"
+    );
+    assert!(!text.contains("watcher"), "{text}");
+    assert!(!env.ws().join("a.txt").exists());
+}
