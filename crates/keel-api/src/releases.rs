@@ -34,6 +34,15 @@ pub struct CreateReleaseRequest {
     /// Default per-turn budget.
     #[serde(default)]
     pub budget: BudgetBody,
+    /// MCP servers whose tools the agent gets, by name (`^[A-Za-z0-9_-]{1,64}$`): each
+    /// `{"url": "https://…", "headers": {"Authorization": "${ENV_VAR}"}}` (streamable HTTP;
+    /// header values may name the server host's environment variables) or, where the host
+    /// allows it (`[server] release_mcp_stdio`), `{"command": "…", "args": [...], "env": {...}}`;
+    /// optional `startup_timeout_ms`, `call_timeout_ms`, `protocol`. The tools appear as
+    /// `mcp__<server>__<tool>`; a non-empty `tools` list must name the ones it enables.
+    #[serde(default)]
+    #[schema(value_type = Object)]
+    pub mcp_servers: std::collections::BTreeMap<String, Value>,
 }
 
 /// Policy rules of a release.
@@ -69,6 +78,10 @@ pub struct ReleaseBody {
     pub policy: Value,
     /// Default per-turn budget.
     pub budget: BudgetBody,
+    /// MCP servers by name, as created (header values that name environment variables stay
+    /// names).
+    #[schema(value_type = Object)]
+    pub mcp_servers: std::collections::BTreeMap<String, Value>,
     /// When this tenant first stored it (in lists; `null` elsewhere).
     pub created_at: Option<DateTime<Utc>>,
 }

@@ -15,6 +15,8 @@
 //! max_streams_per_key = 100             # concurrent SSE streams per API key; more get 429
 //! tenant_stream_page = 1000            # sessions per store read of GET /v1/events (1..1000)
 //! allow_script_models = false           # releases may name script:PATH models (tests, demos)
+//! release_mcp_stdio = false             # releases may name stdio MCP servers (programs run here)
+//! release_mcp_header_env = []           # variables a release's MCP header values may read
 //!
 //! [scheduler]                           # keel serve's in-process workers, and keel worker
 //! workers = 2                           # keel serve --workers (0: an API-only node)
@@ -74,6 +76,14 @@ pub struct ServerConfig {
     pub max_streams_per_key: usize,
     /// Whether releases may name `script:PATH` models (a file on the server: tests and demos).
     pub allow_script_models: bool,
+    /// Whether a release's `mcp_servers` may name stdio servers (`command`: a program this
+    /// host spawns, in the session's workspace). Off by default: releases are made over the
+    /// API, and a `url` server (streamable HTTP) is always allowed.
+    pub release_mcp_stdio: bool,
+    /// The environment variables of this host a release's `url` MCP servers may send as header
+    /// values (`{"env": "NAME"}`); any other is refused, so a release cannot send the host's
+    /// provider keys to a URL it names.
+    pub release_mcp_header_env: Vec<String>,
     /// Interval of SSE heartbeat comments, ms.
     pub heartbeat_ms: u64,
     /// Sessions per store read of the tenant-wide stream (`GET /v1/events`), which pages
@@ -253,6 +263,8 @@ impl Default for ServerConfig {
             body_limit_bytes: 1024 * 1024,
             max_streams_per_key: 100,
             allow_script_models: false,
+            release_mcp_stdio: false,
+            release_mcp_header_env: Vec::new(),
             heartbeat_ms: 15_000,
             tenant_stream_page: 1000,
         }

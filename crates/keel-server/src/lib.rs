@@ -108,12 +108,21 @@ pub async fn app(config: ServerConfig, deps: Deps) -> Result<(Shared, Router), S
             Some(limits.limits(t).tokens_per_minute).filter(|n| *n > 0)
         }));
     }
+    // A release's MCP servers run without the variables the tools go without either.
+    let mcp = Arc::new(
+        keel_mcp::McpPool::new(
+            runtime_options.withheld_env.clone(),
+            config.release_mcp_stdio,
+        )
+        .with_header_env(config.release_mcp_header_env.clone()),
+    );
     let state: Shared = Arc::new(AppState {
         runtimes: Arc::new(Runtimes::new(
             deps.store.clone(),
             deps.models,
             deps.tools,
             runtime_options,
+            mcp,
         )),
         policy,
         draining: std::sync::atomic::AtomicBool::new(false),
@@ -279,6 +288,7 @@ impl Server {
             .store(true, std::sync::atomic::Ordering::SeqCst);
         tracing::info!(workers = workers.len(), "keel serve: draining");
         workers.drain_until(force).await;
+        state.runtimes.mcp().shutdown().await;
         let result = match early {
             Some(r) => r.unwrap_or(Ok(())),
             None => {
@@ -327,6 +337,7 @@ pub async fn run_worker_node(
         .store(true, std::sync::atomic::Ordering::SeqCst);
     tracing::info!("keel worker: draining");
     workers.drain_until(force).await;
+    state.runtimes.mcp().shutdown().await;
     stop.stop();
     if let Some(t) = metrics_task {
         let _ = t.await;

@@ -81,16 +81,19 @@ pub struct Runtimes {
     options: RuntimeOptions,
     store: Arc<dyn Store>,
     cache: Mutex<HashMap<Vec<String>, Runtime>>,
+    mcp: Arc<keel_mcp::McpPool>,
 }
 
 impl Runtimes {
     /// Runtimes over `store`, built with `factory` and `tools`, with `options` (each runtime's
-    /// worker name gets a suffix).
+    /// worker name gets a suffix). Every runtime gets the MCP servers its sessions' releases
+    /// name from `mcp` (one pool per process: a release's servers start once per workspace).
     pub fn new(
         store: Arc<dyn Store>,
         factory: Arc<dyn ModelFactory>,
         tools: ToolsFactory,
         options: RuntimeOptions,
+        mcp: Arc<keel_mcp::McpPool>,
     ) -> Self {
         Self {
             factory,
@@ -98,7 +101,14 @@ impl Runtimes {
             options,
             store,
             cache: Mutex::new(HashMap::new()),
+            mcp,
         }
+    }
+
+    /// The MCP servers of releases (see [`keel_mcp::McpPool::check`] for what a release may
+    /// name on this host).
+    pub fn mcp(&self) -> &keel_mcp::McpPool {
+        &self.mcp
     }
 
     /// The runtime of `route`, built on first use.
@@ -119,6 +129,7 @@ impl Runtimes {
         let mut options = self.options.clone();
         options.worker_name = format!("{}-{}", options.worker_name, cache.len() + 1);
         let rt = Runtime::new(self.store.clone(), model, tools, options);
+        rt.set_tool_provider(self.mcp.clone());
         cache.insert(route.to_vec(), rt.clone());
         Ok(rt)
     }

@@ -23,6 +23,7 @@ on_both!(
     input_strategies_and_decisions_are_bound_as_the_request_says,
     memory_and_artifacts_read_back_what_was_written,
     patch_re_pins_the_release_between_turns_journaled_with_the_caller,
+    a_release_names_mcp_servers_the_host_checks,
 );
 
 async fn idle_session(s: &TestServer) -> String {
@@ -1166,4 +1167,87 @@ async fn patch_re_pins_the_release_between_turns_journaled_with_the_caller(b: Ba
             .len(),
         2
     );
+}
+
+/// `POST /v1/releases` with `mcp_servers`: a malformed entry or a stdio server on a host that
+/// does not allow them is a 422 naming `mcp_servers` and stores nothing; a `url` server is
+/// stored (and read back) — its header values reading only the host variables the operator
+/// offers (`release_mcp_header_env`), so a release cannot send the host's keys away —, its tools may be listed by their `mcp__<server>__` names, and the
+/// release id differs from the same definition without servers.
+async fn a_release_names_mcp_servers_the_host_checks(b: Backend) {
+    let s = start_with(b, |c| c.release_mcp_header_env = vec!["DOCS_TOKEN".into()]).await;
+    let base = json!({"name": "m", "model_route": ["script:/dev/null"], "tools": ["read_file"]});
+    let with = |servers: Value, tools: Value| {
+        let mut v = base.clone();
+        v["mcp_servers"] = servers;
+        v["tools"] = tools;
+        v
+    };
+    let before = s.get("/v1/releases", &s.viewer).await.body["items"]
+        .as_array()
+        .unwrap()
+        .len();
+    for (servers, why) in [
+        (
+            json!({"x": {"command": "mcp-server-git"}}),
+            "release_mcp_stdio",
+        ),
+        (
+            json!({"x": {"url": "http://h/mcp", "command": "y"}}),
+            "not both",
+        ),
+        (json!({"x": {"url": 5}}), "x"),
+        (json!({"bad name!": {"url": "http://h/mcp"}}), "bad name!"),
+        (
+            json!({"x": {"url": "http://h/mcp", "headers": {"Authorization": {"env": "OPENAI_API_KEY"}}}}),
+            "release_mcp_header_env",
+        ),
+    ] {
+        let r = s
+            .post("/v1/releases", &s.admin, &with(servers.clone(), json!([])))
+            .await;
+        assert_eq!(
+            r.status,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{servers}: {r:?}"
+        );
+        assert_eq!(r.body["field"], "mcp_servers", "{r:?}");
+        assert!(
+            r.body["detail"].as_str().unwrap().contains(why),
+            "{why}: {r:?}"
+        );
+    }
+    let listed = s.get("/v1/releases", &s.viewer).await.body["items"]
+        .as_array()
+        .unwrap()
+        .len();
+    assert_eq!(listed, before, "nothing stored");
+
+    // A tool of a server the release does not name is unknown.
+    let docs = json!({"docs": {"url": "http://127.0.0.1:9/mcp", "headers": {"Authorization": {"env": "DOCS_TOKEN", "prefix": "Bearer "}}}});
+    let r = s
+        .post(
+            "/v1/releases",
+            &s.admin,
+            &with(docs.clone(), json!(["mcp__other__x"])),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::UNPROCESSABLE_ENTITY, "{r:?}");
+    assert_eq!(r.body["field"], "tools", "{r:?}");
+
+    let r = s
+        .post(
+            "/v1/releases",
+            &s.admin,
+            &with(docs.clone(), json!(["read_file", "mcp__docs__search"])),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{r:?}");
+    assert_eq!(r.body["mcp_servers"], docs, "{r:?}");
+    let id = r.body["release_id"].as_str().unwrap().to_owned();
+    let read = s.get(&format!("/v1/releases/{id}"), &s.viewer).await;
+    assert_eq!(read.body["mcp_servers"], docs, "{read:?}");
+    let plain = s.post("/v1/releases", &s.admin, &base).await;
+    assert_ne!(plain.body["release_id"], id.as_str(), "{plain:?}");
+    assert_eq!(plain.body["mcp_servers"], json!({}), "{plain:?}");
 }

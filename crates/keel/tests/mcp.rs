@@ -5,7 +5,7 @@
 
 use crate::common::{Env, run_script};
 
-fn everything() -> String {
+pub(crate) fn everything() -> String {
     let dir = std::env::var_os("KEEL_MCP_SERVERS_DIR")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| {
@@ -21,7 +21,7 @@ fn everything() -> String {
     path.to_string_lossy().into_owned()
 }
 
-const SCRIPT: &str = concat!(
+pub(crate) const SCRIPT: &str = concat!(
     r#"{"tool_calls": [{"name": "mcp__everything__echo", "arguments": {"message": "hi from the model"}}]}"#,
     "\n",
     r#"{"text": "done"}"#,

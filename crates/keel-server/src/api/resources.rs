@@ -31,6 +31,7 @@ fn release_body(r: Release, created_at: Option<chrono::DateTime<Utc>>) -> Releas
         tools: d.tools,
         policy: d.policy,
         budget: budget_body(d.budget),
+        mcp_servers: d.mcp_servers,
         created_at,
     }
 }
@@ -48,7 +49,7 @@ fn release_body(r: Release, created_at: Option<chrono::DateTime<Utc>>) -> Releas
         (status = 409, description = "The same key in flight", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body too large", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "Not JSON", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "Invalid field (an unknown tool, a model the server does not serve, a rule that does not parse), or the key reused with another body", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid field (an unknown tool, a model the server does not serve, a rule that does not parse, an MCP server entry that is malformed or a stdio server this host does not allow), or the key reused with another body", body = Problem, content_type = "application/problem+json"),
     ))]
 pub async fn create_release(
     State(state): State<Shared>,
@@ -65,8 +66,24 @@ pub async fn create_release(
             "model_route needs 1 to 8 model specs, primary first",
         ));
     }
+    let servers = state
+        .runtimes
+        .mcp()
+        .check(&body.mcp_servers)
+        .map_err(|e| ApiError::invalid("mcp_servers", e.to_string()))?;
     let known = state.runtimes.tool_names()?;
-    if let Some(t) = body.tools.iter().find(|t| !known.contains(t)) {
+    // An MCP tool's name is known once its server runs; the release may name any tool of a
+    // server it lists.
+    let of_release_server = |t: &str| {
+        servers
+            .keys()
+            .any(|s| t.starts_with(&format!("{}{s}__", keel_mcp::naming::PREFIX)))
+    };
+    if let Some(t) = body
+        .tools
+        .iter()
+        .find(|t| !known.contains(t) && !of_release_server(t))
+    {
         return Err(ApiError::invalid(
             "tools",
             format!("unknown tool {t:?}; known are {}", known.join(", ")),
@@ -83,6 +100,7 @@ pub async fn create_release(
         tools: body.tools.clone(),
         policy,
         budget: budget(body.budget),
+        mcp_servers: body.mcp_servers.clone(),
     });
     keel_runtime::pinned::check_release(&release).map_err(|e| {
         let text = e.to_string();

@@ -104,6 +104,9 @@ fn release_request(config: &Config) -> CreateReleaseRequest {
             deny: config.policy.deny.clone(),
         }),
         budget: budget_body(b),
+        // The server runs them (a stdio one only where its `[server] release_mcp_stdio`
+        // allows; otherwise the release is refused naming `mcp_servers`).
+        mcp_servers: d.mcp_servers,
     }
 }
 
