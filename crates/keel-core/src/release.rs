@@ -6,6 +6,8 @@
 //! the new release) between turns. So what an agent was allowed to do at any point is always
 //! answerable from the journal: the release pinned before that point.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -69,6 +71,11 @@ pub struct AgentDefinition {
     /// Default per-turn budget.
     #[serde(default)]
     pub budget: Budget,
+    /// The agents this one may start with the `spawn_agent` tool, by name: each a definition
+    /// (its `agents` are ignored: a child may spawn from its parent's set, which it inherits).
+    /// Left out of the hashed JSON when empty, so releases without agents keep their ids.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub agents: BTreeMap<String, AgentDefinition>,
 }
 
 /// An immutable, content-hashed agent definition.
@@ -113,7 +120,17 @@ mod tests {
                 max_steps: Some(10),
                 ..Budget::default()
             },
+            agents: BTreeMap::new(),
         }
+    }
+
+    #[test]
+    fn a_release_without_agents_hashes_as_before_the_field_existed() {
+        let json = serde_json::to_value(def(Value::Null)).unwrap();
+        assert!(json.get("agents").is_none(), "{json}");
+        let mut with = def(Value::Null);
+        with.agents.insert("reviewer".into(), def(Value::Null));
+        assert_ne!(Release::new(with).id, Release::new(def(Value::Null)).id);
     }
 
     #[test]

@@ -80,6 +80,7 @@ async fn run(dir: &std::path::Path, steps: usize) -> (f64, u64) {
         tools: Vec::new(),
         policy: Value::Null,
         budget: Budget::default(),
+        agents: Default::default(),
     });
     let tenant = TenantId::new();
     let session = rt

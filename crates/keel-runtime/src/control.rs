@@ -617,6 +617,7 @@ mod tests {
             tools: Vec::new(),
             policy: serde_json::Value::Null,
             budget: Budget::default(),
+            agents: Default::default(),
         });
         let tenant = TenantId::new();
         let config = SessionConfig {

@@ -81,7 +81,7 @@ impl Runtime {
         Ok(crate::context::project(
             &release.definition.instructions,
             agents.as_deref(),
-            &release.definition.tools,
+            &crate::pinned::offered_tools(&release, &self.inner.tools),
             &self.inner.tools,
             policy,
             &j.proj,

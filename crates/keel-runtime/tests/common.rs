@@ -124,6 +124,7 @@ pub fn release(tools: &[&str], budget: Budget) -> Release {
         tools: tools.iter().map(|s| (*s).to_owned()).collect(),
         policy: Value::Null,
         budget,
+        agents: Default::default(),
     })
 }
 

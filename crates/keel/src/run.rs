@@ -102,6 +102,7 @@ pub fn release_of(config: &Config) -> Release {
             "deny": config.policy.deny,
         }),
         budget: config.budget,
+        agents: Default::default(),
     })
 }
 

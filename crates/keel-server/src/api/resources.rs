@@ -83,6 +83,7 @@ pub async fn create_release(
         tools: body.tools.clone(),
         policy,
         budget: budget(body.budget),
+        agents: Default::default(),
     });
     keel_runtime::pinned::check_release(&release).map_err(|e| {
         let text = e.to_string();

@@ -613,6 +613,7 @@ pub async fn api_lists_page_sessions_by_release_artifacts_memory_and_releases(h:
             tools: vec![],
             policy: serde_json::Value::Null,
             budget: Budget::default(),
+            agents: Default::default(),
         })
     };
     let (r1, r2) = (r("one"), r("two"));

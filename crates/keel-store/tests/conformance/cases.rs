@@ -1075,6 +1075,7 @@ pub async fn releases_are_content_addressed(h: &Harness) {
         tools: vec!["read_file".into()],
         policy: json!({"mode": "default"}),
         budget: Budget::default(),
+        agents: Default::default(),
     });
     h.store.put_release(t, &release).await.unwrap();
     h.store.put_release(t, &release).await.unwrap();
@@ -2806,6 +2807,7 @@ pub async fn a_re_pin_moves_the_session_row_with_its_event(h: &Harness) {
             tools: Vec::new(),
             policy: json!({"deny": ["shell"]}),
             budget: Budget::default(),
+            agents: Default::default(),
         })
     };
     let (next, foreign, missing) = (release("next"), release("foreign"), release("missing"));
