@@ -444,14 +444,14 @@ impl Runtime {
             })?;
         let release = self.inner.store.get_release(tenant, &release_id).await?;
         let redactor = journal.redactor.clone();
-        let active = Arc::new(Active::new(journal));
+        let lost = CancellationToken::new();
+        let active = Arc::new(Active::new(journal, lost.clone()));
         self.inner
             .active
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(session, active.clone());
         let stop = CancellationToken::new();
-        let lost = CancellationToken::new();
         // Until the end below, dropping this future stops everything the run started.
         let guard = RunGuard {
             inner: self.inner.clone(),

@@ -36,11 +36,14 @@ pub(crate) struct Active {
     pub(crate) version: AtomicU64,
     /// Who asked to cancel a running call, by call id (its `tool_call.finished` names them).
     pub(crate) cancelled_by: Mutex<HashMap<String, PrincipalId>>,
+    /// The run's lease-lost token: cancelled (before the turn's token, its child) when the
+    /// lease is lost or the run's future is dropped — a stop that is not a cancellation.
+    pub(crate) lost: CancellationToken,
 }
 
 impl Active {
-    /// A handle for a session whose journal is `journal`.
-    pub(crate) fn new(journal: Journal) -> Self {
+    /// A handle for a session whose journal is `journal`, run under `lost`.
+    pub(crate) fn new(journal: Journal, lost: CancellationToken) -> Self {
         let version = journal.durable;
         Self {
             journal: Arc::new(tokio::sync::Mutex::new(journal)),
@@ -50,6 +53,7 @@ impl Active {
             call_done: tokio::sync::Notify::new(),
             version: AtomicU64::new(version),
             cancelled_by: Mutex::new(HashMap::new()),
+            lost,
         }
     }
 

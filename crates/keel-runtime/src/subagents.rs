@@ -230,20 +230,29 @@ async fn run_child(
     if state.turn_order.is_empty() {
         rt.submit(tenant, child, prompt).await?;
     }
-    let cancelled = drive(rt, ctx, tenant, child, agent).await?;
+    let Some(cancelled) = drive(rt, ctx, &active.lost, tenant, child, agent).await? else {
+        // The parent's run stopped without a cancellation (its lease was lost, or its worker
+        // is going away): the child is left as it is, and the call's re-run re-attaches it.
+        return Ok(ToolOutput::error(format!(
+            "The run of session {parent} stopped; agent `{agent}` (session {child}) is re-attached when the session continues."
+        )));
+    };
     drop(permit);
     result_of(rt, scope, child, agent, cancelled).await
 }
 
 /// Runs the child until its turn ends, waiting while it waits on a human; cancels its turn
-/// when the call is cancelled. Returns whether the call was cancelled.
+/// when the call is cancelled. Returns whether the call was cancelled, or `None` when the
+/// parent's run stopped (`lost`: lease lost, future dropped) — then the child is not
+/// cancelled, only left (its run here stops as after a crash) for the call's re-run.
 async fn drive(
     rt: &Runtime,
     ctx: &ToolContext,
+    lost: &tokio_util::sync::CancellationToken,
     tenant: keel_core::TenantId,
     child: SessionId,
     agent: &str,
-) -> Result<bool> {
+) -> Result<Option<bool>> {
     let mut cancelled = false;
     loop {
         let run = rt.run(tenant, child);
@@ -251,18 +260,22 @@ async fn drive(
         let outcome = tokio::select! {
             o = &mut run => o?,
             () = ctx.cancel.cancelled(), if !cancelled => {
+                // `lost` is cancelled before the turn's token (its child): checked first.
+                if lost.is_cancelled() {
+                    return Ok(None);
+                }
                 cancelled = true;
                 cancel_child(rt, tenant, child).await;
                 run.await?
             }
         };
         if outcome.status != SessionStatus::RequiresAction {
-            return Ok(cancelled);
+            return Ok(Some(cancelled));
         }
         if cancelled {
             // Cancelled while it waited on a human: the cancellation ends its turn.
             cancel_child(rt, tenant, child).await;
-            return Ok(true);
+            return Ok(Some(true));
         }
         for p in &outcome.pending {
             ctx.progress.report(
@@ -278,8 +291,11 @@ async fn drive(
             tokio::select! {
                 () = tokio::time::sleep(DECISION_POLL) => {}
                 () = ctx.cancel.cancelled() => {
+                    if lost.is_cancelled() {
+                        return Ok(None);
+                    }
                     cancel_child(rt, tenant, child).await;
-                    return Ok(true);
+                    return Ok(Some(true));
                 }
             }
             if decided(rt, tenant, child, version, &outcome.pending).await? {

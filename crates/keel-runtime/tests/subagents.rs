@@ -481,7 +481,154 @@ async fn no_agents_no_spawn_agent(b: Backend) {
     assert!(children_of(&f, f.session).await.is_empty());
 }
 
+/// A parent whose worker dies while its child runs: the next run re-runs the call, which
+/// finds the child (same id), re-attaches it and takes its answer — one child, one turn in it,
+/// no unknown outcome.
+async fn a_crashed_parent_reattaches_its_child(b: Backend) {
+    let lines = [
+        json!({"tool_calls": [spawn("slow", "take your time")]}),
+        json!({"text": "parent done"}),
+    ];
+    let child_lines = || {
+        vec![(
+            "slow",
+            vec![json!({"delay_ms": 1500, "text": "slow answer"})],
+        )]
+    };
+    let p = parent(
+        b,
+        &lines,
+        child_lines(),
+        SubagentOptions::default(),
+        parent_release(&[("slow", agent("slow", &[]))], Budget::default()),
+        |_| {},
+    )
+    .await;
+    let f = &p.f;
+    f.rt.submit(f.tenant, f.session, "delegate").await.unwrap();
+    let rt = f.rt.clone();
+    let (tenant, session) = (f.tenant, f.session);
+    let run = tokio::spawn(async move { rt.run(tenant, session).await });
+    let spawned = wait_for_event(&f.db.store, f.tenant, f.session, "agent.spawned").await;
+    let EventBody::AgentSpawned {
+        child_session_id: child,
+        ..
+    } = spawned.body
+    else {
+        unreachable!()
+    };
+    wait_for_event(&f.db.store, f.tenant, child, "step.started").await;
+    // The worker dies: its run (and the child's, inside the call) stops mid-way.
+    run.abort();
+    let _ = run.await;
+    let again = runtime_with(
+        &f.db,
+        scripted(&lines),
+        RuntimeOptions {
+            worker_name: "second".into(),
+            subagents: SubagentOptions {
+                models: Some(models(child_lines())),
+                ..SubagentOptions::default()
+            },
+            ..RuntimeOptions::default()
+        },
+    );
+    let out = again.run(f.tenant, f.session).await.unwrap();
+    assert_eq!(out.turns[0].final_text, "parent done");
+    assert_eq!(children_of(f, f.session).await, vec![child]);
+    let events = f.events().await;
+    let types: Vec<_> = events.iter().map(|e| e.type_name()).collect();
+    assert_eq!(
+        types.iter().filter(|t| **t == "agent.spawned").count(),
+        1,
+        "{types:?}"
+    );
+    assert!(!types.contains(&"effect.outcome_unknown"), "{types:?}");
+    assert_eq!(
+        finished_outputs(&events),
+        vec![("succeeded".into(), "slow answer".into())]
+    );
+    let child_view = again.view(f.tenant, child).await.unwrap();
+    assert_eq!(child_view.state.turn_order.len(), 1);
+    assert_eq!(child_view.turns[0].final_text, "slow answer");
+}
+
+/// A child that needs an approval is reported on the parent's stream (naming the child
+/// session and the approval) and waits; decided on the child session, it continues and the
+/// parent gets its answer.
+async fn a_child_waiting_on_approval_surfaces_it_and_continues(b: Backend) {
+    let p = parent(
+        b,
+        &[
+            json!({"tool_calls": [spawn("writer", "write a.txt")]}),
+            json!({"text": "parent done"}),
+        ],
+        vec![(
+            "writer",
+            vec![
+                json!({"tool_calls": [call("write_file", json!({"path": "a.txt", "content": "approved"}))]}),
+                json!({"text": "wrote it"}),
+            ],
+        )],
+        SubagentOptions::default(),
+        parent_release(&[("writer", agent("writer", &[]))], Budget::default()),
+        |c| c.permission_mode = PermissionMode::Default,
+    )
+    .await;
+    let f = &p.f;
+    let mut sub = f.rt.subscribe(f.tenant, f.session, 1).await.unwrap();
+    f.rt.submit(f.tenant, f.session, "delegate").await.unwrap();
+    let rt = f.rt.clone();
+    let (tenant, session) = (f.tenant, f.session);
+    let run = tokio::spawn(async move { rt.run(tenant, session).await.unwrap() });
+    let spawned = wait_for_event(&f.db.store, f.tenant, f.session, "agent.spawned").await;
+    let EventBody::AgentSpawned {
+        child_session_id: child,
+        ..
+    } = spawned.body
+    else {
+        unreachable!()
+    };
+    let requested = wait_for_event(&f.db.store, f.tenant, child, "approval.requested").await;
+    let approval = requested.correlation.approval_id.unwrap();
+    // The parent's stream names the child and the approval.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let mut surfaced = false;
+    while !surfaced && tokio::time::Instant::now() < deadline {
+        if let Some(item) = sub.next_timeout(Duration::from_millis(500)).await.unwrap() {
+            let text = serde_json::to_string(&item).unwrap();
+            surfaced = text.contains(&approval.to_string()) && text.contains(&child.to_string());
+        }
+    }
+    assert!(surfaced, "no status naming approval {approval} of {child}");
+    assert!(!run.is_finished());
+    let rec = f.db.store.get_approval(f.tenant, approval).await.unwrap();
+    f.rt.decide_approval(
+        f.tenant,
+        approval,
+        keel_core::ApprovalDecision::AllowOnce,
+        &rec.args_hash,
+    )
+    .await
+    .unwrap();
+    let out = tokio::time::timeout(Duration::from_secs(30), run)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(out.turns[0].final_text, "parent done");
+    assert_eq!(
+        std::fs::read_to_string(f.ws.path().join("a.txt")).unwrap(),
+        "approved"
+    );
+    assert_eq!(
+        finished_outputs(&f.events().await),
+        vec![("succeeded".into(), "wrote it".into())]
+    );
+}
+
 on_both!(
+    a_crashed_parent_reattaches_its_child,
+    a_child_waiting_on_approval_surfaces_it_and_continues,
     a_child_answers_as_one_tool_result,
     a_read_only_parent_gets_no_write_through_a_child,
     depth_is_bounded,
