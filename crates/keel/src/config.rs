@@ -1784,6 +1784,7 @@ impl Config {
             ));
         }
         config.notices.splice(0..0, notices);
+        config.trusted = trusted;
         Ok(config)
     }
 
