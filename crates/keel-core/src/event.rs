@@ -37,7 +37,10 @@ use crate::machine::{SessionStatus, ToolCallStatus, TurnStatus};
 ///   2, so a build of version 2 reads every session that never ran a hook, and its workers
 ///   leave a session that did to newer ones (the claim's `schema_version` check) instead of
 ///   failing on an event they cannot read.
-pub const SCHEMA_VERSION: u32 = 3;
+/// - 4: `agent.spawned` and `agent.finished` (sub-agents). Only those are written at 4, so a
+///   session that never spawned a child stays readable by builds of version 2 and 3, and
+///   their workers leave one that did to newer ones.
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// Ids that tie an event to the entities it concerns. All optional; each event type documents
 /// which it requires.
@@ -475,6 +478,40 @@ pub enum EventBody {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<String>,
     },
+    /// The `spawn_agent` call of the correlation (`turn_id`, `step_id`, `tool_call_id`) started
+    /// a child session — or, after a crash, found the one it had started and re-attached it.
+    /// Journaled once per call, before the child's first turn runs.
+    #[serde(rename = "agent.spawned")]
+    AgentSpawned {
+        /// The agent definition's name (a key of the parent release's `agents`).
+        agent: String,
+        /// The child session: derived from the parent session, step and call
+        /// ([`SessionId::for_child`]), so a re-run of the call finds it.
+        child_session_id: SessionId,
+        /// The release the child runs.
+        release_id: ReleaseId,
+    },
+    /// The child of the correlation's `spawn_agent` call stopped: its turn ended (`reason` is
+    /// its terminal reason) and what it used is added to the parent's turn and session usage
+    /// (per model, as failed attempts are: no step is counted), so the parent's budgets see a
+    /// child's spend. At most one per child.
+    #[serde(rename = "agent.finished")]
+    AgentFinished {
+        /// The child session.
+        child_session_id: SessionId,
+        /// The child turn's terminal reason (`completed`, `aborted`, `failed`,
+        /// `budget_exhausted`, …).
+        reason: String,
+        /// What the child's turn used in all (children of the child included).
+        #[serde(default)]
+        usage: Usage,
+        /// Its cost, USD.
+        #[serde(default, skip_serializing_if = "is_zero_f64")]
+        cost_usd: f64,
+        /// The same by serving model.
+        #[serde(default, skip_serializing_if = "UsageByModel::is_empty")]
+        usage_by_model: UsageByModel,
+    },
 }
 
 /// The points in a session where hooks run (`[[hooks.<event>]]` in `keel.toml`).
@@ -631,13 +668,17 @@ pub const EVENT_TYPES: &[&str] = &[
     "approval.expired",
     "context.compacted",
     "hook.ran",
+    "agent.spawned",
+    "agent.finished",
 ];
 
 impl EventBody {
-    /// The oldest envelope version that carries this body (see [`SCHEMA_VERSION`]): 3 for
-    /// `hook.ran` and for an `approval.decided` naming a hook, 2 for everything else.
+    /// The oldest envelope version that carries this body (see [`SCHEMA_VERSION`]): 4 for
+    /// `agent.spawned` and `agent.finished`, 3 for `hook.ran` and for an `approval.decided`
+    /// naming a hook, 2 for everything else.
     pub fn schema_version(&self) -> u32 {
         match self {
+            EventBody::AgentSpawned { .. } | EventBody::AgentFinished { .. } => 4,
             EventBody::HookRan { .. } | EventBody::ApprovalDecided { hook: Some(_), .. } => 3,
             _ => 2,
         }
@@ -676,6 +717,8 @@ impl EventBody {
             EventBody::ApprovalExpired {} => "approval.expired",
             EventBody::ContextCompacted { .. } => "context.compacted",
             EventBody::HookRan { .. } => "hook.ran",
+            EventBody::AgentSpawned { .. } => "agent.spawned",
+            EventBody::AgentFinished { .. } => "agent.finished",
         }
     }
 
@@ -1007,15 +1050,32 @@ mod tests {
                 context: None,
                 error: None,
             },
+            EventBody::AgentSpawned {
+                agent: "reviewer".into(),
+                child_session_id: SessionId::new(),
+                release_id: ReleaseId::from("sha256:01"),
+            },
+            EventBody::AgentFinished {
+                child_session_id: SessionId::new(),
+                reason: "completed".into(),
+                usage: Usage {
+                    input_tokens: 10,
+                    output_tokens: 5,
+                    ..Usage::default()
+                },
+                cost_usd: 0.01,
+                usage_by_model: UsageByModel::new(),
+            },
         ]
     }
 
     /// A journal written before hooks existed reads as before: `approval.decided` without
     /// `hook`.
     /// Hook events are the only ones a schema-2 build cannot read: they alone are written at
-    /// 3, so a session without them stays readable (and claimable) by older workers.
+    /// 3 (and sub-agent events, which a schema-3 build cannot read, at 4), so a session
+    /// without them stays readable (and claimable) by older workers.
     #[test]
-    fn only_hook_events_are_written_at_schema_3() {
+    fn only_hook_and_agent_events_are_written_above_schema_2() {
         for body in sample_bodies() {
             let ev = Event::new(
                 SessionId::new(),
@@ -1028,7 +1088,18 @@ mod tests {
                 ev.body,
                 EventBody::HookRan { .. } | EventBody::ApprovalDecided { hook: Some(_), .. }
             );
-            assert_eq!(ev.schema_version, if hook { 3 } else { 2 }, "{:?}", ev.body);
+            let agent = matches!(
+                ev.body,
+                EventBody::AgentSpawned { .. } | EventBody::AgentFinished { .. }
+            );
+            let expected = if agent {
+                4
+            } else if hook {
+                3
+            } else {
+                2
+            };
+            assert_eq!(ev.schema_version, expected, "{:?}", ev.body);
             let v: Value = serde_json::from_str(&ev.encode()).unwrap();
             assert_eq!(v["schema_version"], ev.schema_version);
         }

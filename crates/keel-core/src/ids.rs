@@ -92,6 +92,20 @@ uuid_id!(
     "apr"
 );
 
+impl SessionId {
+    /// The session a `spawn_agent` call starts: a UUIDv8 whose bits are the first 16 bytes of
+    /// the SHA-256 of `keel-child/<parent>/<step>/<call>` (the call's operation key), so a re-run
+    /// of the same call — after a crash of the parent's worker — finds the child it started
+    /// instead of starting a second one. Distinct calls give distinct children.
+    pub fn for_child(parent: SessionId, step: StepId, call: &ToolCallId) -> Self {
+        use sha2::{Digest, Sha256};
+        let digest = Sha256::digest(format!("keel-child/{parent}/{step}/{call}").as_bytes());
+        let mut bytes = [0u8; 16];
+        bytes.copy_from_slice(&digest[..16]);
+        Self(uuid::Builder::from_custom_bytes(bytes).into_uuid())
+    }
+}
+
 macro_rules! string_id {
     ($(#[$doc:meta])* $name:ident) => {
         $(#[$doc])*

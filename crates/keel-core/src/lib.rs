@@ -54,4 +54,4 @@ pub use machine::{
 pub use patch::{merge_diff, merge_patch};
 pub use plan::{EffectClass, Next};
 pub use release::{AgentDefinition, Principal, PrincipalKind, Release, Tenant};
-pub use state::{ApplyError, SessionState};
+pub use state::{ApplyError, ChildState, SessionState};

@@ -77,6 +77,11 @@ pub struct AgentDefinition {
     /// made; left out of the hashed JSON when empty, so releases without servers keep their ids.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub mcp_servers: BTreeMap<String, Value>,
+    /// The agents this one may start with the `spawn_agent` tool, by name: each a definition
+    /// (its `agents` are ignored: a child may spawn from its parent's set, which it inherits).
+    /// Left out of the hashed JSON when empty, so releases without agents keep their ids.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub agents: BTreeMap<String, AgentDefinition>,
 }
 
 /// An immutable, content-hashed agent definition.
@@ -122,6 +127,7 @@ mod tests {
                 ..Budget::default()
             },
             mcp_servers: Default::default(),
+            agents: BTreeMap::new(),
         }
     }
 
@@ -132,6 +138,15 @@ mod tests {
         let mut with = def(Value::Null);
         with.mcp_servers
             .insert("git".into(), json!({"command": "mcp-server-git"}));
+        assert_ne!(Release::new(with).id, Release::new(def(Value::Null)).id);
+    }
+
+    #[test]
+    fn a_release_without_agents_hashes_as_before_the_field_existed() {
+        let json = serde_json::to_value(def(Value::Null)).unwrap();
+        assert!(json.get("agents").is_none(), "{json}");
+        let mut with = def(Value::Null);
+        with.agents.insert("reviewer".into(), def(Value::Null));
         assert_ne!(Release::new(with).id, Release::new(def(Value::Null)).id);
     }
 

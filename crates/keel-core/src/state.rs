@@ -311,6 +311,19 @@ pub struct SessionState {
     pub finished_turns_ms: u64,
     /// The `session_start` hooks ran (`hook.ran`).
     pub session_hooked: bool,
+    /// Child sessions its `spawn_agent` calls started (`agent.spawned`), by child id.
+    pub children: BTreeMap<SessionId, ChildState>,
+}
+
+/// A child session a `spawn_agent` call of this session started.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ChildState {
+    /// The agent definition's name.
+    pub agent: String,
+    /// The call that started it.
+    pub tool_call_id: Option<ToolCallId>,
+    /// Its turn's terminal reason, once `agent.finished` is journaled.
+    pub finished: Option<String>,
 }
 
 impl Default for SessionStatus {
@@ -954,6 +967,69 @@ impl SessionState {
                 arguments.as_ref(),
                 *sealed,
             )?,
+            EventBody::AgentSpawned {
+                agent,
+                child_session_id,
+                ..
+            } => {
+                c.turn_id.ok_or_else(|| missing("turn_id"))?;
+                let call_id = c
+                    .tool_call_id
+                    .clone()
+                    .ok_or_else(|| missing("tool_call_id"))?;
+                let call = self
+                    .tool_calls
+                    .get(&call_id)
+                    .ok_or_else(|| unknown("tool call", call_id.to_string()))?;
+                if call.status.is_terminal() {
+                    return Err(rule("a finished call spawns no agent"));
+                }
+                if self.children.contains_key(child_session_id) {
+                    return Err(rule("a child session is spawned once"));
+                }
+                self.children.insert(
+                    *child_session_id,
+                    ChildState {
+                        agent: agent.clone(),
+                        tool_call_id: Some(call_id),
+                        finished: None,
+                    },
+                );
+            }
+            EventBody::AgentFinished {
+                child_session_id,
+                reason,
+                usage,
+                cost_usd,
+                usage_by_model,
+            } => {
+                let turn_id = c.turn_id.ok_or_else(|| missing("turn_id"))?;
+                let child = self
+                    .children
+                    .get_mut(child_session_id)
+                    .ok_or_else(|| unknown("child session", child_session_id.to_string()))?;
+                if child.finished.is_some() {
+                    return Err(rule("a child session finishes once"));
+                }
+                child.finished = Some(reason.clone());
+                let fallback = format!("agent:{}", child.agent);
+                // A child's spend counts in the parent's turn like a failed attempt's: tokens
+                // and cost by serving model, no step.
+                if usage_by_model.is_empty() {
+                    self.count_usage(turn_id, &fallback, usage, *cost_usd, false, false);
+                } else {
+                    for (model, totals) in usage_by_model {
+                        self.count_usage(
+                            turn_id,
+                            model,
+                            &totals.usage,
+                            totals.cost_usd,
+                            totals.estimated,
+                            false,
+                        );
+                    }
+                }
+            }
             EventBody::ContextCompacted {
                 first_kept_item, ..
             } => {

@@ -25,6 +25,7 @@ fn release(servers: BTreeMap<String, Value>) -> Release {
         policy: Value::Null,
         budget: Budget::default(),
         mcp_servers: servers,
+        agents: Default::default(),
     })
 }
 

@@ -81,6 +81,7 @@ async fn run(dir: &std::path::Path, steps: usize) -> (f64, u64) {
         policy: Value::Null,
         budget: Budget::default(),
         mcp_servers: Default::default(),
+        agents: Default::default(),
     });
     let tenant = TenantId::new();
     let session = rt

@@ -95,7 +95,7 @@ impl Runner {
         }
         let worst = step_worst_case(
             context_tokens,
-            &self.rt.model.members(),
+            &self.model.members(),
             &self.rt.options.prices,
         );
         let epoch = self.read(|j| j.epoch).await;

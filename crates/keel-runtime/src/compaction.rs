@@ -106,8 +106,8 @@ impl Runner {
                 Admission::Stopped => return Ok(()),
             };
             let resp = keel_model::collect(
-                self.rt.model.stream(request),
-                self.rt.model.model(),
+                self.model.stream(request),
+                self.model.model(),
                 &self.rt.options.prices,
             )
             .await;

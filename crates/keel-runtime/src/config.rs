@@ -145,6 +145,23 @@ pub struct SessionConfig {
     /// (e.g. the `keel` CLI's `base_url` of an OpenAI-compatible server). Keys are the host's;
     /// values any JSON. Pinned and changeable like every other field.
     pub host: BTreeMap<String, serde_json::Value>,
+    /// Set on a child session a `spawn_agent` call started (see [`crate::subagents`]): its
+    /// parent, the call and its depth. Absent (and not serialized) on every other session.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub subagent: Option<SubagentLink>,
+}
+
+/// Where a child session comes from ([`SessionConfig::subagent`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubagentLink {
+    /// The session whose call started it.
+    pub parent_session_id: keel_core::SessionId,
+    /// That call.
+    pub tool_call_id: keel_core::ToolCallId,
+    /// The agent definition's name.
+    pub agent: String,
+    /// 1 for a child of a top-level session, 2 for a grandchild, …
+    pub depth: u32,
 }
 
 /// [`SessionConfig::tool_timeout_ms`] by default: 10 min, in ms.
@@ -180,6 +197,7 @@ impl Default for SessionConfig {
             secret_env: Vec::new(),
             keep_reasoning: false,
             host: BTreeMap::new(),
+            subagent: None,
         }
     }
 }
@@ -341,6 +359,53 @@ pub struct RuntimeOptions {
     /// of every session this runtime runs. Default: none. Only a host's own configuration sets
     /// them (they run code); never a session's settings.
     pub hooks: crate::hooks::Hooks,
+    /// Bounds and models of sub-agents (`spawn_agent`, see [`crate::subagents`]).
+    pub subagents: SubagentOptions,
+}
+
+/// Builds the model a child session samples from its release's `model_route` (primary first,
+/// then fallbacks); an error says why the route cannot be used.
+pub type ModelFactory = Arc<
+    dyn Fn(&[String]) -> std::result::Result<Arc<dyn keel_model::ModelClient>, String>
+        + Send
+        + Sync,
+>;
+
+/// [`SubagentOptions::max_depth`] by default.
+pub const DEFAULT_SUBAGENT_MAX_DEPTH: u32 = 3;
+/// [`SubagentOptions::max_concurrent`] by default.
+pub const DEFAULT_SUBAGENT_MAX_CONCURRENT: usize = 8;
+
+/// Sub-agent settings of a worker (the `keel` CLI's `[subagents]` in `keel.toml`).
+#[derive(Clone)]
+pub struct SubagentOptions {
+    /// Deepest child: a session at this depth gets no `spawn_agent` call through (default 3).
+    pub max_depth: u32,
+    /// Most children of one session running at once; more calls wait for a slot (default 8).
+    pub max_concurrent: usize,
+    /// The model of a child session, from its release's route. `None`: children sample the
+    /// runtime's own model (the one given to [`crate::Runtime::new`]).
+    pub models: Option<ModelFactory>,
+}
+
+impl Default for SubagentOptions {
+    fn default() -> Self {
+        Self {
+            max_depth: DEFAULT_SUBAGENT_MAX_DEPTH,
+            max_concurrent: DEFAULT_SUBAGENT_MAX_CONCURRENT,
+            models: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for SubagentOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SubagentOptions")
+            .field("max_depth", &self.max_depth)
+            .field("max_concurrent", &self.max_concurrent)
+            .field("models", &self.models.is_some())
+            .finish()
+    }
 }
 
 /// Length of a token-rate window, ms: the limits of [`TokenRate`] are per minute, and a
@@ -430,6 +495,7 @@ impl Default for RuntimeOptions {
             workspace_roots: Vec::new(),
             token_rate: None,
             hooks: crate::hooks::Hooks::default(),
+            subagents: SubagentOptions::default(),
         }
     }
 }

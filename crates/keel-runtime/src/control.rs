@@ -618,6 +618,7 @@ mod tests {
             policy: serde_json::Value::Null,
             budget: Budget::default(),
             mcp_servers: Default::default(),
+            agents: Default::default(),
         });
         let tenant = TenantId::new();
         let config = SessionConfig {

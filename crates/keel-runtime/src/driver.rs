@@ -54,6 +54,9 @@ pub(crate) struct Runner {
     pub(crate) session: SessionId,
     pub(crate) release: Release,
     pub(crate) config: SessionConfig,
+    /// The model this session samples: the runtime's, or a child session's own
+    /// ([`Inner::model_for`]).
+    pub(crate) model: Arc<dyn keel_model::ModelClient>,
     pub(crate) active: Arc<Active>,
     pub(crate) approvals: ApprovalService,
     /// Cancelled when the lease is lost.
@@ -179,12 +182,14 @@ impl Runner {
         });
         let progress: Arc<dyn ProgressSink> = hub_progress.clone();
         let step_tools = Mutex::new(rt.tools.base().clone());
+        let model = rt.model_for(session, &release, &config)?;
         Ok(Self {
             rt,
             tenant,
             session,
             release,
             config,
+            model,
             active,
             approvals,
             lost,

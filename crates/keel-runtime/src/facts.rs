@@ -145,7 +145,7 @@ impl Runner {
             tenant_daily_budget: self.config.tenant_daily_budget,
             loop_threshold: self.config.loop_threshold,
             turn_timeout_ms: self.config.turn_timeout_ms,
-            context_window_tokens: self.config.context_window(self.rt.model.as_ref()),
+            context_window_tokens: self.config.context_window(self.model.as_ref()),
             compact_at_fraction: self.config.compact_at_fraction,
             max_compaction_failures: MAX_COMPACTION_FAILURES,
         }

@@ -85,7 +85,7 @@ impl Runtime {
         Ok(crate::context::project(
             &release.definition.instructions,
             agents.as_deref(),
-            &release.definition.tools,
+            &crate::pinned::offered_tools(&release, &tools),
             &tools,
             policy,
             &j.proj,

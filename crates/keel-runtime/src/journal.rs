@@ -164,7 +164,11 @@ impl Journal {
         let events: Vec<Event> = items
             .into_iter()
             .enumerate()
-            .map(|(i, (corr, body))| {
+            .map(|(i, (mut corr, body))| {
+                // A child session's events name its parent (`spawn_agent`).
+                if corr.parent_session_id.is_none() {
+                    corr.parent_session_id = self.state.parent_session_id;
+                }
                 Event::new(
                     self.session,
                     base + 1 + i as u64,

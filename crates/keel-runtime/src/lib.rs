@@ -189,10 +189,12 @@ pub mod telemetry;
 pub mod error;
 
 pub(crate) mod crash;
+/// `spawn_agent`: child sessions.
+pub mod subagents;
 
 pub use config::{
-    MAX_PRIORITY, MIN_PRIORITY, MultitaskStrategy, RuntimeOptions, SessionConfig, SubmitOptions,
-    TokenRate,
+    MAX_PRIORITY, MIN_PRIORITY, ModelFactory, MultitaskStrategy, RuntimeOptions, SessionConfig,
+    SubagentLink, SubagentOptions, SubmitOptions, TokenRate,
 };
 pub use context::ContextSnapshot;
 pub use crash::CRASH_INJECTION;

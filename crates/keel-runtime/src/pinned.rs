@@ -153,8 +153,31 @@ pub(crate) fn enforced_policy(
 /// Whether `release` lets its agent call tool `name` (an empty `tools` list enables every tool
 /// of the registry).
 pub(crate) fn tool_enabled(release: &Release, name: &str) -> bool {
+    if name == crate::subagents::SPAWN_AGENT && release.definition.agents.is_empty() {
+        return false;
+    }
     let tools = &release.definition.tools;
     tools.is_empty() || tools.iter().any(|t| t == name)
+}
+
+/// The tools the model of `release` is shown, as the allow list `crate::context::project`
+/// takes (empty: every tool of `registry`): the release's list, without `spawn_agent` when
+/// the release defines no agents (see [`tool_enabled`]).
+pub(crate) fn offered_tools<'a>(
+    release: &'a Release,
+    registry: &keel_tools::ToolRegistry,
+) -> std::borrow::Cow<'a, [String]> {
+    let spawn = crate::subagents::SPAWN_AGENT;
+    let tools = &release.definition.tools;
+    if !release.definition.agents.is_empty() || registry.get(spawn).is_none() {
+        return std::borrow::Cow::Borrowed(tools);
+    }
+    let all: Vec<String> = if tools.is_empty() {
+        registry.specs().into_iter().map(|s| s.name).collect()
+    } else {
+        tools.clone()
+    };
+    std::borrow::Cow::Owned(all.into_iter().filter(|t| t != spawn).collect())
 }
 
 /// What [`Runtime::repin`] journaled.

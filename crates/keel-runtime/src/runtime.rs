@@ -123,8 +123,17 @@ impl Runtime {
     ) -> Self {
         let owner = lease::owner_string(&options.worker_name);
         let hub = Hub::new(options.delta_buffer);
-        Self {
-            inner: Arc::new(Inner {
+        let inner = Arc::new_cyclic(|weak| {
+            // `spawn_agent` runs child sessions on this runtime; only releases that define
+            // agents are offered it (see `crate::pinned::tool_enabled`).
+            let mut tools = tools;
+            if tools.get(crate::subagents::SPAWN_AGENT).is_none()
+                && let Err(e) =
+                    tools.register(Arc::new(crate::subagents::SpawnAgent::new(weak.clone())))
+            {
+                tracing::warn!("spawn_agent not registered: {e}");
+            }
+            Inner {
                 store,
                 model,
                 tools: crate::tool_catalog::ToolCatalog::new(tools),
@@ -133,9 +142,11 @@ impl Runtime {
                 hub,
                 active: Mutex::new(HashMap::new()),
                 gates: crate::hold::Gates::default(),
-            }),
-            actor: None,
-        }
+                child_models: Mutex::new(HashMap::new()),
+                child_slots: Mutex::new(HashMap::new()),
+            }
+        });
+        Self { inner, actor: None }
     }
     /// Makes `provider` the source of the tools a release adds to the built-in ones (its MCP
     /// servers, `AgentDefinition::mcp_servers`): asked once per release and workspace when a
@@ -183,19 +194,33 @@ impl Runtime {
         release: &Release,
         config: SessionConfig,
     ) -> Result<SessionId> {
+        self.create_session_with_id(tenant, SessionId::new(), release, config)
+            .await
+    }
+
+    /// As [`Runtime::create_session`], under the id `session`: a child session
+    /// ([`SessionConfig::subagent`] set) records its parent in the store row and in
+    /// `session.created`'s correlation (`parent_session_id`, and the parent's `tool_call_id`).
+    pub(crate) async fn create_session_with_id(
+        &self,
+        tenant: TenantId,
+        session: SessionId,
+        release: &Release,
+        config: SessionConfig,
+    ) -> Result<SessionId> {
         config.validate()?;
         crate::pinned::check_settings_rules(&config, None)?;
         crate::pinned::check_release(release)?;
         let store = &self.inner.store;
         store.put_release(tenant, release).await?;
-        let session = SessionId::new();
+        let parent = config.subagent.clone();
         store
             .create_session(
                 tenant,
                 NewSession {
                     session_id: session,
                     release_id: release.id.clone(),
-                    parent_session_id: None,
+                    parent_session_id: parent.as_ref().map(|p| p.parent_session_id),
                     metadata: serde_json::json!({"workspace": config.workspace}),
                 },
             )
@@ -218,7 +243,12 @@ impl Runtime {
             .append(
                 "session.created",
                 vec![(
-                    Correlation::default().by(self.actor),
+                    Correlation {
+                        parent_session_id: parent.as_ref().map(|p| p.parent_session_id),
+                        tool_call_id: parent.map(|p| p.tool_call_id),
+                        ..Correlation::default()
+                    }
+                    .by(self.actor),
                     EventBody::SessionCreated {
                         tenant_id: tenant,
                         release_id: release.id.clone(),
@@ -423,14 +453,14 @@ impl Runtime {
             })?;
         let release = self.inner.store.get_release(tenant, &release_id).await?;
         let redactor = journal.redactor.clone();
-        let active = Arc::new(Active::new(journal));
+        let lost = CancellationToken::new();
+        let active = Arc::new(Active::new(journal, lost.clone()));
         self.inner
             .active
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(session, active.clone());
         let stop = CancellationToken::new();
-        let lost = CancellationToken::new();
         // Until the end below, dropping this future stops everything the run started.
         let guard = RunGuard {
             inner: self.inner.clone(),

@@ -32,16 +32,16 @@ use crate::subscribe::DeltaKind;
 impl Runner {
     /// What the model sees for the next step (the frozen snapshot).
     pub(crate) fn project(&self, j: &Journal) -> Result<ContextSnapshot> {
-        let policy =
-            crate::authorize::session_policy(&self.release, &self.config, j, &self.tools())?;
+        let tools = self.tools();
+        let policy = crate::authorize::session_policy(&self.release, &self.config, j, &tools)?;
         // What the model is sent is redacted like everything else it sees.
         let agents = crate::context::read_agents_md(&self.workspace)
             .map(|text| self.redactor.redact_str(&text));
         Ok(project(
             &self.release.definition.instructions,
             agents.as_deref(),
-            &self.release.definition.tools,
-            &self.tools(),
+            &crate::pinned::offered_tools(&self.release, &tools),
+            &tools,
             policy,
             &j.proj,
             &j.exact_reasoning(),
@@ -107,7 +107,7 @@ impl Runner {
             .model
             .members()
             .first()
-            .map_or_else(|| self.rt.model.model().to_owned(), |m| (*m).to_owned());
+            .map_or_else(|| self.model.model().to_owned(), |m| (*m).to_owned());
         let mut attempt = first_attempt;
         self.stage(vec![(
             Correlation::step(turn, step, attempt),
@@ -121,7 +121,7 @@ impl Runner {
         request.timeouts = self.model_timeouts();
         let max_tokens = request.sampling.max_tokens;
         let mut chat = self.chat_span(turn, step, attempt, &model, max_tokens);
-        let mut stream = self.rt.model.stream(request);
+        let mut stream = self.model.stream(request);
         let started = tokio::time::Instant::now();
         let first_token_deadline = self
             .config
@@ -156,7 +156,7 @@ impl Runner {
         let mut seen: std::collections::HashSet<ToolCallId> = std::collections::HashSet::new();
         // Whether the current attempt takes a scripted position (`responses_consumed`): only a
         // scripted model's responses do; a route says per attempt.
-        let mut consumes = self.rt.model.consumes_responses();
+        let mut consumes = self.model.consumes_responses();
         let mut text = String::new();
         let mut reasoning: Vec<Value> = Vec::new();
         // What the current attempt used: the provider's reports (summed), or, when it reported

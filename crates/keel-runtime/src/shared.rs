@@ -15,6 +15,7 @@ use keel_store::Store;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::RuntimeOptions;
+use crate::error::RuntimeError;
 use crate::journal::Journal;
 use crate::subscribe::Hub;
 
@@ -34,11 +35,14 @@ pub(crate) struct Active {
     pub(crate) version: AtomicU64,
     /// Who asked to cancel a running call, by call id (its `tool_call.finished` names them).
     pub(crate) cancelled_by: Mutex<HashMap<String, PrincipalId>>,
+    /// The run's lease-lost token: cancelled (before the turn's token, its child) when the
+    /// lease is lost or the run's future is dropped — a stop that is not a cancellation.
+    pub(crate) lost: CancellationToken,
 }
 
 impl Active {
-    /// A handle for a session whose journal is `journal`.
-    pub(crate) fn new(journal: Journal) -> Self {
+    /// A handle for a session whose journal is `journal`, run under `lost`.
+    pub(crate) fn new(journal: Journal, lost: CancellationToken) -> Self {
         let version = journal.durable;
         Self {
             journal: Arc::new(tokio::sync::Mutex::new(journal)),
@@ -48,6 +52,7 @@ impl Active {
             call_done: tokio::sync::Notify::new(),
             version: AtomicU64::new(version),
             cancelled_by: Mutex::new(HashMap::new()),
+            lost,
         }
     }
 
@@ -116,6 +121,10 @@ pub(crate) struct Inner {
     pub(crate) active: Mutex<HashMap<SessionId, Arc<Active>>>,
     /// This process's queue per session for short holds of its lease.
     pub(crate) gates: crate::hold::Gates,
+    /// Child sessions' models by route ([`Inner::model_for`]).
+    pub(crate) child_models: Mutex<HashMap<Vec<String>, Arc<dyn ModelClient>>>,
+    /// Each parent session's slots for running children (`spawn_agent`), created on first use.
+    pub(crate) child_slots: Mutex<HashMap<SessionId, Arc<tokio::sync::Semaphore>>>,
 }
 
 impl Inner {
@@ -126,6 +135,52 @@ impl Inner {
             .unwrap_or_else(PoisonError::into_inner)
             .get(&session)
             .cloned()
+    }
+
+    /// The model session `session` samples: a child session (`spawn_agent`) samples its
+    /// release's route through [`crate::config::SubagentOptions::models`] when the host gave
+    /// one (built once per route); every other session, the runtime's own model.
+    ///
+    /// # Errors
+    /// [`RuntimeError::Config`] naming the route when the host cannot build it.
+    pub(crate) fn model_for(
+        &self,
+        session: SessionId,
+        release: &keel_core::Release,
+        config: &crate::config::SessionConfig,
+    ) -> crate::error::Result<Arc<dyn ModelClient>> {
+        let route = &release.definition.model_route;
+        let (Some(_), Some(factory)) = (&config.subagent, &self.options.subagents.models) else {
+            return Ok(self.model.clone());
+        };
+        let mut models = self
+            .child_models
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(m) = models.get(route) {
+            return Ok(m.clone());
+        }
+        let model = factory(route).map_err(|reason| RuntimeError::Config {
+            session,
+            reason: format!("model route {}: {reason}", route.join(" -> ")),
+        })?;
+        models.insert(route.clone(), model.clone());
+        Ok(model)
+    }
+
+    /// The slots of `parent`'s running children (at most
+    /// [`crate::config::SubagentOptions::max_concurrent`]).
+    pub(crate) fn child_slots(&self, parent: SessionId) -> Arc<tokio::sync::Semaphore> {
+        self.child_slots
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(parent)
+            .or_insert_with(|| {
+                Arc::new(tokio::sync::Semaphore::new(
+                    self.options.subagents.max_concurrent.max(1),
+                ))
+            })
+            .clone()
     }
 }
 

@@ -214,7 +214,7 @@ impl Runner {
             .model
             .members()
             .first()
-            .map_or_else(|| self.rt.model.model().to_owned(), |m| (*m).to_owned());
+            .map_or_else(|| self.model.model().to_owned(), |m| (*m).to_owned());
         let span = tracing::info_span!(
             target: TARGET,
             parent: None,

@@ -342,6 +342,12 @@ impl Runner {
             }),
             limits: self.tool_limits(),
             hash_key: self.rt.options.seal_key.hash_key().clone(),
+            scope: Some(keel_tools::tool::CallScope {
+                tenant_id: self.tenant,
+                session_id: self.session,
+                turn_id: turn,
+                step_id: step,
+            }),
         };
         let mut items = Vec::new();
         if status == Some(ToolCallStatus::Proposed) {

@@ -125,6 +125,7 @@ pub fn release(tools: &[&str], budget: Budget) -> Release {
         policy: Value::Null,
         budget,
         mcp_servers: Default::default(),
+        agents: Default::default(),
     })
 }
 

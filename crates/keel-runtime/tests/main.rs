@@ -33,6 +33,7 @@ mod scheduler;
 mod sealed;
 mod secrets;
 mod streaming;
+mod subagents;
 mod subscribe;
 mod timeouts;
 mod token_rate;

@@ -130,6 +130,22 @@ pub struct ToolContext {
     /// The key of the hashes a tool records about content ([`Tool::prepare`] probes; see
     /// [`crate::keyed_hash`]): the deployment's, so any of its workers can compare them.
     pub hash_key: crate::keyed_hash::HashKey,
+    /// Whose call this is — tenant, session, turn, step — when a runtime runs it (`None` for
+    /// a tool run outside a session). Tools that act for the session (`spawn_agent`) read it.
+    pub scope: Option<CallScope>,
+}
+
+/// The session a tool call belongs to (see [`ToolContext::scope`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallScope {
+    /// The tenant.
+    pub tenant_id: keel_core::TenantId,
+    /// The session.
+    pub session_id: keel_core::SessionId,
+    /// The turn.
+    pub turn_id: keel_core::TurnId,
+    /// The step that proposed the call.
+    pub step_id: keel_core::StepId,
 }
 
 impl std::fmt::Debug for ToolContext {

@@ -11,7 +11,8 @@
 //! `sandbox_network` and `trusted_workspaces`. A looser or forbidden value stops the command
 //! before anything runs ([`ConfigError::Untrusted`], naming the file, the key and how to accept
 //! it); what needs trust and is merely not granted — `allow` rules, `[hooks]` (they run code),
-//! `[mcp_servers]` (it starts programs) and the reserved `[agents]` — is dropped with a notice
+//! `[mcp_servers]` (it starts programs), `[agents]`, `[subagents]` and `.keel/agents/*.md` —
+//! is dropped with a notice
 //! ([`Config::notices`]). A trusted workspace's hooks run after the user's.
 //! docs/SECURITY.md has the table, key by key.
 //!
@@ -67,6 +68,14 @@
 //! [mcp_servers.docs]                       # streamable HTTP: url, headers (values from env vars)
 //! url = "https://mcp.example.com/mcp"
 //! headers = { Authorization = { env = "DOCS_TOKEN", prefix = "Bearer " } }
+//!
+//! [agents.reviewer]                        # spawn_agent's agents; a workspace's (and its
+//! instructions = "Review the change."      #   .keel/agents/NAME.md files) only when trusted
+//! tools = ["read_file", "grep"]            # default: every tool
+//! model = "anthropic:claude-sonnet-4-5"    # default: the session's route
+//! [subagents]
+//! max_depth = 3                            # default 3
+//! max_concurrent = 8                       # running children per session (default 8)
 //!
 //! [env]                                    # set in every tool process (user config only)
 //! RUST_LOG = "info"
@@ -379,6 +388,25 @@ impl std::fmt::Debug for EnvValue {
     }
 }
 
+/// The agent definition of `[agents.NAME]` (or `.keel/agents/NAME.md`): a relative
+/// `script:` model path is relative to the workspace; no model means the session's route.
+fn agent_definition(name: &str, a: &AgentConfig, workspace: &Path) -> keel_core::AgentDefinition {
+    keel_core::AgentDefinition {
+        name: name.to_owned(),
+        model_route: a
+            .model
+            .iter()
+            .map(|m| crate::model_spec::absolutize(m, workspace))
+            .collect(),
+        instructions: a.instructions.clone().unwrap_or_default(),
+        tools: a.tools.clone().unwrap_or_default(),
+        policy: serde_json::Value::Null,
+        budget: Budget::default(),
+        mcp_servers: BTreeMap::new(),
+        agents: BTreeMap::new(),
+    }
+}
+
 /// One `keel.toml` as written (every field optional), and the merged result of all layers.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -448,6 +476,115 @@ pub struct FileConfig {
     /// From the user config, or a workspace's only when it is trusted.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub mcp_servers: BTreeMap<String, keel_mcp::McpServerConfig>,
+    /// Agents the session's agent may start with `spawn_agent` (`[agents.NAME]`; also
+    /// `.keel/agents/NAME.md`). From the user config, or a workspace's only when it is trusted.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub agents: BTreeMap<String, AgentConfig>,
+    /// Bounds of sub-agents (`[subagents]`). From the user config, or a trusted workspace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subagents: Option<SubagentsConfig>,
+}
+
+/// One `[agents.NAME]` entry (or the front matter and body of `.keel/agents/NAME.md`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentConfig {
+    /// Its instructions (system prompt); default: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instructions: Option<String>,
+    /// The tools it may see; default: every tool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Vec<String>>,
+    /// Its model spec; default: the session's model route.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+}
+
+/// `[subagents]`: how deep agents nest and how many children of one session run at once.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubagentsConfig {
+    /// Deepest child (default 3).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_depth: Option<u32>,
+    /// Most children of one session running at once (default 8).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_concurrent: Option<usize>,
+}
+
+/// The directory of a workspace's agent files (`.keel/agents/*.md`).
+pub const AGENTS_DIR: &str = ".keel/agents";
+
+/// Reads the agent files of `dir` (`NAME.md`: optional front matter between `---` lines with
+/// `model:`, `tools:` — `[a, b]` or `a, b` — and `name:`, then the instructions). A missing
+/// directory has none.
+///
+/// # Errors
+/// [`ConfigError::InFile`] naming the file: unreadable, a front matter without its closing
+/// `---`, an unknown key.
+pub fn read_agent_files(dir: &Path) -> Result<BTreeMap<String, AgentConfig>, ConfigError> {
+    let mut out = BTreeMap::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Ok(out);
+    };
+    let mut paths: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "md"))
+        .collect();
+    paths.sort();
+    for path in paths {
+        let bad = |message: String| ConfigError::InFile {
+            path: path.clone(),
+            message,
+        };
+        let text = std::fs::read_to_string(&path).map_err(|e| bad(e.to_string()))?;
+        let mut name = path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let mut agent = AgentConfig::default();
+        let body = match text.strip_prefix("---\n") {
+            Some(rest) => {
+                let Some((front, body)) = rest.split_once("\n---") else {
+                    return Err(bad("the front matter has no closing `---` line".into()));
+                };
+                for line in front.lines().filter(|l| !l.trim().is_empty()) {
+                    let Some((key, value)) = line.split_once(':') else {
+                        return Err(bad(format!(
+                            "front matter line {line:?} is not `key: value`"
+                        )));
+                    };
+                    let value = value.trim().trim_matches('"');
+                    match key.trim() {
+                        "name" => value.clone_into(&mut name),
+                        "model" => agent.model = Some(value.to_owned()),
+                        "tools" => {
+                            agent.tools = Some(
+                                value
+                                    .trim_start_matches('[')
+                                    .trim_end_matches(']')
+                                    .split(',')
+                                    .map(|t| t.trim().trim_matches('"').to_owned())
+                                    .filter(|t| !t.is_empty())
+                                    .collect(),
+                            );
+                        }
+                        "description" => {}
+                        other => {
+                            return Err(bad(format!(
+                                "unknown front matter key `{other}` (expected name, model, tools, description)"
+                            )));
+                        }
+                    }
+                }
+                body.split_once('\n').map_or("", |(_, b)| b)
+            }
+            None => text.as_str(),
+        };
+        agent.instructions = Some(body.trim().to_owned());
+        out.insert(name, agent);
+    }
+    Ok(out)
 }
 
 /// Settings given on the command line; `None` leaves the configured value.
@@ -592,6 +729,11 @@ pub struct Config {
     pub env: BTreeMap<String, EnvValue>,
     /// Hooks: the user config's, then a trusted workspace's.
     pub hooks: keel_runtime::hooks::HooksConfig,
+    /// Agents `spawn_agent` may start, by name (`[agents.NAME]`, then `.keel/agents/*.md`
+    /// of a trusted workspace).
+    pub agents: BTreeMap<String, keel_core::AgentDefinition>,
+    /// `[subagents]`.
+    pub subagents: SubagentsConfig,
     /// Whether the user config trusts the workspace (`trusted_workspaces`), so that its
     /// `keel.toml` was applied without the only-tighten rule.
     pub trusted: bool,
@@ -654,14 +796,24 @@ fn check_layer(path: &Path, table: &toml::Table) -> Result<FileConfig, ConfigErr
 /// them where they would apply (the user config, a trusted workspace) rather than ignore a
 /// setting someone relies on, and drops them with a notice from an untrusted workspace, where
 /// they would never apply anyway.
-pub const RESERVED_KEYS: [(&str, &str); 1] = [("agents", "define agents")];
+pub const RESERVED_KEYS: [(&str, &str); 0] = [];
 
 /// Sections a workspace's `keel.toml` may set only when the workspace is trusted (they run
 /// programs it names), with what each does: dropped with a notice from an untrusted one.
-pub const TRUSTED_ONLY_KEYS: [(&str, &str); 1] = [(
-    "mcp_servers",
-    "would start the MCP servers it names (programs run with your environment, or URLs called)",
-)];
+pub const TRUSTED_ONLY_KEYS: [(&str, &str); 3] = [
+    (
+        "mcp_servers",
+        "would start the MCP servers it names (programs run with your environment, or URLs called)",
+    ),
+    (
+        "agents",
+        "would define agents your agent may start, with their own instructions and models",
+    ),
+    (
+        "subagents",
+        "would change how deep agents nest and how many run at once",
+    ),
+];
 
 /// Refuses a reserved section in a file whose settings apply (the user config, a trusted
 /// workspace's).
@@ -1616,8 +1768,24 @@ impl Config {
                 }
             })?;
         let mut config = Self::from_file_config(workspace, sources, file, locations)?;
+        // A repository's agent files count only when the workspace is trusted.
+        let agents_dir = config.workspace.join(AGENTS_DIR);
+        if trusted || same_file {
+            for (name, agent) in read_agent_files(&agents_dir)? {
+                config
+                    .agents
+                    .entry(name.clone())
+                    .or_insert_with(|| agent_definition(&name, &agent, &config.workspace));
+            }
+        } else if read_workspace_file && agents_dir.is_dir() {
+            config.notices.push(format!(
+                "keel: note: {} holds agent definitions; ignored: a workspace's apply only if you trust it (keel trust {})",
+                agents_dir.display(),
+                config.workspace.display()
+            ));
+        }
+        config.notices.splice(0..0, notices);
         config.trusted = trusted;
-        config.notices = notices;
         Ok(config)
     }
 
@@ -1665,6 +1833,11 @@ impl Config {
                 .transpose()?,
         };
         let timeouts = file.timeouts.clone().unwrap_or_default().parse()?;
+        let agents = file
+            .agents
+            .iter()
+            .map(|(n, a)| (n.clone(), agent_definition(n, a, &workspace)))
+            .collect();
         Ok(Config {
             workspace,
             sources,
@@ -1689,6 +1862,8 @@ impl Config {
             providers: file.providers.clone(),
             env: file.env.clone(),
             hooks: file.hooks.clone().unwrap_or_default(),
+            agents,
+            subagents: file.subagents.clone().unwrap_or_default(),
             merged: file,
             trusted: false,
             notices: Vec::new(),
@@ -1714,6 +1889,19 @@ impl Config {
         fill(&mut t.stream_idle, self.timeouts.stream_idle_ms);
         shown.timeouts = Some(t);
         shown.keep_reasoning = Some(self.keep_reasoning);
+        // Agents from every source (`[agents]`, a trusted workspace's `.keel/agents/*.md`).
+        shown.agents = self
+            .agents
+            .iter()
+            .map(|(n, d)| {
+                let agent = AgentConfig {
+                    instructions: Some(d.instructions.clone()),
+                    tools: (!d.tools.is_empty()).then(|| d.tools.clone()),
+                    model: d.model_route.first().cloned(),
+                };
+                (n.clone(), agent)
+            })
+            .collect();
         let mut table = match toml::Value::try_from(&shown) {
             Ok(toml::Value::Table(t)) => t,
             _ => toml::Table::new(),

@@ -113,6 +113,7 @@ pub fn release_of(config: &Config) -> Release {
                 )
             })
             .collect(),
+        agents: config.agents.clone(),
     })
 }
 
@@ -383,8 +384,30 @@ pub fn host_options(config: &Config, worker_name: &str) -> anyhow::Result<Runtim
         hidden_paths: hidden_paths(config),
         hooks: keel_runtime::hooks::Hooks::new(&config.hooks)
             .context("the [hooks] configuration")?,
+        subagents: subagent_options(config),
         ..RuntimeOptions::default()
     })
+}
+
+/// `[subagents]` and the models of child sessions: a child's route is built like the
+/// session's (same providers, keys and base URL).
+fn subagent_options(config: &Config) -> keel_runtime::SubagentOptions {
+    let defaults = keel_runtime::SubagentOptions::default();
+    let base = config.clone();
+    keel_runtime::SubagentOptions {
+        max_depth: config.subagents.max_depth.unwrap_or(defaults.max_depth),
+        max_concurrent: config
+            .subagents
+            .max_concurrent
+            .unwrap_or(defaults.max_concurrent),
+        models: Some(Arc::new(move |route: &[String]| {
+            let mut c = base.clone();
+            c.model_route = route.to_vec();
+            build_route(&c)
+                .map(|m| Arc::new(m) as Arc<dyn ModelClient>)
+                .map_err(|e| e.to_string())
+        })),
+    }
 }
 
 /// A runtime that offers the tools of `release`'s MCP servers (started now in the workspace,

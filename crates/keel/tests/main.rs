@@ -31,6 +31,7 @@ mod session_secrets;
 mod shell_sandbox;
 mod shutdown;
 mod sse;
+mod subagents;
 mod terminal_escapes;
 mod timeouts;
 mod untrusted_config;

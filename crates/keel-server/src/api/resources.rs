@@ -101,6 +101,7 @@ pub async fn create_release(
         policy,
         budget: budget(body.budget),
         mcp_servers: body.mcp_servers.clone(),
+        agents: Default::default(),
     });
     keel_runtime::pinned::check_release(&release).map_err(|e| {
         let text = e.to_string();

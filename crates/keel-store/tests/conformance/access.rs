@@ -614,6 +614,7 @@ pub async fn api_lists_page_sessions_by_release_artifacts_memory_and_releases(h:
             policy: serde_json::Value::Null,
             budget: Budget::default(),
             mcp_servers: Default::default(),
+            agents: Default::default(),
         })
     };
     let (r1, r2) = (r("one"), r("two"));

@@ -1076,6 +1076,7 @@ pub async fn releases_are_content_addressed(h: &Harness) {
         policy: json!({"mode": "default"}),
         budget: Budget::default(),
         mcp_servers: Default::default(),
+        agents: Default::default(),
     });
     h.store.put_release(t, &release).await.unwrap();
     h.store.put_release(t, &release).await.unwrap();
@@ -2808,6 +2809,7 @@ pub async fn a_re_pin_moves_the_session_row_with_its_event(h: &Harness) {
             policy: json!({"deny": ["shell"]}),
             budget: Budget::default(),
             mcp_servers: Default::default(),
+            agents: Default::default(),
         })
     };
     let (next, foreign, missing) = (release("next"), release("foreign"), release("missing"));

@@ -1,0 +1,597 @@
+//! Sub-agents: the `spawn_agent {agent, prompt}` tool, which hands a task to a child session
+//! and gives its parent one tool result — the child's final text, or why it stopped.
+//!
+//! - **Which agents.** A release's `agents` (keel-core `AgentDefinition::agents`) are the
+//!   agents it may spawn; `spawn_agent` is offered only to a release that defines some (see
+//!   `crate::pinned::tool_enabled`). The child's release is that definition, with the parent's
+//!   model route when it names none and the parent's `agents` (so a child may spawn from the
+//!   same set).
+//! - **One child per call, found again.** The child's id is derived from the parent session,
+//!   step and call ([`SessionId::for_child`]). The call is `read_only` (the child's own calls
+//!   are authorized in the child), so after a crash of the parent's worker recovery runs it
+//!   again, and the re-run finds the child, re-attaches and reconciles from the child's state:
+//!   never a second child, never `outcome_unknown`.
+//! - **Never looser.** The child's settings are the parent's — permission mode, sandbox and
+//!   its network, `ask`/`deny` rules, secrets, timeouts — plus the parent release's `ask` and
+//!   `deny` rules as settings, so whatever the parent may not do, the child may not either.
+//! - **Shared budgets.** The child's turn and session budgets are what the parent's turn and
+//!   session have left (tokens, cost, wall time) when it starts; the tenant's daily budget is
+//!   shared through the usage table. `agent.finished` adds the child turn's usage and cost to
+//!   the parent's turn and session totals (per serving model), so the parent's next step sees
+//!   them against its limits and its `turn.finished` reports them.
+//! - **Bounds.** A session at depth [`crate::SubagentOptions::max_depth`] gets its
+//!   `spawn_agent` calls refused; at most [`crate::SubagentOptions::max_concurrent`] children
+//!   of one session run at once (more calls wait for a slot). Several calls of one step run
+//!   in parallel (the tool is parallel-safe).
+//! - **Cancellation** flows down: the call's token (the parent's turn, the call's time limit)
+//!   cancels the child's turn (`turn.cancel_requested` in the child, journaled).
+//! - **Humans.** A child that waits on a human (`requires_action`: an approval, an unknown
+//!   effect) is reported on the parent's stream as a `tool_progress` status naming the child
+//!   session and what it waits for; the call waits until it is decided in the child session
+//!   (or the call is cancelled or times out), then the child continues.
+//! - **Events.** `agent.spawned` and `agent.finished` in the parent's journal (correlation: the
+//!   call); every event of the child carries `parent_session_id`, and its `session.created`
+//!   also the parent's `tool_call_id`.
+
+use std::sync::Weak;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use keel_core::{
+    AgentDefinition, ApprovalStatus, Budget, Correlation, EventBody, Release, SessionId,
+    SessionStatus, TerminalReason, ToolCallId,
+};
+use keel_store::StoreError;
+use keel_tools::tool::{CallScope, EffectClass, Tool, ToolContext, ToolOutput, ToolProgress};
+use serde_json::{Value, json};
+
+use crate::config::{SessionConfig, SubagentLink};
+use crate::error::{Result, RuntimeError};
+use crate::runtime::{PendingAction, Runtime};
+use crate::shared::Inner;
+
+/// The tool's name.
+pub const SPAWN_AGENT: &str = "spawn_agent";
+
+/// How often a call whose child waits on a human looks whether it was decided.
+const DECISION_POLL: Duration = Duration::from_millis(200);
+
+/// The `spawn_agent` tool of one runtime (registered by [`Runtime::new`]).
+pub(crate) struct SpawnAgent {
+    rt: Weak<Inner>,
+}
+
+impl SpawnAgent {
+    /// The tool, running children on the runtime `rt` points to.
+    pub(crate) fn new(rt: Weak<Inner>) -> Self {
+        Self { rt }
+    }
+}
+
+#[async_trait]
+impl Tool for SpawnAgent {
+    fn name(&self) -> &str {
+        SPAWN_AGENT
+    }
+
+    fn description(&self) -> &str {
+        "Hands a self-contained task to another agent, which works in its own session with its \
+         own context and returns its final answer as this call's result. `agent` is the name of \
+         one of the agents you may spawn; `prompt` is everything it needs to know (it does not \
+         see this conversation). Several calls in one response run in parallel."
+    }
+
+    fn input_schema(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "agent": {"type": "string", "description": "Name of the agent to start."},
+                "prompt": {"type": "string", "description": "The task, complete in itself."}
+            },
+            "required": ["agent", "prompt"],
+            "additionalProperties": false
+        })
+    }
+
+    fn effect(&self) -> EffectClass {
+        // The call itself changes nothing: the child's calls are authorized in the child,
+        // under the parent's mode and rules. Read-only also makes a re-run after a crash
+        // re-attach the child instead of leaving an unknown outcome.
+        EffectClass::ReadOnly
+    }
+
+    async fn call(&self, args: Value, ctx: &ToolContext) -> ToolOutput {
+        let agent = args.get("agent").and_then(Value::as_str).unwrap_or("");
+        let prompt = args.get("prompt").and_then(Value::as_str).unwrap_or("");
+        if prompt.trim().is_empty() {
+            return ToolOutput::not_performed("`prompt` is empty; give the agent its task.");
+        }
+        let Some(inner) = self.rt.upgrade() else {
+            return ToolOutput::not_performed(
+                "The runtime is shutting down; no agent was started.",
+            );
+        };
+        let Some(scope) = ctx.scope else {
+            return ToolOutput::not_performed("`spawn_agent` runs only inside a session.");
+        };
+        let rt = Runtime { inner, actor: None };
+        match run_child(&rt, scope, ctx, agent, prompt).await {
+            Ok(out) => out,
+            Err(e) => ToolOutput::error(format!("Error: agent `{agent}`: {e}")),
+        }
+    }
+}
+
+/// What the parent's journal says about the call's child when the call starts.
+struct ParentView {
+    config: SessionConfig,
+    release: Release,
+    /// The child's terminal reason, when its `agent.finished` is journaled.
+    finished: Option<Option<String>>,
+    /// The parent turn's remaining limits.
+    turn_left: Budget,
+    /// The parent session's remaining limits.
+    session_left: Budget,
+}
+
+/// Starts (or finds again) the child of the call in `scope`, runs it to its end, and gives the
+/// call's output.
+async fn run_child(
+    rt: &Runtime,
+    scope: CallScope,
+    ctx: &ToolContext,
+    agent: &str,
+    prompt: &str,
+) -> Result<ToolOutput> {
+    let inner = &rt.inner;
+    let (tenant, parent) = (scope.tenant_id, scope.session_id);
+    let call = ToolCallId::from(ctx.call_id.as_str());
+    let child = SessionId::for_child(parent, scope.step_id, &call);
+    let Some(active) = inner.active(parent) else {
+        return Ok(ToolOutput::not_performed(format!(
+            "The session {parent} is not running in this process; no agent was started."
+        )));
+    };
+    let view = parent_view(rt, &active, scope, child).await?;
+    if view.finished.is_some() {
+        // The call ran to its end before a crash: its result is the child's.
+        return result_of(rt, scope, child, agent, false).await;
+    }
+    let existing = match inner.store.get_session(tenant, child).await {
+        Ok(rec) => Some(rec.release_id),
+        Err(StoreError::NotFound { .. }) => None,
+        Err(e) => return Err(e.into()),
+    };
+    if existing.is_none() {
+        let defs = &view.release.definition.agents;
+        if !defs.contains_key(agent) {
+            let names: Vec<&str> = defs.keys().map(String::as_str).collect();
+            return Ok(ToolOutput::not_performed(format!(
+                "There is no agent named `{agent}`; the agents you may spawn are: {}.",
+                if names.is_empty() {
+                    "none".to_owned()
+                } else {
+                    names.join(", ")
+                }
+            )));
+        }
+        let depth = view.config.subagent.as_ref().map_or(1, |l| l.depth + 1);
+        let max = inner.options.subagents.max_depth;
+        if depth > max {
+            return Ok(ToolOutput::not_performed(format!(
+                "Agent `{agent}` was not started: it would run at depth {depth}, and agents nest \
+                 at most {max} deep ([subagents] max_depth). Do the task yourself."
+            )));
+        }
+    }
+    // A slot among the parent's running children, before anything starts.
+    let slots = inner.child_slots(parent);
+    let permit = tokio::select! {
+        p = slots.acquire_owned() => p.ok(),
+        () = ctx.cancel.cancelled() => {
+            return Ok(ToolOutput::cancelled(format!(
+                "`spawn_agent` was cancelled while waiting for a free agent slot; agent `{agent}` was not started."
+            )));
+        }
+    };
+    let release_id = match existing {
+        Some(id) => id,
+        None => {
+            let Some(def) = view.release.definition.agents.get(agent) else {
+                return Err(RuntimeError::InvalidInput(format!("unknown agent {agent}")));
+            };
+            let release = child_release(&view.release, def, agent);
+            let config = child_config(&view, parent, &call, agent);
+            match rt
+                .create_session_with_id(tenant, child, &release, config)
+                .await
+            {
+                Ok(_) | Err(RuntimeError::Store(StoreError::Conflict(_))) => {}
+                Err(e) => return Err(e),
+            }
+            release.id
+        }
+    };
+    {
+        let mut j = active.journal.lock().await;
+        if !j.state.children.contains_key(&child) {
+            j.stage(vec![(
+                Correlation::tool_call(scope.turn_id, scope.step_id, call.clone()),
+                EventBody::AgentSpawned {
+                    agent: agent.to_owned(),
+                    child_session_id: child,
+                    release_id,
+                },
+            )])
+            .await?;
+        }
+    }
+    let state = rt.view(tenant, child).await?.state;
+    if state.turn_order.is_empty() {
+        rt.submit(tenant, child, prompt).await?;
+    }
+    let Some(cancelled) = drive(rt, ctx, &active.lost, tenant, child, agent).await? else {
+        // The parent's run stopped without a cancellation (its lease was lost, or its worker
+        // is going away): the child is left as it is, and the call's re-run re-attaches it.
+        return Ok(ToolOutput::error(format!(
+            "The run of session {parent} stopped; agent `{agent}` (session {child}) is re-attached when the session continues."
+        )));
+    };
+    drop(permit);
+    result_of(rt, scope, child, agent, cancelled).await
+}
+
+/// Runs the child until its turn ends, waiting while it waits on a human; cancels its turn
+/// when the call is cancelled. Returns whether the call was cancelled, or `None` when the
+/// parent's run stopped (`lost`: lease lost, future dropped) — then the child is not
+/// cancelled, only left (its run here stops as after a crash) for the call's re-run.
+async fn drive(
+    rt: &Runtime,
+    ctx: &ToolContext,
+    lost: &tokio_util::sync::CancellationToken,
+    tenant: keel_core::TenantId,
+    child: SessionId,
+    agent: &str,
+) -> Result<Option<bool>> {
+    let mut cancelled = false;
+    loop {
+        let run = rt.run(tenant, child);
+        tokio::pin!(run);
+        let outcome = tokio::select! {
+            o = &mut run => o?,
+            () = ctx.cancel.cancelled(), if !cancelled => {
+                // `lost` is cancelled before the turn's token (its child): checked first.
+                if lost.is_cancelled() {
+                    return Ok(None);
+                }
+                cancelled = true;
+                cancel_child(rt, tenant, child).await;
+                run.await?
+            }
+        };
+        if outcome.status != SessionStatus::RequiresAction {
+            return Ok(Some(cancelled));
+        }
+        if cancelled {
+            // Cancelled while it waited on a human: the cancellation ends its turn.
+            cancel_child(rt, tenant, child).await;
+            return Ok(Some(true));
+        }
+        for p in &outcome.pending {
+            ctx.progress.report(
+                &ctx.call_id,
+                ToolProgress::Status {
+                    text: waiting_text(agent, child, p),
+                },
+            );
+        }
+        // Wait for a decision in the child session (or the call's cancellation).
+        let version = outcome.version;
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(DECISION_POLL) => {}
+                () = ctx.cancel.cancelled() => {
+                    if lost.is_cancelled() {
+                        return Ok(None);
+                    }
+                    cancel_child(rt, tenant, child).await;
+                    return Ok(Some(true));
+                }
+            }
+            if decided(rt, tenant, child, version, &outcome.pending).await? {
+                break;
+            }
+        }
+    }
+}
+
+/// Asks the child's active turn to stop (journaled in the child); a turn already ended is no
+/// error.
+async fn cancel_child(rt: &Runtime, tenant: keel_core::TenantId, child: SessionId) {
+    if let Err(e) = rt.cancel_turn(tenant, child).await {
+        tracing::debug!(%child, "cancelling the child's turn: {e}");
+    }
+}
+
+/// Whether something happened to a child that waits on a human: a pending approval was
+/// decided or expired, its journal moved, or an intent (input, cancellation) waits for it.
+async fn decided(
+    rt: &Runtime,
+    tenant: keel_core::TenantId,
+    child: SessionId,
+    version: u64,
+    pending: &[PendingAction],
+) -> Result<bool> {
+    let store = &rt.inner.store;
+    let now = chrono::Utc::now();
+    for p in pending {
+        if let PendingAction::Approval {
+            approval_id,
+            expires_at,
+            ..
+        } = p
+        {
+            if *expires_at <= now {
+                return Ok(true);
+            }
+            if store.get_approval(tenant, *approval_id).await?.status != ApprovalStatus::Pending {
+                return Ok(true);
+            }
+        }
+    }
+    if store.get_session(tenant, child).await?.version != version {
+        return Ok(true);
+    }
+    Ok(!store.list_intents(tenant, child).await?.is_empty())
+}
+
+/// The status line a parent's host shows while its child waits on a human.
+fn waiting_text(agent: &str, child: SessionId, pending: &PendingAction) -> String {
+    match pending {
+        PendingAction::Approval {
+            approval_id,
+            tool_name,
+            ..
+        } => format!(
+            "agent `{agent}` (session {child}) waits for approval {approval_id} of its `{tool_name}` call; decide it on session {child}"
+        ),
+        PendingAction::Effect {
+            operation_key,
+            tool_name,
+            ..
+        } => format!(
+            "agent `{agent}` (session {child}) waits for a decision on the unknown outcome of its `{tool_name}` call ({operation_key}); decide it on session {child}"
+        ),
+    }
+}
+
+/// Reads what the parent's journal says for the call.
+async fn parent_view(
+    rt: &Runtime,
+    active: &crate::shared::Active,
+    scope: CallScope,
+    child: SessionId,
+) -> Result<ParentView> {
+    let (config, release_id, finished, turn, session_usage) = {
+        let j = active.journal.lock().await;
+        let turn = j.state.turns.get(&scope.turn_id).map(|t| {
+            (
+                t.usage.total_tokens(),
+                t.cost_usd,
+                t.started_at,
+                t.tool_calls_run,
+            )
+        });
+        (
+            j.config()?,
+            j.state.release_id.clone(),
+            j.state.children.get(&child).map(|c| c.finished.clone()),
+            turn,
+            (j.state.usage.total_tokens(), j.state.cost_usd),
+        )
+    };
+    let release_id = release_id.ok_or(RuntimeError::Config {
+        session: scope.session_id,
+        reason: "the journal has no session.created".into(),
+    })?;
+    let release = rt
+        .inner
+        .store
+        .get_release(scope.tenant_id, &release_id)
+        .await?;
+    let finished = finished.filter(Option::is_some);
+    let turn_limit = tighter(&config.turn_budget, &release.definition.budget);
+    let (tokens, cost, started, _) = turn.unwrap_or((0, 0.0, None, 0));
+    let elapsed_ms = started.map_or(0, |s| {
+        u64::try_from((chrono::Utc::now() - s).num_milliseconds()).unwrap_or(0)
+    });
+    let turn_left = Budget {
+        max_steps: None,
+        max_tool_calls: None,
+        max_tokens: turn_limit.max_tokens.map(|m| m.saturating_sub(tokens)),
+        max_cost_usd: turn_limit.max_cost_usd.map(|m| (m - cost).max(0.0)),
+        max_wall_time_ms: turn_limit
+            .max_wall_time_ms
+            .map(|m| m.saturating_sub(elapsed_ms)),
+    };
+    let session_left = Budget {
+        max_tokens: config
+            .session_budget
+            .max_tokens
+            .map(|m| m.saturating_sub(session_usage.0)),
+        max_cost_usd: config
+            .session_budget
+            .max_cost_usd
+            .map(|m| (m - session_usage.1).max(0.0)),
+        ..Budget::default()
+    };
+    Ok(ParentView {
+        config,
+        release,
+        finished,
+        turn_left,
+        session_left,
+    })
+}
+
+/// The tighter of two budgets, limit by limit.
+fn tighter(a: &Budget, b: &Budget) -> Budget {
+    fn min<T: PartialOrd + Copy>(x: Option<T>, y: Option<T>) -> Option<T> {
+        match (x, y) {
+            (Some(x), Some(y)) => Some(if y < x { y } else { x }),
+            (x, None) => x,
+            (None, y) => y,
+        }
+    }
+    Budget {
+        max_steps: min(a.max_steps, b.max_steps),
+        max_tokens: min(a.max_tokens, b.max_tokens),
+        max_cost_usd: min(a.max_cost_usd, b.max_cost_usd),
+        max_tool_calls: min(a.max_tool_calls, b.max_tool_calls),
+        max_wall_time_ms: min(a.max_wall_time_ms, b.max_wall_time_ms),
+    }
+}
+
+/// The child's release: `def`, with the parent's route when it names none, and the parent's
+/// agents.
+fn child_release(parent: &Release, def: &AgentDefinition, agent: &str) -> Release {
+    let mut d = def.clone();
+    if d.name.is_empty() {
+        agent.clone_into(&mut d.name);
+    }
+    if d.model_route.is_empty() {
+        d.model_route.clone_from(&parent.definition.model_route);
+    }
+    d.agents.clone_from(&parent.definition.agents);
+    Release::new(d)
+}
+
+/// The child's settings: the parent's (mode, sandbox, rules, secrets, timeouts), the parent
+/// release's `ask`/`deny` rules added, budgets within what the parent has left.
+fn child_config(
+    view: &ParentView,
+    parent: SessionId,
+    call: &ToolCallId,
+    agent: &str,
+) -> SessionConfig {
+    let mut c = view.config.clone();
+    let rules = |key: &str| -> Vec<String> {
+        view.release
+            .definition
+            .policy
+            .get(key)
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(Value::as_str)
+                    .map(str::to_owned)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    for r in rules("deny") {
+        if !c.deny.contains(&r) {
+            c.deny.push(r);
+        }
+    }
+    for r in rules("ask") {
+        if !c.ask.contains(&r) {
+            c.ask.push(r);
+        }
+    }
+    c.turn_budget = tighter(&c.turn_budget, &view.turn_left);
+    c.turn_budget = tighter(&c.turn_budget, &view.session_left);
+    c.session_budget = tighter(&c.session_budget, &view.session_left);
+    c.session_budget = tighter(&c.session_budget, &view.turn_left);
+    c.multitask = crate::config::MultitaskStrategy::Enqueue;
+    c.subagent = Some(SubagentLink {
+        parent_session_id: parent,
+        tool_call_id: call.clone(),
+        agent: agent.to_owned(),
+        depth: view.config.subagent.as_ref().map_or(1, |l| l.depth + 1),
+    });
+    c
+}
+
+/// The call's output from the child's state; journals `agent.finished` in the parent (once).
+async fn result_of(
+    rt: &Runtime,
+    scope: CallScope,
+    child: SessionId,
+    agent: &str,
+    cancelled: bool,
+) -> Result<ToolOutput> {
+    let view = rt.view(scope.tenant_id, child).await?;
+    let Some(turn) = view.turns.last() else {
+        return Ok(ToolOutput::error(format!(
+            "Error: agent `{agent}` (session {child}) stopped before its turn ended."
+        )));
+    };
+    if let Some(active) = rt.inner.active(scope.session_id) {
+        let mut j = active.journal.lock().await;
+        if j.state
+            .children
+            .get(&child)
+            .is_some_and(|c| c.finished.is_none())
+        {
+            let call = j
+                .state
+                .children
+                .get(&child)
+                .and_then(|c| c.tool_call_id.clone());
+            if let Some(call) = call {
+                j.stage(vec![(
+                    Correlation::tool_call(scope.turn_id, scope.step_id, call),
+                    EventBody::AgentFinished {
+                        child_session_id: child,
+                        reason: turn.terminal_reason.as_str().to_owned(),
+                        usage: turn.usage,
+                        cost_usd: turn.cost_usd,
+                        usage_by_model: turn.usage_by_model.clone(),
+                    },
+                )])
+                .await?;
+            }
+        }
+    }
+    let details = json!({
+        "agent": agent,
+        "child_session_id": child,
+        "terminal_reason": turn.terminal_reason.as_str(),
+        "usage": turn.usage,
+        "cost_usd": turn.cost_usd,
+    });
+    let out = match turn.terminal_reason {
+        TerminalReason::Completed => ToolOutput::success(if turn.final_text.is_empty() {
+            format!("(agent `{agent}` finished without a text answer)")
+        } else {
+            turn.final_text.clone()
+        }),
+        TerminalReason::Aborted if cancelled => ToolOutput::cancelled(format!(
+            "Agent `{agent}` (session {child}) was cancelled with this call."
+        )),
+        reason => {
+            let mut text = format!(
+                "Agent `{agent}` (session {child}) stopped: {}",
+                reason.as_str()
+            );
+            if let Some(limit) = turn.limit {
+                text.push_str(&format!(
+                    " ({})",
+                    serde_json::to_value(limit)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_owned))
+                        .unwrap_or_default()
+                ));
+            }
+            if let Some(e) = &turn.error {
+                text.push_str(&format!(": {e}"));
+            }
+            if !turn.final_text.is_empty() {
+                text.push_str(&format!("\nIts last text:\n{}", turn.final_text));
+            }
+            ToolOutput::error(text)
+        }
+    };
+    Ok(out.with_details(details))
+}

@@ -1,0 +1,110 @@
+//! Sub-agents from the command line: `[agents.NAME]` in keel.toml (and `.keel/agents/*.md`)
+//! are the agents `spawn_agent` starts; the child's answer is the call's result, and a parent
+//! in read-only mode gets no write through a child.
+
+use crate::common::{Env, check_stream, jsonl_lines, stderr};
+
+const PARENT: &str = r#"{"tool_calls":[{"name":"spawn_agent","arguments":{"agent":"helper","prompt":"Write a.txt, then answer."}}]}
+{"text":"parent done"}
+"#;
+
+const HELPER: &str = r#"{"tool_calls":[{"name":"write_file","arguments":{"path":"a.txt","content":"from the child"}}]}
+{"text":"helper finished"}
+"#;
+
+fn run(env: &Env, mode: &str) -> (Option<i32>, Vec<serde_json::Value>, String) {
+    env.write("script.jsonl", PARENT);
+    let out = env
+        .keel()
+        .args(["run", "--workspace", "ws", "--model", "script:script.jsonl"])
+        .args(["--output", "jsonl", "--permission-mode", mode])
+        .arg("delegate")
+        .output()
+        .unwrap();
+    (out.status.code(), jsonl_lines(&out.stdout), stderr(&out))
+}
+
+fn call_results(lines: &[serde_json::Value]) -> Vec<(String, String)> {
+    lines
+        .iter()
+        .filter(|l| l["type"] == "tool_call.finished")
+        .map(|l| {
+            (
+                l["payload"]["status"].as_str().unwrap_or("").to_owned(),
+                l["payload"]["output"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn an_agent_from_keel_toml_answers_a_spawn_agent_call_and_inherits_read_only() {
+    let env = Env::new();
+    env.write("helper.jsonl", HELPER);
+    let helper = env.path("helper.jsonl");
+    env.write(
+        "config/keel/keel.toml",
+        &format!(
+            "[agents.helper]\nmodel = \"script:{}\"\ninstructions = \"You help.\"\ntools = [\"write_file\"]\n",
+            helper.display()
+        ),
+    );
+    // Bypass: the child writes, and its answer is the call's result.
+    let (code, lines, err) = run(&env, "bypass");
+    assert_eq!(code, Some(0), "{err}");
+    let result = check_stream(&lines);
+    assert_eq!(result["terminal_reason"], "completed", "{result}");
+    assert_eq!(
+        call_results(&lines),
+        vec![("succeeded".to_owned(), "helper finished".to_owned())]
+    );
+    assert!(lines.iter().any(|l| l["type"] == "agent.spawned"));
+    assert!(lines.iter().any(|l| l["type"] == "agent.finished"));
+    assert_eq!(
+        std::fs::read_to_string(env.path("ws/a.txt")).unwrap(),
+        "from the child"
+    );
+    // Read-only: the same child's write is refused in the child.
+    std::fs::remove_file(env.path("ws/a.txt")).unwrap();
+    let (code, lines, err) = run(&env, "read-only");
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(check_stream(&lines)["terminal_reason"], "completed");
+    assert_eq!(
+        call_results(&lines),
+        vec![("succeeded".to_owned(), "helper finished".to_owned())]
+    );
+    assert!(!env.path("ws/a.txt").exists());
+}
+
+#[test]
+fn an_agent_file_of_a_trusted_workspace_is_an_agent() {
+    let env = Env::new();
+    env.write("helper.jsonl", HELPER);
+    env.write(
+        "ws/.keel/agents/helper.md",
+        &format!(
+            "---\nmodel: script:{}\ntools: [write_file]\n---\nYou help.\n",
+            env.path("helper.jsonl").display()
+        ),
+    );
+    // Untrusted: the file is ignored, so there is no agent to spawn.
+    env.write("config/keel/keel.toml", "");
+    let (code, lines, err) = run(&env, "bypass");
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        err.contains(".keel/agents") && err.contains("keel trust"),
+        "{err}"
+    );
+    let results = call_results(&lines);
+    assert_eq!(results[0].0, "rejected", "{results:?}");
+    assert!(!env.path("ws/a.txt").exists());
+    // Trusted: it is.
+    env.write("config/keel/keel.toml", &crate::common::trusted_line(&env));
+    let (code, lines, err) = run(&env, "bypass");
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(
+        call_results(&lines),
+        vec![("succeeded".to_owned(), "helper finished".to_owned())]
+    );
+    assert!(env.path("ws/a.txt").exists());
+}
