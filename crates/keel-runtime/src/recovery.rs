@@ -131,6 +131,7 @@ impl Runner {
             snapshot: Arc::new(StepSnapshot::default()),
             limits: self.tool_limits(),
             hash_key: self.rt.options.seal_key.hash_key().clone(),
+            session: Some(self.scope.clone()),
         };
         let ecorr = Correlation::default().with_operation(key.clone());
         // Under the tool time limit and the turn's cancellation, like the call: a check that

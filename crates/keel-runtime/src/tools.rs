@@ -342,6 +342,7 @@ impl Runner {
             }),
             limits: self.tool_limits(),
             hash_key: self.rt.options.seal_key.hash_key().clone(),
+            session: Some(self.scope.clone()),
         };
         let mut items = Vec::new();
         if status == Some(ToolCallStatus::Proposed) {

@@ -46,5 +46,6 @@ pub mod workspace;
 pub use error::ToolsError;
 pub use registry::{Dispatch, ToolCallRequest, ToolRegistry, ValidatedCall};
 pub use tool::{
-    EffectClass, Tool, ToolContext, ToolOutput, ToolResult, ToolResultStatus, ToolSpec,
+    EffectClass, SecretCheck, SessionScope, Tool, ToolContext, ToolOutput, ToolResult,
+    ToolResultStatus, ToolSpec,
 };

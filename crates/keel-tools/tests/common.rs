@@ -44,6 +44,7 @@ impl Fixture {
             }),
             limits: ToolLimits::default(),
             hash_key: keel_tools::keyed_hash::HashKey::derive(b"test deployment", "test"),
+            session: None,
         };
         Self {
             dir,

@@ -197,6 +197,7 @@ fn test_context(config: &Config) -> anyhow::Result<keel_tools::ToolContext> {
         snapshot: Arc::new(keel_tools::tool::StepSnapshot::default()),
         limits: keel_tools::tool::ToolLimits::default(),
         hash_key: keel_tools::keyed_hash::HashKey::derive(b"keel mcp test-client", "test"),
+        session: None,
     })
 }
 
