@@ -96,6 +96,9 @@ impl Default for MemorySettings {
     }
 }
 
+/// The memory tools' names.
+pub const TOOL_NAMES: [&str; 3] = ["memory_read", "memory_write", "memory_search"];
+
 /// The three memory tools over `store`, for a host's tool registry.
 pub fn memory_tools(store: Arc<dyn Store>, settings: MemorySettings) -> Vec<Arc<dyn Tool>> {
     let m = Memory { store, settings };

@@ -12,6 +12,7 @@ mod close;
 mod decisions;
 mod follow;
 mod interactive;
+mod memory;
 mod postgres;
 mod resume;
 mod tls;
