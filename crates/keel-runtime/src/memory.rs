@@ -14,9 +14,9 @@
 //! (`effect.prepared` with a probe of the entry before and after, `effect.dispatched`, then the
 //! outcome) and it is policy-checked like other writes; after a crash its outcome is read back
 //! from the store ([`Tool::reconcile_call`]). Values (any JSON) larger than
-//! [`MemorySettings::max_value_bytes`] (64 KiB by default, measured as compact JSON) and values
-//! or keys holding a secret the session's redactor knows are refused, with a tool error saying
-//! why; nothing is stored. Reads and searches are read-only.
+//! [`MemorySettings::max_value_bytes`] (64 KiB by default, measured as compact JSON), and
+//! values, keys or sub-namespaces holding a secret the session's redactor knows, are refused
+//! with a tool error saying why; nothing is stored. Reads and searches are read-only.
 //!
 //! Search is the store's full-text search (SQLite FTS5 with BM25, PostgreSQL `tsvector` with
 //! `ts_rank`): every word of the query must start a word of the key or value.
@@ -310,7 +310,10 @@ impl MemoryWrite {
             .with_details(json!({"refused": "too_large", "bytes": text.len(), "max_value_bytes": max})));
         }
         let session = self.0.session(tool, ctx)?;
-        if session.secrets.holds_secret(&text) || session.secrets.holds_secret(&key) {
+        if [text.as_str(), key.as_str(), ns.as_str()]
+            .iter()
+            .any(|t| session.secrets.holds_secret(t))
+        {
             return Err(ToolOutput::not_performed(format!(
                 "{tool} refused: the entry holds a secret (it matches the session's secret patterns or values); memory never stores secrets — leave the secret out"
             ))

@@ -300,8 +300,8 @@ async fn user_memory_follows_the_sessions_creator_and_shared_memory_the_tenant(b
     );
 }
 
-/// A value over `max_value_bytes` (as compact JSON) and a value or key holding a secret (a
-/// built-in pattern, the session's configured pattern) are refused with a tool error saying why;
+/// A value over `max_value_bytes` (as compact JSON) and a value, key or sub-namespace holding a
+/// secret (a built-in pattern, the session's configured pattern) are refused with a tool error saying why;
 /// nothing is stored, and the refused calls changed nothing (their effect is not committed).
 async fn oversized_values_and_secrets_are_refused_and_nothing_is_stored(backend: Backend) {
     let db = db(backend).await;
@@ -322,6 +322,10 @@ async fn oversized_values_and_secrets_are_refused_and_nothing_is_stored(backend:
             ),
             call(
                 "memory_write",
+                json!({"namespace": "AKIAABCDEFGHIJKLMNOP", "key": "k", "value": "fine"}),
+            ),
+            call(
+                "memory_write",
                 json!({"key": "small", "value": "x".repeat(98)}),
             ),
             json!({"text": "ok"}),
@@ -334,7 +338,7 @@ async fn oversized_values_and_secrets_are_refused_and_nothing_is_stored(backend:
     let mut cfg = config(ws.path());
     cfg.secret_patterns = vec!["tok_[0-9]{8}".into()];
     let (session, results) = turn(&rt, tenant, &agent("coder"), cfg, "go").await;
-    assert_eq!(results.len(), 4, "{results:#?}");
+    assert_eq!(results.len(), 5, "{results:#?}");
     assert_eq!(results[0].0, "failed");
     assert!(
         results[0]
@@ -343,7 +347,7 @@ async fn oversized_values_and_secrets_are_refused_and_nothing_is_stored(backend:
         "{}",
         results[0].1
     );
-    for r in &results[1..3] {
+    for r in &results[1..4] {
         assert_eq!(r.0, "failed");
         assert!(
             r.1.contains("memory_write refused: the entry holds a secret"),
@@ -352,7 +356,7 @@ async fn oversized_values_and_secrets_are_refused_and_nothing_is_stored(backend:
         assert!(!r.1.contains("sk-ant-"));
     }
     // 98 characters are 100 bytes of JSON: at the limit, stored.
-    assert_eq!(results[3].0, "succeeded", "{:?}", results[3]);
+    assert_eq!(results[4].0, "succeeded", "{:?}", results[4]);
     let stored = db
         .store
         .memory_list(tenant, "agent:coder", None, 100)
@@ -371,7 +375,7 @@ async fn oversized_values_and_secrets_are_refused_and_nothing_is_stored(backend:
         .iter()
         .filter(|e| e.type_name() == "effect.failed")
         .count();
-    assert_eq!((committed, failed), (1, 3));
+    assert_eq!((committed, failed), (1, 4));
 }
 
 /// In the default permission mode `memory_read` and `memory_search` run without asking (like
