@@ -135,7 +135,7 @@ pub struct MemoryBody {
 /// A page of memory entries.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct MemoryPage {
-    /// Entries: by key, or most recent first for a search.
+    /// Entries: by key, or best match first for a search.
     pub items: Vec<MemoryBody>,
     /// Pass as `cursor` for the next page; `null` on the last page (and for searches).
     pub next_cursor: Option<String>,
@@ -146,7 +146,8 @@ pub struct MemoryPage {
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 pub struct MemoryListQuery {
-    /// Search keys and values for this text (case-insensitive) instead of listing.
+    /// Full-text search instead of listing: entries whose key or value has every word of this
+    /// text (case-insensitive, a word or the start of one), best match first.
     pub q: Option<String>,
     /// From a previous page's `next_cursor` (lists only).
     pub cursor: Option<String>,

@@ -67,6 +67,7 @@ pub const OPERATIONS: &[&str] = &[
     "list_memory",
     "get_memory",
     "put_memory",
+    "delete_memory",
     "list_approvals",
     "list_session_approvals",
     "get_approval",
@@ -827,8 +828,8 @@ impl Client {
         self.get_json("/v1/usage", &q).await
     }
 
-    /// Every memory entry of `namespace`, optionally only those whose key or value contains
-    /// `q` (case-insensitive).
+    /// Every memory entry of `namespace` by key, or with `q` those the full-text search finds
+    /// (every word of `q` as a word or the start of one in the key or value), best match first.
     ///
     /// # Errors
     /// See [`Error`].
@@ -885,6 +886,21 @@ impl Client {
                 what: "a memory entry",
                 detail: "the server answered 204 with no body".into(),
             })
+    }
+
+    /// `DELETE /v1/memory/{namespace}/{key}` (idempotent: a missing entry is no error).
+    ///
+    /// # Errors
+    /// See [`Error`]; 403 for a viewer's key.
+    pub async fn delete_memory(&self, namespace: &str, key: &str) -> Result<(), Error> {
+        let path = format!(
+            "/v1/memory/{}/{}",
+            encode_segment(namespace),
+            encode_segment(key)
+        );
+        self.send_body::<serde_json::Value>(reqwest::Method::DELETE, &path, None, None::<&()>)
+            .await
+            .map(drop)
     }
 
     /// Every approval of the tenant, optionally in one `status` (`pending`: what waits on a

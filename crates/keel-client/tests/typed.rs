@@ -193,6 +193,13 @@ async fn every_typed_method_calls_its_operation() {
             .unwrap()
             .is_empty()
     );
+    op.delete_memory("notes", "colour").await.unwrap();
+    assert_eq!(
+        op.get_memory("notes", "colour").await.unwrap_err().status(),
+        Some(404)
+    );
+    // Deleting what is not there is no error.
+    op.delete_memory("notes", "colour").await.unwrap();
 
     // Settings, close, delete.
     let body = op.get_session(&session).await.unwrap();

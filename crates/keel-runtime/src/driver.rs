@@ -70,6 +70,8 @@ pub(crate) struct Runner {
     pub(crate) trace: crate::telemetry::TurnTrace,
     /// The session's secrets, for deltas (redacted as streams before they leave the runner).
     pub(crate) redactor: Arc<Redactor>,
+    /// Who the session's tool calls run for ([`ToolContext::session`]).
+    pub(crate) scope: Arc<keel_tools::SessionScope>,
     pub(crate) deltas: tokio::sync::broadcast::Sender<Delta>,
     /// Tool tasks running in this process.
     pub(crate) inflight: Mutex<Vec<tokio::task::JoinHandle<()>>>,
@@ -143,6 +145,7 @@ impl Runner {
         active: Arc<Active>,
         approvals: ApprovalService,
         lost: CancellationToken,
+        creator: Option<keel_core::PrincipalId>,
     ) -> Result<Self> {
         let workspace = Workspace::new(&config.workspace)?.protecting(&rt.options.hidden_paths);
         // A host with workspace roots (`keel serve`) stored the workspace canonical, checked
@@ -183,6 +186,13 @@ impl Runner {
         let progress: Arc<dyn ProgressSink> = hub_progress.clone();
         let step_tools = Mutex::new(rt.tools.base().clone());
         let model = rt.model_for(session, &release, &config)?;
+        let scope = Arc::new(keel_tools::SessionScope {
+            tenant_id: tenant,
+            session_id: session,
+            agent: release.definition.name.clone(),
+            creator,
+            secrets: redactor.clone(),
+        });
         Ok(Self {
             rt,
             tenant,
@@ -200,6 +210,7 @@ impl Runner {
             hub_progress,
             trace: crate::telemetry::TurnTrace::default(),
             redactor,
+            scope,
             deltas,
             inflight: Mutex::new(Vec::new()),
             step_tools,

@@ -45,6 +45,9 @@
 //! - [`telemetry`] — the turn's spans (OpenTelemetry GenAI conventions: `invoke_agent`,
 //!   `chat`, `execute_tool`); [`metrics`] — [`metrics::Metrics`], the Prometheus registry the
 //!   runtime, the scheduler and the server record into.
+//! - [`memory`] — the long-term memory tools (`memory_read`, `memory_write`, `memory_search`)
+//!   a host adds to its registry ([`memory::memory_tools`]); they run in the calling session's
+//!   tenant and namespace ([`keel_tools::SessionScope`], filled for every call).
 //! - [`lease`], [`redact`], [`config`] ([`SessionConfig`] per session, [`RuntimeOptions`] per
 //!   worker), [`error`] ([`RuntimeError`], the crate's one error type).
 //!
@@ -173,6 +176,8 @@ pub mod lease;
 pub mod scheduler;
 
 pub mod redact;
+
+pub mod memory;
 
 pub mod seal;
 

@@ -132,6 +132,7 @@ impl Runner {
             limits: self.tool_limits(),
             hash_key: self.rt.options.seal_key.hash_key().clone(),
             scope: None,
+            session: Some(self.scope.clone()),
         };
         let ecorr = Correlation::default().with_operation(key.clone());
         // Under the tool time limit and the turn's cancellation, like the call: a check that

@@ -34,6 +34,13 @@ use serde_json::Value;
 
 use crate::error::{Result, RuntimeError};
 
+/// The session's redactor is the secret check of its tool calls ([`keel_tools::SessionScope`]).
+impl keel_tools::SecretCheck for Redactor {
+    fn holds_secret(&self, text: &str) -> bool {
+        Redactor::holds_secret(self, text)
+    }
+}
+
 /// What a secret is replaced with.
 pub const REDACTED: &str = "[REDACTED]";
 
@@ -109,6 +116,11 @@ impl Redactor {
         }
         self.literals.sort_by_key(|v| std::cmp::Reverse(v.len()));
         self
+    }
+
+    /// Whether `text` holds a secret this redactor would redact (plain or JSON-escaped).
+    pub fn holds_secret(&self, text: &str) -> bool {
+        !self.spans(text).is_empty()
     }
 
     /// Redacts one string: every secret, in plain or JSON-escaped spelling (see the module

@@ -453,6 +453,15 @@ impl Runtime {
             })?;
         let release = self.inner.store.get_release(tenant, &release_id).await?;
         let redactor = journal.redactor.clone();
+        // Who created the session (its tool calls' `SessionScope::creator`, whose per-user
+        // memory they use): the principal of `session.created`, the journal's first event.
+        let creator = self
+            .inner
+            .store
+            .read(tenant, session, 0, Some(1))
+            .await?
+            .first()
+            .and_then(|e| e.correlation.principal_id);
         let lost = CancellationToken::new();
         let active = Arc::new(Active::new(journal, lost.clone()));
         self.inner
@@ -500,6 +509,7 @@ impl Runtime {
             active.clone(),
             approvals,
             lost,
+            creator,
         ) {
             Ok(mut runner) => {
                 runner.finish_only = finish_only;

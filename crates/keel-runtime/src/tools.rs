@@ -348,6 +348,7 @@ impl Runner {
                 turn_id: turn,
                 step_id: step,
             }),
+            session: Some(self.scope.clone()),
         };
         let mut items = Vec::new();
         if status == Some(ToolCallStatus::Proposed) {

@@ -22,6 +22,7 @@ mod hooks;
 mod hung_probes;
 mod intents;
 mod leases;
+mod long_term_memory;
 mod memory;
 mod metrics;
 mod principals;

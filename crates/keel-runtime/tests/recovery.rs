@@ -18,6 +18,7 @@ use crate::on_both;
 on_both!(
     an_unknown_effect_goes_to_a_human_and_each_decision_applies,
     a_file_write_interrupted_by_a_crash_is_reconciled_from_its_hashes,
+    a_memory_write_interrupted_by_a_crash_is_reconciled_from_the_store,
 );
 
 fn script_lines() -> Vec<Value> {
@@ -49,10 +50,17 @@ fn crash_worker_process() {
         let model = Arc::new(
             keel_model::ScriptedModel::from_file(spec["script"].as_str().unwrap()).unwrap(),
         );
+        let mut tools = registry();
+        // `"memory": true`: with the long-term memory tools over the same store.
+        if spec["memory"] == json!(true) {
+            for tool in keel_runtime::memory::memory_tools(store.clone(), Default::default()) {
+                tools.register(tool).unwrap();
+            }
+        }
         let runtime = Runtime::new(
             store,
             model,
-            registry(),
+            tools,
             RuntimeOptions {
                 seal_key: deployment_key(),
                 // The tests crash at the Nth commit: no commit may depend on timing (a
@@ -493,6 +501,131 @@ async fn a_file_write_interrupted_by_a_crash_is_reconciled_from_its_hashes(b: Ba
                         "{tool}: never blindly re-run"
                     );
                 }
+            }
+        }
+    }
+}
+
+/// `memory_write` (issue 15, item 3) left dispatched by a crash is reconciled from the store
+/// like a file write from its hashes: the entry still as before → re-dispatched once; the
+/// intended value → committed without a re-run; another value → a human decides.
+async fn a_memory_write_interrupted_by_a_crash_is_reconciled_from_the_store(b: Backend) {
+    let logdir = tempfile::tempdir().unwrap();
+    let log = logdir.path().join("appends.log");
+    let args = json!({"key": "build", "value": "cargo nextest"});
+    for after in [
+        FileAfterCrash::Unchanged,
+        FileAfterCrash::Written,
+        FileAfterCrash::Other,
+    ] {
+        let lines = vec![
+            json!({"tool_calls": [call("memory_write", args.clone())]}),
+            json!({"text": "done"}),
+        ];
+        let db = db(b).await;
+        let mut tools = registry();
+        for tool in keel_runtime::memory::memory_tools(db.store.clone(), Default::default()) {
+            tools.register(tool).unwrap();
+        }
+        let rt = Runtime::new(
+            db.store.clone(),
+            scripted(&lines),
+            tools,
+            RuntimeOptions {
+                lease_ttl: Duration::from_secs(5),
+                lease_wait: Duration::from_secs(6),
+                seal_key: deployment_key(),
+                ..RuntimeOptions::default()
+            },
+        );
+        let ws = workspace();
+        let tenant = TenantId::new();
+        let session = rt
+            .create_session(
+                tenant,
+                &release(&[], keel_core::Budget::default()),
+                config(ws.path()),
+            )
+            .await
+            .unwrap();
+        db.store
+            .memory_put(tenant, "agent:tester", "build", &json!("cargo test"))
+            .await
+            .unwrap();
+        let script = tempfile::NamedTempFile::new().unwrap();
+        let text: Vec<String> = lines.iter().map(Value::to_string).collect();
+        std::fs::write(script.path(), text.join("\n")).unwrap();
+        rt.submit(tenant, session, "remember").await.unwrap();
+        let spec = json!({
+            "location": db.location,
+            "script": script.path(),
+            "tenant": tenant.to_string(),
+            "session": session.to_string(),
+            "memory": true,
+        });
+        // Commit 1 starts the turn, commit 2 is the write's intent: die right after it.
+        let crashed = worker(&spec, Some(2), &log);
+        assert!(!crashed.status.success());
+        assert_eq!(
+            crashed.sites.last().map(String::as_str),
+            Some("tool.dispatched")
+        );
+        let value = |v: &str| json!(v);
+        let stored = || async {
+            db.store
+                .memory_get(tenant, "agent:tester", "build")
+                .await
+                .unwrap()
+                .unwrap()
+                .value
+        };
+        assert_eq!(stored().await, value("cargo test"), "the crash came first");
+        match after {
+            FileAfterCrash::Unchanged => {}
+            FileAfterCrash::Written => db
+                .store
+                .memory_put(tenant, "agent:tester", "build", &json!("cargo nextest"))
+                .await
+                .unwrap(),
+            FileAfterCrash::Other => db
+                .store
+                .memory_put(tenant, "agent:tester", "build", &json!("make"))
+                .await
+                .unwrap(),
+        }
+        let out = rt.run(tenant, session).await.unwrap();
+        let types: Vec<&str> = db
+            .store
+            .read(tenant, session, 1, None)
+            .await
+            .unwrap()
+            .iter()
+            .map(|e| e.type_name())
+            .collect();
+        assert!(
+            types.contains(&"effect.outcome_unknown"),
+            "{after:?}: {types:?}"
+        );
+        let dispatched = types.iter().filter(|t| **t == "effect.dispatched").count();
+        match after {
+            FileAfterCrash::Unchanged => {
+                assert_eq!(out.turns[0].terminal_reason, TerminalReason::Completed);
+                assert_eq!(dispatched, 2, "re-dispatched once: {types:?}");
+                assert_eq!(stored().await, value("cargo nextest"));
+            }
+            FileAfterCrash::Written => {
+                assert_eq!(out.turns[0].terminal_reason, TerminalReason::Completed);
+                assert_eq!(dispatched, 1, "not re-run: {types:?}");
+                assert!(types.contains(&"effect.committed"), "{types:?}");
+            }
+            FileAfterCrash::Other => {
+                assert_eq!(out.status, SessionStatus::RequiresAction);
+                assert!(
+                    matches!(out.pending.as_slice(), [PendingAction::Effect { tool_name, .. }] if tool_name == "memory_write"),
+                    "{:?}",
+                    out.pending
+                );
+                assert_eq!(stored().await, value("make"), "never blindly re-run");
             }
         }
     }

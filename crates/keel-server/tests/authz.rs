@@ -84,6 +84,7 @@ fn rows() -> BTreeMap<&'static str, (Need, Other)> {
         ("list_memory", (Viewer, Own)),
         ("get_memory", (Viewer, NotFound)),
         ("put_memory", (Operator, Own)),
+        ("delete_memory", (Operator, Own)),
     ])
 }
 

@@ -545,10 +545,11 @@ pub trait Store: Send + Sync + 'static {
         key: &str,
     ) -> Result<Option<MemoryEntry>>;
 
-    /// Entries whose key or value contains `query` (case-insensitive, literal — `%` and `_` are not
-    /// wildcards), in one namespace or all, most recently written first, at most `limit`. Case
-    /// folding: ASCII on every backend (PostgreSQL also folds other letters); the exact text always
-    /// matches.
+    /// Full-text search (SQLite FTS5, PostgreSQL tsvector): the tenant's entries, in one namespace
+    /// or all, whose key or value (its JSON text) has, for every word of `query`, a word starting
+    /// with it — best match first (BM25 on SQLite, `ts_rank` on PostgreSQL), then most recently
+    /// written, at most `limit`. Words are runs of letters and digits, case-folded, without
+    /// stemming; a query without any word finds nothing, and at most 32 words are used.
     ///
     /// # Errors
     /// `CorruptRow`; `Database`.

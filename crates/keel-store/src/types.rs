@@ -170,7 +170,8 @@ pub struct TranscriptItem {
 /// A tenant-scoped memory entry.
 #[derive(Clone, Debug, PartialEq)]
 pub struct MemoryEntry {
-    /// Namespace (`default` when the caller gives none).
+    /// Namespace, as stored (the memory tools use `agent:<name>`, `user:<principal>` or
+    /// `shared`, with `/<sub-namespace>` when the model names one).
     pub namespace: String,
     /// Key, unique within the namespace.
     pub key: String,

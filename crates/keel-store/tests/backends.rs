@@ -180,3 +180,147 @@ async fn a_postgres_server_that_never_answers_fails_the_open_after_connect_timeo
         bad.err()
     );
 }
+
+/// The schema of migrations 1 to 9 (before full-text memory search), with their checksums as
+/// a build of that time recorded them.
+const BEFORE_MEMORY_SEARCH: [(i64, &str, &str); 9] = [
+    (
+        1,
+        "journal_and_owned_tables",
+        include_str!("../migrations/0001_journal_and_owned_tables.sql"),
+    ),
+    (2, "intents", include_str!("../migrations/0002_intents.sql")),
+    (3, "usage", include_str!("../migrations/0003_usage.sql")),
+    (
+        4,
+        "sealed_arguments",
+        include_str!("../migrations/0004_sealed_arguments.sql"),
+    ),
+    (
+        5,
+        "usage_reservations",
+        include_str!("../migrations/0005_usage_reservations.sql"),
+    ),
+    (
+        6,
+        "sealed_items",
+        include_str!("../migrations/0006_sealed_items.sql"),
+    ),
+    (
+        7,
+        "api_access",
+        include_str!("../migrations/0007_api_access.sql"),
+    ),
+    (
+        8,
+        "workspace_claims",
+        include_str!("../migrations/0008_workspace_claims.sql"),
+    ),
+    (
+        9,
+        "scheduling",
+        include_str!("../migrations/0009_scheduling.sql"),
+    ),
+];
+
+/// Builds a database at migration 9 on `c` holding two memory entries of `tenant`.
+async fn database_at_migration_9(c: &mut sqlx::AnyConnection, blob: &str, tenant: TenantId) {
+    c.execute(
+        "CREATE TABLE keel_migrations (version BIGINT PRIMARY KEY, name TEXT NOT NULL, checksum TEXT NOT NULL, applied_at BIGINT NOT NULL)",
+    )
+    .await
+    .unwrap();
+    for (version, name, sql) in BEFORE_MEMORY_SEARCH {
+        c.execute(sql.replace("{blob}", blob).as_str())
+            .await
+            .unwrap();
+        let sum = keel_core::canonical::content_hash(&serde_json::Value::String(sql.to_owned()));
+        c.execute(
+            format!("INSERT INTO keel_migrations VALUES ({version}, '{name}', '{sum}', 0)")
+                .as_str(),
+        )
+        .await
+        .unwrap();
+    }
+    c.execute(
+        format!(
+            "INSERT INTO memory VALUES ('{tenant}', 'agent:keel', 'build', '\"run cargo nextest\"', 1), \
+             ('{tenant}', 'agent:keel', 'style', '{{\"indent\":4}}', 2)"
+        )
+        .as_str(),
+    )
+    .await
+    .unwrap();
+}
+
+/// What migration 10 must keep: every memory entry written before it, now found by search.
+async fn memory_written_before_migration_10_is_kept_and_searchable(store: &dyn Store, t: TenantId) {
+    let e = store
+        .memory_get(t, "agent:keel", "build")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(e.value, serde_json::json!("run cargo nextest"));
+    let found = store.memory_search(t, None, "nextest", 10).await.unwrap();
+    assert_eq!(found.len(), 1);
+    let found = store
+        .memory_search(t, Some("agent:keel"), "indent", 10)
+        .await
+        .unwrap();
+    assert_eq!(found[0].key, "style");
+    // And later writes are indexed as before.
+    store
+        .memory_put(t, "agent:keel", "build", &serde_json::json!("make"))
+        .await
+        .unwrap();
+    assert!(
+        store
+            .memory_search(t, None, "nextest", 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+/// A SQLite database of a build before full-text memory search keeps its memory through
+/// migration 10 (the table is rebuilt with an id and indexed).
+#[tokio::test]
+async fn sqlite_memory_survives_migration_10_and_is_indexed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("keel.db");
+    sqlx::any::install_default_drivers();
+    let mut c = sqlx::AnyConnection::connect(&format!("sqlite://{}?mode=rwc", path.display()))
+        .await
+        .unwrap();
+    let t = TenantId::new();
+    database_at_migration_9(&mut c, "BLOB", t).await;
+    c.close().await.unwrap();
+    let store = SqlStore::open_sqlite(&path).await.unwrap();
+    memory_written_before_migration_10_is_kept_and_searchable(&store, t).await;
+}
+
+/// The same on PostgreSQL (a generated tsvector column is added and indexed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_memory_survives_migration_10_and_is_indexed() {
+    let schema = format!("keel_test_m10_{}", uuid::Uuid::now_v7().simple());
+    let url = pg_url();
+    sqlx::any::install_default_drivers();
+    let mut c = sqlx::AnyConnection::connect(&url).await.unwrap();
+    c.execute(format!("CREATE SCHEMA \"{schema}\"").as_str())
+        .await
+        .unwrap();
+    c.execute(format!("SET search_path TO \"{schema}\"").as_str())
+        .await
+        .unwrap();
+    let t = TenantId::new();
+    database_at_migration_9(&mut c, "BYTEA", t).await;
+    let store = SqlStore::connect_postgres(&url, Some(&schema))
+        .await
+        .unwrap();
+    memory_written_before_migration_10_is_kept_and_searchable(&store, t).await;
+    drop(store);
+    c.execute(format!("DROP SCHEMA \"{schema}\" CASCADE").as_str())
+        .await
+        .unwrap();
+    c.close().await.unwrap();
+}

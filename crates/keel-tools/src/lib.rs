@@ -46,6 +46,6 @@ pub mod workspace;
 pub use error::ToolsError;
 pub use registry::{Dispatch, ToolCallRequest, ToolRegistry, ValidatedCall};
 pub use tool::{
-    CallScope, EffectClass, Tool, ToolContext, ToolOutput, ToolProvider, ToolResult,
-    ToolResultStatus, ToolSource, ToolSpec,
+    CallScope, EffectClass, SecretCheck, SessionScope, Tool, ToolContext, ToolOutput, ToolProvider,
+    ToolResult, ToolResultStatus, ToolSource, ToolSpec,
 };

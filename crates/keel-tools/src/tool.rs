@@ -133,6 +133,10 @@ pub struct ToolContext {
     /// Whose call this is — tenant, session, turn, step — when a runtime runs it (`None` for
     /// a tool run outside a session). Tools that act for the session (`spawn_agent`) read it.
     pub scope: Option<CallScope>,
+    /// The session the call runs in: filled by the runtime for every call it runs, `None` for
+    /// tools run outside a session (tool tests, `keel mcp`). Tools that keep state per tenant,
+    /// agent or user (long-term memory) read it and refuse to run without it.
+    pub session: Option<Arc<SessionScope>>,
 }
 
 /// The session a tool call belongs to (see [`ToolContext::scope`]).
@@ -146,6 +150,40 @@ pub struct CallScope {
     pub turn_id: keel_core::TurnId,
     /// The step that proposed the call.
     pub step_id: keel_core::StepId,
+}
+
+/// Who a tool call runs for: the session's tenant, agent and creator, and its secret check.
+#[derive(Clone)]
+pub struct SessionScope {
+    /// The session's tenant: state a tool keeps for it never reaches another tenant.
+    pub tenant_id: keel_core::TenantId,
+    /// The session.
+    pub session_id: keel_core::SessionId,
+    /// The name of the agent of the session's pinned release.
+    pub agent: String,
+    /// The principal that created the session (the `principal_id` of its `session.created`);
+    /// `None` for a session a local host (the CLI) created.
+    pub creator: Option<keel_core::PrincipalId>,
+    /// The session's secret check: what its redactor would redact.
+    pub secrets: Arc<dyn SecretCheck>,
+}
+
+impl std::fmt::Debug for SessionScope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionScope")
+            .field("tenant_id", &self.tenant_id)
+            .field("session_id", &self.session_id)
+            .field("agent", &self.agent)
+            .field("creator", &self.creator)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Tells whether a text holds a secret (the runtime's session redactor implements it).
+pub trait SecretCheck: Send + Sync {
+    /// Whether `text` holds anything the session would redact (a built-in or configured secret
+    /// pattern, or a known secret value), in plain or JSON-escaped spelling.
+    fn holds_secret(&self, text: &str) -> bool;
 }
 
 impl std::fmt::Debug for ToolContext {

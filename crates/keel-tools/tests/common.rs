@@ -45,6 +45,7 @@ impl Fixture {
             limits: ToolLimits::default(),
             hash_key: keel_tools::keyed_hash::HashKey::derive(b"test deployment", "test"),
             scope: None,
+            session: None,
         };
         Self {
             dir,

@@ -36,7 +36,7 @@ pub struct GlobalArgs {
     #[arg(long, global = true, value_name = "URL", value_parser = parse_store_arg)]
     pub store: Option<String>,
     /// A Keel server (`keel serve`) to run `run`, `resume`, `sessions`, `approve`, `deny`,
-    /// `resolve` and `cancel` against instead of the local store, e.g. http://127.0.0.1:7878
+    /// `resolve`, `cancel` and `memory` against instead of the local store, e.g. http://127.0.0.1:7878
     /// (default: $KEEL_SERVER). The API key is read from $KEEL_API_KEY. With it, `run` needs
     /// --workspace: a directory on the server, under its workspace_roots.
     #[arg(long, global = true, value_name = "URL")]
@@ -337,6 +337,10 @@ pub enum Command {
     /// MCP servers (`[mcp_servers.NAME]` in keel.toml): list them, their state and tools.
     #[command(subcommand)]
     Mcp(McpCommand),
+    /// Long-term memory: what agents remember between sessions (`[memory]` in keel.toml) —
+    /// list, search, show or forget entries.
+    #[command(subcommand)]
+    Memory(MemoryCommand),
     /// Serve the HTTP API (sessions, turns, events, approvals) on this store.
     Serve(crate::serve::ServeArgs),
     /// Run sessions from a shared store (no API): claims runnable sessions, runs them under
@@ -368,6 +372,44 @@ pub enum McpCommand {
         /// Protocol revision: auto (the default of a configured server), session or sessionless.
         #[arg(long, default_value = "auto")]
         protocol: String,
+    },
+}
+
+/// `keel memory ...` (see `crate::memory_cmd`). Without --namespace: the namespace the CLI's
+/// own sessions use (agent:keel, user:local or shared, after `[memory] namespace`).
+#[derive(Debug, Subcommand)]
+pub enum MemoryCommand {
+    /// A namespace's entries by key (at most 1,000), or with --search those whose key or value
+    /// has every word of QUERY, best match first.
+    List {
+        /// The stored namespace, e.g. agent:keel, agent:keel/people, user:local, shared.
+        #[arg(long)]
+        namespace: Option<String>,
+        /// Full-text search instead of listing.
+        #[arg(long, value_name = "QUERY")]
+        search: Option<String>,
+        /// One JSON object per line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print one entry's value (a string as it is, other JSON pretty-printed).
+    Get {
+        /// The key.
+        key: String,
+        /// The stored namespace.
+        #[arg(long)]
+        namespace: Option<String>,
+        /// The whole entry as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Forget one entry.
+    Rm {
+        /// The key.
+        key: String,
+        /// The stored namespace.
+        #[arg(long)]
+        namespace: Option<String>,
     },
 }
 
@@ -688,6 +730,7 @@ pub fn run_local(global: GlobalArgs, command: Command) -> anyhow::Result<ExitCod
             reason,
         } => crate::session_cmd::resolve(&global, &operation_key, effect_decision(outcome, reason)),
         Command::Cancel { session } => crate::session_cmd::cancel(&global, &session),
+        Command::Memory(cmd) => crate::memory_cmd::local(&global, cmd),
         Command::Mcp(cmd) => {
             let config = Config::load(
                 global.workspace.as_deref(),

@@ -11,8 +11,8 @@
 //! `sandbox_network` and `trusted_workspaces`. A looser or forbidden value stops the command
 //! before anything runs ([`ConfigError::Untrusted`], naming the file, the key and how to accept
 //! it); what needs trust and is merely not granted — `allow` rules, `[hooks]` (they run code),
-//! `[mcp_servers]` (it starts programs), `[agents]`, `[subagents]` and `.keel/agents/*.md` —
-//! is dropped with a notice
+//! `[mcp_servers]` (it starts programs), `[memory]` (facts kept across sessions), `[agents]`,
+//! `[subagents]` and `.keel/agents/*.md` — is dropped with a notice
 //! ([`Config::notices`]). A trusted workspace's hooks run after the user's.
 //! docs/SECURITY.md has the table, key by key.
 //!
@@ -76,6 +76,10 @@
 //! [subagents]
 //! max_depth = 3                            # default 3
 //! max_concurrent = 8                       # running children per session (default 8)
+//! [memory]                                 # long-term memory tools; a workspace's only when trusted
+//! enabled = true                           # memory_read, memory_write, memory_search (default false)
+//! namespace = "agent"                      # agent (default) | user | shared
+//! max_value_bytes = 65536                  # largest value, bytes of JSON (default 64 KiB)
 //!
 //! [env]                                    # set in every tool process (user config only)
 //! RUST_LOG = "info"
@@ -306,6 +310,63 @@ pub struct ToolsConfig {
     pub enabled: Vec<String>,
 }
 
+/// `[memory]` of `keel.toml`: the long-term memory tools (`memory_read`, `memory_write`,
+/// `memory_search`; see `keel_runtime::memory`). From the user config, or a workspace's only
+/// when it is trusted.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryConfig {
+    /// Offer the memory tools (default false).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    /// Whose memory: `agent` (default), `user` or `shared`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Largest value, bytes of compact JSON (default 65,536; at most 16 MiB).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_value_bytes: Option<u64>,
+}
+
+/// The largest `[memory] max_value_bytes`, 16 MiB.
+pub const MAX_MEMORY_VALUE_BYTES: u64 = 16 * 1024 * 1024;
+
+impl MemoryConfig {
+    /// The memory tools' settings, or `None` when memory is not enabled.
+    ///
+    /// # Errors
+    /// [`ConfigError::Value`] naming `memory.namespace` or `memory.max_value_bytes`.
+    pub fn settings(&self) -> Result<Option<keel_runtime::memory::MemorySettings>, ConfigError> {
+        use keel_runtime::memory::{MemoryScope, MemorySettings};
+        let scope = match self.namespace.as_deref() {
+            None | Some("agent") => MemoryScope::Agent,
+            Some("user") => MemoryScope::User,
+            Some("shared") => MemoryScope::Shared,
+            Some(other) => {
+                return Err(ConfigError::Value {
+                    field: "memory.namespace",
+                    value: other.to_owned(),
+                    expected: "agent, user or shared",
+                });
+            }
+        };
+        let max_value_bytes = match self.max_value_bytes {
+            None => keel_runtime::memory::DEFAULT_MAX_VALUE_BYTES,
+            Some(n @ 1..=MAX_MEMORY_VALUE_BYTES) => usize::try_from(n).unwrap_or(usize::MAX),
+            Some(n) => {
+                return Err(ConfigError::Value {
+                    field: "memory.max_value_bytes",
+                    value: n.to_string(),
+                    expected: "a number of bytes from 1 to 16777216 (16 MiB)",
+                });
+            }
+        };
+        Ok(self.enabled.unwrap_or(false).then_some(MemorySettings {
+            scope,
+            max_value_bytes,
+        }))
+    }
+}
+
 /// Policy rules of `keel.toml` (patterns such as `shell(cargo test *)`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -476,6 +537,9 @@ pub struct FileConfig {
     /// From the user config, or a workspace's only when it is trusted.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub mcp_servers: BTreeMap<String, keel_mcp::McpServerConfig>,
+    /// Long-term memory tools. From the user config, or a workspace's only when it is trusted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<MemoryConfig>,
     /// Agents the session's agent may start with `spawn_agent` (`[agents.NAME]`; also
     /// `.keel/agents/NAME.md`). From the user config, or a workspace's only when it is trusted.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -734,6 +798,8 @@ pub struct Config {
     pub agents: BTreeMap<String, keel_core::AgentDefinition>,
     /// `[subagents]`.
     pub subagents: SubagentsConfig,
+    /// The memory tools' settings (`[memory]`), `None` unless enabled.
+    pub memory: Option<keel_runtime::memory::MemorySettings>,
     /// Whether the user config trusts the workspace (`trusted_workspaces`), so that its
     /// `keel.toml` was applied without the only-tighten rule.
     pub trusted: bool,
@@ -800,7 +866,7 @@ pub const RESERVED_KEYS: [(&str, &str); 0] = [];
 
 /// Sections a workspace's `keel.toml` may set only when the workspace is trusted (they run
 /// programs it names), with what each does: dropped with a notice from an untrusted one.
-pub const TRUSTED_ONLY_KEYS: [(&str, &str); 3] = [
+pub const TRUSTED_ONLY_KEYS: [(&str, &str); 4] = [
     (
         "mcp_servers",
         "would start the MCP servers it names (programs run with your environment, or URLs called)",
@@ -812,6 +878,10 @@ pub const TRUSTED_ONLY_KEYS: [(&str, &str); 3] = [
     (
         "subagents",
         "would change how deep agents nest and how many run at once",
+    ),
+    (
+        "memory",
+        "would give the agent long-term memory (facts kept across sessions, and the namespace they are shared in)",
     ),
 ];
 
@@ -893,10 +963,14 @@ pub fn validate_layer(layer: &FileConfig) -> Result<(), ConfigError> {
     if let Some(t) = &layer.timeouts {
         t.parse()?;
     }
+    if let Some(m) = &layer.memory {
+        m.settings()?;
+    }
     if let Some(tools) = &layer.tools {
         let known: Vec<String> = keel_tools::builtin::builtin_tools()
             .iter()
             .map(|t| t.name().to_owned())
+            .chain(keel_runtime::memory::TOOL_NAMES.map(str::to_owned))
             .collect();
         if let Some(unknown) = tools.enabled.iter().find(|t| !known.contains(t)) {
             return Err(ConfigError::Unknown {
@@ -1864,6 +1938,12 @@ impl Config {
             hooks: file.hooks.clone().unwrap_or_default(),
             agents,
             subagents: file.subagents.clone().unwrap_or_default(),
+            memory: file
+                .memory
+                .as_ref()
+                .map(MemoryConfig::settings)
+                .transpose()?
+                .flatten(),
             merged: file,
             trusted: false,
             notices: Vec::new(),

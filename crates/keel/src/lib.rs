@@ -1,6 +1,6 @@
 //! # keel (the CLI) — a coding agent in the terminal and headless, on the durable runtime
 //!
-//! **Owns:** the command line (`keel run|resume|sessions|approve|deny|resolve|cancel|config|trust|model`),
+//! **Owns:** the command line (`keel run|resume|sessions|approve|deny|resolve|cancel|memory|config|trust|model`),
 //! configuration files (`keel.toml`) and their merging with flags, secret masking for display,
 //! model specs → model routes, the headless JSONL stream and its `result` line, the interactive
 //! terminal, exit codes, and turning errors into one line a person can act on.
@@ -18,6 +18,7 @@
 //! - [`store`] — opening the store with actionable errors; the local tenant.
 //! - [`sessions`] — `sessions list|show|events`.
 //! - [`decide`] — `approve` / `deny`.
+//! - [`memory_cmd`] — `memory list|get|rm`: what agents remember (local store or `--server`).
 //! - [`run`] — `run` / `resume` on `keel_runtime::Runtime`: release and session settings from
 //!   the configuration, driving, Ctrl-C, the result.
 //! - [`session_cmd`] — the `run`, `resume`, `cancel`, `resolve` commands; JSONL, text or
@@ -40,6 +41,7 @@ pub mod exit;
 pub mod interactive;
 pub mod logging;
 pub mod mcp;
+pub mod memory_cmd;
 pub mod model_spec;
 pub mod output;
 pub mod remote;

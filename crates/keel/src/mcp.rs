@@ -196,6 +196,7 @@ fn test_context(config: &Config) -> anyhow::Result<keel_tools::ToolContext> {
         limits: keel_tools::tool::ToolLimits::default(),
         hash_key: keel_tools::keyed_hash::HashKey::derive(b"keel mcp test-client", "test"),
         scope: None,
+        session: None,
     })
 }
 

@@ -425,12 +425,33 @@ async fn runtime_with_mcp(
     Ok(runtime)
 }
 
+/// Adds the long-term memory tools over `store` to `tools` when `[memory]` enables them
+/// (`keel_runtime::memory`).
+///
+/// # Errors
+/// A memory tool's name already taken (an MCP tool cannot take it: theirs are prefixed).
+pub fn add_memory_tools(
+    tools: &mut ToolRegistry,
+    config: &Config,
+    store: &Arc<dyn Store>,
+) -> anyhow::Result<()> {
+    if let Some(settings) = config.memory {
+        for tool in keel_runtime::memory::memory_tools(store.clone(), settings) {
+            tools
+                .register(tool)
+                .context("cannot set up the memory tools")?;
+        }
+    }
+    Ok(())
+}
+
 fn runtime_for(
     config: &Config,
     store: Arc<dyn Store>,
     model: Arc<dyn ModelClient>,
 ) -> anyhow::Result<Runtime> {
-    let tools = ToolRegistry::with_builtins().context("cannot set up the built-in tools")?;
+    let mut tools = ToolRegistry::with_builtins().context("cannot set up the built-in tools")?;
+    add_memory_tools(&mut tools, config, &store)?;
     Ok(Runtime::new(
         store,
         model,

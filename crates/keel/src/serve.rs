@@ -317,8 +317,9 @@ async fn stop_signal(node: &'static str) {
     eprintln!("keel {node}: stopping at once");
 }
 
-/// The host's part of a node: models from this configuration's providers, the built-in tools,
-/// the runtime options every keel host uses.
+/// The host's part of a node: models from this configuration's providers, the built-in tools
+/// (and the memory tools when `[memory]` enables them), the runtime options every keel host
+/// uses.
 fn deps(
     store: Arc<dyn Store>,
     config: &Config,
@@ -326,12 +327,23 @@ fn deps(
     name: &str,
 ) -> anyhow::Result<Deps> {
     Ok(Deps {
-        store,
+        store: store.clone(),
         models: Arc::new(CliModels {
             allow_scripts: server.allow_script_models,
             config: config.clone(),
         }),
-        tools: Arc::new(keel_tools::ToolRegistry::with_builtins),
+        tools: {
+            let (memory, store) = (config.memory, store.clone());
+            Arc::new(move || {
+                let mut tools = keel_tools::ToolRegistry::with_builtins()?;
+                if let Some(settings) = memory {
+                    for tool in keel_runtime::memory::memory_tools(store.clone(), settings) {
+                        tools.register(tool)?;
+                    }
+                }
+                Ok(tools)
+            })
+        },
         runtime_options: crate::run::host_options(config, name)?,
     })
 }

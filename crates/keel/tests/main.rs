@@ -17,6 +17,7 @@ mod headless;
 mod home_workspace;
 mod interactive;
 mod mcp;
+mod memory;
 mod model_parse;
 mod newuser;
 mod otlp;

@@ -319,7 +319,11 @@ pub fn router(
         .add(routes!(resources::get_artifact))
         .add(routes!(resources::usage))
         .add(routes!(resources::list_memory))
-        .add(routes!(resources::get_memory, resources::put_memory));
+        .add(routes!(
+            resources::get_memory,
+            resources::put_memory,
+            resources::delete_memory
+        ));
     let public = Routes::new()
         .add(routes!(health::healthz))
         .add(routes!(health::readyz))

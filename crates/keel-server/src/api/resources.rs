@@ -361,7 +361,8 @@ fn memory_body(m: keel_store::MemoryEntry) -> MemoryBody {
     }
 }
 
-/// Lists a memory namespace by key, or searches it (`q`).
+/// Lists a memory namespace by key, or searches it (`q`: full-text, every word as a word or the
+/// start of one, best match first).
 #[utoipa::path(get, path = "/v1/memory/{namespace}", tag = "data", operation_id = "list_memory",
     params(("namespace" = String, Path, description = "The namespace"), MemoryListQuery),
     responses(
@@ -463,4 +464,26 @@ pub async fn put_memory(
         .await?
         .ok_or_else(|| ApiError::not_found("memory entry", format!("{ns}/{key}")))?;
     Ok(Json(memory_body(m)))
+}
+
+/// Deletes a memory entry (what an agent remembered, for people to forget it). Idempotent: an
+/// entry that is not there (any more) answers 204 too; `GET` first tells whether it is.
+#[utoipa::path(delete, path = "/v1/memory/{namespace}/{key}", tag = "data", operation_id = "delete_memory",
+    params(("namespace" = String, Path, description = "The namespace"), ("key" = String, Path, description = "The key")),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 400, description = "Bad name", body = Problem, content_type = "application/problem+json"),
+        (status = 401, description = "No valid key", body = Problem, content_type = "application/problem+json"),
+        (status = 403, description = "Not an operator", body = Problem, content_type = "application/problem+json"),
+    ))]
+pub async fn delete_memory(
+    State(state): State<Shared>,
+    Extension(caller): Extension<Caller>,
+    P((ns, key)): P<(String, String)>,
+) -> Result<axum::http::StatusCode, ApiError> {
+    let tenant = caller.tenant_as(Role::Operator)?;
+    check_name("namespace", &ns)?;
+    check_name("key", &key)?;
+    state.store.memory_delete(tenant, &ns, &key).await?;
+    Ok(axum::http::StatusCode::NO_CONTENT)
 }

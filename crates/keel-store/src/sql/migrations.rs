@@ -18,7 +18,31 @@ use crate::error::{Result, StoreError};
 pub(crate) struct Migration {
     pub version: i64,
     pub name: &'static str,
-    pub sql: &'static str,
+    pub sql: MigrationSql,
+}
+
+/// A migration's SQL: one text for both dialects, or one per dialect where they cannot share it
+/// (full-text search: FTS5 on SQLite, tsvector on PostgreSQL). The checksum recorded is of the
+/// text the database ran.
+pub(crate) enum MigrationSql {
+    /// The same SQL on SQLite and PostgreSQL.
+    Both(&'static str),
+    /// Dialect-specific SQL.
+    PerDialect {
+        sqlite: &'static str,
+        postgres: &'static str,
+    },
+}
+
+impl Migration {
+    /// The SQL `dialect` runs (before `{blob}` is replaced).
+    fn sql_for(&self, dialect: Dialect) -> &'static str {
+        match (&self.sql, dialect) {
+            (MigrationSql::Both(sql), _) => sql,
+            (MigrationSql::PerDialect { sqlite, .. }, Dialect::Sqlite) => sqlite,
+            (MigrationSql::PerDialect { postgres, .. }, Dialect::Postgres) => postgres,
+        }
+    }
 }
 
 /// Every migration this build knows, in order.
@@ -26,52 +50,62 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     Migration {
         version: 1,
         name: "journal_and_owned_tables",
-        sql: include_str!("../../migrations/0001_journal_and_owned_tables.sql"),
+        sql: MigrationSql::Both(include_str!(
+            "../../migrations/0001_journal_and_owned_tables.sql"
+        )),
     },
     Migration {
         version: 2,
         name: "intents",
-        sql: include_str!("../../migrations/0002_intents.sql"),
+        sql: MigrationSql::Both(include_str!("../../migrations/0002_intents.sql")),
     },
     Migration {
         version: 3,
         name: "usage",
-        sql: include_str!("../../migrations/0003_usage.sql"),
+        sql: MigrationSql::Both(include_str!("../../migrations/0003_usage.sql")),
     },
     Migration {
         version: 4,
         name: "sealed_arguments",
-        sql: include_str!("../../migrations/0004_sealed_arguments.sql"),
+        sql: MigrationSql::Both(include_str!("../../migrations/0004_sealed_arguments.sql")),
     },
     Migration {
         version: 5,
         name: "usage_reservations",
-        sql: include_str!("../../migrations/0005_usage_reservations.sql"),
+        sql: MigrationSql::Both(include_str!("../../migrations/0005_usage_reservations.sql")),
     },
     Migration {
         version: 6,
         name: "sealed_items",
-        sql: include_str!("../../migrations/0006_sealed_items.sql"),
+        sql: MigrationSql::Both(include_str!("../../migrations/0006_sealed_items.sql")),
     },
     Migration {
         version: 7,
         name: "api_access",
-        sql: include_str!("../../migrations/0007_api_access.sql"),
+        sql: MigrationSql::Both(include_str!("../../migrations/0007_api_access.sql")),
     },
     Migration {
         version: 8,
         name: "workspace_claims",
-        sql: include_str!("../../migrations/0008_workspace_claims.sql"),
+        sql: MigrationSql::Both(include_str!("../../migrations/0008_workspace_claims.sql")),
     },
     Migration {
         version: 9,
         name: "scheduling",
-        sql: include_str!("../../migrations/0009_scheduling.sql"),
+        sql: MigrationSql::Both(include_str!("../../migrations/0009_scheduling.sql")),
+    },
+    Migration {
+        version: 10,
+        name: "memory_search",
+        sql: MigrationSql::PerDialect {
+            sqlite: include_str!("../../migrations/0010_memory_search.sqlite.sql"),
+            postgres: include_str!("../../migrations/0010_memory_search.postgres.sql"),
+        },
     },
 ];
 
-fn checksum(m: &Migration) -> String {
-    content_hash(&Value::String(m.sql.to_owned()))
+fn checksum(m: &Migration, dialect: Dialect) -> String {
+    content_hash(&Value::String(m.sql_for(dialect).to_owned()))
 }
 
 /// Brings the connected database to the latest schema; returns the connection.
@@ -151,7 +185,7 @@ async fn migrate(conn: &mut AnyConnection, dialect: Dialect) -> Result<()> {
                 reason: "recorded in the database but unknown to this build".into(),
             });
         };
-        if known.name != name || checksum(known) != sum {
+        if known.name != name || checksum(known, dialect) != sum {
             return Err(StoreError::MigrationMismatch {
                 version,
                 name,
@@ -177,14 +211,14 @@ async fn migrate(conn: &mut AnyConnection, dialect: Dialect) -> Result<()> {
                 ),
             });
         }
-        let sql = m.sql.replace("{blob}", dialect.blob_type());
+        let sql = m.sql_for(dialect).replace("{blob}", dialect.blob_type());
         tx.execute(sql.as_str()).await?;
         sqlx::query(&dialect.sql(
             "INSERT INTO keel_migrations (version, name, checksum, applied_at) VALUES (?, ?, ?, ?)",
         ))
         .bind(m.version)
         .bind(m.name)
-        .bind(checksum(m))
+        .bind(checksum(m, dialect))
         .bind(now_ms())
         .execute(&mut *tx)
         .await?;

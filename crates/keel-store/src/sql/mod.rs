@@ -1014,19 +1014,21 @@ fn validate_batch(
     Ok(())
 }
 
-/// Escapes `%`, `_` and `\` for a `LIKE … ESCAPE '\'` pattern.
-fn like_literal(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('%');
-    for ch in s.chars() {
-        if matches!(ch, '%' | '_' | '\\') {
-            out.push('\\');
-        }
-        out.push(ch);
-    }
-    out.push('%');
-    out
+/// The words of a memory search (issue 15): runs of letters and digits, lower-cased, at most
+/// [`MAX_SEARCH_WORDS`] — what both backends' full-text indexes are built from (see migration
+/// 0010). Everything else separates words, so no query text reaches FTS5's or `to_tsquery`'s
+/// syntax.
+fn search_words(query: &str) -> Vec<String> {
+    query
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .take(MAX_SEARCH_WORDS)
+        .map(str::to_lowercase)
+        .collect()
 }
+
+/// The most words a memory search uses; later ones are ignored.
+const MAX_SEARCH_WORDS: usize = 32;
 
 #[async_trait]
 impl Store for SqlStore {
@@ -2004,36 +2006,50 @@ impl Store for SqlStore {
         query: &str,
         limit: u32,
     ) -> Result<Vec<MemoryEntry>> {
-        let pattern = like_literal(query);
-        let rows = match namespace {
-            Some(ns) => {
-                sqlx::query(&self.sql(
-                    "SELECT namespace, key, value, updated_at FROM memory WHERE tenant_id = ? AND namespace = ? \
-                     AND (LOWER(key) LIKE LOWER(?) ESCAPE '\\' OR LOWER(value) LIKE LOWER(?) ESCAPE '\\') \
-                     ORDER BY updated_at DESC, key LIMIT ?",
-                ))
-                .bind(tenant.to_string())
-                .bind(ns.to_owned())
-                .bind(pattern.clone())
-                .bind(pattern)
-                .bind(i64::from(limit))
-                .fetch_all(&self.inner.pool)
-                .await?
-            }
-            None => {
-                sqlx::query(&self.sql(
-                    "SELECT namespace, key, value, updated_at FROM memory WHERE tenant_id = ? \
-                     AND (LOWER(key) LIKE LOWER(?) ESCAPE '\\' OR LOWER(value) LIKE LOWER(?) ESCAPE '\\') \
-                     ORDER BY updated_at DESC, key LIMIT ?",
-                ))
-                .bind(tenant.to_string())
-                .bind(pattern.clone())
-                .bind(pattern)
-                .bind(i64::from(limit))
-                .fetch_all(&self.inner.pool)
-                .await?
-            }
+        let words = search_words(query);
+        if words.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ns_filter = if namespace.is_some() {
+            " AND m.namespace = ?"
+        } else {
+            ""
         };
+        let (sql, expr) = match self.inner.dialect {
+            // BM25 is lower for better matches; `rank` is the FTS5 table's BM25 by default.
+            Dialect::Sqlite => (
+                format!(
+                    "SELECT m.namespace, m.key, m.value, m.updated_at FROM memory_fts \
+                     JOIN memory m ON m.id = memory_fts.rowid \
+                     WHERE memory_fts MATCH ? AND m.tenant_id = ?{ns_filter} \
+                     ORDER BY memory_fts.rank, m.updated_at DESC, m.key LIMIT ?"
+                ),
+                words
+                    .iter()
+                    .map(|w| format!("\"{w}\"*"))
+                    .collect::<Vec<_>>()
+                    .join(" "),
+            ),
+            Dialect::Postgres => (
+                format!(
+                    "SELECT m.namespace, m.key, m.value, m.updated_at \
+                     FROM memory m, to_tsquery('simple', ?) q \
+                     WHERE m.search @@ q AND m.tenant_id = ?{ns_filter} \
+                     ORDER BY ts_rank(m.search, q) DESC, m.updated_at DESC, m.key LIMIT ?"
+                ),
+                words
+                    .iter()
+                    .map(|w| format!("{w}:*"))
+                    .collect::<Vec<_>>()
+                    .join(" & "),
+            ),
+        };
+        let sql = self.sql(&sql);
+        let mut q = sqlx::query(&sql).bind(expr).bind(tenant.to_string());
+        if let Some(ns) = namespace {
+            q = q.bind(ns.to_owned());
+        }
+        let rows = q.bind(i64::from(limit)).fetch_all(&self.inner.pool).await?;
         rows.iter().map(memory_from_row).collect()
     }
 

@@ -991,31 +991,82 @@ pub async fn memory_put_get_search_delete(h: &Harness) {
         h.store.memory_get(t, "default", "missing").await.unwrap(),
         None
     );
-    // Case-insensitive, key or value, one namespace or all.
+    // Full-text: case-insensitive words of the key or the value, one namespace or all.
+    let keys =
+        |found: Vec<keel_store::MemoryEntry>| found.into_iter().map(|e| e.key).collect::<Vec<_>>();
     let found = h
         .store
         .memory_search(t, Some("default"), "CARGO", 10)
         .await
         .unwrap();
+    assert_eq!(keys(found), vec!["build"]);
+    // The rewritten value is what is indexed: the old words are gone, the new ones found.
+    assert!(
+        h.store
+            .memory_search(t, None, "committing", 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     assert_eq!(
-        found.iter().map(|e| e.key.as_str()).collect::<Vec<_>>(),
+        keys(h.store.memory_search(t, None, "nextest", 10).await.unwrap()),
         vec!["build"]
     );
-    let found = h.store.memory_search(t, None, "E", 10).await.unwrap();
-    assert_eq!(found.len(), 3);
+    // Keys are searched, and a word matches as a prefix (`ind` finds `indent`).
     assert_eq!(
-        h.store.memory_search(t, None, "e", 2).await.unwrap().len(),
-        2
+        keys(h.store.memory_search(t, None, "owner", 10).await.unwrap()),
+        vec!["owner"]
     );
-    // `%` and `_` are literal.
-    let found = h.store.memory_search(t, None, "100%", 10).await.unwrap();
     assert_eq!(
-        found.iter().map(|e| e.key.as_str()).collect::<Vec<_>>(),
+        keys(h.store.memory_search(t, None, "ind", 10).await.unwrap()),
+        vec!["style"]
+    );
+    // Every word must match; another namespace is not searched when one is named.
+    assert_eq!(
+        keys(
+            h.store
+                .memory_search(t, None, "ada on call", 10)
+                .await
+                .unwrap()
+        ),
         vec!["owner"]
     );
     assert!(
         h.store
-            .memory_search(t, None, "1_0", 10)
+            .memory_search(t, None, "ada cargo", 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        h.store
+            .memory_search(t, Some("default"), "ada", 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // Query syntax of either engine is just text: no error, no injection; no words, no results.
+    for q in [
+        "\"100%\" OR *",
+        "ada:* | !x",
+        "(cargo) AND NOT -run",
+        "NEAR(a b)",
+        "' \\",
+    ] {
+        h.store.memory_search(t, None, q, 10).await.unwrap();
+    }
+    assert_eq!(
+        keys(
+            h.store
+                .memory_search(t, None, "\"100%\"", 10)
+                .await
+                .unwrap()
+        ),
+        vec!["owner"]
+    );
+    assert!(
+        h.store
+            .memory_search(t, None, " %_*\" ", 10)
             .await
             .unwrap()
             .is_empty()
@@ -1026,6 +1077,77 @@ pub async fn memory_put_get_search_delete(h: &Harness) {
         h.store.memory_get(t, "default", "style").await.unwrap(),
         None
     );
+    // A deleted entry is gone from the index too.
+    assert!(
+        h.store
+            .memory_search(t, None, "indent", 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+/// Search ranks by relevance (BM25 / ts_rank), then recency; `limit` caps the results; another
+/// tenant's entries with the same words are never found.
+pub async fn memory_search_ranks_limits_and_stays_in_its_tenant(h: &Harness) {
+    let (t, other) = (tenant(), tenant());
+    h.store
+        .memory_put(
+            t,
+            "notes",
+            "deploy",
+            &json!("deploy with the deploy script; deploy on Fridays never"),
+        )
+        .await
+        .unwrap();
+    h.store
+        .memory_put(
+            t,
+            "notes",
+            "misc",
+            &json!("many unrelated words about lunch, coffee, tests, and one deploy mention"),
+        )
+        .await
+        .unwrap();
+    h.store
+        .memory_put(other, "notes", "deploy", &json!("deploy deploy deploy"))
+        .await
+        .unwrap();
+    let found = h.store.memory_search(t, None, "deploy", 10).await.unwrap();
+    assert_eq!(
+        found.iter().map(|e| e.key.as_str()).collect::<Vec<_>>(),
+        vec!["deploy", "misc"]
+    );
+    assert_eq!(
+        h.store
+            .memory_search(t, None, "deploy", 1)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    // Equal relevance: the most recent first.
+    h.store
+        .memory_put(t, "a", "first", &json!("zebra"))
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    h.store
+        .memory_put(t, "a", "second", &json!("zebra"))
+        .await
+        .unwrap();
+    let found = h.store.memory_search(t, None, "zebra", 10).await.unwrap();
+    assert_eq!(
+        found.iter().map(|e| e.key.as_str()).collect::<Vec<_>>(),
+        vec!["second", "first"]
+    );
+    let theirs = h
+        .store
+        .memory_search(other, None, "deploy", 10)
+        .await
+        .unwrap();
+    assert_eq!(theirs.len(), 1);
+    assert_eq!(theirs[0].value, json!("deploy deploy deploy"));
 }
 
 pub async fn artifacts_round_trip_bytes(h: &Harness) {
@@ -1320,7 +1442,7 @@ pub async fn migrations_are_idempotent_and_refuse_foreign_schemas(h: &Harness) {
     match h.reopen().await.err() {
         Some(StoreError::SchemaTooNew {
             found: 999,
-            supported: 9,
+            supported: 10,
         }) => {}
         other => panic!("expected SchemaTooNew, got {other:?}"),
     }
@@ -1618,38 +1740,45 @@ pub async fn an_abandoned_append_is_not_committed_later(h: &Harness) {
         .unwrap();
 }
 
-/// Case folding agrees on both backends for what both can fold (ASCII), and exact text always
-/// matches.
-pub async fn memory_search_folds_ascii_and_matches_exact_text(h: &Harness) {
+/// Both backends make the same words: letters beyond ASCII (case folded, accents kept) and
+/// digits, with punctuation between words.
+pub async fn memory_search_makes_the_same_words_on_both_backends(h: &Harness) {
     let t = tenant();
     h.store
-        .memory_put(t, "people", "author", &json!("Émile Zola"))
+        .memory_put(
+            t,
+            "people",
+            "author",
+            &json!("Émile Zola, born 1840 (Paris)"),
+        )
         .await
         .unwrap();
-    assert_eq!(
-        h.store
-            .memory_search(t, None, "Émile Zola", 10)
-            .await
-            .unwrap()
-            .len(),
-        1
-    );
-    assert_eq!(
-        h.store
-            .memory_search(t, None, "ZOLA", 10)
-            .await
-            .unwrap()
-            .len(),
-        1
-    );
-    assert_eq!(
-        h.store
-            .memory_search(t, None, "mile", 10)
-            .await
-            .unwrap()
-            .len(),
-        1
-    );
+    for q in [
+        "Émile Zola",
+        "ZOLA",
+        "émile",
+        "ÉMILE",
+        "1840",
+        "paris",
+        "zola, émile",
+    ] {
+        assert_eq!(
+            h.store.memory_search(t, None, q, 10).await.unwrap().len(),
+            1,
+            "{q}"
+        );
+    }
+    // Words match from their start only, and accents are not removed.
+    for q in ["mile", "emile", "840"] {
+        assert!(
+            h.store
+                .memory_search(t, None, q, 10)
+                .await
+                .unwrap()
+                .is_empty(),
+            "{q}"
+        );
+    }
 }
 
 /// Lease, wait, effect and approval calls of another tenant behave as not found.

@@ -11,6 +11,7 @@
 //!   the server's `--workspace`, the turn, then the SSE stream rendered as it arrives.
 //! - [`sessions`] — `sessions list|show|events [--follow]|close`.
 //! - [`decide`] — `approve`, `deny`, `resolve`, `cancel`.
+//! - `memory` goes to [`crate::memory_cmd::remote`].
 
 pub mod decide;
 pub mod run;
@@ -118,6 +119,7 @@ pub fn dispatch(
             | Command::Deny { .. }
             | Command::Resolve { .. }
             | Command::Cancel { .. }
+            | Command::Memory(_)
     );
     // The server keeps its own store: a --store here would be ignored, silently.
     if remote && let Some(store) = &global.store {
@@ -172,6 +174,7 @@ pub fn dispatch(
             crate::cli::effect_decision(outcome, reason),
         ),
         Command::Cancel { session } => decide::cancel(server, &session),
+        Command::Memory(cmd) => crate::memory_cmd::remote(server, global, cmd),
         local => crate::cli::run_local(global.clone(), local),
     }
 }

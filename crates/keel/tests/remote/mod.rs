@@ -13,6 +13,7 @@ mod decisions;
 mod follow;
 mod interactive;
 mod mcp;
+mod memory;
 mod postgres;
 mod resume;
 mod tls;
