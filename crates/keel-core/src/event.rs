@@ -128,6 +128,36 @@ impl Correlation {
     }
 }
 
+/// How the input pipeline compiled a turn's input (`turn.queued`'s `compiled`): journaled with
+/// the turn before it takes effect, so what the model was shown can be traced to what was typed.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompiledInput {
+    /// What the user typed, unexpanded.
+    pub raw: String,
+    /// The user-defined command (`/NAME` from a `.keel/commands/NAME.md` file) whose text became
+    /// the prompt, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    /// The file that command came from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command_file: Option<String>,
+    /// The files `@path` mentions attached, in order of mention.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<Attachment>,
+}
+
+/// One file an `@path` mention attached to a turn's input.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attachment {
+    /// The path as mentioned (relative to the workspace).
+    pub path: String,
+    /// Characters of the file's content shown (as `read_file` shows it: numbered lines).
+    pub chars: u64,
+    /// The content was cut to the result budget.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
+}
+
 /// What happened. The serde tag is the event type name (dotted lowercase); fields are the payload.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", content = "payload")]
@@ -178,8 +208,15 @@ pub enum EventBody {
     /// User input accepted; the turn is `queued`. Correlation: `turn_id`.
     #[serde(rename = "turn.queued")]
     TurnQueued {
-        /// The user's message.
+        /// The user's message as the model sees it (after the input pipeline: a user
+        /// command's prompt, attached files).
         input: String,
+        /// How the input pipeline compiled it (`keel_runtime::input`), when it did anything
+        /// beyond plain text: what was typed, the user command expanded, the files attached.
+        /// Absent in journals written before the pipeline and for plain text (old readers
+        /// ignore it; no schema bump).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        compiled: Option<CompiledInput>,
     },
     /// Someone asked to cancel the turn (a user, or a newer input with the multitask strategy
     /// `interrupt`). A durable intent: whichever worker runs the session next aborts the turn.
@@ -428,7 +465,9 @@ pub enum EventBody {
     #[serde(rename = "approval.expired")]
     ApprovalExpired {},
     /// Older transcript was summarized; the model sees `summary` then the items from
-    /// `first_kept_item`. The journal keeps the full history. Correlation: `turn_id`.
+    /// `first_kept_item`. The journal keeps the full history. Correlation: `turn_id` (the
+    /// turn that compacted), or none for a compaction asked for between turns (`/compact`,
+    /// accepted only with no active turn).
     #[serde(rename = "context.compacted")]
     ContextCompacted {
         /// The summary text.
@@ -877,7 +916,17 @@ mod tests {
                 to_release_id: ReleaseId::from("sha256:01"),
             },
             EventBody::TurnQueued {
-                input: "fix the bug".into(),
+                input: "fix the bug\n\n<attached>".into(),
+                compiled: Some(CompiledInput {
+                    raw: "/fix @src/a.rs".into(),
+                    command: Some("fix".into()),
+                    command_file: Some(".keel/commands/fix.md".into()),
+                    attachments: vec![Attachment {
+                        path: "src/a.rs".into(),
+                        chars: 12,
+                        truncated: false,
+                    }],
+                }),
             },
             EventBody::TurnCancelRequested {
                 reason: "cancelled by user".into(),
@@ -1149,7 +1198,13 @@ mod tests {
         assert_eq!(ev.schema_version, 2);
         assert_eq!(ev.ts.timestamp_millis(), 1_764_468_928_123);
         assert_eq!(ev.correlation.turn_id, Some(t));
-        assert_eq!(ev.body, EventBody::TurnQueued { input: "hi".into() });
+        assert_eq!(
+            ev.body,
+            EventBody::TurnQueued {
+                input: "hi".into(),
+                compiled: None
+            }
+        );
     }
 
     #[test]

@@ -346,6 +346,7 @@ impl World {
             Correlation::turn(turn),
             EventBody::TurnQueued {
                 input: "goal".into(),
+                compiled: None,
             },
         )];
         if let Err(v) = w
@@ -629,6 +630,7 @@ impl World {
             Correlation::turn(turn),
             EventBody::TurnQueued {
                 input: "another goal".into(),
+                compiled: None,
             },
         )])
     }
@@ -2146,7 +2148,10 @@ impl Hand {
         );
         h.push(
             Correlation::turn(turn),
-            EventBody::TurnQueued { input: "go".into() },
+            EventBody::TurnQueued {
+                input: "go".into(),
+                compiled: None,
+            },
         );
         h
     }
