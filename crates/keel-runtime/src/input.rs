@@ -619,7 +619,8 @@ impl Runtime {
     /// # Errors
     /// [`RuntimeError::Input`] when there is nothing to compact or the model call failed;
     /// [`RuntimeError::TurnInProgress`] while a turn is active or queued;
-    /// [`RuntimeError::SessionBusy`] when another process runs the session;
+    /// [`RuntimeError::SessionBusy`] when another process runs the session (after waiting
+    /// `lease_wait` for it to let go);
     /// [`RuntimeError::Closed`]; store errors.
     pub async fn compact_now(
         &self,
@@ -627,10 +628,8 @@ impl Runtime {
         session: SessionId,
         focus: Option<&str>,
     ) -> Result<Compacted> {
-        let mut held = match self.inner.hold_now(tenant, session).await? {
-            Ok(h) => h,
-            Err(owner) => return Err(RuntimeError::SessionBusy { session, owner }),
-        };
+        // Waits out a worker that is just letting the session go (at most `lease_wait`).
+        let mut held = self.inner.hold(tenant, session).await?;
         let r = self.compact_held(held.journal(), focus).await;
         self.inner.unhold(tenant, held).await;
         r
