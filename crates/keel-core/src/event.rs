@@ -478,6 +478,15 @@ pub enum EventBody {
         tokens_before: u64,
         /// Estimated tokens after.
         tokens_after: u64,
+        /// Asked for between turns (`/compact`, see `keel_runtime::input`): the event has no
+        /// `turn_id`. Such an event is written in envelope schema 3 (older builds cannot fold a
+        /// compaction without a turn, and leave the session to newer ones). Absent (false)
+        /// for a compaction of a turn.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        requested: bool,
+        /// What `/compact FOCUS` asked the summary to keep.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        focus: Option<String>,
     },
     /// A hook ran (see `keel_runtime::hooks`): what it answered, journaled before it takes
     /// effect, so a decided hook is never run again for the same call, approval, prompt or stop
@@ -674,10 +683,15 @@ pub const EVENT_TYPES: &[&str] = &[
 
 impl EventBody {
     /// The oldest envelope version that carries this body (see [`SCHEMA_VERSION`]): 3 for
-    /// `hook.ran` and for an `approval.decided` naming a hook, 2 for everything else.
+    /// `hook.ran`, an `approval.decided` naming a hook and a `context.compacted` requested
+    /// between turns, 2 for everything else.
     pub fn schema_version(&self) -> u32 {
         match self {
-            EventBody::HookRan { .. } | EventBody::ApprovalDecided { hook: Some(_), .. } => 3,
+            EventBody::HookRan { .. }
+            | EventBody::ApprovalDecided { hook: Some(_), .. }
+            | EventBody::ContextCompacted {
+                requested: true, ..
+            } => 3,
             _ => 2,
         }
     }
@@ -1044,6 +1058,8 @@ mod tests {
                 first_kept_item: 4,
                 tokens_before: 1000,
                 tokens_after: 100,
+                requested: false,
+                focus: None,
             },
             EventBody::HookRan {
                 hook: "audit".into(),
@@ -1057,6 +1073,30 @@ mod tests {
                 error: None,
             },
         ]
+    }
+
+    /// A compaction asked for between turns (no turn) is written at 3: a schema-2 build could
+    /// not fold it.
+    #[test]
+    fn a_requested_compaction_is_written_at_schema_3() {
+        let body = EventBody::ContextCompacted {
+            summary: "s".into(),
+            first_kept_item: 4,
+            tokens_before: 1000,
+            tokens_after: 100,
+            requested: true,
+            focus: Some("the API".into()),
+        };
+        let ev = Event::new(
+            SessionId::new(),
+            1,
+            Utc::now(),
+            Correlation::default(),
+            body,
+        );
+        assert_eq!(ev.schema_version, 3);
+        let back = Event::decode(&ev.encode()).unwrap();
+        assert_eq!(back.body, ev.body);
     }
 
     /// A journal written before hooks existed reads as before: `approval.decided` without

@@ -1503,6 +1503,8 @@ impl World {
                             first_kept_item,
                             tokens_before: 2_000,
                             tokens_after: 100,
+                            requested: false,
+                            focus: None,
                         },
                     ),
                     to_sampling,

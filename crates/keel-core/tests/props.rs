@@ -353,6 +353,8 @@ impl Ids {
                     first_kept_item: *n,
                     tokens_before: 0,
                     tokens_after: 0,
+                    requested: false,
+                    focus: None,
                 },
             ),
         };

@@ -114,6 +114,8 @@ impl Runner {
                                 first_kept_item: keep_from,
                                 tokens_before: snapshot.estimated_tokens,
                                 tokens_after: after,
+                                requested: false,
+                                focus: None,
                             },
                         ),
                         phase_item(turn, TurnStatus::Sampling),

@@ -705,6 +705,11 @@ impl Runtime {
                         first_kept_item,
                         tokens_before,
                         tokens_after,
+                        requested: true,
+                        focus: focus
+                            .map(str::trim)
+                            .filter(|f| !f.is_empty())
+                            .map(str::to_owned),
                     },
                 )],
             )

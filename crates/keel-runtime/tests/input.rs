@@ -213,6 +213,15 @@ async fn compact_now_summarizes_between_turns_with_the_focus(b: Backend) {
     assert_eq!(last.type_name(), "context.compacted");
     assert_eq!(last.correlation.turn_id, None, "between turns");
     assert_eq!(last.seq, c.version);
+    assert_eq!(last.schema_version, 3, "older builds cannot fold it");
+    let EventBody::ContextCompacted {
+        requested, focus, ..
+    } = &last.body
+    else {
+        panic!("{last:?}")
+    };
+    assert!(*requested);
+    assert_eq!(focus.as_deref(), Some("the numbers"));
     // The next turn sees the summary and its own input only, and takes the next script line.
     f.rt.submit(f.tenant, f.session, "second").await.unwrap();
     let out = f.rt.run(f.tenant, f.session).await.unwrap();
