@@ -456,8 +456,9 @@ pub async fn prepare_run(
             p.command = Some(command);
         }
         Err(e) => {
-            // Refused before anything ran: the new session holds nothing; close it.
-            let _ = p.runtime.close_session(tenant, session).await;
+            // Refused before anything ran: the new session holds nothing but its creation
+            // (as a run without a prompt, the refused input leaves no session).
+            let _ = p.runtime.store().delete_session(tenant, session).await;
             return Err(e);
         }
     }

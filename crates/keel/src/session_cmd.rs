@@ -184,9 +184,24 @@ async fn prepare(
                 return Err(with_mode(e));
             }
             let input = crate::input::input_options(&config, mode == Mode::Interactive);
-            let p = prepare_run(&config, &prompt, &input)
-                .await
-                .map_err(with_mode)?;
+            let mut prompt = prompt;
+            let p = loop {
+                match prepare_run(&config, &prompt, &input).await {
+                    Ok(p) => break p,
+                    // On a terminal, input the pipeline refused (an unknown command, a bad
+                    // @path) is said and the prompt asked again, as for a follow-up.
+                    Err(e) if mode == Mode::Interactive && e.is::<exit::UsageError>() => {
+                        eprintln!("keel: {}", crate::report::describe(&e));
+                        prompt = match lines.get_or_insert_with(Lines::spawn).ask_prompt().await {
+                            Some(p) => p,
+                            None => {
+                                return Err(with_mode(anyhow::Error::new(LeftWithoutPrompt)));
+                            }
+                        };
+                    }
+                    Err(e) => return Err(with_mode(e)),
+                }
+            };
             Ok((p, mode, config))
         }
         Target::Resume(session) => {

@@ -79,6 +79,12 @@ fn unknown_and_terminal_only_commands_are_refused_before_anything_runs() {
     ]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("unknown command /nosuch"));
+    let list = stdout(&env.run(&["sessions", "list", "--json"]));
+    assert_eq!(
+        list.lines().count(),
+        1,
+        "the refused run left no session: {list}"
+    );
 }
 
 #[test]

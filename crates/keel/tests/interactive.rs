@@ -288,6 +288,10 @@ fn slash_commands_user_commands_and_at_paths_at_the_prompt() {
     let mut p = start(&env, script, &[]);
     let prompt = l1("› ");
     p.exp_string(&prompt).unwrap();
+    // Refused at the first prompt too: said, and asked again.
+    p.send_line("/nosuch").unwrap();
+    p.exp_string("unknown command /nosuch").unwrap();
+    p.exp_string(&prompt).unwrap();
     p.send_line("/help").unwrap();
     p.exp_string("Commands:").unwrap();
     p.exp_string("review a file").unwrap();
