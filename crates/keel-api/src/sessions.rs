@@ -205,6 +205,36 @@ pub struct SubmitTurnRequest {
     pub priority: Option<i32>,
 }
 
+/// A slash command the input pipeline carried out instead of queuing a turn (`200` from
+/// `POST /v1/sessions/{session_id}/turns`): no model saw it as a user message.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct CommandBody {
+    /// The command, without its slash: `help`, `cost`, `status`, `permissions`, `compact`,
+    /// `model` or `clear`.
+    #[schema(example = "cost")]
+    pub command: String,
+    /// What it answered or did, for people.
+    pub output: String,
+    /// The session the input was sent to.
+    #[schema(format = Uuid)]
+    pub session_id: String,
+    /// `/clear`: the new session (same release and settings) to send input to from now on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(format = Uuid)]
+    pub new_session_id: Option<String>,
+}
+
+/// What `POST /v1/sessions/{session_id}/turns` made of an input: a queued turn (`202`) or a
+/// command carried out (`200`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum InputOutcome {
+    /// A slash command, carried out.
+    Command(CommandBody),
+    /// A turn, queued.
+    Turn(Box<TurnBody>),
+}
+
 /// A turn.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct TurnBody {

@@ -442,6 +442,29 @@ impl Client {
         self.post_json(&path, &body).await
     }
 
+    /// `POST /v1/sessions/{session_id}/turns` for input that may be a slash command: the
+    /// server's input pipeline answers a command itself ([`keel_api::InputOutcome::Command`]:
+    /// `/help`, `/cost`, `/status`, `/permissions`, `/compact [focus]`, `/model NAME`, `/clear`
+    /// with the new session's id) or queues a turn ([`keel_api::InputOutcome::Turn`]; `@path`
+    /// mentions attach workspace files).
+    ///
+    /// # Errors
+    /// See [`Error`]; 422 naming `input` for an unknown command, `/resume` (terminal only) or
+    /// an `@path` that is missing, outside the workspace or denied; as [`Client::submit_turn`].
+    pub async fn submit_input(
+        &self,
+        session: &str,
+        input: &str,
+    ) -> Result<keel_api::InputOutcome, Error> {
+        let path = format!("/v1/sessions/{}/turns", encode_segment(session));
+        let body = SubmitTurnRequest {
+            input: input.to_owned(),
+            multitask: None,
+            priority: None,
+        };
+        self.post_json(&path, &body).await
+    }
+
     /// `GET /v1/sessions/{session_id}/turns/{turn_id}`.
     ///
     /// # Errors

@@ -7,5 +7,6 @@
 mod common;
 
 mod client;
+mod input;
 mod reconnect;
 mod typed;

@@ -131,6 +131,36 @@ impl Correlation {
     }
 }
 
+/// How the input pipeline compiled a turn's input (`turn.queued`'s `compiled`): journaled with
+/// the turn before it takes effect, so what the model was shown can be traced to what was typed.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompiledInput {
+    /// What the user typed, unexpanded.
+    pub raw: String,
+    /// The user-defined command (`/NAME` from a `.keel/commands/NAME.md` file) whose text became
+    /// the prompt, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    /// The file that command came from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command_file: Option<String>,
+    /// The files `@path` mentions attached, in order of mention.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attachments: Vec<Attachment>,
+}
+
+/// One file an `@path` mention attached to a turn's input.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attachment {
+    /// The path as mentioned (relative to the workspace).
+    pub path: String,
+    /// Characters of the file's content shown (as `read_file` shows it: numbered lines).
+    pub chars: u64,
+    /// The content was cut to the result budget.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
+}
+
 /// What happened. The serde tag is the event type name (dotted lowercase); fields are the payload.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", content = "payload")]
@@ -181,8 +211,15 @@ pub enum EventBody {
     /// User input accepted; the turn is `queued`. Correlation: `turn_id`.
     #[serde(rename = "turn.queued")]
     TurnQueued {
-        /// The user's message.
+        /// The user's message as the model sees it (after the input pipeline: a user
+        /// command's prompt, attached files).
         input: String,
+        /// How the input pipeline compiled it (`keel_runtime::input`), when it did anything
+        /// beyond plain text: what was typed, the user command expanded, the files attached.
+        /// Absent in journals written before the pipeline and for plain text (old readers
+        /// ignore it; no schema bump).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        compiled: Option<CompiledInput>,
     },
     /// Someone asked to cancel the turn (a user, or a newer input with the multitask strategy
     /// `interrupt`). A durable intent: whichever worker runs the session next aborts the turn.
@@ -431,7 +468,9 @@ pub enum EventBody {
     #[serde(rename = "approval.expired")]
     ApprovalExpired {},
     /// Older transcript was summarized; the model sees `summary` then the items from
-    /// `first_kept_item`. The journal keeps the full history. Correlation: `turn_id`.
+    /// `first_kept_item`. The journal keeps the full history. Correlation: `turn_id` (the
+    /// turn that compacted), or none for a compaction asked for between turns (`/compact`,
+    /// accepted only with no active turn).
     #[serde(rename = "context.compacted")]
     ContextCompacted {
         /// The summary text.
@@ -442,6 +481,15 @@ pub enum EventBody {
         tokens_before: u64,
         /// Estimated tokens after.
         tokens_after: u64,
+        /// Asked for between turns (`/compact`, see `keel_runtime::input`): the event has no
+        /// `turn_id`. Such an event is written in envelope schema 3 (older builds cannot fold a
+        /// compaction without a turn, and leave the session to newer ones). Absent (false)
+        /// for a compaction of a turn.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        requested: bool,
+        /// What `/compact FOCUS` asked the summary to keep.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        focus: Option<String>,
     },
     /// A hook ran (see `keel_runtime::hooks`): what it answered, journaled before it takes
     /// effect, so a decided hook is never run again for the same call, approval, prompt or stop
@@ -674,12 +722,16 @@ pub const EVENT_TYPES: &[&str] = &[
 
 impl EventBody {
     /// The oldest envelope version that carries this body (see [`SCHEMA_VERSION`]): 4 for
-    /// `agent.spawned` and `agent.finished`, 3 for `hook.ran` and for an `approval.decided`
-    /// naming a hook, 2 for everything else.
+    /// `agent.spawned` and `agent.finished`, 3 for `hook.ran`, an `approval.decided` naming a
+    /// hook and a `context.compacted` requested between turns, 2 for everything else.
     pub fn schema_version(&self) -> u32 {
         match self {
             EventBody::AgentSpawned { .. } | EventBody::AgentFinished { .. } => 4,
-            EventBody::HookRan { .. } | EventBody::ApprovalDecided { hook: Some(_), .. } => 3,
+            EventBody::HookRan { .. }
+            | EventBody::ApprovalDecided { hook: Some(_), .. }
+            | EventBody::ContextCompacted {
+                requested: true, ..
+            } => 3,
             _ => 2,
         }
     }
@@ -920,7 +972,17 @@ mod tests {
                 to_release_id: ReleaseId::from("sha256:01"),
             },
             EventBody::TurnQueued {
-                input: "fix the bug".into(),
+                input: "fix the bug\n\n<attached>".into(),
+                compiled: Some(CompiledInput {
+                    raw: "/fix @src/a.rs".into(),
+                    command: Some("fix".into()),
+                    command_file: Some(".keel/commands/fix.md".into()),
+                    attachments: vec![Attachment {
+                        path: "src/a.rs".into(),
+                        chars: 12,
+                        truncated: false,
+                    }],
+                }),
             },
             EventBody::TurnCancelRequested {
                 reason: "cancelled by user".into(),
@@ -1038,6 +1100,8 @@ mod tests {
                 first_kept_item: 4,
                 tokens_before: 1000,
                 tokens_after: 100,
+                requested: false,
+                focus: None,
             },
             EventBody::HookRan {
                 hook: "audit".into(),
@@ -1067,6 +1131,30 @@ mod tests {
                 usage_by_model: UsageByModel::new(),
             },
         ]
+    }
+
+    /// A compaction asked for between turns (no turn) is written at 3: a schema-2 build could
+    /// not fold it.
+    #[test]
+    fn a_requested_compaction_is_written_at_schema_3() {
+        let body = EventBody::ContextCompacted {
+            summary: "s".into(),
+            first_kept_item: 4,
+            tokens_before: 1000,
+            tokens_after: 100,
+            requested: true,
+            focus: Some("the API".into()),
+        };
+        let ev = Event::new(
+            SessionId::new(),
+            1,
+            Utc::now(),
+            Correlation::default(),
+            body,
+        );
+        assert_eq!(ev.schema_version, 3);
+        let back = Event::decode(&ev.encode()).unwrap();
+        assert_eq!(back.body, ev.body);
     }
 
     /// A journal written before hooks existed reads as before: `approval.decided` without
@@ -1220,7 +1308,13 @@ mod tests {
         assert_eq!(ev.schema_version, 2);
         assert_eq!(ev.ts.timestamp_millis(), 1_764_468_928_123);
         assert_eq!(ev.correlation.turn_id, Some(t));
-        assert_eq!(ev.body, EventBody::TurnQueued { input: "hi".into() });
+        assert_eq!(
+            ev.body,
+            EventBody::TurnQueued {
+                input: "hi".into(),
+                compiled: None
+            }
+        );
     }
 
     #[test]

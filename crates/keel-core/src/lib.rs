@@ -40,8 +40,8 @@ pub use budget::{
     UsageByModel, finite_cost,
 };
 pub use event::{
-    Correlation, DecodeErrorKind, EVENT_TYPES, EffectDecision, Event, EventBody, EventDecodeError,
-    HookDecision, HookEvent, SCHEMA_VERSION,
+    Attachment, CompiledInput, Correlation, DecodeErrorKind, EVENT_TYPES, EffectDecision, Event,
+    EventBody, EventDecodeError, HookDecision, HookEvent, SCHEMA_VERSION,
 };
 pub use ids::{
     ApprovalId, LeaseEpoch, OperationKey, PrincipalId, ReleaseId, SessionId, StepId, TenantId,

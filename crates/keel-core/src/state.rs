@@ -479,7 +479,7 @@ impl SessionState {
                 }
                 self.release_id = Some(to_release_id.clone());
             }
-            EventBody::TurnQueued { input } => {
+            EventBody::TurnQueued { input, .. } => {
                 let id = c.turn_id.ok_or_else(|| missing("turn_id"))?;
                 if self.turns.contains_key(&id) {
                     return Err(ApplyError::Duplicate {
@@ -1033,12 +1033,16 @@ impl SessionState {
             EventBody::ContextCompacted {
                 first_kept_item, ..
             } => {
-                let turn_id = c.turn_id.ok_or_else(|| missing("turn_id"))?;
+                if c.turn_id.is_none() && self.active_turn.is_some() {
+                    return Err(rule(
+                        "a compaction outside a turn (no turn_id) is accepted only between turns",
+                    ));
+                }
                 if *first_kept_item < self.compaction_boundary {
                     return Err(rule("a compaction boundary never moves backwards"));
                 }
                 self.compaction_boundary = *first_kept_item;
-                if let Some(turn) = self.turns.get_mut(&turn_id) {
+                if let Some(turn) = c.turn_id.and_then(|t| self.turns.get_mut(&t)) {
                     turn.compacted_at_step = Some(turn.steps.len());
                     for s in &turn.steps {
                         if let Some(step) = self.steps.get_mut(s) {

@@ -84,6 +84,7 @@ fn a_turn_with_an_approved_side_effecting_call_folds_to_completed() {
             Correlation::turn(t),
             EventBody::TurnQueued {
                 input: "write a file".into(),
+                compiled: None,
             },
         )
         .status(SessionStatus::Running)
@@ -264,7 +265,10 @@ fn running_turn() -> (Journal, TurnId) {
     j.created()
         .push(
             Correlation::turn(t),
-            EventBody::TurnQueued { input: "x".into() },
+            EventBody::TurnQueued {
+                input: "x".into(),
+                compiled: None,
+            },
         )
         .status(SessionStatus::Running)
         .push(Correlation::turn(t), EventBody::TurnStarted {});
@@ -321,7 +325,10 @@ fn one_active_turn_per_session() {
     let t2 = TurnId::new();
     j.push(
         Correlation::turn(t2),
-        EventBody::TurnQueued { input: "y".into() },
+        EventBody::TurnQueued {
+            input: "y".into(),
+            compiled: None,
+        },
     );
     let state = SessionState::replay(&j.events).unwrap();
     assert_eq!(state.queue.iter().copied().collect::<Vec<_>>(), vec![t2]);
@@ -598,7 +605,10 @@ fn a_closed_session_takes_no_more_events() {
         &j,
         j.next(
             Correlation::turn(TurnId::new()),
-            EventBody::TurnQueued { input: "x".into() },
+            EventBody::TurnQueued {
+                input: "x".into(),
+                compiled: None,
+            },
         ),
     );
     assert!(err.to_string().contains("closed"), "{err}");

@@ -346,6 +346,7 @@ impl World {
             Correlation::turn(turn),
             EventBody::TurnQueued {
                 input: "goal".into(),
+                compiled: None,
             },
         )];
         if let Err(v) = w
@@ -629,6 +630,7 @@ impl World {
             Correlation::turn(turn),
             EventBody::TurnQueued {
                 input: "another goal".into(),
+                compiled: None,
             },
         )])
     }
@@ -1501,6 +1503,8 @@ impl World {
                             first_kept_item,
                             tokens_before: 2_000,
                             tokens_after: 100,
+                            requested: false,
+                            focus: None,
                         },
                     ),
                     to_sampling,
@@ -2146,7 +2150,10 @@ impl Hand {
         );
         h.push(
             Correlation::turn(turn),
-            EventBody::TurnQueued { input: "go".into() },
+            EventBody::TurnQueued {
+                input: "go".into(),
+                compiled: None,
+            },
         );
         h
     }

@@ -195,7 +195,10 @@ impl Ids {
             }
             Op::Queue(t) => (
                 Correlation::turn(self.turn(*t)),
-                EventBody::TurnQueued { input: "in".into() },
+                EventBody::TurnQueued {
+                    input: "in".into(),
+                    compiled: None,
+                },
             ),
             Op::Start(t) => (Correlation::turn(self.turn(*t)), EventBody::TurnStarted {}),
             Op::Phase(t, p) => (
@@ -350,6 +353,8 @@ impl Ids {
                     first_kept_item: *n,
                     tokens_before: 0,
                     tokens_after: 0,
+                    requested: false,
+                    focus: None,
                 },
             ),
         };

@@ -67,27 +67,11 @@ impl Runner {
         let hi = usize::try_from(keep_from).unwrap_or(0).min(items.len());
         let mut input: Vec<Message> = items[lo..hi].to_vec();
         loop {
-            let mut messages = vec![Message::User {
-                content: match &prev {
-                    Some(s) => format!("{}{s}", crate::context::SUMMARY_PREFIX),
-                    None => "The conversation to summarize follows.".into(),
-                },
-            }];
-            messages.extend(input.iter().cloned());
-            messages.push(Message::User {
-                content: "Summarize the conversation above for your own later use: the user's goals, decisions, facts learned, files touched and work still open. Be concise.".into(),
-            });
             let position = self.read(|j| j.proj.position).await;
             let request = ModelRequest {
-                instructions: Some(
-                    "You write compact, faithful summaries of agent conversations.".into(),
-                ),
-                messages,
-                purpose: RequestPurpose::Compaction,
-                response_index: Some(position),
                 cancel: self.turn_token().child_token(),
                 timeouts: self.model_timeouts(),
-                ..ModelRequest::default()
+                ..summary_request(prev.as_deref(), &input, None, position)
             };
             // Admitted under the tenant's token rate like a step (one reservation for the whole
             // call); a stopped wait leaves the turn compacting, planned again by the turn loop.
@@ -130,6 +114,8 @@ impl Runner {
                                 first_kept_item: keep_from,
                                 tokens_before: snapshot.estimated_tokens,
                                 tokens_after: after,
+                                requested: false,
+                                focus: None,
                             },
                         ),
                         phase_item(turn, TurnStatus::Sampling),
@@ -188,5 +174,37 @@ impl Runner {
                 .await?;
         }
         Ok(())
+    }
+}
+
+/// The request for a summary of `input` (the transcript items behind the new boundary), after
+/// the earlier summary `prev`; `focus` (from `/compact FOCUS`) says what the summary must keep.
+/// `position` is the session's scripted position (a compaction takes none of its own).
+pub(crate) fn summary_request(
+    prev: Option<&str>,
+    input: &[Message],
+    focus: Option<&str>,
+    position: u64,
+) -> ModelRequest {
+    let mut messages = vec![Message::User {
+        content: match prev {
+            Some(s) => format!("{}{s}", crate::context::SUMMARY_PREFIX),
+            None => "The conversation to summarize follows.".into(),
+        },
+    }];
+    messages.extend(input.iter().cloned());
+    let mut ask = String::from(
+        "Summarize the conversation above for your own later use: the user's goals, decisions, facts learned, files touched and work still open. Be concise.",
+    );
+    if let Some(focus) = focus.filter(|f| !f.trim().is_empty()) {
+        ask.push_str(&format!(" Focus the summary on: {}", focus.trim()));
+    }
+    messages.push(Message::User { content: ask });
+    ModelRequest {
+        instructions: Some("You write compact, faithful summaries of agent conversations.".into()),
+        messages,
+        purpose: RequestPurpose::Compaction,
+        response_index: Some(position),
+        ..ModelRequest::default()
     }
 }

@@ -90,6 +90,37 @@ impl Runtime {
         input: &str,
         opts: SubmitOptions,
     ) -> Result<TurnId> {
+        self.submit_turn(tenant, session, input, None, opts).await
+    }
+    /// Journals a prompt the input pipeline compiled ([`crate::input`]) as a turn, as
+    /// [`Runtime::submit_opts`] does, with how it was compiled in `turn.queued`'s `compiled`.
+    ///
+    /// # Errors
+    /// See [`Runtime::submit_opts`].
+    pub async fn submit_prompt(
+        &self,
+        tenant: TenantId,
+        session: SessionId,
+        prompt: &crate::input::Prompt,
+        opts: SubmitOptions,
+    ) -> Result<TurnId> {
+        self.submit_turn(
+            tenant,
+            session,
+            &prompt.message,
+            prompt.compiled.clone(),
+            opts,
+        )
+        .await
+    }
+    async fn submit_turn(
+        &self,
+        tenant: TenantId,
+        session: SessionId,
+        input: &str,
+        compiled: Option<keel_core::CompiledInput>,
+        opts: SubmitOptions,
+    ) -> Result<TurnId> {
         opts.validate()?;
         if input.trim().is_empty() {
             return Err(RuntimeError::InvalidInput(
@@ -98,7 +129,7 @@ impl Runtime {
         }
         if let Ok(held) = self.inner.hold_now(tenant, session).await? {
             return self
-                .submit_on(tenant, held, input, opts, TurnId::new())
+                .submit_on(tenant, held, input, compiled, opts, TurnId::new())
                 .await;
         }
         // Another live worker runs the session: ask it through a durable intent.
@@ -122,6 +153,7 @@ impl Runtime {
             strategy: opts.strategy,
             principal_id: self.actor,
             priority: opts.priority,
+            compiled: compiled.clone(),
         })
         .map_err(|e| RuntimeError::InvalidInput(format!("input: {e}")))?;
         match self
@@ -131,7 +163,10 @@ impl Runtime {
             .await?
         {
             Posted::Handled => Ok(turn),
-            Posted::Local(held) => self.submit_on(tenant, held, input, opts, turn).await,
+            Posted::Local(held) => {
+                self.submit_on(tenant, held, input, compiled, opts, turn)
+                    .await
+            }
             Posted::Consumed(s) if s.status == SessionStatus::Closed => {
                 Err(RuntimeError::Closed { session })
             }
@@ -148,6 +183,7 @@ impl Runtime {
         tenant: TenantId,
         mut held: Held,
         input: &str,
+        compiled: Option<keel_core::CompiledInput>,
         opts: SubmitOptions,
         turn: TurnId,
     ) -> Result<TurnId> {
@@ -155,6 +191,7 @@ impl Runtime {
             turn,
             by: self.actor,
             priority: opts.priority,
+            compiled,
         };
         let r = crate::intent::queue_input(held.journal(), input, opts.strategy, queued).await;
         if r.is_ok()

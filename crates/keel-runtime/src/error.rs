@@ -18,6 +18,12 @@ pub enum RuntimeError {
     /// or secret pattern, an unknown workspace). Nothing was written.
     #[error("invalid input: {0}")]
     InvalidInput(String),
+    /// The input pipeline ([`crate::input`]) refused the input before anything was journaled
+    /// or any model was asked: an unknown command, a command this host does not offer (`/resume`
+    /// outside a terminal), an `@path` that is missing, outside the workspace or denied by the
+    /// policy. The message names the command or path.
+    #[error("input: {0}")]
+    Input(String),
     /// A hook's configuration is wrong (see [`crate::hooks::Hooks::new`]).
     #[error("{hook}: {reason}")]
     HookConfig {

@@ -66,6 +66,9 @@ pub struct InputIntent {
     /// older builds) reads as 0, and one out of range is clamped into it.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub priority: i32,
+    /// How the input pipeline compiled the input (journaled as `turn.queued`'s `compiled`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compiled: Option<keel_core::CompiledInput>,
 }
 
 #[allow(clippy::trivially_copy_pass_by_ref)] // serde's `skip_serializing_if` passes a reference
@@ -145,6 +148,7 @@ async fn apply_intent(j: &mut Journal, active: Option<&Active>, intent: &Intent)
                 priority: p
                     .priority
                     .clamp(crate::config::MIN_PRIORITY, crate::config::MAX_PRIORITY),
+                compiled: p.compiled.clone(),
             };
             match queue_input(j, &p.input, p.strategy, queued).await {
                 Ok(_) => {
@@ -224,12 +228,14 @@ pub(crate) fn strategy_of(j: &Journal, strategy: Option<MultitaskStrategy>) -> M
 }
 
 /// The turn an input becomes: its id, who sent it, its scheduling priority.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct Queued {
     pub(crate) turn: TurnId,
     pub(crate) by: Option<PrincipalId>,
     /// Written to the session's row with the commit ([`keel_store::AppendExtras::priority`]).
     pub(crate) priority: i32,
+    /// Journaled as `turn.queued`'s `compiled`.
+    pub(crate) compiled: Option<keel_core::CompiledInput>,
 }
 
 /// Journals `input` as turn `queued.turn` by the multitask strategy (the caller holds `j`):
@@ -245,7 +251,12 @@ pub(crate) async fn queue_input(
     strategy: Option<MultitaskStrategy>,
     queued: Queued,
 ) -> Result<TurnId> {
-    let Queued { turn, by, priority } = queued;
+    let Queued {
+        turn,
+        by,
+        priority,
+        compiled,
+    } = queued;
     if j.state.status == SessionStatus::Closed {
         return Err(RuntimeError::Closed { session: j.session });
     }
@@ -258,6 +269,7 @@ pub(crate) async fn queue_input(
         Correlation::turn(turn).by(by),
         EventBody::TurnQueued {
             input: input.to_owned(),
+            compiled,
         },
     )];
     match (strategy, busy) {

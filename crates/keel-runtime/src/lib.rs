@@ -26,6 +26,8 @@
 //!   and [`hooks`] (the host's hook commands and HTTP endpoints, each run journaled as
 //!   `hook.ran` before its decision takes effect).
 //! - `progress` — tool output into the live delta stream, redacted.
+//! - [`input`] — the input pipeline: raw input compiled (text, `@path` attachments, slash
+//!   commands, user commands) before it enters the loop; [`Runtime::compile_input`].
 //! - [`intent`] — durable intents: input and cancellations from processes that do not run the
 //!   session. `hold` — holding a journal outside a run. `shared` — the worker's and each
 //!   running session's shared handles.
@@ -150,6 +152,8 @@ pub(crate) mod turn_end;
 pub(crate) mod progress;
 
 pub mod intent;
+
+pub mod input;
 
 pub(crate) mod hold;
 

@@ -182,6 +182,7 @@ async fn an_intent_left_unhandled_is_applied_once_when_a_worker_starts(b: Backen
         strategy: None,
         principal_id: None,
         priority: 0,
+        compiled: None,
     })
     .unwrap();
     let store = &f.db.store;

@@ -20,6 +20,7 @@ mod effects;
 mod expiry;
 mod hooks;
 mod hung_probes;
+mod input;
 mod intents;
 mod leases;
 mod long_term_memory;

@@ -361,6 +361,8 @@ impl From<RuntimeError> for ApiError {
             RuntimeError::Store(s) => s.into(),
             RuntimeError::Tools(t) => t.into(),
             RuntimeError::InvalidInput(m) => ApiError::invalid("body", m),
+            // Refused by the input pipeline (unknown command, `/resume`, a bad `@path`).
+            RuntimeError::Input(m) => ApiError::invalid("input", format!("input: {m}")),
             RuntimeError::SessionBusy { session, .. }
             | RuntimeError::LeaseLost { session }
             | RuntimeError::TurnActive { session, .. }

@@ -38,6 +38,7 @@ pub mod cli;
 pub mod config;
 pub mod decide;
 pub mod exit;
+pub mod input;
 pub mod interactive;
 pub mod logging;
 pub mod mcp;

@@ -72,6 +72,9 @@ pub struct Prepared {
     pub continues: bool,
     /// When the invocation started.
     pub started: Instant,
+    /// The input given was a built-in command ([`keel_runtime::input`]) to carry out before
+    /// anything is driven ([`crate::input::run_command`]); no turn was submitted for it.
+    pub command: Option<keel_runtime::input::Command>,
 }
 
 impl std::fmt::Debug for Prepared {
@@ -477,7 +480,11 @@ pub fn bare_runtime(store: Arc<dyn Store>, config: &Config) -> anyhow::Result<Ru
 ///
 /// # Errors
 /// Model set-up (missing key, bad script), store and runtime errors.
-pub async fn prepare_run(config: &Config, prompt: &str) -> anyhow::Result<Prepared> {
+pub async fn prepare_run(
+    config: &Config,
+    prompt: &str,
+    input: &keel_runtime::input::InputOptions,
+) -> anyhow::Result<Prepared> {
     let started = Instant::now();
     let model = Arc::new(build_route(config)?);
     let store = crate::store::open(&config.store).await?;
@@ -487,16 +494,30 @@ pub async fn prepare_run(config: &Config, prompt: &str) -> anyhow::Result<Prepar
     let session = runtime
         .create_session(tenant, &release, session_config_of(config))
         .await?;
-    let turn = runtime.submit(tenant, session, prompt).await?;
-    Ok(Prepared {
+    let mut p = Prepared {
         runtime,
         tenant,
         session,
         from_seq: 1,
-        turn: Some(turn),
+        turn: None,
         continues: true,
         started,
-    })
+        command: None,
+    };
+    match crate::input::submit(&p, prompt, input).await {
+        Ok(Ok(turn)) => p.turn = Some(turn),
+        Ok(Err(command)) => {
+            p.continues = false;
+            p.command = Some(command);
+        }
+        Err(e) => {
+            // Refused before anything ran: the new session holds nothing but its creation
+            // (as a run without a prompt, the refused input leaves no session).
+            let _ = p.runtime.store().delete_session(tenant, session).await;
+            return Err(e);
+        }
+    }
+    Ok(p)
 }
 
 /// What a stored session pins: its release and its effective session settings.
@@ -564,6 +585,7 @@ pub async fn prepare_resume(
     prompt: Option<&str>,
     new_route: Option<&[String]>,
     changes: &ResumeChanges,
+    input: &keel_runtime::input::InputOptions,
 ) -> anyhow::Result<Prepared> {
     let started = Instant::now();
     let pinned = pinned(&store, session).await?;
@@ -629,29 +651,39 @@ pub async fn prepare_resume(
     let unfinished = state.active_turn.is_some()
         || !state.queue.is_empty()
         || state.status == SessionStatus::RequiresAction;
+    let mut prepared = Prepared {
+        runtime,
+        tenant,
+        session,
+        from_seq: pinned.version + 1,
+        continues: false,
+        turn: None,
+        started,
+        command: None,
+    };
     let turn = match prompt {
-        Some(p) => Some(runtime.submit(tenant, session, p).await?),
+        Some(p) => match crate::input::submit(&prepared, p, input).await? {
+            Ok(turn) => Some(turn),
+            Err(command) => {
+                prepared.command = Some(command);
+                None
+            }
+        },
         None if unfinished => None,
         None => {
             let last = state.turn_order.last().and_then(|t| state.turns.get(t));
             match last {
                 Some(t) if t.status != TurnStatus::Completed => {
                     let input = format!("{CONTINUE_PROMPT}\n\n{}", t.input);
-                    Some(runtime.submit(tenant, session, &input).await?)
+                    Some(prepared.runtime.submit(tenant, session, &input).await?)
                 }
                 _ => None,
             }
         }
     };
-    Ok(Prepared {
-        runtime,
-        tenant,
-        session,
-        from_seq: pinned.version + 1,
-        continues: turn.is_some() || unfinished,
-        turn,
-        started,
-    })
+    prepared.continues = turn.is_some() || (unfinished && prepared.command.is_none());
+    prepared.turn = turn;
+    Ok(prepared)
 }
 
 /// Prints subscription items until told the version to stop after, then through it. Counts

@@ -117,12 +117,13 @@ pub fn execute(
         crate::signals::install();
         // One reader of standard input for the whole process, started when first needed.
         let mut lines: Option<Lines> = None;
-        let (prepared, mode) = match prepare(global, args, prompt, target, &mut lines).await {
+        let (prepared, mode, config) = match prepare(global, args, prompt, target, &mut lines).await
+        {
             Ok(x) => x,
             Err((e, _)) if e.is::<LeftWithoutPrompt>() => return ExitCode::SUCCESS,
             Err((e, jsonl)) => return fail(e, jsonl || flag_jsonl),
         };
-        let code = converse(prepared, mode, &mut lines).await;
+        let code = converse(prepared, mode, &config, &mut lines).await;
         crate::mcp::shutdown_all().await;
         ExitCode::from(code)
     })
@@ -141,7 +142,7 @@ async fn prepare(
     prompt: Option<String>,
     target: Target,
     lines: &mut Option<Lines>,
-) -> Result<(Prepared, Mode), PrepareError> {
+) -> Result<(Prepared, Mode, Config), PrepareError> {
     let locations = Locations::from_env();
     let overrides = args.overrides(global.store.as_deref());
     let plain = |e: anyhow::Error| (e, false);
@@ -182,8 +183,26 @@ async fn prepare(
             if let Some(e) = base_url_unused(args, &config.model_route, None) {
                 return Err(with_mode(e));
             }
-            let p = prepare_run(&config, &prompt).await.map_err(with_mode)?;
-            Ok((p, mode))
+            let input = crate::input::input_options(&config, mode == Mode::Interactive);
+            let mut prompt = prompt;
+            let p = loop {
+                match prepare_run(&config, &prompt, &input).await {
+                    Ok(p) => break p,
+                    // On a terminal, input the pipeline refused (an unknown command, a bad
+                    // @path) is said and the prompt asked again, as for a follow-up.
+                    Err(e) if mode == Mode::Interactive && e.is::<exit::UsageError>() => {
+                        eprintln!("keel: {}", crate::report::describe(&e));
+                        prompt = match lines.get_or_insert_with(Lines::spawn).ask_prompt().await {
+                            Some(p) => p,
+                            None => {
+                                return Err(with_mode(anyhow::Error::new(LeftWithoutPrompt)));
+                            }
+                        };
+                    }
+                    Err(e) => return Err(with_mode(e)),
+                }
+            };
+            Ok((p, mode, config))
         }
         Target::Resume(session) => {
             let session = crate::sessions::parse_session(&session).map_err(with_mode)?;
@@ -217,6 +236,8 @@ async fn prepare(
             if let Some(e) = base_url_unused(args, route, Some(session)) {
                 return Err(with_mode(e));
             }
+            let mode = mode_of(config.output);
+            let input = crate::input::input_options(&config, mode == Mode::Interactive);
             let p = prepare_resume(
                 store,
                 &config,
@@ -224,10 +245,11 @@ async fn prepare(
                 prompt.as_deref(),
                 new_route,
                 &changes,
+                &input,
             )
             .await
             .map_err(with_mode)?;
-            Ok((p, mode_of(config.output)))
+            Ok((p, mode, config))
         }
     }
 }
@@ -283,44 +305,73 @@ pub(crate) fn resume_changes(args: &RunArgs, config: &Config) -> ResumeChanges {
     }
 }
 
-/// Drives the session; in interactive mode asks about pending actions and reads follow-ups.
-async fn converse(mut p: Prepared, mode: Mode, lines: &mut Option<Lines>) -> u8 {
+/// Drives the session; in interactive mode asks about pending actions and reads follow-ups,
+/// each compiled by the input pipeline ([`crate::input`]): a prompt becomes a turn, a built-in
+/// command is carried out here without a model call, a refused input is said and the prompt
+/// asked again. Headless, a command given as the prompt is carried out and ends the run.
+async fn converse(mut p: Prepared, mode: Mode, config: &Config, lines: &mut Option<Lines>) -> u8 {
     let printer = printer_for(mode);
     let mut lines = if mode == Mode::Interactive {
         Some(lines.get_or_insert_with(Lines::spawn))
     } else {
         None
     };
+    let input = crate::input::input_options(config, lines.is_some());
     if let Ok(view) = p.runtime.view(p.tenant, p.session).await {
         printer
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .seed(&view.state);
     }
+    let mut code = 0;
+    let mut drive_now = true;
     loop {
-        let (driven, next_seq) = drive(&p, &printer).await;
-        p.from_seq = next_seq;
-        if let (Driven::Finished(o), Some(lines)) = (&driven, lines.as_mut())
-            && o.status == SessionStatus::RequiresAction
-            && !o.pending.is_empty()
-        {
-            match crate::interactive::decide_pending(&p, &o.pending, lines).await {
-                Ok(true) => continue,
-                Ok(false) => {}
-                Err(e) => printer
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .note(&format!("keel: {}", crate::report::describe(&e))),
+        if let Some(command) = p.command.take() {
+            let reborrowed = lines.as_deref_mut();
+            match crate::input::run_command(&mut p, &command, config, &input, reborrowed).await {
+                Ok(work) => {
+                    code = 0;
+                    drive_now = work;
+                }
+                Err(e) => {
+                    eprintln!("keel: {}", crate::report::describe(&e));
+                    code = if e.is::<exit::UsageError>() {
+                        exit::USAGE
+                    } else {
+                        exit::code(TerminalReason::Failed)
+                    };
+                    drive_now = false;
+                }
+            }
+            if lines.is_none() {
+                return code;
             }
         }
-        let result = result_of(&p, &driven).await;
-        printer
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .result(&result);
-        let code = exit::code(result.terminal_reason);
-        if matches!(driven, Driven::Interrupted) {
-            return code;
+        if drive_now {
+            let (driven, next_seq) = drive(&p, &printer).await;
+            p.from_seq = next_seq;
+            if let (Driven::Finished(o), Some(lines)) = (&driven, lines.as_mut())
+                && o.status == SessionStatus::RequiresAction
+                && !o.pending.is_empty()
+            {
+                match crate::interactive::decide_pending(&p, &o.pending, lines).await {
+                    Ok(true) => continue,
+                    Ok(false) => {}
+                    Err(e) => printer
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .note(&format!("keel: {}", crate::report::describe(&e))),
+                }
+            }
+            let result = result_of(&p, &driven).await;
+            printer
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .result(&result);
+            code = exit::code(result.terminal_reason);
+            if matches!(driven, Driven::Interrupted) {
+                return code;
+            }
         }
         let Some(lines) = lines.as_mut() else {
             return code;
@@ -328,10 +379,21 @@ async fn converse(mut p: Prepared, mode: Mode, lines: &mut Option<Lines>) -> u8 
         let Some(next) = lines.ask_prompt().await else {
             return code;
         };
-        match p.runtime.submit(p.tenant, p.session, &next).await {
-            Ok(turn) => {
+        match crate::input::submit(&p, &next, &input).await {
+            Ok(Ok(turn)) => {
                 p.turn = Some(turn);
+                p.continues = true;
                 p.started = Instant::now();
+                drive_now = true;
+            }
+            Ok(Err(command)) => {
+                p.command = Some(command);
+                drive_now = false;
+            }
+            Err(e) if e.is::<exit::UsageError>() => {
+                // Refused by the pipeline (unknown command, a bad @path): nothing ran.
+                eprintln!("keel: {}", crate::report::describe(&e));
+                drive_now = false;
             }
             Err(e) => {
                 eprintln!("keel: {e}");

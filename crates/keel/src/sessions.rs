@@ -107,7 +107,7 @@ fn status_name(status: SessionStatus) -> String {
 
 /// Sessions of the store matching `status`, oldest first, read a page at a time; keeps the
 /// newest `limit` (all with `None`) and returns them with how many older ones matched too.
-async fn newest_sessions(
+pub(crate) async fn newest_sessions(
     store: &Arc<dyn Store>,
     status: Option<SessionStatus>,
     limit: Option<u32>,

@@ -266,3 +266,109 @@ fn an_approval_prompt_shows_the_whole_command_and_escapes_bidi_overrides() {
     assert!(!shown.contains(&l1("\u{202e}")), "{shown}");
     p.send_line("n").unwrap();
 }
+
+/// The input pipeline at the prompt (issue 15): every slash command, a user-defined command and
+/// `@path` attachments — one outside the workspace refused — in one terminal session; local
+/// commands and refused input ask no model (the script has a line per turn only).
+#[test]
+fn slash_commands_user_commands_and_at_paths_at_the_prompt() {
+    let env = Env::new();
+    env.write("ws/notes.txt", "the notes say hello\n");
+    env.write("outside.txt", "not yours\n");
+    env.write(
+        "config/keel/commands/review.md",
+        "---\ndescription: review a file\n---\nReview $ARGUMENTS carefully.\n",
+    );
+    // The session's scripted position carries over a re-pin: the third model call reads line 3.
+    env.write(
+        "ws/other.jsonl",
+        "{\"text\":\"unused\"}\n{\"text\":\"unused\"}\n{\"text\":\"Other model here.\"}\n",
+    );
+    let script = "{\"text\":\"Read the notes.\"}\n{\"text\":\"Reviewed.\"}\n";
+    let mut p = start(&env, script, &[]);
+    let prompt = l1("› ");
+    p.exp_string(&prompt).unwrap();
+    // Refused at the first prompt too: said, and asked again.
+    p.send_line("/nosuch").unwrap();
+    p.exp_string("unknown command /nosuch").unwrap();
+    p.exp_string(&prompt).unwrap();
+    p.send_line("/help").unwrap();
+    p.exp_string("Commands:").unwrap();
+    p.exp_string("review a file").unwrap();
+    p.exp_string(&prompt).unwrap();
+    p.send_line("summarize @notes.txt").unwrap();
+    p.exp_string("Read the notes.").unwrap();
+    p.exp_string(&l1("── completed")).unwrap();
+    p.exp_string(&prompt).unwrap();
+    p.send_line("/cost").unwrap();
+    p.exp_string("over 1 steps").unwrap();
+    p.exp_string(&prompt).unwrap();
+    p.send_line("/status").unwrap();
+    p.exp_string("turns 1").unwrap();
+    p.exp_string(&prompt).unwrap();
+    p.send_line("/permissions").unwrap();
+    p.exp_string("permission mode default").unwrap();
+    p.exp_string(&prompt).unwrap();
+    p.send_line("/nosuch").unwrap();
+    p.exp_string("unknown command /nosuch").unwrap();
+    p.exp_string(&prompt).unwrap();
+    p.send_line("look at @../outside.txt").unwrap();
+    p.exp_string("@../outside.txt").unwrap();
+    p.exp_string(&prompt).unwrap();
+    p.send_line("/review notes.txt").unwrap();
+    p.exp_string("Reviewed.").unwrap();
+    p.exp_string(&l1("── completed")).unwrap();
+    p.exp_string(&prompt).unwrap();
+    p.send_line("/compact keep the notes").unwrap();
+    p.exp_string("compacted the conversation").unwrap();
+    p.exp_string(&prompt).unwrap();
+    p.send_line("/model script:other.jsonl").unwrap();
+    p.exp_string("now runs model").unwrap();
+    p.exp_string(&prompt).unwrap();
+    p.send_line("who are you").unwrap();
+    p.exp_string("Other model here.").unwrap();
+    p.exp_string(&l1("── completed")).unwrap();
+    p.exp_string(&prompt).unwrap();
+    p.send_line("/clear").unwrap();
+    p.exp_string("new session").unwrap();
+    p.exp_string(&prompt).unwrap();
+    p.send_line("/resume").unwrap();
+    p.exp_string("[1]").unwrap();
+    p.exp_string("resume which?").unwrap();
+    p.send_line("1").unwrap();
+    p.exp_string("resumed session").unwrap();
+    p.exp_string(&prompt).unwrap();
+    p.send_line("exit").unwrap();
+    assert_eq!(exit_code(&mut p), Some(0));
+    // The first session has the three turns (local commands and refusals made none), the
+    // attachment and the user command journaled with them, the compaction and the re-pin.
+    let list = crate::common::stdout(&env.run(&["sessions", "list", "--json"]));
+    let sessions: Vec<serde_json::Value> = list
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(sessions.len(), 2, "{list}");
+    let first = sessions.iter().find(|s| s["turns"] == 3).expect(&list);
+    let out = env.run(&["sessions", "events", first["session_id"].as_str().unwrap()]);
+    let events = jsonl_lines(&out.stdout);
+    let queued: Vec<&serde_json::Value> = events
+        .iter()
+        .filter(|e| e["type"] == "turn.queued")
+        .collect();
+    assert_eq!(queued.len(), 3);
+    assert_eq!(
+        queued[0]["payload"]["compiled"]["attachments"][0]["path"],
+        "notes.txt"
+    );
+    assert!(
+        queued[0]["payload"]["input"]
+            .as_str()
+            .unwrap()
+            .contains("the notes say hello")
+    );
+    assert_eq!(queued[1]["payload"]["compiled"]["command"], "review");
+    assert_eq!(queued[1]["payload"]["input"], "Review notes.txt carefully.");
+    for ty in ["context.compacted", "session.release_pinned"] {
+        assert_eq!(events.iter().filter(|e| e["type"] == ty).count(), 1, "{ty}");
+    }
+}

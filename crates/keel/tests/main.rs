@@ -15,6 +15,7 @@ mod errors;
 mod example;
 mod headless;
 mod home_workspace;
+mod input;
 mod interactive;
 mod mcp;
 mod memory;

@@ -27,10 +27,11 @@ use crate::error::{ApiError, Problem};
 use crate::http::{JsonBody, check_if_match, etag};
 use crate::state::Shared;
 use crate::types::{
-    CancelRequest, CancelledBody, CloseRequest, CreateSessionRequest, Kernel, ModelTotalsBody,
-    MultitaskParam, PermissionModeParam, SandboxParam, SessionBody, SessionListQuery, SessionPage,
-    SettingsBody, StateBody, StateQuery, SubmitTurnRequest, ToolCallStateBody, TurnBody, TurnPage,
-    TurnPageQuery, UpdateSessionRequest, budget, budget_body, by_model, usage_body,
+    CancelRequest, CancelledBody, CloseRequest, CommandBody, CreateSessionRequest, Kernel,
+    ModelTotalsBody, MultitaskParam, PermissionModeParam, SandboxParam, SessionBody,
+    SessionListQuery, SessionPage, SettingsBody, StateBody, StateQuery, SubmitTurnRequest,
+    ToolCallStateBody, TurnBody, TurnPage, TurnPageQuery, UpdateSessionRequest, budget,
+    budget_body, by_model, usage_body,
 };
 
 /// Applies the settings given to a config.
@@ -662,13 +663,20 @@ pub async fn get_state(
     }))
 }
 
-/// Submits input: journaled as a queued turn before anything runs, by the multitask strategy
-/// (`enqueue`, `reject`: 409 while a turn is in progress, `interrupt`), then run by the server.
+/// Submits input, compiled by the input pipeline (`keel_runtime::input`) first: a prompt (with
+/// `@path` attachments) is journaled as a queued turn before anything runs, by the multitask
+/// strategy (`enqueue`, `reject`: 409 while a turn is in progress, `interrupt`), then run by
+/// the server (202). A slash command is carried out here with no model call to its text (200,
+/// a `CommandBody`): `/help`, `/cost`, `/status`, `/permissions` answer, `/compact [focus]`
+/// compacts between turns, `/model NAME` re-pins the session, `/clear` answers with a new
+/// session's id. `/resume` (terminal only), an unknown command and an `@path` that is missing,
+/// outside the workspace or denied are 422 naming `input`.
 #[utoipa::path(post, path = "/v1/sessions/{session_id}/turns", tag = "sessions", operation_id = "submit_turn",
     params(("session_id" = String, Path, description = "The session"),
         ("Idempotency-Key" = Option<String>, Header, pattern = r"^[!-~]{1,255}$", description = "Replays the first response of this key for 24 h")),
     request_body = SubmitTurnRequest,
     responses(
+        (status = 200, description = "A slash command carried out; no turn", body = CommandBody),
         (status = 202, description = "Queued; a worker runs it", body = TurnBody, headers(("Location" = String, description = "The turn"))),
         (status = 400, description = "Malformed", body = Problem, content_type = "application/problem+json"),
         (status = 401, description = "No valid key", body = Problem, content_type = "application/problem+json"),
@@ -709,17 +717,24 @@ pub async fn submit_turn(
         .for_session(tenant, session)
         .await?
         .acting_as(caller.principal_id);
-    let turn = rt
-        .submit_opts(
-            tenant,
-            session,
-            &body.input,
-            keel_runtime::config::SubmitOptions {
-                strategy: body.multitask.map(|m| m.kernel()),
-                priority: body.priority.unwrap_or(0),
-            },
-        )
-        .await?;
+    let opts = keel_runtime::config::SubmitOptions {
+        strategy: body.multitask.map(|m| m.kernel()),
+        priority: body.priority.unwrap_or(0),
+    };
+    // The API offers the built-in commands only (no user command directories: a server has
+    // no trusted workspace), and no terminal (`/resume` is refused).
+    let input = keel_runtime::input::InputOptions::default();
+    let prompt = match rt
+        .compile_input(tenant, session, &body.input, &input)
+        .await?
+    {
+        keel_runtime::input::Compiled::Prompt(p) => p,
+        keel_runtime::input::Compiled::Command(c) => {
+            let out = run_command(&state, &rt, tenant, session, &c, &input).await?;
+            return Ok((StatusCode::OK, Json(out)).into_response());
+        }
+    };
+    let turn = rt.submit_prompt(tenant, session, &prompt, opts).await?;
     let f = fold(state.store.as_ref(), tenant, session, None).await?;
     let t = f
         .state
@@ -731,6 +746,70 @@ pub async fn submit_turn(
         res.headers_mut().insert(header::LOCATION, v);
     }
     Ok(res)
+}
+
+/// Carries out a built-in command the pipeline returned (see `submit_turn`).
+async fn run_command(
+    state: &Shared,
+    rt: &keel_runtime::Runtime,
+    tenant: keel_core::TenantId,
+    session: keel_core::SessionId,
+    command: &keel_runtime::input::Command,
+    input: &keel_runtime::input::InputOptions,
+) -> Result<CommandBody, ApiError> {
+    use keel_runtime::input::Command;
+    let mut new_session_id = None;
+    let output = match command {
+        Command::Help | Command::Cost | Command::Status | Command::Permissions => {
+            rt.answer(tenant, session, command, input).await?
+        }
+        Command::Compact { focus } => {
+            let c = rt.compact_now(tenant, session, focus.as_deref()).await?;
+            format!(
+                "compacted the conversation: ~{} → ~{} tokens",
+                c.tokens_before, c.tokens_after
+            )
+        }
+        Command::Model { name } => {
+            let f = fold(state.store.as_ref(), tenant, session, None).await?;
+            let pinned = f
+                .state
+                .release_id
+                .clone()
+                .ok_or_else(|| ApiError::internal(&"the journal has no session.created"))?;
+            let pinned = state.store.get_release(tenant, &pinned).await?;
+            let release = keel_core::Release::new(keel_core::AgentDefinition {
+                model_route: vec![name.clone()],
+                ..pinned.definition.clone()
+            });
+            // The new release's runtime: an unknown model route is refused before anything
+            // is written (as `PATCH` re-pins).
+            let runtime = state.runtimes.for_release(&release)?;
+            let runtime = match rt.actor() {
+                Some(p) => runtime.acting_as(p),
+                None => runtime,
+            };
+            runtime.repin(tenant, session, &release).await?;
+            format!("session {session} now runs model {name}")
+        }
+        Command::Clear => {
+            let new = rt.clear(tenant, session).await?;
+            new_session_id = Some(new.to_string());
+            format!("new session {new} (session {session} is kept)")
+        }
+        Command::Resume { .. } => {
+            return Err(ApiError::invalid(
+                "input",
+                "input: /resume is a terminal-only command",
+            ));
+        }
+    };
+    Ok(CommandBody {
+        command: command.name().to_owned(),
+        output,
+        session_id: session.to_string(),
+        new_session_id,
+    })
 }
 
 /// Lists a session's turns in the order they were queued.

@@ -706,6 +706,7 @@ mod tests {
                     Correlation::default(),
                     EventBody::TurnQueued {
                         input: format!("{}", after + i),
+                        compiled: None,
                     },
                 )
             })

@@ -179,6 +179,7 @@ pub fn events(session: SessionId, version: u64, n: usize) -> Vec<Event> {
                 Correlation::turn(TurnId::new()),
                 EventBody::TurnQueued {
                     input: format!("input {}", version + 1 + i as u64),
+                    compiled: None,
                 },
             )
         })

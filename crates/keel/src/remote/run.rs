@@ -325,16 +325,13 @@ async fn prepare(
                 .await
                 .map_err(|e| explain(&client, e))?;
             let id: SessionId = session.session_id.parse()?;
-            let turn = client
-                .submit_turn(&session.session_id, &prompt)
-                .await
-                .map_err(|e| explain(&client, e))?;
+            let turn = submit(&client, &session.session_id, &prompt).await?;
             Ok((
                 RemoteRun {
                     client,
                     session: id,
-                    turn: turn.turn_id.parse().ok(),
-                    continues: true,
+                    continues: turn.is_some(),
+                    turn,
                     started,
                     state: SessionState::default(),
                 },
@@ -391,14 +388,7 @@ async fn prepare(
                     .map(|t| format!("{CONTINUE_PROMPT}\n\n{}", t.input)),
             };
             let turn = match input.filter(|_| caught_up.is_none()) {
-                Some(text) => Some(
-                    client
-                        .submit_turn(&sid, &text)
-                        .await
-                        .map_err(|e| explain(&client, e))?
-                        .turn_id
-                        .parse()?,
-                ),
+                Some(text) => submit(&client, &sid, &text).await?,
                 None => caught_up,
             };
             Ok((
@@ -729,19 +719,51 @@ async fn converse(mut p: RemoteRun, output: OutputFormat, lines: &mut Option<Lin
         let Some(lines) = lines.as_mut() else {
             return code;
         };
-        let Some(next) = lines.ask_prompt().await else {
-            return code;
+        // The server's input pipeline compiles the follow-up: a slash command is carried out
+        // there and its answer printed here; refused input (422) is said and asked again.
+        let turn = loop {
+            let Some(next) = lines.ask_prompt().await else {
+                return code;
+            };
+            match p.client.submit_input(&p.session.to_string(), &next).await {
+                Ok(keel_client::api::InputOutcome::Turn(turn)) => break turn,
+                Ok(keel_client::api::InputOutcome::Command(c)) => {
+                    println!("{}", c.output);
+                    if let Some(new) = c.new_session_id.and_then(|s| s.parse().ok()) {
+                        p.session = new;
+                        p.state = SessionState::default();
+                    }
+                }
+                Err(e) if e.status() == Some(422) => {
+                    eprintln!("keel: {}", explain(&p.client, e));
+                }
+                Err(e) => {
+                    eprintln!("keel: {}", explain(&p.client, e));
+                    return exit::code(TerminalReason::Failed);
+                }
+            }
         };
-        match p.client.submit_turn(&p.session.to_string(), &next).await {
-            Ok(turn) => {
-                p.turn = turn.turn_id.parse().ok();
-                p.continues = true;
-                p.started = Instant::now();
-            }
-            Err(e) => {
-                eprintln!("keel: {}", explain(&p.client, e));
-                return exit::code(TerminalReason::Failed);
-            }
+        p.turn = turn.turn_id.parse().ok();
+        p.continues = true;
+        p.started = Instant::now();
+    }
+}
+
+/// Sends `text` to the server's input pipeline: the turn it queued, or `None` for a slash
+/// command the server carried out (its answer printed on standard output).
+///
+/// # Errors
+/// The server's refusal (422 naming `input` for an unknown command or a bad `@path`).
+async fn submit(client: &Client, session: &str, text: &str) -> anyhow::Result<Option<TurnId>> {
+    match client
+        .submit_input(session, text)
+        .await
+        .map_err(|e| explain(client, e))?
+    {
+        keel_client::api::InputOutcome::Turn(t) => Ok(Some(t.turn_id.parse()?)),
+        keel_client::api::InputOutcome::Command(c) => {
+            println!("{}", c.output);
+            Ok(None)
         }
     }
 }

@@ -165,3 +165,36 @@ fn approvals_answered_on_a_terminal_over_the_server_behave_like_local_ones() {
         );
     }
 }
+
+/// Follow-ups on a terminal over the server go through the server's input pipeline: a slash
+/// command is answered with no turn, an unknown one refused (422) and the prompt asked again.
+#[test]
+fn slash_commands_at_a_remote_prompt_are_answered_by_the_server() {
+    let p = Pair::new("{\"text\":\"Hello there.\"}\n", &Options::default());
+    let mut cmd = p.far.keel_tty();
+    cmd.env("KEEL_SERVER", &p.s.url)
+        .env("KEEL_API_KEY", &p.s.key);
+    let mut args = p.run_args(true, &[], "");
+    args.pop(); // no prompt: asked on the terminal
+    cmd.args(&args);
+    let mut t: PtySession = spawn_command(cmd, Some(TIMEOUT_MS)).unwrap();
+    let prompt = l1("› ");
+    t.exp_string(&prompt).unwrap();
+    t.send_line("hello").unwrap();
+    t.exp_string("Hello there.").unwrap();
+    t.exp_string(&l1("── completed")).unwrap();
+    t.exp_string(&prompt).unwrap();
+    t.send_line("/cost").unwrap();
+    t.exp_string("over 1 steps").unwrap();
+    t.exp_string(&prompt).unwrap();
+    t.send_line("/nosuch").unwrap();
+    t.exp_string("unknown command /nosuch").unwrap();
+    t.exp_string(&prompt).unwrap();
+    t.send_line("exit").unwrap();
+    t.exp_eof().unwrap();
+    let code = match t.process.wait().unwrap() {
+        rexpect::process::wait::WaitStatus::Exited(_, code) => Some(code),
+        _ => None,
+    };
+    assert_eq!(code, Some(0));
+}
