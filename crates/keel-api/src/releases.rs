@@ -34,12 +34,15 @@ pub struct CreateReleaseRequest {
     /// Default per-turn budget.
     #[serde(default)]
     pub budget: BudgetBody,
-    /// MCP servers whose tools the agent gets, by name (`^[A-Za-z0-9_-]{1,64}$`): each
-    /// `{"url": "https://…", "headers": {"Authorization": "${ENV_VAR}"}}` (streamable HTTP;
-    /// header values may name the server host's environment variables) or, where the host
-    /// allows it (`[server] release_mcp_stdio`), `{"command": "…", "args": [...], "env": {...}}`;
-    /// optional `startup_timeout_ms`, `call_timeout_ms`, `protocol`. The tools appear as
-    /// `mcp__<server>__<tool>`; a non-empty `tools` list must name the ones it enables.
+    /// MCP servers whose tools the agent gets, by name (`[a-zA-Z0-9_-]{1,32}`, no `__`, not
+    /// ending in `_`): each `{"url": "https://…", "headers": {"Authorization": {"env":
+    /// "DOCS_TOKEN", "prefix": "Bearer "}}}` (streamable HTTP; a header value is a literal string
+    /// or `{"env", "prefix"}` naming a variable of the server host listed in `[server]
+    /// release_mcp_header_env`; redirects are not followed) or, where the host allows it
+    /// (`[server] release_mcp_stdio`), `{"command": "…", "args": [...], "env": {...}}`; optional
+    /// `startup_timeout_ms` (at most 60000 here), `tool_timeout_ms`, `protocol`
+    /// (`"session"`/`"sessionless"`). The tools appear as `mcp__<server>__<tool>`; a non-empty
+    /// `tools` list must name the ones it enables.
     #[serde(default)]
     #[schema(value_type = Object)]
     pub mcp_servers: std::collections::BTreeMap<String, Value>,

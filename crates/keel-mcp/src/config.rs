@@ -119,13 +119,15 @@ pub enum Transport<'a> {
 }
 
 /// Whether `name` can name a server: `[a-zA-Z0-9_-]{1,32}` without `__` (the separator of
-/// `mcp__<server>__<tool>`).
+/// `mcp__<server>__<tool>`) and not ending in `_` (server `a_`'s tool `y` and server `a`'s
+/// tool `_y` would both be `mcp__a___y`, and a rule `mcp__a__*` would match `a_`'s tools).
 pub fn is_valid_server_name(name: &str) -> bool {
     (1..=32).contains(&name.len())
         && name
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
         && !name.contains("__")
+        && !name.ends_with('_')
 }
 
 /// Whether `name` is a plausible environment variable name (`[A-Za-z_][A-Za-z0-9_]*`).
@@ -179,7 +181,7 @@ impl McpServerConfig {
         if !is_valid_server_name(name) {
             return Err(McpError::config(
                 name,
-                "server names are 1-32 characters of [a-zA-Z0-9_-] without `__` (tools appear as mcp__<server>__<tool>)",
+                "server names are 1-32 characters of [a-zA-Z0-9_-] without `__`, not ending in `_` (tools appear as mcp__<server>__<tool>)",
             ));
         }
         match self.transport(name)? {

@@ -18,8 +18,12 @@ pub struct McpPool {
     withheld: Vec<String>,
     allow_stdio: bool,
     header_env: Option<Vec<String>>,
-    managers: tokio::sync::Mutex<HashMap<(PathBuf, String), Arc<McpManager>>>,
+    max_startup_timeout_ms: Option<u64>,
+    managers: std::sync::Mutex<HashMap<(PathBuf, String), Started>>,
 }
+
+/// One server set's manager, started once by whoever asked first.
+type Started = Arc<tokio::sync::OnceCell<Arc<McpManager>>>;
 
 impl std::fmt::Debug for McpPool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -39,8 +43,17 @@ impl McpPool {
             withheld,
             allow_stdio,
             header_env: None,
-            managers: tokio::sync::Mutex::new(HashMap::new()),
+            max_startup_timeout_ms: None,
+            managers: std::sync::Mutex::new(HashMap::new()),
         }
+    }
+
+    /// This pool refusing servers whose `startup_timeout_ms` is over `ms`: a host serving
+    /// releases made over its API bounds how long one release's servers may take to start.
+    #[must_use]
+    pub fn with_max_startup_timeout_ms(mut self, ms: u64) -> Self {
+        self.max_startup_timeout_ms = Some(ms);
+        self
     }
 
     /// This pool with header values of `url` servers (`{"env": "NAME"}`) limited to the host's
@@ -74,7 +87,32 @@ impl McpPool {
                 "stdio servers (`command`) are not allowed in releases on this host; use a `url` server, or allow them in the host's configuration (`keel serve`: `[server] release_mcp_stdio = true`)",
             ));
         }
+        if let Some(max) = self.max_startup_timeout_ms
+            && let Some((name, _)) = parsed
+                .iter()
+                .find(|(_, config)| config.startup_timeout_ms() > max)
+        {
+            return Err(McpError::config(
+                name,
+                format!("startup_timeout_ms is at most {max} on this host"),
+            ));
+        }
         if let Some(allowed) = &self.header_env {
+            // Nor may a stdio server be handed a variable the tools go without.
+            if let Some((name, var)) = parsed.iter().find_map(|(name, config)| {
+                config
+                    .env_vars
+                    .iter()
+                    .find(|v| self.withheld.contains(v) && !allowed.contains(v))
+                    .map(|v| (name, v))
+            }) {
+                return Err(McpError::config(
+                    name,
+                    format!(
+                        "env_vars names {var}, which this host withholds from the programs it runs"
+                    ),
+                ));
+            }
             for (name, config) in &parsed {
                 let read = config
                     .headers
@@ -115,21 +153,37 @@ impl McpPool {
             workspace.to_owned(),
             serde_json::to_string(&parsed).unwrap_or_default(),
         );
-        // Held across the start: two sessions of one release start its servers once.
-        let mut managers = self.managers.lock().await;
-        if let Some(manager) = managers.get(&key) {
-            return Ok((Arc::clone(manager), Vec::new()));
-        }
-        let manager = Arc::new(McpManager::new(&parsed, workspace, &self.withheld)?);
-        let notices = manager.start().await;
-        managers.insert(key, Arc::clone(&manager));
-        Ok((manager, notices))
+        // One start per server set, by whoever asks first; the others wait for that start
+        // only — the pool's map is not held across it, so a release whose servers are slow to
+        // start delays no other release's sessions.
+        let cell = Arc::clone(
+            self.managers
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .entry(key)
+                .or_default(),
+        );
+        let mut notices = Vec::new();
+        let manager = cell
+            .get_or_try_init(|| async {
+                let manager = Arc::new(McpManager::new(&parsed, workspace, &self.withheld)?);
+                notices = manager.start().await;
+                Ok::<_, McpError>(manager)
+            })
+            .await?;
+        Ok((Arc::clone(manager), notices))
     }
 
     /// Shuts down every server this pool started.
     pub async fn shutdown(&self) {
-        let managers: Vec<_> = self.managers.lock().await.drain().map(|(_, m)| m).collect();
-        for manager in managers {
+        let started: Vec<_> = self
+            .managers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .drain()
+            .filter_map(|(_, cell)| cell.get().cloned())
+            .collect();
+        for manager in started {
             manager.shutdown().await;
         }
     }

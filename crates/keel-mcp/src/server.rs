@@ -424,9 +424,13 @@ impl McpServer {
         }
         // reqwest's rustls backend takes the process-wide provider (ring, as the rest of keel).
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = reqwest::Client::builder().build().map_err(|e| {
-            McpError::start(&self.name, format!("cannot build the HTTP client: {e}"))
-        })?;
+        // No redirects: a server's URL is where its headers (tokens) go, and nowhere else.
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(|e| {
+                McpError::start(&self.name, format!("cannot build the HTTP client: {e}"))
+            })?;
         let config = StreamableHttpClientTransportConfig::with_uri(url).custom_headers(headers);
         Ok(StreamableHttpClientTransport::with_client(client, config))
     }

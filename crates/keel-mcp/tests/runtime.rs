@@ -162,3 +162,40 @@ async fn a_release_names_its_servers_and_a_host_may_refuse_stdio_ones() {
     let e = refusing.check(&bad).unwrap_err().to_string();
     assert!(e.contains("not both"), "{e}");
 }
+
+/// A release whose server never answers its handshake delays no other release's servers:
+/// the pool does not hold its map across a start (attack review: one tenant's slow server
+/// stalled every tenant's sessions on the node). The healthy set starts while the hanging one
+/// is still inside its startup bound.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_that_never_answers_delays_no_other_release() {
+    let ws = tempfile::tempdir().unwrap();
+    let pool = Arc::new(McpPool::new(Vec::new(), true));
+    let hanging = BTreeMap::from([(
+        "slow".to_owned(),
+        json!({"command": test_server(), "args": ["--hang"], "startup_timeout_ms": 30_000}),
+    )]);
+    let healthy = BTreeMap::from([("test".to_owned(), json!({"command": test_server()}))]);
+    let slow = {
+        let (pool, ws) = (pool.clone(), ws.path().to_owned());
+        tokio::spawn(async move { pool.manager(&hanging, &ws).await.map(|(_, n)| n) })
+    };
+    // Let the hanging start take the pool first.
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let (manager, notices) = pool.manager(&healthy, ws.path()).await.unwrap();
+    assert!(notices.is_empty(), "{notices:?}");
+    assert!(
+        !slow.is_finished(),
+        "the hanging start is still within its bound"
+    );
+    assert!(
+        manager
+            .tools()
+            .await
+            .0
+            .iter()
+            .any(|t| t.name() == "mcp__test__add_tool")
+    );
+    slow.abort();
+    pool.shutdown().await;
+}

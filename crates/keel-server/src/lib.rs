@@ -52,6 +52,10 @@ pub use config::{SchedulerSettings, ServerConfig, TenantSettings};
 pub use error::{ApiError, ServerError};
 pub use state::{AppState, ModelFactory, Runtimes, Shared, ToolsFactory};
 
+/// Longest `startup_timeout_ms` a release's MCP server may ask for on this server, ms: a
+/// release whose servers are slow to start delays only its own sessions, for at most this.
+pub const RELEASE_MCP_MAX_STARTUP_MS: u64 = 60_000;
+
 /// What the host gives the server.
 pub struct Deps {
     /// The store (`keel_store::open` of the same location as every other command).
@@ -114,7 +118,8 @@ pub async fn app(config: ServerConfig, deps: Deps) -> Result<(Shared, Router), S
             runtime_options.withheld_env.clone(),
             config.release_mcp_stdio,
         )
-        .with_header_env(config.release_mcp_header_env.clone()),
+        .with_header_env(config.release_mcp_header_env.clone())
+        .with_max_startup_timeout_ms(RELEASE_MCP_MAX_STARTUP_MS),
     );
     let state: Shared = Arc::new(AppState {
         runtimes: Arc::new(Runtimes::new(

@@ -1202,6 +1202,11 @@ async fn a_release_names_mcp_servers_the_host_checks(b: Backend) {
             json!({"x": {"url": "http://h/mcp", "headers": {"Authorization": {"env": "OPENAI_API_KEY"}}}}),
             "release_mcp_header_env",
         ),
+        (
+            json!({"x": {"url": "http://h/mcp", "startup_timeout_ms": 1_000_000_000_000_u64}}),
+            "at most 60000",
+        ),
+        (json!({"a_": {"url": "http://h/mcp"}}), "a_"),
     ] {
         let r = s
             .post("/v1/releases", &s.admin, &with(servers.clone(), json!([])))
