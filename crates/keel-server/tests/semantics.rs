@@ -1255,4 +1255,18 @@ async fn a_release_names_mcp_servers_the_host_checks(b: Backend) {
     let plain = s.post("/v1/releases", &s.admin, &base).await;
     assert_ne!(plain.body["release_id"], id.as_str(), "{plain:?}");
     assert_eq!(plain.body["mcp_servers"], json!({}), "{plain:?}");
+    // A token written into the definition is never shown back.
+    let literal = json!({"wiki": {"url": "http://127.0.0.1:9/mcp", "headers": {"Authorization": "Bearer s3cr3t-token", "X-Team": "core"}}});
+    let lit = s
+        .post("/v1/releases", &s.admin, &with(literal, json!([])))
+        .await;
+    assert_eq!(lit.status, StatusCode::CREATED, "{lit:?}");
+    assert!(!lit.body.to_string().contains("s3cr3t"), "{lit:?}");
+    assert_eq!(
+        lit.body["mcp_servers"]["wiki"]["headers"]["Authorization"],
+        "<redacted>"
+    );
+    let id2 = lit.body["release_id"].as_str().unwrap().to_owned();
+    let shown = s.get(&format!("/v1/releases/{id2}"), &s.viewer).await;
+    assert!(!shown.body.to_string().contains("s3cr3t"), "{shown:?}");
 }

@@ -31,9 +31,30 @@ fn release_body(r: Release, created_at: Option<chrono::DateTime<Utc>>) -> Releas
         tools: d.tools,
         policy: d.policy,
         budget: budget_body(d.budget),
-        mcp_servers: d.mcp_servers,
+        mcp_servers: d
+            .mcp_servers
+            .into_iter()
+            .map(|(name, server)| (name, shown_server(server)))
+            .collect(),
         created_at,
     }
+}
+
+/// A release's MCP server as the API shows it: literal header values and `env` values (a
+/// token written into the definition) are `"<redacted>"` — anyone who may read releases sees
+/// where the servers are and which host variables they read, never a credential.
+fn shown_server(mut server: serde_json::Value) -> serde_json::Value {
+    for field in ["headers", "env"] {
+        if let Some(map) = server
+            .get_mut(field)
+            .and_then(serde_json::Value::as_object_mut)
+        {
+            for value in map.values_mut().filter(|v| v.is_string()) {
+                *value = serde_json::Value::String("<redacted>".into());
+            }
+        }
+    }
+    server
 }
 
 /// Stores a release; the same definition twice is the same release (200 the second time).
