@@ -218,6 +218,28 @@ fn store_failure(tool: &str, e: &keel_store::StoreError) -> ToolOutput {
 
 const NAMESPACE_PROP: &str = "Optional sub-namespace (letters, digits, `_`, `-`, `.`) inside this agent's memory; leave it out for the default one.";
 
+/// The `namespace` property: the same rule as [`Memory::namespace`], stated in the schema so a
+/// malformed one is refused when the call is validated, before it starts.
+fn namespace_schema() -> Value {
+    json!({
+        "type": "string",
+        "pattern": format!("^[A-Za-z0-9_.-]{{1,{MAX_KEY_CHARS}}}$"),
+        "description": NAMESPACE_PROP,
+    })
+}
+
+/// The `key` property: the same rule as [`Memory::key`] (1 to [`MAX_KEY_CHARS`] characters, no
+/// control characters), checked at validation.
+fn key_schema(description: &str) -> Value {
+    json!({
+        "type": "string",
+        "minLength": 1,
+        "maxLength": MAX_KEY_CHARS,
+        "pattern": "^[^\\u0000-\\u001F\\u007F-\\u009F]*$",
+        "description": description,
+    })
+}
+
 /// `memory_read {namespace?, key}`.
 struct MemoryRead(Memory);
 
@@ -241,8 +263,8 @@ impl Tool for MemoryRead {
         json!({
             "type": "object",
             "properties": {
-                "namespace": {"type": "string", "description": NAMESPACE_PROP},
-                "key": {"type": "string", "description": "The entry's key."}
+                "namespace": namespace_schema(),
+                "key": key_schema("The entry's key.")
             },
             "required": ["key"],
             "additionalProperties": false
@@ -339,8 +361,8 @@ impl Tool for MemoryWrite {
         json!({
             "type": "object",
             "properties": {
-                "namespace": {"type": "string", "description": NAMESPACE_PROP},
-                "key": {"type": "string", "description": "The entry's key (replaces an entry with the same key)."},
+                "namespace": namespace_schema(),
+                "key": key_schema("The entry's key (replaces an entry with the same key)."),
                 "value": {"description": "What to remember: text or any JSON value."}
             },
             "required": ["key", "value"],
@@ -437,7 +459,7 @@ impl Tool for MemorySearch {
         json!({
             "type": "object",
             "properties": {
-                "namespace": {"type": "string", "description": NAMESPACE_PROP},
+                "namespace": namespace_schema(),
                 "query": {"type": "string", "description": "Words to look for."},
                 "limit": {"type": "integer", "minimum": 1, "maximum": MAX_SEARCH_RESULTS, "description": "Most results (default 10)."}
             },

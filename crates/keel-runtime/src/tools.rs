@@ -490,6 +490,12 @@ impl Runner {
                 ToolCallStatus::Cancelled,
                 format!("`{}` was cancelled.", v.name),
             ),
+            // The call had started: a tool that refuses its arguments only now (its own checks
+            // in `call`) failed without acting — `rejected` is a state for calls that never
+            // started, and asking the machine for `running -> rejected` is illegal.
+            (Some(r), false) if r.status == ToolResultStatus::Rejected => {
+                (ToolCallStatus::Failed, r.content.clone())
+            }
             (Some(r), false) => (map_status(r.status), r.content.clone()),
         };
         if self.lost.is_cancelled() {

@@ -22,6 +22,7 @@ on_both!(
     a_tool_call_budget_stops_calls_within_one_step,
     a_wall_time_budget_stops_a_long_running_tool_call,
     a_panicking_read_only_tool_does_not_hang_the_turn,
+    a_tool_refusing_after_the_call_started_fails_the_call_once,
     hundreds_of_calls_in_one_step_each_get_exactly_one_result,
     a_step_mixing_asked_denied_invalid_and_read_only_calls_settles_every_call_once,
     the_same_failing_call_repeated_ends_the_turn_loop_detected,
@@ -225,6 +226,78 @@ impl Tool for PanicTool {
     async fn call(&self, _args: Value, _ctx: &ToolContext) -> ToolOutput {
         panic!("a bug in a tool")
     }
+}
+
+/// A tool that refuses its arguments only inside `call` (after the call started).
+struct LateRefusal;
+
+#[async_trait]
+impl Tool for LateRefusal {
+    fn name(&self) -> &str {
+        "late"
+    }
+    fn description(&self) -> &str {
+        "Refuses every call from inside `call`."
+    }
+    fn input_schema(&self) -> Value {
+        json!({"type": "object", "properties": {}, "additionalProperties": false})
+    }
+    fn effect(&self) -> EffectClass {
+        EffectClass::ReadOnly
+    }
+    async fn call(&self, _args: Value, _ctx: &ToolContext) -> ToolOutput {
+        ToolOutput::rejected("late: invalid arguments")
+    }
+}
+
+/// A started call whose tool answers `rejected` ends `failed` with the tool's text: `rejected`
+/// is for calls that never started, and `running -> rejected` once made the read re-run without
+/// end (thousands of `tool_call.started` a second; attack review of issue 15).
+async fn a_tool_refusing_after_the_call_started_fails_the_call_once(b: Backend) {
+    let db = db(b).await;
+    let mut reg = registry();
+    reg.register(Arc::new(LateRefusal)).unwrap();
+    let rt = Runtime::new(
+        db.store.clone(),
+        scripted(&[
+            json!({"tool_calls": [call("late", json!({}))]}),
+            json!({"text": "done"}),
+        ]),
+        reg,
+        RuntimeOptions::default(),
+    );
+    let ws = workspace();
+    let tenant = keel_core::TenantId::new();
+    let session = rt
+        .create_session(
+            tenant,
+            &release(&[], keel_core::Budget::default()),
+            config(ws.path()),
+        )
+        .await
+        .unwrap();
+    rt.submit(tenant, session, "go").await.unwrap();
+    let out = tokio::time::timeout(Duration::from_secs(30), rt.run(tenant, session))
+        .await
+        .expect("the turn must end")
+        .unwrap();
+    assert_eq!(out.turns[0].terminal_reason, TerminalReason::Completed);
+    let events = db.store.read(tenant, session, 1, None).await.unwrap();
+    let started = events
+        .iter()
+        .filter(|e| e.type_name() == "tool_call.started")
+        .count();
+    assert_eq!(started, 1);
+    let view = rt.view(tenant, session).await.unwrap();
+    let c = view.state.tool_calls.values().next().unwrap();
+    assert_eq!(c.status, keel_core::ToolCallStatus::Failed);
+    assert!(
+        c.result
+            .clone()
+            .unwrap()
+            .0
+            .contains("late: invalid arguments")
+    );
 }
 
 /// A read-only tool panics inside its spawned task: the call must get an error result (it

@@ -22,6 +22,7 @@ on_both!(
     user_memory_follows_the_sessions_creator_and_shared_memory_the_tenant,
     oversized_values_and_secrets_are_refused_and_nothing_is_stored,
     reads_run_unasked_and_writes_ask_or_are_denied_like_other_writes,
+    malformed_keys_and_namespaces_are_refused_before_the_call_starts,
 );
 
 fn agent(name: &str) -> Release {
@@ -424,5 +425,69 @@ async fn reads_run_unasked_and_writes_ask_or_are_denied_like_other_writes(backen
             .await
             .unwrap()
             .is_none()
+    );
+}
+
+/// A malformed key or sub-namespace (empty, a control character, a `/`, `..`) is refused when
+/// the call is validated: a tool error the model sees, no `tool_call.started`, no effect, and the
+/// turn goes on. (Refused inside the tool after the call had started, a read once re-ran forever
+/// — `running -> rejected` is illegal — and a write failed the turn; attack review of issue 15.)
+async fn malformed_keys_and_namespaces_are_refused_before_the_call_starts(backend: Backend) {
+    let db = db(backend).await;
+    let ws = workspace();
+    let tenant = TenantId::new();
+    let bad = [
+        ("memory_read", json!({"key": ""})),
+        ("memory_read", json!({"key": "a\u{7}b"})),
+        ("memory_search", json!({"query": "x", "namespace": "a/b"})),
+        ("memory_write", json!({"key": "", "value": 1})),
+        (
+            "memory_write",
+            json!({"namespace": "../x", "key": "k", "value": 1}),
+        ),
+        (
+            "memory_write",
+            json!({"namespace": "", "key": "k", "value": 1}),
+        ),
+    ];
+    let mut lines: Vec<Value> = bad.iter().map(|(n, a)| call(n, a.clone())).collect();
+    lines.push(json!({"text": "ok"}));
+    let rt = memory_runtime(&db, &lines, MemorySettings::default());
+    let mut cfg = config(ws.path());
+    cfg.permission_mode = PermissionMode::Bypass;
+    let session = rt
+        .create_session(tenant, &agent("coder"), cfg)
+        .await
+        .unwrap();
+    rt.submit(tenant, session, "go").await.unwrap();
+    let out = tokio::time::timeout(Duration::from_secs(30), rt.run(tenant, session))
+        .await
+        .expect("the turn must end")
+        .unwrap();
+    assert_eq!(out.status, SessionStatus::Idle);
+    assert_eq!(out.turns.len(), 1);
+    assert_eq!(
+        out.turns[0].terminal_reason,
+        keel_core::TerminalReason::Completed
+    );
+    let results = finished(&rt, tenant, session).await;
+    assert_eq!(results.len(), bad.len(), "{results:#?}");
+    for (r, (tool, args)) in results.iter().zip(&bad) {
+        assert_eq!(r.0, "rejected", "{tool} {args}: {r:?}");
+        assert!(
+            r.1.to_lowercase().contains("invalid arguments"),
+            "{tool} {args}: {r:?}"
+        );
+    }
+    let events = db.store.read(tenant, session, 1, None).await.unwrap();
+    let count = |t: &str| events.iter().filter(|e| e.type_name() == t).count();
+    assert_eq!(count("tool_call.started"), 0);
+    assert_eq!(count("effect.prepared") + count("effect.dispatched"), 0);
+    assert!(
+        db.store
+            .memory_list(tenant, "agent:coder", None, 10)
+            .await
+            .unwrap()
+            .is_empty()
     );
 }
