@@ -92,6 +92,17 @@ uuid_id!(
     "apr"
 );
 
+impl TenantId {
+    /// The tenant of everything the local CLI (`keel run`, `keel resume`, …) creates: one fixed
+    /// id (`00000000-0000-0000-0000-000000000001`), so every `keel` process on a store sees the
+    /// same sessions. No server tenant has it (server tenants get random ids), and server
+    /// workers (`keel serve`, `keel worker`) never claim its sessions: they run in the CLI that
+    /// owns them, under its own permission mode and workspace.
+    pub const fn local() -> Self {
+        Self(uuid::Uuid::from_u128(1))
+    }
+}
+
 impl SessionId {
     /// The session a `spawn_agent` call starts: a UUIDv8 whose bits are the first 16 bytes of
     /// the SHA-256 of `keel-child/<parent>/<step>/<call>` (the call's operation key), so a re-run

@@ -149,6 +149,10 @@ pub struct SchedulerConfig {
     pub tenants: HashMap<TenantId, TenantLimits>,
     /// Newest event schema this build reads (default [`keel_core::event::SCHEMA_VERSION`]).
     pub max_schema_version: u32,
+    /// Tenants whose sessions this worker never claims (default none). Server nodes list
+    /// [`TenantId::local`]: the local CLI's sessions run in the CLI that owns them, under its
+    /// permission mode and workspace, never under a server's ceilings and roots.
+    pub skip_tenants: Vec<TenantId>,
 }
 
 impl std::fmt::Debug for SchedulerConfig {
@@ -174,6 +178,7 @@ impl Default for SchedulerConfig {
             default_limits: TenantLimits::default(),
             tenants: HashMap::new(),
             max_schema_version: keel_core::event::SCHEMA_VERSION,
+            skip_tenants: Vec::new(),
         }
     }
 }
@@ -587,7 +592,11 @@ async fn yield_to_starved(
     };
     let starved = backlog
         .iter()
-        .filter(|b| b.claimable > 0 && b.leased < config.limits(b.tenant_id).max_sessions)
+        .filter(|b| {
+            b.claimable > 0
+                && b.leased < config.limits(b.tenant_id).max_sessions
+                && !config.skip_tenants.contains(&b.tenant_id)
+        })
         .filter(|b| runs(b.tenant_id) * weight(holder) < runs(holder) * weight(b.tenant_id))
         .count();
     if pending >= starved {
@@ -621,7 +630,11 @@ async fn next_claim(
         .await?;
     let eligible: Vec<TenantId> = backlog
         .iter()
-        .filter(|b| b.claimable > 0 && b.leased < config.limits(b.tenant_id).max_sessions)
+        .filter(|b| {
+            b.claimable > 0
+                && b.leased < config.limits(b.tenant_id).max_sessions
+                && !config.skip_tenants.contains(&b.tenant_id)
+        })
         .map(|b| b.tenant_id)
         .collect();
     ring.refresh(&eligible);

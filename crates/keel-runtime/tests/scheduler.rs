@@ -16,7 +16,99 @@ use tokio_util::sync::CancellationToken;
 use crate::common::*;
 use crate::on_both;
 
-on_both!(a_run_that_panics_is_a_failed_run_given_back);
+on_both!(
+    a_run_that_panics_is_a_failed_run_given_back,
+    a_worker_never_claims_a_skipped_tenants_sessions,
+);
+
+/// Runs claimed sessions as a host does ([`Runtime::run_claimed`]).
+struct Runs(Runtime);
+
+impl ClaimRunner for Runs {
+    fn run(&self, claim: Claim, drain: CancellationToken) -> RunFuture {
+        let rt = self.0.clone();
+        Box::pin(async move {
+            let (tenant, session) = (claim.tenant_id, claim.lease.session_id);
+            match rt.run_claimed(tenant, session, &claim.lease, drain).await {
+                Ok(out) if out.drained => RunReport::Drained,
+                Ok(_) => RunReport::Done,
+                Err(RuntimeError::LeaseLost { .. }) => RunReport::LeaseLost,
+                Err(e) => RunReport::Failed(e.to_string()),
+            }
+        })
+    }
+}
+
+/// A server node's worker (`skip_tenants: [TenantId::local()]`) on a store the local CLI also
+/// uses runs the server tenant's queued turn and never claims the CLI's: the CLI's session
+/// keeps its queued turn, unleased, for the CLI that owns it (a `keel serve` on the default
+/// store once continued a user's `keel run` session outside its workspace roots and above its
+/// permission ceiling — new-user review of issue 15).
+async fn a_worker_never_claims_a_skipped_tenants_sessions(backend: Backend) {
+    let db = db(backend).await;
+    let rt = Runtime::new(
+        db.store.clone(),
+        scripted(&[json!({"text": "done"})]),
+        registry(),
+        RuntimeOptions {
+            worker_name: "w".into(),
+            seal_key: deployment_key(),
+            ..RuntimeOptions::default()
+        },
+    );
+    let ws = workspace();
+    let local = keel_core::TenantId::local();
+    let server = keel_core::TenantId::new();
+    let mut sessions = Vec::new();
+    for tenant in [local, server] {
+        let session = rt
+            .create_session(tenant, &release(&[], Budget::default()), config(ws.path()))
+            .await
+            .unwrap();
+        rt.submit(tenant, session, "go").await.unwrap();
+        sessions.push((tenant, session));
+    }
+    let worker = spawn_worker(
+        db.store.clone(),
+        SchedulerConfig {
+            owner: rt.owner().to_owned(),
+            poll: Duration::from_millis(50),
+            skip_tenants: vec![local],
+            ..SchedulerConfig::default()
+        },
+        Arc::new(Runs(rt.clone())),
+        Arc::new(Metrics::new()),
+    );
+    let finished = |events: &[keel_core::Event]| {
+        events
+            .iter()
+            .any(|e| matches!(e.body, EventBody::TurnFinished { .. }))
+    };
+    let (tenant, session) = sessions[1];
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !finished(&db.store.read(tenant, session, 1, None).await.unwrap()) {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the server tenant's turn did not run"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Twenty more polls: the worker is idle, and the CLI's session was never touched.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let (tenant, session) = sessions[0];
+    let events = db.store.read(tenant, session, 1, None).await.unwrap();
+    assert!(!finished(&events), "a server worker ran the CLI's turn");
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e.body, EventBody::TurnStarted {})),
+        "a server worker started the CLI's turn"
+    );
+    let record = db.store.get_session(tenant, session).await.unwrap();
+    assert!(record.lease.is_none(), "{record:?}");
+    worker.stop_now();
+    worker.join().await;
+}
 
 /// Runs claimed sessions with a runtime as a host does ([`Runtime::run_claimed`]), except that
 /// its first run panics in the middle (a bug in the host or the runtime) while it holds the

@@ -306,6 +306,7 @@ impl Workers {
                     drain_timeout: Duration::from_millis(settings.drain_timeout_ms),
                     default_limits,
                     tenants: tenants.clone(),
+                    skip_tenants: vec![keel_core::TenantId::local()],
                     ..SchedulerConfig::default()
                 };
                 spawn_worker(store.clone(), config, runner.clone(), observer.clone())

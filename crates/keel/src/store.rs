@@ -10,7 +10,7 @@ use crate::config::mask_url_password;
 /// The tenant of everything the local CLI creates: one fixed id, so that any `keel` process on
 /// the same store sees the same sessions.
 pub fn local_tenant() -> TenantId {
-    TenantId(uuid::Uuid::from_u128(1))
+    TenantId::local()
 }
 
 /// Why a store could not be opened.
