@@ -178,6 +178,25 @@ pub struct Consumed {
 }
 
 impl Budget {
+    /// The tighter of two budgets, limit by limit (a limit set in only one of them is kept).
+    #[must_use]
+    pub fn tighter(&self, other: &Budget) -> Budget {
+        fn min<T: PartialOrd + Copy>(x: Option<T>, y: Option<T>) -> Option<T> {
+            match (x, y) {
+                (Some(x), Some(y)) => Some(if y < x { y } else { x }),
+                (x, None) => x,
+                (None, y) => y,
+            }
+        }
+        Budget {
+            max_steps: min(self.max_steps, other.max_steps),
+            max_tokens: min(self.max_tokens, other.max_tokens),
+            max_cost_usd: min(self.max_cost_usd, other.max_cost_usd),
+            max_tool_calls: min(self.max_tool_calls, other.max_tool_calls),
+            max_wall_time_ms: min(self.max_wall_time_ms, other.max_wall_time_ms),
+        }
+    }
+
     /// Checks whether another step may start. A limit is exhausted once consumption reaches it
     /// (`used >= max`), so `max_steps = 3` allows exactly three steps. Limits are checked in the
     /// order steps, tokens, cost, tool calls, wall time; the first exhausted one is returned.

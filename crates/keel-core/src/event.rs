@@ -559,6 +559,11 @@ pub enum EventBody {
         /// The same by serving model.
         #[serde(default, skip_serializing_if = "UsageByModel::is_empty")]
         usage_by_model: UsageByModel,
+        /// Tool calls the child's turn ran (reached `running`), its own children's included;
+        /// counted against the parent turn's `max_tool_calls`. Absent (0) in journals written
+        /// before it existed.
+        #[serde(default, skip_serializing_if = "is_zero_u32")]
+        tool_calls: u32,
     },
 }
 
@@ -658,6 +663,10 @@ fn one() -> u64 {
 }
 
 fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+fn is_zero_u32(n: &u32) -> bool {
     *n == 0
 }
 
@@ -1129,6 +1138,7 @@ mod tests {
                 },
                 cost_usd: 0.01,
                 usage_by_model: UsageByModel::new(),
+                tool_calls: 3,
             },
         ]
     }

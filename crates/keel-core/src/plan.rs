@@ -180,8 +180,23 @@ pub struct Facts {
     /// store's reservation of the step's worst case read it: at a limit, the turn ends
     /// `budget_exhausted`.
     pub tenant_usage: Option<Consumed>,
+    /// A sub-agent's share of its tree's budget: what the root session had left when it
+    /// spawned the tree's first child in its step, and what every session of the tree (this
+    /// one included) has spent since, its own steps only (see `keel_runtime`'s `spend`
+    /// module). At a limit the turn ends `budget_exhausted`, so children running side by side
+    /// overshoot the root's budget by at most one step each. `None` outside a sub-agent tree.
+    pub shared: Option<SharedBudget>,
     /// Which hook events have hooks configured (the driver's host configuration).
     pub hooks: HookFacts,
+}
+
+/// A budget several sessions draw on at once (a sub-agent tree): [`Facts::shared`].
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct SharedBudget {
+    /// The limits.
+    pub limit: Budget,
+    /// What the sessions sharing it have spent.
+    pub used: Consumed,
 }
 
 /// Which hook events have hooks (the `pre_tool_use` and `post_tool_use` ones are per call:
@@ -585,20 +600,76 @@ pub fn wall_time_left_ms(
 
 /// Tool calls the active turn may still start under its turn's and session's `max_tool_calls`
 /// (`None`: unlimited). Calls are counted when they start, in proposal order.
-fn tool_calls_left(state: &SessionState, turn: &TurnState, limits: &Limits) -> Option<u32> {
-    let turn_left = limits
-        .turn_budget
-        .max_tool_calls
-        .map(|m| m.saturating_sub(turn.tool_calls_run));
+fn tool_calls_left(
+    state: &SessionState,
+    turn: &TurnState,
+    limits: &Limits,
+    shared: Option<&SharedBudget>,
+) -> Option<u32> {
+    let turn_left = limits.turn_budget.max_tool_calls.map(|m| {
+        m.saturating_sub(turn.tool_calls_run)
+            .saturating_sub(turn.subagents.tool_calls)
+    });
     let session_run = session_tool_calls(state);
     let session_left = limits
         .session_budget
         .max_tool_calls
         .map(|m| m.saturating_sub(session_run));
-    match (turn_left, session_left) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
+    let shared_left = shared.and_then(|s| {
+        s.limit
+            .max_tool_calls
+            .map(|m| m.saturating_sub(s.used.tool_calls))
+    });
+    [turn_left, session_left, shared_left]
+        .into_iter()
+        .flatten()
+        .min()
+}
+
+/// What the active turn has left of its turn and session budgets, limit by limit (the
+/// tighter of the two; `None` where neither sets one): steps, tokens, cost (USD), tool calls
+/// and wall time (ms), its finished sub-agents' spend counted. A sub-agent spawned now may
+/// spend at most this, shared with its siblings ([`SharedBudget`]).
+pub fn budget_left(
+    state: &SessionState,
+    turn: &TurnState,
+    limits: &Limits,
+    now: DateTime<Utc>,
+) -> Budget {
+    let (turn_used, session_used) = consumed(state, turn, now);
+    let left = |b: &Budget, used: &Consumed| Budget {
+        max_steps: b.max_steps.map(|m| m.saturating_sub(used.steps)),
+        max_tokens: b.max_tokens.map(|m| m.saturating_sub(used.tokens)),
+        max_cost_usd: b.max_cost_usd.map(|m| (m - used.cost_usd).max(0.0)),
+        max_tool_calls: b.max_tool_calls.map(|m| m.saturating_sub(used.tool_calls)),
+        max_wall_time_ms: b
+            .max_wall_time_ms
+            .map(|m| m.saturating_sub(used.wall_time_ms)),
+    };
+    left(&limits.turn_budget, &turn_used).tighter(&left(&limits.session_budget, &session_used))
+}
+
+/// What the turn and the session have used (the turn's finished sub-agents included).
+fn consumed(state: &SessionState, turn: &TurnState, now: DateTime<Utc>) -> (Consumed, Consumed) {
+    let wall = turn.started_at.map_or(0, |s| elapsed_ms(s, now));
+    let sub = &turn.subagents;
+    let turn_used = Consumed {
+        steps: u32::try_from(turn.steps.len())
+            .unwrap_or(u32::MAX)
+            .saturating_add(sub.steps),
+        tokens: turn.usage.total_tokens(),
+        cost_usd: turn.cost_usd,
+        tool_calls: turn.tool_calls_run.saturating_add(sub.tool_calls),
+        wall_time_ms: wall,
+    };
+    let session_used = Consumed {
+        steps: u32::try_from(state.steps.len()).unwrap_or(u32::MAX),
+        tokens: state.usage.total_tokens(),
+        cost_usd: state.cost_usd,
+        tool_calls: session_tool_calls(state),
+        wall_time_ms: state.finished_turns_ms.saturating_add(wall),
+    };
+    (turn_used, session_used)
 }
 
 /// Tool calls the session's turns ran (saturating).
@@ -764,21 +835,7 @@ pub fn budget_exhausted(
     turn: &TurnState,
     facts: &Facts,
 ) -> Option<BudgetLimit> {
-    let wall = turn.started_at.map_or(0, |s| elapsed_ms(s, facts.now));
-    let turn_used = Consumed {
-        steps: u32::try_from(turn.steps.len()).unwrap_or(u32::MAX),
-        tokens: turn.usage.total_tokens(),
-        cost_usd: turn.cost_usd,
-        tool_calls: turn.tool_calls_run,
-        wall_time_ms: wall,
-    };
-    let session_used = Consumed {
-        steps: u32::try_from(state.steps.len()).unwrap_or(u32::MAX),
-        tokens: state.usage.total_tokens(),
-        cost_usd: state.cost_usd,
-        tool_calls: session_tool_calls(state),
-        wall_time_ms: state.finished_turns_ms.saturating_add(wall),
-    };
+    let (turn_used, session_used) = consumed(state, turn, facts.now);
     let limits = &facts.limits;
     if let Err(l) = limits.turn_budget.check(&turn_used) {
         return Some(l);
@@ -793,6 +850,11 @@ pub fn budget_exhausted(
     };
     if let Some(used) = &facts.tenant_usage
         && let Err(l) = daily.check(used)
+    {
+        return Some(l);
+    }
+    if let Some(shared) = &facts.shared
+        && let Err(l) = shared.limit.check(&shared.used)
     {
         return Some(l);
     }
@@ -837,7 +899,7 @@ fn executing(state: &SessionState, turn: &TurnState, facts: &Facts) -> Next {
     let mut human_effects = Vec::new();
     let mut unknown = false;
     // The tool-call budget: a call that would start past it is refused (with its result).
-    let mut calls_left = tool_calls_left(state, turn, &facts.limits);
+    let mut calls_left = tool_calls_left(state, turn, &facts.limits, facts.shared.as_ref());
     for call in step
         .tool_calls
         .iter()

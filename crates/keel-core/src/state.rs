@@ -128,6 +128,11 @@ pub struct TurnState {
     pub usage_by_model: UsageByModel,
     /// Tool calls that reached `running`.
     pub tool_calls_run: u32,
+    /// What its finished sub-agents spent (`agent.finished`: their steps, tokens, cost and tool
+    /// calls, their own children's included). Their tokens and cost are also in `usage` and
+    /// `cost_usd`; their steps and tool calls are counted only here (`steps` and
+    /// `tool_calls_run` are this session's own), and all four count against the turn's budget.
+    pub subagents: crate::budget::Consumed,
     /// Why it ended, once finished.
     pub terminal_reason: Option<TerminalReason>,
     /// When it was queued.
@@ -500,6 +505,7 @@ impl SessionState {
                         cost_usd: 0.0,
                         usage_by_model: UsageByModel::new(),
                         tool_calls_run: 0,
+                        subagents: crate::budget::Consumed::default(),
                         terminal_reason: None,
                         queued_at: ev.ts,
                         started_at: None,
@@ -1002,6 +1008,7 @@ impl SessionState {
                 usage,
                 cost_usd,
                 usage_by_model,
+                tool_calls,
             } => {
                 let turn_id = c.turn_id.ok_or_else(|| missing("turn_id"))?;
                 let child = self
@@ -1013,8 +1020,9 @@ impl SessionState {
                 }
                 child.finished = Some(reason.clone());
                 let fallback = format!("agent:{}", child.agent);
-                // A child's spend counts in the parent's turn like a failed attempt's: tokens
-                // and cost by serving model, no step.
+                // A child's spend counts in the parent's turn: tokens and cost by serving
+                // model (in the turn's and session's totals), its steps in the serving models'
+                // rows and, with its tool calls, in the turn's `subagents` (not its own steps).
                 if usage_by_model.is_empty() {
                     self.count_usage(turn_id, &fallback, usage, *cost_usd, false, false);
                 } else {
@@ -1027,7 +1035,19 @@ impl SessionState {
                             totals.estimated,
                             false,
                         );
+                        self.count_child_steps(turn_id, model, totals.steps);
                     }
+                }
+                if let Some(turn) = self.turns.get_mut(&turn_id) {
+                    let spent = &mut turn.subagents;
+                    spent.steps = spent.steps.saturating_add(
+                        usage_by_model
+                            .values()
+                            .fold(0u32, |n, t| n.saturating_add(t.steps)),
+                    );
+                    spent.tokens = spent.tokens.saturating_add(usage.total_tokens());
+                    spent.cost_usd += crate::budget::finite_cost(*cost_usd);
+                    spent.tool_calls = spent.tool_calls.saturating_add(*tool_calls);
                 }
             }
             EventBody::ContextCompacted {
@@ -1289,6 +1309,20 @@ impl SessionState {
         self.usage.add(usage);
         self.cost_usd += cost;
         add(self.usage_by_model.entry(model.to_owned()).or_default());
+    }
+
+    /// Adds a finished child's `steps` served by `model` to the turn's and the session's rows
+    /// of that model (the child's tokens and cost went in through [`Self::count_usage`]).
+    fn count_child_steps(&mut self, turn_id: TurnId, model: &str, steps: u32) {
+        if steps == 0 {
+            return;
+        }
+        if let Some(turn) = self.turns.get_mut(&turn_id) {
+            let row = turn.usage_by_model.entry(model.to_owned()).or_default();
+            row.steps = row.steps.saturating_add(steps);
+        }
+        let row = self.usage_by_model.entry(model.to_owned()).or_default();
+        row.steps = row.steps.saturating_add(steps);
     }
 
     fn step_transition(

@@ -514,6 +514,7 @@ impl World {
             skip_compaction: self.local.skip_compaction,
             unreconciled: self.local.unreconciled.clone(),
             tenant_usage: None,
+            shared: None,
             hooks: Default::default(),
         }
     }

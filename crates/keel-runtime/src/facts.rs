@@ -108,6 +108,11 @@ impl Runner {
             skip_compaction: self.skip_compaction.load(Ordering::SeqCst),
             unreconciled: lock(&self.unreconciled).clone(),
             tenant_usage,
+            shared: j
+                .state
+                .active_turn
+                .and_then(|t| j.state.turns.get(&t))
+                .and_then(|t| self.rt.spend.shared(self.session, t)),
             hooks: self.hook_facts(&j.state),
         };
         Ok(keel_core::plan::next(&j.state, &facts))

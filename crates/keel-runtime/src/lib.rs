@@ -198,6 +198,8 @@ pub mod telemetry;
 pub mod error;
 
 pub(crate) mod crash;
+/// The budget a sub-agent tree shares while it runs.
+pub(crate) mod spend;
 /// `spawn_agent`: child sessions.
 pub mod subagents;
 

@@ -125,6 +125,8 @@ pub(crate) struct Inner {
     pub(crate) child_models: Mutex<HashMap<Vec<String>, Arc<dyn ModelClient>>>,
     /// Each parent session's slots for running children (`spawn_agent`), created on first use.
     pub(crate) child_slots: Mutex<HashMap<SessionId, Arc<tokio::sync::Semaphore>>>,
+    /// The budgets sub-agent trees share while they run here.
+    pub(crate) spend: crate::spend::Pools,
 }
 
 impl Inner {

@@ -15,10 +15,11 @@
 //!   its network, `ask`/`deny` rules, secrets, timeouts — plus the parent release's `ask` and
 //!   `deny` rules as settings, so whatever the parent may not do, the child may not either.
 //! - **Shared budgets.** The child's turn and session budgets are what the parent's turn and
-//!   session have left (tokens, cost, wall time) when it starts; the tenant's daily budget is
-//!   shared through the usage table. `agent.finished` adds the child turn's usage and cost to
-//!   the parent's turn and session totals (per serving model), so the parent's next step sees
-//!   them against its limits and its `turn.finished` reports them.
+//!   session have left when it starts; children running at once, and theirs, draw on one pool
+//!   of that remainder ([`crate::spend`]); the tenant's daily budget is shared through the
+//!   usage table. `agent.finished` adds the child turn's usage, cost, steps and tool calls to
+//!   the parent's turn (usage and cost per serving model also to the session), so the parent's
+//!   next step sees them against its limits and its `turn.finished` reports them.
 //! - **Bounds.** A session at depth [`crate::SubagentOptions::max_depth`] gets its
 //!   `spawn_agent` calls refused; at most [`crate::SubagentOptions::max_concurrent`] children
 //!   of one session run at once (more calls wait for a slot). Several calls of one step run
@@ -128,10 +129,9 @@ struct ParentView {
     release: Release,
     /// The child's terminal reason, when its `agent.finished` is journaled.
     finished: Option<Option<String>>,
-    /// The parent turn's remaining limits.
-    turn_left: Budget,
-    /// The parent session's remaining limits.
-    session_left: Budget,
+    /// What the parent's turn and session have left (the tighter of the two, limit by limit;
+    /// [`keel_core::plan::budget_left`]).
+    left: Budget,
 }
 
 /// Starts (or finds again) the child of the call in `scope`, runs it to its end, and gives the
@@ -194,6 +194,9 @@ async fn run_child(
             )));
         }
     };
+    // The tree's shared budget: this child draws on what the parent had left when the step's
+    // first child started (crate::spend).
+    let _member = inner.spend.join(parent, scope.step_id, child, || view.left);
     let release_id = match existing {
         Some(id) => id,
         None => {
@@ -372,22 +375,12 @@ async fn parent_view(
     scope: CallScope,
     child: SessionId,
 ) -> Result<ParentView> {
-    let (config, release_id, finished, turn, session_usage) = {
+    let (config, release_id, finished) = {
         let j = active.journal.lock().await;
-        let turn = j.state.turns.get(&scope.turn_id).map(|t| {
-            (
-                t.usage.total_tokens(),
-                t.cost_usd,
-                t.started_at,
-                t.tool_calls_run,
-            )
-        });
         (
             j.config()?,
             j.state.release_id.clone(),
             j.state.children.get(&child).map(|c| c.finished.clone()),
-            turn,
-            (j.state.usage.total_tokens(), j.state.cost_usd),
         )
     };
     let release_id = release_id.ok_or(RuntimeError::Config {
@@ -399,57 +392,26 @@ async fn parent_view(
         .store
         .get_release(scope.tenant_id, &release_id)
         .await?;
-    let finished = finished.filter(Option::is_some);
-    let turn_limit = tighter(&config.turn_budget, &release.definition.budget);
-    let (tokens, cost, started, _) = turn.unwrap_or((0, 0.0, None, 0));
-    let elapsed_ms = started.map_or(0, |s| {
-        u64::try_from((chrono::Utc::now() - s).num_milliseconds()).unwrap_or(0)
-    });
-    let turn_left = Budget {
-        max_steps: None,
-        max_tool_calls: None,
-        max_tokens: turn_limit.max_tokens.map(|m| m.saturating_sub(tokens)),
-        max_cost_usd: turn_limit.max_cost_usd.map(|m| (m - cost).max(0.0)),
-        max_wall_time_ms: turn_limit
-            .max_wall_time_ms
-            .map(|m| m.saturating_sub(elapsed_ms)),
+    let limits = keel_core::plan::Limits {
+        turn_budget: config.turn_budget.tighter(&release.definition.budget),
+        session_budget: config.session_budget,
+        ..keel_core::plan::Limits::default()
     };
-    let session_left = Budget {
-        max_tokens: config
-            .session_budget
-            .max_tokens
-            .map(|m| m.saturating_sub(session_usage.0)),
-        max_cost_usd: config
-            .session_budget
-            .max_cost_usd
-            .map(|m| (m - session_usage.1).max(0.0)),
-        ..Budget::default()
+    let left = {
+        let j = active.journal.lock().await;
+        j.state
+            .turns
+            .get(&scope.turn_id)
+            .map_or(limits.turn_budget, |t| {
+                keel_core::plan::budget_left(&j.state, t, &limits, chrono::Utc::now())
+            })
     };
     Ok(ParentView {
         config,
         release,
-        finished,
-        turn_left,
-        session_left,
+        finished: finished.filter(Option::is_some),
+        left,
     })
-}
-
-/// The tighter of two budgets, limit by limit.
-fn tighter(a: &Budget, b: &Budget) -> Budget {
-    fn min<T: PartialOrd + Copy>(x: Option<T>, y: Option<T>) -> Option<T> {
-        match (x, y) {
-            (Some(x), Some(y)) => Some(if y < x { y } else { x }),
-            (x, None) => x,
-            (None, y) => y,
-        }
-    }
-    Budget {
-        max_steps: min(a.max_steps, b.max_steps),
-        max_tokens: min(a.max_tokens, b.max_tokens),
-        max_cost_usd: min(a.max_cost_usd, b.max_cost_usd),
-        max_tool_calls: min(a.max_tool_calls, b.max_tool_calls),
-        max_wall_time_ms: min(a.max_wall_time_ms, b.max_wall_time_ms),
-    }
 }
 
 /// The child's release: `def`, with the parent's route when it names none, and the parent's
@@ -499,10 +461,8 @@ fn child_config(
             c.ask.push(r);
         }
     }
-    c.turn_budget = tighter(&c.turn_budget, &view.turn_left);
-    c.turn_budget = tighter(&c.turn_budget, &view.session_left);
-    c.session_budget = tighter(&c.session_budget, &view.session_left);
-    c.session_budget = tighter(&c.session_budget, &view.turn_left);
+    c.turn_budget = c.turn_budget.tighter(&view.left);
+    c.session_budget = c.session_budget.tighter(&view.left);
     c.multitask = crate::config::MultitaskStrategy::Enqueue;
     c.subagent = Some(SubagentLink {
         parent_session_id: parent,
@@ -527,6 +487,7 @@ async fn result_of(
             "Error: agent `{agent}` (session {child}) stopped before its turn ended."
         )));
     };
+    let own_turn = view.state.turns.get(&turn.turn_id);
     if let Some(active) = rt.inner.active(scope.session_id) {
         let mut j = active.journal.lock().await;
         if j.state
@@ -548,6 +509,9 @@ async fn result_of(
                         usage: turn.usage,
                         cost_usd: turn.cost_usd,
                         usage_by_model: turn.usage_by_model.clone(),
+                        tool_calls: own_turn.map_or(0, |t| {
+                            t.tool_calls_run.saturating_add(t.subagents.tool_calls)
+                        }),
                     },
                 )])
                 .await?;

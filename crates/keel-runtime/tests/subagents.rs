@@ -635,6 +635,129 @@ on_both!(
     depth_is_bounded,
     concurrency_is_bounded,
     child_spend_counts_in_the_parent_budget,
+    children_running_side_by_side_share_the_parent_budget,
     cancelling_the_parent_cancels_the_child,
     no_agents_no_spawn_agent,
 );
+
+/// Four children spawned in one step, each wanting six steps of 300 tokens with a read each,
+/// under a parent turn budget of `budget`: the children draw on one pool (what the parent had
+/// left), so together they overshoot it by at most one step each — not four times it, as when
+/// each child got the whole remainder (attack review of issue 15: eight children spent 12,900
+/// tokens of a 1,000-token budget). Returns the parent's turn and each child's turn
+/// (steps, tokens, tool calls).
+async fn four_children_under(
+    b: Backend,
+    budget: Budget,
+) -> (keel_runtime::projection::TurnOutcome, Vec<(u32, u64, u32)>) {
+    let names = ["c1", "c2", "c3", "c4"];
+    let step = json!({
+        "tool_calls": [call("read_file", json!({"path": "README.md"}))],
+        "usage": {"input_tokens": 250, "output_tokens": 50}
+    });
+    let mut script: Vec<Value> = vec![step; 6];
+    script.push(json!({"text": "done"}));
+    let p = parent(
+        b,
+        &[
+            json!({"tool_calls": names.iter().map(|n| spawn(n, "work")).collect::<Vec<_>>(),
+                   "usage": {"input_tokens": 10, "output_tokens": 10}}),
+            json!({"text": "never sampled"}),
+        ],
+        names.iter().map(|n| (*n, script.clone())).collect(),
+        SubagentOptions::default(),
+        parent_release(
+            &names
+                .iter()
+                .map(|n| (*n, agent(n, &["read_file"])))
+                .collect::<Vec<_>>(),
+            Budget::default(),
+        ),
+        |c| c.turn_budget = budget,
+    )
+    .await;
+    let f = &p.f;
+    f.rt.submit(f.tenant, f.session, "work").await.unwrap();
+    let out = f.rt.run(f.tenant, f.session).await.unwrap();
+    let mut children = Vec::new();
+    for child in children_of(f, f.session).await {
+        let view = f.rt.view(f.tenant, child).await.unwrap();
+        let turn = view.state.turns.values().next().unwrap();
+        children.push((
+            u32::try_from(turn.steps.len()).unwrap(),
+            turn.usage.total_tokens(),
+            turn.tool_calls_run,
+        ));
+    }
+    assert_eq!(children.len(), 4);
+    (out.turns[0].clone(), children)
+}
+
+async fn children_running_side_by_side_share_the_parent_budget(b: Backend) {
+    // Tokens: 1,000 for the turn, 20 spent by the parent's own step; each child step is 300.
+    let (turn, children) = four_children_under(
+        b,
+        Budget {
+            max_tokens: Some(1_000),
+            ..Budget::default()
+        },
+    )
+    .await;
+    let spent: u64 = children.iter().map(|c| c.1).sum();
+    assert!(
+        spent <= 1_000 + 4 * 300,
+        "the children spent {spent} tokens of at most 1,000 left: {children:?}"
+    );
+    assert!(spent >= 980, "the pool stopped them early: {children:?}");
+    assert_eq!(
+        turn.terminal_reason.as_str(),
+        "budget_exhausted",
+        "{turn:?}"
+    );
+    assert_eq!(turn.limit, Some(keel_core::BudgetLimit::Tokens));
+
+    // Steps: 5 for the turn, 1 taken by the parent; without the pool each child would run 4.
+    let (turn, children) = four_children_under(
+        b,
+        Budget {
+            max_steps: Some(5),
+            ..Budget::default()
+        },
+    )
+    .await;
+    let steps: u32 = children.iter().map(|c| c.0).sum();
+    assert!(
+        (4..=4 + 4).contains(&steps),
+        "the children ran {steps} steps of 4 left: {children:?}"
+    );
+    assert_eq!(
+        turn.terminal_reason.as_str(),
+        "budget_exhausted",
+        "{turn:?}"
+    );
+    assert_eq!(turn.limit, Some(keel_core::BudgetLimit::Steps));
+    // The children's steps are in the parent's rows of the models that served them.
+    let by_model: u32 = turn.usage_by_model.values().map(|t| t.steps).sum();
+    assert_eq!(by_model, 1 + steps, "{:?}", turn.usage_by_model);
+
+    // Tool calls: 10 for the turn, of which the four `spawn_agent` calls take 4 (1 to 4 of
+    // them have started when the first child joins); each child step makes one.
+    let (turn, children) = four_children_under(
+        b,
+        Budget {
+            max_tool_calls: Some(10),
+            ..Budget::default()
+        },
+    )
+    .await;
+    let calls: u32 = children.iter().map(|c| c.2).sum();
+    assert!(
+        (6..=9 + 4).contains(&calls),
+        "the children ran {calls} tool calls of 6 to 9 left: {children:?}"
+    );
+    assert_eq!(
+        turn.terminal_reason.as_str(),
+        "budget_exhausted",
+        "{turn:?}"
+    );
+}
