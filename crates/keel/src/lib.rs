@@ -34,6 +34,7 @@
 //!   redacted lines; [`telemetry`] — the runtime's spans exported over OTLP (http/protobuf)
 //!   when the `OTEL_EXPORTER_OTLP_*` variables ask for it.
 
+pub mod acp;
 pub mod cli;
 pub mod config;
 pub mod decide;

@@ -415,7 +415,7 @@ fn subagent_options(config: &Config) -> keel_runtime::SubagentOptions {
 
 /// A runtime that offers the tools of `release`'s MCP servers (started now in the workspace,
 /// a notice on standard error for each that did not start; see [`crate::mcp::provider`]).
-async fn runtime_with_mcp(
+pub(crate) async fn runtime_with_mcp(
     config: &Config,
     store: Arc<dyn Store>,
     model: Arc<dyn ModelClient>,
