@@ -89,7 +89,7 @@ pub async fn prompt(
         sub,
         conn.clone(),
         req.session_id.clone(),
-        Mapper::new(hosted.workspace.clone(), false),
+        Mapper::new(hosted.workspace.clone(), false).after(before + 1),
         stop_rx,
     ));
     let driven = drive(hosted, &conn, &req.session_id).await;

@@ -134,6 +134,10 @@ pub struct Mapper {
     /// Replaying the journal (no deltas; turn inputs are shown).
     replay: bool,
     names: HashMap<String, String>,
+    /// The highest event seq seen: a delta produced after a later event waits in `early`
+    /// until that event is shown (a step's text never overtakes the previous call's result).
+    seen_seq: u64,
+    early: std::collections::VecDeque<keel_runtime::Delta>,
 }
 
 impl Mapper {
@@ -145,25 +149,59 @@ impl Mapper {
             thought: false,
             replay,
             names: HashMap::new(),
+            seen_seq: 0,
+            early: std::collections::VecDeque::new(),
         }
     }
 
     /// The updates one subscription item gives.
     pub fn item(&mut self, item: &SubscriptionItem) -> Vec<acp::SessionUpdate> {
         match item {
-            SubscriptionItem::Event { event } => self.event(event),
-            SubscriptionItem::Delta { delta } => match &delta.kind {
-                DeltaKind::Text { text } => {
-                    self.streamed.push_str(text);
-                    chunk("agent_message_chunk", text).into_iter().collect()
-                }
-                DeltaKind::Reasoning { text } => {
-                    self.thought = true;
-                    chunk("agent_thought_chunk", text).into_iter().collect()
-                }
-                _ => Vec::new(),
-            },
+            SubscriptionItem::Event { event } => {
+                // Deltas produced before this event first (a step's text before its
+                // `step.completed`), then the event, then those that waited for it.
+                let mut out = self.flush(event.seq.saturating_sub(1));
+                out.extend(self.event(event));
+                self.seen_seq = self.seen_seq.max(event.seq);
+                out.extend(self.flush(self.seen_seq));
+                out
+            }
+            SubscriptionItem::Delta { delta } if delta.after_seq > self.seen_seq => {
+                self.early.push_back(delta.clone());
+                Vec::new()
+            }
+            SubscriptionItem::Delta { delta } => self.delta(delta),
             SubscriptionItem::Gap { .. } => Vec::new(),
+        }
+    }
+
+    /// Sets the last journal version already shown (the subscription starts after it).
+    pub fn after(mut self, seq: u64) -> Self {
+        self.seen_seq = seq;
+        self
+    }
+
+    fn flush(&mut self, upto: u64) -> Vec<acp::SessionUpdate> {
+        let mut out = Vec::new();
+        while self.early.front().is_some_and(|d| d.after_seq <= upto) {
+            if let Some(d) = self.early.pop_front() {
+                out.extend(self.delta(&d));
+            }
+        }
+        out
+    }
+
+    fn delta(&mut self, delta: &keel_runtime::Delta) -> Vec<acp::SessionUpdate> {
+        match &delta.kind {
+            DeltaKind::Text { text } => {
+                self.streamed.push_str(text);
+                chunk("agent_message_chunk", text).into_iter().collect()
+            }
+            DeltaKind::Reasoning { text } => {
+                self.thought = true;
+                chunk("agent_thought_chunk", text).into_iter().collect()
+            }
+            _ => Vec::new(),
         }
     }
 
