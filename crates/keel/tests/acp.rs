@@ -333,3 +333,56 @@ fn acp_malformed_json_rpc_gets_protocol_errors_and_stdout_stays_protocol() {
         ]
     );
 }
+
+#[test]
+fn acp_file_tools_go_through_the_editor_buffers_when_offered() {
+    let env = Env::new();
+    env.write("ws/a.txt", "line one\n");
+    let path = env.ws().join("a.txt").to_string_lossy().into_owned();
+    let model = script(
+        &env,
+        &[
+            json!({"tool_calls": [{"name": "read_file", "arguments": {"path": "a.txt"}}]}),
+            json!({"tool_calls": [{"name": "edit_file", "arguments": {"path": "a.txt", "old_string": "one", "new_string": "two"}}]}),
+            json!({"text": "edited the buffer"}),
+        ],
+    );
+    let t = client(
+        &env,
+        "prompt",
+        &["--model", &model],
+        &[
+            ("ACP_PROMPT", "edit a.txt".into()),
+            ("ACP_PERMISSION", "allow_once".into()),
+            (
+                "ACP_FS",
+                json!({ path.clone(): "unsaved one\n" }).to_string(),
+            ),
+        ],
+    );
+    assert_eq!(t["responses"]["prompt"]["stopReason"], "end_turn", "{t}");
+    // The read saw the editor's unsaved text; the edit (asked about, journaled as an effect)
+    // went to the editor, not to the disk.
+    let done: Vec<_> = updates(&t, "tool_call_update")
+        .into_iter()
+        .filter(|u| u["status"] == "completed")
+        .collect();
+    assert!(
+        done[0]["content"][0]["content"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("unsaved one"),
+        "{t}"
+    );
+    assert_eq!(t["permissions"].as_array().unwrap().len(), 1, "{t}");
+    assert_eq!(t["fsWrites"][0]["path"], path.as_str());
+    assert_eq!(t["fsWrites"][0]["content"], "unsaved two\n");
+    assert_eq!(
+        std::fs::read_to_string(env.ws().join("a.txt")).unwrap(),
+        "line one\n"
+    );
+    let session = t["sessionId"].as_str().unwrap();
+    let events = env.run(&["sessions", "events", session]);
+    let events = String::from_utf8_lossy(&events.stdout);
+    assert!(events.contains("effect.committed"), "{events}");
+}

@@ -51,6 +51,8 @@ pub struct KeelAgent {
     /// What the client said it can do in `initialize`.
     pub client: RefCell<acp::ClientCapabilities>,
     sessions: RefCell<HashMap<String, Rc<Hosted>>>,
+    /// File requests of the tools to the client ([`super::fs::serve`] sends them).
+    pub fs: tokio::sync::mpsc::Sender<super::fs::FsCall>,
 }
 
 /// An internal error carrying `e`'s one-line description.
@@ -136,8 +138,13 @@ fn mcp_entry(server: acp::McpServer) -> Result<(String, McpServerConfig), acp::E
 
 impl KeelAgent {
     /// An agent for `keel acp` with these flags.
-    pub fn new(global: GlobalArgs, args: RunArgs) -> Self {
+    pub fn new(
+        global: GlobalArgs,
+        args: RunArgs,
+        fs: tokio::sync::mpsc::Sender<super::fs::FsCall>,
+    ) -> Self {
         Self {
+            fs,
             global,
             args,
             conn: Rc::new(RefCell::new(None)),
@@ -182,6 +189,23 @@ impl KeelAgent {
         .map_err(|e| internal(&e.into()))
     }
 
+    /// A runtime for `release` whose file tools go through the client when it offers
+    /// `fs/read_text_file` (and `fs/write_text_file` for edits).
+    async fn runtime(
+        &self,
+        config: &Config,
+        store: Arc<dyn keel_store::Store>,
+        model: Arc<dyn keel_model::ModelClient>,
+        release: &keel_core::Release,
+    ) -> Result<keel_runtime::Runtime, acp::Error> {
+        let fs = self.client.borrow().fs.clone();
+        let tools = super::fs::registry(&self.fs, fs.read_text_file, fs.write_text_file)
+            .map_err(|e| internal(&e.into()))?;
+        crate::run::runtime_with_tools(config, store, model, release, tools)
+            .await
+            .map_err(|e| internal(&e))
+    }
+
     fn host(&self, p: Prepared, config: Config) -> Rc<Hosted> {
         let hosted = Rc::new(Hosted {
             input: crate::input::input_options(&config, false),
@@ -211,9 +235,9 @@ impl KeelAgent {
             .await
             .map_err(|e| internal(&e.into()))?;
         let release = release_of(&config);
-        let runtime = crate::run::runtime_with_mcp(&config, store, Arc::new(model), &release)
-            .await
-            .map_err(|e| internal(&e))?;
+        let runtime = self
+            .runtime(&config, store, Arc::new(model), &release)
+            .await?;
         let tenant = local_tenant();
         let session = runtime
             .create_session(tenant, &release, session_config_of(&config))
@@ -248,10 +272,9 @@ impl KeelAgent {
         }
         let model = build_route(&config)
             .map_err(|e| auth_error(&e).unwrap_or_else(|| internal(&anyhow::Error::new(e))))?;
-        let runtime =
-            crate::run::runtime_with_mcp(&config, store.clone(), Arc::new(model), &pinned.release)
-                .await
-                .map_err(|e| internal(&e))?;
+        let runtime = self
+            .runtime(&config, store.clone(), Arc::new(model), &pinned.release)
+            .await?;
         let (events, _) = crate::sessions::load_state(&store, session)
             .await
             .map_err(|e| internal(&e))?;

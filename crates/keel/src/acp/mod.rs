@@ -8,6 +8,7 @@
 //!   (a Keel session in the client's `cwd`, with its MCP servers; `auth_required` naming the
 //!   variable when a provider key is missing), `session/load` (history replayed as updates),
 //!   `session/set_mode` (permission modes), `session/cancel`.
+//! - [`fs`] — `read_file`, `edit_file`, `write_file` through the client's `fs/*` when offered.
 //! - [`turn`] — `session/prompt`: a turn through the input pipeline, streamed, with
 //!   permission requests as durable approvals.
 //! - [`updates`] — events → `session/update`s (text, reasoning, tool calls with kinds,
@@ -16,6 +17,7 @@
 //! Logs go to standard error (`KEEL_LOG`), never to standard output.
 
 pub mod agent;
+pub mod fs;
 pub mod turn;
 pub mod updates;
 pub mod wire;
@@ -39,7 +41,8 @@ pub fn serve(global: &GlobalArgs, args: &RunArgs) -> anyhow::Result<ExitCode> {
         local
             .run_until(async {
                 let pipes = wire::stdio();
-                let agent = agent::KeelAgent::new(global.clone(), args.clone());
+                let (fs_tx, fs_rx) = tokio::sync::mpsc::channel(16);
+                let agent = agent::KeelAgent::new(global.clone(), args.clone(), fs_tx);
                 let slot = agent.conn.clone();
                 let (conn, io) = acp::AgentSideConnection::new(
                     agent,
@@ -49,7 +52,9 @@ pub fn serve(global: &GlobalArgs, args: &RunArgs) -> anyhow::Result<ExitCode> {
                         tokio::task::spawn_local(fut);
                     },
                 );
-                *slot.borrow_mut() = Some(Rc::new(conn));
+                let conn = Rc::new(conn);
+                *slot.borrow_mut() = Some(conn.clone());
+                tokio::task::spawn_local(fs::serve(conn, fs_rx));
                 if let Err(e) = io.await {
                     tracing::warn!("acp: connection: {e}");
                 }

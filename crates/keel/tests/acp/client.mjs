@@ -22,7 +22,9 @@ const { client, ndJsonStream, methods, PROTOCOL_VERSION } = sdk;
 
 const scenario = process.argv[2];
 const env = process.env;
-const transcript = { scenario, updates: [], permissions: [], responses: {}, errors: {} };
+const transcript = { scenario, updates: [], permissions: [], responses: {}, errors: {}, fsWrites: [] };
+// ACP_FS: the editor's buffers ({absolute path: text}); set, the client offers fs/*.
+const buffers = env.ACP_FS ? JSON.parse(env.ACP_FS) : null;
 
 const child = spawn(env.KEEL_BIN, ["acp", ...JSON.parse(env.KEEL_ARGS || "[]")], {
   stdio: ["pipe", "pipe", "inherit"],
@@ -32,6 +34,12 @@ const stream = ndJsonStream(Writable.toWeb(child.stdin), Readable.toWeb(child.st
 const app = client({ name: "keel-acp-test" })
   .onNotification(methods.client.session.update, (cx) => {
     transcript.updates.push(cx.params.update);
+  })
+  .onRequest(methods.client.fs.readTextFile, (cx) => ({ content: buffers[cx.params.path] ?? "" }))
+  .onRequest(methods.client.fs.writeTextFile, (cx) => {
+    buffers[cx.params.path] = cx.params.content;
+    transcript.fsWrites.push(cx.params);
+    return {};
   })
   .onRequest(methods.client.session.requestPermission, async (cx) => {
     transcript.permissions.push(cx.params);
@@ -62,7 +70,7 @@ async function call(ctx, name, method, params) {
 await app.connectWith(stream, async (ctx) => {
   await call(ctx, "initialize", methods.agent.initialize, {
     protocolVersion: PROTOCOL_VERSION,
-    clientCapabilities: { fs: { readTextFile: false, writeTextFile: false } },
+    clientCapabilities: { fs: { readTextFile: !!buffers, writeTextFile: !!buffers } },
     clientInfo: { name: "keel-acp-test", version: "1" },
   });
   let sessionId;
