@@ -386,3 +386,43 @@ fn acp_file_tools_go_through_the_editor_buffers_when_offered() {
     let events = String::from_utf8_lossy(&events.stdout);
     assert!(events.contains("effect.committed"), "{events}");
 }
+
+#[test]
+fn acp_load_adds_the_clients_mcp_servers_by_re_pinning() {
+    let env = Env::new();
+    let model = script(
+        &env,
+        &[
+            json!({"text": "first answer"}),
+            json!({"tool_calls": [{"name": "mcp__everything__echo", "arguments": {"message": "after load"}}]}),
+            json!({"text": "echoed"}),
+        ],
+    );
+    let t = client(
+        &env,
+        "prompt",
+        &["--model", &model],
+        &[("ACP_PROMPT", "hello".into())],
+    );
+    let session = t["sessionId"].as_str().unwrap().to_owned();
+    let mcp =
+        json!({"name": "everything", "command": crate::mcp::everything(), "args": [], "env": []});
+    let l = client(
+        &env,
+        "load",
+        &["--model", &model],
+        &[
+            ("ACP_SESSION", session.clone()),
+            ("ACP_MCP", mcp.to_string()),
+            ("ACP_PROMPT", "echo something".into()),
+            ("ACP_PERMISSION", "allow_once".into()),
+        ],
+    );
+    assert_eq!(l["responses"]["prompt"]["stopReason"], "end_turn", "{l}");
+    let echoed = updates(&l, "tool_call_update")
+        .into_iter()
+        .any(|u| u["status"] == "completed" && u.to_string().contains("after load"));
+    assert!(echoed, "{l}");
+    let events = env.run(&["sessions", "events", &session]);
+    assert!(String::from_utf8_lossy(&events.stdout).contains("session.release_pinned"));
+}

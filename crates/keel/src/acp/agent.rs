@@ -10,8 +10,6 @@ use std::sync::Arc;
 
 use agent_client_protocol::{self as acp, Client as _};
 use keel_core::SessionId;
-use keel_mcp::McpServerConfig;
-use keel_mcp::config::HeaderValueSpec;
 use keel_runtime::input::InputOptions;
 use keel_tools::policy::PermissionMode;
 use serde_json::{Value, json};
@@ -22,6 +20,7 @@ use crate::model_spec::{SpecError, build_route};
 use crate::run::{Prepared, pinned, pinned_base_url, release_of, session_config_of};
 use crate::store::local_tenant;
 
+use super::mcp::mcp_entry;
 use super::updates::{Mapper, update};
 
 /// The ACP auth method Keel advertises: provider keys come from the environment `keel acp`
@@ -103,37 +102,6 @@ fn auth_error(e: &SpecError) -> Option<acp::Error> {
         "env_var": var,
         "auth_method": AUTH_METHOD,
     })))
-}
-
-/// Keel's MCP server entry for one the client passes (stdio and streamable HTTP; the same
-/// keel-mcp client as `[mcp_servers]`).
-fn mcp_entry(server: acp::McpServer) -> Result<(String, McpServerConfig), acp::Error> {
-    match server {
-        acp::McpServer::Stdio(s) => Ok((
-            s.name,
-            McpServerConfig {
-                command: Some(s.command.to_string_lossy().into_owned()),
-                args: s.args,
-                env: s.env.into_iter().map(|v| (v.name, v.value)).collect(),
-                ..McpServerConfig::default()
-            },
-        )),
-        acp::McpServer::Http(h) => Ok((
-            h.name,
-            McpServerConfig {
-                url: Some(h.url),
-                headers: h
-                    .headers
-                    .into_iter()
-                    .map(|h| (h.name, HeaderValueSpec::Plain(h.value)))
-                    .collect(),
-                ..McpServerConfig::default()
-            },
-        )),
-        other => Err(acp::Error::invalid_params().data(json!(format!(
-            "keel acp: MCP transport not supported (stdio and http are): {other:?}"
-        )))),
-    }
 }
 
 impl KeelAgent {
@@ -272,9 +240,33 @@ impl KeelAgent {
         }
         let model = build_route(&config)
             .map_err(|e| auth_error(&e).unwrap_or_else(|| internal(&anyhow::Error::new(e))))?;
-        let runtime = self
-            .runtime(&config, store.clone(), Arc::new(model), &pinned.release)
+        // The client's MCP servers join the session's own: the session is re-pinned (journaled
+        // `session.release_pinned`, as `keel resume --model` does) to the same definition with
+        // them added; the same servers again change nothing. A session with a turn waiting
+        // cannot be re-pinned: it keeps its own servers (said on standard error).
+        let mut release = pinned.release.clone();
+        for server in req.mcp_servers {
+            let (name, entry) = mcp_entry(server)?;
+            release
+                .definition
+                .mcp_servers
+                .insert(name, serde_json::to_value(entry).unwrap_or(Value::Null));
+        }
+        let mut release = keel_core::Release::new(release.definition);
+        let mut runtime = self
+            .runtime(&config, store.clone(), Arc::new(model.clone()), &release)
             .await?;
+        if release.id != pinned.release.id
+            && let Err(e) = runtime.repin(local_tenant(), session, &release).await
+        {
+            tracing::warn!(
+                "acp: session {session} keeps its own MCP servers (the client's need a re-pin: {e})"
+            );
+            release = pinned.release.clone();
+            runtime = self
+                .runtime(&config, store.clone(), Arc::new(model), &release)
+                .await?;
+        }
         let (events, _) = crate::sessions::load_state(&store, session)
             .await
             .map_err(|e| internal(&e))?;

@@ -9,6 +9,7 @@
 //!   variable when a provider key is missing), `session/load` (history replayed as updates),
 //!   `session/set_mode` (permission modes), `session/cancel`.
 //! - [`fs`] — `read_file`, `edit_file`, `write_file` through the client's `fs/*` when offered.
+//! - [`mcp`] — the MCP servers the client passes (`session/new`, `session/load`).
 //! - [`turn`] — `session/prompt`: a turn through the input pipeline, streamed, with
 //!   permission requests as durable approvals.
 //! - [`updates`] — events → `session/update`s (text, reasoning, tool calls with kinds,
@@ -18,6 +19,7 @@
 
 pub mod agent;
 pub mod fs;
+pub mod mcp;
 pub mod turn;
 pub mod updates;
 pub mod wire;

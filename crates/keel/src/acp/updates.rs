@@ -322,6 +322,12 @@ pub fn ending(
                 why("\n\n(keel: the model reached its output token limit)".into()),
             )
         }
+        TerminalReason::Completed if matches!(last_stop, Some("refusal" | "content_filter")) => {
+            Ending::Stop(
+                S::Refusal,
+                why("\n\n(keel: the model refused, or the provider's content filter stopped it)".into()),
+            )
+        }
         TerminalReason::Completed => Ending::Stop(S::EndTurn, None),
         TerminalReason::Aborted => Ending::Stop(
             S::Cancelled,

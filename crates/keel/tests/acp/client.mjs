@@ -79,7 +79,7 @@ await app.connectWith(stream, async (ctx) => {
     await call(ctx, "load", methods.agent.session.load, {
       sessionId,
       cwd: env.ACP_CWD,
-      mcpServers: [],
+      mcpServers: env.ACP_MCP ? [JSON.parse(env.ACP_MCP)] : [],
     });
   } else {
     const mcpServers = env.ACP_MCP ? [JSON.parse(env.ACP_MCP)] : [];
