@@ -162,6 +162,18 @@ fn acp_prompt_reads_calls_mcp_edits_with_permission_and_load_replays_it() {
         &[("ACP_SESSION", session)],
     );
     assert!(l["errors"].as_object().unwrap().is_empty(), "{l}");
+    // Live, the model's text after the edit came after the edit's result.
+    let order: Vec<&str> = t["updates"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|u| {
+            (u["sessionUpdate"] == "tool_call_update" && u["status"] == "completed")
+                .then_some("done")
+                .or((u["content"]["text"] == "done editing").then_some("text"))
+        })
+        .collect();
+    assert_eq!(order, ["done", "done", "done", "text"], "{t}");
     assert_eq!(
         text_of(&l, "user_message_chunk"),
         "change one to two in a.txt"
@@ -425,4 +437,36 @@ fn acp_load_adds_the_clients_mcp_servers_by_re_pinning() {
     assert!(echoed, "{l}");
     let events = env.run(&["sessions", "events", &session]);
     assert!(String::from_utf8_lossy(&events.stdout).contains("session.release_pinned"));
+}
+
+#[test]
+fn acp_set_mode_accept_edits_lets_the_edit_run_without_asking() {
+    let env = Env::new();
+    env.write("ws/a.txt", "line one\n");
+    let model = script(
+        &env,
+        &[
+            json!({"tool_calls": [{"name": "edit_file", "arguments": {"path": "a.txt", "old_string": "one", "new_string": "two"}}]}),
+            json!({"text": "done"}),
+        ],
+    );
+    let t = client(
+        &env,
+        "prompt",
+        &["--model", &model],
+        &[
+            ("ACP_MODE", "accept_edits".into()),
+            ("ACP_PROMPT", "edit a.txt".into()),
+        ],
+    );
+    assert!(t["errors"].as_object().unwrap().is_empty(), "{t}");
+    assert_eq!(
+        updates(&t, "current_mode_update")[0]["currentModeId"],
+        "accept_edits"
+    );
+    assert!(t["permissions"].as_array().unwrap().is_empty(), "{t}");
+    assert_eq!(
+        std::fs::read_to_string(env.ws().join("a.txt")).unwrap(),
+        "line two\n"
+    );
 }

@@ -86,6 +86,9 @@ await app.connectWith(stream, async (ctx) => {
     const s = await call(ctx, "new", methods.agent.session.new, { cwd: env.ACP_CWD, mcpServers });
     sessionId = s?.sessionId;
   }
+  if (sessionId && env.ACP_MODE) {
+    await call(ctx, "setMode", methods.agent.session.setMode, { sessionId, modeId: env.ACP_MODE });
+  }
   if (sessionId && env.ACP_PROMPT) {
     const prompt = call(ctx, "prompt", methods.agent.session.prompt, {
       sessionId,
