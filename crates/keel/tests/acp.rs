@@ -469,4 +469,14 @@ fn acp_set_mode_accept_edits_lets_the_edit_run_without_asking() {
         std::fs::read_to_string(env.ws().join("a.txt")).unwrap(),
         "line two\n"
     );
+    let commands: Vec<_> = updates(&t, "available_commands_update")[0]["availableCommands"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        commands,
+        ["help", "cost", "status", "permissions", "compact"]
+    );
 }

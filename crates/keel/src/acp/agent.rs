@@ -174,6 +174,39 @@ impl KeelAgent {
             .map_err(|e| internal(&e))
     }
 
+    /// Tells the client, after the response that names the session, the slash commands a
+    /// prompt may start with (the built-ins that answer over ACP; user commands too).
+    fn announce_commands(&self, session: SessionId) {
+        let Ok(conn) = self.connection() else { return };
+        let commands: Vec<Value> = keel_runtime::input::BUILTIN_COMMANDS
+            .iter()
+            .filter(|(name, _)| super::turn::OVER_ACP.contains(name))
+            .map(|(name, what)| {
+                let mut c = json!({"name": name, "description": what});
+                if *name == "compact" {
+                    c["input"] = json!({"hint": "what to keep (optional)"});
+                }
+                c
+            })
+            .collect();
+        let Some(u) = update(json!({
+            "sessionUpdate": "available_commands_update",
+            "availableCommands": commands,
+        })) else {
+            return;
+        };
+        tokio::task::spawn_local(async move {
+            // After the response is queued: the client knows the session id by then.
+            tokio::task::yield_now().await;
+            let _ = conn
+                .session_notification(acp::SessionNotification::new(
+                    acp::SessionId::new(session.to_string()),
+                    u,
+                ))
+                .await;
+        });
+    }
+
     fn host(&self, p: Prepared, config: Config) -> Rc<Hosted> {
         let hosted = Rc::new(Hosted {
             input: crate::input::input_options(&config, false),
@@ -214,6 +247,7 @@ impl KeelAgent {
         let mode = config.permission_mode;
         let p = prepared(runtime, session);
         self.host(p, config);
+        self.announce_commands(session);
         Ok(json!({"sessionId": session.to_string(), "modes": modes(mode)}))
     }
 
@@ -279,6 +313,7 @@ impl KeelAgent {
         }
         let p = prepared(runtime, session);
         self.host(p, config);
+        self.announce_commands(session);
         Ok(json!({"modes": modes(mode)}))
     }
 }

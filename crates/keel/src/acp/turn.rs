@@ -127,6 +127,9 @@ pub async fn prompt(
     }
 }
 
+/// The built-in commands that answer over ACP (the others need a terminal or a new session).
+pub const OVER_ACP: &[&str] = &["help", "cost", "status", "permissions", "compact"];
+
 /// The answer of a built-in command given as the prompt (`/help`, `/cost`, `/status`,
 /// `/permissions`, `/compact`), as agent text.
 async fn command_answer(
