@@ -480,3 +480,43 @@ fn acp_set_mode_accept_edits_lets_the_edit_run_without_asking() {
         ["help", "cost", "status", "permissions", "compact"]
     );
 }
+
+#[test]
+fn acp_stop_reasons_follow_the_readme_table() {
+    // Each case is a new session over its own script (the script's position is the session's).
+    let case = |lines: &[Value], extra: &[&str]| {
+        let env = Env::new();
+        let model = script(&env, lines);
+        let mut args = vec!["--model", model.as_str()];
+        args.extend_from_slice(extra);
+        client(&env, "prompt", &args, &[("ACP_PROMPT", "go".into())])
+    };
+    // failed → a JSON-RPC error carrying Keel's reason, after a message that says why.
+    let t = case(&[json!({"error": {"kind": "invalid_request"}})], &[]);
+    assert_eq!(t["errors"]["prompt"]["code"], -32603, "{t}");
+    assert_eq!(t["errors"]["prompt"]["data"]["terminal_reason"], "failed");
+    assert!(
+        text_of(&t, "agent_message_chunk").contains("the turn failed"),
+        "{t}"
+    );
+    // A provider's content filter → refusal.
+    let t = case(&[json!({"error": {"kind": "content_filter"}})], &[]);
+    assert_eq!(t["responses"]["prompt"]["stopReason"], "refusal", "{t}");
+    // budget_exhausted (steps) → max_turn_requests.
+    let t = case(
+        &[
+            json!({"tool_calls": [{"name": "list_dir", "arguments": {"path": "."}}]}),
+            json!({"tool_calls": [{"name": "list_dir", "arguments": {"path": "."}}]}),
+            json!({"text": "never"}),
+        ],
+        &["--max-steps", "1"],
+    );
+    assert_eq!(
+        t["responses"]["prompt"]["stopReason"], "max_turn_requests",
+        "{t}"
+    );
+    assert!(
+        text_of(&t, "agent_message_chunk").contains("steps budget"),
+        "{t}"
+    );
+}
