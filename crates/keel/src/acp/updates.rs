@@ -430,6 +430,83 @@ mod tests {
         assert_eq!(stop(TerminalReason::PromptTooLong, None, None, None), None);
     }
 
+    fn event(seq: u64, kind: &str, payload: Value) -> SubscriptionItem {
+        let e: Event = serde_json::from_value(json!({
+            "schema_version": 2,
+            "session_id": "01a23bda-77c8-7384-9243-82ddbe700193",
+            "seq": seq,
+            "ts": "2026-12-03T12:21:43Z",
+            "type": kind,
+            "payload": payload,
+        }))
+        .unwrap();
+        SubscriptionItem::Event { event: Box::new(e) }
+    }
+
+    fn delta(after_seq: u64, kind: DeltaKind) -> SubscriptionItem {
+        SubscriptionItem::Delta {
+            delta: keel_runtime::Delta {
+                session_id: "01a23bda-77c8-7384-9243-82ddbe700193".parse().unwrap(),
+                after_seq,
+                kind,
+            },
+        }
+    }
+
+    fn wire(updates: Vec<acp::SessionUpdate>) -> Vec<Value> {
+        updates
+            .into_iter()
+            .map(|u| serde_json::to_value(u).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn live_text_is_shown_once_and_never_before_the_events_it_follows() {
+        let mut m = Mapper::new(PathBuf::from("/ws"), false).after(4);
+        let usage = json!({"input_tokens": 1, "output_tokens": 1});
+        let text = |t: &str| DeltaKind::Text { text: t.into() };
+        // Reasoning and the first half of the text stream; a delta produced after event 6
+        // waits for it.
+        assert_eq!(
+            wire(m.item(&delta(4, DeltaKind::Reasoning { text: "hmm".into() })))[0]["sessionUpdate"],
+            "agent_thought_chunk"
+        );
+        assert_eq!(wire(m.item(&delta(4, text("Hel")))).len(), 1);
+        assert!(m.item(&delta(6, text("late"))).is_empty());
+        // step.completed shows only what the deltas did not, and no reasoning again.
+        let done = wire(m.item(&event(
+            5,
+            "step.completed",
+            json!({"model": "m", "stop_reason": "end_turn", "usage": usage, "cost_usd": 0.0,
+                   "text": "Hello", "reasoning": [{"text": "hmm"}]}),
+        )));
+        assert_eq!(done.len(), 1, "{done:?}");
+        assert_eq!(done[0]["content"]["text"], "lo");
+        let next = wire(m.item(&event(6, "turn.started", json!({}))));
+        assert_eq!(next.len(), 1);
+        assert_eq!(next[0]["content"]["text"], "late");
+    }
+
+    #[test]
+    fn a_replayed_step_shows_its_text_and_reasoning() {
+        let mut m = Mapper::new(PathBuf::from("/ws"), true);
+        let queued = wire(m.item(&event(2, "turn.queued", json!({"input": "hi"}))));
+        assert_eq!(queued[0]["sessionUpdate"], "user_message_chunk");
+        let done = wire(m.item(&event(
+            5,
+            "step.completed",
+            json!({"model": "m", "stop_reason": "end_turn",
+                   "usage": {"input_tokens": 1, "output_tokens": 1}, "cost_usd": 0.0,
+                   "text": "Hello", "reasoning": [{"summary": [{"text": "thinking"}]}]}),
+        )));
+        let kinds: Vec<_> = done.iter().map(|u| u["sessionUpdate"].clone()).collect();
+        assert_eq!(
+            kinds,
+            [json!("agent_thought_chunk"), json!("agent_message_chunk")]
+        );
+        assert_eq!(done[1]["content"]["text"], "Hello");
+    }
+
     #[test]
     fn edits_carry_kind_locations_and_diff() {
         let ws = Path::new("/ws");
