@@ -520,3 +520,34 @@ fn acp_stop_reasons_follow_the_readme_table() {
         "{t}"
     );
 }
+
+#[test]
+fn acp_cancel_during_a_tool_call_gives_the_call_a_result() {
+    let env = Env::new();
+    let model = script(
+        &env,
+        &[
+            json!({"tool_calls": [{"name": "shell", "arguments": {"command": "sleep 60"}}]}),
+            json!({"text": "never"}),
+        ],
+    );
+    let t = client(
+        &env,
+        "cancel",
+        &["--model", &model, "--permission-mode", "bypass"],
+        &[
+            ("ACP_PROMPT", "wait a minute".into()),
+            ("ACP_CANCEL_AFTER_MS", "2000".into()),
+        ],
+    );
+    assert_eq!(t["responses"]["prompt"]["stopReason"], "cancelled", "{t}");
+    let call = updates(&t, "tool_call")[0]["toolCallId"].clone();
+    assert_eq!(updates(&t, "tool_call")[0]["kind"], "execute");
+    let last = updates(&t, "tool_call_update")
+        .into_iter()
+        .rfind(|u| u["toolCallId"] == call)
+        .cloned()
+        .unwrap();
+    assert_eq!(last["status"], "failed", "{t}");
+    assert_eq!(last["rawOutput"]["status"], "cancelled", "{t}");
+}
