@@ -138,6 +138,9 @@ pub struct Mapper {
     /// until that event is shown (a step's text never overtakes the previous call's result).
     seen_seq: u64,
     early: std::collections::VecDeque<keel_runtime::Delta>,
+    /// Seq of the last `step.completed` / `step.failed` shown: a delta produced before it
+    /// that arrives only now is stale (its step's text was shown whole).
+    completed_seq: u64,
 }
 
 impl Mapper {
@@ -151,6 +154,7 @@ impl Mapper {
             names: HashMap::new(),
             seen_seq: 0,
             early: std::collections::VecDeque::new(),
+            completed_seq: 0,
         }
     }
 
@@ -192,6 +196,9 @@ impl Mapper {
     }
 
     fn delta(&mut self, delta: &keel_runtime::Delta) -> Vec<acp::SessionUpdate> {
+        if delta.after_seq < self.completed_seq {
+            return Vec::new();
+        }
         match &delta.kind {
             DeltaKind::Text { text } => {
                 self.streamed.push_str(text);
@@ -233,10 +240,12 @@ impl Mapper {
                 }
                 self.streamed.clear();
                 self.thought = false;
+                self.completed_seq = event.seq;
             }
             EventBody::StepFailed { .. } => {
                 self.streamed.clear();
                 self.thought = false;
+                self.completed_seq = event.seq;
             }
             EventBody::ToolCallProposed {
                 name, arguments, ..
@@ -485,6 +494,8 @@ mod tests {
         let next = wire(m.item(&event(6, "turn.started", json!({}))));
         assert_eq!(next.len(), 1);
         assert_eq!(next[0]["content"]["text"], "late");
+        // A delta of the completed step that arrives after its step.completed is stale.
+        assert!(m.item(&delta(4, text("lo"))).is_empty());
     }
 
     #[test]
