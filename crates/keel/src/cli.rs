@@ -278,6 +278,14 @@ pub enum Command {
         #[command(flatten)]
         args: RunArgs,
     },
+    /// Serve the Agent Client Protocol on standard input and output, for editors (Zed,
+    /// JetBrains, Neovim, Emacs): each ACP session is a Keel session in the client's cwd, in the
+    /// local store. Run settings given here apply to every session it starts.
+    Acp {
+        /// Run settings.
+        #[command(flatten)]
+        args: RunArgs,
+    },
     /// Inspect sessions in the store.
     #[command(subcommand)]
     Sessions(SessionsCommand),
@@ -730,6 +738,7 @@ pub fn run_local(global: GlobalArgs, command: Command) -> anyhow::Result<ExitCod
             reason,
         } => crate::session_cmd::resolve(&global, &operation_key, effect_decision(outcome, reason)),
         Command::Cancel { session } => crate::session_cmd::cancel(&global, &session),
+        Command::Acp { args } => crate::acp::serve(&global, &args),
         Command::Memory(cmd) => crate::memory_cmd::local(&global, cmd),
         Command::Mcp(cmd) => {
             let config = Config::load(

@@ -1,6 +1,6 @@
 //! # keel (the CLI) — a coding agent in the terminal and headless, on the durable runtime
 //!
-//! **Owns:** the command line (`keel run|resume|sessions|approve|deny|resolve|cancel|memory|config|trust|model`),
+//! **Owns:** the command line (`keel run|resume|acp|sessions|approve|deny|resolve|cancel|memory|config|trust|model`),
 //! configuration files (`keel.toml`) and their merging with flags, secret masking for display,
 //! model specs → model routes, the headless JSONL stream and its `result` line, the interactive
 //! terminal, exit codes, and turning errors into one line a person can act on.
@@ -28,12 +28,15 @@
 //! - [`report`] — failure messages that say what to do.
 //! - [`remote`] — `--server URL`: the session commands against a remote `keel serve`
 //!   through `keel-client`.
+//! - [`acp`] — `keel acp`: the Agent Client Protocol over stdio for editors, on the same
+//!   runtime, input pipeline, event stream and durable approvals as `run`.
 //! - [`serve`] — `serve` (the HTTP API of `keel-server`), `tenants`, `keys`.
 //! - [`signals`] — Ctrl-C and SIGTERM as one queue for the process.
 //! - [`logging`] — the `tracing` subscriber: stderr, `KEEL_LOG`/`RUST_LOG`, `--log-format`,
 //!   redacted lines; [`telemetry`] — the runtime's spans exported over OTLP (http/protobuf)
 //!   when the `OTEL_EXPORTER_OTLP_*` variables ask for it.
 
+pub mod acp;
 pub mod cli;
 pub mod config;
 pub mod decide;

@@ -415,13 +415,33 @@ fn subagent_options(config: &Config) -> keel_runtime::SubagentOptions {
 
 /// A runtime that offers the tools of `release`'s MCP servers (started now in the workspace,
 /// a notice on standard error for each that did not start; see [`crate::mcp::provider`]).
-async fn runtime_with_mcp(
+pub(crate) async fn runtime_with_mcp(
     config: &Config,
     store: Arc<dyn Store>,
     model: Arc<dyn ModelClient>,
     release: &Release,
 ) -> anyhow::Result<Runtime> {
-    let runtime = runtime_for(config, store, model)?;
+    runtime_with_tools(
+        config,
+        store,
+        model,
+        release,
+        ToolRegistry::with_builtins().context("cannot set up the built-in tools")?,
+    )
+    .await
+}
+
+/// As [`runtime_with_mcp`] over `tools` instead of the built-in tools (`keel acp`'s file
+/// tools through the editor); the memory tools are added as for every runtime.
+pub(crate) async fn runtime_with_tools(
+    config: &Config,
+    store: Arc<dyn Store>,
+    model: Arc<dyn ModelClient>,
+    release: &Release,
+    mut tools: ToolRegistry,
+) -> anyhow::Result<Runtime> {
+    add_memory_tools(&mut tools, config, &store)?;
+    let runtime = Runtime::new(store, model, tools, host_options(config, "keel-cli")?);
     if let Some(provider) = crate::mcp::provider(config, release).await? {
         runtime.set_tool_provider(provider);
     }

@@ -2,6 +2,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may unwrap (workspace rule applies to library code)
 
+mod acp;
 mod cancel;
 mod close;
 mod common;

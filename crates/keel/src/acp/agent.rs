@@ -1,0 +1,426 @@
+//! The ACP `Agent` of `keel acp`: `initialize`, `authenticate`, `session/new`,
+//! `session/load`, `session/set_mode`, `session/prompt` ([`crate::acp::turn`]) and
+//! `session/cancel` on Keel sessions in the local store.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use agent_client_protocol::{self as acp, Client as _};
+use keel_core::SessionId;
+use keel_runtime::input::InputOptions;
+use keel_tools::policy::PermissionMode;
+use serde_json::{Value, json};
+
+use crate::cli::{GlobalArgs, RunArgs};
+use crate::config::{Config, Locations};
+use crate::model_spec::{SpecError, build_route};
+use crate::run::{Prepared, pinned, pinned_base_url, release_of, session_config_of};
+use crate::store::local_tenant;
+
+use super::mcp::mcp_entry;
+use super::updates::{Mapper, update};
+
+/// The ACP auth method Keel advertises: provider keys come from the environment `keel acp`
+/// starts with (the editor's agent-server `env`).
+pub const AUTH_METHOD: &str = "provider_key_env";
+
+/// A Keel session an editor drives.
+pub struct Hosted {
+    /// The session, its runtime and tenant.
+    pub p: Prepared,
+    /// The effective configuration of its workspace.
+    pub config: Config,
+    /// Input pipeline options (no terminal: `/resume` is not offered).
+    pub input: InputOptions,
+    /// The workspace (absolute).
+    pub workspace: PathBuf,
+    /// One prompt at a time.
+    pub busy: tokio::sync::Mutex<()>,
+}
+
+/// The agent side of one ACP connection.
+pub struct KeelAgent {
+    global: GlobalArgs,
+    args: RunArgs,
+    /// The connection, to send updates and requests to the client (set once it exists).
+    pub conn: Rc<RefCell<Option<Rc<acp::AgentSideConnection>>>>,
+    /// What the client said it can do in `initialize`.
+    pub client: RefCell<acp::ClientCapabilities>,
+    sessions: RefCell<HashMap<String, Rc<Hosted>>>,
+    /// File requests of the tools to the client ([`super::fs::serve`] sends them).
+    pub fs: tokio::sync::mpsc::Sender<super::fs::FsCall>,
+}
+
+/// An internal error carrying `e`'s one-line description.
+pub fn internal(e: &anyhow::Error) -> acp::Error {
+    acp::Error::internal_error().data(json!(crate::report::describe(e)))
+}
+
+/// A value of a schema type from its wire form.
+pub fn wire<T: serde::de::DeserializeOwned>(v: Value) -> Result<T, acp::Error> {
+    serde_json::from_value(v)
+        .map_err(|e| acp::Error::internal_error().data(json!(format!("keel acp: {e}"))))
+}
+
+/// The permission modes as ACP session modes, `current` first named.
+pub fn modes(current: PermissionMode) -> Value {
+    let mode = |id: &str, name: &str, description: &str| json!({"id": id, "name": name, "description": description});
+    json!({
+        "currentModeId": mode_id(current),
+        "availableModes": [
+            mode("default", "Default", "Reads run; edits, commands and other side effects ask"),
+            mode("accept_edits", "Accept edits", "File edits in the workspace run without asking"),
+            mode("read_only", "Read only", "Only read-only tools run; side effects are refused"),
+            mode("bypass", "Bypass", "Everything the policy does not deny runs without asking"),
+        ],
+    })
+}
+
+fn mode_id(m: PermissionMode) -> &'static str {
+    match m {
+        PermissionMode::Default => "default",
+        PermissionMode::AcceptEdits => "accept_edits",
+        PermissionMode::ReadOnly => "read_only",
+        PermissionMode::Bypass => "bypass",
+    }
+}
+
+/// `auth_required` naming the variable to set, when `e` is a missing provider key.
+fn auth_error(e: &SpecError) -> Option<acp::Error> {
+    let var = match e {
+        SpecError::MissingConfiguredKey { var, .. } => var.clone(),
+        SpecError::Model(keel_model::ModelError::MissingApiKey { env_var, .. }) => {
+            (*env_var).to_owned()
+        }
+        _ => return None,
+    };
+    Some(acp::Error::auth_required().data(json!({
+        "message": e.to_string(),
+        "env_var": var,
+        "auth_method": AUTH_METHOD,
+    })))
+}
+
+impl KeelAgent {
+    /// An agent for `keel acp` with these flags.
+    pub fn new(
+        global: GlobalArgs,
+        args: RunArgs,
+        fs: tokio::sync::mpsc::Sender<super::fs::FsCall>,
+    ) -> Self {
+        Self {
+            fs,
+            global,
+            args,
+            conn: Rc::new(RefCell::new(None)),
+            client: RefCell::new(acp::ClientCapabilities::default()),
+            sessions: RefCell::new(HashMap::new()),
+        }
+    }
+
+    /// The connection to the client.
+    pub fn connection(&self) -> Result<Rc<acp::AgentSideConnection>, acp::Error> {
+        self.conn
+            .borrow()
+            .clone()
+            .ok_or_else(|| acp::Error::internal_error().data(json!("no connection yet")))
+    }
+
+    /// Sends one update of `session` to the client.
+    pub async fn notify(&self, session: &acp::SessionId, update: acp::SessionUpdate) {
+        if let Ok(conn) = self.connection() {
+            let _ = conn
+                .session_notification(acp::SessionNotification::new(session.clone(), update))
+                .await;
+        }
+    }
+
+    /// The hosted session `id`.
+    pub fn hosted(&self, id: &acp::SessionId) -> Result<Rc<Hosted>, acp::Error> {
+        self.sessions.borrow().get(&*id.0).cloned().ok_or_else(|| {
+            acp::Error::invalid_params().data(json!(format!(
+                "unknown session {}: session/new or session/load it first",
+                id.0
+            )))
+        })
+    }
+
+    fn load_config(&self, workspace: &std::path::Path) -> Result<Config, acp::Error> {
+        Config::load(
+            Some(workspace),
+            &Locations::from_env(),
+            &self.args.overrides(self.global.store.as_deref()),
+        )
+        .map_err(|e| internal(&e.into()))
+    }
+
+    /// A runtime for `release` whose file tools go through the client when it offers
+    /// `fs/read_text_file` (and `fs/write_text_file` for edits).
+    async fn runtime(
+        &self,
+        config: &Config,
+        store: Arc<dyn keel_store::Store>,
+        model: Arc<dyn keel_model::ModelClient>,
+        release: &keel_core::Release,
+    ) -> Result<keel_runtime::Runtime, acp::Error> {
+        let fs = self.client.borrow().fs.clone();
+        let tools = super::fs::registry(&self.fs, fs.read_text_file, fs.write_text_file)
+            .map_err(|e| internal(&e.into()))?;
+        crate::run::runtime_with_tools(config, store, model, release, tools)
+            .await
+            .map_err(|e| internal(&e))
+    }
+
+    /// Tells the client, after the response that names the session, the slash commands a
+    /// prompt may start with (the built-ins that answer over ACP; user commands too).
+    fn announce_commands(&self, session: SessionId) {
+        let Ok(conn) = self.connection() else { return };
+        let commands: Vec<Value> = keel_runtime::input::BUILTIN_COMMANDS
+            .iter()
+            .filter(|(name, _)| super::turn::OVER_ACP.contains(name))
+            .map(|(name, what)| {
+                let mut c = json!({"name": name, "description": what});
+                if *name == "compact" {
+                    c["input"] = json!({"hint": "what to keep (optional)"});
+                }
+                c
+            })
+            .collect();
+        let Some(u) = update(json!({
+            "sessionUpdate": "available_commands_update",
+            "availableCommands": commands,
+        })) else {
+            return;
+        };
+        tokio::task::spawn_local(async move {
+            // After the response is queued: the client knows the session id by then.
+            tokio::task::yield_now().await;
+            let _ = conn
+                .session_notification(acp::SessionNotification::new(
+                    acp::SessionId::new(session.to_string()),
+                    u,
+                ))
+                .await;
+        });
+    }
+
+    fn host(&self, p: Prepared, config: Config) -> Rc<Hosted> {
+        let hosted = Rc::new(Hosted {
+            input: crate::input::input_options(&config, false),
+            workspace: config.workspace.clone(),
+            config,
+            p,
+            busy: tokio::sync::Mutex::new(()),
+        });
+        self.sessions
+            .borrow_mut()
+            .insert(hosted.p.session.to_string(), hosted.clone());
+        hosted
+    }
+
+    async fn new_session(&self, req: acp::NewSessionRequest) -> Result<Value, acp::Error> {
+        if !req.cwd.is_absolute() {
+            return Err(acp::Error::invalid_params().data(json!("cwd must be an absolute path")));
+        }
+        let mut config = self.load_config(&req.cwd)?;
+        for server in req.mcp_servers {
+            let (name, entry) = mcp_entry(server)?;
+            config.merged.mcp_servers.insert(name, entry);
+        }
+        let model = build_route(&config)
+            .map_err(|e| auth_error(&e).unwrap_or_else(|| internal(&anyhow::Error::new(e))))?;
+        let store = crate::store::open(&config.store)
+            .await
+            .map_err(|e| internal(&e.into()))?;
+        let release = release_of(&config);
+        let runtime = self
+            .runtime(&config, store, Arc::new(model), &release)
+            .await?;
+        let tenant = local_tenant();
+        let session = runtime
+            .create_session(tenant, &release, session_config_of(&config))
+            .await
+            .map_err(|e| internal(&e.into()))?;
+        let mode = config.permission_mode;
+        let p = prepared(runtime, session);
+        self.host(p, config);
+        self.announce_commands(session);
+        Ok(json!({"sessionId": session.to_string(), "modes": modes(mode)}))
+    }
+
+    async fn load_session(&self, req: acp::LoadSessionRequest) -> Result<Value, acp::Error> {
+        let session: SessionId = crate::sessions::parse_session(&req.session_id.0)
+            .map_err(|e| acp::Error::invalid_params().data(json!(e.to_string())))?;
+        let user = Config::load_user(
+            None,
+            &Locations::from_env(),
+            &self.args.overrides(self.global.store.as_deref()),
+        )
+        .map_err(|e| internal(&e.into()))?;
+        let store = crate::store::open(&user.store)
+            .await
+            .map_err(|e| internal(&e.into()))?;
+        let pinned = pinned(&store, session).await.map_err(|e| {
+            acp::Error::resource_not_found(Some(req.session_id.0.to_string()))
+                .data(json!(crate::report::describe(&e)))
+        })?;
+        let mut config = self.load_config(&pinned.config.workspace)?;
+        config.model_route = pinned.release.definition.model_route.clone();
+        if let Some(url) = pinned_base_url(&pinned.config) {
+            config.base_url = Some(url);
+        }
+        let model = build_route(&config)
+            .map_err(|e| auth_error(&e).unwrap_or_else(|| internal(&anyhow::Error::new(e))))?;
+        // The client's MCP servers join the session's own: the session is re-pinned (journaled
+        // `session.release_pinned`, as `keel resume --model` does) to the same definition with
+        // them added; the same servers again change nothing. A session with a turn waiting
+        // cannot be re-pinned: it keeps its own servers (said on standard error).
+        let mut release = pinned.release.clone();
+        for server in req.mcp_servers {
+            let (name, entry) = mcp_entry(server)?;
+            release
+                .definition
+                .mcp_servers
+                .insert(name, serde_json::to_value(entry).unwrap_or(Value::Null));
+        }
+        let mut release = keel_core::Release::new(release.definition);
+        let mut runtime = self
+            .runtime(&config, store.clone(), Arc::new(model.clone()), &release)
+            .await?;
+        if release.id != pinned.release.id
+            && let Err(e) = runtime.repin(local_tenant(), session, &release).await
+        {
+            tracing::warn!(
+                "acp: session {session} keeps its own MCP servers (the client's need a re-pin: {e})"
+            );
+            release = pinned.release.clone();
+            runtime = self
+                .runtime(&config, store.clone(), Arc::new(model), &release)
+                .await?;
+        }
+        let (events, _) = crate::sessions::load_state(&store, session)
+            .await
+            .map_err(|e| internal(&e))?;
+        let mode = pinned.config.permission_mode;
+        let mut mapper = Mapper::new(pinned.config.workspace.clone(), true);
+        for event in &events {
+            for u in mapper.event(event) {
+                self.notify(&req.session_id, u).await;
+            }
+        }
+        let p = prepared(runtime, session);
+        self.host(p, config);
+        self.announce_commands(session);
+        Ok(json!({"modes": modes(mode)}))
+    }
+}
+
+fn prepared(runtime: keel_runtime::Runtime, session: SessionId) -> Prepared {
+    Prepared {
+        runtime,
+        tenant: local_tenant(),
+        session,
+        from_seq: 1,
+        turn: None,
+        continues: true,
+        started: std::time::Instant::now(),
+        command: None,
+    }
+}
+
+#[async_trait::async_trait(?Send)]
+impl acp::Agent for KeelAgent {
+    async fn initialize(
+        &self,
+        args: acp::InitializeRequest,
+    ) -> Result<acp::InitializeResponse, acp::Error> {
+        *self.client.borrow_mut() = args.client_capabilities.clone();
+        // Keel speaks protocol version 1 (the one current editors speak); an older client
+        // is answered with 1 too, as the spec says, and may disconnect.
+        wire(json!({
+            "protocolVersion": 1,
+            "agentCapabilities": {
+                "loadSession": true,
+                "promptCapabilities": {"image": false, "audio": false, "embeddedContext": true},
+                "mcpCapabilities": {"http": true, "sse": false},
+            },
+            "authMethods": [{
+                "id": AUTH_METHOD,
+                "name": "Provider API key",
+                "description": "Keel reads the model provider's key from its environment (OPENAI_API_KEY, ANTHROPIC_API_KEY, or the variable [providers.NAME] api_key_env names): set it in the editor's agent server env and restart the agent",
+            }],
+            "agentInfo": {"name": "keel", "title": "Keel", "version": env!("CARGO_PKG_VERSION")},
+        }))
+    }
+
+    async fn authenticate(
+        &self,
+        args: acp::AuthenticateRequest,
+    ) -> Result<acp::AuthenticateResponse, acp::Error> {
+        if &*args.method_id.0 != AUTH_METHOD {
+            return Err(acp::Error::invalid_params()
+                .data(json!(format!("unknown auth method {}", args.method_id.0))));
+        }
+        // Nothing to do here: the key is read from the environment when a session starts.
+        wire(json!({}))
+    }
+
+    async fn new_session(
+        &self,
+        args: acp::NewSessionRequest,
+    ) -> Result<acp::NewSessionResponse, acp::Error> {
+        wire(KeelAgent::new_session(self, args).await?)
+    }
+
+    async fn load_session(
+        &self,
+        args: acp::LoadSessionRequest,
+    ) -> Result<acp::LoadSessionResponse, acp::Error> {
+        wire(KeelAgent::load_session(self, args).await?)
+    }
+
+    async fn set_session_mode(
+        &self,
+        args: acp::SetSessionModeRequest,
+    ) -> Result<acp::SetSessionModeResponse, acp::Error> {
+        let hosted = self.hosted(&args.session_id)?;
+        let mode = PermissionMode::parse(&args.mode_id.0).map_err(|e| {
+            acp::Error::invalid_params().data(json!(format!("mode {}: {e}", args.mode_id.0)))
+        })?;
+        hosted
+            .p
+            .runtime
+            .update_config(hosted.p.tenant, hosted.p.session, |c| {
+                c.permission_mode = mode;
+            })
+            .await
+            .map_err(|e| internal(&e.into()))?;
+        if let Some(u) =
+            update(json!({"sessionUpdate": "current_mode_update", "currentModeId": mode_id(mode)}))
+        {
+            self.notify(&args.session_id, u).await;
+        }
+        wire(json!({}))
+    }
+
+    async fn prompt(&self, args: acp::PromptRequest) -> Result<acp::PromptResponse, acp::Error> {
+        let hosted = self.hosted(&args.session_id)?;
+        super::turn::prompt(self, &hosted, args).await
+    }
+
+    async fn cancel(&self, args: acp::CancelNotification) -> Result<(), acp::Error> {
+        let hosted = self.hosted(&args.session_id)?;
+        match hosted
+            .p
+            .runtime
+            .cancel_turn(hosted.p.tenant, hosted.p.session)
+            .await
+        {
+            Ok(_) | Err(keel_runtime::RuntimeError::NoActiveTurn { .. }) => Ok(()),
+            Err(e) => Err(internal(&e.into())),
+        }
+    }
+}

@@ -1,0 +1,68 @@
+//! `keel acp`: Keel as an Agent Client Protocol agent over stdio, for editors (Zed, JetBrains,
+//! Neovim's CodeCompanion, Emacs' agent-shell).
+//!
+//! ## Layout
+//! - [`wire`] — standard input checked as JSON-RPC 2.0 (protocol error codes for malformed
+//!   messages), standard output carrying only protocol messages.
+//! - [`agent`] — the ACP methods: `initialize` (capabilities, `authMethods`), `session/new`
+//!   (a Keel session in the client's `cwd`, with its MCP servers; `auth_required` naming the
+//!   variable when a provider key is missing), `session/load` (history replayed as updates),
+//!   `session/set_mode` (permission modes), `session/cancel`.
+//! - [`fs`] — `read_file`, `edit_file`, `write_file` through the client's `fs/*` when offered.
+//! - [`mcp`] — the MCP servers the client passes (`session/new`, `session/load`).
+//! - [`turn`] — `session/prompt`: a turn through the input pipeline, streamed, with
+//!   permission requests as durable approvals.
+//! - [`updates`] — events → `session/update`s (text, reasoning, tool calls with kinds,
+//!   locations and diffs) and terminal reasons → stop reasons.
+//!
+//! Logs go to standard error (`KEEL_LOG`), never to standard output.
+
+pub mod agent;
+pub mod fs;
+pub mod mcp;
+pub mod turn;
+pub mod updates;
+pub mod wire;
+
+use std::process::ExitCode;
+use std::rc::Rc;
+
+use agent_client_protocol as acp;
+use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
+
+use crate::cli::{GlobalArgs, RunArgs};
+
+/// Runs the agent until the client closes standard input.
+///
+/// # Errors
+/// The async runtime failing to start.
+pub fn serve(global: &GlobalArgs, args: &RunArgs) -> anyhow::Result<ExitCode> {
+    let rt = crate::cli::tokio_runtime()?;
+    rt.block_on(async {
+        let local = tokio::task::LocalSet::new();
+        local
+            .run_until(async {
+                let pipes = wire::stdio();
+                let (fs_tx, fs_rx) = tokio::sync::mpsc::channel(16);
+                let agent = agent::KeelAgent::new(global.clone(), args.clone(), fs_tx);
+                let slot = agent.conn.clone();
+                let (conn, io) = acp::AgentSideConnection::new(
+                    agent,
+                    pipes.outgoing.compat_write(),
+                    pipes.incoming.compat(),
+                    |fut| {
+                        tokio::task::spawn_local(fut);
+                    },
+                );
+                let conn = Rc::new(conn);
+                *slot.borrow_mut() = Some(conn.clone());
+                tokio::task::spawn_local(fs::serve(conn, fs_rx));
+                if let Err(e) = io.await {
+                    tracing::warn!("acp: connection: {e}");
+                }
+            })
+            .await;
+        crate::mcp::shutdown_all().await;
+    });
+    Ok(ExitCode::SUCCESS)
+}

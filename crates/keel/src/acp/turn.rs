@@ -1,0 +1,327 @@
+//! `session/prompt`: one Keel turn driven the way `keel run` drives it. The prompt's content
+//! goes through the input pipeline ([`crate::input::submit`]: `@path` attachments, slash
+//! commands); the session's event subscription streams as `session/update`s while
+//! [`keel_runtime::Runtime::run`] runs; a call the policy asks about becomes
+//! `session/request_permission` (allow once / allow always / reject), whose answer is the
+//! durable approval decision bound to the call's argument hash. If the client goes away while
+//! a request is open, the approval stays pending in the store (`keel approve` decides it, and
+//! the next `session/prompt` after `session/load` first resumes the waiting turn and asks again).
+
+use std::path::Path;
+use std::rc::Rc;
+
+use agent_client_protocol::{self as acp, Client as _};
+use keel_core::{ApprovalDecision, SessionStatus, TurnId};
+use keel_runtime::PendingAction;
+use keel_runtime::input::Command;
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+use super::agent::{Hosted, KeelAgent, internal, wire};
+use super::updates::{Ending, Mapper, chunk, diff, ending, locations, title, tool_kind};
+
+/// The prompt's content blocks as Keel input text: text as is, a resource link to a file in
+/// the workspace as an `@path` attachment (read under policy), an embedded text resource
+/// fenced with its URI.
+pub fn input_text(workspace: &Path, blocks: &[acp::ContentBlock]) -> String {
+    let mut parts = Vec::new();
+    for block in blocks {
+        let v = serde_json::to_value(block).unwrap_or(Value::Null);
+        match v.get("type").and_then(Value::as_str) {
+            Some("text") => parts.push(v["text"].as_str().unwrap_or_default().to_owned()),
+            Some("resource_link") => {
+                let uri = v["uri"].as_str().unwrap_or_default();
+                let path = uri.strip_prefix("file://").map(Path::new);
+                match path.and_then(|p| p.strip_prefix(workspace).ok()) {
+                    Some(rel) => parts.push(format!("@{}", rel.display())),
+                    None => parts.push(uri.to_owned()),
+                }
+            }
+            Some("resource") => {
+                let r = &v["resource"];
+                if let Some(text) = r["text"].as_str() {
+                    let uri = r["uri"].as_str().unwrap_or_default();
+                    parts.push(format!("{uri}:\n```\n{text}\n```"));
+                }
+            }
+            _ => {}
+        }
+    }
+    parts.join("\n")
+}
+
+/// Runs one `session/prompt`.
+///
+/// # Errors
+/// Input the pipeline refuses (invalid params); a turn that ended `failed` or
+/// `prompt_too_long` (internal error with Keel's reason); the runtime failing.
+pub async fn prompt(
+    agent: &KeelAgent,
+    hosted: &Rc<Hosted>,
+    req: acp::PromptRequest,
+) -> Result<acp::PromptResponse, acp::Error> {
+    let _busy = hosted.busy.lock().await;
+    let p = &hosted.p;
+    let text = input_text(&hosted.workspace, &req.prompt);
+    let before = p
+        .runtime
+        .view(p.tenant, p.session)
+        .await
+        .map_err(|e| internal(&e.into()))?
+        .state
+        .version;
+    let turn = match crate::input::submit(p, &text, &hosted.input).await {
+        Ok(Ok(turn)) => turn,
+        Ok(Err(command)) => return command_answer(agent, hosted, &req.session_id, &command).await,
+        Err(e) => {
+            return Err(acp::Error::invalid_params().data(json!(crate::report::describe(&e))));
+        }
+    };
+    // The updates start after the prompt's own `turn.queued` (the editor shows what it sent).
+    let sub = p
+        .runtime
+        .subscribe(p.tenant, p.session, before + 2)
+        .await
+        .map_err(|e| internal(&e.into()))?;
+    let (stop_tx, stop_rx) = watch::channel(None);
+    let conn = agent.connection()?;
+    let pump = tokio::task::spawn_local(pump(
+        sub,
+        conn.clone(),
+        req.session_id.clone(),
+        Mapper::new(hosted.workspace.clone(), false).after(before + 1),
+        stop_rx,
+    ));
+    let driven = drive(hosted, &conn, &req.session_id).await;
+    let version = p
+        .runtime
+        .view(p.tenant, p.session)
+        .await
+        .map(|v| v.state.version)
+        .unwrap_or(0);
+    let _ = stop_tx.send(Some(version));
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(120), pump).await;
+    driven?;
+    let end = turn_ending(hosted, turn).await?;
+    match end {
+        Ending::Stop(stop, message) => {
+            if let Some(m) = message.and_then(|m| chunk("agent_message_chunk", &m)) {
+                agent.notify(&req.session_id, m).await;
+            }
+            Ok(acp::PromptResponse::new(stop))
+        }
+        Ending::Error(message) => {
+            if let Some(m) = chunk("agent_message_chunk", &format!("\n\n(keel: {message})")) {
+                agent.notify(&req.session_id, m).await;
+            }
+            let reason = match turn_reason(hosted, turn).await {
+                Some(r) => r.as_str().to_owned(),
+                None => "failed".to_owned(),
+            };
+            Err(acp::Error::internal_error().data(json!({
+                "terminal_reason": reason,
+                "message": message,
+                "session_id": p.session,
+            })))
+        }
+    }
+}
+
+/// The built-in commands that answer over ACP (the others need a terminal or a new session).
+pub const OVER_ACP: &[&str] = &["help", "cost", "status", "permissions", "compact"];
+
+/// The answer of a built-in command given as the prompt (`/help`, `/cost`, `/status`,
+/// `/permissions`, `/compact`), as agent text.
+async fn command_answer(
+    agent: &KeelAgent,
+    hosted: &Hosted,
+    session: &acp::SessionId,
+    command: &Command,
+) -> Result<acp::PromptResponse, acp::Error> {
+    let p = &hosted.p;
+    let text = match command {
+        Command::Help | Command::Cost | Command::Status | Command::Permissions => p
+            .runtime
+            .answer(p.tenant, p.session, command, &hosted.input)
+            .await
+            .map_err(|e| internal(&e.into()))?,
+        Command::Compact { focus } => {
+            let c = p
+                .runtime
+                .compact_now(p.tenant, p.session, focus.as_deref())
+                .await
+                .map_err(|e| acp::Error::invalid_params().data(json!(e.to_string())))?;
+            format!(
+                "compacted the conversation: ~{} → ~{} tokens",
+                c.tokens_before, c.tokens_after
+            )
+        }
+        other => format!(
+            "/{} is not available over ACP (start a new session in the editor instead)",
+            other.name()
+        ),
+    };
+    if let Some(u) = chunk("agent_message_chunk", &text) {
+        agent.notify(session, u).await;
+    }
+    Ok(acp::PromptResponse::new(acp::StopReason::EndTurn))
+}
+
+/// Streams the subscription as updates until told the version to stop after.
+async fn pump(
+    mut sub: keel_runtime::Subscription,
+    conn: Rc<acp::AgentSideConnection>,
+    session: acp::SessionId,
+    mut mapper: Mapper,
+    mut stop: watch::Receiver<Option<u64>>,
+) {
+    let mut seen = sub.next_seq().saturating_sub(1);
+    loop {
+        if stop.borrow().is_some_and(|v| seen >= v) {
+            return;
+        }
+        tokio::select! {
+            item = sub.next() => match item {
+                Ok(item) => {
+                    if let keel_runtime::SubscriptionItem::Event { event } = &item {
+                        seen = event.seq;
+                    }
+                    for u in mapper.item(&item) {
+                        let _ = conn
+                            .session_notification(acp::SessionNotification::new(session.clone(), u))
+                            .await;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!("acp: event subscription: {e}");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+            },
+            changed = stop.changed() => if changed.is_err() { return },
+        }
+    }
+}
+
+/// Runs the session until it is idle, asking the client about each approval it waits on.
+async fn drive(
+    hosted: &Hosted,
+    conn: &acp::AgentSideConnection,
+    session: &acp::SessionId,
+) -> Result<(), acp::Error> {
+    let p = &hosted.p;
+    loop {
+        let outcome = p
+            .runtime
+            .run(p.tenant, p.session)
+            .await
+            .map_err(|e| internal(&e.into()))?;
+        if outcome.status != SessionStatus::RequiresAction {
+            return Ok(());
+        }
+        let approvals: Vec<_> = outcome
+            .pending
+            .iter()
+            .filter(|a| matches!(a, PendingAction::Approval { .. }))
+            .collect();
+        if approvals.is_empty() {
+            // Only effects whose outcome is unknown: `keel resolve` decides them.
+            return Ok(());
+        }
+        for action in approvals {
+            let PendingAction::Approval {
+                approval_id,
+                tool_call_id,
+                tool_name,
+                arguments,
+                args_hash,
+                ..
+            } = action
+            else {
+                continue;
+            };
+            let request: acp::RequestPermissionRequest = wire(json!({
+                "sessionId": session,
+                "toolCall": {
+                    "toolCallId": tool_call_id.as_str(),
+                    "title": title(tool_name, arguments),
+                    "kind": tool_kind(tool_name),
+                    "status": "pending",
+                    "locations": locations(&hosted.workspace, arguments),
+                    "content": diff(&hosted.workspace, tool_name, arguments).into_iter().collect::<Vec<_>>(),
+                    "rawInput": arguments,
+                },
+                "options": [
+                    {"optionId": "allow_once", "name": "Allow once", "kind": "allow_once"},
+                    {"optionId": "allow_always", "name": "Allow for this session", "kind": "allow_always"},
+                    {"optionId": "reject_once", "name": "Reject", "kind": "reject_once"},
+                ],
+            }))?;
+            // An error here is the client gone (or refusing): the approval stays pending.
+            let answer = conn.request_permission(request).await?;
+            let decision = match answer.outcome {
+                acp::RequestPermissionOutcome::Selected(s) => match &*s.option_id.0 {
+                    "allow_once" => ApprovalDecision::AllowOnce,
+                    "allow_always" => ApprovalDecision::AllowForSession,
+                    _ => ApprovalDecision::Deny {
+                        reason: "rejected in the editor".into(),
+                    },
+                },
+                _ => {
+                    // Cancelled: the client cancels the turn (session/cancel); make sure.
+                    match p.runtime.cancel_turn(p.tenant, p.session).await {
+                        Ok(_) | Err(keel_runtime::RuntimeError::NoActiveTurn { .. }) => {}
+                        Err(e) => return Err(internal(&e.into())),
+                    }
+                    break;
+                }
+            };
+            if let Err(e) = p
+                .runtime
+                .decide_approval(p.tenant, *approval_id, decision, args_hash)
+                .await
+            {
+                // Decided elsewhere meanwhile (`keel approve`), or expired: the run says.
+                tracing::warn!("acp: approval {approval_id}: {e}");
+            }
+        }
+    }
+}
+
+async fn turn_reason(hosted: &Hosted, turn: TurnId) -> Option<keel_core::TerminalReason> {
+    let p = &hosted.p;
+    let view = p.runtime.view(p.tenant, p.session).await.ok()?;
+    view.state.turns.get(&turn).and_then(|t| t.terminal_reason)
+}
+
+/// How the turn ended, for the editor.
+async fn turn_ending(hosted: &Hosted, turn: TurnId) -> Result<Ending, acp::Error> {
+    let p = &hosted.p;
+    let view = p
+        .runtime
+        .view(p.tenant, p.session)
+        .await
+        .map_err(|e| internal(&e.into()))?;
+    let state = &view.state;
+    let Some(t) = state.turns.get(&turn) else {
+        return Ok(Ending::Stop(acp::StopReason::EndTurn, None));
+    };
+    let Some(reason) = t.terminal_reason else {
+        // Still waiting on a human (an effect whose outcome is unknown).
+        return Ok(ending(
+            keel_core::TerminalReason::RequiresAction,
+            None,
+            None,
+            None,
+            None,
+        ));
+    };
+    let outcome = view.turns.iter().find(|o| o.turn_id == turn);
+    let last = t.steps.last().and_then(|s| state.steps.get(s));
+    Ok(ending(
+        reason,
+        outcome.and_then(|o| o.limit),
+        last.and_then(|s| s.stop_reason.as_deref()),
+        last.and_then(|s| s.failure.as_ref().map(|(kind, _)| kind.as_str())),
+        outcome.and_then(|o| o.error.as_deref()),
+    ))
+}

@@ -1,0 +1,532 @@
+//! Keel's session events as ACP `session/update` notifications, and Keel's terminal reasons as
+//! ACP stop reasons.
+//!
+//! Live, model text and reasoning come from the runtime's deltas (`agent_message_chunk`,
+//! `agent_thought_chunk`) and a step's `step.completed` adds only what the deltas did not show;
+//! replayed (`session/load`), the journal alone gives the same updates: each turn's input as a
+//! `user_message_chunk`, each step's text and reasoning, each tool call. A tool call is a
+//! `tool_call` when proposed (with its kind, the files it touches as locations, and for
+//! `edit_file` / `write_file` the change as a diff) and a `tool_call_update` when it starts
+//! (`in_progress`) and finishes (`completed` / `failed`, with its output).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use agent_client_protocol as acp;
+use keel_core::{BudgetLimit, Event, EventBody, TerminalReason, ToolCallStatus};
+use keel_runtime::{DeltaKind, SubscriptionItem};
+use serde_json::{Value, json};
+
+/// The most characters of a tool's output an update carries (the journal keeps it all).
+const OUTPUT_CHARS: usize = 4000;
+
+/// An update from its wire form (`{"sessionUpdate": …, …}`); `None` when the schema rejects it
+/// (a bug here, logged).
+pub fn update(wire: Value) -> Option<acp::SessionUpdate> {
+    match serde_json::from_value(wire.clone()) {
+        Ok(u) => Some(u),
+        Err(e) => {
+            tracing::warn!("acp: not a session update ({e}): {wire}");
+            None
+        }
+    }
+}
+
+/// A text chunk of kind `kind` (`agent_message_chunk`, `agent_thought_chunk`,
+/// `user_message_chunk`).
+pub fn chunk(kind: &str, text: &str) -> Option<acp::SessionUpdate> {
+    update(json!({"sessionUpdate": kind, "content": {"type": "text", "text": text}}))
+}
+
+/// ACP's tool kind of a Keel tool: what an editor shows for it.
+pub fn tool_kind(name: &str) -> &'static str {
+    match name {
+        "read_file" | "memory_read" => "read",
+        "write_file" | "edit_file" | "memory_write" => "edit",
+        "list_dir" | "glob" | "grep" | "memory_search" => "search",
+        "shell" => "execute",
+        "spawn_agent" => "think",
+        _ if name.starts_with("mcp__") => "other",
+        _ => "other",
+    }
+}
+
+/// A one-line title of a call for people.
+pub fn title(name: &str, args: &Value) -> String {
+    let s = |k: &str| args.get(k).and_then(Value::as_str).unwrap_or_default();
+    let t = match name {
+        "read_file" => format!("Read {}", s("path")),
+        "write_file" => format!("Write {}", s("path")),
+        "edit_file" => format!("Edit {}", s("path")),
+        "list_dir" => format!("List {}", s("path")),
+        "glob" => format!("Find {}", s("pattern")),
+        "grep" => format!("Search {}", s("pattern")),
+        "shell" => format!("Run `{}`", s("command")),
+        _ => name.to_owned(),
+    };
+    t.chars().take(200).collect()
+}
+
+/// The files a call touches, absolute (as ACP asks), with the first line read when known.
+pub fn locations(workspace: &Path, args: &Value) -> Vec<Value> {
+    let Some(path) = args.get("path").and_then(Value::as_str) else {
+        return Vec::new();
+    };
+    let mut loc = json!({"path": absolute(workspace, path)});
+    if let Some(line) = args.get("offset").and_then(Value::as_u64) {
+        loc["line"] = json!(line.max(1));
+    }
+    vec![loc]
+}
+
+fn absolute(workspace: &Path, path: &str) -> PathBuf {
+    let p = Path::new(path);
+    if p.is_absolute() {
+        p.to_owned()
+    } else {
+        workspace.join(p)
+    }
+}
+
+/// The change an edit proposes, as ACP diff content: `edit_file`'s old and new string,
+/// `write_file`'s new content over the file's current text (none for a new file).
+pub fn diff(workspace: &Path, name: &str, args: &Value) -> Option<Value> {
+    let path = absolute(workspace, args.get("path")?.as_str()?);
+    match name {
+        "edit_file" => Some(json!({
+            "type": "diff",
+            "path": path,
+            "oldText": args.get("old_string")?.as_str()?,
+            "newText": args.get("new_string")?.as_str()?,
+        })),
+        "write_file" => Some(json!({
+            "type": "diff",
+            "path": path,
+            "oldText": std::fs::read_to_string(&path).ok(),
+            "newText": args.get("content")?.as_str()?,
+        })),
+        _ => None,
+    }
+}
+
+/// The `tool_call` of a proposed call (status `pending`).
+pub fn tool_call(workspace: &Path, id: &str, name: &str, args: &Value) -> Value {
+    json!({
+        "sessionUpdate": "tool_call",
+        "toolCallId": id,
+        "title": title(name, args),
+        "kind": tool_kind(name),
+        "status": "pending",
+        "locations": locations(workspace, args),
+        "content": diff(workspace, name, args).into_iter().collect::<Vec<_>>(),
+        "rawInput": args,
+    })
+}
+
+/// Turns session items into updates: remembers what live deltas showed of the open step.
+#[derive(Debug)]
+pub struct Mapper {
+    workspace: PathBuf,
+    /// Live text shown since the last `step.completed`.
+    streamed: String,
+    /// Live reasoning shown since then.
+    thought: bool,
+    /// Replaying the journal (no deltas; turn inputs are shown).
+    replay: bool,
+    names: HashMap<String, String>,
+    /// The highest event seq seen: a delta produced after a later event waits in `early`
+    /// until that event is shown (a step's text never overtakes the previous call's result).
+    seen_seq: u64,
+    early: std::collections::VecDeque<keel_runtime::Delta>,
+    /// Seq of the last `step.completed` / `step.failed` shown: a delta produced before it
+    /// that arrives only now is stale (its step's text was shown whole).
+    completed_seq: u64,
+}
+
+impl Mapper {
+    /// A mapper for a session working in `workspace`; `replay` for `session/load`.
+    pub fn new(workspace: PathBuf, replay: bool) -> Self {
+        Self {
+            workspace,
+            streamed: String::new(),
+            thought: false,
+            replay,
+            names: HashMap::new(),
+            seen_seq: 0,
+            early: std::collections::VecDeque::new(),
+            completed_seq: 0,
+        }
+    }
+
+    /// The updates one subscription item gives.
+    pub fn item(&mut self, item: &SubscriptionItem) -> Vec<acp::SessionUpdate> {
+        match item {
+            SubscriptionItem::Event { event } => {
+                // Deltas produced before this event first (a step's text before its
+                // `step.completed`), then the event, then those that waited for it.
+                let mut out = self.flush(event.seq.saturating_sub(1));
+                out.extend(self.event(event));
+                self.seen_seq = self.seen_seq.max(event.seq);
+                out.extend(self.flush(self.seen_seq));
+                out
+            }
+            SubscriptionItem::Delta { delta } if delta.after_seq > self.seen_seq => {
+                self.early.push_back(delta.clone());
+                Vec::new()
+            }
+            SubscriptionItem::Delta { delta } => self.delta(delta),
+            SubscriptionItem::Gap { .. } => Vec::new(),
+        }
+    }
+
+    /// Sets the last journal version already shown (the subscription starts after it).
+    pub fn after(mut self, seq: u64) -> Self {
+        self.seen_seq = seq;
+        self
+    }
+
+    fn flush(&mut self, upto: u64) -> Vec<acp::SessionUpdate> {
+        let mut out = Vec::new();
+        while self.early.front().is_some_and(|d| d.after_seq <= upto) {
+            if let Some(d) = self.early.pop_front() {
+                out.extend(self.delta(&d));
+            }
+        }
+        out
+    }
+
+    fn delta(&mut self, delta: &keel_runtime::Delta) -> Vec<acp::SessionUpdate> {
+        if delta.after_seq < self.completed_seq {
+            return Vec::new();
+        }
+        match &delta.kind {
+            DeltaKind::Text { text } => {
+                self.streamed.push_str(text);
+                chunk("agent_message_chunk", text).into_iter().collect()
+            }
+            DeltaKind::Reasoning { text } => {
+                self.thought = true;
+                chunk("agent_thought_chunk", text).into_iter().collect()
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// The updates one journal event gives.
+    pub fn event(&mut self, event: &Event) -> Vec<acp::SessionUpdate> {
+        let call = event
+            .correlation
+            .tool_call_id
+            .as_ref()
+            .map(|c| c.as_str().to_owned());
+        let mut out = Vec::new();
+        match &event.body {
+            EventBody::TurnQueued { input, .. } if self.replay => {
+                out.extend(chunk("user_message_chunk", input));
+            }
+            EventBody::StepCompleted {
+                text, reasoning, ..
+            } => {
+                if !self.thought {
+                    for r in reasoning {
+                        if let Some(t) = reasoning_text(r) {
+                            out.extend(chunk("agent_thought_chunk", &t));
+                        }
+                    }
+                }
+                let rest = text.strip_prefix(self.streamed.as_str()).unwrap_or(text);
+                if !rest.is_empty() && (self.streamed.is_empty() || rest.len() < text.len()) {
+                    out.extend(chunk("agent_message_chunk", rest));
+                }
+                self.streamed.clear();
+                self.thought = false;
+                self.completed_seq = event.seq;
+            }
+            EventBody::StepFailed { .. } => {
+                self.streamed.clear();
+                self.thought = false;
+                self.completed_seq = event.seq;
+            }
+            EventBody::ToolCallProposed {
+                name, arguments, ..
+            } => {
+                if let Some(id) = call {
+                    self.names.insert(id.clone(), name.clone());
+                    out.extend(update(tool_call(&self.workspace, &id, name, arguments)));
+                }
+            }
+            EventBody::ToolCallStarted {} => {
+                if let Some(id) = call {
+                    out.extend(update(json!({
+                        "sessionUpdate": "tool_call_update",
+                        "toolCallId": id,
+                        "status": "in_progress",
+                    })));
+                }
+            }
+            EventBody::ToolCallFinished {
+                status,
+                output,
+                is_error,
+            } => {
+                if let Some(id) = call {
+                    let failed = *is_error || *status != ToolCallStatus::Succeeded;
+                    let text: String = output.chars().take(OUTPUT_CHARS).collect();
+                    out.extend(update(json!({
+                        "sessionUpdate": "tool_call_update",
+                        "toolCallId": id,
+                        "status": if failed { "failed" } else { "completed" },
+                        "content": [{"type": "content", "content": {"type": "text", "text": text}}],
+                        "rawOutput": {"status": status, "output": text},
+                    })));
+                }
+            }
+            _ => {}
+        }
+        out
+    }
+}
+
+/// The text of one journaled reasoning item (`{"text": …}` or a `summary` list of them).
+fn reasoning_text(item: &Value) -> Option<String> {
+    if let Some(t) = item.get("text").and_then(Value::as_str) {
+        return Some(t.to_owned());
+    }
+    let parts: Vec<&str> = item
+        .get("summary")?
+        .as_array()?
+        .iter()
+        .filter_map(|s| s.get("text").and_then(Value::as_str))
+        .collect();
+    (!parts.is_empty()).then(|| parts.join("\n"))
+}
+
+/// How a turn ends for the editor: a stop reason with the last message that says why, or a
+/// JSON-RPC error carrying Keel's reason (README, "Editors (ACP)", has the table).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Ending {
+    /// `session/prompt` answers with this stop reason, after `message` (if any) as an
+    /// `agent_message_chunk`.
+    Stop(acp::StopReason, Option<String>),
+    /// `session/prompt` answers with a JSON-RPC error (code -32603, `data.terminal_reason`).
+    Error(String),
+}
+
+/// The stop reason of a turn that ended with `reason`: `limit` the budget limit hit,
+/// `last_stop` the last step's model stop reason, `failure` the last failed step's error kind,
+/// `error` the turn's error.
+pub fn ending(
+    reason: TerminalReason,
+    limit: Option<BudgetLimit>,
+    last_stop: Option<&str>,
+    failure: Option<&str>,
+    error: Option<&str>,
+) -> Ending {
+    use acp::StopReason as S;
+    let why = |s: String| Some(s);
+    match reason {
+        TerminalReason::Completed if matches!(last_stop, Some("max_tokens" | "length")) => {
+            Ending::Stop(
+                S::MaxTokens,
+                why("\n\n(keel: the model reached its output token limit)".into()),
+            )
+        }
+        TerminalReason::Completed if matches!(last_stop, Some("refusal" | "content_filter")) => {
+            Ending::Stop(
+                S::Refusal,
+                why("\n\n(keel: the model refused, or the provider's content filter stopped it)".into()),
+            )
+        }
+        TerminalReason::Completed => Ending::Stop(S::EndTurn, None),
+        TerminalReason::Aborted => Ending::Stop(
+            S::Cancelled,
+            why("\n\n(keel: the turn was cancelled)".into()),
+        ),
+        TerminalReason::BudgetExhausted => {
+            let limit = limit.map_or("a".to_owned(), |l| {
+                serde_json::to_value(l)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default()
+            });
+            let stop = if limit == "tokens" {
+                S::MaxTokens
+            } else {
+                S::MaxTurnRequests
+            };
+            Ending::Stop(
+                stop,
+                why(format!(
+                    "\n\n(keel: the turn stopped at its {limit} budget; raise it in keel.toml [budget])"
+                )),
+            )
+        }
+        TerminalReason::LoopDetected => Ending::Stop(
+            S::MaxTurnRequests,
+            why("\n\n(keel: the model repeated the same tool calls; the turn was stopped)".into()),
+        ),
+        TerminalReason::Failed if failure == Some("content_filter") => Ending::Stop(
+            S::Refusal,
+            why("\n\n(keel: the provider's content filter refused the response)".into()),
+        ),
+        TerminalReason::Failed => Ending::Error(format!(
+            "the turn failed: {}",
+            error.unwrap_or("no error recorded")
+        )),
+        TerminalReason::PromptTooLong => Ending::Error(format!(
+            "the prompt is too long for the model's context window even after compaction{}",
+            error.map(|e| format!(": {e}")).unwrap_or_default()
+        )),
+        TerminalReason::RequiresAction => Ending::Error(
+            "the turn waits on a decision the editor cannot give (an effect whose outcome is unknown): `keel resolve`, then prompt again".into(),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_terminal_reason_has_an_ending() {
+        use acp::StopReason as S;
+        let stop = |r, l, s: Option<&str>, f: Option<&str>| match ending(r, l, s, f, None) {
+            Ending::Stop(s, _) => Some(s),
+            Ending::Error(_) => None,
+        };
+        assert_eq!(
+            stop(TerminalReason::Completed, None, Some("stop"), None),
+            Some(S::EndTurn)
+        );
+        assert_eq!(
+            stop(TerminalReason::Completed, None, Some("max_tokens"), None),
+            Some(S::MaxTokens)
+        );
+        assert_eq!(
+            stop(TerminalReason::Aborted, None, None, None),
+            Some(S::Cancelled)
+        );
+        assert_eq!(
+            stop(
+                TerminalReason::BudgetExhausted,
+                Some(BudgetLimit::Steps),
+                None,
+                None
+            ),
+            Some(S::MaxTurnRequests)
+        );
+        assert_eq!(
+            stop(
+                TerminalReason::BudgetExhausted,
+                Some(BudgetLimit::ToolCalls),
+                None,
+                None
+            ),
+            Some(S::MaxTurnRequests)
+        );
+        assert_eq!(
+            stop(TerminalReason::LoopDetected, None, None, None),
+            Some(S::MaxTurnRequests)
+        );
+        assert_eq!(
+            stop(TerminalReason::Failed, None, None, Some("content_filter")),
+            Some(S::Refusal)
+        );
+        assert_eq!(
+            stop(TerminalReason::Failed, None, None, Some("server_error")),
+            None
+        );
+        assert_eq!(stop(TerminalReason::PromptTooLong, None, None, None), None);
+    }
+
+    fn event(seq: u64, kind: &str, payload: Value) -> SubscriptionItem {
+        let e: Event = serde_json::from_value(json!({
+            "schema_version": 2,
+            "session_id": "01a23bda-77c8-7384-9243-82ddbe700193",
+            "seq": seq,
+            "ts": "2026-12-03T12:21:43Z",
+            "type": kind,
+            "payload": payload,
+        }))
+        .unwrap();
+        SubscriptionItem::Event { event: Box::new(e) }
+    }
+
+    fn delta(after_seq: u64, kind: DeltaKind) -> SubscriptionItem {
+        SubscriptionItem::Delta {
+            delta: keel_runtime::Delta {
+                session_id: "01a23bda-77c8-7384-9243-82ddbe700193".parse().unwrap(),
+                after_seq,
+                kind,
+            },
+        }
+    }
+
+    fn wire(updates: Vec<acp::SessionUpdate>) -> Vec<Value> {
+        updates
+            .into_iter()
+            .map(|u| serde_json::to_value(u).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn live_text_is_shown_once_and_never_before_the_events_it_follows() {
+        let mut m = Mapper::new(PathBuf::from("/ws"), false).after(4);
+        let usage = json!({"input_tokens": 1, "output_tokens": 1});
+        let text = |t: &str| DeltaKind::Text { text: t.into() };
+        // Reasoning and the first half of the text stream; a delta produced after event 6
+        // waits for it.
+        assert_eq!(
+            wire(m.item(&delta(4, DeltaKind::Reasoning { text: "hmm".into() })))[0]["sessionUpdate"],
+            "agent_thought_chunk"
+        );
+        assert_eq!(wire(m.item(&delta(4, text("Hel")))).len(), 1);
+        assert!(m.item(&delta(6, text("late"))).is_empty());
+        // step.completed shows only what the deltas did not, and no reasoning again.
+        let done = wire(m.item(&event(
+            5,
+            "step.completed",
+            json!({"model": "m", "stop_reason": "end_turn", "usage": usage, "cost_usd": 0.0,
+                   "text": "Hello", "reasoning": [{"text": "hmm"}]}),
+        )));
+        assert_eq!(done.len(), 1, "{done:?}");
+        assert_eq!(done[0]["content"]["text"], "lo");
+        let next = wire(m.item(&event(6, "turn.started", json!({}))));
+        assert_eq!(next.len(), 1);
+        assert_eq!(next[0]["content"]["text"], "late");
+        // A delta of the completed step that arrives after its step.completed is stale.
+        assert!(m.item(&delta(4, text("lo"))).is_empty());
+    }
+
+    #[test]
+    fn a_replayed_step_shows_its_text_and_reasoning() {
+        let mut m = Mapper::new(PathBuf::from("/ws"), true);
+        let queued = wire(m.item(&event(2, "turn.queued", json!({"input": "hi"}))));
+        assert_eq!(queued[0]["sessionUpdate"], "user_message_chunk");
+        let done = wire(m.item(&event(
+            5,
+            "step.completed",
+            json!({"model": "m", "stop_reason": "end_turn",
+                   "usage": {"input_tokens": 1, "output_tokens": 1}, "cost_usd": 0.0,
+                   "text": "Hello", "reasoning": [{"summary": [{"text": "thinking"}]}]}),
+        )));
+        let kinds: Vec<_> = done.iter().map(|u| u["sessionUpdate"].clone()).collect();
+        assert_eq!(
+            kinds,
+            [json!("agent_thought_chunk"), json!("agent_message_chunk")]
+        );
+        assert_eq!(done[1]["content"]["text"], "Hello");
+    }
+
+    #[test]
+    fn edits_carry_kind_locations_and_diff() {
+        let ws = Path::new("/ws");
+        let args = json!({"path": "a.txt", "old_string": "x", "new_string": "y"});
+        let u = tool_call(ws, "c1", "edit_file", &args);
+        assert_eq!(u["kind"], "edit");
+        assert_eq!(u["locations"][0]["path"], "/ws/a.txt");
+        assert_eq!(u["content"][0]["type"], "diff");
+        assert_eq!(u["content"][0]["oldText"], "x");
+        assert!(update(u).is_some());
+    }
+}
