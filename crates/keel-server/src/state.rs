@@ -157,6 +157,11 @@ impl Runtimes {
         Ok(tools.specs().into_iter().map(|s| s.name).collect())
     }
 
+    /// The runtime options the runtimes were built with.
+    pub fn options(&self) -> &RuntimeOptions {
+        &self.options
+    }
+
     /// The worker name the runtimes were given (`RuntimeOptions::worker_name`).
     pub fn worker_name(&self) -> &str {
         &self.options.worker_name

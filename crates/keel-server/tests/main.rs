@@ -9,6 +9,7 @@ mod common;
 mod authz;
 
 mod e2e;
+mod memory_checks;
 mod metrics;
 mod openapi;
 mod scheduling;

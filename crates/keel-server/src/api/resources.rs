@@ -453,7 +453,10 @@ pub async fn get_memory(
     Ok(Json(memory_body(m)))
 }
 
-/// Writes a memory entry (insert or replace).
+/// Writes a memory entry (insert or replace), checked as the `memory_write` tool checks it: a
+/// value whose compact JSON is over the host's `[memory] max_value_bytes` (64 KiB by default),
+/// or a value, key or namespace holding a secret (the redactor's patterns, the host's secret
+/// values), is refused with 422 naming `value` (the secret is not echoed).
 #[utoipa::path(put, path = "/v1/memory/{namespace}/{key}", tag = "data", operation_id = "put_memory",
     params(("namespace" = String, Path, description = "The namespace"), ("key" = String, Path, description = "The key")),
     request_body = PutMemoryRequest,
@@ -464,7 +467,7 @@ pub async fn get_memory(
         (status = 403, description = "Not an operator", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body too large", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "Not JSON", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "Invalid field", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid field: `value` over the memory size limit (`limit`: `max_value_bytes`) or holding a secret", body = Problem, content_type = "application/problem+json"),
     ))]
 pub async fn put_memory(
     State(state): State<Shared>,
@@ -475,6 +478,21 @@ pub async fn put_memory(
     let tenant = caller.tenant_as(Role::Operator)?;
     check_name("namespace", &ns)?;
     check_name("key", &key)?;
+    // The `memory_write` tool's checks: the host's size limit, no secret (never echoed).
+    let options = state.runtimes.options();
+    let secrets = keel_runtime::host_redactor(options);
+    if let Err(refused) = keel_runtime::memory::check_entry(
+        &body.value,
+        &[&ns, &key],
+        options.memory.max_value_bytes,
+        &secrets,
+    ) {
+        let e = ApiError::invalid("value", format!("memory entry refused: {refused}"));
+        return Err(match refused {
+            keel_runtime::memory::Refusal::TooLarge { .. } => e.limit("max_value_bytes"),
+            keel_runtime::memory::Refusal::Secret => e,
+        });
+    }
     state
         .store
         .memory_put(tenant, &ns, &key, &body.value)
