@@ -16,4 +16,5 @@ mod scheduling;
 mod secrets;
 mod semantics;
 mod sse;
+mod subagents;
 mod transport;

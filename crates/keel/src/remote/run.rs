@@ -107,6 +107,22 @@ fn release_request(config: &Config) -> CreateReleaseRequest {
         // The server runs them (a stdio one only where its `[server] release_mcp_stdio`
         // allows; otherwise the release is refused naming `mcp_servers`).
         mcp_servers: d.mcp_servers,
+        // `[agents]` (and a trusted workspace's `.keel/agents/*.md`): the server runs them as
+        // child sessions under its own `[subagents]` bounds.
+        agents: d
+            .agents
+            .into_iter()
+            .map(|(name, a)| {
+                (
+                    name,
+                    keel_client::api::AgentBody {
+                        instructions: a.instructions,
+                        tools: a.tools,
+                        model_route: a.model_route,
+                    },
+                )
+            })
+            .collect(),
     }
 }
 
