@@ -83,3 +83,99 @@ async fn a_server_releases_parent_spawns_a_child_whose_answer_comes_back(b: Back
         "{turns:?}"
     );
 }
+
+on_both!(a_childs_approval_is_listed_and_decided_through_its_parent);
+
+/// A child that needs an approval: the parent session's approvals list it, labelled with the
+/// child session and the agent; deciding it through the API lets the child, then the parent,
+/// finish.
+async fn a_childs_approval_is_listed_and_decided_through_its_parent(b: Backend) {
+    let s = start(b).await;
+    let child = script(
+        &s,
+        "writer",
+        &[
+            json!({"tool_calls": [{"name": "write_file", "arguments": {"path": "c.txt", "content": "child"}}]}),
+            json!({"text": "wrote c.txt"}),
+        ],
+    );
+    let parent = script(
+        &s,
+        "lead",
+        &[
+            json!({"tool_calls": [{"name": "spawn_agent", "arguments": {"agent": "writer", "prompt": "Write c.txt."}}]}),
+            json!({"text": "parent done"}),
+        ],
+    );
+    let r = s
+        .post(
+            "/v1/releases",
+            &s.admin,
+            &json!({
+                "name": "lead",
+                "model_route": [parent],
+                "agents": {"writer": {"tools": ["write_file"], "model_route": [child]}},
+            }),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CREATED, "{r:?}");
+    let release = r.body["release_id"].as_str().unwrap().to_owned();
+    let session = s.session(&release, json!({})).await.body["session_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let t = s
+        .post(
+            &format!("/v1/sessions/{session}/turns"),
+            &s.operator,
+            &json!({"input": "delegate"}),
+        )
+        .await;
+    assert_eq!(t.status, StatusCode::ACCEPTED, "{t:?}");
+    // The parent's approvals list the child's, labelled.
+    let listed = {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let r = s
+                .get(
+                    &format!("/v1/sessions/{session}/approvals?status=pending"),
+                    &s.viewer,
+                )
+                .await;
+            assert_eq!(r.status, StatusCode::OK, "{r:?}");
+            if let Some(a) = r.body["items"].as_array().and_then(|i| i.first()) {
+                break a.clone();
+            }
+            assert!(tokio::time::Instant::now() < deadline, "no approval listed");
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    };
+    assert_eq!(listed["agent"], "writer", "{listed}");
+    assert_eq!(listed["tool_name"], "write_file", "{listed}");
+    assert_ne!(listed["session_id"], session.as_str(), "{listed}");
+    let spawned = events_of(&s, &session, "agent.spawned").await;
+    assert_eq!(
+        listed["session_id"], spawned[0]["payload"]["child_session_id"],
+        "{listed}"
+    );
+    let approval = listed["approval_id"].as_str().unwrap();
+    let d = s
+        .post(
+            &format!("/v1/approvals/{approval}/decision"),
+            &s.operator,
+            &json!({"decision": "allow_once", "args_hash": listed["args_hash"]}),
+        )
+        .await;
+    assert_eq!(d.status, StatusCode::OK, "{d:?}");
+    s.wait_session(&session, |b| b["status"] == "idle").await;
+    let finished = events_of(&s, &session, "tool_call.finished").await;
+    assert_eq!(finished.len(), 1, "{finished:?}");
+    assert_eq!(
+        finished[0]["payload"]["output"], "wrote c.txt",
+        "{finished:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(s.workspace.join("c.txt")).unwrap(),
+        "child"
+    );
+}
