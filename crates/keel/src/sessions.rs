@@ -75,38 +75,21 @@ pub async fn sub_agent_approvals(
     store: &Arc<dyn Store>,
     session: SessionId,
 ) -> anyhow::Result<Vec<Value>> {
-    let tenant = local_tenant();
     let mut out = Vec::new();
-    let mut parents = vec![session];
-    while let Some(parent) = parents.pop() {
-        let children = store
-            .list_sessions(
-                tenant,
-                &keel_store::SessionQuery {
-                    parent_session_id: Some(parent),
-                    ..keel_store::SessionQuery::default()
-                },
-            )
-            .await?;
-        for c in children {
-            parents.push(c.session_id);
-            let (_, state) = load_state(store, c.session_id).await?;
-            let agent = store
-                .get_release(tenant, &c.release_id)
-                .await
-                .ok()
-                .map(|r| r.definition.name);
-            for a in waiting_approvals(store, c.session_id, &state).await? {
-                out.push(json!({
-                    "approval_id": a.approval_id,
-                    "tool_call_id": a.tool_call_id,
-                    "tool_name": a.tool_name,
-                    "arguments": a.arguments,
-                    "expires_at": a.expires_at,
-                    "session_id": c.session_id,
-                    "agent": agent,
-                }));
-            }
+    for (child, agent) in
+        keel_runtime::subagents::descendants(store.as_ref(), local_tenant(), session).await?
+    {
+        let (_, state) = load_state(store, child).await?;
+        for a in waiting_approvals(store, child, &state).await? {
+            out.push(json!({
+                "approval_id": a.approval_id,
+                "tool_call_id": a.tool_call_id,
+                "tool_name": a.tool_name,
+                "arguments": a.arguments,
+                "expires_at": a.expires_at,
+                "session_id": child,
+                "agent": agent,
+            }));
         }
     }
     Ok(out)

@@ -77,37 +77,18 @@ async fn page(
     })
 }
 
-/// `session` and its sub-agent sessions (children started by `spawn_agent`, theirs, …, at most
-/// 1000), each with its agent's name (`None` for `session` itself).
+/// `session` and its sub-agent sessions ([`keel_runtime::subagents::descendants`]), each
+/// with its agent's name (`None` for `session` itself).
 async fn with_children(
     state: &Shared,
     tenant: keel_core::TenantId,
     session: keel_core::SessionId,
 ) -> Result<Vec<(Option<keel_core::SessionId>, Option<String>)>, ApiError> {
     let mut out = vec![(Some(session), None)];
-    let mut next = 0;
-    while next < out.len() && out.len() < 1000 {
-        let Some(parent) = out[next].0 else { break };
-        next += 1;
-        let children = state
-            .store
-            .list_sessions(
-                tenant,
-                &keel_store::SessionQuery {
-                    parent_session_id: Some(parent),
-                    ..keel_store::SessionQuery::default()
-                },
-            )
-            .await?;
-        for c in children {
-            let agent = state
-                .store
-                .get_release(tenant, &c.release_id)
-                .await
-                .ok()
-                .map(|r| r.definition.name);
-            out.push((Some(c.session_id), agent));
-        }
+    for (child, agent) in
+        keel_runtime::subagents::descendants(state.store.as_ref(), tenant, session).await?
+    {
+        out.push((Some(child), Some(agent)));
     }
     Ok(out)
 }
