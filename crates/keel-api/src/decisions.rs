@@ -42,6 +42,11 @@ pub struct ApprovalBody {
     pub decided_at: Option<DateTime<Utc>>,
     /// Who decided (a principal id), when decided through the API.
     pub decided_by: Option<String>,
+    /// The sub-agent whose call it is, when `session_id` is a child session a `spawn_agent`
+    /// call of the listed session (or of one of its children) started; `null` for the
+    /// session's own calls. Decide it like any approval: the child, then the parent, continue.
+    #[serde(default)]
+    pub agent: Option<String>,
 }
 
 /// A page of approvals.

@@ -46,6 +46,31 @@ pub struct CreateReleaseRequest {
     #[serde(default)]
     #[schema(value_type = Object)]
     pub mcp_servers: std::collections::BTreeMap<String, Value>,
+    /// The agents this one may start with the `spawn_agent` tool, by name
+    /// (`[a-zA-Z0-9_-]{1,64}`, at most 32 agents): each runs as a child session with its own
+    /// instructions, tools and model route, under the parent session's permission mode,
+    /// sandbox and rules (never looser) and within its budgets. The depth and concurrency of
+    /// children are the server's bounds (`[subagents]` of its configuration), not a release's.
+    /// With a non-empty `tools` list, list `spawn_agent` there too.
+    #[serde(default)]
+    pub agents: std::collections::BTreeMap<String, AgentBody>,
+}
+
+/// One agent a release may start with `spawn_agent` (`keel.toml`'s `[agents.NAME]`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AgentBody {
+    /// Its system instructions.
+    #[serde(default)]
+    pub instructions: String,
+    /// Tools it may see: built-in tools (and `spawn_agent`, to start agents of the parent's
+    /// set itself); empty: every built-in tool.
+    #[serde(default)]
+    pub tools: Vec<String>,
+    /// Its model route, primary first; empty: the parent's route.
+    #[serde(default)]
+    #[schema(max_items = 8)]
+    pub model_route: Vec<String>,
 }
 
 /// Policy rules of a release.
@@ -85,6 +110,8 @@ pub struct ReleaseBody {
     /// names).
     #[schema(value_type = Object)]
     pub mcp_servers: std::collections::BTreeMap<String, Value>,
+    /// The agents it may start with `spawn_agent`, by name, as created.
+    pub agents: std::collections::BTreeMap<String, AgentBody>,
     /// When this tenant first stored it (in lists; `null` elsewhere).
     pub created_at: Option<DateTime<Utc>>,
 }

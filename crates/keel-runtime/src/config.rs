@@ -361,6 +361,10 @@ pub struct RuntimeOptions {
     pub hooks: crate::hooks::Hooks,
     /// Bounds and models of sub-agents (`spawn_agent`, see [`crate::subagents`]).
     pub subagents: SubagentOptions,
+    /// The host's memory settings (`[memory]`): the size limit every memory write is held to,
+    /// the tools' and the API's alike ([`crate::memory::check_entry`]). Default: the agent
+    /// scope and 64 KiB.
+    pub memory: crate::memory::MemorySettings,
 }
 
 /// Builds the model a child session samples from its release's `model_route` (primary first,
@@ -496,6 +500,7 @@ impl Default for RuntimeOptions {
             token_rate: None,
             hooks: crate::hooks::Hooks::default(),
             subagents: SubagentOptions::default(),
+            memory: crate::memory::MemorySettings::default(),
         }
     }
 }

@@ -214,4 +214,5 @@ pub use journal::TurnOutcome;
 pub use pinned::Repin;
 pub use redact::{REDACTED, Redactor};
 pub use runtime::{PendingAction, RunOutcome, Runtime, SessionView};
+pub use secrets::host_redactor;
 pub use subscribe::{Delta, DeltaKind, Subscription, SubscriptionItem};

@@ -109,6 +109,77 @@ pub fn memory_tools(store: Arc<dyn Store>, settings: MemorySettings) -> Vec<Arc<
     ]
 }
 
+/// Why a memory entry is refused ([`check_entry`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The value's compact JSON is `bytes` long, over `max` bytes.
+    TooLarge {
+        /// Its length, bytes of compact JSON.
+        bytes: usize,
+        /// The limit ([`MemorySettings::max_value_bytes`]).
+        max: usize,
+    },
+    /// The value (or a name) holds a secret the redactor knows.
+    Secret,
+}
+
+impl Refusal {
+    /// What the refusal says as JSON (`{"refused": "too_large", "bytes", "max_value_bytes"}` or
+    /// `{"refused": "secret"}`): a tool result's details.
+    pub fn details(&self) -> Value {
+        match self {
+            Refusal::TooLarge { bytes, max } => {
+                json!({"refused": "too_large", "bytes": bytes, "max_value_bytes": max})
+            }
+            Refusal::Secret => json!({"refused": "secret"}),
+        }
+    }
+}
+
+impl std::fmt::Display for Refusal {
+    /// Says why, never echoing the value (nor the secret in it).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::TooLarge { bytes, max } => write!(
+                f,
+                "the value is {bytes} bytes (as JSON), over the memory limit of {max} bytes; store a shorter summary"
+            ),
+            Refusal::Secret => f.write_str(
+                "the entry holds a secret (it matches the secret patterns or values); memory never stores secrets — leave the secret out",
+            ),
+        }
+    }
+}
+
+/// The checks every memory write goes through — the `memory_write` tool's and the API's
+/// `PUT /v1/memory/{namespace}/{key}` alike: `value`'s compact JSON is at most
+/// `max_value_bytes` long, and neither it nor any of `names` (the key, the namespace) holds a
+/// secret `secrets` knows (the redactor's patterns and values, plain or JSON-escaped).
+///
+/// # Errors
+/// The first [`Refusal`]: the size first, then secrets.
+pub fn check_entry(
+    value: &Value,
+    names: &[&str],
+    max_value_bytes: usize,
+    secrets: &dyn keel_tools::SecretCheck,
+) -> Result<(), Refusal> {
+    let text = value.to_string();
+    if text.len() > max_value_bytes {
+        return Err(Refusal::TooLarge {
+            bytes: text.len(),
+            max: max_value_bytes,
+        });
+    }
+    if std::iter::once(text.as_str())
+        .chain(names.iter().copied())
+        .any(|t| secrets.holds_secret(t))
+    {
+        return Err(Refusal::Secret);
+    }
+    Ok(())
+}
+
 /// What the three tools share.
 #[derive(Clone)]
 struct Memory {
@@ -322,24 +393,17 @@ impl MemoryWrite {
         let tool = self.name();
         let a: WriteArgs = parse(tool, args)?;
         let (tenant, ns, key) = self.0.locate(tool, ctx, a.namespace.as_deref(), &a.key)?;
-        let text = a.value.to_string();
-        let max = self.0.settings.max_value_bytes;
-        if text.len() > max {
-            return Err(ToolOutput::not_performed(format!(
-                "{tool} refused: the value is {} bytes (as JSON), over the memory limit of {max} bytes; store a shorter summary",
-                text.len()
-            ))
-            .with_details(json!({"refused": "too_large", "bytes": text.len(), "max_value_bytes": max})));
-        }
         let session = self.0.session(tool, ctx)?;
-        if [text.as_str(), key.as_str(), ns.as_str()]
-            .iter()
-            .any(|t| session.secrets.holds_secret(t))
-        {
-            return Err(ToolOutput::not_performed(format!(
-                "{tool} refused: the entry holds a secret (it matches the session's secret patterns or values); memory never stores secrets — leave the secret out"
-            ))
-            .with_details(json!({"refused": "secret"})));
+        if let Err(refused) = check_entry(
+            &a.value,
+            &[key.as_str(), ns.as_str()],
+            self.0.settings.max_value_bytes,
+            session.secrets.as_ref(),
+        ) {
+            return Err(
+                ToolOutput::not_performed(format!("{tool} refused: {refused}"))
+                    .with_details(refused.details()),
+            );
         }
         Ok((tenant, ns, key, a.value))
     }

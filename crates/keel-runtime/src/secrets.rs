@@ -64,23 +64,40 @@ pub(crate) fn context(tenant: TenantId, session: SessionId) -> String {
     format!("keel-sealed-secrets/{tenant}/{session}")
 }
 
+/// Every secret value a host with `options` knows for a session whose `secret_env` is
+/// `secret_env` (see [`Inner::process_secret_values`]).
+fn host_secret_values(options: &crate::RuntimeOptions, secret_env: &[String]) -> BTreeSet<String> {
+    let names: Vec<&str> = secret_env
+        .iter()
+        .chain(options.withheld_env.iter())
+        .map(String::as_str)
+        .chain(PROVIDER_KEY_ENV.iter().copied())
+        .collect();
+    env_values(&names)
+        .into_iter()
+        .chain(options.secret_values.iter().cloned())
+        .filter(|v| v.len() >= MIN_SECRET_BYTES)
+        .collect()
+}
+
+/// The redactor of a host with `options`, outside any session: the built-in patterns and every
+/// secret value the host knows (its provider keys, [`crate::RuntimeOptions::withheld_env`]'s
+/// values, [`crate::RuntimeOptions::secret_values`]). What a host checks text against that no
+/// session's settings cover (a memory entry written through the API).
+pub fn host_redactor(options: &crate::RuntimeOptions) -> Redactor {
+    let values: Vec<String> = host_secret_values(options, &[]).into_iter().collect();
+    // The built-in patterns compile; no configured pattern is added here.
+    Redactor::with_values(&[], &values)
+        .unwrap_or_else(|_| unreachable!("built-in patterns compile"))
+}
+
 impl Inner {
     /// Every secret value this process knows for a session whose `secret_env` is `secret_env`:
     /// the values of those variables, of [`PROVIDER_KEY_ENV`] and of
     /// [`crate::RuntimeOptions::withheld_env`], and [`crate::RuntimeOptions::secret_values`]
     /// (values under 6 bytes left out).
     pub(crate) fn process_secret_values(&self, secret_env: &[String]) -> BTreeSet<String> {
-        let names: Vec<&str> = secret_env
-            .iter()
-            .chain(self.options.withheld_env.iter())
-            .map(String::as_str)
-            .chain(PROVIDER_KEY_ENV.iter().copied())
-            .collect();
-        env_values(&names)
-            .into_iter()
-            .chain(self.options.secret_values.iter().cloned())
-            .filter(|v| v.len() >= MIN_SECRET_BYTES)
-            .collect()
+        host_secret_values(&self.options, secret_env)
     }
 
     /// Reads and opens the session's sealed `secrets` row.

@@ -123,6 +123,45 @@ impl Tool for SpawnAgent {
     }
 }
 
+/// The sub-agent sessions of `session` — the children its `spawn_agent` calls started, theirs,
+/// and so on (at most 1000) — each with its agent's name (its release's). Hosts list their
+/// pending approvals with the session's own, so the parent's host can decide them.
+///
+/// # Errors
+/// Store errors.
+pub async fn descendants(
+    store: &dyn keel_store::Store,
+    tenant: keel_core::TenantId,
+    session: SessionId,
+) -> std::result::Result<Vec<(SessionId, String)>, StoreError> {
+    let mut out: Vec<(SessionId, String)> = Vec::new();
+    let mut parents = vec![session];
+    while let Some(parent) = parents.pop() {
+        let children = store
+            .list_sessions(
+                tenant,
+                &keel_store::SessionQuery {
+                    parent_session_id: Some(parent),
+                    ..keel_store::SessionQuery::default()
+                },
+            )
+            .await?;
+        for c in children {
+            if out.len() >= 1000 {
+                return Ok(out);
+            }
+            let agent = store
+                .get_release(tenant, &c.release_id)
+                .await
+                .map(|r| r.definition.name)
+                .unwrap_or_default();
+            parents.push(c.session_id);
+            out.push((c.session_id, agent));
+        }
+    }
+    Ok(out)
+}
+
 /// What the parent's journal says about the call's child when the call starts.
 struct ParentView {
     config: SessionConfig,

@@ -95,6 +95,11 @@ impl Runtimes {
         options: RuntimeOptions,
         mcp: Arc<keel_mcp::McpPool>,
     ) -> Self {
+        // A child session (`spawn_agent`) samples its agent's route, built by the same factory
+        // as every release's (the server's providers, its `allow_script_models`).
+        let mut options = options;
+        let models = factory.clone();
+        options.subagents.models = Some(Arc::new(move |route: &[String]| models.build(route)));
         Self {
             factory,
             tools,
@@ -148,13 +153,24 @@ impl Runtimes {
         self.for_release(&release)
     }
 
-    /// The names of the tools a release may list.
+    /// The names of the tools a release may list: the host's, and `spawn_agent` (every
+    /// runtime has it; it is offered to releases that define agents).
     ///
     /// # Errors
     /// 500 when the tools cannot be set up.
     pub fn tool_names(&self) -> Result<Vec<String>, ApiError> {
         let tools = (self.tools)().map_err(|e| ApiError::internal(&e))?;
-        Ok(tools.specs().into_iter().map(|s| s.name).collect())
+        let mut names: Vec<String> = tools.specs().into_iter().map(|s| s.name).collect();
+        let spawn = keel_runtime::subagents::SPAWN_AGENT;
+        if !names.iter().any(|n| n == spawn) {
+            names.push(spawn.to_owned());
+        }
+        Ok(names)
+    }
+
+    /// The runtime options the runtimes were built with.
+    pub fn options(&self) -> &RuntimeOptions {
+        &self.options
     }
 
     /// The worker name the runtimes were given (`RuntimeOptions::worker_name`).

@@ -185,6 +185,7 @@ pub fn approval_body(a: ApprovalRecord) -> ApprovalBody {
         expires_at: a.expires_at,
         decided_at: a.decided_at,
         decided_by: a.decided_by.map(|p| p.to_string()),
+        agent: None,
     }
 }
 

@@ -555,3 +555,21 @@ pub fn call(name: &str, args: Value) -> Value {
 pub fn path_of(p: &Path) -> String {
     p.display().to_string()
 }
+
+/// The events of `session` of type `ty`, oldest first.
+pub async fn events_of(s: &TestServer, session: &str, ty: &str) -> Vec<Value> {
+    let r = s
+        .get(
+            &format!("/v1/sessions/{session}/events?limit=1000"),
+            &s.viewer,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK, "{r:?}");
+    r.body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["type"] == ty)
+        .cloned()
+        .collect()
+}

@@ -9,10 +9,12 @@ mod common;
 mod authz;
 
 mod e2e;
+mod memory_checks;
 mod metrics;
 mod openapi;
 mod scheduling;
 mod secrets;
 mod semantics;
 mod sse;
+mod subagents;
 mod transport;

@@ -974,24 +974,6 @@ async fn memory_and_artifacts_read_back_what_was_written(b: Backend) {
     assert!(read == text, "the pages do not add up to the artifact");
 }
 
-/// The events of `session` of type `ty`, oldest first.
-async fn events_of(s: &TestServer, session: &str, ty: &str) -> Vec<Value> {
-    let r = s
-        .get(
-            &format!("/v1/sessions/{session}/events?limit=1000"),
-            &s.viewer,
-        )
-        .await;
-    assert_eq!(r.status, StatusCode::OK, "{r:?}");
-    r.body["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|e| e["type"] == ty)
-        .cloned()
-        .collect()
-}
-
 /// Submits `input` to `session`, waits until the session is idle again and returns the turn's
 /// final text.
 async fn turn_text(s: &TestServer, session: &str, input: &str) -> Value {

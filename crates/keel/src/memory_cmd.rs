@@ -91,9 +91,12 @@ fn namespace_of(given: Option<String>, config: &Config, remote: bool) -> anyhow:
         .map_or(MemoryScope::Agent, |s| s.scope);
     Ok(match scope {
         MemoryScope::Agent => format!("agent:{CLI_AGENT}"),
-        MemoryScope::User if remote => anyhow::bail!(
-            "[memory] namespace is \"user\": on a server that is user:<principal id> of whoever created the session; name it with --namespace"
-        ),
+        // A usage error (exit 2): the flag is what is missing.
+        MemoryScope::User if remote => {
+            return Err(anyhow::Error::new(crate::exit::UsageError(
+                "[memory] namespace is \"user\": on a server that is user:<principal id> of whoever created the session, which keel cannot tell from its key; name it with --namespace user:<principal id>".to_owned(),
+            )));
+        }
         MemoryScope::User => format!("user:{LOCAL_USER}"),
         MemoryScope::Shared => "shared".to_owned(),
     })

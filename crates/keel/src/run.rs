@@ -388,6 +388,7 @@ pub fn host_options(config: &Config, worker_name: &str) -> anyhow::Result<Runtim
         hooks: keel_runtime::hooks::Hooks::new(&config.hooks)
             .context("the [hooks] configuration")?,
         subagents: subagent_options(config),
+        memory: config.memory.unwrap_or_default(),
         ..RuntimeOptions::default()
     })
 }

@@ -65,6 +65,36 @@ pub async fn waiting_approvals(
         .collect())
 }
 
+/// The approvals the sub-agents of `session` wait on (its `spawn_agent` children, theirs, …):
+/// as a session's own, plus the child's `session_id` and its `agent`. `keel approve ID`
+/// decides them like the session's own; the child, then the parent, continue.
+///
+/// # Errors
+/// Store errors.
+pub async fn sub_agent_approvals(
+    store: &Arc<dyn Store>,
+    session: SessionId,
+) -> anyhow::Result<Vec<Value>> {
+    let mut out = Vec::new();
+    for (child, agent) in
+        keel_runtime::subagents::descendants(store.as_ref(), local_tenant(), session).await?
+    {
+        let (_, state) = load_state(store, child).await?;
+        for a in waiting_approvals(store, child, &state).await? {
+            out.push(json!({
+                "approval_id": a.approval_id,
+                "tool_call_id": a.tool_call_id,
+                "tool_name": a.tool_name,
+                "arguments": a.arguments,
+                "expires_at": a.expires_at,
+                "session_id": child,
+                "agent": agent,
+            }));
+        }
+    }
+    Ok(out)
+}
+
 /// Reads a session's whole journal and folds it.
 ///
 /// # Errors
@@ -255,7 +285,7 @@ pub async fn summary(store: &Arc<dyn Store>, session: SessionId) -> anyhow::Resu
         .release_id
         .clone()
         .unwrap_or(record.release_id.clone());
-    let approvals: Vec<Value> = waiting_approvals(store, session, &state)
+    let mut approvals: Vec<Value> = waiting_approvals(store, session, &state)
         .await?
         .into_iter()
         .map(|a| {
@@ -268,6 +298,7 @@ pub async fn summary(store: &Arc<dyn Store>, session: SessionId) -> anyhow::Resu
             })
         })
         .collect();
+    approvals.extend(sub_agent_approvals(store, session).await?);
     // Whether a live process holds the session (a `running` session nobody holds was left by a
     // crash or kill: `keel resume` continues it).
     let live_worker = record.lease.as_ref().is_some_and(|l| {
@@ -589,9 +620,14 @@ pub fn print_summary(s: &Value, json_out: bool) -> anyhow::Result<()> {
             "pending approvals (keel approve ID | keel deny ID --reason TEXT)"
         )?;
         for a in approvals {
+            // A sub-agent's: which agent, in which child session.
+            let of = match a["agent"].as_str() {
+                Some(agent) => format!("  (agent {agent}, session {})", str_of(&a["session_id"])),
+                None => String::new(),
+            };
             writeln!(
                 out,
-                "  {}  {} {}",
+                "  {}  {} {}{of}",
                 str_of(&a["approval_id"]),
                 str_of(&a["tool_name"]),
                 a["arguments"]

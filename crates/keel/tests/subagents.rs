@@ -37,8 +37,8 @@ fn call_results(lines: &[serde_json::Value]) -> Vec<(String, String)> {
         .collect()
 }
 
-#[test]
-fn an_agent_from_keel_toml_answers_a_spawn_agent_call_and_inherits_read_only() {
+/// An environment whose user config defines `[agents.helper]` (the `HELPER` script, may write).
+fn with_helper() -> Env {
     let env = Env::new();
     env.write("helper.jsonl", HELPER);
     let helper = env.path("helper.jsonl");
@@ -49,6 +49,12 @@ fn an_agent_from_keel_toml_answers_a_spawn_agent_call_and_inherits_read_only() {
             helper.display()
         ),
     );
+    env
+}
+
+#[test]
+fn an_agent_from_keel_toml_answers_a_spawn_agent_call_and_inherits_read_only() {
+    let env = with_helper();
     // Bypass: the child writes, and its answer is the call's result.
     let (code, lines, err) = run(&env, "bypass");
     assert_eq!(code, Some(0), "{err}");
@@ -107,4 +113,72 @@ fn an_agent_file_of_a_trusted_workspace_is_an_agent() {
         vec![("succeeded".to_owned(), "helper finished".to_owned())]
     );
     assert!(env.path("ws/a.txt").exists());
+}
+
+/// A child that needs an approval while its parent runs headless: `keel sessions show PARENT`
+/// lists the child's approval (labelled with the agent and the child session), `keel approve`
+/// decides it, and the child, then the parent, finish.
+#[test]
+fn a_childs_approval_is_listed_on_the_parent_and_decided_with_keel_approve() {
+    let env = with_helper();
+    env.write("script.jsonl", PARENT);
+    let run = env
+        .keel()
+        .args(["run", "--workspace", "ws", "--model", "script:script.jsonl"])
+        .args(["--output", "jsonl", "delegate"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let (parent, approval) = loop {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no child approval listed"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        // One JSON object a line; the parent is the session whose view lists an agent's
+        // approval (the child's own view lists it unlabelled).
+        let list = crate::common::stdout(&env.run(&["sessions", "list", "--json"]));
+        let ids: Vec<String> = list
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter_map(|s| s["session_id"].as_str().map(str::to_owned))
+            .collect();
+        let found = ids.into_iter().find_map(|id| {
+            let show: serde_json::Value = serde_json::from_str(&crate::common::stdout(
+                &env.run(&["sessions", "show", &id, "--json"]),
+            ))
+            .unwrap_or_default();
+            let a = show["pending_approvals"]
+                .as_array()?
+                .iter()
+                .find(|a| a["agent"].is_string())?
+                .clone();
+            Some((id, a))
+        });
+        if let Some(found) = found {
+            break found;
+        }
+    };
+    assert_eq!(approval["agent"], "helper", "{approval}");
+    assert_eq!(approval["tool_name"], "write_file", "{approval}");
+    assert_ne!(approval["session_id"], parent.as_str(), "{approval}");
+    let text = crate::common::stdout(&env.run(&["sessions", "show", &parent]));
+    assert!(text.contains("(agent helper, session "), "{text}");
+    let id = approval["approval_id"].as_str().unwrap();
+    let out = env.run(&["approve", id]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = run.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let lines = jsonl_lines(&out.stdout);
+    assert_eq!(check_stream(&lines)["terminal_reason"], "completed");
+    assert_eq!(
+        call_results(&lines),
+        vec![("succeeded".to_owned(), "helper finished".to_owned())]
+    );
+    assert_eq!(
+        std::fs::read_to_string(env.path("ws/a.txt")).unwrap(),
+        "from the child"
+    );
 }

@@ -40,25 +40,57 @@ async fn page(
                 .map_err(|_| ApiError::bad_request("cursor", "not a cursor of this list"))
         })
         .transpose()?;
-    let items: Vec<ApprovalBody> = state
-        .store
-        .list_approvals_page(
-            tenant,
-            &ApprovalQuery {
-                session_id: session,
-                status: q.status.map(Kernel::kernel),
-                after,
-                limit: Some(limit),
-            },
-        )
-        .await?
+    // A session's list holds its sub-agents' approvals too (children, their children, …),
+    // labelled with the agent: its host decides them like its own.
+    let sessions = match session {
+        Some(s) => with_children(state, tenant, s).await?,
+        None => vec![(None, None)],
+    };
+    let mut items: Vec<(keel_core::ApprovalRecord, Option<String>)> = Vec::new();
+    for (sid, agent) in sessions {
+        let rows = state
+            .store
+            .list_approvals_page(
+                tenant,
+                &ApprovalQuery {
+                    session_id: sid,
+                    status: q.status.map(Kernel::kernel),
+                    after,
+                    limit: Some(limit),
+                },
+            )
+            .await?;
+        items.extend(rows.into_iter().map(|a| (a, agent.clone())));
+    }
+    items.sort_by_key(|(a, _)| a.approval_id);
+    items.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
+    let items: Vec<ApprovalBody> = items
         .into_iter()
-        .map(approval_body)
+        .map(|(a, agent)| ApprovalBody {
+            agent,
+            ..approval_body(a)
+        })
         .collect();
     Ok(ApprovalPage {
         next_cursor: next_cursor(&items, limit, |a| a.approval_id.clone()),
         items,
     })
+}
+
+/// `session` and its sub-agent sessions ([`keel_runtime::subagents::descendants`]), each
+/// with its agent's name (`None` for `session` itself).
+async fn with_children(
+    state: &Shared,
+    tenant: keel_core::TenantId,
+    session: keel_core::SessionId,
+) -> Result<Vec<(Option<keel_core::SessionId>, Option<String>)>, ApiError> {
+    let mut out = vec![(Some(session), None)];
+    for (child, agent) in
+        keel_runtime::subagents::descendants(state.store.as_ref(), tenant, session).await?
+    {
+        out.push((Some(child), Some(agent)));
+    }
+    Ok(out)
 }
 
 /// Lists the tenant's approvals (e.g. `?status=pending`: everything waiting on a human).
@@ -79,7 +111,8 @@ pub async fn list_approvals(
     Ok(Json(page(&state, tenant, None, q).await?))
 }
 
-/// Lists a session's approvals.
+/// Lists a session's approvals, its sub-agents' included (each labelled with its `agent` and
+/// child `session_id`; decide them with `POST /v1/approvals/{approval_id}/decision`).
 #[utoipa::path(get, path = "/v1/sessions/{session_id}/approvals", tag = "approvals", operation_id = "list_session_approvals",
     params(("session_id" = String, Path, description = "The session"), ApprovalListQuery),
     responses(

@@ -16,9 +16,10 @@ use crate::error::{ApiError, Problem};
 use crate::http::JsonBody;
 use crate::state::Shared;
 use crate::types::{
-    ArtifactChunkBody, ArtifactInfoBody, ArtifactPage, ArtifactQuery, CreateReleaseRequest,
-    MemoryBody, MemoryListQuery, MemoryPage, PageQuery, PutMemoryRequest, ReleaseBody, ReleasePage,
-    UsageQuery, UsageReport, UsageRowBody, budget, budget_body, usage_body,
+    AgentBody, ArtifactChunkBody, ArtifactInfoBody, ArtifactPage, ArtifactQuery,
+    CreateReleaseRequest, MemoryBody, MemoryListQuery, MemoryPage, PageQuery, PutMemoryRequest,
+    ReleaseBody, ReleasePage, UsageQuery, UsageReport, UsageRowBody, budget, budget_body,
+    usage_body,
 };
 
 fn release_body(r: Release, created_at: Option<chrono::DateTime<Utc>>) -> ReleaseBody {
@@ -35,6 +36,20 @@ fn release_body(r: Release, created_at: Option<chrono::DateTime<Utc>>) -> Releas
             .mcp_servers
             .into_iter()
             .map(|(name, server)| (name, shown_server(server)))
+            .collect(),
+        agents: d
+            .agents
+            .into_iter()
+            .map(|(name, a)| {
+                (
+                    name,
+                    AgentBody {
+                        instructions: a.instructions,
+                        tools: a.tools,
+                        model_route: a.model_route,
+                    },
+                )
+            })
             .collect(),
         created_at,
     }
@@ -70,7 +85,7 @@ fn shown_server(mut server: serde_json::Value) -> serde_json::Value {
         (status = 409, description = "The same key in flight", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body too large", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "Not JSON", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "Invalid field (an unknown tool, a model the server does not serve, a rule that does not parse, an MCP server entry that is malformed or a stdio server this host does not allow), or the key reused with another body", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid field (an unknown tool, a model the server does not serve, a rule that does not parse, an MCP server entry that is malformed or a stdio server this host does not allow, an agent with a bad name, an unknown tool or a route the server does not serve: `agents`), or the key reused with another body", body = Problem, content_type = "application/problem+json"),
     ))]
 pub async fn create_release(
     State(state): State<Shared>,
@@ -110,6 +125,7 @@ pub async fn create_release(
             format!("unknown tool {t:?}; known are {}", known.join(", ")),
         ));
     }
+    let agents = agents_of(&state, &body.agents, &known)?;
     let policy = match &body.policy {
         None => serde_json::Value::Null,
         Some(p) => serde_json::to_value(p).map_err(|e| ApiError::internal(&e))?,
@@ -122,7 +138,7 @@ pub async fn create_release(
         policy,
         budget: budget(body.budget),
         mcp_servers: body.mcp_servers.clone(),
-        agents: Default::default(),
+        agents,
     });
     keel_runtime::pinned::check_release(&release).map_err(|e| {
         let text = e.to_string();
@@ -153,6 +169,74 @@ pub async fn create_release(
         res.headers_mut().insert(header::LOCATION, v);
     }
     Ok(res)
+}
+
+/// Most agents one release may define.
+const MAX_AGENTS: usize = 32;
+
+/// The agent definitions of a release's `agents`, checked: names of 1 to 64 letters, digits,
+/// `_` or `-`; tools the server has (or `spawn_agent`); a model route of at most 8 specs the
+/// server serves (empty: the parent's). 422 naming `agents` (and the agent) otherwise.
+fn agents_of(
+    state: &Shared,
+    agents: &std::collections::BTreeMap<String, AgentBody>,
+    known: &[String],
+) -> Result<std::collections::BTreeMap<String, AgentDefinition>, ApiError> {
+    if agents.len() > MAX_AGENTS {
+        return Err(ApiError::invalid(
+            "agents",
+            format!("a release defines at most {MAX_AGENTS} agents"),
+        ));
+    }
+    let mut out = std::collections::BTreeMap::new();
+    for (name, a) in agents {
+        let ok_name = !name.is_empty()
+            && name.len() <= 64
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        if !ok_name {
+            return Err(ApiError::invalid(
+                "agents",
+                format!("agent name {name:?}: use 1 to 64 letters, digits, `_` or `-`"),
+            ));
+        }
+        if let Some(t) = a.tools.iter().find(|t| !known.contains(t)) {
+            return Err(ApiError::invalid(
+                "agents",
+                format!(
+                    "agent {name:?}: unknown tool {t:?}; known are {}",
+                    known.join(", ")
+                ),
+            ));
+        }
+        if a.model_route.len() > 8 {
+            return Err(ApiError::invalid(
+                "agents",
+                format!("agent {name:?}: model_route takes at most 8 model specs"),
+            ));
+        }
+        if !a.model_route.is_empty() {
+            // The route must be one this server serves, as a release's own.
+            state.runtimes.for_route(&a.model_route).map_err(|e| {
+                ApiError::invalid("agents", format!("agent {name:?}: {}", e.problem.detail))
+            })?;
+        }
+        out.insert(
+            name.clone(),
+            AgentDefinition {
+                name: name.clone(),
+                model_route: a.model_route.clone(),
+                instructions: a.instructions.clone(),
+                tools: a.tools.clone(),
+                policy: serde_json::Value::Null,
+                budget: keel_core::Budget::default(),
+                mcp_servers: Default::default(),
+                agents: Default::default(),
+            },
+        );
+    }
+    Ok(out)
 }
 
 /// Lists the tenant's releases.
@@ -453,7 +537,10 @@ pub async fn get_memory(
     Ok(Json(memory_body(m)))
 }
 
-/// Writes a memory entry (insert or replace).
+/// Writes a memory entry (insert or replace), checked as the `memory_write` tool checks it: a
+/// value whose compact JSON is over the host's `[memory] max_value_bytes` (64 KiB by default),
+/// or a value, key or namespace holding a secret (the redactor's patterns, the host's secret
+/// values), is refused with 422 naming `value` (the secret is not echoed).
 #[utoipa::path(put, path = "/v1/memory/{namespace}/{key}", tag = "data", operation_id = "put_memory",
     params(("namespace" = String, Path, description = "The namespace"), ("key" = String, Path, description = "The key")),
     request_body = PutMemoryRequest,
@@ -464,7 +551,7 @@ pub async fn get_memory(
         (status = 403, description = "Not an operator", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body too large", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "Not JSON", body = Problem, content_type = "application/problem+json"),
-        (status = 422, description = "Invalid field", body = Problem, content_type = "application/problem+json"),
+        (status = 422, description = "Invalid field: `value` over the memory size limit (`limit`: `max_value_bytes`) or holding a secret", body = Problem, content_type = "application/problem+json"),
     ))]
 pub async fn put_memory(
     State(state): State<Shared>,
@@ -475,6 +562,21 @@ pub async fn put_memory(
     let tenant = caller.tenant_as(Role::Operator)?;
     check_name("namespace", &ns)?;
     check_name("key", &key)?;
+    // The `memory_write` tool's checks: the host's size limit, no secret (never echoed).
+    let options = state.runtimes.options();
+    let secrets = keel_runtime::host_redactor(options);
+    if let Err(refused) = keel_runtime::memory::check_entry(
+        &body.value,
+        &[&ns, &key],
+        options.memory.max_value_bytes,
+        &secrets,
+    ) {
+        let e = ApiError::invalid("value", format!("memory entry refused: {refused}"));
+        return Err(match refused {
+            keel_runtime::memory::Refusal::TooLarge { .. } => e.limit("max_value_bytes"),
+            keel_runtime::memory::Refusal::Secret => e,
+        });
+    }
     state
         .store
         .memory_put(tenant, &ns, &key, &body.value)

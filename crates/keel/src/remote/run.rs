@@ -40,6 +40,10 @@ struct RemoteRun {
     started: Instant,
     /// The journal folded so far.
     state: SessionState,
+    /// The input given was a slash command the server carried out (its answer printed): there
+    /// is nothing to drive, and nothing "left to continue" either — a headless run ends with
+    /// exit 0, a terminal asks for the next input.
+    answered: bool,
 }
 
 /// How a drive ended.
@@ -107,6 +111,22 @@ fn release_request(config: &Config) -> CreateReleaseRequest {
         // The server runs them (a stdio one only where its `[server] release_mcp_stdio`
         // allows; otherwise the release is refused naming `mcp_servers`).
         mcp_servers: d.mcp_servers,
+        // `[agents]` (and a trusted workspace's `.keel/agents/*.md`): the server runs them as
+        // child sessions under its own `[subagents]` bounds.
+        agents: d
+            .agents
+            .into_iter()
+            .map(|(name, a)| {
+                (
+                    name,
+                    keel_client::api::AgentBody {
+                        instructions: a.instructions,
+                        tools: a.tools,
+                        model_route: a.model_route,
+                    },
+                )
+            })
+            .collect(),
     }
 }
 
@@ -331,6 +351,7 @@ async fn prepare(
                     client,
                     session: id,
                     continues: turn.is_some(),
+                    answered: turn.is_none(),
                     turn,
                     started,
                     state: SessionState::default(),
@@ -387,15 +408,21 @@ async fn prepare(
                     .filter(|t| t.status != TurnStatus::Completed)
                     .map(|t| format!("{CONTINUE_PROMPT}\n\n{}", t.input)),
             };
+            let mut answered = false;
             let turn = match input.filter(|_| caught_up.is_none()) {
-                Some(text) => submit(&client, &sid, &text).await?,
+                Some(text) => {
+                    let turn = submit(&client, &sid, &text).await?;
+                    answered = turn.is_none();
+                    turn
+                }
                 None => caught_up,
             };
             Ok((
                 RemoteRun {
                     client,
                     session: id,
-                    continues: turn.is_some() || unfinished,
+                    continues: turn.is_some() || (unfinished && !answered),
+                    answered,
                     turn,
                     started,
                     state,
@@ -687,6 +714,16 @@ async fn converse(mut p: RemoteRun, output: OutputFormat, lines: &mut Option<Lin
         .unwrap_or_else(PoisonError::into_inner)
         .seed(&p.state);
     loop {
+        if std::mem::take(&mut p.answered) {
+            // A command the server answered (printed): nothing ran, nothing to report.
+            let Some(lines) = lines.as_mut() else {
+                return 0;
+            };
+            match next_input(&mut p, lines).await {
+                Ok(()) => continue,
+                Err(code) => return code.unwrap_or(0),
+            }
+        }
         let driven = drive(&mut p, &printer).await;
         let waiting = match &driven {
             Driven::Finished(SessionStatus::RequiresAction) => pending(&p).await,
@@ -719,34 +756,46 @@ async fn converse(mut p: RemoteRun, output: OutputFormat, lines: &mut Option<Lin
         let Some(lines) = lines.as_mut() else {
             return code;
         };
-        // The server's input pipeline compiles the follow-up: a slash command is carried out
-        // there and its answer printed here; refused input (422) is said and asked again.
-        let turn = loop {
-            let Some(next) = lines.ask_prompt().await else {
-                return code;
-            };
-            match p.client.submit_input(&p.session.to_string(), &next).await {
-                Ok(keel_client::api::InputOutcome::Turn(turn)) => break turn,
-                Ok(keel_client::api::InputOutcome::Command(c)) => {
-                    println!("{}", c.output);
-                    if let Some(new) = c.new_session_id.and_then(|s| s.parse().ok()) {
-                        p.session = new;
-                        p.state = SessionState::default();
-                    }
-                }
-                Err(e) if e.status() == Some(422) => {
-                    eprintln!("keel: {}", explain(&p.client, e));
-                }
-                Err(e) => {
-                    eprintln!("keel: {}", explain(&p.client, e));
-                    return exit::code(TerminalReason::Failed);
+        if let Err(stop) = next_input(&mut p, lines).await {
+            return stop.unwrap_or(code);
+        }
+    }
+}
+
+/// Reads follow-ups until one queues a turn (then `p` drives it next). The server's input
+/// pipeline compiles each: a slash command is carried out there and its answer printed here;
+/// refused input (422) is said and asked again.
+///
+/// # Errors
+/// `Err(None)` at the end of input (exit with the last code), `Err(Some(code))` when the server
+/// failed the input.
+async fn next_input(p: &mut RemoteRun, lines: &mut Lines) -> Result<(), Option<u8>> {
+    let turn = loop {
+        let Some(next) = lines.ask_prompt().await else {
+            return Err(None);
+        };
+        match p.client.submit_input(&p.session.to_string(), &next).await {
+            Ok(keel_client::api::InputOutcome::Turn(turn)) => break turn,
+            Ok(keel_client::api::InputOutcome::Command(c)) => {
+                println!("{}", c.output);
+                if let Some(new) = c.new_session_id.and_then(|s| s.parse().ok()) {
+                    p.session = new;
+                    p.state = SessionState::default();
                 }
             }
-        };
-        p.turn = turn.turn_id.parse().ok();
-        p.continues = true;
-        p.started = Instant::now();
-    }
+            Err(e) if e.status() == Some(422) => {
+                eprintln!("keel: {}", explain(&p.client, e));
+            }
+            Err(e) => {
+                eprintln!("keel: {}", explain(&p.client, e));
+                return Err(Some(exit::code(TerminalReason::Failed)));
+            }
+        }
+    };
+    p.turn = turn.turn_id.parse().ok();
+    p.continues = true;
+    p.started = Instant::now();
+    Ok(())
 }
 
 /// Sends `text` to the server's input pipeline: the turn it queued, or `None` for a slash

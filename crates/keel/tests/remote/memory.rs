@@ -17,22 +17,7 @@ fn memory_a_server_run_wrote_is_listed_read_and_forgotten_over_the_server() {
         "{\"tool_calls\":[{\"name\":\"memory_write\",\"arguments\":{\"key\":\"style\",\"value\":\"tabs, never spaces\"}}]}\n{\"text\":\"noted\"}\n",
     );
     let s = serve(&env);
-    let ws = env.ws().display().to_string();
-    let script = env.path("script.jsonl").display().to_string();
-    let run = remote(
-        &env,
-        &s,
-        &[
-            "run",
-            "--workspace",
-            &ws,
-            "--model",
-            &format!("script:{script}"),
-            "--output",
-            "jsonl",
-            "go",
-        ],
-    );
+    let run = run_script(&env, &s, &["--output", "jsonl", "go"]);
     assert!(run.status.success(), "{}\n{}", stdout(&run), stderr(&run));
 
     let list = remote(&env, &s, &["memory", "list"]);
@@ -56,4 +41,55 @@ fn memory_a_server_run_wrote_is_listed_read_and_forgotten_over_the_server() {
     // The local store (another tenant, the CLI's) never saw it.
     let local = env.run(&["memory", "list"]);
     assert_eq!(stdout(&local).trim(), "(no entries in agent:keel)");
+}
+
+/// `[memory] namespace = "user"`: on a server the user is the principal of whoever created the
+/// session, which the CLI cannot derive from its key: `keel --server URL memory list` says to
+/// name it with `--namespace` (exit 2, usage), and works with it.
+#[test]
+fn user_memory_over_a_server_needs_the_namespace_flag_and_says_so() {
+    let env = Env::new();
+    env.write(
+        "config/keel/keel.toml",
+        "[memory]\nenabled = true\nnamespace = \"user\"\n",
+    );
+    let s = serve(&env);
+    let list = remote(&env, &s, &["memory", "list"]);
+    assert_eq!(list.status.code(), Some(2), "{}", stderr(&list));
+    assert!(stderr(&list).contains("--namespace"), "{}", stderr(&list));
+    let named = remote(&env, &s, &["memory", "list", "--namespace", "user:someone"]);
+    assert!(named.status.success(), "{}", stderr(&named));
+    assert_eq!(stdout(&named).trim(), "(no entries in user:someone)");
+}
+
+/// A slash command as the first prompt of a headless run on a server is answered locally by the
+/// server's input pipeline: its answer is printed and the run exits 0.
+#[test]
+fn a_headless_slash_command_on_a_server_prints_its_answer_and_exits_0() {
+    let env = Env::new();
+    env.write("script.jsonl", "{\"text\":\"never sampled\"}\n");
+    let s = serve(&env);
+    let run = run_script(&env, &s, &["/help"]);
+    assert_eq!(
+        run.status.code(),
+        Some(0),
+        "{}\n{}",
+        stdout(&run),
+        stderr(&run)
+    );
+    assert!(stdout(&run).contains("/cost"), "{}", stdout(&run));
+    assert!(
+        !stderr(&run).contains("nothing to continue"),
+        "{}",
+        stderr(&run)
+    );
+}
+
+/// `keel --server URL run --workspace WS --model script:script.jsonl ARGS…`.
+fn run_script(env: &Env, s: &super::Served, args: &[&str]) -> std::process::Output {
+    let ws = env.ws().display().to_string();
+    let model = format!("script:{}", env.path("script.jsonl").display());
+    let mut all = vec!["run", "--workspace", &ws, "--model", &model];
+    all.extend_from_slice(args);
+    remote(env, s, &all)
 }
