@@ -144,6 +144,7 @@ impl Runtime {
                 gates: crate::hold::Gates::default(),
                 child_models: Mutex::new(HashMap::new()),
                 child_slots: Mutex::new(HashMap::new()),
+                descendant_slots: Mutex::new(HashMap::new()),
             }
         });
         Self { inner, actor: None }

@@ -125,6 +125,9 @@ pub(crate) struct Inner {
     pub(crate) child_models: Mutex<HashMap<Vec<String>, Arc<dyn ModelClient>>>,
     /// Each parent session's slots for running children (`spawn_agent`), created on first use.
     pub(crate) child_slots: Mutex<HashMap<SessionId, Arc<tokio::sync::Semaphore>>>,
+    /// Per top-level session: the slots of its live descendants
+    /// ([`crate::config::SubagentOptions::max_descendants`]).
+    pub(crate) descendant_slots: Mutex<HashMap<SessionId, Arc<tokio::sync::Semaphore>>>,
 }
 
 impl Inner {
@@ -178,6 +181,23 @@ impl Inner {
             .or_insert_with(|| {
                 Arc::new(tokio::sync::Semaphore::new(
                     self.options.subagents.max_concurrent.max(1),
+                ))
+            })
+            .clone()
+    }
+}
+
+impl Inner {
+    /// The slots of the live descendants of the top-level session `root` (at most
+    /// [`crate::config::SubagentOptions::max_descendants`]).
+    pub(crate) fn descendant_slots(&self, root: SessionId) -> Arc<tokio::sync::Semaphore> {
+        self.descendant_slots
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(root)
+            .or_insert_with(|| {
+                Arc::new(tokio::sync::Semaphore::new(
+                    self.options.subagents.max_descendants.max(1),
                 ))
             })
             .clone()
