@@ -479,6 +479,11 @@ async fn no_agents_no_spawn_agent(b: Backend) {
     f.rt.run(f.tenant, f.session).await.unwrap();
     let results = finished_outputs(&f.events().await);
     assert_eq!(results[0].0, "rejected", "{results:?}");
+    // The model is told the tools it is offered (attack review 15 #11: the list was empty, or
+    // named `spawn_agent` although it is not offered).
+    let (_, offered) = results[0].1.split_once("Available tools: ").unwrap();
+    assert!(offered.contains("read_file"), "{results:?}");
+    assert!(!offered.contains("spawn_agent"), "{results:?}");
     assert!(children_of(&f, f.session).await.is_empty());
 }
 

@@ -25,6 +25,7 @@ mod otlp;
 mod postgres;
 mod realworld;
 mod remote;
+mod repo_files;
 mod resume_changes;
 mod secret_attacks;
 mod secrets;
