@@ -56,7 +56,37 @@ pub(crate) fn map_status(s: ToolResultStatus) -> ToolCallStatus {
     }
 }
 
+/// The tool result of a call to a tool the agent is not offered: names the tools it is (the
+/// ones its model was shown), or says it has none.
+fn unknown_tool_text(name: &str, offered: &[String]) -> String {
+    if offered.is_empty() {
+        format!("Unknown tool `{name}`: this agent has no tools; answer in text.")
+    } else {
+        format!(
+            "Unknown tool `{name}`: this agent is not offered it. Available tools: {}.",
+            offered.join(", ")
+        )
+    }
+}
+
 impl Runner {
+    /// The names of the tools this agent's model is shown (the release's list, or every tool of
+    /// the registry, less those the release does not enable), sorted.
+    fn offered_names(&self) -> Vec<String> {
+        let registry = self.tools();
+        let offered = crate::pinned::offered_tools(&self.release, &registry);
+        let mut names: Vec<String> = if offered.is_empty() {
+            registry.specs().into_iter().map(|s| s.name).collect()
+        } else {
+            offered.into_owned()
+        };
+        names
+            .retain(|n| crate::pinned::tool_enabled(&self.release, n) && registry.get(n).is_some());
+        names.sort();
+        names.dedup();
+        names
+    }
+
     /// Validates a call and asks `policy` about it: the planner's facts for it. A tool the
     /// pinned release does not enable is rejected like an unknown one, whatever the model saw.
     pub(crate) fn assess(
@@ -66,13 +96,10 @@ impl Runner {
         arguments: &Value,
         policy: &Policy,
     ) -> CallFacts {
-        if !crate::pinned::tool_enabled(&self.release, name) {
+        if !crate::pinned::tool_enabled(&self.release, name) || self.tools().get(name).is_none() {
             return CallFacts::Invalid {
                 status: ToolCallStatus::Rejected,
-                output: format!(
-                    "Unknown tool `{name}`: this agent's release does not enable it. Available tools: {}.",
-                    self.release.definition.tools.join(", ")
-                ),
+                output: unknown_tool_text(name, &self.offered_names()),
             };
         }
         let req = ToolCallRequest {

@@ -162,6 +162,11 @@ pub struct SubagentLink {
     pub agent: String,
     /// 1 for a child of a top-level session, 2 for a grandchild, …
     pub depth: u32,
+    /// The top-level session of its tree (whose live descendants
+    /// [`SubagentOptions::max_descendants`] bounds); absent in configs journaled by earlier
+    /// builds (the parent then stands for the root).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root_session_id: Option<keel_core::SessionId>,
 }
 
 /// [`SessionConfig::tool_timeout_ms`] by default: 10 min, in ms.
@@ -379,6 +384,12 @@ pub type ModelFactory = Arc<
 pub const DEFAULT_SUBAGENT_MAX_DEPTH: u32 = 3;
 /// [`SubagentOptions::max_concurrent`] by default.
 pub const DEFAULT_SUBAGENT_MAX_CONCURRENT: usize = 8;
+/// [`SubagentOptions::max_descendants`] by default.
+pub const DEFAULT_SUBAGENT_MAX_DESCENDANTS: usize = 32;
+/// The longest `spawn_agent` prompt, in bytes of UTF-8 (64 KiB, as a memory value): a longer
+/// one is refused with a tool error the model sees (the prompt is journaled in the parent's
+/// call and the child's `turn.queued`; files are for the child to read, not to paste).
+pub const MAX_SPAWN_PROMPT_BYTES: usize = 64 * 1024;
 
 /// Sub-agent settings of a worker (the `keel` CLI's `[subagents]` in `keel.toml`).
 #[derive(Clone)]
@@ -387,6 +398,10 @@ pub struct SubagentOptions {
     pub max_depth: u32,
     /// Most children of one session running at once; more calls wait for a slot (default 8).
     pub max_concurrent: usize,
+    /// Most live descendants (children, grandchildren, …) of one top-level session at once,
+    /// in this process; a `spawn_agent` call past it is refused with a tool error, not queued
+    /// (default 32; `max_concurrent` alone would allow 8 + 64 + 512 at depth 3).
+    pub max_descendants: usize,
     /// The model of a child session, from its release's route. `None`: children sample the
     /// runtime's own model (the one given to [`crate::Runtime::new`]).
     pub models: Option<ModelFactory>,
@@ -397,6 +412,7 @@ impl Default for SubagentOptions {
         Self {
             max_depth: DEFAULT_SUBAGENT_MAX_DEPTH,
             max_concurrent: DEFAULT_SUBAGENT_MAX_CONCURRENT,
+            max_descendants: DEFAULT_SUBAGENT_MAX_DESCENDANTS,
             models: None,
         }
     }
@@ -407,6 +423,7 @@ impl std::fmt::Debug for SubagentOptions {
         f.debug_struct("SubagentOptions")
             .field("max_depth", &self.max_depth)
             .field("max_concurrent", &self.max_concurrent)
+            .field("max_descendants", &self.max_descendants)
             .field("models", &self.models.is_some())
             .finish()
     }

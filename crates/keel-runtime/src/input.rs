@@ -15,9 +15,9 @@
 //!   release ([`Runtime::repin`]); `/clear` starts a new session with the same release and
 //!   settings ([`Runtime::clear`]); `/resume` (a terminal only: refused when
 //!   [`InputOptions::terminal`] is false) asks the host to pick a session to continue.
-//! - **User-defined commands**: `/NAME args` where `NAME.md` is in one of
-//!   [`InputOptions::command_dirs`] (`.keel/commands/` of a trusted workspace, the user's
-//!   `commands/` config dir): the file's text (after an optional front matter with a
+//! - **User-defined commands**: `/NAME args` where `NAME.md` is one of
+//!   [`InputOptions::workspace_commands`] (`.keel/commands/` of a trusted workspace, read by the
+//!   host) or in [`InputOptions::command_dirs`] (the user's `commands/` config dir): the file's text (after an optional front matter with a
 //!   `description:` line), with `$ARGUMENTS` replaced by `args`, becomes the prompt — its
 //!   `@path` mentions attach files too.
 //! - Anything else starting with `/NAME` is an unknown command: a clear error, no model call.
@@ -64,15 +64,43 @@ pub const BUILTIN_COMMANDS: &[(&str, &str)] = &[
     ("resume", "pick a session to continue (terminal only)"),
 ];
 
-/// Where user-defined commands come from, in precedence order (the first dir that has
-/// `NAME.md` wins).
+/// Where user-defined commands come from, in precedence order: [`InputOptions::workspace_commands`],
+/// then the first of [`InputOptions::command_dirs`] that has `NAME.md`. A command named like a
+/// built-in is never used (`/help` says so).
 #[derive(Debug, Clone, Default)]
 pub struct InputOptions {
-    /// Directories of `NAME.md` command files: the workspace's `.keel/commands` only when the
-    /// workspace is trusted (the host decides), and the user's commands directory.
+    /// The command files of a trusted workspace's `.keel/commands`, as the host read them when
+    /// it decided the trust (the bytes trust covers are the bytes used; no symlink followed, no
+    /// special file opened). Empty when the workspace is not trusted.
+    pub workspace_commands: Vec<CommandFile>,
+    /// The user's directories of `NAME.md` command files (the user's own: symlinks are
+    /// followed; FIFOs, devices and files over 1 MiB are refused without blocking).
     pub command_dirs: Vec<PathBuf>,
+    /// The `.keel/commands` of a workspace that is *not* trusted: its files are never used,
+    /// but `/NAME` naming one says so (and how to trust the workspace) instead of "unknown".
+    pub untrusted_dir: Option<UntrustedCommands>,
     /// The host is a terminal: `/resume` is offered (it picks a session interactively).
     pub terminal: bool,
+}
+
+/// A command file the host read ([`InputOptions::workspace_commands`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommandFile {
+    /// The command's name (the file's name without `.md`).
+    pub name: String,
+    /// The file.
+    pub file: PathBuf,
+    /// Its text, or why keel does not use it (a symlink, a FIFO, too large, not UTF-8).
+    pub text: std::result::Result<String, String>,
+}
+
+/// The commands directory of an untrusted workspace ([`InputOptions::untrusted_dir`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UntrustedCommands {
+    /// `.keel/commands` of the workspace.
+    pub dir: PathBuf,
+    /// The workspace, as `keel trust PATH` takes it.
+    pub workspace: PathBuf,
 }
 
 /// A built-in command the host carries out (the pipeline parsed and checked it).
@@ -215,59 +243,112 @@ fn parse_command_file(name: &str, file: PathBuf, text: &str) -> UserCommand {
     }
 }
 
-/// The user command `name` from the first of `dirs` that has `NAME.md`.
+/// The most keel reads from a command file, in bytes (1 MiB).
+pub const MAX_COMMAND_BYTES: u64 = keel_tools::files::MAX_CONFIG_BYTES;
+
+/// Whether `name` is a built-in command's (a command file of that name is never used).
+fn is_builtin(name: &str) -> bool {
+    BUILTIN_COMMANDS.iter().any(|(b, _)| *b == name)
+}
+
+/// Reads a user-directory command file: regular files only, opened without blocking (a FIFO
+/// cannot hang keel), at most [`MAX_COMMAND_BYTES`]. `Ok(None)`: there is none.
+fn read_command_file(file: &std::path::Path) -> std::result::Result<Option<String>, String> {
+    match keel_tools::files::read_regular_file_if_present(file, MAX_COMMAND_BYTES) {
+        Ok(None) => Ok(None),
+        Ok(Some(bytes)) => String::from_utf8(bytes)
+            .map(Some)
+            .map_err(|_| "it is not UTF-8 text".to_owned()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// The user command `name` ([`InputOptions`] gives the precedence).
 ///
 /// # Errors
-/// [`RuntimeError::Input`] when the file exists and cannot be read.
-pub fn find_user_command(dirs: &[PathBuf], name: &str) -> Result<Option<UserCommand>> {
-    if !valid_command_name(name) {
+/// [`RuntimeError::Input`] when the file exists and keel does not use it (unreadable, a
+/// symlink in the workspace, a FIFO or device, too large), or exists in an untrusted
+/// workspace's `.keel/commands` only.
+pub fn find_user_command(opts: &InputOptions, name: &str) -> Result<Option<UserCommand>> {
+    if !valid_command_name(name) || is_builtin(name) {
         return Ok(None);
     }
-    for dir in dirs {
+    let unused = |file: &std::path::Path, why: &str| {
+        RuntimeError::Input(format!("/{name}: {} is not used: {why}", file.display()))
+    };
+    if let Some(c) = opts.workspace_commands.iter().find(|c| c.name == name) {
+        return match &c.text {
+            Ok(text) => Ok(Some(parse_command_file(name, c.file.clone(), text))),
+            Err(why) => Err(unused(&c.file, why)),
+        };
+    }
+    for dir in &opts.command_dirs {
         let file = dir.join(format!("{name}.md"));
-        match std::fs::read_to_string(&file) {
-            Ok(text) => return Ok(Some(parse_command_file(name, file, &text))),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => {
-                return Err(RuntimeError::Input(format!(
-                    "/{name}: cannot read {}: {e}",
-                    file.display()
-                )));
-            }
+        match read_command_file(&file) {
+            Ok(Some(text)) => return Ok(Some(parse_command_file(name, file, &text))),
+            Ok(None) => {}
+            Err(why) => return Err(unused(&file, &why)),
+        }
+    }
+    if let Some(u) = &opts.untrusted_dir {
+        let file = u.dir.join(format!("{name}.md"));
+        if std::fs::symlink_metadata(&file).is_ok() {
+            return Err(RuntimeError::Input(format!(
+                "/{name}: {} exists, but this workspace is not trusted, so its commands are not used; review them, then `keel trust {}`",
+                file.display(),
+                u.workspace.display()
+            )));
         }
     }
     Ok(None)
 }
 
-/// Every user command in `dirs` (the first of a name wins), sorted by name.
-pub fn list_user_commands(dirs: &[PathBuf]) -> Vec<UserCommand> {
+/// Every user command of `opts` (the first of a name wins), sorted by name, and a note for
+/// each command file keel does not use (named like a built-in, unreadable, a special file).
+pub fn list_user_commands(opts: &InputOptions) -> (Vec<UserCommand>, Vec<String>) {
     let mut out: Vec<UserCommand> = Vec::new();
-    for dir in dirs {
+    let mut notes = Vec::new();
+    let mut consider = |name: &str, file: PathBuf, text: std::result::Result<String, String>| {
+        if !valid_command_name(name) || out.iter().any(|c| c.name == name) {
+            return;
+        }
+        if is_builtin(name) {
+            notes.push(format!(
+                "{} is not used: /{name} is a built-in command (rename the file)",
+                file.display()
+            ));
+            return;
+        }
+        match text {
+            Ok(text) => out.push(parse_command_file(name, file, &text)),
+            Err(why) => notes.push(format!("{} is not used: {why}", file.display())),
+        }
+    };
+    for c in &opts.workspace_commands {
+        consider(&c.name, c.file.clone(), c.text.clone());
+    }
+    for dir in &opts.command_dirs {
         let Ok(entries) = std::fs::read_dir(dir) else {
             continue;
         };
-        for entry in entries.flatten() {
-            let path = entry.path();
+        let mut paths: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
+        paths.sort();
+        for path in paths {
             let Some(name) = path
                 .file_name()
                 .and_then(|n| n.to_str())
                 .and_then(|n| n.strip_suffix(".md"))
+                .map(str::to_owned)
             else {
                 continue;
             };
-            if !valid_command_name(name)
-                || BUILTIN_COMMANDS.iter().any(|(b, _)| *b == name)
-                || out.iter().any(|c| c.name == name)
-            {
-                continue;
-            }
-            if let Ok(text) = std::fs::read_to_string(&path) {
-                out.push(parse_command_file(name, path.clone(), &text));
-            }
+            let text =
+                read_command_file(&path).and_then(|t| t.ok_or_else(|| "it went away".into()));
+            consider(&name, path, text);
         }
     }
     out.sort_by(|a, b| a.name.cmp(&b.name));
-    out
+    (out, notes)
 }
 
 /// The `@path` mentions of `text`, in order, each once: words starting with `@` (trailing
@@ -360,9 +441,9 @@ impl Runtime {
                         ));
                     }
                     _ => {
-                        let Some(cmd) = find_user_command(&opts.command_dirs, name)? else {
+                        let Some(cmd) = find_user_command(opts, name)? else {
                             return Err(RuntimeError::Input(format!(
-                                "unknown command /{name}; /help lists the commands (user commands are .keel/commands/NAME.md files)"
+                                "unknown command /{name}; /help lists the commands (your commands are NAME.md files in a trusted workspace's .keel/commands or in the commands directory beside your user config, e.g. ~/.config/keel/commands)"
                             )));
                         };
                         let text = expand(&cmd.body, args);
@@ -531,7 +612,7 @@ impl Runtime {
                     }
                     out.push_str(&format!("  /{name:<12} {what}\n"));
                 }
-                let user = list_user_commands(&opts.command_dirs);
+                let (user, notes) = list_user_commands(opts);
                 if !user.is_empty() {
                     out.push_str("Your commands:\n");
                     for c in user {
@@ -541,6 +622,9 @@ impl Runtime {
                             c.description.as_deref().unwrap_or("(no description)")
                         ));
                     }
+                }
+                for note in notes {
+                    out.push_str(&format!("Note: {note}\n"));
                 }
                 out.push_str("Mention a workspace file as @path to attach it.");
                 Ok(out)
@@ -582,36 +666,89 @@ impl Runtime {
                     tokens = context.estimated_tokens,
                 ))
             }
-            Command::Permissions => {
-                let (_, config) = self.state_and_config(tenant, session).await?;
-                let list = |v: &[String]| {
-                    if v.is_empty() {
-                        "(none)".to_owned()
-                    } else {
-                        v.join(", ")
-                    }
-                };
-                Ok(format!(
-                    "permission mode {mode}\n  sandbox {sandbox} (network {net})\n  allow: {allow}\n  ask: {ask}\n  deny: {deny}",
-                    mode = serde_json::to_value(config.permission_mode)
-                        .ok()
-                        .and_then(|v| v.as_str().map(str::to_owned))
-                        .unwrap_or_default(),
-                    sandbox = serde_json::to_value(config.sandbox)
-                        .ok()
-                        .and_then(|v| v.as_str().map(str::to_owned))
-                        .unwrap_or_default(),
-                    net = config.sandbox_network,
-                    allow = list(&config.allow),
-                    ask = list(&config.ask),
-                    deny = list(&config.deny),
-                ))
-            }
+            Command::Permissions => self.permissions_text(tenant, session).await,
             other => Err(RuntimeError::Input(format!(
                 "/{} is not answered locally",
                 other.name()
             ))),
         }
+    }
+
+    /// `/permissions`: the mode, the sandbox, and the rules that decide calls — the pinned
+    /// release's policy (the user's and a trusted workspace's `[policy]`), the settings' `ask`
+    /// and `deny` rules, and those added in the session by `allow_for_session` decisions — each
+    /// with where it came from.
+    async fn permissions_text(&self, tenant: TenantId, session: SessionId) -> Result<String> {
+        use keel_tools::policy::{RuleAction, RuleSource};
+        let events = self.inner.store.read(tenant, session, 1, None).await?;
+        let mut state = SessionState::default();
+        let mut proj = crate::projection::Projection::default();
+        for ev in &events {
+            state
+                .apply(ev)
+                .map_err(|source| RuntimeError::Rejected { session, source })?;
+            proj.apply(&state, ev);
+        }
+        let config =
+            serde_json::from_value::<SessionConfig>(state.config.clone()).map_err(|e| {
+                RuntimeError::Config {
+                    session,
+                    reason: e.to_string(),
+                }
+            })?;
+        let release_id = state.release_id.clone().ok_or(RuntimeError::Config {
+            session,
+            reason: "the journal has no session.created".into(),
+        })?;
+        let release = self.inner.store.get_release(tenant, &release_id).await?;
+        let mut rules = crate::pinned::enforced_policy(session, &release, &config)?.rules;
+        if let Ok(ws) = Workspace::new(&config.workspace) {
+            let tools = self.inner.tools.base();
+            for (name, arguments) in &proj.allowed_for_session {
+                let call = keel_tools::ValidatedCall {
+                    call_id: String::new(),
+                    name: name.clone(),
+                    arguments: arguments.clone(),
+                    effect: keel_core::EffectClass::SideEffecting,
+                    parallel_safe: false,
+                };
+                let subject = tools.subject(&call, &ws);
+                rules.extend(keel_tools::policy::session_rules_for(name, &subject));
+            }
+        }
+        let list = |action: RuleAction| {
+            let shown: Vec<String> = rules
+                .iter()
+                .filter(|r| r.action == action)
+                .map(|r| {
+                    let from = match r.source {
+                        RuleSource::Agent => "release",
+                        RuleSource::Settings => "settings",
+                        RuleSource::Session => "this session",
+                    };
+                    format!("{} ({from})", r.pattern.text())
+                })
+                .collect();
+            if shown.is_empty() {
+                "(none)".to_owned()
+            } else {
+                shown.join(", ")
+            }
+        };
+        let snake = |v: serde_json::Value| v.as_str().map(str::to_owned).unwrap_or_default();
+        Ok(format!(
+            "permission mode {mode}\n  sandbox {sandbox} (network {net})\n  allow: {allow}\n  ask: {ask}\n  deny: {deny}",
+            mode = serde_json::to_value(config.permission_mode)
+                .map(snake)
+                .unwrap_or_default(),
+            sandbox = serde_json::to_value(config.sandbox)
+                .map(snake)
+                .unwrap_or_default(),
+            net = config.sandbox_network,
+            allow = list(RuleAction::Allow),
+            ask = list(RuleAction::Ask),
+            deny = list(RuleAction::Deny),
+        ))
     }
 
     /// `/compact [focus]`: summarizes the whole model-visible transcript now, between turns,

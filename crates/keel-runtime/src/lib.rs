@@ -204,8 +204,9 @@ pub(crate) mod spend;
 pub mod subagents;
 
 pub use config::{
-    MAX_PRIORITY, MIN_PRIORITY, ModelFactory, MultitaskStrategy, RuntimeOptions, SessionConfig,
-    SubagentLink, SubagentOptions, SubmitOptions, TokenRate,
+    DEFAULT_SUBAGENT_MAX_DESCENDANTS, MAX_PRIORITY, MAX_SPAWN_PROMPT_BYTES, MIN_PRIORITY,
+    ModelFactory, MultitaskStrategy, RuntimeOptions, SessionConfig, SubagentLink, SubagentOptions,
+    SubmitOptions, TokenRate,
 };
 pub use context::ContextSnapshot;
 pub use crash::CRASH_INJECTION;

@@ -145,6 +145,7 @@ impl Runtime {
                 child_models: Mutex::new(HashMap::new()),
                 child_slots: Mutex::new(HashMap::new()),
                 spend: crate::spend::Pools::default(),
+                descendant_slots: Mutex::new(HashMap::new()),
             }
         });
         Self { inner, actor: None }

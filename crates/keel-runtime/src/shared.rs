@@ -127,6 +127,9 @@ pub(crate) struct Inner {
     pub(crate) child_slots: Mutex<HashMap<SessionId, Arc<tokio::sync::Semaphore>>>,
     /// The budgets sub-agent trees share while they run here.
     pub(crate) spend: crate::spend::Pools,
+    /// Per top-level session: the slots of its live descendants
+    /// ([`crate::config::SubagentOptions::max_descendants`]).
+    pub(crate) descendant_slots: Mutex<HashMap<SessionId, Arc<tokio::sync::Semaphore>>>,
 }
 
 impl Inner {
@@ -180,6 +183,23 @@ impl Inner {
             .or_insert_with(|| {
                 Arc::new(tokio::sync::Semaphore::new(
                     self.options.subagents.max_concurrent.max(1),
+                ))
+            })
+            .clone()
+    }
+}
+
+impl Inner {
+    /// The slots of the live descendants of the top-level session `root` (at most
+    /// [`crate::config::SubagentOptions::max_descendants`]).
+    pub(crate) fn descendant_slots(&self, root: SessionId) -> Arc<tokio::sync::Semaphore> {
+        self.descendant_slots
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(root)
+            .or_insert_with(|| {
+                Arc::new(tokio::sync::Semaphore::new(
+                    self.options.subagents.max_descendants.max(1),
                 ))
             })
             .clone()

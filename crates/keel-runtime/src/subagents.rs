@@ -22,8 +22,11 @@
 //!   next step sees them against its limits and its `turn.finished` reports them.
 //! - **Bounds.** A session at depth [`crate::SubagentOptions::max_depth`] gets its
 //!   `spawn_agent` calls refused; at most [`crate::SubagentOptions::max_concurrent`] children
-//!   of one session run at once (more calls wait for a slot). Several calls of one step run
-//!   in parallel (the tool is parallel-safe).
+//!   of one session run at once (more calls wait for a slot), and at most
+//!   [`crate::SubagentOptions::max_descendants`] below one top-level session (a call past it is
+//!   refused with a tool error, not queued). A prompt longer than
+//!   [`crate::config::MAX_SPAWN_PROMPT_BYTES`] is refused. Several calls of one step run in
+//!   parallel (the tool is parallel-safe).
 //! - **Cancellation** flows down: the call's token (the parent's turn, the call's time limit)
 //!   cancels the child's turn (`turn.cancel_requested` in the child, journaled).
 //! - **Humans.** A child that waits on a human (`requires_action`: an approval, an unknown
@@ -46,7 +49,7 @@ use keel_store::StoreError;
 use keel_tools::tool::{CallScope, EffectClass, Tool, ToolContext, ToolOutput, ToolProgress};
 use serde_json::{Value, json};
 
-use crate::config::{SessionConfig, SubagentLink};
+use crate::config::{MAX_SPAWN_PROMPT_BYTES, SessionConfig, SubagentLink};
 use crate::error::{Result, RuntimeError};
 use crate::runtime::{PendingAction, Runtime};
 use crate::shared::Inner;
@@ -106,6 +109,13 @@ impl Tool for SpawnAgent {
         let prompt = args.get("prompt").and_then(Value::as_str).unwrap_or("");
         if prompt.trim().is_empty() {
             return ToolOutput::not_performed("`prompt` is empty; give the agent its task.");
+        }
+        if prompt.len() > MAX_SPAWN_PROMPT_BYTES {
+            return ToolOutput::not_performed(format!(
+                "`prompt` is {} bytes; the most a `spawn_agent` prompt may hold is {MAX_SPAWN_PROMPT_BYTES} bytes. \
+                 Describe the task and name the files; the agent can read them itself.",
+                prompt.len()
+            ));
         }
         let Some(inner) = self.rt.upgrade() else {
             return ToolOutput::not_performed(
@@ -223,6 +233,28 @@ async fn run_child(
             )));
         }
     }
+    // A slot among the tree's live descendants: refused, not awaited (a parent waiting on its
+    // own descendants' slots could wait forever). A re-attached child holds none.
+    let root = view
+        .config
+        .subagent
+        .as_ref()
+        .map_or(parent, |l| l.root_session_id.unwrap_or(l.parent_session_id));
+    let _tree_permit = if existing.is_none() {
+        match inner.descendant_slots(root).try_acquire_owned() {
+            Ok(p) => Some(p),
+            Err(_) => {
+                let max = inner.options.subagents.max_descendants;
+                return Ok(ToolOutput::not_performed(format!(
+                    "Agent `{agent}` was not started: session {root} already has {max} agents running \
+                     below it, the most it may ([subagents] max_descendants). Wait for running \
+                     agents to finish, or do the task yourself."
+                )));
+            }
+        }
+    } else {
+        None
+    };
     // A slot among the parent's running children, before anything starts.
     let slots = inner.child_slots(parent);
     let permit = tokio::select! {
@@ -508,6 +540,12 @@ fn child_config(
         tool_call_id: call.clone(),
         agent: agent.to_owned(),
         depth: view.config.subagent.as_ref().map_or(1, |l| l.depth + 1),
+        root_session_id: Some(
+            view.config
+                .subagent
+                .as_ref()
+                .map_or(parent, |l| l.root_session_id.unwrap_or(l.parent_session_id)),
+        ),
     });
     c
 }

@@ -124,6 +124,7 @@ async fn slash_commands_come_back_as_commands_and_user_commands_expand(b: Backen
     let terminal = InputOptions {
         command_dirs: vec![dir.path().to_path_buf()],
         terminal: true,
+        ..InputOptions::default()
     };
     let api = InputOptions {
         terminal: false,

@@ -479,6 +479,11 @@ async fn no_agents_no_spawn_agent(b: Backend) {
     f.rt.run(f.tenant, f.session).await.unwrap();
     let results = finished_outputs(&f.events().await);
     assert_eq!(results[0].0, "rejected", "{results:?}");
+    // The model is told the tools it is offered (attack review 15 #11: the list was empty, or
+    // named `spawn_agent` although it is not offered).
+    let (_, offered) = results[0].1.split_once("Available tools: ").unwrap();
+    assert!(offered.contains("read_file"), "{results:?}");
+    assert!(!offered.contains("spawn_agent"), "{results:?}");
     assert!(children_of(&f, f.session).await.is_empty());
 }
 
@@ -627,7 +632,83 @@ async fn a_child_waiting_on_approval_surfaces_it_and_continues(b: Backend) {
     );
 }
 
+/// Attack review 15 #10: a `spawn_agent` prompt over the documented bound is refused with a
+/// tool error the model sees, and no child session is created (nothing journaled twice).
+async fn an_oversized_prompt_is_refused(b: Backend) {
+    let big = "x".repeat(keel_runtime::MAX_SPAWN_PROMPT_BYTES + 1);
+    let p = parent(
+        b,
+        &[
+            json!({"tool_calls": [spawn("helper", &big)]}),
+            json!({"text": "parent done"}),
+        ],
+        vec![("helper", vec![json!({"text": "never"})])],
+        SubagentOptions::default(),
+        parent_release(&[("helper", agent("helper", &[]))], Budget::default()),
+        |_| {},
+    )
+    .await;
+    let f = &p.f;
+    f.rt.submit(f.tenant, f.session, "go").await.unwrap();
+    let out = f.rt.run(f.tenant, f.session).await.unwrap();
+    assert_eq!(out.turns[0].final_text, "parent done");
+    let results = finished_outputs(&f.events().await);
+    assert_eq!(results.len(), 1);
+    assert_eq!(results[0].0, "failed", "{results:?}");
+    let bound = format!("may hold is {} bytes", keel_runtime::MAX_SPAWN_PROMPT_BYTES);
+    assert!(results[0].1.contains(&bound), "{results:?}");
+    assert!(children_of(f, f.session).await.is_empty());
+}
+
+/// Attack review 15 #10: `max_concurrent` bounds one session's children, `max_descendants` the
+/// whole tree below a top-level session: with 1, the child's own `spawn_agent` is refused with
+/// a tool error naming the setting (not queued: the child holds the tree's only slot).
+async fn live_descendants_of_a_tree_are_bounded(b: Backend) {
+    let p = parent(
+        b,
+        &[
+            json!({"tool_calls": [spawn("mid", "delegate")]}),
+            json!({"text": "parent done"}),
+        ],
+        vec![(
+            "mid",
+            vec![
+                json!({"tool_calls": [spawn("mid", "deeper")]}),
+                json!({"text": "mid done"}),
+            ],
+        )],
+        SubagentOptions {
+            max_descendants: 1,
+            ..SubagentOptions::default()
+        },
+        parent_release(&[("mid", agent("mid", &[]))], Budget::default()),
+        |_| {},
+    )
+    .await;
+    let f = &p.f;
+    f.rt.submit(f.tenant, f.session, "go").await.unwrap();
+    let run = f.rt.run(f.tenant, f.session);
+    let out = tokio::time::timeout(Duration::from_secs(60), run)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(out.turns[0].final_text, "parent done");
+    let children = children_of(f, f.session).await;
+    assert_eq!(children.len(), 1);
+    assert!(children_of(f, children[0]).await.is_empty());
+    let results = finished_outputs(&events_of(f, children[0]).await);
+    assert_eq!(results.len(), 1, "{results:?}");
+    assert_eq!(results[0].0, "failed", "{results:?}");
+    assert!(results[0].1.contains("max_descendants"), "{results:?}");
+    assert_eq!(
+        finished_outputs(&f.events().await),
+        vec![("succeeded".into(), "mid done".into())]
+    );
+}
+
 on_both!(
+    an_oversized_prompt_is_refused,
+    live_descendants_of_a_tree_are_bounded,
     a_crashed_parent_reattaches_its_child,
     a_child_waiting_on_approval_surfaces_it_and_continues,
     a_child_answers_as_one_tool_result,

@@ -25,8 +25,29 @@ pub const MAX_SCRIPT_BYTES: u64 = 64 * 1024 * 1024;
 /// `FileTooLarge` past `limit` (`it is larger than 1 MiB (1048576 bytes), the most keel reads
 /// from such a file`). Callers name the path.
 pub fn read_regular_file(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
-    check_type(&std::fs::metadata(path)?)?;
-    let file = open_nonblocking(path)?;
+    read_checked(path, limit, true)
+}
+
+/// As [`read_regular_file`], but a symlink at `path` is refused, not followed (checked before
+/// the open, and the open itself uses `O_NOFOLLOW`, so a symlink swapped in is refused too):
+/// for files a repository controls by name — its `.keel/agents/*.md` and `.keel/commands/*.md`
+/// — which must not turn into `~/.ssh/id_rsa` by a link.
+///
+/// # Errors
+/// As [`read_regular_file`]; `InvalidInput` (`it is a symlink, not a regular file; …`) for a
+/// symlink.
+pub fn read_regular_file_nofollow(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
+    read_checked(path, limit, false)
+}
+
+fn read_checked(path: &Path, limit: u64, follow: bool) -> std::io::Result<Vec<u8>> {
+    let meta = if follow {
+        std::fs::metadata(path)?
+    } else {
+        std::fs::symlink_metadata(path)?
+    };
+    check_type(&meta)?;
+    let file = open_nonblocking(path, follow)?;
     let meta = file.metadata()?;
     check_type(&meta)?;
     if meta.len() > limit {
@@ -53,9 +74,12 @@ pub fn read_regular_file_if_present(path: &Path, limit: u64) -> std::io::Result<
 }
 
 #[cfg(unix)]
-fn open_nonblocking(path: &Path) -> std::io::Result<std::fs::File> {
+fn open_nonblocking(path: &Path, follow: bool) -> std::io::Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt;
-    let flags = rustix::fs::OFlags::NONBLOCK | rustix::fs::OFlags::NOCTTY;
+    let mut flags = rustix::fs::OFlags::NONBLOCK | rustix::fs::OFlags::NOCTTY;
+    if !follow {
+        flags |= rustix::fs::OFlags::NOFOLLOW;
+    }
     std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(flags.bits() as i32)
@@ -63,7 +87,7 @@ fn open_nonblocking(path: &Path) -> std::io::Result<std::fs::File> {
 }
 
 #[cfg(not(unix))]
-fn open_nonblocking(path: &Path) -> std::io::Result<std::fs::File> {
+fn open_nonblocking(path: &Path, _follow: bool) -> std::io::Result<std::fs::File> {
     std::fs::File::open(path)
 }
 
@@ -138,6 +162,9 @@ mod tests {
         let link = dir.path().join("link.toml");
         std::os::unix::fs::symlink(&file, &link).unwrap();
         assert_eq!(read_regular_file(&link, 100).unwrap().len(), 12);
+        let e = read_regular_file_nofollow(&link, 100).unwrap_err();
+        assert!(e.to_string().contains("a symlink"), "{e}");
+        assert_eq!(read_regular_file_nofollow(&file, 100).unwrap().len(), 12);
         let err = read_regular_file(&file, 5).unwrap_err();
         assert!(err.to_string().contains("larger than 5 bytes"), "{err}");
 

@@ -111,8 +111,9 @@ pub struct RunArgs {
     pub keep_reasoning: bool,
 }
 
-/// `--model`: a spec keel knows (`openai:M`, `anthropic:M`, `script:PATH`, …).
-fn parse_model_arg(text: &str) -> Result<String, String> {
+/// `--model` (and `/model NAME`'s entries): a spec keel knows (`openai:M`, `anthropic:M`,
+/// `script:PATH`, …); the error says why not.
+pub(crate) fn parse_model_arg(text: &str) -> Result<String, String> {
     let (bare, _) = crate::model_spec::split_base_url(text);
     crate::model_spec::ModelSpec::parse(bare)
         .map(|_| text.to_owned())
@@ -599,6 +600,15 @@ pub fn store_config(global: &GlobalArgs) -> anyhow::Result<Config> {
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let global = cli.global;
     if let Some(server) = crate::remote::server_of(&global) {
+        // Hints printed must reach the same server: name it when it came as a flag.
+        if let Some(url) = &global.server {
+            let ca = global
+                .server_ca
+                .as_ref()
+                .map(|p| format!(" --server-ca {}", p.display()))
+                .unwrap_or_default();
+            crate::output::set_hint_command(format!("keel --server {url}{ca}"));
+        }
         return crate::remote::dispatch(&server, &global, cli.command);
     }
     run_local(global, cli.command)

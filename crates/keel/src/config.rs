@@ -76,6 +76,7 @@
 //! [subagents]
 //! max_depth = 3                            # default 3
 //! max_concurrent = 8                       # running children per session (default 8)
+//! max_descendants = 32                     # live agents below one top-level session (default 32)
 //! [memory]                                 # long-term memory tools; a workspace's only when trusted
 //! enabled = true                           # memory_read, memory_write, memory_search (default false)
 //! namespace = "agent"                      # agent (default) | user | shared
@@ -574,34 +575,84 @@ pub struct SubagentsConfig {
     /// Most children of one session running at once (default 8).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_concurrent: Option<usize>,
+    /// Most live descendants of one top-level session at once; past it `spawn_agent` is
+    /// refused with a tool error (default 32).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_descendants: Option<usize>,
 }
 
 /// The directory of a workspace's agent files (`.keel/agents/*.md`).
 pub const AGENTS_DIR: &str = ".keel/agents";
 
-/// Reads the agent files of `dir` (`NAME.md`: optional front matter between `---` lines with
-/// `model:`, `tools:` — `[a, b]` or `a, b` — and `name:`, then the instructions). A missing
-/// directory has none.
+/// The directory of a workspace's command files (`.keel/commands/*.md`).
+pub const COMMANDS_DIR: &str = ".keel/commands";
+
+/// The name of the session's own agent (its memory namespace is `agent:keel`). A repository's
+/// agent may not take it, nor the name of an agent of the user config.
+pub const MAIN_AGENT: &str = "keel";
+
+/// The command files among `files` (those directly under [`COMMANDS_DIR`]), as the input
+/// pipeline takes them; a directory keel does not use (a symlink) gives none.
+fn workspace_commands(
+    files: &[crate::trust::CoveredFile],
+) -> Vec<keel_runtime::input::CommandFile> {
+    let prefix = format!("{COMMANDS_DIR}/");
+    files
+        .iter()
+        .filter_map(|f| {
+            let name = f.rel.strip_prefix(&prefix)?.strip_suffix(".md")?;
+            let text = match &f.content {
+                Ok(bytes) => {
+                    String::from_utf8(bytes.clone()).map_err(|_| "it is not UTF-8 text".to_owned())
+                }
+                Err(why) => Err(why.clone()),
+            };
+            Some(keel_runtime::input::CommandFile {
+                name: name.to_owned(),
+                file: f.path.clone(),
+                text,
+            })
+        })
+        .collect()
+}
+
+/// Parses the agent files among `files` (those under [`AGENTS_DIR`]; `NAME.md`: optional front
+/// matter between `---` lines with `model:`, `tools:` — `[a, b]` or `a, b` — and `name:`, then
+/// the instructions). A file keel will not use (a symlink, a FIFO, too large, not UTF-8) is
+/// skipped with a notice in `notices`.
 ///
 /// # Errors
-/// [`ConfigError::InFile`] naming the file: unreadable, a front matter without its closing
-/// `---`, an unknown key.
-pub fn read_agent_files(dir: &Path) -> Result<BTreeMap<String, AgentConfig>, ConfigError> {
+/// [`ConfigError::InFile`] naming the file: a front matter without its closing `---`, an
+/// unknown key.
+pub fn parse_agent_files(
+    files: &[crate::trust::CoveredFile],
+    notices: &mut Vec<String>,
+) -> Result<BTreeMap<String, (PathBuf, AgentConfig)>, ConfigError> {
     let mut out = BTreeMap::new();
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return Ok(out);
-    };
-    let mut paths: Vec<PathBuf> = entries
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "md"))
-        .collect();
-    paths.sort();
-    for path in paths {
+    let prefix = format!("{AGENTS_DIR}/");
+    for file in files
+        .iter()
+        .filter(|f| f.rel.starts_with(&prefix) || f.rel == AGENTS_DIR)
+    {
+        let path = file.path.clone();
         let bad = |message: String| ConfigError::InFile {
             path: path.clone(),
             message,
         };
-        let text = std::fs::read_to_string(&path).map_err(|e| bad(e.to_string()))?;
+        let text = match &file.content {
+            Ok(bytes) => String::from_utf8(bytes.clone()).map_err(|e| e.to_string()),
+            Err(why) => Err(why.clone()),
+        };
+        let text = match text {
+            Ok(text) => text,
+            Err(why) => {
+                notices.push(format!(
+                    "keel: note: {} is not used as an agent definition: {why}",
+                    path.display()
+                ));
+                continue;
+            }
+        };
         let mut name = path
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
@@ -646,7 +697,7 @@ pub fn read_agent_files(dir: &Path) -> Result<BTreeMap<String, AgentConfig>, Con
             None => text.as_str(),
         };
         agent.instructions = Some(body.trim().to_owned());
-        out.insert(name, agent);
+        out.insert(name, (path, agent));
     }
     Ok(out)
 }
@@ -806,6 +857,9 @@ pub struct Config {
     /// What was dropped from the workspace's `keel.toml` (untrusted `allow` rules, reserved
     /// sections) or added by it, one line each, for the command to print on standard error.
     pub notices: Vec<String>,
+    /// The `.keel/commands/*.md` files of a trusted workspace, read when its trust was decided
+    /// (the bytes trust covers are the bytes used); empty when it is not trusted.
+    pub workspace_commands: Vec<keel_runtime::input::CommandFile>,
 }
 
 /// Reads one file as a TOML table; a missing file is `None`.
@@ -1111,6 +1165,45 @@ const NEVER_FROM_WORKSPACE: [(&str, &str, &str); 6] = [
     ),
 ];
 
+/// Refuses a model spec of a workspace file (`keel.toml`'s `model`, `fallback_models`,
+/// `[agents.NAME] model`, or a `.keel/agents/NAME.md` front matter's `model:`) that carries its
+/// own server (`openai:M@http://…`): it is a `base_url` by another name, which a workspace may
+/// never set, trusted or not (it could send the user's API key to a server of its choosing).
+///
+/// # Errors
+/// [`ConfigError::Untrusted`] naming `file`, `key` and the spec, and where the server belongs.
+fn refuse_model_server(
+    file: &Path,
+    key: &str,
+    spec: &str,
+    user_file: &str,
+) -> Result<(), ConfigError> {
+    match crate::model_spec::split_base_url(spec) {
+        (bare, Some(_)) => Err(ConfigError::Untrusted(format!(
+            "{} sets `{key}` to {spec:?}, a model with its own server address, which a workspace file may not (trusted or not): it could send your API key to a server of its choosing; write {bare:?} and set the server as base_url in your user config {user_file} or pass --base-url",
+            file.display(),
+        ))),
+        (_, None) => Ok(()),
+    }
+}
+
+/// Why a repository (a workspace's `keel.toml` or `.keel/agents/*.md`) may not define an agent
+/// named `name`, if it may not: the name picks the agent's memory namespace (`agent:NAME`), so
+/// taking [`MAIN_AGENT`]'s or a user-config agent's name would read and write that agent's
+/// memory (shared across every workspace) and stand in for the user's own agent.
+fn taken_agent_name(name: &str, user: &FileConfig) -> Option<String> {
+    if name == MAIN_AGENT {
+        return Some(format!(
+            "`{MAIN_AGENT}` is the main agent's name (and memory, agent:{MAIN_AGENT}); a repository's agent may not take it"
+        ));
+    }
+    user.agents.contains_key(name).then(|| {
+        format!(
+            "your user config defines an agent of that name (and its memory, agent:{name}); a repository's agent may not take it"
+        )
+    })
+}
+
 /// The workspace's `keel.toml` while it is checked and admitted (see the module docs).
 struct WorkspaceFile<'a> {
     /// The file.
@@ -1153,14 +1246,23 @@ impl WorkspaceFile<'_> {
             .flatten()
             .filter_map(toml::Value::as_str)
             .map(|s| ("fallback_models", s));
-        for (key, spec) in model.into_iter().chain(fallbacks) {
-            if let (bare, Some(_)) = crate::model_spec::split_base_url(spec) {
-                return Err(ConfigError::Untrusted(format!(
-                    "{} sets `{key}` to {spec:?}, a model with its own server address, which a workspace's keel.toml may not (trusted or not): it could send your API key to a server of its choosing; write {bare:?} and set the server as base_url in your user config {} or pass --base-url",
-                    self.path.display(),
-                    self.user_file
-                )));
-            }
+        let agents: Vec<(String, &str)> = layer
+            .get("agents")
+            .and_then(toml::Value::as_table)
+            .into_iter()
+            .flatten()
+            .filter_map(|(name, agent)| {
+                let spec = agent.get("model").and_then(toml::Value::as_str)?;
+                Some((format!("agents.{name}.model"), spec))
+            })
+            .collect();
+        for (key, spec) in model
+            .into_iter()
+            .chain(fallbacks)
+            .map(|(k, s)| (k.to_owned(), s))
+            .chain(agents)
+        {
+            refuse_model_server(self.path, &key, spec, &self.user_file)?;
         }
         Ok(())
     }
@@ -1198,6 +1300,29 @@ impl WorkspaceFile<'_> {
             }
         }
         Ok(())
+    }
+
+    /// Takes out the `[agents.NAME]` entries of the workspace's file whose name is taken
+    /// ([`taken_agent_name`]), with a notice each.
+    fn take_taken_agent_names(
+        &self,
+        layer: &mut toml::Table,
+        user: &FileConfig,
+        notices: &mut Vec<String>,
+    ) {
+        let Some(toml::Value::Table(agents)) = layer.get_mut("agents") else {
+            return;
+        };
+        let names: Vec<String> = agents.keys().cloned().collect();
+        for name in names {
+            if let Some(why) = taken_agent_name(&name, user) {
+                agents.remove(&name);
+                notices.push(format!(
+                    "keel: note: {} defines [agents.{name}]; refused: {why}",
+                    self.path.display()
+                ));
+            }
+        }
     }
 
     /// Takes out the `[hooks]` of an untrusted workspace's file (they run code), with a notice;
@@ -1742,10 +1867,20 @@ impl Config {
         } else {
             None
         };
+        // The agent and command files trust covers, read once too.
+        let covered = if read_workspace_file {
+            crate::trust::read_covered(&workspace)
+        } else {
+            Vec::new()
+        };
+        let user_file_shown = locations.user_file.as_ref().map_or_else(
+            || "~/.config/keel/keel.toml".to_owned(),
+            |p| p.display().to_string(),
+        );
         let trust = match &locations.user_file {
             Some(user_file) if read_workspace_file => crate::trust::is_trusted(
                 &workspace,
-                &crate::trust::pin_of(workspace_bytes.as_deref()),
+                &crate::trust::pin_of_workspace(workspace_bytes.as_deref(), &covered),
                 user.trusted_workspaces.as_deref().unwrap_or_default(),
                 user_file,
             )?,
@@ -1760,7 +1895,7 @@ impl Config {
         };
         match trust {
             crate::trust::Trust::Changed => notices.push(format!(
-                "keel: {} changed since you trusted {} (or appeared, or went away): it is untrusted and may only tighten your settings; {}",
+                "keel: {} or its {AGENTS_DIR}/*.md or {COMMANDS_DIR}/*.md files changed since you trusted {} (or appeared, or went away): it is untrusted, may only tighten your settings, and its agents and commands are not used; {}",
                 workspace_file.display(),
                 workspace.display(),
                 retrust()
@@ -1777,14 +1912,11 @@ impl Config {
             let file = WorkspaceFile {
                 path: &workspace_file,
                 workspace: &workspace,
-                user_file: locations.user_file.as_ref().map_or_else(
-                    || "~/.config/keel/keel.toml".to_owned(),
-                    |p| p.display().to_string(),
-                ),
+                user_file: user_file_shown.clone(),
                 trusted,
                 why_untrusted: match trust {
                     crate::trust::Trust::Changed => Some(
-                        "its keel.toml changed since you trusted it (or appeared, or went away)",
+                        "its keel.toml (or an agent or command file under .keel) changed since you trusted it (or appeared, or went away)",
                     ),
                     crate::trust::Trust::Unpinned => {
                         Some("without the keel.toml version you trust (keel_toml)")
@@ -1800,6 +1932,7 @@ impl Config {
             }
             file.take_allow(&mut layer, &mut notices);
             file.take_hooks(&mut layer, &mut notices);
+            file.take_taken_agent_names(&mut layer, &user, &mut notices);
             merge_workspace(&mut merged, layer);
             sources.push(format!(
                 "{}{}",
@@ -1845,7 +1978,19 @@ impl Config {
         // A repository's agent files count only when the workspace is trusted.
         let agents_dir = config.workspace.join(AGENTS_DIR);
         if trusted || same_file {
-            for (name, agent) in read_agent_files(&agents_dir)? {
+            for (name, (path, agent)) in parse_agent_files(&covered, &mut notices)? {
+                if !same_file {
+                    if let Some(spec) = &agent.model {
+                        refuse_model_server(&path, "model", spec, &user_file_shown)?;
+                    }
+                    if let Some(why) = taken_agent_name(&name, &user) {
+                        notices.push(format!(
+                            "keel: note: {} defines agent `{name}`; refused: {why}",
+                            path.display()
+                        ));
+                        continue;
+                    }
+                }
                 config
                     .agents
                     .entry(name.clone())
@@ -1857,6 +2002,9 @@ impl Config {
                 agents_dir.display(),
                 config.workspace.display()
             ));
+        }
+        if trusted || same_file {
+            config.workspace_commands = workspace_commands(&covered);
         }
         config.notices.splice(0..0, notices);
         config.trusted = trusted;
@@ -1947,6 +2095,7 @@ impl Config {
             merged: file,
             trusted: false,
             notices: Vec::new(),
+            workspace_commands: Vec::new(),
         })
     }
 

@@ -14,19 +14,19 @@ use crate::interactive::Lines;
 use crate::run::{Prepared, ResumeChanges, prepare_resume};
 
 /// Where `config`'s user commands come from: the workspace's `.keel/commands` when the
-/// workspace is trusted (a repository's commands are its text put in the user's mouth), then
+/// workspace is trusted (a repository's commands are its text put in the user's mouth; read
+/// with the config, the files trust covers), then
 /// the user's `commands` directory beside the user config (`$XDG_CONFIG_HOME/keel/commands`).
 /// `terminal`: `/resume` is offered (interactive mode).
 pub fn input_options(config: &Config, terminal: bool) -> InputOptions {
-    let mut command_dirs = Vec::new();
-    if config.trusted {
-        command_dirs.push(config.workspace.join(".keel").join("commands"));
-    }
-    if let Some(dir) = user_commands_dir() {
-        command_dirs.push(dir);
-    }
+    let ws_dir = config.workspace.join(crate::config::COMMANDS_DIR);
     InputOptions {
-        command_dirs,
+        workspace_commands: config.workspace_commands.clone(),
+        command_dirs: user_commands_dir().into_iter().collect(),
+        untrusted_dir: (!config.trusted).then(|| keel_runtime::input::UntrustedCommands {
+            dir: ws_dir,
+            workspace: config.workspace.clone(),
+        }),
         terminal,
     }
 }
@@ -129,6 +129,12 @@ pub async fn run_command(
             Ok(false)
         }
         Command::Model { name } => {
+            // An invalid name is the usage error `--model` gives (exit 2), before anything.
+            for entry in name.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+                crate::cli::parse_model_arg(entry).map_err(|e| {
+                    anyhow::Error::new(crate::exit::UsageError(format!("/model {entry}: {e}")))
+                })?;
+            }
             let route: Vec<String> = name
                 .split(',')
                 .map(str::trim)

@@ -305,6 +305,21 @@ pub fn unshown_rest<'a>(shown: &str, text: &'a str) -> &'a str {
     text
 }
 
+/// How printed hints name keel ([`hint_command`]); set once per process.
+static HINT_COMMAND: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Makes the hints this process prints (`keel approve …`, `keel resume …`) start with
+/// `command`, e.g. `keel --server http://host:7878` when `--server` was given as a flag (a
+/// hint without it would name the local store). The first call wins.
+pub fn set_hint_command(command: String) {
+    let _ = HINT_COMMAND.set(command);
+}
+
+/// How hints name keel: `keel`, or what [`set_hint_command`] set.
+pub fn hint_command() -> &'static str {
+    HINT_COMMAND.get().map_or("keel", String::as_str)
+}
+
 /// `n` and `noun`, plural unless `n` is 1 (`1 step`, `2 steps`).
 pub fn count(n: impl Into<u64>, noun: &str) -> String {
     let n = n.into();
@@ -693,20 +708,22 @@ impl Printer for TextPrinter {
                     arguments,
                     ..
                 } => self.line(&format!(
-                    "needs approval: {tool_name}\n{}\n  keel approve {approval_id}   or   keel deny {approval_id} --reason TEXT\n  then: keel resume {session}",
-                    approval_text(tool_name, arguments)
+                    "needs approval: {tool_name}\n{}\n  {k} approve {approval_id}   or   {k} deny {approval_id} --reason TEXT\n  then: {k} resume {session}",
+                    approval_text(tool_name, arguments),
+                    k = hint_command()
                 )),
                 PendingAction::Effect {
                     operation_key,
                     tool_name,
                     ..
                 } => self.line(&format!(
-                    "outcome unknown: {tool_name} ({operation_key})\n  keel resolve {operation_key} --as committed|failed|retry\n  then: keel resume {session}"
+                    "outcome unknown: {tool_name} ({operation_key})\n  {k} resolve {operation_key} --as committed|failed|retry\n  then: {k} resume {session}",
+                    k = hint_command()
                 )),
             }
         }
         if r.terminal_reason == TerminalReason::Aborted {
-            self.line(&format!("resume with: keel resume {session}"));
+            self.line(&format!("resume with: {} resume {session}", hint_command()));
         }
     }
 }

@@ -95,7 +95,7 @@ pub fn release_of(config: &Config) -> Release {
         config.instructions.clone()
     };
     Release::new(AgentDefinition {
-        name: "keel".into(),
+        name: crate::config::MAIN_AGENT.into(),
         model_route: route,
         instructions,
         tools: config.tools.clone(),
@@ -404,6 +404,10 @@ fn subagent_options(config: &Config) -> keel_runtime::SubagentOptions {
             .subagents
             .max_concurrent
             .unwrap_or(defaults.max_concurrent),
+        max_descendants: config
+            .subagents
+            .max_descendants
+            .unwrap_or(defaults.max_descendants),
         models: Some(Arc::new(move |route: &[String]| {
             let mut c = base.clone();
             c.model_route = route.to_vec();

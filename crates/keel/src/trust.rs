@@ -13,6 +13,11 @@
 //! the model writing it with `write_file` or `shell` — the workspace is untrusted again (its
 //! file may only tighten) until the user reviews it and runs `keel trust` again; a notice
 //! says so. A plain path entry pins nothing and trusts nothing (the notice says how to pin).
+//! The pin also covers the workspace's `.keel/agents/*.md` and `.keel/commands/*.md` (names and
+//! contents, [`pin_of_workspace`]): an agent or command file added or changed after `keel trust`
+//! untrusts the workspace the same way. A workspace without such files keeps the plain
+//! `keel.toml` hash, so entries written by earlier builds stay valid there; one with them needs
+//! `keel trust` once more after the upgrade.
 //! The same idea as direnv's `direnv allow`.
 //!
 //! `keel trust` edits the user config with `toml_edit`, so the user's comments, order and
@@ -71,6 +76,92 @@ pub fn pin_of(contents: Option<&[u8]>) -> String {
     contents.map_or_else(|| "none".to_owned(), keel_core::canonical::bytes_hash)
 }
 
+/// The directories of a workspace whose `*.md` files trust covers besides `keel.toml`: its
+/// agents and its commands (a repository's text put in the user's mouth).
+pub const COVERED_DIRS: [&str; 2] = [crate::config::AGENTS_DIR, crate::config::COMMANDS_DIR];
+
+/// A workspace file trust covers (`.keel/agents/NAME.md`, `.keel/commands/NAME.md`), as read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CoveredFile {
+    /// Its path relative to the workspace (`.keel/agents/review.md`), or the directory's when
+    /// the directory itself is unusable (a symlink).
+    pub rel: String,
+    /// Its path.
+    pub path: PathBuf,
+    /// Its bytes, or why keel does not use it (a symlink, a FIFO, larger than 1 MiB…).
+    pub content: Result<Vec<u8>, String>,
+}
+
+/// The `*.md` files of the workspace's [`COVERED_DIRS`], sorted by path, each read once (the
+/// bytes hashed for trust are the bytes used) and safely: no symlink is followed (neither the
+/// file nor `.keel` or its directory may be one), only regular files, a non-blocking open (a
+/// FIFO cannot hang keel), at most 1 MiB ([`keel_tools::files::MAX_CONFIG_BYTES`]). A file (or
+/// directory) keel will not use is listed with the reason, so that it counts in the pin too.
+pub fn read_covered(workspace: &Path) -> Vec<CoveredFile> {
+    let mut out = Vec::new();
+    let is_link = |p: &Path| std::fs::symlink_metadata(p).is_ok_and(|m| m.file_type().is_symlink());
+    let dot_keel = workspace.join(".keel");
+    for dir in COVERED_DIRS {
+        let path = workspace.join(dir);
+        if is_link(&dot_keel) || is_link(&path) {
+            out.push(CoveredFile {
+                rel: dir.to_owned(),
+                path,
+                content: Err(
+                    "it (or .keel) is a symlink; keel follows no symlink in a workspace's .keel"
+                        .into(),
+                ),
+            });
+            continue;
+        }
+        let Ok(entries) = std::fs::read_dir(&path) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if !name.ends_with(".md") {
+                continue;
+            }
+            let file = entry.path();
+            let content = keel_tools::files::read_regular_file_nofollow(
+                &file,
+                keel_tools::files::MAX_CONFIG_BYTES,
+            )
+            .map_err(|e| e.to_string());
+            out.push(CoveredFile {
+                rel: format!("{dir}/{name}"),
+                path: file,
+                content,
+            });
+        }
+    }
+    out.sort_by(|a, b| a.rel.cmp(&b.rel));
+    out
+}
+
+/// The pin of a workspace: [`pin_of`] its `keel.toml` when it has no [`COVERED_DIRS`] files (so
+/// entries pinned by earlier builds stay valid there), else the SHA-256 of the canonical JSON
+/// `[keel_toml pin, [[rel, sha256 or "unusable"], …]]`: adding, removing or changing an agent
+/// or command file changes it, which untrusts the workspace until `keel trust` again.
+pub fn pin_of_workspace(keel_toml: Option<&[u8]>, covered: &[CoveredFile]) -> String {
+    let base = pin_of(keel_toml);
+    if covered.is_empty() {
+        return base;
+    }
+    let files: Vec<(&str, String)> = covered
+        .iter()
+        .map(|f| {
+            let hash = match &f.content {
+                Ok(bytes) => keel_core::canonical::bytes_hash(bytes),
+                Err(_) => "unusable".to_owned(),
+            };
+            (f.rel.as_str(), hash)
+        })
+        .collect();
+    let text = serde_json::to_vec(&(base, files)).unwrap_or_default();
+    keel_core::canonical::bytes_hash(&text)
+}
+
 /// Whether a workspace is trusted, and if not, why (for a notice).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Trust {
@@ -78,7 +169,8 @@ pub enum Trust {
     Trusted,
     /// Not listed.
     Untrusted,
-    /// Listed, but its `keel.toml` changed since (or appeared, or went away).
+    /// Listed, but its `keel.toml` or a [`COVERED_DIRS`] file changed since (or appeared, or
+    /// went away).
     Changed,
     /// Listed as a plain path, with no pinned `keel.toml`.
     Unpinned,
@@ -198,13 +290,11 @@ fn pinned_value(path: &str, pin: &str) -> toml_edit::Value {
     toml_edit::Value::InlineTable(t)
 }
 
-/// The pin of the `keel.toml` in `workspace` now.
+/// The pin of `workspace` now ([`pin_of_workspace`]).
 fn current_pin(workspace: &Path) -> Result<String, ConfigError> {
     let file = workspace.join(CONFIG_FILE);
-    match crate::config::read_config_bytes(&file)? {
-        Some(bytes) => Ok(pin_of(Some(&bytes))),
-        None => Ok(pin_of(None)),
-    }
+    let bytes = crate::config::read_config_bytes(&file)?;
+    Ok(pin_of_workspace(bytes.as_deref(), &read_covered(workspace)))
 }
 
 /// Replaces `file` with `text` atomically, keeping its permissions; a symlinked config file is

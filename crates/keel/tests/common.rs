@@ -285,14 +285,14 @@ pub fn run_script(
     (out.status.code(), jsonl_lines(&out.stdout))
 }
 
-/// The user-config line trusting `env`'s workspace with its `keel.toml` as it is now (what
+/// The user-config line trusting `env`'s workspace with its `keel.toml` (and agent and command
+/// files) as they are now (what
 /// `keel trust ws` writes): call it after writing the workspace file.
 pub fn trusted_line(env: &Env) -> String {
     let ws = std::fs::canonicalize(env.ws()).unwrap();
-    let pin = match std::fs::read(ws.join("keel.toml")) {
-        Ok(bytes) => keel_core::canonical::bytes_hash(&bytes),
-        Err(_) => "none".to_owned(),
-    };
+    let bytes = std::fs::read(ws.join("keel.toml")).ok();
+    let covered = keel_cli::trust::read_covered(&ws);
+    let pin = keel_cli::trust::pin_of_workspace(bytes.as_deref(), &covered);
     format!(
         "trusted_workspaces = [{{ path = {:?}, keel_toml = {pin:?} }}]\n",
         ws.to_str().unwrap()

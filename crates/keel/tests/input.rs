@@ -167,11 +167,11 @@ fn user_commands_expand_arguments_and_a_repositorys_need_trust() {
     assert_eq!(last["input"], "Review src/a.rs carefully.");
     assert_eq!(last["compiled"]["raw"], "/review src/a.rs");
     assert_eq!(last["compiled"]["command"], "review");
-    // The repository's command: unknown while the workspace is not trusted.
+    // The repository's command: not used while the workspace is not trusted, and it says so.
     let out = env.run(&["resume", &session, "/ship now"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
-        stderr(&out).contains("unknown command /ship"),
+        stderr(&out).contains("ship.md exists, but this workspace is not trusted"),
         "{}",
         stderr(&out)
     );

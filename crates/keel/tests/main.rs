@@ -26,6 +26,7 @@ mod otlp;
 mod postgres;
 mod realworld;
 mod remote;
+mod repo_files;
 mod resume_changes;
 mod secret_attacks;
 mod secrets;

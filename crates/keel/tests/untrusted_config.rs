@@ -1017,7 +1017,9 @@ fn a_trusted_workspaces_keel_toml_changed_by_the_model_is_untrusted_until_truste
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let err = stderr(&out);
     assert!(
-        err.contains("keel.toml changed since you trusted it"),
+        err.contains(
+            "its keel.toml (or an agent or command file under .keel) changed since you trusted it"
+        ),
         "{err}"
     );
     assert!(

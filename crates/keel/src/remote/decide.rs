@@ -35,9 +35,10 @@ pub fn decide(
             && turn.status.is_terminal()
         {
             anyhow::bail!(
-                "approval {id} is no longer pending: its turn ended ({}); `keel resume {}` starts a new turn, where the model may propose the call again",
+                "approval {id} is no longer pending: its turn ended ({}); `{k} resume {}` starts a new turn, where the model may propose the call again",
                 turn.status.as_str(),
-                record.session_id
+                record.session_id,
+                k = crate::output::hint_command(),
             );
         }
         if record.status == "denied"
@@ -58,8 +59,11 @@ pub fn decide(
                 )
             };
             println!(
-                "approval {id} ({} call {}) denied ({stands}); a running session continues, otherwise `keel resume {}`",
-                record.tool_name, record.tool_call_id, record.session_id
+                "approval {id} ({} call {}) denied ({stands}); a running session continues, otherwise `{k} resume {}`",
+                record.tool_name,
+                record.tool_call_id,
+                record.session_id,
+                k = crate::output::hint_command()
             );
             return Ok(());
         }
@@ -95,8 +99,11 @@ pub fn decide(
         };
         let again = if already { " (it already was)" } else { "" };
         println!(
-            "approval {id} ({} call {}) {verb}{again}; a running session continues, otherwise `keel resume {}`",
-            decided.tool_name, decided.tool_call_id, decided.session_id
+            "approval {id} ({} call {}) {verb}{again}; a running session continues, otherwise `{k} resume {}`",
+            decided.tool_name,
+            decided.tool_call_id,
+            decided.session_id,
+            k = crate::output::hint_command()
         );
         Ok(())
     })

@@ -319,3 +319,27 @@ fn run_usage_errors_over_the_server_read_like_locally() {
     assert!(err.contains("needs an admin key"), "{err}");
     assert!(err.contains("403"), "{err}");
 }
+
+/// Newuser review 15 #7: with `--server URL` given as a flag, the hints of a run left waiting
+/// (`approve`/`deny`/`resume`) name the server, so copying them reaches the same session; with
+/// `KEEL_SERVER` exported they stay as they were (the variable goes with the shell).
+#[test]
+fn hints_carry_the_server_flag() {
+    let p = Pair::new(ASK, &Options::default());
+    let args = p.run_args(true, &[], "write it");
+    let o = crate::common::Env::keel(&p.far)
+        .env("KEEL_API_KEY", &p.s.key)
+        .args(["--server", &p.s.url])
+        .args(&args)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let out = stdout(&o);
+    let k = format!("keel --server {}", p.s.url);
+    for hint in ["approve", "deny", "resume"] {
+        assert!(out.contains(&format!("{k} {hint} ")), "{hint}: {out}");
+    }
+    let o = p.cmd(true).args(&args).output().unwrap();
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(stdout(&o).contains("  keel approve "), "{}", stdout(&o));
+}
