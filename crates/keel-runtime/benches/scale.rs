@@ -303,7 +303,10 @@ async fn bench_waiting() {
         }
         if s == n && all_started_at.is_none() {
             all_started_at = Some(t0.elapsed());
-            window = Some((Instant::now(), cpu_s()));
+            // The window counts only if no call was answered yet: then all n are waiting.
+            if a == 0 {
+                window = Some((Instant::now(), cpu_s()));
+            }
         }
         if a > 0
             && window_cpu.is_none()
