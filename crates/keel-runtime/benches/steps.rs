@@ -4,8 +4,9 @@
 //! the store counts them, and the raw fsync cost of the same disk measured in the same run, so
 //! the step cost reads as a multiple of the commits it must make. Exits 0 whatever the figures.
 //!
-//! `cargo bench -p keel-runtime --bench steps` (`KEEL_BENCH_STEPS`, default 300;
-//! `KEEL_BENCH_RUNS`, default 5).
+//! `cargo bench -p keel-runtime --bench steps` (`KEEL_BENCH_STEPS`, default 1,000;
+//! `KEEL_BENCH_RUNS`, default 3). Then one turn of a tenth as many side-effecting steps
+//! (`write_file`) for their commits per step.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
@@ -47,7 +48,8 @@ fn median(v: &mut [f64]) -> f64 {
     v[v.len() / 2]
 }
 
-async fn run(dir: &std::path::Path, steps: usize) -> (f64, u64) {
+/// One turn of `steps` steps, each one call of `call(i)`; returns (ms per step, durable commits).
+async fn run(dir: &std::path::Path, steps: usize, call: fn(usize) -> Value) -> (f64, u64) {
     let db = tempfile::tempdir_in(dir).unwrap();
     let store: Arc<dyn Store> = Arc::new(
         SqlStore::open_sqlite(&db.path().join("keel.db"))
@@ -55,10 +57,9 @@ async fn run(dir: &std::path::Path, steps: usize) -> (f64, u64) {
             .unwrap(),
     );
     let mut lines: Vec<Value> = (0..steps)
-        .map(|i| {
-            json!({"tool_calls": [{"id": format!("c{i}"), "name": "read_file", "arguments": {"path": "README.md"}}],
-                   "usage": {"input_tokens": 10, "output_tokens": 5}})
-        })
+        .map(
+            |i| json!({"tool_calls": [call(i)], "usage": {"input_tokens": 10, "output_tokens": 5}}),
+        )
         .collect();
     lines.push(json!({"text": "done"}));
     let text: Vec<String> = lines.iter().map(Value::to_string).collect();
@@ -112,9 +113,17 @@ async fn run(dir: &std::path::Path, steps: usize) -> (f64, u64) {
     )
 }
 
+fn read_only(i: usize) -> Value {
+    json!({"id": format!("c{i}"), "name": "read_file", "arguments": {"path": "README.md"}})
+}
+
+fn side_effecting(i: usize) -> Value {
+    json!({"id": format!("c{i}"), "name": "write_file", "arguments": {"path": "out.txt", "content": format!("{i}")}})
+}
+
 fn main() {
-    let steps = env("KEEL_BENCH_STEPS", 300);
-    let runs = env("KEEL_BENCH_RUNS", 5);
+    let steps = env("KEEL_BENCH_STEPS", 1000);
+    let runs = env("KEEL_BENCH_RUNS", 3);
     let dir = std::env::var("KEEL_BENCH_DIR").map_or_else(|_| std::env::temp_dir(), Into::into);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -125,12 +134,15 @@ fn main() {
     let mut per_step = Vec::new();
     let mut commits = 0;
     for _ in 0..runs {
-        let (ms, c) = rt.block_on(run(&dir, steps));
+        let (ms, c) = rt.block_on(run(&dir, steps, read_only));
         per_step.push(ms);
         commits = c;
     }
     let p50 = median(&mut per_step);
     let commits_per_step = commits as f64 / steps as f64;
+    // Side-effecting steps (write_file, which also fsyncs the file it writes): fewer of them.
+    let fx_steps = (steps / 10).max(10);
+    let (fx_ms, fx_commits) = rt.block_on(run(&dir, fx_steps, side_effecting));
     println!(
         "step overhead, scripted model, durable SQLite in {}",
         dir.display()
@@ -144,5 +156,9 @@ fn main() {
     println!(
         "  step cost / (commits x fsync): {:.2}",
         p50 / (commits_per_step.max(1e-9) * fsync)
+    );
+    println!(
+        "  side-effecting step (write_file), {fx_steps} steps: {fx_ms:.3} ms/step, durable commits per step: {:.2}   (target: <= 2, intent before, outcome after)",
+        fx_commits as f64 / fx_steps as f64
     );
 }
