@@ -63,7 +63,7 @@ fn unknown_tool_text(name: &str, offered: &[String]) -> String {
         format!("Unknown tool `{name}`: this agent has no tools; answer in text.")
     } else {
         format!(
-            "Unknown tool `{name}`: this agent is not offered it. Available tools: {}.",
+            "Unknown tool `{name}`: this agent's release does not enable it. Available tools: {}.",
             offered.join(", ")
         )
     }

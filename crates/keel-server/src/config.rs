@@ -362,12 +362,7 @@ fn canonical_root(root: &std::path::Path) -> Result<PathBuf, ServerError> {
 
 /// How permissive a mode is: `read_only` 0 < `default` 1 < `accept_edits` 2 < `bypass` 3.
 pub fn permission_rank(m: PermissionMode) -> u8 {
-    match m {
-        PermissionMode::ReadOnly => 0,
-        PermissionMode::Default => 1,
-        PermissionMode::AcceptEdits => 2,
-        PermissionMode::Bypass => 3,
-    }
+    m.permissiveness()
 }
 
 #[cfg(test)]

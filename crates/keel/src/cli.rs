@@ -203,7 +203,7 @@ pub enum PermissionModeArg {
 }
 
 impl PermissionModeArg {
-    fn snake(self) -> &'static str {
+    pub(crate) fn snake(self) -> &'static str {
         match self {
             Self::Default => "default",
             Self::AcceptEdits => "accept_edits",

@@ -399,6 +399,31 @@ fn acp_file_tools_go_through_the_editor_buffers_when_offered() {
     assert!(events.contains("effect.committed"), "{events}");
 }
 
+/// An `@path` mention attaches the file when the editor offers its file system too (Zed does):
+/// the input pipeline reads it before the turn exists, with the local tool under the same
+/// checks — it failed with "no session" (new-user review of issue 17).
+#[test]
+fn acp_an_at_mention_attaches_the_file_when_the_editor_offers_fs() {
+    let env = Env::new();
+    env.write("ws/notes.txt", "the note on disk\n");
+    let path = env.ws().join("notes.txt").to_string_lossy().into_owned();
+    let model = script(&env, &[json!({"text": "read it"})]);
+    let t = client(
+        &env,
+        "prompt",
+        &["--model", &model],
+        &[
+            ("ACP_PROMPT", "summarize @notes.txt".into()),
+            ("ACP_FS", json!({ path: "unsaved\n" }).to_string()),
+        ],
+    );
+    assert_eq!(t["responses"]["prompt"]["stopReason"], "end_turn", "{t}");
+    let session = t["sessionId"].as_str().unwrap();
+    let events = env.run(&["sessions", "events", session]);
+    let events = String::from_utf8_lossy(&events.stdout);
+    assert!(events.contains("the note on disk"), "{events}");
+}
+
 #[test]
 fn acp_load_adds_the_clients_mcp_servers_by_re_pinning() {
     let env = Env::new();
@@ -550,4 +575,84 @@ fn acp_cancel_during_a_tool_call_gives_the_call_a_result() {
         .unwrap();
     assert_eq!(last["status"], "failed", "{t}");
     assert_eq!(last["rawOutput"]["status"], "cancelled", "{t}");
+}
+
+/// Flags `keel acp` cannot honour are a usage error (exit 2), not silently ignored.
+#[test]
+fn acp_refuses_flags_it_would_ignore() {
+    let env = Env::new();
+    for args in [
+        &["acp", "--workspace", "/tmp"][..],
+        &["acp", "--output", "jsonl"][..],
+    ] {
+        let out = env.run(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("keel acp does not take"),
+            "{out:?}"
+        );
+        assert!(out.stdout.is_empty());
+    }
+}
+
+/// `keel acp --permission-mode M` is a ceiling: only modes at most as permissive are offered,
+/// `session/set_mode` to a looser one is refused (invalid params), and a session loaded from a
+/// looser saved mode is brought down to M — an editor could switch a `read_only` agent to
+/// `bypass` (attack review of issue 17).
+#[test]
+fn acp_permission_mode_flag_is_a_ceiling_for_set_mode_and_load() {
+    let env = Env::new();
+    env.write("ws/a.txt", "line one\n");
+    let edit = json!({"tool_calls": [{"name": "write_file", "arguments": {"path": "a.txt", "content": "pwned\n"}}]});
+    let model = script(&env, &[edit.clone(), json!({"text": "done"})]);
+    let t = client(
+        &env,
+        "prompt",
+        &["--model", &model, "--permission-mode", "read-only"],
+        &[
+            ("ACP_MODE", "bypass".into()),
+            ("ACP_PROMPT", "write a.txt".into()),
+        ],
+    );
+    let offered: Vec<&str> = t["responses"]["new"]["modes"]["availableModes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(offered, ["read_only"], "{t}");
+    assert_eq!(t["errors"]["setMode"]["code"], -32602, "{t}");
+    assert_eq!(
+        std::fs::read_to_string(env.ws().join("a.txt")).unwrap(),
+        "line one\n"
+    );
+
+    // A session saved in bypass, loaded under --permission-mode read-only: its write is denied.
+    let model = script(&env, &[edit, json!({"text": "done"})]);
+    let t = client(
+        &env,
+        "prompt",
+        &["--model", &model],
+        &[("ACP_MODE", "bypass".into())],
+    );
+    let session = t["sessionId"].as_str().unwrap().to_owned();
+    let t = client(
+        &env,
+        "load",
+        &["--model", &model, "--permission-mode", "read-only"],
+        &[
+            ("ACP_SESSION", session),
+            ("ACP_CWD", env.ws().to_string_lossy().into_owned()),
+            ("ACP_PROMPT", "write a.txt".into()),
+        ],
+    );
+    assert_eq!(
+        t["responses"]["load"]["modes"]["currentModeId"], "read_only",
+        "{t}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(env.ws().join("a.txt")).unwrap(),
+        "line one\n",
+        "{t}"
+    );
 }

@@ -79,6 +79,17 @@ pub enum PermissionMode {
 }
 
 impl PermissionMode {
+    /// How permissive the mode is: `read_only` 0 < `default` 1 < `accept_edits` 2 <
+    /// `bypass` 3 (for ceilings: a server's `max_permission_mode`, `keel acp --permission-mode`).
+    pub fn permissiveness(self) -> u8 {
+        match self {
+            Self::ReadOnly => 0,
+            Self::Default => 1,
+            Self::AcceptEdits => 2,
+            Self::Bypass => 3,
+        }
+    }
+
     /// Parses `default`, `accept_edits`, `read_only`, `bypass` (kebab-case accepted too).
     ///
     /// Errors: [`ToolsError::InvalidRule`] naming the unknown mode.

@@ -66,17 +66,41 @@ pub fn wire<T: serde::de::DeserializeOwned>(v: Value) -> Result<T, acp::Error> {
 }
 
 /// The permission modes as ACP session modes, `current` first named.
-pub fn modes(current: PermissionMode) -> Value {
-    let mode = |id: &str, name: &str, description: &str| json!({"id": id, "name": name, "description": description});
-    json!({
-        "currentModeId": mode_id(current),
-        "availableModes": [
-            mode("default", "Default", "Reads run; edits, commands and other side effects ask"),
-            mode("accept_edits", "Accept edits", "File edits in the workspace run without asking"),
-            mode("read_only", "Read only", "Only read-only tools run; side effects are refused"),
-            mode("bypass", "Bypass", "Everything the policy does not deny runs without asking"),
-        ],
-    })
+pub fn modes(current: PermissionMode, ceiling: Option<PermissionMode>) -> Value {
+    let all = [
+        (
+            PermissionMode::Default,
+            "Default",
+            "Reads run; edits, commands and other side effects ask",
+        ),
+        (
+            PermissionMode::AcceptEdits,
+            "Accept edits",
+            "File edits in the workspace run without asking",
+        ),
+        (
+            PermissionMode::ReadOnly,
+            "Read only",
+            "Only read-only tools run; side effects are refused",
+        ),
+        (
+            PermissionMode::Bypass,
+            "Bypass",
+            "Everything the policy does not deny runs without asking",
+        ),
+    ];
+    let available: Vec<Value> = all
+        .iter()
+        .filter(|(m, _, _)| within(*m, ceiling))
+        .map(|(m, name, description)| json!({"id": mode_id(*m), "name": name, "description": description}))
+        .collect();
+    json!({"currentModeId": mode_id(current), "availableModes": available})
+}
+
+/// Whether `mode` is at most as permissive as `ceiling` (`keel acp --permission-mode`; none:
+/// any mode).
+fn within(mode: PermissionMode, ceiling: Option<PermissionMode>) -> bool {
+    ceiling.is_none_or(|c| mode.permissiveness() <= c.permissiveness())
 }
 
 fn mode_id(m: PermissionMode) -> &'static str {
@@ -136,6 +160,14 @@ impl KeelAgent {
                 .session_notification(acp::SessionNotification::new(session.clone(), update))
                 .await;
         }
+    }
+
+    /// The most permissive mode a session may have here: `keel acp --permission-mode`, when
+    /// given (the editor's `session/set_mode` and `session/load` stay within it).
+    fn ceiling(&self) -> Option<PermissionMode> {
+        self.args
+            .permission_mode
+            .and_then(|m| PermissionMode::parse(m.snake()).ok())
     }
 
     /// The hosted session `id`.
@@ -248,7 +280,7 @@ impl KeelAgent {
         let p = prepared(runtime, session);
         self.host(p, config);
         self.announce_commands(session);
-        Ok(json!({"sessionId": session.to_string(), "modes": modes(mode)}))
+        Ok(json!({"sessionId": session.to_string(), "modes": modes(mode, self.ceiling())}))
     }
 
     async fn load_session(&self, req: acp::LoadSessionRequest) -> Result<Value, acp::Error> {
@@ -304,7 +336,18 @@ impl KeelAgent {
         let (events, _) = crate::sessions::load_state(&store, session)
             .await
             .map_err(|e| internal(&e))?;
-        let mode = pinned.config.permission_mode;
+        // `keel acp --permission-mode M` holds for loaded sessions too (as `keel resume
+        // --permission-mode` does): a session saved in a looser mode is brought down to M.
+        let mut mode = pinned.config.permission_mode;
+        if let Some(ceiling) = self.ceiling()
+            && !within(mode, Some(ceiling))
+        {
+            runtime
+                .update_config(local_tenant(), session, |c| c.permission_mode = ceiling)
+                .await
+                .map_err(|e| internal(&e.into()))?;
+            mode = ceiling;
+        }
         let mut mapper = Mapper::new(pinned.config.workspace.clone(), true);
         for event in &events {
             for u in mapper.event(event) {
@@ -314,7 +357,7 @@ impl KeelAgent {
         let p = prepared(runtime, session);
         self.host(p, config);
         self.announce_commands(session);
-        Ok(json!({"modes": modes(mode)}))
+        Ok(json!({"modes": modes(mode, self.ceiling())}))
     }
 }
 
@@ -387,9 +430,21 @@ impl acp::Agent for KeelAgent {
         args: acp::SetSessionModeRequest,
     ) -> Result<acp::SetSessionModeResponse, acp::Error> {
         let hosted = self.hosted(&args.session_id)?;
-        let mode = PermissionMode::parse(&args.mode_id.0).map_err(|e| {
-            acp::Error::invalid_params().data(json!(format!("mode {}: {e}", args.mode_id.0)))
+        let mode = PermissionMode::parse(&args.mode_id.0).map_err(|_| {
+            acp::Error::invalid_params().data(json!(format!(
+                "unknown mode {:?}: use default, accept_edits, read_only or bypass",
+                args.mode_id.0
+            )))
         })?;
+        if let Some(ceiling) = self.ceiling()
+            && !within(mode, Some(ceiling))
+        {
+            return Err(acp::Error::invalid_params().data(json!(format!(
+                "mode {} is looser than keel acp's --permission-mode {}",
+                mode_id(mode),
+                mode_id(ceiling)
+            ))));
+        }
         hosted
             .p
             .runtime

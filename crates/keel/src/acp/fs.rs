@@ -257,6 +257,12 @@ impl Tool for ClientFsTool {
         self.inner.subject(args)
     }
     async fn call(&self, args: Value, ctx: &ToolContext) -> ToolOutput {
+        if ctx.scope.is_none() {
+            // Not a model's call: an `@path` mention or a `resource_link` the input pipeline
+            // attaches before the turn exists, read by the local tool (from disk, under the
+            // same workspace and policy checks); the editor's buffers serve the turn's calls.
+            return self.inner.call(args, ctx).await;
+        }
         match self.run(&args, ctx).await {
             Ok(text) => ToolOutput::success(text),
             Err(e) => ToolOutput::error(e),

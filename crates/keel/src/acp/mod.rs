@@ -37,6 +37,23 @@ use crate::cli::{GlobalArgs, RunArgs};
 /// # Errors
 /// The async runtime failing to start.
 pub fn serve(global: &GlobalArgs, args: &RunArgs) -> anyhow::Result<ExitCode> {
+    // Each ACP session runs in the cwd its client names, and stdout carries only protocol
+    // messages: these flags would be silently ignored, so they are refused.
+    let ignored = [
+        (
+            global.workspace.is_some(),
+            "--workspace (each session runs in the cwd the editor sends)",
+        ),
+        (
+            args.output.is_some(),
+            "--output (stdout carries only ACP messages)",
+        ),
+    ];
+    if let Some((_, flag)) = ignored.iter().find(|(given, _)| *given) {
+        return Err(anyhow::Error::new(crate::exit::UsageError(format!(
+            "keel acp does not take {flag}"
+        ))));
+    }
     let rt = crate::cli::tokio_runtime()?;
     rt.block_on(async {
         let local = tokio::task::LocalSet::new();

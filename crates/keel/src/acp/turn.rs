@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use tokio::sync::watch;
 
 use super::agent::{Hosted, KeelAgent, internal, wire};
-use super::updates::{Ending, Mapper, chunk, diff, ending, locations, title, tool_kind};
+use super::updates::{Ending, Mapper, chunk, content, ending, locations, title, tool_kind};
 
 /// The prompt's content blocks as Keel input text: text as is, a resource link to a file in
 /// the workspace as an `@path` attachment (read under policy), an embedded text resource
@@ -247,7 +247,7 @@ async fn drive(
                     "kind": tool_kind(tool_name),
                     "status": "pending",
                     "locations": locations(&hosted.workspace, arguments),
-                    "content": diff(&hosted.workspace, tool_name, arguments).into_iter().collect::<Vec<_>>(),
+                    "content": content(&hosted.workspace, tool_name, arguments),
                     "rawInput": arguments,
                 },
                 "options": [
