@@ -75,6 +75,23 @@ async fn every_typed_method_calls_its_operation() {
         .submit_turn_with(&session, "second", Some(MultitaskParam::Enqueue), Some(5))
         .await
         .unwrap();
+    // The session is idle before and after the queued turn runs: wait for the turn itself
+    // (checking only for `idle` once let the test go on while "second" was still to run, and
+    // the cancel below found it running).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while op
+        .get_turn(&session, &t.turn_id)
+        .await
+        .unwrap()
+        .terminal_reason
+        .is_none()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the second turn did not finish"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     s.wait_session(&session, |b| b["status"] == "idle").await;
     let turns = op.list_turns(&session).await.unwrap();
     assert_eq!(turns.len(), 2);
