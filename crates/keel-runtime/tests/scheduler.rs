@@ -27,15 +27,18 @@ struct Runs(Runtime);
 impl ClaimRunner for Runs {
     fn run(&self, claim: Claim, drain: CancellationToken) -> RunFuture {
         let rt = self.0.clone();
-        Box::pin(async move {
-            let (tenant, session) = (claim.tenant_id, claim.lease.session_id);
-            match rt.run_claimed(tenant, session, &claim.lease, drain).await {
-                Ok(out) if out.drained => RunReport::Drained,
-                Ok(_) => RunReport::Done,
-                Err(RuntimeError::LeaseLost { .. }) => RunReport::LeaseLost,
-                Err(e) => RunReport::Failed(e.to_string()),
-            }
-        })
+        Box::pin(async move { run_claim(&rt, &claim, drain).await })
+    }
+}
+
+/// Runs `claim` with `rt` and reports how the run ended, as a host's runner does.
+async fn run_claim(rt: &Runtime, claim: &Claim, drain: CancellationToken) -> RunReport {
+    let (tenant, session) = (claim.tenant_id, claim.lease.session_id);
+    match rt.run_claimed(tenant, session, &claim.lease, drain).await {
+        Ok(out) if out.drained => RunReport::Drained,
+        Ok(_) => RunReport::Done,
+        Err(RuntimeError::LeaseLost { .. }) => RunReport::LeaseLost,
+        Err(e) => RunReport::Failed(e.to_string()),
     }
 }
 
@@ -129,12 +132,7 @@ impl ClaimRunner for PanicsFirst {
             if runs.fetch_add(1, Ordering::SeqCst) == 0 {
                 panic!("a bug in the run of {session}");
             }
-            match rt.run_claimed(tenant, session, &claim.lease, drain).await {
-                Ok(out) if out.drained => RunReport::Drained,
-                Ok(_) => RunReport::Done,
-                Err(RuntimeError::LeaseLost { .. }) => RunReport::LeaseLost,
-                Err(e) => RunReport::Failed(e.to_string()),
-            }
+            run_claim(&rt, &claim, drain).await
         })
     }
 }
