@@ -298,6 +298,11 @@ async fn run_child(
                 },
             )])
             .await?;
+            // Committed before the child runs: the parent's journal names the child before
+            // anything of the child (an approval it asks for) is visible (a host listing the
+            // child's approval looks its session up by `agent.spawned`).
+            let v = j.commit("agent.spawned").await?;
+            active.version.store(v, std::sync::atomic::Ordering::SeqCst);
         }
     }
     let state = rt.view(tenant, child).await?.state;
