@@ -61,7 +61,7 @@
 //!     and editors and debuggers (`vim`, `ex`, `ed`, `emacs`, `gdb`, `lldb`);
 //!   - a wrapper's options are not known exactly (an unknown or abbreviated option, a computed
 //!     word before the command), or the wrapper is only known to run commands in ways this
-//!     module does not follow (see `programs::OPAQUE`: `systemd-run`, `pkexec`, `parallel`,
+//!     module does not follow (see `programs::lists::OPAQUE`: `systemd-run`, `pkexec`, `parallel`,
 //!     `script`, `capsh`, `sg`, `firejail`, `bwrap`, `valgrind`, `expect`, `tmux`, `socat`,
 //!     `start-stop-daemon`, `run-parts`, …).
 //!
