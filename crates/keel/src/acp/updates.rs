@@ -33,9 +33,24 @@ pub fn update(wire: Value) -> Option<acp::SessionUpdate> {
 }
 
 /// A text chunk of kind `kind` (`agent_message_chunk`, `agent_thought_chunk`,
-/// `user_message_chunk`).
+/// `user_message_chunk`), its control characters replaced ([`printable`]).
 pub fn chunk(kind: &str, text: &str) -> Option<acp::SessionUpdate> {
-    update(json!({"sessionUpdate": kind, "content": {"type": "text", "text": text}}))
+    update(json!({"sessionUpdate": kind, "content": {"type": "text", "text": printable(text)}}))
+}
+
+/// `text` with its control characters (C0, DEL and C1: ANSI escapes, carriage returns,
+/// backspaces) replaced by U+FFFD, except `\n` and `\t`: what a tool prints (or a model
+/// repeats) cannot rewrite what the editor shows (attack review of issue 17).
+pub fn printable(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_control() && c != '\n' && c != '\t' {
+                '\u{FFFD}'
+            } else {
+                c
+            }
+        })
+        .collect()
 }
 
 /// ACP's tool kind of a Keel tool: what an editor shows for it.
@@ -316,7 +331,15 @@ impl Mapper {
             } => {
                 if let Some(id) = call {
                     self.names.insert(id.clone(), name.clone());
-                    out.extend(update(tool_call(&self.workspace, &id, name, arguments)));
+                    let mut u = tool_call(&self.workspace, &id, name, arguments);
+                    if self.replay && name == "write_file" {
+                        // The file's text now is not what the write replaced: the diff shows
+                        // no old text (unknown) rather than the new text twice.
+                        if let Some(Value::Object(d)) = u.pointer_mut("/content/0") {
+                            d.insert("oldText".into(), Value::Null);
+                        }
+                    }
+                    out.extend(update(u));
                 }
             }
             EventBody::ToolCallStarted {} => {
@@ -335,7 +358,7 @@ impl Mapper {
             } => {
                 if let Some(id) = call {
                     let failed = *is_error || *status != ToolCallStatus::Succeeded;
-                    let text: String = output.chars().take(OUTPUT_CHARS).collect();
+                    let text = printable(&output.chars().take(OUTPUT_CHARS).collect::<String>());
                     out.extend(update(json!({
                         "sessionUpdate": "tool_call_update",
                         "toolCallId": id,
@@ -634,6 +657,47 @@ mod tests {
             [json!("agent_thought_chunk"), json!("agent_message_chunk")]
         );
         assert_eq!(done[1]["content"]["text"], "Hello");
+    }
+
+    /// Tool output reaches the editor without control characters but `\n` and `\t`.
+    #[test]
+    fn tool_output_loses_its_control_characters() {
+        let mut m = Mapper::new(PathBuf::from("/ws"), false);
+        let SubscriptionItem::Event { mut event } = event(
+            4,
+            "tool_call.finished",
+            json!({"status": "succeeded", "output": "ok\x1b[2J\r\x07\u{9b}31m\tend\n", "is_error": false}),
+        ) else {
+            unreachable!()
+        };
+        event.correlation.tool_call_id = Some(keel_core::ToolCallId::from("c1"));
+        let u = wire(m.event(&event));
+        let text = u[0]["content"][0]["content"]["text"].as_str().unwrap();
+        assert_eq!(text, "ok\u{FFFD}[2J\u{FFFD}\u{FFFD}\u{FFFD}31m\tend\n");
+        assert_eq!(u[0]["rawOutput"]["output"], text);
+        assert_eq!(printable("a\u{85}b"), "a\u{FFFD}b");
+    }
+
+    /// A replayed write shows no old text: the file's text now is the write's own.
+    #[test]
+    fn a_replayed_write_has_no_old_text() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.txt"), "new\n").unwrap();
+        let proposed = |replay: bool| {
+            let mut m = Mapper::new(dir.path().to_owned(), replay);
+            let SubscriptionItem::Event { mut event } = event(
+                3,
+                "tool_call.proposed",
+                json!({"name": "write_file", "arguments": {"path": "a.txt", "content": "new\n"}, "args_hash": "h"}),
+            ) else {
+                unreachable!()
+            };
+            event.correlation.tool_call_id = Some(keel_core::ToolCallId::from("c1"));
+            wire(m.event(&event))[0]["content"][0].clone()
+        };
+        assert_eq!(proposed(false)["oldText"], "new\n");
+        assert_eq!(proposed(true)["oldText"], Value::Null);
+        assert_eq!(proposed(true)["newText"], "new\n");
     }
 
     #[test]
