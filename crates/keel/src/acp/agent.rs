@@ -243,7 +243,8 @@ impl KeelAgent {
             .map_err(|e| internal(&e.into()))?;
         let withheld = self.withheld.clone();
         let real = withheld.unseal_release(release);
-        crate::run::runtime_with_tools(config, store, model, &real, tools, |pool| {
+        let secrets = withheld.values();
+        crate::run::runtime_with_tools(config, store, model, &real, tools, secrets, |pool| {
             Arc::new(Unsealing {
                 inner: pool,
                 withheld,

@@ -12,7 +12,10 @@
 //! of them takes its values: the stored placeholder of that server and variable (or header) is
 //! bound to the value the editor passes now, so the release, and the session, stay as they
 //! were. A placeholder no value was passed for stays as it is (the server gets the placeholder
-//! text, and fails to authenticate rather than get a stale token).
+//! text, and fails to authenticate rather than get a stale token). The values are also secret
+//! values of the sessions' redactors ([`Withheld::values`]): an event that would carry one (a
+//! server printing its environment) carries `[REDACTED]`, and the session's sealed `secrets` row
+//! keeps them, encrypted, for later processes' redactors.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
@@ -76,6 +79,18 @@ impl Withheld {
             .unwrap_or_else(PoisonError::into_inner)
             .insert(placeholder.clone(), value);
         placeholder
+    }
+
+    /// Every value this process holds: redacted from the sessions' events (and sealed in
+    /// their `secrets` rows) as the configuration's secrets are — a server that prints its
+    /// environment does not put them in the journal either.
+    pub fn values(&self) -> Vec<String> {
+        self.values
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .cloned()
+            .collect()
     }
 
     /// `servers` with every placeholder this process holds a value for replaced by the value.

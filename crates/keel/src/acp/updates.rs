@@ -220,6 +220,10 @@ pub struct Mapper {
     /// Seq of the last `step.completed` / `step.failed` shown: a delta produced before it
     /// that arrives only now is stale (its step's text was shown whole).
     completed_seq: u64,
+    /// The `tool_call`s of the open step: the journal has a step's `tool_call.proposed` before
+    /// its `step.completed`, which carries the text the model wrote before them; they are
+    /// shown after that text (when the deltas did not show it first, or on replay).
+    proposed: Vec<acp::SessionUpdate>,
 }
 
 impl Mapper {
@@ -234,6 +238,7 @@ impl Mapper {
             seen_seq: 0,
             early: std::collections::VecDeque::new(),
             completed_seq: 0,
+            proposed: Vec::new(),
         }
     }
 
@@ -299,6 +304,12 @@ impl Mapper {
             .as_ref()
             .map(|c| c.as_str().to_owned());
         let mut out = Vec::new();
+        if !matches!(
+            event.body,
+            EventBody::ToolCallProposed { .. } | EventBody::StepCompleted { .. }
+        ) {
+            out.append(&mut self.proposed);
+        }
         match &event.body {
             EventBody::TurnQueued { input, .. } if self.replay => {
                 out.extend(chunk("user_message_chunk", input));
@@ -320,6 +331,7 @@ impl Mapper {
                 self.streamed.clear();
                 self.thought = false;
                 self.completed_seq = event.seq;
+                out.append(&mut self.proposed);
             }
             EventBody::StepFailed { .. } => {
                 self.streamed.clear();
@@ -339,7 +351,7 @@ impl Mapper {
                             d.insert("oldText".into(), Value::Null);
                         }
                     }
-                    out.extend(update(u));
+                    self.proposed.extend(update(u));
                 }
             }
             EventBody::ToolCallStarted {} => {
@@ -685,19 +697,65 @@ mod tests {
         std::fs::write(dir.path().join("a.txt"), "new\n").unwrap();
         let proposed = |replay: bool| {
             let mut m = Mapper::new(dir.path().to_owned(), replay);
-            let SubscriptionItem::Event { mut event } = event(
+            let SubscriptionItem::Event { event: mut call } = event(
                 3,
                 "tool_call.proposed",
                 json!({"name": "write_file", "arguments": {"path": "a.txt", "content": "new\n"}, "args_hash": "h"}),
             ) else {
                 unreachable!()
             };
-            event.correlation.tool_call_id = Some(keel_core::ToolCallId::from("c1"));
-            wire(m.event(&event))[0]["content"][0].clone()
+            call.correlation.tool_call_id = Some(keel_core::ToolCallId::from("c1"));
+            assert!(m.event(&call).is_empty(), "shown after the step's text");
+            let SubscriptionItem::Event { event: next } = event(4, "turn.started", json!({}))
+            else {
+                unreachable!()
+            };
+            wire(m.event(&next))[0]["content"][0].clone()
         };
         assert_eq!(proposed(false)["oldText"], "new\n");
         assert_eq!(proposed(true)["oldText"], Value::Null);
         assert_eq!(proposed(true)["newText"], "new\n");
+    }
+
+    /// A step's text comes before its tool calls, though the journal has the calls first:
+    /// when the deltas lag behind the events (live) and on replay.
+    #[test]
+    fn a_steps_text_comes_before_its_tool_calls() {
+        for replay in [false, true] {
+            let mut m = Mapper::new(PathBuf::from("/ws"), replay).after(7);
+            let SubscriptionItem::Event {
+                event: mut proposed,
+            } = event(
+                8,
+                "tool_call.proposed",
+                json!({"name": "list_dir", "arguments": {"path": "."}, "args_hash": "h"}),
+            )
+            else {
+                unreachable!()
+            };
+            proposed.correlation.tool_call_id = Some(keel_core::ToolCallId::from("c1"));
+            let mut kinds = wire(m.item(&SubscriptionItem::Event { event: proposed }));
+            kinds.extend(wire(m.item(&event(
+                9,
+                "step.completed",
+                json!({"model": "m", "stop_reason": "tool_use",
+                       "usage": {"input_tokens": 1, "output_tokens": 1}, "cost_usd": 0.0,
+                       "text": "first", "reasoning": []}),
+            ))));
+            // The delta of that text, arriving late, is stale.
+            kinds.extend(wire(m.item(&delta(
+                7,
+                DeltaKind::Text {
+                    text: "first".into(),
+                },
+            ))));
+            let kinds: Vec<_> = kinds.iter().map(|u| u["sessionUpdate"].clone()).collect();
+            assert_eq!(
+                kinds,
+                [json!("agent_message_chunk"), json!("tool_call")],
+                "replay {replay}"
+            );
+        }
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //
 // usage: node client.mjs SCENARIO   (environment: KEEL_ACP_CLIENT_DIR, KEEL_BIN, KEEL_ARGS (JSON
 // array of extra `keel acp` arguments), ACP_CWD, ACP_PROMPT, ACP_MCP (a stdio server command,
-// JSON), ACP_PERMISSION (allow_once | allow_always | reject_once | disconnect), ACP_SESSION (to
+// JSON), ACP_PERMISSION (allow_once | allow_always | reject_once | disconnect | hang), ACP_SESSION (to
 // load), ACP_CANCEL_AFTER_MS)
 //
 // Scenarios: `prompt` (initialize, session/new, one session/prompt), `load` (initialize,
@@ -44,6 +44,10 @@ const app = client({ name: "keel-acp-test" })
   .onRequest(methods.client.session.requestPermission, async (cx) => {
     transcript.permissions.push(cx.params);
     const choice = env.ACP_PERMISSION || "allow_once";
+    if (choice === "hang") {
+      // An editor that has not answered yet (the user is away): never answers.
+      return new Promise(() => {});
+    }
     if (choice === "disconnect") {
       // The editor goes away while the request is open: its end of the pipes closes.
       print();
