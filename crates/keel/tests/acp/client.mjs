@@ -4,7 +4,7 @@
 // usage: node client.mjs SCENARIO   (environment: KEEL_ACP_CLIENT_DIR, KEEL_BIN, KEEL_ARGS (JSON
 // array of extra `keel acp` arguments), ACP_CWD, ACP_PROMPT, ACP_MCP (a stdio server command,
 // JSON), ACP_PERMISSION (allow_once | allow_always | reject_once | disconnect | hang), ACP_SESSION (to
-// load), ACP_CANCEL_AFTER_MS)
+// load), ACP_CANCEL_AFTER_MS, ACP_WATCHDOG_MS (default 300000: then exit 1 with the transcript))
 //
 // Scenarios: `prompt` (initialize, session/new, one session/prompt), `load` (initialize,
 // session/load, optionally a prompt), `cancel` (a prompt cancelled mid-turn). Prints one JSON
@@ -25,6 +25,14 @@ const env = process.env;
 const transcript = { scenario, updates: [], permissions: [], responses: {}, errors: {}, fsWrites: [] };
 // ACP_FS: the editor's buffers ({absolute path: text}); set, the client offers fs/*.
 const buffers = env.ACP_FS ? JSON.parse(env.ACP_FS) : null;
+
+// A run that hangs (an agent blocked on an answer that never comes) fails with its transcript,
+// well after anything these tests wait for.
+setTimeout(() => {
+  transcript.errors.watchdog = "the client gave up after ACP_WATCHDOG_MS";
+  print();
+  process.exit(1);
+}, Number(env.ACP_WATCHDOG_MS || 300000)).unref();
 
 const child = spawn(env.KEEL_BIN, ["acp", ...JSON.parse(env.KEEL_ARGS || "[]")], {
   stdio: ["pipe", "pipe", "inherit"],
