@@ -1,6 +1,12 @@
 //! The ACP `Agent` of `keel acp`: `initialize`, `authenticate`, `session/new`,
 //! `session/load`, `session/set_mode`, `session/prompt` ([`crate::acp::turn`]) and
 //! `session/cancel` on Keel sessions in the local store.
+//!
+//! `session/load` refuses (invalid params, `data.field`) a `cwd` that is not the session's
+//! workspace — the session does not follow the editor into another directory — and a session
+//! running a `session/prompt` on this connection (its history would be replayed into the
+//! running prompt's updates). The end of standard input interrupts the running prompts
+//! ([`KeelAgent::disconnected`]).
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};

@@ -93,7 +93,9 @@ pub fn check_line(line: &str) -> Option<Value> {
             "Method not found",
             &format!("keel acp has no method {method:?}"),
         )),
-        Some(Value::String(method)) if method == acp::AGENT_METHOD_NAMES.initialize => {
+        Some(Value::String(method))
+            if id.is_some() && method == acp::AGENT_METHOD_NAMES.initialize =>
+        {
             let version = &map.get("params").unwrap_or(&Value::Null)["protocolVersion"];
             let valid = version.as_u64().is_some_and(|v| v <= u64::from(u16::MAX));
             (!valid).then(|| {
