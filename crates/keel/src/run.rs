@@ -432,23 +432,36 @@ pub(crate) async fn runtime_with_mcp(
         model,
         release,
         ToolRegistry::with_builtins().context("cannot set up the built-in tools")?,
+        Vec::new(),
+        |pool| pool,
     )
     .await
 }
 
 /// As [`runtime_with_mcp`] over `tools` instead of the built-in tools (`keel acp`'s file
-/// tools through the editor); the memory tools are added as for every runtime.
+/// tools through the editor), the release's MCP pool given to the runtime as `wrap` makes it
+/// (`keel acp` puts the editor's withheld values back, [`crate::acp::mcp::Unsealing`]; the
+/// pool is started with `release` as given), and `secrets` redacted from every event as the
+/// configuration's secret values are (sealed in the session's `secrets` row); the memory tools
+/// are added as for every runtime.
 pub(crate) async fn runtime_with_tools(
     config: &Config,
     store: Arc<dyn Store>,
     model: Arc<dyn ModelClient>,
     release: &Release,
     mut tools: ToolRegistry,
+    secrets: Vec<String>,
+    wrap: impl FnOnce(
+        Arc<dyn keel_tools::tool::ToolProvider>,
+    ) -> Arc<dyn keel_tools::tool::ToolProvider>,
 ) -> anyhow::Result<Runtime> {
     add_memory_tools(&mut tools, config, &store)?;
-    let runtime = Runtime::new(store, model, tools, host_options(config, "keel-cli")?);
+    let mut options = host_options(config, "keel-cli")?;
+    crate::logging::add_secrets(&secrets);
+    options.secret_values.extend(secrets);
+    let runtime = Runtime::new(store, model, tools, options);
     if let Some(provider) = crate::mcp::provider(config, release).await? {
-        runtime.set_tool_provider(provider);
+        runtime.set_tool_provider(wrap(provider));
     }
     Ok(runtime)
 }

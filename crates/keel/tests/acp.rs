@@ -27,7 +27,7 @@ fn sdk_dir() -> PathBuf {
 
 /// Runs the test client's `scenario` against `keel acp ARGS` in `env`; `vars` are the
 /// client's settings (ACP_*). Returns its transcript.
-fn client(env: &Env, scenario: &str, args: &[&str], vars: &[(&str, String)]) -> Value {
+pub(crate) fn client(env: &Env, scenario: &str, args: &[&str], vars: &[(&str, String)]) -> Value {
     let keel = env.keel();
     let mut c = Command::new("node");
     c.arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/acp/client.mjs"))
@@ -53,7 +53,7 @@ fn client(env: &Env, scenario: &str, args: &[&str], vars: &[(&str, String)]) -> 
         .unwrap_or_else(|e| panic!("client {scenario} printed no transcript ({e}): {text}"))
 }
 
-fn updates<'a>(t: &'a Value, kind: &str) -> Vec<&'a Value> {
+pub(crate) fn updates<'a>(t: &'a Value, kind: &str) -> Vec<&'a Value> {
     t["updates"]
         .as_array()
         .unwrap()
@@ -62,14 +62,25 @@ fn updates<'a>(t: &'a Value, kind: &str) -> Vec<&'a Value> {
         .collect()
 }
 
-fn text_of(t: &Value, kind: &str) -> String {
+pub(crate) fn text_of(t: &Value, kind: &str) -> String {
     updates(t, kind)
         .iter()
         .filter_map(|u| u["content"]["text"].as_str())
         .collect()
 }
 
-fn script(env: &Env, lines: &[Value]) -> String {
+/// `ws/a.txt` holding `line one`, and a scripted model whose first step edits it to `line two`
+/// and whose next steps are `then`.
+pub(crate) fn edit_a_txt(env: &Env, then: &[Value]) -> String {
+    env.write("ws/a.txt", "line one\n");
+    let mut lines = vec![
+        json!({"tool_calls": [{"name": "edit_file", "arguments": {"path": "a.txt", "old_string": "one", "new_string": "two"}}]}),
+    ];
+    lines.extend_from_slice(then);
+    script(env, &lines)
+}
+
+pub(crate) fn script(env: &Env, lines: &[Value]) -> String {
     let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
     env.write("script.jsonl", &text);
     format!("script:{}", env.path("script.jsonl").display())
@@ -192,14 +203,7 @@ fn acp_prompt_reads_calls_mcp_edits_with_permission_and_load_replays_it() {
 #[test]
 fn acp_rejected_edit_is_not_applied_and_the_model_is_told() {
     let env = Env::new();
-    env.write("ws/a.txt", "line one\n");
-    let model = script(
-        &env,
-        &[
-            json!({"tool_calls": [{"name": "edit_file", "arguments": {"path": "a.txt", "old_string": "one", "new_string": "two"}}]}),
-            json!({"text": "leaving it"}),
-        ],
-    );
+    let model = edit_a_txt(&env, &[json!({"text": "leaving it"})]);
     let t = client(
         &env,
         "prompt",
@@ -251,14 +255,9 @@ fn acp_missing_provider_key_is_auth_required_naming_the_variable() {
 #[test]
 fn acp_disconnect_leaves_the_approval_pending_for_keel_approve_and_load_resumes() {
     let env = Env::new();
-    env.write("ws/a.txt", "line one\n");
-    let model = script(
+    let model = edit_a_txt(
         &env,
-        &[
-            json!({"tool_calls": [{"name": "edit_file", "arguments": {"path": "a.txt", "old_string": "one", "new_string": "two"}}]}),
-            json!({"text": "edited"}),
-            json!({"text": "second answer"}),
-        ],
+        &[json!({"text": "edited"}), json!({"text": "second answer"})],
     );
     let t = client(
         &env,
@@ -467,14 +466,7 @@ fn acp_load_adds_the_clients_mcp_servers_by_re_pinning() {
 #[test]
 fn acp_set_mode_accept_edits_lets_the_edit_run_without_asking() {
     let env = Env::new();
-    env.write("ws/a.txt", "line one\n");
-    let model = script(
-        &env,
-        &[
-            json!({"tool_calls": [{"name": "edit_file", "arguments": {"path": "a.txt", "old_string": "one", "new_string": "two"}}]}),
-            json!({"text": "done"}),
-        ],
-    );
+    let model = edit_a_txt(&env, &[json!({"text": "done"})]);
     let t = client(
         &env,
         "prompt",

@@ -1,9 +1,15 @@
 //! The ACP `Agent` of `keel acp`: `initialize`, `authenticate`, `session/new`,
 //! `session/load`, `session/set_mode`, `session/prompt` ([`crate::acp::turn`]) and
 //! `session/cancel` on Keel sessions in the local store.
+//!
+//! `session/load` refuses (invalid params, `data.field`) a `cwd` that is not the session's
+//! workspace — the session does not follow the editor into another directory — and a session
+//! running a `session/prompt` on this connection (its history would be replayed into the
+//! running prompt's updates). The end of standard input interrupts the running prompts
+//! ([`KeelAgent::disconnected`]).
 
-use std::cell::RefCell;
-use std::collections::HashMap;
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -20,7 +26,7 @@ use crate::model_spec::{SpecError, build_route};
 use crate::run::{Prepared, pinned, pinned_base_url, release_of, session_config_of};
 use crate::store::local_tenant;
 
-use super::mcp::mcp_entry;
+use super::mcp::{Unsealing, Withheld, mcp_entry};
 use super::updates::{Mapper, update};
 
 /// The ACP auth method Keel advertises: provider keys come from the environment `keel acp`
@@ -39,6 +45,22 @@ pub struct Hosted {
     pub workspace: PathBuf,
     /// One prompt at a time.
     pub busy: tokio::sync::Mutex<()>,
+    /// What interrupts the running prompt: `session/cancel`, or the client gone.
+    pub interrupt: tokio::sync::watch::Sender<Interrupt>,
+    /// Whether the running prompt waits on the client's answer to `session/request_permission`.
+    pub asking: Cell<bool>,
+}
+
+/// What interrupts a running `session/prompt`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Interrupt {
+    /// Nothing.
+    None,
+    /// `session/cancel`: the turn is cancelled; an open permission request is not waited on.
+    Cancel,
+    /// Standard input ended: a running turn is cancelled (every open call gets a result); one
+    /// waiting on a permission request leaves its approval pending in the store.
+    Disconnected,
 }
 
 /// The agent side of one ACP connection.
@@ -52,6 +74,8 @@ pub struct KeelAgent {
     sessions: RefCell<HashMap<String, Rc<Hosted>>>,
     /// File requests of the tools to the client ([`super::fs::serve`] sends them).
     pub fs: tokio::sync::mpsc::Sender<super::fs::FsCall>,
+    /// The editor's MCP `env` and `headers` values, kept out of the store.
+    withheld: Arc<Withheld>,
 }
 
 /// An internal error carrying `e`'s one-line description.
@@ -142,6 +166,28 @@ impl KeelAgent {
             conn: Rc::new(RefCell::new(None)),
             client: RefCell::new(acp::ClientCapabilities::default()),
             sessions: RefCell::new(HashMap::new()),
+            withheld: Arc::new(Withheld::default()),
+        }
+    }
+
+    /// Standard input ended: every running prompt is interrupted — its turn cancelled (every
+    /// open call gets a result, as `session/cancel` and SIGTERM do), except one waiting on a
+    /// permission request, whose approval stays pending for `keel approve` or a later
+    /// `session/load`.
+    pub async fn disconnected(&self) {
+        let hosted: Vec<Rc<Hosted>> = self.sessions.borrow().values().cloned().collect();
+        for h in hosted {
+            let prompting = h.busy.try_lock().is_err();
+            h.interrupt.send_replace(Interrupt::Disconnected);
+            if !prompting || h.asking.get() {
+                continue;
+            }
+            match h.p.runtime.cancel_turn(h.p.tenant, h.p.session).await {
+                Ok(_) | Err(keel_runtime::RuntimeError::NoActiveTurn { .. }) => {}
+                Err(e) => {
+                    tracing::warn!("acp: session {}: cancel at end of input: {e}", h.p.session)
+                }
+            }
         }
     }
 
@@ -201,14 +247,25 @@ impl KeelAgent {
         let fs = self.client.borrow().fs.clone();
         let tools = super::fs::registry(&self.fs, fs.read_text_file, fs.write_text_file)
             .map_err(|e| internal(&e.into()))?;
-        crate::run::runtime_with_tools(config, store, model, release, tools)
-            .await
-            .map_err(|e| internal(&e))
+        let withheld = self.withheld.clone();
+        let real = withheld.unseal_release(release);
+        let secrets = withheld.values();
+        crate::run::runtime_with_tools(config, store, model, &real, tools, secrets, |pool| {
+            Arc::new(Unsealing {
+                inner: pool,
+                withheld,
+            })
+        })
+        .await
+        .map_err(|e| internal(&e))
     }
 
-    /// Tells the client, after the response that names the session, the slash commands a
-    /// prompt may start with (the built-ins that answer over ACP; user commands too).
-    fn announce_commands(&self, session: SessionId) {
+    /// Tells the client, after the response that names the session: the slash commands a
+    /// prompt may start with (the built-ins that answer over ACP), then the notices of loading
+    /// its workspace's configuration (an untrusted `keel.toml`'s ignored sections, say) as one
+    /// `agent_message_chunk` — an editor shows no standard error. Once per `session/new` or
+    /// `session/load`.
+    fn announce(&self, session: SessionId, notices: &[String]) {
         let Ok(conn) = self.connection() else { return };
         let commands: Vec<Value> = keel_runtime::input::BUILTIN_COMMANDS
             .iter()
@@ -221,21 +278,27 @@ impl KeelAgent {
                 c
             })
             .collect();
-        let Some(u) = update(json!({
+        let mut updates: Vec<acp::SessionUpdate> = update(json!({
             "sessionUpdate": "available_commands_update",
             "availableCommands": commands,
-        })) else {
-            return;
-        };
+        }))
+        .into_iter()
+        .collect();
+        if !notices.is_empty() {
+            let text: String = notices.iter().map(|n| format!("({n})\n")).collect();
+            updates.extend(super::updates::chunk("agent_message_chunk", &text));
+        }
         tokio::task::spawn_local(async move {
             // After the response is queued: the client knows the session id by then.
             tokio::task::yield_now().await;
-            let _ = conn
-                .session_notification(acp::SessionNotification::new(
-                    acp::SessionId::new(session.to_string()),
-                    u,
-                ))
-                .await;
+            for u in updates {
+                let _ = conn
+                    .session_notification(acp::SessionNotification::new(
+                        acp::SessionId::new(session.to_string()),
+                        u,
+                    ))
+                    .await;
+            }
         });
     }
 
@@ -246,6 +309,8 @@ impl KeelAgent {
             config,
             p,
             busy: tokio::sync::Mutex::new(()),
+            interrupt: tokio::sync::watch::channel(Interrupt::None).0,
+            asking: Cell::new(false),
         });
         self.sessions
             .borrow_mut()
@@ -254,12 +319,10 @@ impl KeelAgent {
     }
 
     async fn new_session(&self, req: acp::NewSessionRequest) -> Result<Value, acp::Error> {
-        if !req.cwd.is_absolute() {
-            return Err(acp::Error::invalid_params().data(json!("cwd must be an absolute path")));
-        }
+        check_cwd(&req.cwd)?;
         let mut config = self.load_config(&req.cwd)?;
-        for server in req.mcp_servers {
-            let (name, entry) = mcp_entry(server)?;
+        for (i, server) in req.mcp_servers.into_iter().enumerate() {
+            let (name, entry) = mcp_entry(&self.withheld, &BTreeMap::new(), i, server)?;
             config.merged.mcp_servers.insert(name, entry);
         }
         let model = build_route(&config)
@@ -277,15 +340,28 @@ impl KeelAgent {
             .await
             .map_err(|e| internal(&e.into()))?;
         let mode = config.permission_mode;
+        let notices = config.notices.clone();
         let p = prepared(runtime, session);
         self.host(p, config);
-        self.announce_commands(session);
+        self.announce(session, &notices);
         Ok(json!({"sessionId": session.to_string(), "modes": modes(mode, self.ceiling())}))
     }
 
     async fn load_session(&self, req: acp::LoadSessionRequest) -> Result<Value, acp::Error> {
         let session: SessionId = crate::sessions::parse_session(&req.session_id.0)
             .map_err(|e| acp::Error::invalid_params().data(json!(e.to_string())))?;
+        // Loading it again would replay its history into the running prompt's updates.
+        if let Some(h) = self.sessions.borrow().get(&*req.session_id.0)
+            && h.busy.try_lock().is_err()
+        {
+            return Err(acp::Error::invalid_params().data(json!({
+                "field": "sessionId",
+                "message": format!(
+                    "session {session} is running a session/prompt on this connection: it is already loaded; wait for the prompt to end (or session/cancel it)"
+                ),
+            })));
+        }
+        check_cwd(&req.cwd)?;
         let user = Config::load_user(
             None,
             &Locations::from_env(),
@@ -299,6 +375,16 @@ impl KeelAgent {
             acp::Error::resource_not_found(Some(req.session_id.0.to_string()))
                 .data(json!(crate::report::describe(&e)))
         })?;
+        if !same_dir(&req.cwd, &pinned.config.workspace) {
+            return Err(acp::Error::invalid_params().data(json!({
+                "field": "cwd",
+                "message": format!(
+                    "cwd {} is not the session's workspace {}: open the session from its workspace",
+                    req.cwd.display(),
+                    pinned.config.workspace.display()
+                ),
+            })));
+        }
         let mut config = self.load_config(&pinned.config.workspace)?;
         config.model_route = pinned.release.definition.model_route.clone();
         if let Some(url) = pinned_base_url(&pinned.config) {
@@ -311,8 +397,13 @@ impl KeelAgent {
         // them added; the same servers again change nothing. A session with a turn waiting
         // cannot be re-pinned: it keeps its own servers (said on standard error).
         let mut release = pinned.release.clone();
-        for server in req.mcp_servers {
-            let (name, entry) = mcp_entry(server)?;
+        for (i, server) in req.mcp_servers.into_iter().enumerate() {
+            let (name, entry) = mcp_entry(
+                &self.withheld,
+                &pinned.release.definition.mcp_servers,
+                i,
+                server,
+            )?;
             release
                 .definition
                 .mcp_servers
@@ -354,10 +445,37 @@ impl KeelAgent {
                 self.notify(&req.session_id, u).await;
             }
         }
+        let notices = config.notices.clone();
         let p = prepared(runtime, session);
         self.host(p, config);
-        self.announce_commands(session);
+        self.announce(session, &notices);
         Ok(json!({"modes": modes(mode, self.ceiling())}))
+    }
+}
+
+/// A `cwd` a session may work in: an absolute path to a directory.
+///
+/// # Errors
+/// Invalid params naming `cwd`.
+fn check_cwd(cwd: &std::path::Path) -> Result<(), acp::Error> {
+    let problem = if !cwd.is_absolute() {
+        "must be an absolute path"
+    } else if !cwd.is_dir() {
+        "is not a directory"
+    } else {
+        return Ok(());
+    };
+    Err(acp::Error::invalid_params().data(json!({
+        "field": "cwd",
+        "message": format!("cwd {} {problem}", cwd.display()),
+    })))
+}
+
+/// Whether `a` and `b` name the same directory (symlinks resolved).
+fn same_dir(a: &std::path::Path, b: &std::path::Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
     }
 }
 
@@ -407,7 +525,16 @@ impl acp::Agent for KeelAgent {
             return Err(acp::Error::invalid_params()
                 .data(json!(format!("unknown auth method {}", args.method_id.0))));
         }
-        // Nothing to do here: the key is read from the environment when a session starts.
+        // The key is read from the environment when a session starts: said now if it is missing
+        // for the configuration of the directory `keel acp` started in (the user's, and its
+        // workspace's keel.toml), the protocol's `auth_required` naming the variable.
+        let cwd = std::env::current_dir().map_err(|e| internal(&e.into()))?;
+        let config = self.load_config(&cwd)?;
+        if let Err(e) = build_route(&config)
+            && let Some(auth) = auth_error(&e)
+        {
+            return Err(auth);
+        }
         wire(json!({}))
     }
 
@@ -468,6 +595,8 @@ impl acp::Agent for KeelAgent {
 
     async fn cancel(&self, args: acp::CancelNotification) -> Result<(), acp::Error> {
         let hosted = self.hosted(&args.session_id)?;
+        // A permission request is not waited on (the client answers it `cancelled`).
+        hosted.interrupt.send_replace(Interrupt::Cancel);
         match hosted
             .p
             .runtime

@@ -32,7 +32,9 @@ use tokio_util::compat::{TokioAsyncReadCompatExt, TokioAsyncWriteCompatExt};
 
 use crate::cli::{GlobalArgs, RunArgs};
 
-/// Runs the agent until the client closes standard input.
+/// Runs the agent until the client closes standard input: then the running turns are
+/// cancelled (a turn waiting on a permission request keeps its approval pending), every open
+/// request is answered, and `keel acp` exits 0.
 ///
 /// # Errors
 /// The async runtime failing to start.
@@ -61,8 +63,15 @@ pub fn serve(global: &GlobalArgs, args: &RunArgs) -> anyhow::Result<ExitCode> {
             .run_until(async {
                 let pipes = wire::stdio();
                 let (fs_tx, fs_rx) = tokio::sync::mpsc::channel(16);
-                let agent = agent::KeelAgent::new(global.clone(), args.clone(), fs_tx);
+                let agent = Rc::new(agent::KeelAgent::new(global.clone(), args.clone(), fs_tx));
                 let slot = agent.conn.clone();
+                let mut eof = pipes.eof;
+                let watching = agent.clone();
+                tokio::task::spawn_local(async move {
+                    if eof.wait_for(|ended| *ended).await.is_ok() {
+                        watching.disconnected().await;
+                    }
+                });
                 let (conn, io) = acp::AgentSideConnection::new(
                     agent,
                     pipes.outgoing.compat_write(),

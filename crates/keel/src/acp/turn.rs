@@ -17,7 +17,7 @@ use keel_runtime::input::Command;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use super::agent::{Hosted, KeelAgent, internal, wire};
+use super::agent::{Hosted, Interrupt, KeelAgent, internal, wire};
 use super::updates::{Ending, Mapper, chunk, content, ending, locations, title, tool_kind};
 
 /// The prompt's content blocks as Keel input text: text as is, a resource link to a file in
@@ -61,6 +61,7 @@ pub async fn prompt(
     req: acp::PromptRequest,
 ) -> Result<acp::PromptResponse, acp::Error> {
     let _busy = hosted.busy.lock().await;
+    hosted.interrupt.send_replace(Interrupt::None);
     let p = &hosted.p;
     let text = input_text(&hosted.workspace, &req.prompt);
     let before = p
@@ -202,6 +203,18 @@ async fn pump(
     }
 }
 
+/// Waits until the prompt is interrupted ([`Interrupt`]).
+async fn interrupted(rx: &mut watch::Receiver<Interrupt>) {
+    loop {
+        if *rx.borrow_and_update() != Interrupt::None {
+            return;
+        }
+        if rx.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
 /// Runs the session until it is idle, asking the client about each approval it waits on.
 async fn drive(
     hosted: &Hosted,
@@ -209,6 +222,7 @@ async fn drive(
     session: &acp::SessionId,
 ) -> Result<(), acp::Error> {
     let p = &hosted.p;
+    let mut interrupt = hosted.interrupt.subscribe();
     loop {
         let outcome = p
             .runtime
@@ -257,8 +271,25 @@ async fn drive(
                 ],
             }))?;
             // An error here is the client gone (or refusing): the approval stays pending.
-            let answer = conn.request_permission(request).await?;
-            let decision = match answer.outcome {
+            // `session/cancel` does not wait for the client's answer (it answers `cancelled`),
+            // nor does the end of standard input.
+            interrupt.mark_unchanged();
+            hosted.asking.set(true);
+            let answered = tokio::select! {
+                answer = conn.request_permission(request) => Some(answer),
+                () = interrupted(&mut interrupt) => None,
+            };
+            hosted.asking.set(false);
+            let outcome = match answered {
+                Some(answer) => answer?.outcome,
+                None if *interrupt.borrow() == Interrupt::Disconnected => {
+                    return Err(internal(&anyhow::anyhow!(
+                        "the client went away while asked about a call: its approval stays pending (keel approve, or session/load and prompt again)"
+                    )));
+                }
+                None => acp::RequestPermissionOutcome::Cancelled,
+            };
+            let decision = match outcome {
                 acp::RequestPermissionOutcome::Selected(s) => match &*s.option_id.0 {
                     "allow_once" => ApprovalDecision::AllowOnce,
                     "allow_always" => ApprovalDecision::AllowForSession,

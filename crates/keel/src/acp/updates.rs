@@ -33,9 +33,24 @@ pub fn update(wire: Value) -> Option<acp::SessionUpdate> {
 }
 
 /// A text chunk of kind `kind` (`agent_message_chunk`, `agent_thought_chunk`,
-/// `user_message_chunk`).
+/// `user_message_chunk`), its control characters replaced ([`printable`]).
 pub fn chunk(kind: &str, text: &str) -> Option<acp::SessionUpdate> {
-    update(json!({"sessionUpdate": kind, "content": {"type": "text", "text": text}}))
+    update(json!({"sessionUpdate": kind, "content": {"type": "text", "text": printable(text)}}))
+}
+
+/// `text` with its control characters (C0, DEL and C1: ANSI escapes, carriage returns,
+/// backspaces) replaced by U+FFFD, except `\n` and `\t`: what a tool prints (or a model
+/// repeats) cannot rewrite what the editor shows (attack review of issue 17).
+pub fn printable(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_control() && c != '\n' && c != '\t' {
+                '\u{FFFD}'
+            } else {
+                c
+            }
+        })
+        .collect()
 }
 
 /// ACP's tool kind of a Keel tool: what an editor shows for it.
@@ -205,6 +220,10 @@ pub struct Mapper {
     /// Seq of the last `step.completed` / `step.failed` shown: a delta produced before it
     /// that arrives only now is stale (its step's text was shown whole).
     completed_seq: u64,
+    /// The `tool_call`s of the open step: the journal has a step's `tool_call.proposed` before
+    /// its `step.completed`, which carries the text the model wrote before them; they are
+    /// shown after that text (when the deltas did not show it first, or on replay).
+    proposed: Vec<acp::SessionUpdate>,
 }
 
 impl Mapper {
@@ -219,6 +238,7 @@ impl Mapper {
             seen_seq: 0,
             early: std::collections::VecDeque::new(),
             completed_seq: 0,
+            proposed: Vec::new(),
         }
     }
 
@@ -284,6 +304,12 @@ impl Mapper {
             .as_ref()
             .map(|c| c.as_str().to_owned());
         let mut out = Vec::new();
+        if !matches!(
+            event.body,
+            EventBody::ToolCallProposed { .. } | EventBody::StepCompleted { .. }
+        ) {
+            out.append(&mut self.proposed);
+        }
         match &event.body {
             EventBody::TurnQueued { input, .. } if self.replay => {
                 out.extend(chunk("user_message_chunk", input));
@@ -305,6 +331,7 @@ impl Mapper {
                 self.streamed.clear();
                 self.thought = false;
                 self.completed_seq = event.seq;
+                out.append(&mut self.proposed);
             }
             EventBody::StepFailed { .. } => {
                 self.streamed.clear();
@@ -316,7 +343,15 @@ impl Mapper {
             } => {
                 if let Some(id) = call {
                     self.names.insert(id.clone(), name.clone());
-                    out.extend(update(tool_call(&self.workspace, &id, name, arguments)));
+                    let mut u = tool_call(&self.workspace, &id, name, arguments);
+                    if self.replay && name == "write_file" {
+                        // The file's text now is not what the write replaced: the diff shows
+                        // no old text (unknown) rather than the new text twice.
+                        if let Some(Value::Object(d)) = u.pointer_mut("/content/0") {
+                            d.insert("oldText".into(), Value::Null);
+                        }
+                    }
+                    self.proposed.extend(update(u));
                 }
             }
             EventBody::ToolCallStarted {} => {
@@ -335,7 +370,7 @@ impl Mapper {
             } => {
                 if let Some(id) = call {
                     let failed = *is_error || *status != ToolCallStatus::Succeeded;
-                    let text: String = output.chars().take(OUTPUT_CHARS).collect();
+                    let text = printable(&output.chars().take(OUTPUT_CHARS).collect::<String>());
                     out.extend(update(json!({
                         "sessionUpdate": "tool_call_update",
                         "toolCallId": id,
@@ -634,6 +669,93 @@ mod tests {
             [json!("agent_thought_chunk"), json!("agent_message_chunk")]
         );
         assert_eq!(done[1]["content"]["text"], "Hello");
+    }
+
+    /// Tool output reaches the editor without control characters but `\n` and `\t`.
+    #[test]
+    fn tool_output_loses_its_control_characters() {
+        let mut m = Mapper::new(PathBuf::from("/ws"), false);
+        let SubscriptionItem::Event { mut event } = event(
+            4,
+            "tool_call.finished",
+            json!({"status": "succeeded", "output": "ok\x1b[2J\r\x07\u{9b}31m\tend\n", "is_error": false}),
+        ) else {
+            unreachable!()
+        };
+        event.correlation.tool_call_id = Some(keel_core::ToolCallId::from("c1"));
+        let u = wire(m.event(&event));
+        let text = u[0]["content"][0]["content"]["text"].as_str().unwrap();
+        assert_eq!(text, "ok\u{FFFD}[2J\u{FFFD}\u{FFFD}\u{FFFD}31m\tend\n");
+        assert_eq!(u[0]["rawOutput"]["output"], text);
+        assert_eq!(printable("a\u{85}b"), "a\u{FFFD}b");
+    }
+
+    /// A replayed write shows no old text: the file's text now is the write's own.
+    #[test]
+    fn a_replayed_write_has_no_old_text() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.txt"), "new\n").unwrap();
+        let proposed = |replay: bool| {
+            let mut m = Mapper::new(dir.path().to_owned(), replay);
+            let SubscriptionItem::Event { event: mut call } = event(
+                3,
+                "tool_call.proposed",
+                json!({"name": "write_file", "arguments": {"path": "a.txt", "content": "new\n"}, "args_hash": "h"}),
+            ) else {
+                unreachable!()
+            };
+            call.correlation.tool_call_id = Some(keel_core::ToolCallId::from("c1"));
+            assert!(m.event(&call).is_empty(), "shown after the step's text");
+            let SubscriptionItem::Event { event: next } = event(4, "turn.started", json!({}))
+            else {
+                unreachable!()
+            };
+            wire(m.event(&next))[0]["content"][0].clone()
+        };
+        assert_eq!(proposed(false)["oldText"], "new\n");
+        assert_eq!(proposed(true)["oldText"], Value::Null);
+        assert_eq!(proposed(true)["newText"], "new\n");
+    }
+
+    /// A step's text comes before its tool calls, though the journal has the calls first:
+    /// when the deltas lag behind the events (live) and on replay.
+    #[test]
+    fn a_steps_text_comes_before_its_tool_calls() {
+        for replay in [false, true] {
+            let mut m = Mapper::new(PathBuf::from("/ws"), replay).after(7);
+            let SubscriptionItem::Event {
+                event: mut proposed,
+            } = event(
+                8,
+                "tool_call.proposed",
+                json!({"name": "list_dir", "arguments": {"path": "."}, "args_hash": "h"}),
+            )
+            else {
+                unreachable!()
+            };
+            proposed.correlation.tool_call_id = Some(keel_core::ToolCallId::from("c1"));
+            let mut kinds = wire(m.item(&SubscriptionItem::Event { event: proposed }));
+            kinds.extend(wire(m.item(&event(
+                9,
+                "step.completed",
+                json!({"model": "m", "stop_reason": "tool_use",
+                       "usage": {"input_tokens": 1, "output_tokens": 1}, "cost_usd": 0.0,
+                       "text": "first", "reasoning": []}),
+            ))));
+            // The delta of that text, arriving late, is stale.
+            kinds.extend(wire(m.item(&delta(
+                7,
+                DeltaKind::Text {
+                    text: "first".into(),
+                },
+            ))));
+            let kinds: Vec<_> = kinds.iter().map(|u| u["sessionUpdate"].clone()).collect();
+            assert_eq!(
+                kinds,
+                [json!("agent_message_chunk"), json!("tool_call")],
+                "replay {replay}"
+            );
+        }
     }
 
     #[test]

@@ -1,18 +1,55 @@
 //! The bytes of `keel acp`: standard input is read line by line and checked as JSON-RPC 2.0
 //! before the protocol crate sees it, so that a malformed message gets the error the JSON-RPC
-//! specification prescribes (the crate itself only logs it): a line that is not JSON gets
-//! `-32700 Parse error`, a JSON value that is not a request, notification or response (an
-//! array — ACP uses no batches —, no `"jsonrpc": "2.0"`, no method) gets `-32600 Invalid
-//! Request`, both with the message's `id` when it has a usable one, else `null`. Unknown methods
-//! (`-32601`) and bad parameters (`-32602`) are answered by the protocol crate. Standard output
-//! carries only protocol messages, one per line, from one writer task.
+//! specification prescribes (the crate itself only logs it, or drops it): a line that is not
+//! JSON or not UTF-8 gets `-32700 Parse error`, a JSON value that is not a request,
+//! notification or response (an array — ACP uses no batches —, no `"jsonrpc": "2.0"`, no
+//! method, an `id` that is not a string or an integer) gets `-32600 Invalid Request`, a line
+//! over [`MAX_LINE_BYTES`] too; each with the message's `id` when it has a usable one, else
+//! `null`, and reading goes on. An unknown request method gets `-32601` here; bad parameters of
+//! a known one (`-32602`) are answered by the protocol crate or the agent. Standard output
+//! carries only protocol messages, one per line, from one writer task. At end of input every
+//! request still open gets its answer before the connection closes (see [`stdio`]).
 
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use agent_client_protocol as acp;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
+
+/// The longest line (one JSON-RPC message) read from standard input, bytes: 16 MiB. A longer
+/// line is skipped up to its end without being buffered, and answered `-32600` with `id` null.
+pub const MAX_LINE_BYTES: usize = 16 << 20;
+
+/// The request methods of an ACP agent (`-32601 Method not found` for any other method that
+/// does not start with `_`, the protocol's extension prefix, which the protocol crate answers).
+fn known_method(method: &str) -> bool {
+    let m = &acp::AGENT_METHOD_NAMES;
+    [
+        m.initialize,
+        m.authenticate,
+        m.session_new,
+        m.session_load,
+        m.session_set_mode,
+        m.session_set_config_option,
+        m.session_prompt,
+        m.session_cancel,
+        m.session_list,
+    ]
+    .contains(&method)
+        || method.starts_with('_')
+}
 
 /// The JSON-RPC 2.0 error for a line that is not a well-formed message, or `None` when the line
 /// may go to the protocol crate. Blank lines are skipped by the caller.
+///
+/// Beyond the crate's own checks: an `id` that is not a string or an integer the protocol's ids
+/// hold (`i64`; `1.5`, `null`, `1e400` or a 20-digit number are not) is `-32600` with `id` null
+/// — the crate took `null` for a notification and dropped the others without an answer; an
+/// unknown request method is `-32601` whatever its params (the crate checked params first);
+/// `initialize` with a `protocolVersion` that is not an integer 0..=65535 is `-32602` (the crate
+/// read any string as version 0).
 pub fn check_line(line: &str) -> Option<Value> {
     let value: Value = match serde_json::from_str(line) {
         Ok(v) => v,
@@ -27,13 +64,14 @@ pub fn check_line(line: &str) -> Option<Value> {
         ));
     };
     let id = match map.get("id") {
-        Some(id @ (Value::String(_) | Value::Number(_) | Value::Null)) => Some(id.clone()),
+        Some(id @ Value::String(_)) => Some(id.clone()),
+        Some(id @ Value::Number(n)) if n.as_i64().is_some() => Some(id.clone()),
         Some(_) => {
             return Some(error(
                 Value::Null,
                 -32600,
                 "Invalid Request",
-                "\"id\" must be a string, a number or null",
+                "\"id\" must be a string or an integer (-2^63..2^63)",
             ));
         }
         None => None,
@@ -49,6 +87,26 @@ pub fn check_line(line: &str) -> Option<Value> {
     }
     let is_response = id.is_some() && (map.contains_key("result") || map.contains_key("error"));
     match map.get("method") {
+        Some(Value::String(method)) if id.is_some() && !known_method(method) => Some(error(
+            reply_id,
+            -32601,
+            "Method not found",
+            &format!("keel acp has no method {method:?}"),
+        )),
+        Some(Value::String(method))
+            if id.is_some() && method == acp::AGENT_METHOD_NAMES.initialize =>
+        {
+            let version = &map.get("params").unwrap_or(&Value::Null)["protocolVersion"];
+            let valid = version.as_u64().is_some_and(|v| v <= u64::from(u16::MAX));
+            (!valid).then(|| {
+                error(
+                    reply_id,
+                    -32602,
+                    "Invalid params",
+                    &format!("protocolVersion must be an integer (ACP's is 1), not {version}"),
+                )
+            })
+        }
         Some(Value::String(_)) => None,
         Some(_) => Some(error(
             reply_id,
@@ -66,6 +124,74 @@ pub fn check_line(line: &str) -> Option<Value> {
     }
 }
 
+/// The id of a request (`id` and `method`) in a well-formed line, as its JSON text.
+fn request_id(line: &str) -> Option<String> {
+    let v: Value = serde_json::from_str(line).ok()?;
+    v.get("method")?;
+    Some(v.get("id")?.to_string())
+}
+
+/// The id of a response (`id`, no `method`) the agent writes, as its JSON text.
+fn response_id(line: &str) -> Option<String> {
+    let v: Value = serde_json::from_str(line).ok()?;
+    if v.get("method").is_some() {
+        return None;
+    }
+    Some(v.get("id")?.to_string())
+}
+
+/// One line of standard input, read without holding more than [`MAX_LINE_BYTES`] of it.
+enum Line {
+    /// A whole line, without its `\n`.
+    Whole(Vec<u8>),
+    /// A line longer than [`MAX_LINE_BYTES`], skipped to its end.
+    TooLong,
+    /// End of input.
+    End,
+}
+
+async fn read_line<R: tokio::io::AsyncBufRead + Unpin>(r: &mut R) -> Line {
+    let mut line = Vec::new();
+    let mut too_long = false;
+    loop {
+        let buf = match r.fill_buf().await {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::warn!("acp: standard input: {e}");
+                return Line::End;
+            }
+        };
+        if buf.is_empty() {
+            return match (too_long, line.is_empty()) {
+                (true, _) => Line::TooLong,
+                (false, true) => Line::End,
+                (false, false) => Line::Whole(line),
+            };
+        }
+        let (chunk, done) = match buf.iter().position(|b| *b == b'\n') {
+            Some(i) => (&buf[..i], Some(i + 1)),
+            None => (buf, None),
+        };
+        if !too_long {
+            if line.len() + chunk.len() > MAX_LINE_BYTES {
+                too_long = true;
+                line = Vec::new();
+            } else {
+                line.extend_from_slice(chunk);
+            }
+        }
+        let used = done.unwrap_or(buf.len());
+        r.consume(used);
+        if done.is_some() {
+            return if too_long {
+                Line::TooLong
+            } else {
+                Line::Whole(line)
+            };
+        }
+    }
+}
+
 fn error(id: Value, code: i32, message: &str, data: &str) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message, "data": data}})
 }
@@ -77,39 +203,111 @@ pub struct Pipes {
     pub incoming: tokio::io::DuplexStream,
     /// What the connection writes: copied to standard output.
     pub outgoing: tokio::io::DuplexStream,
+    /// Set when standard input ends (the client went away or closed its end): the agent cancels
+    /// its running turns ([`super::agent::KeelAgent::disconnected`]).
+    pub eof: watch::Receiver<bool>,
 }
 
-/// Starts the reader of standard input and the writer of standard output (tokio tasks); the
-/// reader closes the connection's input at end of input (the client went away).
+/// How long, after standard input ends, the requests still open may take to be answered
+/// (their turns are cancelled, so a cancelled tool call's result is all they wait for) before
+/// the connection closes anyway.
+const DRAIN: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The requests the client sent that the agent has not answered yet (ids as JSON text).
+#[derive(Default)]
+struct Open {
+    ids: std::sync::Mutex<HashSet<String>>,
+    changed: tokio::sync::Notify,
+}
+
+impl Open {
+    fn set(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
+        self.ids
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    async fn drained(&self) {
+        loop {
+            let changed = self.changed.notified();
+            if self.set().is_empty() {
+                return;
+            }
+            changed.await;
+        }
+    }
+}
+
+/// Starts the reader of standard input and the writer of standard output (tokio tasks). At end
+/// of input the reader sets [`Pipes::eof`], waits until every request the client sent has its
+/// answer (bounded by [`DRAIN`]), then closes the connection's input.
 pub fn stdio() -> Pipes {
     const CAP: usize = 1 << 20;
     let (incoming, mut feed) = tokio::io::duplex(CAP);
     let (outgoing, drain) = tokio::io::duplex(CAP);
     let (errors_tx, mut errors_rx) = mpsc::channel::<Value>(64);
+    let (eof_tx, eof) = watch::channel(false);
+    let open = Arc::new(Open::default());
+    let reading = open.clone();
     tokio::spawn(async move {
-        let mut lines = BufReader::new(tokio::io::stdin()).lines();
-        while let Ok(Some(line)) = lines.next_line().await {
-            if line.trim().is_empty() {
-                continue;
-            }
-            if let Some(reply) = check_line(&line) {
-                tracing::warn!("acp: malformed message from the client: {line}");
-                if errors_tx.send(reply).await.is_err() {
-                    break;
-                }
-                continue;
-            }
-            if feed.write_all(line.as_bytes()).await.is_err()
-                || feed.write_all(b"\n").await.is_err()
+        let mut input = BufReader::new(tokio::io::stdin());
+        loop {
+            let reply = match read_line(&mut input).await {
+                Line::End => break,
+                Line::TooLong => Some(error(
+                    Value::Null,
+                    -32600,
+                    "Invalid Request",
+                    &format!("a message longer than {MAX_LINE_BYTES} bytes was skipped"),
+                )),
+                Line::Whole(bytes) => match String::from_utf8(bytes) {
+                    Err(e) => Some(error(
+                        Value::Null,
+                        -32700,
+                        "Parse error",
+                        &format!("not UTF-8: {e}"),
+                    )),
+                    Ok(line) if line.trim().is_empty() => continue,
+                    Ok(line) => match check_line(&line) {
+                        Some(reply) => {
+                            tracing::warn!("acp: malformed message from the client: {line}");
+                            Some(reply)
+                        }
+                        None => {
+                            if let Some(id) = request_id(&line) {
+                                reading.set().insert(id);
+                            }
+                            if feed.write_all(line.as_bytes()).await.is_err()
+                                || feed.write_all(b"\n").await.is_err()
+                            {
+                                break;
+                            }
+                            None
+                        }
+                    },
+                },
+            };
+            if let Some(reply) = reply
+                && errors_tx.send(reply).await.is_err()
             {
                 break;
             }
+        }
+        let _ = eof_tx.send(true);
+        if tokio::time::timeout(DRAIN, reading.drained())
+            .await
+            .is_err()
+        {
+            tracing::warn!("acp: requests still open {DRAIN:?} after standard input ended");
         }
         let _ = feed.shutdown().await;
     });
     tokio::spawn(async move {
         let mut out = tokio::io::stdout();
         let mut lines = BufReader::new(drain).lines();
+        // After a failed write (the client closed standard output) the lines are still read:
+        // the connection must not block on a full pipe, and answered requests are counted.
+        let mut broken = false;
         loop {
             let line = tokio::select! {
                 line = lines.next_line() => match line {
@@ -118,15 +316,25 @@ pub fn stdio() -> Pipes {
                 },
                 Some(reply) = errors_rx.recv() => reply.to_string(),
             };
-            if out.write_all(line.as_bytes()).await.is_err()
-                || out.write_all(b"\n").await.is_err()
-                || out.flush().await.is_err()
+            if !broken
+                && (out.write_all(line.as_bytes()).await.is_err()
+                    || out.write_all(b"\n").await.is_err()
+                    || out.flush().await.is_err())
             {
-                break;
+                broken = true;
+            }
+            if let Some(id) = response_id(&line)
+                && open.set().remove(&id)
+            {
+                open.changed.notify_waiters();
             }
         }
     });
-    Pipes { incoming, outgoing }
+    Pipes {
+        incoming,
+        outgoing,
+        eof,
+    }
 }
 
 #[cfg(test)]
@@ -150,8 +358,74 @@ mod tests {
             code(r#"{"jsonrpc":"2.0","id":{},"method":"x"}"#),
             Some((json!(-32600), Value::Null))
         );
-        assert_eq!(code(r#"{"jsonrpc":"2.0","id":1,"method":"x"}"#), None);
+        assert_eq!(
+            code(r#"{"jsonrpc":"2.0","id":1,"method":"session/new","params":{}}"#),
+            None
+        );
         assert_eq!(code(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#), None);
         assert_eq!(code(r#"{"jsonrpc":"2.0","method":"session/cancel"}"#), None);
+        // An unknown notification is ignored (notifications get no answer); extension methods
+        // go to the crate.
+        assert_eq!(code(r#"{"jsonrpc":"2.0","method":"x"}"#), None);
+        assert_eq!(code(r#"{"jsonrpc":"2.0","id":1,"method":"_x"}"#), None);
+    }
+
+    /// JSON-RPC 2.0 edges the protocol crate left unanswered or answered with the wrong code
+    /// (attack review of issue 17).
+    #[test]
+    fn ids_methods_and_protocol_versions_get_the_specs_codes() {
+        let code = |l: &str| check_line(l).map(|e| (e["error"]["code"].clone(), e["id"].clone()));
+        // A number JSON allows but no double holds is a parse error to serde_json: still an
+        // answer, with id null.
+        assert_eq!(
+            code(r#"{"jsonrpc":"2.0","id":1e400,"method":"initialize"}"#),
+            Some((json!(-32700), Value::Null))
+        );
+        for id in ["1.5", "null", "1e300", "123456789012345678901", "true"] {
+            assert_eq!(
+                code(&format!(
+                    r#"{{"jsonrpc":"2.0","id":{id},"method":"initialize"}}"#
+                )),
+                Some((json!(-32600), Value::Null)),
+                "{id}"
+            );
+        }
+        assert_eq!(
+            code(
+                r#"{"jsonrpc":"2.0","id":-9223372036854775808,"method":"session/new","params":{}}"#
+            ),
+            None
+        );
+        assert_eq!(
+            code(r#"{"jsonrpc":"2.0","id":2,"method":"no/such"}"#),
+            Some((json!(-32601), json!(2)))
+        );
+        for version in [r#""x""#, "1.5", "-1", "65536", "null"] {
+            assert_eq!(
+                code(&format!(
+                    r#"{{"jsonrpc":"2.0","id":3,"method":"initialize","params":{{"protocolVersion":{version}}}}}"#
+                )),
+                Some((json!(-32602), json!(3))),
+                "{version}"
+            );
+        }
+        assert_eq!(
+            code(
+                r#"{"jsonrpc":"2.0","id":3,"method":"initialize","params":{"protocolVersion":1}}"#
+            ),
+            None
+        );
+    }
+
+    /// A line over the cap is skipped to its end without being held, and the next line reads.
+    #[tokio::test]
+    async fn a_line_over_the_cap_is_skipped_and_reading_goes_on() {
+        let mut input = vec![b'x'; MAX_LINE_BYTES + 10];
+        input.extend_from_slice(b"\nnext\n\xff\xfe\n");
+        let mut r = BufReader::with_capacity(4096, &input[..]);
+        assert!(matches!(read_line(&mut r).await, Line::TooLong));
+        assert!(matches!(read_line(&mut r).await, Line::Whole(l) if l == b"next"));
+        assert!(matches!(read_line(&mut r).await, Line::Whole(l) if l == b"\xff\xfe"));
+        assert!(matches!(read_line(&mut r).await, Line::End));
     }
 }

@@ -3,8 +3,8 @@
 //
 // usage: node client.mjs SCENARIO   (environment: KEEL_ACP_CLIENT_DIR, KEEL_BIN, KEEL_ARGS (JSON
 // array of extra `keel acp` arguments), ACP_CWD, ACP_PROMPT, ACP_MCP (a stdio server command,
-// JSON), ACP_PERMISSION (allow_once | allow_always | reject_once | disconnect), ACP_SESSION (to
-// load), ACP_CANCEL_AFTER_MS)
+// JSON), ACP_PERMISSION (allow_once | allow_always | reject_once | disconnect | hang), ACP_SESSION (to
+// load), ACP_CANCEL_AFTER_MS, ACP_WATCHDOG_MS (default 300000: then exit 1 with the transcript))
 //
 // Scenarios: `prompt` (initialize, session/new, one session/prompt), `load` (initialize,
 // session/load, optionally a prompt), `cancel` (a prompt cancelled mid-turn). Prints one JSON
@@ -26,6 +26,14 @@ const transcript = { scenario, updates: [], permissions: [], responses: {}, erro
 // ACP_FS: the editor's buffers ({absolute path: text}); set, the client offers fs/*.
 const buffers = env.ACP_FS ? JSON.parse(env.ACP_FS) : null;
 
+// A run that hangs (an agent blocked on an answer that never comes) fails with its transcript,
+// well after anything these tests wait for.
+setTimeout(() => {
+  transcript.errors.watchdog = "the client gave up after ACP_WATCHDOG_MS";
+  print();
+  process.exit(1);
+}, Number(env.ACP_WATCHDOG_MS || 300000)).unref();
+
 const child = spawn(env.KEEL_BIN, ["acp", ...JSON.parse(env.KEEL_ARGS || "[]")], {
   stdio: ["pipe", "pipe", "inherit"],
 });
@@ -44,6 +52,10 @@ const app = client({ name: "keel-acp-test" })
   .onRequest(methods.client.session.requestPermission, async (cx) => {
     transcript.permissions.push(cx.params);
     const choice = env.ACP_PERMISSION || "allow_once";
+    if (choice === "hang") {
+      // An editor that has not answered yet (the user is away): never answers.
+      return new Promise(() => {});
+    }
     if (choice === "disconnect") {
       // The editor goes away while the request is open: its end of the pipes closes.
       print();
