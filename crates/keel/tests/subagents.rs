@@ -191,3 +191,28 @@ fn a_childs_approval_is_listed_on_the_parent_and_decided_with_keel_approve() {
         vec![("succeeded".to_owned(), "helper finished".to_owned())]
     );
 }
+
+/// The interactive terminal asks for a child's approval like for the parent's own (labelled
+/// with the agent and the child session); the answer decides it and the turn finishes.
+#[test]
+fn the_interactive_terminal_asks_for_a_childs_approval() {
+    use crate::interactive::{exit_code, l1, start};
+    let env = with_helper();
+    let mut p = start(&env, PARENT, &[]);
+    p.exp_string(&l1("› ")).unwrap();
+    p.send_line("delegate").unwrap();
+    p.exp_string("write_file (agent `helper`, session ")
+        .unwrap();
+    p.exp_string("needs approval").unwrap();
+    p.exp_string("[y] allow once").unwrap();
+    p.send_line("y").unwrap();
+    p.exp_string("parent done").unwrap();
+    p.exp_string(&l1("── completed")).unwrap();
+    p.exp_string(&l1("› ")).unwrap();
+    p.send_line("exit").unwrap();
+    assert_eq!(exit_code(&mut p), Some(0));
+    assert_eq!(
+        std::fs::read_to_string(env.path("ws/a.txt")).unwrap(),
+        "from the child"
+    );
+}
