@@ -38,7 +38,8 @@
 //!    parallel-safe calls run together ([`Next::Execute`]), and the first allowed other call is
 //!    dispatched alone ([`Next::Dispatch`]) — a sequential call never overtakes an earlier one
 //!    that is still open. When only calls running in this process remain,
-//!    [`Next::AwaitRunning`]; when only humans can unblock the rest, [`Next::WaitForHuman`];
+//!    [`Next::AwaitRunning`]; when only humans can unblock the rest — their own approvals and
+//!    effects, or a child session's ([`Facts::waiting_in_child`]) — [`Next::WaitForHuman`];
 //!    when every call has its result, the turn samples again.
 //!
 //! Invariants the property tests check (`tests/plan.rs`): no operation key is dispatched twice
@@ -167,6 +168,12 @@ pub struct Facts {
     pub approvals: BTreeMap<ApprovalId, ApprovalFacts>,
     /// Calls running in this process right now (started by this driver and not finished).
     pub running_here: BTreeSet<ToolCallId>,
+    /// Calls of `running_here` that wait on a human in a child session (a `spawn_agent` call
+    /// whose child ended its run `requires_action`). Only a human can move them: when nothing
+    /// else can, the answer is [`Next::WaitForHuman`] (with neither approvals nor effects of
+    /// its own for them), and the driver detaches those calls — they stay `running` in the
+    /// journal, and the next run re-runs them (a read-only call re-attaches its child).
+    pub waiting_in_child: BTreeSet<ToolCallId>,
     /// Estimated tokens of the context the next step would send.
     pub context_tokens: u64,
     /// Compactions that failed in the active turn (in this process).
@@ -401,7 +408,8 @@ pub enum Next {
         calls: Vec<ToolCallId>,
     },
     /// Only a human can unblock the turn: pending approvals and undecided `outcome_unknown`
-    /// effects. The session goes `requires_action`.
+    /// effects, or calls whose child session waits on one ([`Facts::waiting_in_child`]; both
+    /// lists may then be empty). The session goes `requires_action`.
     WaitForHuman {
         /// The turn.
         turn: TurnId,
@@ -867,10 +875,12 @@ enum CallNeed {
     Act(Next),
     /// Running here: wait for it.
     Running,
-    /// Only a human can move it (pending approval, undecided effect).
+    /// Only a human can move it (pending approval, undecided effect, or — `child` — what its
+    /// child session waits for).
     Human {
         approval: Option<ApprovalId>,
         effect: Option<OperationKey>,
+        child: bool,
     },
     /// Allowed and ready: run it (read-only parallel batch, or alone).
     Ready { parallel: bool },
@@ -897,6 +907,7 @@ fn executing(state: &SessionState, turn: &TurnState, facts: &Facts) -> Next {
     let mut running = Vec::new();
     let mut human_approvals = Vec::new();
     let mut human_effects = Vec::new();
+    let mut human_children = false;
     let mut unknown = false;
     // The tool-call budget: a call that would start past it is refused (with its result).
     let mut calls_left = tool_calls_left(state, turn, &facts.limits, facts.shared.as_ref());
@@ -959,9 +970,14 @@ fn executing(state: &SessionState, turn: &TurnState, facts: &Facts) -> Next {
                     seq_blocked = true;
                 }
             }
-            CallNeed::Human { approval, effect } => {
+            CallNeed::Human {
+                approval,
+                effect,
+                child,
+            } => {
                 human_approvals.extend(approval);
                 human_effects.extend(effect);
+                human_children |= child;
                 if !parallel_call {
                     seq_blocked = true;
                 }
@@ -1022,7 +1038,7 @@ fn executing(state: &SessionState, turn: &TurnState, facts: &Facts) -> Next {
     if !running.is_empty() {
         return Next::AwaitRunning { calls: running };
     }
-    if !human_approvals.is_empty() || !human_effects.is_empty() {
+    if !human_approvals.is_empty() || !human_effects.is_empty() || human_children {
         return Next::WaitForHuman {
             turn: turn.id,
             approvals: human_approvals,
@@ -1091,6 +1107,13 @@ fn call_need(
 ) -> CallNeed {
     let cf = facts.calls.get(&call.id);
     if facts.running_here.contains(&call.id) {
+        if facts.waiting_in_child.contains(&call.id) {
+            return CallNeed::Human {
+                approval: None,
+                effect: None,
+                child: true,
+            };
+        }
         return CallNeed::Running;
     }
     match call.status {
@@ -1216,6 +1239,7 @@ fn awaiting(
                 return CallNeed::Human {
                     approval: Some(approval.id),
                     effect: None,
+                    child: false,
                 };
             };
             match table.status {
@@ -1225,6 +1249,7 @@ fn awaiting(
                 ApprovalStatus::Pending => CallNeed::Human {
                     approval: Some(approval.id),
                     effect: None,
+                    child: false,
                 },
                 ApprovalStatus::Allowed => {
                     if table.args_hash != approval.args_hash {
@@ -1315,6 +1340,7 @@ fn recover(
                 Some(_) | None => CallNeed::Human {
                     approval: None,
                     effect: Some(key.clone()),
+                    child: false,
                 },
             },
         },

@@ -507,6 +507,7 @@ impl World {
             calls,
             approvals,
             running_here: self.local.running.clone(),
+            waiting_in_child: Default::default(),
             context_tokens: since * TOKENS_PER_EVENT,
             compaction_failures: turn
                 .and_then(|t| self.local.compaction_failures.get(&t.id).copied())

@@ -257,6 +257,16 @@ impl Runner {
                     .is_some_and(|c| c.turn_id == turn)
             })
             .map(|a| a.expires_at)
+            .chain(
+                // A child's approval expiring runs this session again, which re-attaches the
+                // child (whose run then expires it and goes on).
+                crate::driver::lock(&self.active.child_pending)
+                    .iter()
+                    .filter_map(|p| match p {
+                        crate::PendingAction::Approval { expires_at, .. } => Some(*expires_at),
+                        crate::PendingAction::Effect { .. } => None,
+                    }),
+            )
             .min();
         if j.state.status != SessionStatus::RequiresAction {
             j.stage(vec![status_item(

@@ -477,6 +477,10 @@ impl Runner {
                 } => self.settle(turn, step, call, key, how).await?,
                 Next::AwaitRunning { .. } => self.await_running().await,
                 Next::WaitForHuman { turn, .. } => {
+                    if !self.detach_children().await {
+                        // A call whose child waited was decided meanwhile and runs again.
+                        continue;
+                    }
                     self.wait_for_human(turn).await?;
                     return self.done(SessionStatus::RequiresAction, false).await;
                 }
@@ -588,6 +592,30 @@ impl Runner {
             .await?;
         }
         Ok(())
+    }
+
+    /// Before the run stops for a human: detaches the calls whose child waits on one (see
+    /// [`keel_core::plan::Facts::waiting_in_child`]) and waits for their tasks to end. Returns
+    /// false when a call still runs here after that (its child was decided meanwhile): the
+    /// run plans again instead of stopping.
+    async fn detach_children(&self) -> bool {
+        let detached = self.active.detach_waiting();
+        if detached.is_empty() {
+            return self.active.live().is_empty();
+        }
+        loop {
+            let done = self.active.call_done.notified();
+            tokio::pin!(done);
+            done.as_mut().enable();
+            let live = self.active.live();
+            if !detached.iter().any(|c| live.contains(c)) {
+                return live.is_empty();
+            }
+            tokio::select! {
+                () = &mut done => {}
+                () = tokio::time::sleep(Duration::from_millis(100)) => {}
+            }
+        }
     }
 
     /// Waits until a call running here finishes (or the turn is cancelled).

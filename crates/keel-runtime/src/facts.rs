@@ -101,6 +101,7 @@ impl Runner {
             calls,
             approvals,
             running_here: self.active.live().into_iter().collect(),
+            waiting_in_child: self.active.waiting().into_iter().collect(),
             context_tokens,
             compaction_failures: turn
                 .and_then(|t| lock(&self.compaction_failures).get(&t).copied())

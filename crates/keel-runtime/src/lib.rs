@@ -214,6 +214,6 @@ pub use error::{Result, RuntimeError};
 pub use journal::TurnOutcome;
 pub use pinned::Repin;
 pub use redact::{REDACTED, Redactor};
-pub use runtime::{PendingAction, RunOutcome, Runtime, SessionView};
+pub use runtime::{PendingAction, PendingSubagent, RunOutcome, Runtime, SessionView};
 pub use secrets::host_redactor;
 pub use subscribe::{Delta, DeltaKind, Subscription, SubscriptionItem};

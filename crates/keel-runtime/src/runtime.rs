@@ -47,6 +47,10 @@ pub enum PendingAction {
         args_hash: String,
         /// When it expires (the call is then rejected).
         expires_at: chrono::DateTime<Utc>,
+        /// The sub-agent session it belongs to, when it is not the run's own session's (a
+        /// child's approval surfaced to its parent's host); decided by its id like any other.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        subagent: Option<PendingSubagent>,
     },
     /// Say what an `outcome_unknown` effect did with [`Runtime::resolve_effect`].
     Effect {
@@ -58,7 +62,46 @@ pub enum PendingAction {
         tool_name: String,
         /// Arguments of the call.
         arguments: Value,
+        /// The sub-agent session it belongs to, when it is not the run's own session's: the
+        /// decision is then [`Runtime::resolve_effect`] on that session.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        subagent: Option<PendingSubagent>,
     },
+}
+
+/// The sub-agent session a [`PendingAction`] belongs to: a child (or a child's child) of the
+/// session that was run, whose `spawn_agent` call waits on it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PendingSubagent {
+    /// The child session that waits.
+    pub session_id: SessionId,
+    /// Its agent's name (the release's).
+    pub agent: String,
+}
+
+impl PendingAction {
+    /// The sub-agent session it belongs to (`None`: the run's own session).
+    pub fn subagent(&self) -> Option<&PendingSubagent> {
+        match self {
+            PendingAction::Approval { subagent, .. } | PendingAction::Effect { subagent, .. } => {
+                subagent.as_ref()
+            }
+        }
+    }
+
+    /// The same action, labelled with the sub-agent session `session_id` (`agent`) unless it
+    /// already names one (a grandchild's stays labelled with its own session).
+    pub(crate) fn in_subagent(mut self, session_id: SessionId, agent: &str) -> Self {
+        let (PendingAction::Approval { subagent, .. } | PendingAction::Effect { subagent, .. }) =
+            &mut self;
+        if subagent.is_none() {
+            *subagent = Some(PendingSubagent {
+                session_id,
+                agent: agent.to_owned(),
+            });
+        }
+        self
+    }
 }
 
 /// What [`Runtime::run`] returns when the session stops for now.
@@ -529,10 +572,20 @@ impl Runtime {
         let ended = result?;
         let mut j = active.journal.lock().await;
         let pending = if ended.status == SessionStatus::RequiresAction {
-            self.pending_of(&mut j).await?
+            let mut own = self.pending_of(&mut j).await?;
+            // What the children of calls detached for a human wait for (crate::subagents).
+            own.append(&mut crate::driver::lock(&active.child_pending));
+            own
         } else {
             Vec::new()
         };
+        let link = j.config().ok().and_then(|c| c.subagent);
+        drop(j);
+        if let Some(link) = link
+            && ended.status != SessionStatus::RequiresAction
+        {
+            crate::subagents::wake_parent(&self.inner, tenant, link.parent_session_id).await;
+        }
         // The durable timer (the earliest pending approval's expiry, or none) was committed
         // with the run's last phase.
         Ok(RunOutcome {
@@ -558,6 +611,7 @@ impl Runtime {
                     arguments: rec.arguments,
                     args_hash: rec.args_hash,
                     expires_at: rec.expires_at,
+                    subagent: None,
                 });
             }
             if let Some(key) = &call.operation_key
@@ -570,6 +624,7 @@ impl Runtime {
                     tool_call_id: call.id.clone(),
                     tool_name: call.name.clone(),
                     arguments: call.arguments.clone(),
+                    subagent: None,
                 });
             }
         }

@@ -15,8 +15,10 @@ use keel_store::Store;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::RuntimeOptions;
+use crate::driver::lock;
 use crate::error::RuntimeError;
 use crate::journal::Journal;
+use crate::runtime::PendingAction;
 use crate::subscribe::Hub;
 
 /// A session being run by this process.
@@ -38,6 +40,22 @@ pub(crate) struct Active {
     /// The run's lease-lost token: cancelled (before the turn's token, its child) when the
     /// lease is lost or the run's future is dropped — a stop that is not a cancellation.
     pub(crate) lost: CancellationToken,
+    /// `spawn_agent` calls running here whose child waits on a human (`crate::subagents`),
+    /// by call: what the child waits for, and the token that detaches the call.
+    pub(crate) waiting_in_child: Mutex<HashMap<ToolCallId, ChildWait>>,
+    /// Calls the driver detached ([`Active::detach_waiting`]): their task ends without a
+    /// result, the call stays `running` in the journal, and the next run re-runs it.
+    pub(crate) detached: Mutex<HashSet<ToolCallId>>,
+    /// What the children of detached calls wait for, for the run's `RunOutcome::pending`.
+    pub(crate) child_pending: Mutex<Vec<PendingAction>>,
+}
+
+/// What a `spawn_agent` call's child waits for ([`Active::waiting_in_child`]).
+pub(crate) struct ChildWait {
+    /// The child's pending actions, each labelled with the session that waits.
+    pub(crate) pending: Vec<PendingAction>,
+    /// Cancelled when the driver detaches the call.
+    pub(crate) detach: CancellationToken,
 }
 
 impl Active {
@@ -53,7 +71,35 @@ impl Active {
             version: AtomicU64::new(version),
             cancelled_by: Mutex::new(HashMap::new()),
             lost,
+            waiting_in_child: Mutex::new(HashMap::new()),
+            detached: Mutex::new(HashSet::new()),
+            child_pending: Mutex::new(Vec::new()),
         }
+    }
+
+    /// The calls whose child waits on a human.
+    pub(crate) fn waiting(&self) -> HashSet<ToolCallId> {
+        lock(&self.waiting_in_child).keys().cloned().collect()
+    }
+
+    /// Detaches every call whose child waits on a human: each is marked detached (its task ends
+    /// without a result), what its child waits for is kept for the run's outcome, and its task
+    /// is told to stop. Returns the calls detached.
+    pub(crate) fn detach_waiting(&self) -> Vec<ToolCallId> {
+        let taken: Vec<(ToolCallId, ChildWait)> = lock(&self.waiting_in_child).drain().collect();
+        let mut out = Vec::with_capacity(taken.len());
+        for (call, wait) in taken {
+            lock(&self.detached).insert(call.clone());
+            lock(&self.child_pending).extend(wait.pending);
+            wait.detach.cancel();
+            out.push(call);
+        }
+        out
+    }
+
+    /// Whether `call` was detached (taken out of the record: asked once, by its task).
+    pub(crate) fn take_detached(&self, call: &ToolCallId) -> bool {
+        lock(&self.detached).remove(call)
     }
 
     /// Cancels running call `call` (if it runs here) on behalf of `by`; returns whether it

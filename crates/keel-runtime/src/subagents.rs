@@ -31,8 +31,16 @@
 //!   cancels the child's turn (`turn.cancel_requested` in the child, journaled).
 //! - **Humans.** A child that waits on a human (`requires_action`: an approval, an unknown
 //!   effect) is reported on the parent's stream as a `tool_progress` status naming the child
-//!   session and what it waits for; the call waits until it is decided in the child session
-//!   (or the call is cancelled or times out), then the child continues.
+//!   session and what it waits for, and the call tells the parent's driver
+//!   (`Active::waiting_in_child`, the planner's `Facts::waiting_in_child`). Once nothing else
+//!   of the parent's step can move, the driver detaches the call — no result, not cancelled,
+//!   not `outcome_unknown`: it stays `running` in the journal — and the parent's run ends
+//!   `requires_action` with the child's pending actions in `RunOutcome::pending`, labelled
+//!   with the child ([`crate::PendingSubagent`]). A decision (by approval id, from any host)
+//!   then a new run of the parent re-runs the call, which re-attaches the child and drives it
+//!   on. A child that finishes while its parent waits and nobody runs it makes the parent due
+//!   ([`wake_parent`]). A decision that comes while the parent still runs lets the child go
+//!   on in the same call.
 //! - **Events.** `agent.spawned` and `agent.finished` in the parent's journal (correlation: the
 //!   call); every event of the child carries `parent_session_id`, and its `session.created`
 //!   also the parent's `tool_call_id`.
@@ -309,9 +317,10 @@ async fn run_child(
     if state.turn_order.is_empty() {
         rt.submit(tenant, child, prompt).await?;
     }
-    let Some(cancelled) = drive(rt, ctx, &active.lost, tenant, child, agent).await? else {
-        // The parent's run stopped without a cancellation (its lease was lost, or its worker
-        // is going away): the child is left as it is, and the call's re-run re-attaches it.
+    let Some(cancelled) = drive(rt, ctx, &active, &call, tenant, child, agent).await? else {
+        // The parent's run stopped without a cancellation (its lease was lost, its worker is
+        // going away, or it stopped for a human the child waits on): the child is left as it
+        // is, and the call's re-run re-attaches it. (This output is not recorded.)
         return Ok(ToolOutput::error(format!(
             "The run of session {parent} stopped; agent `{agent}` (session {child}) is re-attached when the session continues."
         )));
@@ -320,18 +329,22 @@ async fn run_child(
     result_of(rt, scope, child, agent, cancelled).await
 }
 
-/// Runs the child until its turn ends, waiting while it waits on a human; cancels its turn
-/// when the call is cancelled. Returns whether the call was cancelled, or `None` when the
-/// parent's run stopped (`lost`: lease lost, future dropped) — then the child is not
-/// cancelled, only left (its run here stops as after a crash) for the call's re-run.
+/// Runs the child until its turn ends; cancels its turn when the call is cancelled. Returns
+/// whether the call was cancelled, or `None` when the call is left without a result: the
+/// parent's run stopped (`lost`: lease lost, future dropped), or the child waits on a human
+/// and the parent's driver detached the call to stop its own run for that human
+/// ([`crate::shared::Active::detach_waiting`]). Either way the child is not cancelled, only
+/// left, and the call's re-run re-attaches it.
 async fn drive(
     rt: &Runtime,
     ctx: &ToolContext,
-    lost: &tokio_util::sync::CancellationToken,
+    active: &crate::shared::Active,
+    call: &ToolCallId,
     tenant: keel_core::TenantId,
     child: SessionId,
     agent: &str,
 ) -> Result<Option<bool>> {
+    let lost = &active.lost;
     let mut cancelled = false;
     loop {
         let run = rt.run(tenant, child);
@@ -364,13 +377,33 @@ async fn drive(
                 },
             );
         }
-        // Wait for a decision in the child session (or the call's cancellation).
+        // The parent's driver learns that this call waits on a human: once nothing else of the
+        // parent's step can move, it detaches the call and its own run ends `requires_action`
+        // with the child's pending actions. Until then a decision lets the child go on here.
+        let detach = tokio_util::sync::CancellationToken::new();
+        let pending = outcome
+            .pending
+            .iter()
+            .cloned()
+            .map(|p| p.in_subagent(child, agent))
+            .collect();
+        crate::driver::lock(&active.waiting_in_child).insert(
+            call.clone(),
+            crate::shared::ChildWait {
+                pending,
+                detach: detach.clone(),
+            },
+        );
+        active.call_done.notify_waiters();
         let version = outcome.version;
         loop {
             tokio::select! {
                 () = tokio::time::sleep(DECISION_POLL) => {}
+                () = detach.cancelled() => return Ok(None),
                 () = ctx.cancel.cancelled() => {
-                    if lost.is_cancelled() {
+                    let detached =
+                        crate::driver::lock(&active.waiting_in_child).remove(call).is_none();
+                    if lost.is_cancelled() || detached {
                         return Ok(None);
                     }
                     cancel_child(rt, tenant, child).await;
@@ -378,9 +411,39 @@ async fn drive(
                 }
             }
             if decided(rt, tenant, child, version, &outcome.pending).await? {
+                // Taken back unless the driver detached it first (then the call ends here).
+                if crate::driver::lock(&active.waiting_in_child)
+                    .remove(call)
+                    .is_none()
+                {
+                    return Ok(None);
+                }
                 break;
             }
         }
+    }
+}
+
+/// A child whose run ended without waiting on a human, while its parent is not run in this
+/// process: a parent that waits on a human — it stopped for this child, its `spawn_agent`
+/// call detached — is made due now, so a worker runs it again and the call re-attaches the
+/// child and takes its result (over the API: a child's approval decided through the parent).
+pub(crate) async fn wake_parent(inner: &Inner, tenant: keel_core::TenantId, parent: SessionId) {
+    if inner.active(parent).is_some() {
+        return;
+    }
+    match inner.store.get_session(tenant, parent).await {
+        Ok(rec) if rec.status == SessionStatus::RequiresAction => {
+            if let Err(e) = inner
+                .store
+                .set_wake_at(tenant, parent, Some(chrono::Utc::now()))
+                .await
+            {
+                tracing::debug!(%parent, "waking the parent of a sub-agent: {e}");
+            }
+        }
+        Ok(_) => {}
+        Err(e) => tracing::debug!(%parent, "waking the parent of a sub-agent: {e}"),
     }
 }
 

@@ -503,6 +503,11 @@ impl Runner {
                 session: self.session,
             });
         }
+        if self.active.take_detached(&call) {
+            // Its child waits on a human and the run stopped for it: no result; the call stays
+            // `running` and the next run re-runs it (a `spawn_agent` call re-attaches its child).
+            return Ok(());
+        }
         let mut items = Vec::new();
         let ecorr = Correlation::default().with_operation(key.clone());
         if side_effecting {

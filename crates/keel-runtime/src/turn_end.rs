@@ -99,9 +99,43 @@ impl Runner {
                 items
             })
             .await;
+        // Children of calls the turn ends unfinished (a `spawn_agent` call detached while its
+        // child waited on a human, then the parent's turn was cancelled): cancelled with it.
+        let orphans: Vec<keel_core::SessionId> = if reason == TerminalReason::Completed {
+            Vec::new()
+        } else {
+            self.read(|j| {
+                j.state
+                    .children
+                    .iter()
+                    .filter(|(_, c)| c.finished.is_none())
+                    .filter(|(_, c)| {
+                        c.tool_call_id
+                            .as_ref()
+                            .and_then(|id| j.state.tool_calls.get(id))
+                            .is_some_and(|call| call.turn_id == turn && !call.status.is_terminal())
+                    })
+                    .map(|(id, _)| *id)
+                    .collect()
+            })
+            .await
+        };
         // The calls' results and the steps' ends are folded first, so the turn's totals
         // include what its stopped attempts used.
         self.stage(items).await?;
+        for child in orphans {
+            let rt = crate::Runtime {
+                inner: self.rt.clone(),
+                actor: None,
+            };
+            // Boxed: cancelling runs the child (a `Runtime::run`, which runs this code again).
+            match Box::pin(rt.cancel_turn(self.tenant, child)).await {
+                Ok(_) | Err(crate::RuntimeError::NoActiveTurn { .. }) => {}
+                Err(e) => {
+                    tracing::warn!(session = %self.session, %child, "cancelling a sub-agent with its parent's turn: {e}")
+                }
+            }
+        }
         let items = self
             .read(|j| {
                 let mut items: Items = Vec::new();

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use keel_core::{
-    AgentDefinition, Budget, Event, EventBody, Release, SessionId, StateMachine, TenantId,
+    AgentDefinition, Budget, Event, EventBody, Release, SessionId, SessionStatus, StateMachine,
+    TenantId,
 };
 use keel_model::{ModelClient, Script, ScriptedModel};
 use keel_runtime::{ModelFactory, RuntimeOptions, SessionConfig, SubagentOptions};
@@ -559,11 +560,10 @@ async fn a_crashed_parent_reattaches_its_child(b: Backend) {
     assert_eq!(child_view.turns[0].final_text, "slow answer");
 }
 
-/// A child that needs an approval is reported on the parent's stream (naming the child
-/// session and the approval) and waits; decided on the child session, it continues and the
-/// parent gets its answer.
-async fn a_child_waiting_on_approval_surfaces_it_and_continues(b: Backend) {
-    let p = parent(
+/// A parent whose child waits on an approval, set up to run: the parent fixture, spawning a
+/// `writer` that asks to write `a.txt`.
+async fn parent_of_a_waiting_child(b: Backend) -> Parent {
+    parent(
         b,
         &[
             json!({"tool_calls": [spawn("writer", "write a.txt")]}),
@@ -580,56 +580,176 @@ async fn a_child_waiting_on_approval_surfaces_it_and_continues(b: Backend) {
         parent_release(&[("writer", agent("writer", &[]))], Budget::default()),
         |c| c.permission_mode = PermissionMode::Default,
     )
-    .await;
-    let f = &p.f;
-    let mut sub = f.rt.subscribe(f.tenant, f.session, 1).await.unwrap();
-    f.rt.submit(f.tenant, f.session, "delegate").await.unwrap();
-    let rt = f.rt.clone();
-    let (tenant, session) = (f.tenant, f.session);
-    let run = tokio::spawn(async move { rt.run(tenant, session).await.unwrap() });
-    let spawned = wait_for_event(&f.db.store, f.tenant, f.session, "agent.spawned").await;
-    let EventBody::AgentSpawned {
-        child_session_id: child,
-        ..
-    } = spawned.body
-    else {
-        unreachable!()
-    };
-    let requested = wait_for_event(&f.db.store, f.tenant, child, "approval.requested").await;
-    let approval = requested.correlation.approval_id.unwrap();
-    // The parent's stream names the child and the approval.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    let mut surfaced = false;
-    while !surfaced && tokio::time::Instant::now() < deadline {
-        if let Some(item) = sub.next_timeout(Duration::from_millis(500)).await.unwrap() {
-            let text = serde_json::to_string(&item).unwrap();
-            surfaced = text.contains(&approval.to_string()) && text.contains(&child.to_string());
+    .await
+}
+
+/// The child's approval in the parent's `RunOutcome::pending`, labelled with the child.
+fn child_approval(out: &keel_runtime::RunOutcome) -> (keel_core::ApprovalId, SessionId, String) {
+    match out.pending.as_slice() {
+        [
+            keel_runtime::PendingAction::Approval {
+                approval_id,
+                tool_name,
+                args_hash,
+                subagent: Some(sub),
+                ..
+            },
+        ] => {
+            assert_eq!(tool_name, "write_file");
+            assert_eq!(sub.agent, "writer");
+            (*approval_id, sub.session_id, args_hash.clone())
         }
+        other => panic!("expected the child's approval: {other:?}"),
     }
-    assert!(surfaced, "no status naming approval {approval} of {child}");
-    assert!(!run.is_finished());
-    let rec = f.db.store.get_approval(f.tenant, approval).await.unwrap();
+}
+
+/// Submits the parent's prompt and runs it: the run ends `requires_action` (within a
+/// correctness deadline) with the child's approval; returns it, the child and its hash.
+async fn stop_for_the_childs_approval(f: &Fixture) -> (keel_core::ApprovalId, SessionId, String) {
+    f.rt.submit(f.tenant, f.session, "delegate").await.unwrap();
+    let out = tokio::time::timeout(Duration::from_secs(60), f.rt.run(f.tenant, f.session))
+        .await
+        .expect("the parent's run ends while its child waits")
+        .unwrap();
+    assert_eq!(out.status, SessionStatus::RequiresAction, "{out:?}");
+    child_approval(&out)
+}
+
+/// Allows `approval` once.
+async fn allow(f: &Fixture, approval: keel_core::ApprovalId, hash: &str) {
     f.rt.decide_approval(
         f.tenant,
         approval,
         keel_core::ApprovalDecision::AllowOnce,
-        &rec.args_hash,
+        hash,
     )
     .await
     .unwrap();
-    let out = tokio::time::timeout(Duration::from_secs(30), run)
-        .await
-        .unwrap()
-        .unwrap();
+}
+
+/// A child that needs an approval does not hang its parent: the parent's stream names the
+/// child and the approval, and the parent's run ends `requires_action` with the child's
+/// approval in `pending` (labelled with the child session and agent); the call is left
+/// `running`, with no result and no unknown outcome. Decided, the next run of the parent
+/// re-attaches the same child, which continues, and the parent gets its answer.
+async fn a_child_waiting_on_approval_surfaces_it_and_continues(b: Backend) {
+    let p = parent_of_a_waiting_child(b).await;
+    let f = &p.f;
+    let mut sub = f.rt.subscribe(f.tenant, f.session, 1).await.unwrap();
+    let (approval, child, hash) = stop_for_the_childs_approval(f).await;
+    assert_eq!(children_of(f, f.session).await, vec![child]);
+    // The parent's stream named the child and the approval.
+    let mut surfaced = false;
+    while let Some(item) = sub.next_timeout(Duration::from_millis(200)).await.unwrap() {
+        let text = serde_json::to_string(&item).unwrap();
+        surfaced |= text.contains(&approval.to_string()) && text.contains(&child.to_string());
+    }
+    assert!(surfaced, "no status naming approval {approval} of {child}");
+    let events = f.events().await;
+    let types: Vec<_> = events.iter().map(|e| e.type_name()).collect();
+    assert!(finished_outputs(&events).is_empty(), "{types:?}");
+    assert!(!types.contains(&"effect.outcome_unknown"), "{types:?}");
+    allow(f, approval, &hash).await;
+    let out = f.rt.run(f.tenant, f.session).await.unwrap();
+    assert_eq!(out.status, SessionStatus::Idle, "{out:?}");
     assert_eq!(out.turns[0].final_text, "parent done");
     assert_eq!(
         std::fs::read_to_string(f.ws.path().join("a.txt")).unwrap(),
         "approved"
     );
+    let events = f.events().await;
     assert_eq!(
-        finished_outputs(&f.events().await),
+        finished_outputs(&events),
         vec![("succeeded".into(), "wrote it".into())]
     );
+    let types: Vec<_> = events.iter().map(|e| e.type_name()).collect();
+    assert_eq!(
+        types.iter().filter(|t| **t == "agent.spawned").count(),
+        1,
+        "{types:?}"
+    );
+    assert_eq!(children_of(f, f.session).await, vec![child]);
+    assert_eq!(
+        f.rt.view(f.tenant, child)
+            .await
+            .unwrap()
+            .state
+            .turn_order
+            .len(),
+        1
+    );
+}
+
+/// A parent that stopped for its child's approval, run next by another worker (a restart):
+/// the child is found again by its id — one child, one turn, no unknown outcome.
+async fn a_restarted_parent_reattaches_its_waiting_child(b: Backend) {
+    let p = parent_of_a_waiting_child(b).await;
+    let f = &p.f;
+    let (approval, child, hash) = stop_for_the_childs_approval(f).await;
+    allow(f, approval, &hash).await;
+    let again = runtime_with(
+        &f.db,
+        scripted(&[
+            json!({"tool_calls": [spawn("writer", "write a.txt")]}),
+            json!({"text": "parent done"}),
+        ]),
+        RuntimeOptions {
+            worker_name: "second".into(),
+            subagents: SubagentOptions {
+                models: Some(models(vec![(
+                    "writer",
+                    vec![
+                        json!({"tool_calls": [call("write_file", json!({"path": "a.txt", "content": "approved"}))]}),
+                        json!({"text": "wrote it"}),
+                    ],
+                )])),
+                ..SubagentOptions::default()
+            },
+            ..RuntimeOptions::default()
+        },
+    );
+    let out = again.run(f.tenant, f.session).await.unwrap();
+    assert_eq!(out.status, SessionStatus::Idle, "{out:?}");
+    assert_eq!(children_of(f, f.session).await, vec![child]);
+    let events = f.events().await;
+    let types: Vec<_> = events.iter().map(|e| e.type_name()).collect();
+    assert!(!types.contains(&"effect.outcome_unknown"), "{types:?}");
+    assert_eq!(
+        finished_outputs(&events),
+        vec![("succeeded".into(), "wrote it".into())]
+    );
+    assert_eq!(
+        again
+            .view(f.tenant, child)
+            .await
+            .unwrap()
+            .state
+            .turn_order
+            .len(),
+        1
+    );
+}
+
+/// Cancelling a parent that waits on its child's approval cancels the child: its turn ends
+/// `aborted` and its approval is no longer waited on.
+async fn cancelling_a_parent_whose_child_waits_cancels_the_child(b: Backend) {
+    let p = parent_of_a_waiting_child(b).await;
+    let f = &p.f;
+    let (_, child, _) = stop_for_the_childs_approval(f).await;
+    f.rt.cancel_turn(f.tenant, f.session).await.unwrap();
+    let parent_events = f.events().await;
+    assert!(
+        matches!(turn_finished(&parent_events)[..], [EventBody::TurnFinished { terminal_reason, .. }] if terminal_reason.as_str() == "aborted"),
+        "{:?}",
+        turn_finished(&parent_events)
+    );
+    let child_events = events_of(f, child).await;
+    let ended = turn_finished(&child_events);
+    assert!(
+        matches!(ended[..], [EventBody::TurnFinished { terminal_reason, .. }] if terminal_reason.as_str() == "aborted"),
+        "{ended:?}"
+    );
+    assert!(!f.ws.path().join("a.txt").exists());
 }
 
 /// Attack review 15 #10: a `spawn_agent` prompt over the documented bound is refused with a
@@ -711,6 +831,8 @@ on_both!(
     live_descendants_of_a_tree_are_bounded,
     a_crashed_parent_reattaches_its_child,
     a_child_waiting_on_approval_surfaces_it_and_continues,
+    a_restarted_parent_reattaches_its_waiting_child,
+    cancelling_a_parent_whose_child_waits_cancels_the_child,
     a_child_answers_as_one_tool_result,
     a_read_only_parent_gets_no_write_through_a_child,
     depth_is_bounded,

@@ -87,8 +87,8 @@ async fn a_server_releases_parent_spawns_a_child_whose_answer_comes_back(b: Back
 on_both!(a_childs_approval_is_listed_and_decided_through_its_parent);
 
 /// A child that needs an approval: the parent session's approvals list it, labelled with the
-/// child session and the agent; deciding it through the API lets the child, then the parent,
-/// finish.
+/// child session and the agent, and the parent goes `requires_action` (it does not wait inside
+/// its call); deciding it through the API lets the child, then the parent, finish (`idle`).
 async fn a_childs_approval_is_listed_and_decided_through_its_parent(b: Backend) {
     let s = start(b).await;
     let child = script(
@@ -158,6 +158,9 @@ async fn a_childs_approval_is_listed_and_decided_through_its_parent(b: Backend) 
         listed["session_id"], spawned[0]["payload"]["child_session_id"],
         "{listed}"
     );
+    // The parent does not hang in its call: it waits on the human too.
+    s.wait_session(&session, |b| b["status"] == "requires_action")
+        .await;
     let approval = listed["approval_id"].as_str().unwrap();
     let d = s
         .post(

@@ -83,7 +83,9 @@ pub async fn decide(
         };
         return Ok(format!(
             "approval {id} ({} call {}) denied ({stands}); a running session continues, otherwise `keel resume {}`",
-            record.tool_name, record.tool_call_id, record.session_id
+            record.tool_name,
+            record.tool_call_id,
+            top_session(store, record.session_id).await
         ));
     }
     // The reason is stored and shown to the model: redacted with the session's secrets.
@@ -117,8 +119,30 @@ pub async fn decide(
     };
     Ok(format!(
         "approval {id} ({} call {}) {verb}{again}; a running session continues, otherwise `keel resume {}`",
-        record.tool_name, record.tool_call_id, record.session_id
+        record.tool_name,
+        record.tool_call_id,
+        top_session(store, record.session_id).await
     ))
+}
+
+/// The top-level session of `session`: itself, or — for a sub-agent session — the session
+/// whose `spawn_agent` call started its tree, which is the one to resume (its call re-attaches
+/// the child). At most 16 levels up; a row that cannot be read ends the walk.
+async fn top_session(
+    store: &Arc<dyn Store>,
+    session: keel_core::SessionId,
+) -> keel_core::SessionId {
+    let mut at = session;
+    for _ in 0..16 {
+        match store.get_session(local_tenant(), at).await {
+            Ok(rec) => match rec.parent_session_id {
+                Some(parent) => at = parent,
+                None => break,
+            },
+            Err(_) => break,
+        }
+    }
+    at
 }
 
 /// What an `allow_for_session` decision on `record` grants, for people: the session rules the

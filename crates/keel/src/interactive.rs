@@ -113,6 +113,16 @@ pub trait Decider {
     fn workspace(&self) -> impl std::future::Future<Output = Option<std::path::PathBuf>>;
 }
 
+/// The session an operation key belongs to (`<session>/<step>/<call>`): a sub-agent's effect
+/// is decided on its child session; `or` when the key names none.
+fn key_session(key: &OperationKey, or: keel_core::SessionId) -> keel_core::SessionId {
+    key.as_str()
+        .split('/')
+        .next()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(or)
+}
+
 impl Decider for Prepared {
     async fn approval_decided(&self, id: ApprovalId) {
         loop {
@@ -127,7 +137,10 @@ impl Decider for Prepared {
     async fn effect_decided(&self, key: &OperationKey) {
         loop {
             tokio::time::sleep(POLL).await;
-            if let Ok(view) = self.runtime.view(self.tenant, self.session).await
+            if let Ok(view) = self
+                .runtime
+                .view(self.tenant, key_session(key, self.session))
+                .await
                 && view
                     .state
                     .effects
@@ -157,7 +170,7 @@ impl Decider for Prepared {
         decision: EffectDecision,
     ) -> anyhow::Result<()> {
         self.runtime
-            .resolve_effect(self.tenant, self.session, key, decision)
+            .resolve_effect(self.tenant, key_session(key, self.session), key, decision)
             .await?;
         Ok(())
     }
@@ -206,7 +219,8 @@ pub async fn decide_with<D: Decider>(
                 ..
             } => {
                 println!(
-                    "? {tool_name} needs approval (or: keel approve|deny {approval_id}):\n{}",
+                    "? {tool_name}{} needs approval (or: keel approve|deny {approval_id}):\n{}",
+                    crate::output::subagent_label(action),
                     crate::output::approval_text(tool_name, arguments)
                 );
                 let decision = loop {
@@ -260,7 +274,8 @@ pub async fn decide_with<D: Decider>(
                 ..
             } => {
                 println!(
-                    "? the outcome of {tool_name} is unknown (the run stopped while it was running; or: keel resolve {operation_key}):\n{}",
+                    "? the outcome of {tool_name}{} is unknown (the run stopped while it was running; or: keel resolve {operation_key}):\n{}",
+                    crate::output::subagent_label(action),
                     crate::output::approval_text(tool_name, arguments)
                 );
                 let decision = loop {

@@ -701,6 +701,7 @@ impl Printer for TextPrinter {
             self.line(&format!("error: {e}"));
         }
         for p in &r.pending {
+            let whose = subagent_label(p);
             match p {
                 PendingAction::Approval {
                     approval_id,
@@ -708,7 +709,7 @@ impl Printer for TextPrinter {
                     arguments,
                     ..
                 } => self.line(&format!(
-                    "needs approval: {tool_name}\n{}\n  {k} approve {approval_id}   or   {k} deny {approval_id} --reason TEXT\n  then: {k} resume {session}",
+                    "needs approval: {tool_name}{whose}\n{}\n  {k} approve {approval_id}   or   {k} deny {approval_id} --reason TEXT\n  then: {k} resume {session}",
                     approval_text(tool_name, arguments),
                     k = hint_command()
                 )),
@@ -717,7 +718,7 @@ impl Printer for TextPrinter {
                     tool_name,
                     ..
                 } => self.line(&format!(
-                    "outcome unknown: {tool_name} ({operation_key})\n  {k} resolve {operation_key} --as committed|failed|retry\n  then: {k} resume {session}",
+                    "outcome unknown: {tool_name} ({operation_key}){whose}\n  {k} resolve {operation_key} --as committed|failed|retry\n  then: {k} resume {session}",
                     k = hint_command()
                 )),
             }
@@ -726,6 +727,14 @@ impl Printer for TextPrinter {
             self.line(&format!("resume with: {} resume {session}", hint_command()));
         }
     }
+}
+
+/// `" (agent `NAME`, session ID)"` for a pending action of a sub-agent session (what the
+/// run's session waits on in its child), empty for the session's own.
+pub fn subagent_label(p: &PendingAction) -> String {
+    p.subagent()
+        .map(|s| format!(" (agent `{}`, session {})", s.agent, s.session_id))
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -843,6 +843,7 @@ async fn pending_approvals(p: &Prepared, state: &keel_core::SessionState) -> Vec
             arguments: a.arguments,
             args_hash: a.args_hash,
             expires_at: a.expires_at,
+            subagent: None,
         })
         .collect()
 }

@@ -9,11 +9,12 @@ use crate::common::{Env, check_stream, jsonl_lines};
 const TIMEOUT_MS: u64 = 30_000;
 
 /// rexpect reads the terminal byte by byte as Latin-1: a UTF-8 needle must be spelled the same way.
-fn l1(text: &str) -> String {
+pub(crate) fn l1(text: &str) -> String {
     text.bytes().map(char::from).collect()
 }
 
-fn start(env: &Env, script: &str, flags: &[&str]) -> PtySession {
+/// Starts `keel run` on a pseudo-terminal with the scripted model `script` and `flags`.
+pub(crate) fn start(env: &Env, script: &str, flags: &[&str]) -> PtySession {
     env.write("script.jsonl", script);
     let mut cmd = env.keel_tty();
     cmd.args(["run", "--workspace", "ws", "--model", "script:script.jsonl"])
@@ -22,7 +23,7 @@ fn start(env: &Env, script: &str, flags: &[&str]) -> PtySession {
 }
 
 /// Waits for the process to exit; returns its exit code.
-fn exit_code(p: &mut PtySession) -> Option<i32> {
+pub(crate) fn exit_code(p: &mut PtySession) -> Option<i32> {
     p.exp_eof().unwrap();
     match p.process.wait().unwrap() {
         rexpect::process::wait::WaitStatus::Exited(_, code) => Some(code),

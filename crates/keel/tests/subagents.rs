@@ -115,37 +115,38 @@ fn an_agent_file_of_a_trusted_workspace_is_an_agent() {
     assert!(env.path("ws/a.txt").exists());
 }
 
-/// A child that needs an approval while its parent runs headless: `keel sessions show PARENT`
-/// lists the child's approval (labelled with the agent and the child session), `keel approve`
-/// decides it, and the child, then the parent, finish.
+/// A child that needs an approval while its parent runs headless: the parent's run does not
+/// hang — `keel run` exits 3 and prints the child's approval like its own (labelled with the
+/// agent and the child session, with the `keel approve` hint); `keel sessions show PARENT`
+/// lists it; `keel approve` decides it and `keel resume PARENT` finishes child and parent.
 #[test]
 fn a_childs_approval_is_listed_on_the_parent_and_decided_with_keel_approve() {
     let env = with_helper();
     env.write("script.jsonl", PARENT);
-    let run = env
+    let out = env
         .keel()
         .args(["run", "--workspace", "ws", "--model", "script:script.jsonl"])
-        .args(["--output", "jsonl", "delegate"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
+        .arg("delegate")
+        .output()
         .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    let (parent, approval) = loop {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no child approval listed"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
-        // One JSON object a line; the parent is the session whose view lists an agent's
-        // approval (the child's own view lists it unlabelled).
-        let list = crate::common::stdout(&env.run(&["sessions", "list", "--json"]));
-        let ids: Vec<String> = list
-            .lines()
-            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .filter_map(|s| s["session_id"].as_str().map(str::to_owned))
-            .collect();
-        let found = ids.into_iter().find_map(|id| {
+    let printed = format!("{}{}", crate::common::stdout(&out), stderr(&out));
+    assert_eq!(out.status.code(), Some(3), "{printed}");
+    assert!(
+        printed.contains("needs approval: write_file (agent `helper`, session "),
+        "{printed}"
+    );
+    assert!(printed.contains("keel approve "), "{printed}");
+    // One JSON object a line; the parent is the session whose view lists an agent's approval
+    // (the child's own view lists it unlabelled).
+    let list = crate::common::stdout(&env.run(&["sessions", "list", "--json"]));
+    let ids: Vec<String> = list
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter_map(|s| s["session_id"].as_str().map(str::to_owned))
+        .collect();
+    let (parent, approval) = ids
+        .into_iter()
+        .find_map(|id| {
             let show: serde_json::Value = serde_json::from_str(&crate::common::stdout(
                 &env.run(&["sessions", "show", &id, "--json"]),
             ))
@@ -156,27 +157,60 @@ fn a_childs_approval_is_listed_on_the_parent_and_decided_with_keel_approve() {
                 .find(|a| a["agent"].is_string())?
                 .clone();
             Some((id, a))
-        });
-        if let Some(found) = found {
-            break found;
-        }
-    };
+        })
+        .expect("the parent lists its child's approval");
     assert_eq!(approval["agent"], "helper", "{approval}");
     assert_eq!(approval["tool_name"], "write_file", "{approval}");
     assert_ne!(approval["session_id"], parent.as_str(), "{approval}");
+    let id = approval["approval_id"].as_str().unwrap();
+    assert!(printed.contains(&format!("keel approve {id}")), "{printed}");
     let text = crate::common::stdout(&env.run(&["sessions", "show", &parent]));
     assert!(text.contains("(agent helper, session "), "{text}");
-    let id = approval["approval_id"].as_str().unwrap();
     let out = env.run(&["approve", id]);
     assert!(out.status.success(), "{}", stderr(&out));
-    let out = run.wait_with_output().unwrap();
+    // The line names the session to resume: the parent, not the child.
+    assert!(
+        crate::common::stdout(&out).contains(&format!("keel resume {parent}")),
+        "{}",
+        crate::common::stdout(&out)
+    );
+    let out = env
+        .keel()
+        .args(["resume", &parent, "--output", "jsonl"])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let lines = jsonl_lines(&out.stdout);
     assert_eq!(check_stream(&lines)["terminal_reason"], "completed");
     assert_eq!(
+        std::fs::read_to_string(env.path("ws/a.txt")).unwrap(),
+        "from the child"
+    );
+    assert_eq!(
         call_results(&lines),
         vec![("succeeded".to_owned(), "helper finished".to_owned())]
     );
+}
+
+/// The interactive terminal asks for a child's approval like for the parent's own (labelled
+/// with the agent and the child session); the answer decides it and the turn finishes.
+#[test]
+fn the_interactive_terminal_asks_for_a_childs_approval() {
+    use crate::interactive::{exit_code, l1, start};
+    let env = with_helper();
+    let mut p = start(&env, PARENT, &[]);
+    p.exp_string(&l1("› ")).unwrap();
+    p.send_line("delegate").unwrap();
+    p.exp_string("write_file (agent `helper`, session ")
+        .unwrap();
+    p.exp_string("needs approval").unwrap();
+    p.exp_string("[y] allow once").unwrap();
+    p.send_line("y").unwrap();
+    p.exp_string("parent done").unwrap();
+    p.exp_string(&l1("── completed")).unwrap();
+    p.exp_string(&l1("› ")).unwrap();
+    p.send_line("exit").unwrap();
+    assert_eq!(exit_code(&mut p), Some(0));
     assert_eq!(
         std::fs::read_to_string(env.path("ws/a.txt")).unwrap(),
         "from the child"

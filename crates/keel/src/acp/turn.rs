@@ -257,7 +257,7 @@ async fn drive(
                 "sessionId": session,
                 "toolCall": {
                     "toolCallId": tool_call_id.as_str(),
-                    "title": title(tool_name, arguments),
+                    "title": format!("{}{}", title(tool_name, arguments), crate::output::subagent_label(action)),
                     "kind": tool_kind(tool_name),
                     "status": "pending",
                     "locations": locations(&hosted.workspace, arguments),

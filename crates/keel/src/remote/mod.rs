@@ -295,10 +295,12 @@ async fn waiting_approvals(
         .map_err(|e| explain(client, e))?
         .into_iter()
         .filter(|a| {
-            state
-                .tool_calls
-                .get(&keel_core::ToolCallId::from(a.tool_call_id.as_str()))
-                .is_some_and(|c| c.status == ToolCallStatus::AwaitingApproval)
+            // A sub-agent's approval (listed with the parent's, labelled) waits in its child.
+            a.agent.is_some() && a.session_id != session
+                || state
+                    .tool_calls
+                    .get(&keel_core::ToolCallId::from(a.tool_call_id.as_str()))
+                    .is_some_and(|c| c.status == ToolCallStatus::AwaitingApproval)
         })
         .collect())
 }

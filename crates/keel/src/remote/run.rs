@@ -591,6 +591,12 @@ async fn pending(p: &RemoteRun) -> Vec<PendingAction> {
         .unwrap_or_default()
         .into_iter()
         .filter_map(|a| {
+            let subagent = match (a.agent, a.session_id.parse().ok()) {
+                (Some(agent), Some(session_id)) if a.session_id != sid => {
+                    Some(keel_runtime::PendingSubagent { session_id, agent })
+                }
+                _ => None,
+            };
             Some(PendingAction::Approval {
                 approval_id: a.approval_id.parse().ok()?,
                 tool_call_id: keel_core::ToolCallId::from(a.tool_call_id.as_str()),
@@ -598,6 +604,7 @@ async fn pending(p: &RemoteRun) -> Vec<PendingAction> {
                 arguments: a.arguments,
                 args_hash: a.args_hash,
                 expires_at: a.expires_at,
+                subagent,
             })
         })
         .collect();
@@ -609,6 +616,7 @@ async fn pending(p: &RemoteRun) -> Vec<PendingAction> {
                 tool_call_id: e.tool_call_id.clone(),
                 tool_name: call.map(|c| c.name.clone()).unwrap_or_default(),
                 arguments: call.map(|c| c.arguments.clone()).unwrap_or_default(),
+                subagent: None,
             });
         }
     }
