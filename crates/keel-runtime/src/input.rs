@@ -169,12 +169,24 @@ pub enum Compiled {
     Command(Command),
 }
 
+/// A serving model's label as people name it (every host's output uses this): the scripted
+/// model's `scripted:PATH` (its journaled label) is written the way `--model` and a release's
+/// route take it, `script:PATH`; other labels are the provider's model names, unchanged.
+pub fn model_label(label: &str) -> String {
+    match label.strip_prefix("scripted:") {
+        Some(path) => format!("script:{path}"),
+        None => label.to_owned(),
+    }
+}
+
 /// What [`Runtime::compact_now`] did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Compacted {
-    /// Estimated tokens of the context before.
+    /// Estimated tokens of the context before: instructions, tools, summary and conversation,
+    /// the figure `/status` shows ([`Runtime::project_context`]).
     pub tokens_before: u64,
-    /// Estimated tokens after (the summary).
+    /// Estimated tokens of the context after, the same way (instructions, tools, the summary):
+    /// what `/status` shows next.
     pub tokens_after: u64,
     /// The journal version with `context.compacted`.
     pub version: u64,
@@ -637,8 +649,12 @@ impl Runtime {
                 );
                 for (model, u) in &s.usage_by_model {
                     out.push_str(&format!(
-                        "\n  {model}: ${:.4}, {} input + {} output tokens, {} steps",
-                        u.cost_usd, u.usage.input_tokens, u.usage.output_tokens, u.steps
+                        "\n  {}: ${:.4}, {} input + {} output tokens, {} steps",
+                        model_label(model),
+                        u.cost_usd,
+                        u.usage.input_tokens,
+                        u.usage.output_tokens,
+                        u.steps
                     ));
                 }
                 Ok(out)
@@ -798,17 +814,8 @@ impl Runtime {
                 "/compact: nothing to compact (no conversation since the last summary)".into(),
             ));
         }
-        let tokens_before = j
-            .proj
-            .item_tokens
-            .get(from..)
-            .unwrap_or_default()
-            .iter()
-            .sum::<u64>()
-            + j.proj
-                .summary
-                .as_deref()
-                .map_or(0, crate::tokens::estimate_tokens);
+        // The same figure `/status` shows (instructions, tools, summary and conversation).
+        let tokens_before = self.project_journal(j.tenant, j).await?.estimated_tokens;
         let request = crate::compaction::summary_request(
             j.proj.summary.as_deref(),
             &items,
@@ -854,6 +861,11 @@ impl Runtime {
                 )],
             )
             .await?;
+        // What `/status` shows from now on.
+        let tokens_after = self
+            .project_journal(j.tenant, j)
+            .await
+            .map_or(tokens_after, |c| c.estimated_tokens);
         Ok(Compacted {
             tokens_before,
             tokens_after,

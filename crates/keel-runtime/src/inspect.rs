@@ -67,6 +67,21 @@ impl Runtime {
         session: SessionId,
     ) -> Result<ContextSnapshot> {
         let j = self.read_journal(tenant, session).await?;
+        self.project_journal(tenant, &j).await
+    }
+
+    /// The context the next step of the session whose journal is `j` would send, as
+    /// [`Runtime::project_context`] projects it: the one context size every host shows
+    /// (`/status`, `/compact`'s before and after).
+    ///
+    /// # Errors
+    /// As [`Runtime::project_context`].
+    pub(crate) async fn project_journal(
+        &self,
+        tenant: TenantId,
+        j: &Journal,
+    ) -> Result<ContextSnapshot> {
+        let session = j.session;
         let config = j.config()?;
         let release_id = j.state.release_id.clone().ok_or(RuntimeError::Config {
             session,
@@ -80,7 +95,7 @@ impl Runtime {
             Some(w) => self.inner.tools.registry(&release, w.root()).await,
             None => self.inner.tools.base().clone(),
         };
-        let policy = crate::authorize::session_policy(&release, &config, &j, &tools)?;
+        let policy = crate::authorize::session_policy(&release, &config, j, &tools)?;
         let agents = workspace.as_ref().and_then(crate::context::read_agents_md);
         Ok(crate::context::project(
             &release.definition.instructions,

@@ -14,6 +14,8 @@
 //! - **Never looser.** The child's settings are the parent's — permission mode, sandbox and
 //!   its network, `ask`/`deny` rules, secrets, timeouts — plus the parent release's `ask` and
 //!   `deny` rules as settings, so whatever the parent may not do, the child may not either.
+//!   The parent release's `allow` rules (the user's) are added to the child's release, so
+//!   what runs without asking in the parent does in the child too.
 //! - **Shared budgets.** The child's turn and session budgets are what the parent's turn and
 //!   session have left when it starts; children running at once, and theirs, draw on one pool
 //!   of that remainder ([`crate::spend`]); the tenant's daily budget is shared through the
@@ -564,6 +566,30 @@ fn child_release(parent: &Release, def: &AgentDefinition, agent: &str) -> Releas
         d.model_route.clone_from(&parent.definition.model_route);
     }
     d.agents.clone_from(&parent.definition.agents);
+    // The parent's `allow` rules (the user's, from keel.toml or `/permissions`, pinned in its
+    // release) hold in the child too: as loose as the parent, never looser — its `ask` and
+    // `deny` rules come with the settings, and they win over any allow.
+    if let Some(allow) = parent
+        .definition
+        .policy
+        .get("allow")
+        .and_then(Value::as_array)
+        .filter(|a| !a.is_empty())
+    {
+        if !d.policy.is_object() {
+            d.policy = json!({});
+        }
+        if let Some(policy) = d.policy.as_object_mut() {
+            let own = policy.entry("allow").or_insert_with(|| json!([]));
+            if let Some(own) = own.as_array_mut() {
+                for rule in allow {
+                    if !own.contains(rule) {
+                        own.push(rule.clone());
+                    }
+                }
+            }
+        }
+    }
     Release::new(d)
 }
 

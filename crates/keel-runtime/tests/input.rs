@@ -204,11 +204,35 @@ async fn compact_now_summarizes_between_turns_with_the_focus(b: Backend) {
     assert!(err.to_string().contains("nothing to compact"), "{err}");
     f.rt.submit(f.tenant, f.session, "first").await.unwrap();
     f.rt.run(f.tenant, f.session).await.unwrap();
+    // `/cost` names the scripted model as `--model` does (`script:`), like every other output.
+    let cost =
+        f.rt.answer(
+            f.tenant,
+            f.session,
+            &Command::Cost,
+            &InputOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert!(
+        cost.contains("script:") && !cost.contains("scripted:"),
+        "{cost}"
+    );
+    // `/status` and `/compact` report one context size, from one projection.
+    let status = f.rt.project_context(f.tenant, f.session).await.unwrap();
     let c =
         f.rt.compact_now(f.tenant, f.session, Some("the numbers"))
             .await
             .unwrap();
     assert!(c.tokens_after > 0);
+    assert_eq!(c.tokens_before, status.estimated_tokens);
+    assert_eq!(
+        c.tokens_after,
+        f.rt.project_context(f.tenant, f.session)
+            .await
+            .unwrap()
+            .estimated_tokens
+    );
     let evs = f.events().await;
     let last = evs.last().unwrap();
     assert_eq!(last.type_name(), "context.compacted");

@@ -730,6 +730,40 @@ async fn a_restarted_parent_reattaches_its_waiting_child(b: Backend) {
     );
 }
 
+/// The parent's `allow` rules (the user's, pinned in its release) hold in the child: a write
+/// the parent may make without asking, its child makes without asking too.
+async fn a_child_inherits_the_parents_allow_rules(b: Backend) {
+    let mut release = parent_release(&[("writer", agent("writer", &[]))], Budget::default());
+    release.definition.policy = json!({"allow": ["write_file"]});
+    let release = Release::new(release.definition);
+    let p = parent(
+        b,
+        &[
+            json!({"tool_calls": [spawn("writer", "write a.txt")]}),
+            json!({"text": "parent done"}),
+        ],
+        vec![(
+            "writer",
+            vec![
+                json!({"tool_calls": [call("write_file", json!({"path": "a.txt", "content": "allowed"}))]}),
+                json!({"text": "wrote it"}),
+            ],
+        )],
+        SubagentOptions::default(),
+        release,
+        |c| c.permission_mode = PermissionMode::Default,
+    )
+    .await;
+    let f = &p.f;
+    f.rt.submit(f.tenant, f.session, "delegate").await.unwrap();
+    let out = f.rt.run(f.tenant, f.session).await.unwrap();
+    assert_eq!(out.status, SessionStatus::Idle, "{out:?}");
+    assert_eq!(
+        std::fs::read_to_string(f.ws.path().join("a.txt")).unwrap(),
+        "allowed"
+    );
+}
+
 /// Cancelling a parent that waits on its child's approval cancels the child: its turn ends
 /// `aborted` and its approval is no longer waited on.
 async fn cancelling_a_parent_whose_child_waits_cancels_the_child(b: Backend) {
@@ -833,6 +867,7 @@ on_both!(
     a_child_waiting_on_approval_surfaces_it_and_continues,
     a_restarted_parent_reattaches_its_waiting_child,
     cancelling_a_parent_whose_child_waits_cancels_the_child,
+    a_child_inherits_the_parents_allow_rules,
     a_child_answers_as_one_tool_result,
     a_read_only_parent_gets_no_write_through_a_child,
     depth_is_bounded,

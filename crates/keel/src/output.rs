@@ -330,14 +330,7 @@ pub fn count(n: impl Into<u64>, noun: &str) -> String {
     }
 }
 
-/// A model label as people name it: the scripted model's `scripted:PATH` is written the way
-/// `--model` takes it, `script:PATH`; other labels are the provider's model names.
-pub fn model_label(label: &str) -> String {
-    match label.strip_prefix("scripted:") {
-        Some(path) => format!("script:{path}"),
-        None => label.to_owned(),
-    }
-}
+pub use keel_runtime::input::model_label;
 
 impl TextPrinter {
     /// A printer to standard output; `live` streams deltas and draws spinners (for a terminal).
@@ -668,6 +661,13 @@ impl Printer for TextPrinter {
             r.cost_usd,
             Duration::from_millis(r.duration_ms).as_secs_f64(),
         ));
+        if r.terminal_reason == TerminalReason::BudgetExhausted {
+            self.line(&format!(
+                "   {}; then: {} resume {session}",
+                raise_hint(r.limit),
+                hint_command()
+            ));
+        }
         if !r.over_limits.is_empty() {
             let names: Vec<String> = r
                 .over_limits
@@ -729,6 +729,29 @@ impl Printer for TextPrinter {
     }
 }
 
+/// What to change to give a turn more of `limit` after it ended `budget_exhausted`: the
+/// keel.toml key (and the `keel run` flag, where there is one). The limit may also be a
+/// session or daily budget, set where it was given.
+pub fn raise_hint(limit: Option<BudgetLimit>) -> String {
+    let (what, how) = match limit {
+        Some(BudgetLimit::Steps) => ("steps", "[budget] max_steps in keel.toml, or --max-steps N"),
+        Some(BudgetLimit::Tokens) => ("tokens", "[budget] max_tokens in keel.toml"),
+        Some(BudgetLimit::Cost) => (
+            "cost",
+            "[budget] max_cost_usd in keel.toml, or --max-cost-usd USD",
+        ),
+        Some(BudgetLimit::ToolCalls) => ("tool calls", "[budget] max_tool_calls in keel.toml"),
+        Some(BudgetLimit::WallTime) => (
+            "wall time",
+            "[budget] timeout in keel.toml, or --timeout DURATION",
+        ),
+        None => ("a budget", "the [budget] section of keel.toml"),
+    };
+    format!(
+        "the turn ran out of {what}: to allow more, raise {how} (a session or daily budget is raised where it was set)"
+    )
+}
+
 /// `" (agent `NAME`, session ID)"` for a pending action of a sub-agent session (what the
 /// run's session waits on in its child), empty for the session's own.
 pub fn subagent_label(p: &PendingAction) -> String {
@@ -750,6 +773,15 @@ mod tests {
         assert_eq!(unshown_rest("partiahello", "hello"), "");
         assert_eq!(unshown_rest("zz", "hello"), "hello");
         assert_eq!(unshown_rest("é", "éa"), "a");
+    }
+
+    #[test]
+    fn a_budget_hint_names_the_key_and_the_flag() {
+        let h = raise_hint(Some(BudgetLimit::Steps));
+        assert!(h.contains("max_steps") && h.contains("--max-steps"), "{h}");
+        assert!(raise_hint(Some(BudgetLimit::Tokens)).contains("[budget] max_tokens"));
+        assert!(raise_hint(Some(BudgetLimit::WallTime)).contains("--timeout"));
+        assert!(raise_hint(None).contains("[budget]"));
     }
 
     #[test]
