@@ -16,7 +16,7 @@
 //! - `error` — [`ErrorKind`] (retryable / falls back), [`ProviderError`], [`ModelError`].
 //! - `classify` — HTTP status, headers and error bodies → [`ErrorKind`].
 //! - `stream` — [`Wire`], the shared SSE pump (deadlines, cancellation), tool call assembly,
-//!   [`parse_recorded`].
+//!   [`parse_recorded`], [`parse_chunks`].
 //! - `openai_chat`, `openai_responses`, `anthropic` — request body and stream parser per wire.
 //! - `client` — [`ModelClient`], [`HttpModel`], [`ProviderConfig`].
 //! - `scripted` — [`Script`], [`ScriptedModel`].
@@ -48,7 +48,7 @@ pub use route::{ModelRoute, RetryPolicy};
 pub use scripted::{
     Script, ScriptAction, ScriptEntry, ScriptedCall, ScriptedModel, scripted_summary, text_chunks,
 };
-pub use stream::{Wire, parse_recorded};
+pub use stream::{Wire, parse_chunks, parse_recorded};
 pub use types::{
     InvalidArguments, Message, ModelRequest, ReasoningItem, RequestPurpose, SamplingOptions,
     StopReason, StreamEvent, ToolCall, ToolSchema, Usage,

@@ -439,6 +439,30 @@ pub async fn parse_recorded(wire: Wire, body: &[u8]) -> Vec<StreamEvent> {
     events
 }
 
+/// Parses a response body delivered in `chunks`, exactly as a live HTTP body is read: the same
+/// SSE decoding, parser and pump as [`crate::HttpModel`], with no deadlines, no cancellation and
+/// no repair of a missing final blank line (unlike [`parse_recorded`]). Whatever the bytes, the
+/// result ends with exactly one terminal event (`completed`, or an `error` classified as
+/// `stream_truncated`, `empty_response` or the provider's own error kind) and holds no other;
+/// how the body is split into chunks does not change the events (error messages aside).
+///
+/// For fuzzing and replaying byte streams; see docs/RELIABILITY.md.
+pub async fn parse_chunks<B: AsRef<[u8]> + Send>(
+    wire: Wire,
+    chunks: impl IntoIterator<Item = B>,
+) -> Vec<StreamEvent> {
+    let chunks: Vec<Result<B, std::convert::Infallible>> = chunks.into_iter().map(Ok).collect();
+    let mut events = Vec::new();
+    pump(
+        futures_util::stream::iter(chunks),
+        wire.parser(),
+        Limits::default(),
+        &mut events,
+    )
+    .await;
+    events
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

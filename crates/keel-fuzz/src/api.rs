@@ -1,0 +1,51 @@
+//! The API target: `/v1` request bodies as a client sends them.
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+/// Reads `body` as `T`; when it is accepted, its JSON form must read back to the same JSON form.
+fn round_trip<T: Serialize + DeserializeOwned>(what: &str, body: &[u8]) {
+    let Ok(first) = serde_json::from_slice::<T>(body) else {
+        return;
+    };
+    let encoded = match serde_json::to_value(&first) {
+        Ok(v) => v,
+        Err(e) => panic!("an accepted {what} does not serialize: {e}"),
+    };
+    let second: T = match serde_json::from_value(encoded.clone()) {
+        Ok(v) => v,
+        Err(e) => panic!("an accepted {what}, serialized, is refused: {e}: {encoded}"),
+    };
+    match serde_json::to_value(&second) {
+        Ok(again) => assert_eq!(again, encoded, "{what} changed on a round trip"),
+        Err(e) => panic!("an accepted {what} does not serialize: {e}"),
+    }
+}
+
+/// The `/v1` request bodies ([`keel_api`]'s `*Request` types): the first byte picks the type,
+/// the rest is the JSON body.
+///
+/// Invariants: deserialization answers (a body or an error), never panics; an accepted body
+/// round-trips through its JSON form.
+pub fn api_request(data: &[u8]) {
+    use keel_api::*;
+    let Some((&pick, body)) = data.split_first() else {
+        return;
+    };
+    match pick % 11 {
+        0 => round_trip::<CreateSessionRequest>("CreateSessionRequest", body),
+        1 => round_trip::<UpdateSessionRequest>("UpdateSessionRequest", body),
+        2 => round_trip::<SubmitTurnRequest>("SubmitTurnRequest", body),
+        3 => round_trip::<CancelRequest>("CancelRequest", body),
+        4 => round_trip::<CloseRequest>("CloseRequest", body),
+        5 => round_trip::<CreateReleaseRequest>("CreateReleaseRequest", body),
+        6 => round_trip::<PutMemoryRequest>("PutMemoryRequest", body),
+        7 => round_trip::<DecideApprovalRequest>("DecideApprovalRequest", body),
+        8 => round_trip::<DecideEffectRequest>("DecideEffectRequest", body),
+        9 => round_trip::<CreateTenantRequest>("CreateTenantRequest", body),
+        _ => round_trip::<CreateKeyRequest>("CreateKeyRequest", body),
+    }
+    // Any JSON value at all, as the server reads a body before picking its type.
+    let _ = serde_json::from_slice::<Value>(body);
+}

@@ -1,0 +1,4 @@
+//! cargo-fuzz target `sse_anthropic`: see `keel_fuzz` for what it checks.
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| keel_fuzz::sse(keel_model::Wire::Anthropic, data));
