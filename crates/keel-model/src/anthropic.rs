@@ -45,7 +45,7 @@ pub(crate) fn request_body(model: &str, default_max_tokens: u32, request: &Model
         messages.push(json!({"role": role, "content": blocks}));
     };
     for message in &request.messages {
-        match message {
+        match &**message {
             Message::User { content } => {
                 push("user", vec![json!({"type": "text", "text": content})])
             }

@@ -43,7 +43,7 @@ pub(crate) fn request_body(model: &str, legacy_max_tokens: bool, request: &Model
         messages.push(json!({"role": "system", "content": system}));
     }
     for message in &request.messages {
-        match message {
+        match &**message {
             Message::User { content } => messages.push(json!({"role": "user", "content": content})),
             Message::Assistant { text, tool_calls, .. } => {
                 let mut m = Map::new();

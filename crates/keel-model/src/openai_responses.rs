@@ -41,7 +41,7 @@ pub(crate) fn request_body(
 ) -> Value {
     let mut input = Vec::new();
     for message in &request.messages {
-        match message {
+        match &**message {
             Message::User { content } => input.push(json!({
                 "type": "message", "role": "user",
                 "content": [{"type": "input_text", "text": content}]
@@ -126,7 +126,7 @@ pub(crate) fn request_body(
     // their reasoning encrypted so that it can be sent back on the next request.
     body.insert("store".into(), json!(false));
     let replays_reasoning = request.messages.iter().any(|m| {
-        matches!(m, Message::Assistant { reasoning, .. } if reasoning.iter().any(|r| matches!(
+        matches!(&**m, Message::Assistant { reasoning, .. } if reasoning.iter().any(|r| matches!(
             r, ReasoningItem::Openai { encrypted_content: Some(_), .. })))
     });
     let encrypted_reasoning = encrypted_reasoning.unwrap_or_else(|| {
@@ -175,15 +175,18 @@ mod tests {
 
     fn with_reasoning(encrypted: Option<&str>) -> ModelRequest {
         ModelRequest {
-            messages: vec![Message::Assistant {
-                text: String::new(),
-                tool_calls: vec![ToolCall::new("c", "t", json!({}))],
-                reasoning: vec![ReasoningItem::Openai {
-                    id: "rs_1".into(),
-                    encrypted_content: encrypted.map(str::to_string),
-                    summary: vec![],
-                }],
-            }],
+            messages: vec![
+                Message::Assistant {
+                    text: String::new(),
+                    tool_calls: vec![ToolCall::new("c", "t", json!({}))],
+                    reasoning: vec![ReasoningItem::Openai {
+                        id: "rs_1".into(),
+                        encrypted_content: encrypted.map(str::to_string),
+                        summary: vec![],
+                    }],
+                }
+                .into(),
+            ],
             ..ModelRequest::default()
         }
     }

@@ -319,12 +319,12 @@ pub fn scripted_summary(request: &ModelRequest) -> String {
     let users = request
         .messages
         .iter()
-        .filter(|m| matches!(m, Message::User { .. }))
+        .filter(|m| matches!(&***m, Message::User { .. }))
         .count();
     let tools = request
         .messages
         .iter()
-        .filter(|m| matches!(m, Message::Tool { .. }))
+        .filter(|m| matches!(&***m, Message::Tool { .. }))
         .count();
     format!(
         "Summary of the conversation so far: {} messages ({users} from the user, {tools} tool results).",
@@ -362,7 +362,7 @@ fn request_size(request: &ModelRequest) -> usize {
     let text: usize = request
         .messages
         .iter()
-        .map(|m| match m {
+        .map(|m| match &**m {
             Message::User { content } | Message::Tool { content, .. } => content.len(),
             Message::Assistant {
                 text, tool_calls, ..

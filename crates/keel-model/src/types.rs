@@ -1,5 +1,7 @@
 //! The normalized request and stream every adapter speaks.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -12,8 +14,9 @@ pub struct ModelRequest {
     /// System prompt. Placement per provider: OpenAI Chat — first message with role `system`;
     /// OpenAI Responses — top-level `instructions`; Anthropic — top-level `system`.
     pub instructions: Option<String>,
-    /// The transcript, oldest first.
-    pub messages: Vec<Message>,
+    /// The transcript, oldest first. Items are shared (`Arc`): a step's request points at the
+    /// session's transcript items instead of copying them.
+    pub messages: Vec<Arc<Message>>,
     /// Tools the model may call.
     pub tools: Vec<ToolSchema>,
     /// Sampling options.

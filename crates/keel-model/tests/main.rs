@@ -25,9 +25,12 @@ pub fn model_for(server: &FakeModelServer, wire: Wire, model: &str) -> HttpModel
 /// A one-message request.
 pub fn hello() -> ModelRequest {
     ModelRequest {
-        messages: vec![keel_model::Message::User {
-            content: "hello".into(),
-        }],
+        messages: vec![
+            keel_model::Message::User {
+                content: "hello".into(),
+            }
+            .into(),
+        ],
         ..ModelRequest::default()
     }
 }

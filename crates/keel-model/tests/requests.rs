@@ -10,10 +10,15 @@ use serde_json::json;
 
 use crate::{events, model_for};
 
+/// The messages of a request, shared as the runtime shares its transcript.
+fn shared(messages: Vec<Message>) -> Vec<std::sync::Arc<Message>> {
+    messages.into_iter().map(std::sync::Arc::new).collect()
+}
+
 fn transcript() -> ModelRequest {
     ModelRequest {
         instructions: Some("You are Keel's test agent.".into()),
-        messages: vec![
+        messages: shared(vec![
             Message::User {
                 content: "List the files, then read the first.".into(),
             },
@@ -54,7 +59,7 @@ fn transcript() -> ModelRequest {
             Message::User {
                 content: "Go on.".into(),
             },
-        ],
+        ]),
         tools: vec![ToolSchema {
             name: "read_file".into(),
             description: "Read a file".into(),
@@ -224,7 +229,7 @@ async fn unanswered_tool_calls_are_detected_on_every_wire() {
     let mut request = transcript();
     request
         .messages
-        .retain(|m| !matches!(m, Message::Tool { call_id, .. } if call_id == "call_2"));
+        .retain(|m| !matches!(&**m, Message::Tool { call_id, .. } if call_id == "call_2"));
     for wire in Wire::ALL {
         events(&model_for(&server, wire, "m"), request.clone()).await;
     }
@@ -245,7 +250,7 @@ async fn invalid_tool_call_arguments_are_sent_back_as_empty_objects() {
             .await
             .unwrap();
     let request = ModelRequest {
-        messages: vec![
+        messages: shared(vec![
             Message::User {
                 content: "write".into(),
             },
@@ -264,7 +269,7 @@ async fn invalid_tool_call_arguments_are_sent_back_as_empty_objects() {
                 content: keel_model::InvalidArguments::Truncated.result_message(),
                 is_error: true,
             },
-        ],
+        ]),
         ..ModelRequest::default()
     };
     for wire in Wire::ALL {

@@ -5,6 +5,7 @@
 //! overflow only the newest item group is kept. Failures are counted per turn; the planner
 //! ends the turn `prompt_too_long` when compaction cannot bring the context under the window.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use keel_core::{Correlation, EventBody, TurnId, TurnStatus};
@@ -65,7 +66,7 @@ impl Runner {
         };
         let lo = usize::try_from(from).unwrap_or(0);
         let hi = usize::try_from(keep_from).unwrap_or(0).min(items.len());
-        let mut input: Vec<Message> = items[lo..hi].to_vec();
+        let mut input: Vec<Arc<Message>> = items[lo..hi].to_vec();
         loop {
             let position = self.read(|j| j.proj.position).await;
             let request = ModelRequest {
@@ -78,7 +79,7 @@ impl Runner {
             let context = request
                 .messages
                 .iter()
-                .map(crate::tokens::estimate_message_tokens)
+                .map(|m| crate::tokens::estimate_message_tokens(m))
                 .sum::<u64>()
                 + request
                     .instructions
@@ -131,7 +132,7 @@ impl Runner {
                     if error.kind == ErrorKind::ContextOverflow && !input.is_empty() {
                         // Drop the oldest item group first.
                         let mut cut = 1;
-                        while cut < input.len() && matches!(input[cut], Message::Tool { .. }) {
+                        while cut < input.len() && matches!(*input[cut], Message::Tool { .. }) {
                             cut += 1;
                         }
                         input.drain(..cut);
@@ -182,16 +183,16 @@ impl Runner {
 /// `position` is the session's scripted position (a compaction takes none of its own).
 pub(crate) fn summary_request(
     prev: Option<&str>,
-    input: &[Message],
+    input: &[Arc<Message>],
     focus: Option<&str>,
     position: u64,
 ) -> ModelRequest {
-    let mut messages = vec![Message::User {
+    let mut messages = vec![Arc::new(Message::User {
         content: match prev {
             Some(s) => format!("{}{s}", crate::context::SUMMARY_PREFIX),
             None => "The conversation to summarize follows.".into(),
         },
-    }];
+    })];
     messages.extend(input.iter().cloned());
     let mut ask = String::from(
         "Summarize the conversation above for your own later use: the user's goals, decisions, facts learned, files touched and work still open. Be concise.",
@@ -199,7 +200,7 @@ pub(crate) fn summary_request(
     if let Some(focus) = focus.filter(|f| !f.trim().is_empty()) {
         ask.push_str(&format!(" Focus the summary on: {}", focus.trim()));
     }
-    messages.push(Message::User { content: ask });
+    messages.push(Arc::new(Message::User { content: ask }));
     ModelRequest {
         instructions: Some("You write compact, faithful summaries of agent conversations.".into()),
         messages,

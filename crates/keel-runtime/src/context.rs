@@ -19,12 +19,14 @@
 //! step — `AGENTS.md` edited, a tool allowed for the session — are not re-counted until the
 //! next step reports its usage.)
 
+use std::sync::Arc;
+
 use keel_model::{Message, ModelRequest, ReasoningItem, RequestPurpose, ToolSchema};
 use keel_tools::ToolRegistry;
 use keel_tools::policy::{Policy, PolicyRequest, Subject, Verdict};
 use keel_tools::tool::EffectClass;
 use keel_tools::workspace::Workspace;
-use serde::Serialize;
+use serde::{Serialize, Serializer};
 
 use crate::journal::Projection;
 
@@ -40,7 +42,10 @@ pub struct ContextSnapshot {
     /// System prompt.
     pub instructions: String,
     /// Transcript after the last compaction boundary (the summary first, as a user message).
-    pub messages: Vec<Message>,
+    /// The items are the projection's own (`Arc`-shared, not copied); serialized as plain
+    /// messages.
+    #[serde(serialize_with = "shared_messages")]
+    pub messages: Vec<Arc<Message>>,
     /// Tools the model may call.
     pub tools: Vec<ToolSchema>,
     /// Index of the first transcript item shown.
@@ -52,8 +57,14 @@ pub struct ContextSnapshot {
     pub policy: Policy,
 }
 
+/// Serializes shared messages as the messages themselves.
+fn shared_messages<S: Serializer>(messages: &[Arc<Message>], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(messages.iter().map(|m| &**m))
+}
+
 impl ContextSnapshot {
-    /// The model request for this snapshot.
+    /// The model request for this snapshot: the transcript items are shared with it (a copy of
+    /// the pointers, not of the items).
     pub fn request(&self, purpose: RequestPurpose, response_index: u64) -> ModelRequest {
         ModelRequest {
             instructions: (!self.instructions.is_empty()).then(|| self.instructions.clone()),
@@ -170,14 +181,17 @@ pub fn project(
             content: format!("{SUMMARY_PREFIX}{summary}"),
         };
         tokens += estimate_message_tokens(&m);
-        messages.push(m);
+        messages.push(Arc::new(m));
     }
     let shown_from = messages.len();
     messages.extend(proj.items[first..].iter().cloned());
     for (item, exact) in exact_reasoning {
-        if let Some(Message::Assistant { reasoning, .. }) = item
+        // Only these items are copied (the snapshot's own version replaces the shared one).
+        if let Some(m) = item
             .checked_sub(first)
             .and_then(|i| messages.get_mut(shown_from + i))
+            && matches!(&**m, Message::Assistant { .. })
+            && let Message::Assistant { reasoning, .. } = Arc::make_mut(m)
         {
             reasoning.clone_from(exact);
         }
@@ -211,7 +225,7 @@ pub fn boundaries(proj: &Projection, from: u64) -> Vec<u64> {
                 .unwrap_or(usize::MAX)
                 .saturating_add(1),
         )
-        .filter(|(_, m)| !matches!(m, Message::Tool { .. }))
+        .filter(|(_, m)| !matches!(&***m, Message::Tool { .. }))
         .map(|(i, _)| i as u64)
         .collect()
 }

@@ -72,7 +72,7 @@ pub(crate) struct Runner {
     pub(crate) redactor: Arc<Redactor>,
     /// Who the session's tool calls run for ([`ToolContext::session`]).
     pub(crate) scope: Arc<keel_tools::SessionScope>,
-    pub(crate) deltas: tokio::sync::broadcast::Sender<Delta>,
+    pub(crate) deltas: crate::subscribe::DeltaSender,
     /// Tool tasks running in this process.
     pub(crate) inflight: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     /// The tools of the current step (see [`crate::tool_catalog`]): taken when the run starts
@@ -267,7 +267,10 @@ impl Runner {
     }
 
     pub(crate) fn delta(&self, kind: DeltaKind) {
-        let _ = self.deltas.send(Delta {
+        if !self.deltas.watched() {
+            return;
+        }
+        self.deltas.send(Delta {
             session_id: self.session,
             after_seq: self.active.version.load(Ordering::SeqCst),
             kind,

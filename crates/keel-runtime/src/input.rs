@@ -935,7 +935,7 @@ mod tests {
     #[test]
     fn the_compact_focus_reaches_the_summary_request() {
         let r = crate::compaction::summary_request(None, &[], Some(" the API notes "), 3);
-        let Some(keel_model::Message::User { content }) = r.messages.last() else {
+        let Some(keel_model::Message::User { content }) = r.messages.last().map(|m| &**m) else {
             panic!("{:?}", r.messages)
         };
         assert!(

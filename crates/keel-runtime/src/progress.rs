@@ -15,7 +15,7 @@ use crate::subscribe::{Delta, DeltaKind};
 /// Tool progress into the session's delta buffer, redacted per call as a stream (a secret
 /// split across two output chunks is still caught).
 pub(crate) struct HubProgress {
-    pub(crate) sender: tokio::sync::broadcast::Sender<Delta>,
+    pub(crate) sender: crate::subscribe::DeltaSender,
     pub(crate) session: SessionId,
     pub(crate) active: Arc<Active>,
     pub(crate) redactor: Arc<Redactor>,
@@ -24,7 +24,7 @@ pub(crate) struct HubProgress {
 
 impl HubProgress {
     fn send(&self, call_id: &str, progress: ToolProgress) {
-        let _ = self.sender.send(Delta {
+        self.sender.send(Delta {
             session_id: self.session,
             after_seq: self.active.version.load(Ordering::SeqCst),
             kind: DeltaKind::ToolProgress {

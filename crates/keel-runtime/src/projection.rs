@@ -5,6 +5,7 @@
 //! beside the fold and applies every staged event to both.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use keel_core::{
     ApprovalDecision, BudgetLimit, Event, EventBody, HookDecision, HookEvent, SessionState, StepId,
@@ -47,8 +48,9 @@ pub struct TurnOutcome {
 pub struct Projection {
     /// The model-visible transcript, oldest first: one `user` item per started turn, one
     /// `assistant` item per completed step (text and the calls of its final attempt), one `tool`
-    /// item per call result, in the order the model proposed the calls.
-    pub items: Vec<Message>,
+    /// item per call result, in the order the model proposed the calls. Shared (`Arc`): each
+    /// step's snapshot and model request point at these items instead of copying them.
+    pub items: Vec<Arc<Message>>,
     /// Estimated tokens of each item, computed once when the item is added.
     pub item_tokens: Vec<u64>,
     /// The provider's count of the last completed step's prompt, when it reported one: the
@@ -121,7 +123,7 @@ impl Projection {
         }
         self.item_rows.push(self.rows);
         self.rows += 1;
-        self.items.push(m);
+        self.items.push(Arc::new(m));
     }
 
     fn flush_results(&mut self, state: &SessionState, turn: Option<TurnId>) {
@@ -316,7 +318,9 @@ impl Projection {
             } => {
                 // Reasoning is for the turn's own tool loop; later turns are sent without it.
                 for r in std::mem::take(&mut self.turn_reasoning) {
-                    if let Some(Message::Assistant { reasoning, .. }) = self.items.get_mut(r.item) {
+                    if let Some(Message::Assistant { reasoning, .. }) =
+                        self.items.get_mut(r.item).map(Arc::make_mut)
+                    {
                         reasoning.clear();
                     }
                 }

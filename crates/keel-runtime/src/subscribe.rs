@@ -11,7 +11,7 @@
 //! before it is handed out.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use keel_core::{Event, SessionId, TenantId};
@@ -102,7 +102,38 @@ pub enum SubscriptionItem {
 #[derive(Debug)]
 pub(crate) struct Hub {
     capacity: usize,
-    channels: Mutex<HashMap<SessionId, broadcast::Sender<Delta>>>,
+    channels: Mutex<HashMap<SessionId, DeltaSender>>,
+}
+
+/// One session's delta channel, created when its first subscriber arrives: a session nobody
+/// watches holds no buffer (tokio's broadcast channel allocates all its slots up front, about
+/// 100 bytes each, 1,024 by default: most of a waiting session's memory before this). Deltas
+/// sent before there is a subscriber are dropped, as a channel without receivers drops them.
+#[derive(Debug, Clone)]
+pub(crate) struct DeltaSender {
+    capacity: usize,
+    channel: Arc<OnceLock<broadcast::Sender<Delta>>>,
+}
+
+impl DeltaSender {
+    /// Whether anyone ever subscribed (a delta sent now may reach someone).
+    pub(crate) fn watched(&self) -> bool {
+        self.channel.get().is_some()
+    }
+
+    /// Sends to the current subscribers, if any (never waits).
+    pub(crate) fn send(&self, delta: Delta) {
+        if let Some(tx) = self.channel.get() {
+            let _ = tx.send(delta);
+        }
+    }
+
+    /// A receiver of the deltas sent from now on (creates the channel on first use).
+    pub(crate) fn subscribe(&self) -> broadcast::Receiver<Delta> {
+        self.channel
+            .get_or_init(|| broadcast::channel(self.capacity).0)
+            .subscribe()
+    }
 }
 
 impl Hub {
@@ -113,10 +144,13 @@ impl Hub {
         }
     }
 
-    pub(crate) fn sender(&self, session: SessionId) -> broadcast::Sender<Delta> {
+    pub(crate) fn sender(&self, session: SessionId) -> DeltaSender {
         let mut map = self.channels.lock().unwrap_or_else(PoisonError::into_inner);
         map.entry(session)
-            .or_insert_with(|| broadcast::channel(self.capacity).0)
+            .or_insert_with(|| DeltaSender {
+                capacity: self.capacity,
+                channel: Arc::new(OnceLock::new()),
+            })
             .clone()
     }
 }

@@ -61,7 +61,7 @@ async fn a_context_over_the_threshold_is_compacted_behind_a_boundary(b: Backend)
         )
     );
     let ctx = f.rt.project_context(f.tenant, f.session).await.unwrap();
-    let Message::User { content } = &ctx.messages[0] else {
+    let Message::User { content } = &*ctx.messages[0] else {
         panic!()
     };
     assert!(

@@ -40,7 +40,7 @@ async fn the_projected_context_after_a_multi_step_turn() {
     let view = json!({
         "instructions": ctx.instructions,
         "tools": tools,
-        "messages": ctx.messages,
+        "messages": serde_json::to_value(&ctx).unwrap()["messages"],
         "first_item": ctx.first_item,
         "estimated_tokens": ctx.estimated_tokens,
     });

@@ -307,7 +307,7 @@ async fn a_rewrite_is_what_the_approval_hashes_and_the_tool_runs(b: Backend) {
     assert!(
         ctx.messages
             .iter()
-            .any(|m| matches!(m, Message::Assistant { tool_calls, .. }
+            .any(|m| matches!(&**m, Message::Assistant { tool_calls, .. }
         if tool_calls.iter().any(|c| c.arguments == json!({"label": "x"}))))
     );
 }
@@ -626,7 +626,7 @@ async fn a_stop_hook_continues_the_turn_at_most_n_times(b: Backend) {
     // The model was told why it goes on.
     let ctx = f.rt.project_context(f.tenant, f.session).await.unwrap();
     assert!(ctx.messages.iter().any(
-        |m| matches!(m, Message::User { content } if content.contains("run the tests first"))
+        |m| matches!(&**m, Message::User { content } if content.contains("run the tests first"))
     ));
 }
 
@@ -673,7 +673,7 @@ async fn user_prompt_submit_blocks_a_prompt_or_adds_context(b: Backend) {
     let out = f.rt.run(f.tenant, f.session).await.unwrap();
     assert_eq!(out.turns[0].terminal_reason, TerminalReason::Completed);
     let ctx = f.rt.project_context(f.tenant, f.session).await.unwrap();
-    assert!(ctx.messages.iter().any(|m| matches!(m, Message::User { content } if content.contains("the on-call engineer is Ada"))));
+    assert!(ctx.messages.iter().any(|m| matches!(&**m, Message::User { content } if content.contains("the on-call engineer is Ada"))));
 }
 
 async fn post_tool_use_adds_to_the_result_and_session_start_runs_once(b: Backend) {

@@ -73,7 +73,7 @@ async fn text_passes_through_and_an_at_path_is_attached_and_journaled(b: Backend
     assert!(
         ctx.messages
             .iter()
-            .any(|m| matches!(m, Message::User { content } if content.contains("alpha"))),
+            .any(|m| matches!(&**m, Message::User { content } if content.contains("alpha"))),
         "{:?}",
         ctx.messages
     );
@@ -252,7 +252,7 @@ async fn compact_now_summarizes_between_turns_with_the_focus(b: Backend) {
     let out = f.rt.run(f.tenant, f.session).await.unwrap();
     assert_eq!(out.turns[0].final_text, "two");
     let ctx = f.rt.project_context(f.tenant, f.session).await.unwrap();
-    let Message::User { content } = &ctx.messages[0] else {
+    let Message::User { content } = &*ctx.messages[0] else {
         panic!("{:?}", ctx.messages)
     };
     assert!(
@@ -262,7 +262,7 @@ async fn compact_now_summarizes_between_turns_with_the_focus(b: Backend) {
     assert!(
         !ctx.messages
             .iter()
-            .any(|m| matches!(m, Message::User { content } if content == "first")),
+            .any(|m| matches!(&**m, Message::User { content } if content == "first")),
         "the first turn is behind the boundary"
     );
 }

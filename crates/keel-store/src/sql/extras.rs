@@ -53,6 +53,9 @@ struct UsageAdd {
     steps: i64,
 }
 
+/// Most transcript rows in one `INSERT` (7 parameters each, under SQLite's 32,766 limit).
+const TRANSCRIPT_CHUNK: usize = 4000;
+
 /// One transcript row to write.
 pub(crate) struct TranscriptRow {
     index: i64,
@@ -92,39 +95,53 @@ pub(crate) async fn write_transcript(
     rows: &[TranscriptRow],
     now: i64,
 ) -> Result<()> {
-    let insert = dialect.sql(
-        "INSERT INTO transcript (tenant_id, session_id, idx, turn_id, role, content, created_at) \
-         VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-    );
+    // All rows in one statement (one round trip to SQLite's worker thread); only when some
+    // index was already there (a replayed append) is each row looked at.
+    let mut inserted = 0;
+    for chunk in rows.chunks(TRANSCRIPT_CHUNK) {
+        let insert = dialect.sql(&format!(
+            "{} ON CONFLICT DO NOTHING",
+            super::group_commit::values_insert(
+                "INSERT INTO transcript (tenant_id, session_id, idx, turn_id, role, content, created_at) VALUES ",
+                "(?, ?, ?, ?, ?, ?, ?)",
+                chunk.len(),
+            )
+        ))
+        .into_owned();
+        let mut q = sqlx::query(&insert);
+        for row in chunk {
+            q = q
+                .bind(tenant.to_owned())
+                .bind(session.to_owned())
+                .bind(row.index)
+                .bind(row.turn.clone())
+                .bind(row.role.clone())
+                .bind(row.text.clone())
+                .bind(now);
+        }
+        inserted += q.execute(&mut *conn).await?.rows_affected();
+    }
+    if inserted == rows.len() as u64 {
+        return Ok(());
+    }
     let select = dialect.sql(
         "SELECT role, content FROM transcript WHERE tenant_id = ? AND session_id = ? AND idx = ?",
     );
     for row in rows {
-        let done = sqlx::query(&insert)
+        // Inserted above, or already there: either way it must be this item now.
+        let existing = sqlx::query(&select)
             .bind(tenant.to_owned())
             .bind(session.to_owned())
             .bind(row.index)
-            .bind(row.turn.clone())
-            .bind(row.role.clone())
-            .bind(row.text.clone())
-            .bind(now)
-            .execute(&mut *conn)
+            .fetch_one(&mut *conn)
             .await?;
-        if done.rows_affected() == 0 {
-            let existing = sqlx::query(&select)
-                .bind(tenant.to_owned())
-                .bind(session.to_owned())
-                .bind(row.index)
-                .fetch_one(&mut *conn)
-                .await?;
-            let role: String = existing.try_get("role")?;
-            let content: String = existing.try_get("content")?;
-            if role != row.role || parse_json("transcript", row.index, &content)? != row.content {
-                return Err(StoreError::Conflict(format!(
-                    "transcript item {} of session {session} already holds a different item",
-                    row.index
-                )));
-            }
+        let role: String = existing.try_get("role")?;
+        let content: String = existing.try_get("content")?;
+        if role != row.role || parse_json("transcript", row.index, &content)? != row.content {
+            return Err(StoreError::Conflict(format!(
+                "transcript item {} of session {session} already holds a different item",
+                row.index
+            )));
         }
     }
     Ok(())

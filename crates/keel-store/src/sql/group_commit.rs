@@ -233,24 +233,56 @@ pub(crate) async fn apply_one(
         return Ok(Err(classify(conn, dialect, req).await?));
     };
     let woke = became_runnable(&updated, now)?;
-    let insert = dialect.sql(
-        "INSERT INTO events (tenant_id, session_id, seq, type, ts, body) VALUES (?, ?, ?, ?, ?, ?)",
-    );
-    for (seq, ty, ts, body) in &req.rows {
-        sqlx::query(&insert)
-            .bind(req.tenant.clone())
-            .bind(req.session.clone())
-            .bind(*seq)
-            .bind(*ty)
-            .bind(*ts)
-            .bind(body.clone())
-            .execute(&mut *conn)
-            .await?;
-    }
+    let rows: Vec<(&AppendRequest, &EventRow)> = req.rows.iter().map(|row| (req, row)).collect();
+    insert_events(conn, dialect, &rows).await?;
     Ok(Ok(Appended {
         version: req.new_version(),
         woke,
     }))
+}
+
+/// Inserts event rows (each with the request it belongs to) with one multi-row statement per
+/// chunk, not one per event: on SQLite each statement is a round trip to sqlx's worker thread.
+async fn insert_events(
+    conn: &mut AnyConnection,
+    dialect: Dialect,
+    rows: &[(&AppendRequest, &EventRow)],
+) -> Result<()> {
+    for chunk in rows.chunks(INSERT_CHUNK) {
+        let sql = dialect
+            .sql(&values_insert(
+                "INSERT INTO events (tenant_id, session_id, seq, type, ts, body) VALUES ",
+                "(?, ?, ?, ?, ?, ?)",
+                chunk.len(),
+            ))
+            .into_owned();
+        let mut q = sqlx::query(&sql);
+        for (req, (seq, ty, ts, body)) in chunk {
+            q = q
+                .bind(req.tenant.clone())
+                .bind(req.session.clone())
+                .bind(*seq)
+                .bind(*ty)
+                .bind(*ts)
+                .bind(body.clone());
+        }
+        q.execute(&mut *conn).await?;
+    }
+    Ok(())
+}
+
+/// `head` followed by `n` copies of the parenthesized `tuple`, comma-separated (a multi-row
+/// `INSERT … VALUES`).
+pub(crate) fn values_insert(head: &str, tuple: &str, n: usize) -> String {
+    let mut sql = String::with_capacity(head.len() + n * (tuple.len() + 2));
+    sql.push_str(head);
+    for k in 0..n {
+        if k > 0 {
+            sql.push_str(", ");
+        }
+        sql.push_str(tuple);
+    }
+    sql
 }
 
 /// PostgreSQL: the whole append — compare-and-set, event rows and the wake-up notifications — as
@@ -481,7 +513,8 @@ const UPDATE_CHUNK: usize = 2000;
 /// Most events in one batched `INSERT` (6 parameters each).
 const INSERT_CHUNK: usize = 5000;
 
-/// Commits a batch. The fast path writes the whole batch with a handful of set-wise statements;
+/// Commits a batch. A single request is written alone ([`append_alone`]). The fast path writes
+/// the whole batch with a handful of set-wise statements;
 /// if any statement fails (a corrupt row, a constraint), the transaction rolls back as a whole and
 /// every request is retried alone, so only the faulty one fails.
 async fn run_batch(
@@ -489,6 +522,14 @@ async fn run_batch(
     pool: &AnyPool,
     batch: &[Pending],
 ) -> Result<Vec<Result<Appended, CasFailure>>> {
+    if let [alone] = batch {
+        // A batch of one is its own transaction: no savepoint (two statements, each a round
+        // trip to the worker thread, saved on the common single-session path), and a failure
+        // rolls the whole transaction back, which writes nothing of it, as the savepoint would.
+        let result = append_alone(conn, &alone.req).await;
+        ensure_no_transaction(conn, pool).await;
+        return Ok(vec![result]);
+    }
     match run_batch_set_wise(conn, batch).await {
         Ok(results) => Ok(results),
         Err(e) => {
@@ -647,28 +688,7 @@ async fn run_batch_set_wise(
                 .map(move |row| (&batch[i].req, row))
         })
         .collect();
-    for chunk in rows.chunks(INSERT_CHUNK) {
-        let mut sql =
-            String::from("INSERT INTO events (tenant_id, session_id, seq, type, ts, body) VALUES ");
-        for k in 0..chunk.len() {
-            sql.push_str(if k == 0 {
-                "(?, ?, ?, ?, ?, ?)"
-            } else {
-                ", (?, ?, ?, ?, ?, ?)"
-            });
-        }
-        let mut q = sqlx::query(&sql);
-        for (req, (seq, ty, ts, body)) in chunk {
-            q = q
-                .bind(req.tenant.clone())
-                .bind(req.session.clone())
-                .bind(*seq)
-                .bind(*ty)
-                .bind(*ts)
-                .bind(body.clone());
-        }
-        q.execute(&mut *tx).await?;
-    }
+    insert_events(&mut tx, Dialect::Sqlite, &rows).await?;
     tx.commit().await?;
     Ok(results
         .into_iter()
