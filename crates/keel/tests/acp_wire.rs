@@ -246,3 +246,33 @@ fn acp_authenticate_without_the_key_is_auth_required_naming_the_variable() {
     let (_, status) = r.finish();
     assert!(status.success());
 }
+
+/// `/compact` with nothing to compact answers as agent text (it was a -32602 error).
+#[test]
+fn acp_compact_with_nothing_to_compact_is_agent_text() {
+    let env = Env::new();
+    let model = script(&env, &[json!({"text": "never"})]);
+    let mut r = Raw::start(&env, &["--model", &model]);
+    initialize(&mut r);
+    r.send(&request(
+        2,
+        "session/new",
+        json!({"cwd": env.ws(), "mcpServers": []}),
+    ));
+    let session = r.answer(&json!(2))["result"]["sessionId"].clone();
+    r.send(&request(
+        3,
+        "session/prompt",
+        json!({"sessionId": session, "prompt": [{"type": "text", "text": "/compact"}]}),
+    ));
+    let answer = r.answer(&json!(3));
+    assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
+    let said = r.seen.iter().any(|v| {
+        v["params"]["update"]["content"]["text"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("/compact"))
+    });
+    assert!(said, "{:?}", r.seen);
+    let (_, status) = r.finish();
+    assert!(status.success());
+}
