@@ -282,6 +282,7 @@ pub enum Command {
     /// Serve the Agent Client Protocol on standard input and output, for editors (Zed,
     /// JetBrains, Neovim, Emacs): each ACP session is a Keel session in the client's cwd, in the
     /// local store. Run settings given here apply to every session it starts.
+    #[command(mut_arg("output", |a| a.hide(true)))]
     Acp {
         /// Run settings.
         #[command(flatten)]

@@ -1267,6 +1267,47 @@ impl WorkspaceFile<'_> {
         Ok(())
     }
 
+    /// Refuses, in an untrusted workspace's file, a scripted model (`model` or
+    /// `fallback_models` naming `script:FILE`): its "model" is a file of the repository's
+    /// choosing, so the repository would speak as the model (and propose the calls the user is
+    /// asked about). `--model` replaces the configured route, so with it nothing is refused.
+    ///
+    /// # Errors
+    /// [`ConfigError::Untrusted`] naming the file, the key and the two ways out.
+    fn refuse_script_model(
+        &self,
+        layer: &toml::Table,
+        overrides: &Overrides,
+    ) -> Result<(), ConfigError> {
+        if self.trusted || overrides.model.is_some() {
+            return Ok(());
+        }
+        let model = layer.get("model").map(|m| ("model", m));
+        let fallbacks = layer
+            .get("fallback_models")
+            .and_then(toml::Value::as_array)
+            .into_iter()
+            .flatten()
+            .map(|m| ("fallback_models", m));
+        for (key, spec) in model.into_iter().chain(fallbacks) {
+            let Some(spec) = spec
+                .as_str()
+                .filter(|s| s.trim_start().starts_with("script:"))
+            else {
+                continue;
+            };
+            let ws = self.workspace.display();
+            return Err(ConfigError::Untrusted(format!(
+                "{} sets `{key}` to {spec:?}, a scripted model whose answers are a file of the repository's: an untrusted workspace may not name one (the repository would speak as the model); if you trust this repository run `keel trust {ws}`{}, or pass --model to use another model",
+                self.path.display(),
+                self.why_untrusted
+                    .map(|why| format!(" (it is in trusted_workspaces, but {why})"))
+                    .unwrap_or_default(),
+            )));
+        }
+        Ok(())
+    }
+
     /// Takes out the reserved sections ([`RESERVED_KEYS`]) of an untrusted workspace's file,
     /// with a notice each; refuses them in a trusted one's (they would apply, and keel cannot
     /// honour them).
@@ -1925,6 +1966,7 @@ impl Config {
                 },
             };
             file.refuse_never(&layer)?;
+            file.refuse_script_model(&layer, overrides)?;
             file.take_reserved(&mut layer, &mut notices)?;
             let checked = check_layer(&workspace_file, &layer)?;
             if !trusted {

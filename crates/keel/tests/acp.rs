@@ -283,7 +283,8 @@ fn acp_disconnect_leaves_the_approval_pending_for_keel_approve_and_load_resumes(
         std::fs::read_to_string(env.ws().join("a.txt")).unwrap(),
         "line one\n"
     );
-    // After session/load, the next prompt first finishes the waiting turn.
+    // After session/load, the next prompt first finishes the waiting turn; a marker naming
+    // the new input separates the two answers.
     let l = client(
         &env,
         "load",
@@ -296,7 +297,8 @@ fn acp_disconnect_leaves_the_approval_pending_for_keel_approve_and_load_resumes(
         "line two\n"
     );
     assert!(
-        text_of(&l, "agent_message_chunk").ends_with("editedsecond answer"),
+        text_of(&l, "agent_message_chunk")
+            .ends_with("edited\n\n(keel: the earlier turn ended; now: and now?)\n\nsecond answer"),
         "{l}"
     );
 }

@@ -222,6 +222,9 @@ fn keel_toml_route_and_instructions_become_a_pinned_content_hashed_release() {
     );
     let toml = "model = \"openai:nowhere\"\nfallback_models = [\"script:fallback.jsonl\"]\ninstructions = \"Be brief.\"\n";
     env.write("ws/keel.toml", toml);
+    // A scripted fallback is the repository's own answers: only a trusted workspace names one.
+    let trust = || assert!(env.run(&["trust", "ws"]).status.success());
+    trust();
     let run = || {
         let out = env.run(&["run", "--workspace", "ws", "--output", "jsonl", "hi"]);
         let lines = crate::common::jsonl_lines(&out.stdout);
@@ -251,6 +254,7 @@ fn keel_toml_route_and_instructions_become_a_pinned_content_hashed_release() {
     let (_, second, _) = run();
     assert_eq!(first, second);
     env.write("ws/keel.toml", &toml.replace("Be brief.", "Be thorough."));
+    trust();
     let (_, third, _) = run();
     assert_ne!(first, third);
 }

@@ -3,6 +3,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may unwrap (workspace rule applies to library code)
 
 mod acp;
+mod acp_approvals;
+mod acp_config;
 mod acp_edges;
 mod acp_wire;
 mod cancel;

@@ -369,6 +369,8 @@ fn resume_base_url_is_refused_for_a_scripted_session_like_run_and_applies_to_an_
     );
     // And `run` with a keel.toml model that takes no base URL.
     env.write("ws/keel.toml", "model = \"script:../script.jsonl\"\n");
+    // (A scripted model only from a trusted workspace's keel.toml.)
+    assert!(env.run(&["trust", "ws"]).status.success());
     let out = env.run(&[
         "run",
         "--workspace",

@@ -80,13 +80,49 @@ pub struct KeelAgent {
 
 /// An internal error carrying `e`'s one-line description.
 pub fn internal(e: &anyhow::Error) -> acp::Error {
-    acp::Error::internal_error().data(json!(crate::report::describe(e)))
+    let reason = if e.downcast_ref::<crate::config::ConfigError>().is_some() {
+        "config"
+    } else {
+        "internal"
+    };
+    failure(
+        acp::Error::internal_error(),
+        reason,
+        crate::report::describe(e),
+        Value::Null,
+    )
+}
+
+/// A Keel error answer: `base`'s JSON-RPC code, with `message` as the error's `message` (what
+/// an editor shows the user) and `data` of the one shape every Keel error has:
+/// `{"reason": REASON, "message": MESSAGE, ...fields}` — `reason` a stable snake_case word
+/// (`internal`, `config`, `invalid_params`, `unknown_session`, `not_found`, `auth_required`,
+/// `turn_ended`), `fields` (an object, or null) what the reason names (`field`, `env_var`,
+/// `terminal_reason`, `session_id`). README "Editors (ACP)" documents it.
+pub fn failure(base: acp::Error, reason: &str, message: String, fields: Value) -> acp::Error {
+    let mut data = json!({"reason": reason, "message": message});
+    if let (Some(d), Value::Object(f)) = (data.as_object_mut(), fields) {
+        d.extend(f);
+    }
+    let mut e = base;
+    e.message = message;
+    e.data(data)
+}
+
+/// An invalid-params error ([`failure`] with reason `invalid_params`), naming `field` when
+/// one request field is at fault.
+pub fn invalid(field: Option<&str>, message: String) -> acp::Error {
+    failure(
+        acp::Error::invalid_params(),
+        "invalid_params",
+        message,
+        field.map_or(Value::Null, |f| json!({ "field": f })),
+    )
 }
 
 /// A value of a schema type from its wire form.
 pub fn wire<T: serde::de::DeserializeOwned>(v: Value) -> Result<T, acp::Error> {
-    serde_json::from_value(v)
-        .map_err(|e| acp::Error::internal_error().data(json!(format!("keel acp: {e}"))))
+    serde_json::from_value(v).map_err(|e| internal(&anyhow::anyhow!("keel acp: {e}")))
 }
 
 /// The permission modes as ACP session modes, `current` first named.
@@ -145,11 +181,12 @@ fn auth_error(e: &SpecError) -> Option<acp::Error> {
         }
         _ => return None,
     };
-    Some(acp::Error::auth_required().data(json!({
-        "message": e.to_string(),
-        "env_var": var,
-        "auth_method": AUTH_METHOD,
-    })))
+    Some(failure(
+        acp::Error::auth_required(),
+        "auth_required",
+        e.to_string(),
+        json!({"env_var": var, "auth_method": AUTH_METHOD}),
+    ))
 }
 
 impl KeelAgent {
@@ -196,7 +233,7 @@ impl KeelAgent {
         self.conn
             .borrow()
             .clone()
-            .ok_or_else(|| acp::Error::internal_error().data(json!("no connection yet")))
+            .ok_or_else(|| internal(&anyhow::anyhow!("no connection yet")))
     }
 
     /// Sends one update of `session` to the client.
@@ -219,10 +256,15 @@ impl KeelAgent {
     /// The hosted session `id`.
     pub fn hosted(&self, id: &acp::SessionId) -> Result<Rc<Hosted>, acp::Error> {
         self.sessions.borrow().get(&*id.0).cloned().ok_or_else(|| {
-            acp::Error::invalid_params().data(json!(format!(
-                "unknown session {}: session/new or session/load it first",
-                id.0
-            )))
+            failure(
+                acp::Error::invalid_params(),
+                "unknown_session",
+                format!(
+                    "unknown session {}: session/new or session/load it first",
+                    id.0
+                ),
+                json!({"field": "sessionId"}),
+            )
         })
     }
 
@@ -349,17 +391,17 @@ impl KeelAgent {
 
     async fn load_session(&self, req: acp::LoadSessionRequest) -> Result<Value, acp::Error> {
         let session: SessionId = crate::sessions::parse_session(&req.session_id.0)
-            .map_err(|e| acp::Error::invalid_params().data(json!(e.to_string())))?;
+            .map_err(|e| invalid(Some("sessionId"), e.to_string()))?;
         // Loading it again would replay its history into the running prompt's updates.
         if let Some(h) = self.sessions.borrow().get(&*req.session_id.0)
             && h.busy.try_lock().is_err()
         {
-            return Err(acp::Error::invalid_params().data(json!({
-                "field": "sessionId",
-                "message": format!(
+            return Err(invalid(
+                Some("sessionId"),
+                format!(
                     "session {session} is running a session/prompt on this connection: it is already loaded; wait for the prompt to end (or session/cancel it)"
                 ),
-            })));
+            ));
         }
         check_cwd(&req.cwd)?;
         let user = Config::load_user(
@@ -372,18 +414,22 @@ impl KeelAgent {
             .await
             .map_err(|e| internal(&e.into()))?;
         let pinned = pinned(&store, session).await.map_err(|e| {
-            acp::Error::resource_not_found(Some(req.session_id.0.to_string()))
-                .data(json!(crate::report::describe(&e)))
+            failure(
+                acp::Error::resource_not_found(None),
+                "not_found",
+                crate::report::describe(&e),
+                json!({"field": "sessionId", "uri": req.session_id.0.to_string()}),
+            )
         })?;
         if !same_dir(&req.cwd, &pinned.config.workspace) {
-            return Err(acp::Error::invalid_params().data(json!({
-                "field": "cwd",
-                "message": format!(
+            return Err(invalid(
+                Some("cwd"),
+                format!(
                     "cwd {} is not the session's workspace {}: open the session from its workspace",
                     req.cwd.display(),
                     pinned.config.workspace.display()
                 ),
-            })));
+            ));
         }
         let mut config = self.load_config(&pinned.config.workspace)?;
         config.model_route = pinned.release.definition.model_route.clone();
@@ -465,10 +511,10 @@ fn check_cwd(cwd: &std::path::Path) -> Result<(), acp::Error> {
     } else {
         return Ok(());
     };
-    Err(acp::Error::invalid_params().data(json!({
-        "field": "cwd",
-        "message": format!("cwd {} {problem}", cwd.display()),
-    })))
+    Err(invalid(
+        Some("cwd"),
+        format!("cwd {} {problem}", cwd.display()),
+    ))
 }
 
 /// Whether `a` and `b` name the same directory (symlinks resolved).
@@ -522,8 +568,10 @@ impl acp::Agent for KeelAgent {
         args: acp::AuthenticateRequest,
     ) -> Result<acp::AuthenticateResponse, acp::Error> {
         if &*args.method_id.0 != AUTH_METHOD {
-            return Err(acp::Error::invalid_params()
-                .data(json!(format!("unknown auth method {}", args.method_id.0))));
+            return Err(invalid(
+                Some("methodId"),
+                format!("unknown auth method {}", args.method_id.0),
+            ));
         }
         // The key is read from the environment when a session starts: said now if it is missing
         // for the configuration of the directory `keel acp` started in (the user's, and its
@@ -558,19 +606,25 @@ impl acp::Agent for KeelAgent {
     ) -> Result<acp::SetSessionModeResponse, acp::Error> {
         let hosted = self.hosted(&args.session_id)?;
         let mode = PermissionMode::parse(&args.mode_id.0).map_err(|_| {
-            acp::Error::invalid_params().data(json!(format!(
-                "unknown mode {:?}: use default, accept_edits, read_only or bypass",
-                args.mode_id.0
-            )))
+            invalid(
+                Some("modeId"),
+                format!(
+                    "unknown mode {:?}: use default, accept_edits, read_only or bypass",
+                    args.mode_id.0
+                ),
+            )
         })?;
         if let Some(ceiling) = self.ceiling()
             && !within(mode, Some(ceiling))
         {
-            return Err(acp::Error::invalid_params().data(json!(format!(
-                "mode {} is looser than keel acp's --permission-mode {}",
-                mode_id(mode),
-                mode_id(ceiling)
-            ))));
+            return Err(invalid(
+                Some("modeId"),
+                format!(
+                    "mode {} is looser than keel acp's --permission-mode {}",
+                    mode_id(mode),
+                    mode_id(ceiling)
+                ),
+            ));
         }
         hosted
             .p

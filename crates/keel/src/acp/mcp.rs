@@ -25,7 +25,7 @@ use agent_client_protocol as acp;
 use keel_mcp::McpServerConfig;
 use keel_mcp::config::HeaderValueSpec;
 use keel_tools::tool::{ToolProvider, ToolSource};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 /// What a withheld value is stored as, before its id.
 pub const PLACEHOLDER_PREFIX: &str = "keel-acp:withheld:";
@@ -156,10 +156,10 @@ pub fn mcp_entry(
     server: acp::McpServer,
 ) -> Result<(String, McpServerConfig), acp::Error> {
     let invalid = |what: String| {
-        acp::Error::invalid_params().data(json!({
-            "field": format!("mcpServers[{index}]"),
-            "message": format!("keel acp: mcpServers[{index}]: {what}"),
-        }))
+        super::agent::invalid(
+            Some(&format!("mcpServers[{index}]")),
+            format!("keel acp: mcpServers[{index}]: {what}"),
+        )
     };
     let (name, entry) = match server {
         acp::McpServer::Stdio(s) => {
@@ -208,6 +208,7 @@ pub fn mcp_entry(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn stdio(name: &str, env: &[(&str, &str)]) -> acp::McpServer {
         serde_json::from_value(json!({

@@ -50,6 +50,14 @@ pub fn serve(global: &GlobalArgs, args: &RunArgs) -> anyhow::Result<ExitCode> {
             args.output.is_some(),
             "--output (stdout carries only ACP messages)",
         ),
+        (
+            global.server.is_some(),
+            "--server (its sessions live in the local store; a Keel server is not served over ACP yet)",
+        ),
+        (
+            std::env::var_os(crate::remote::SERVER_ENV).is_some_and(|v| !v.is_empty()),
+            "$KEEL_SERVER (its sessions live in the local store; a Keel server is not served over ACP yet): unset it in the environment the editor starts keel acp with",
+        ),
     ];
     if let Some((_, flag)) = ignored.iter().find(|(given, _)| *given) {
         return Err(anyhow::Error::new(crate::exit::UsageError(format!(

@@ -11,13 +11,15 @@ use std::path::Path;
 use std::rc::Rc;
 
 use agent_client_protocol::{self as acp, Client as _};
-use keel_core::{ApprovalDecision, SessionStatus, TurnId};
+use keel_core::{
+    ApprovalDecision, ApprovalRecord, ApprovalStatus, SessionStatus, StateMachine as _, TurnId,
+};
 use keel_runtime::PendingAction;
 use keel_runtime::input::Command;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
-use super::agent::{Hosted, Interrupt, KeelAgent, internal, wire};
+use super::agent::{Hosted, Interrupt, KeelAgent, failure, internal, invalid, wire};
 use super::updates::{Ending, Mapper, chunk, content, ending, locations, title, tool_kind};
 
 /// The prompt's content blocks as Keel input text: text as is, a resource link to a file in
@@ -75,7 +77,7 @@ pub async fn prompt(
         Ok(Ok(turn)) => turn,
         Ok(Err(command)) => return command_answer(agent, hosted, &req.session_id, &command).await,
         Err(e) => {
-            return Err(acp::Error::invalid_params().data(json!(crate::report::describe(&e))));
+            return Err(invalid(None, crate::report::describe(&e)));
         }
     };
     // The updates start after the prompt's own `turn.queued` (the editor shows what it sent).
@@ -91,6 +93,7 @@ pub async fn prompt(
         conn.clone(),
         req.session_id.clone(),
         Mapper::new(hosted.workspace.clone(), false).after(before + 1),
+        (turn, text.clone()),
         stop_rx,
     ));
     let driven = drive(hosted, &conn, &req.session_id).await;
@@ -119,11 +122,12 @@ pub async fn prompt(
                 Some(r) => r.as_str().to_owned(),
                 None => "failed".to_owned(),
             };
-            Err(acp::Error::internal_error().data(json!({
-                "terminal_reason": reason,
-                "message": message,
-                "session_id": p.session,
-            })))
+            Err(failure(
+                acp::Error::internal_error(),
+                "turn_ended",
+                message,
+                json!({"terminal_reason": reason, "session_id": p.session}),
+            ))
         }
     }
 }
@@ -147,15 +151,18 @@ async fn command_answer(
             .await
             .map_err(|e| internal(&e.into()))?,
         Command::Compact { focus } => {
-            let c = p
+            // Nothing to compact (or compaction refused) is an answer, as in the terminal.
+            match p
                 .runtime
                 .compact_now(p.tenant, p.session, focus.as_deref())
                 .await
-                .map_err(|e| acp::Error::invalid_params().data(json!(e.to_string())))?;
-            format!(
-                "compacted the conversation: ~{} → ~{} tokens",
-                c.tokens_before, c.tokens_after
-            )
+            {
+                Ok(c) => format!(
+                    "compacted the conversation: ~{} → ~{} tokens",
+                    c.tokens_before, c.tokens_after
+                ),
+                Err(e) => format!("/compact: {e}"),
+            }
         }
         other => format!(
             "/{} is not available over ACP (start a new session in the editor instead)",
@@ -168,15 +175,21 @@ async fn command_answer(
     Ok(acp::PromptResponse::new(acp::StopReason::EndTurn))
 }
 
-/// Streams the subscription as updates until told the version to stop after.
+/// Streams the subscription as updates until told the version to stop after. `prompted` is
+/// the prompt's turn and input: when another turn's updates came first (a turn that waited on
+/// a decision, finished by this prompt after `session/load`), a marker with the input separates
+/// the two answers.
 async fn pump(
     mut sub: keel_runtime::Subscription,
     conn: Rc<acp::AgentSideConnection>,
     session: acp::SessionId,
     mut mapper: Mapper,
+    prompted: (TurnId, String),
     mut stop: watch::Receiver<Option<u64>>,
 ) {
     let mut seen = sub.next_seq().saturating_sub(1);
+    // Whether another turn's updates were shown, and the marker not yet.
+    let mut other_shown = false;
     loop {
         if stop.borrow().is_some_and(|v| seen >= v) {
             return;
@@ -184,10 +197,25 @@ async fn pump(
         tokio::select! {
             item = sub.next() => match item {
                 Ok(item) => {
+                    let updates = mapper.item(&item);
                     if let keel_runtime::SubscriptionItem::Event { event } = &item {
                         seen = event.seq;
+                        match event.correlation.turn_id {
+                            Some(t) if t == prompted.0 && other_shown => {
+                                other_shown = false;
+                                let input: String = prompted.1.lines().next().unwrap_or_default().chars().take(80).collect();
+                                let marker = format!("\n\n(keel: the earlier turn ended; now: {input})\n\n");
+                                if let Some(u) = chunk("agent_message_chunk", &marker) {
+                                    let _ = conn
+                                        .session_notification(acp::SessionNotification::new(session.clone(), u))
+                                        .await;
+                                }
+                            }
+                            Some(t) if t != prompted.0 => other_shown |= !updates.is_empty(),
+                            _ => {}
+                        }
                     }
-                    for u in mapper.item(&item) {
+                    for u in updates {
                         let _ = conn
                             .session_notification(acp::SessionNotification::new(session.clone(), u))
                             .await;
@@ -278,6 +306,18 @@ async fn drive(
             let answered = tokio::select! {
                 answer = conn.request_permission(request) => Some(answer),
                 () = interrupted(&mut interrupt) => None,
+                record = decided_elsewhere(hosted, *approval_id) => {
+                    // `keel approve` (or another host) decided it while the editor was asked:
+                    // that decision stands, the editor's late answer is ignored.
+                    hosted.asking.set(false);
+                    let text = elsewhere_text(&title(tool_name, arguments), &record);
+                    if let Some(u) = chunk("agent_message_chunk", &text) {
+                        let _ = conn
+                            .session_notification(acp::SessionNotification::new(session.clone(), u))
+                            .await;
+                    }
+                    continue;
+                }
             };
             hosted.asking.set(false);
             let outcome = match answered {
@@ -316,6 +356,41 @@ async fn drive(
             }
         }
     }
+}
+
+/// How often the durable status of an approval the editor is asked about is read.
+const ELSEWHERE_POLL: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// Resolves once the approval is no longer pending in the store (decided by `keel approve`,
+/// the HTTP API or another editor, or expired), with its record; never while it is pending.
+async fn decided_elsewhere(hosted: &Hosted, approval: keel_core::ApprovalId) -> ApprovalRecord {
+    let p = &hosted.p;
+    loop {
+        tokio::time::sleep(ELSEWHERE_POLL).await;
+        match p.runtime.store().get_approval(p.tenant, approval).await {
+            Ok(r) if r.status != ApprovalStatus::Pending => return r,
+            Ok(_) => {}
+            Err(e) => tracing::warn!("acp: approval {approval}: {e}"),
+        }
+    }
+}
+
+/// The agent text telling the editor that the approval of the call titled `call` was decided
+/// elsewhere, how, and by whom (the principal when an authenticated host decided).
+pub fn elsewhere_text(call: &str, record: &ApprovalRecord) -> String {
+    let how = match (record.status, &record.decision) {
+        (_, Some(ApprovalDecision::AllowOnce)) => "allowed once".to_owned(),
+        (_, Some(ApprovalDecision::AllowForSession)) => "allowed for this session".to_owned(),
+        (_, Some(ApprovalDecision::Deny { reason })) => format!("rejected ({reason})"),
+        (status, None) => status.as_str().to_owned(),
+    };
+    let by = match &record.decided_by {
+        Some(principal) => format!("by principal {principal}"),
+        None => "outside the editor (keel approve, or another host)".to_owned(),
+    };
+    format!(
+        "\n(keel: {call}: the approval was decided {by}: {how}; the editor's answer to it is ignored)\n"
+    )
 }
 
 async fn turn_reason(hosted: &Hosted, turn: TurnId) -> Option<keel_core::TerminalReason> {
