@@ -19,6 +19,9 @@ use crate::types::{
     UsageReservation, UsageRow,
 };
 
+/// Most namespaces [`Store::memory_namespaces`] returns.
+pub const MAX_MEMORY_NAMESPACES: u32 = 10_000;
+
 /// Durable storage for sessions, their journals and everything they own.
 ///
 /// Every method takes the tenant first and filters on it: a session, effect, approval or artifact
@@ -814,6 +817,14 @@ pub trait Store: Send + Sync + 'static {
         after: Option<&str>,
         limit: u32,
     ) -> Result<Vec<MemoryEntry>>;
+
+    /// The tenant's memory namespaces with their entry counts, in namespace order (byte-wise),
+    /// at most [`MAX_MEMORY_NAMESPACES`] — for people browsing what agents remember (`keel
+    /// memory list` shows a namespace's sub-namespaces `NS/…`).
+    ///
+    /// # Errors
+    /// `CorruptRow`; `Database`.
+    async fn memory_namespaces(&self, tenant: TenantId) -> Result<Vec<(String, u64)>>;
 
     /// The tenant's releases in the order they were first stored, after release `after`, at
     /// most `limit` (≤ 1000).

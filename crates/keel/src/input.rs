@@ -209,8 +209,9 @@ fn replace(p: &mut Prepared, next: Prepared) {
     p.started = started;
 }
 
-/// Lists the newest sessions (other than the current one) and asks which to resume: a number
-/// from the list or a session id; `None` when the person gives none.
+/// Lists the newest top-level sessions that ran a turn (not the current one, not a sub-agent's
+/// child session, not one that never ran) and asks which to resume: a number from the list or
+/// a session id; `None` when the person gives none.
 async fn pick(
     p: &Prepared,
     lines: Option<&mut Lines>,
@@ -218,10 +219,17 @@ async fn pick(
     let Some(lines) = lines else {
         anyhow::bail!("/resume picks a session on a terminal; give its id: /resume SESSION");
     };
-    let (sessions, _) = crate::sessions::newest_sessions(p.runtime.store(), None, Some(11)).await?;
+    // The newest 200 sessions hold the ten to offer unless children crowd them out; an older
+    // session is still resumed by id.
+    let (sessions, _) =
+        crate::sessions::newest_sessions(p.runtime.store(), None, Some(200)).await?;
     let sessions: Vec<_> = sessions
         .into_iter()
-        .filter(|s| s.session_id != p.session)
+        .filter(|s| {
+            s.session_id != p.session
+                && s.parent_session_id.is_none()
+                && s.status != keel_core::SessionStatus::Created
+        })
         .take(10)
         .collect();
     if sessions.is_empty() {

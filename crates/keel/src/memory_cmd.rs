@@ -5,7 +5,8 @@
 //! The namespace is `--namespace`, else the one the CLI's own sessions use: its agent is
 //! `keel`, so `agent:keel` (`[memory] namespace = "agent"`, the default), `user:local`
 //! (`"user"`) or `shared` (`"shared"`). A model's sub-namespace `N` is stored as
-//! `<that>/N` (e.g. `agent:keel/people`).
+//! `<that>/N` (e.g. `agent:keel/people`); `list` names the sub-namespaces of the namespace it
+//! lists, with their entry counts (on the local store).
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -140,6 +141,23 @@ impl Backend {
         })
     }
 
+    /// The namespaces below `ns` (`ns/…`) with their entry counts. On a server: none (the API
+    /// lists one namespace at a time; name a sub-namespace with `--namespace`).
+    async fn sub_namespaces(&self, ns: &str) -> anyhow::Result<Vec<(String, u64)>> {
+        Ok(match self {
+            Backend::Local(store, tenant) => {
+                let prefix = format!("{ns}/");
+                store
+                    .memory_namespaces(*tenant)
+                    .await?
+                    .into_iter()
+                    .filter(|(n, _)| n.starts_with(&prefix))
+                    .collect()
+            }
+            Backend::Remote(_) => Vec::new(),
+        })
+    }
+
     /// One entry, `None` when there is none.
     async fn get(&self, ns: &str, key: &str) -> anyhow::Result<Option<Entry>> {
         match self {
@@ -213,7 +231,13 @@ async fn execute(
             json,
         } => {
             let ns = namespace_of(namespace, config, remote)?;
-            print_list(&ns, backend.list(&ns, search.as_deref()).await?, json)
+            let entries = backend.list(&ns, search.as_deref()).await?;
+            let below = if search.is_none() && !json {
+                backend.sub_namespaces(&ns).await?
+            } else {
+                Vec::new()
+            };
+            print_list(&ns, entries, &below, json)
         }
         MemoryCommand::Get {
             key,
@@ -249,8 +273,14 @@ fn forgot(ns: &str, key: &str) -> anyhow::Result<ExitCode> {
 }
 
 /// Text: one line per entry (`KEY  UPDATED  VALUE`, the value's JSON cut to 80 characters),
-/// or `(no entries in NS)`; JSON: one object per line.
-fn print_list(ns: &str, entries: Vec<Entry>, json: bool) -> anyhow::Result<ExitCode> {
+/// or `(no entries in NS)`, then the sub-namespaces `below` with their entry counts; JSON: one
+/// object per entry per line.
+fn print_list(
+    ns: &str,
+    entries: Vec<Entry>,
+    below: &[(String, u64)],
+    json: bool,
+) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout().lock();
     if json {
         for e in &entries {
@@ -274,6 +304,13 @@ fn print_list(ns: &str, entries: Vec<Entry>, json: bool) -> anyhow::Result<ExitC
             e.key,
             e.updated_at.format("%Y-%m-%d %H:%M:%S")
         )?;
+    }
+    if !below.is_empty() {
+        writeln!(out, "sub-namespaces (keel memory list --namespace NAME):")?;
+        for (name, n) in below {
+            let noun = if *n == 1 { "entry" } else { "entries" };
+            writeln!(out, "  {name}  {n} {noun}")?;
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -117,13 +117,14 @@ pub fn execute(
         crate::signals::install();
         // One reader of standard input for the whole process, started when first needed.
         let mut lines: Option<Lines> = None;
+        let fresh = matches!(target, Target::New);
         let (prepared, mode, config) = match prepare(global, args, prompt, target, &mut lines).await
         {
             Ok(x) => x,
             Err((e, _)) if e.is::<LeftWithoutPrompt>() => return ExitCode::SUCCESS,
             Err((e, jsonl)) => return fail(e, jsonl || flag_jsonl),
         };
-        let code = converse(prepared, mode, &config, &mut lines).await;
+        let code = converse(prepared, fresh, mode, &config, &mut lines).await;
         crate::mcp::shutdown_all().await;
         ExitCode::from(code)
     })
@@ -309,7 +310,45 @@ pub(crate) fn resume_changes(args: &RunArgs, config: &Config) -> ResumeChanges {
 /// each compiled by the input pipeline ([`crate::input`]): a prompt becomes a turn, a built-in
 /// command is carried out here without a model call, a refused input is said and the prompt
 /// asked again. Headless, a command given as the prompt is carried out and ends the run.
-async fn converse(mut p: Prepared, mode: Mode, config: &Config, lines: &mut Option<Lines>) -> u8 {
+///
+/// The session `keel run` started (`fresh`) is deleted at the end when it never got a turn —
+/// only commands answered locally ran in it — so `keel run "/help"` leaves no empty session
+/// behind in `keel sessions list` and the `/resume` picker. Sessions `/clear` named (the new
+/// one, and the old one it says is kept) stay.
+async fn converse(
+    mut p: Prepared,
+    fresh: bool,
+    mode: Mode,
+    config: &Config,
+    lines: &mut Option<Lines>,
+) -> u8 {
+    let mut started_here = fresh.then_some(p.session);
+    let code = converse_in(&mut p, &mut started_here, mode, config, lines).await;
+    if let Some(session) = started_here {
+        discard_if_empty(&p, session).await;
+    }
+    code
+}
+
+/// Deletes `session` when it never had a turn (see [`converse`]); a failure is only logged.
+async fn discard_if_empty(p: &Prepared, session: keel_core::SessionId) {
+    let empty = match p.runtime.view(p.tenant, session).await {
+        Ok(view) => view.state.turn_order.is_empty() && view.state.status == SessionStatus::Created,
+        Err(_) => false,
+    };
+    if empty && let Err(e) = p.runtime.store().delete_session(p.tenant, session).await {
+        tracing::debug!(%session, "deleting a session that never had a turn: {e}");
+    }
+}
+
+/// [`converse`]'s loop; a `/clear` keeps the session started here (`started_here` = `None`).
+async fn converse_in(
+    p: &mut Prepared,
+    started_here: &mut Option<keel_core::SessionId>,
+    mode: Mode,
+    config: &Config,
+    lines: &mut Option<Lines>,
+) -> u8 {
     let printer = printer_for(mode);
     let mut lines = if mode == Mode::Interactive {
         Some(lines.get_or_insert_with(Lines::spawn))
@@ -328,7 +367,11 @@ async fn converse(mut p: Prepared, mode: Mode, config: &Config, lines: &mut Opti
     loop {
         if let Some(command) = p.command.take() {
             let reborrowed = lines.as_deref_mut();
-            match crate::input::run_command(&mut p, &command, config, &input, reborrowed).await {
+            let result = crate::input::run_command(p, &command, config, &input, reborrowed).await;
+            if matches!(command, keel_runtime::input::Command::Clear) && result.is_ok() {
+                *started_here = None;
+            }
+            match result {
                 Ok(work) => {
                     code = 0;
                     drive_now = work;
@@ -348,13 +391,13 @@ async fn converse(mut p: Prepared, mode: Mode, config: &Config, lines: &mut Opti
             }
         }
         if drive_now {
-            let (driven, next_seq) = drive(&p, &printer).await;
+            let (driven, next_seq) = drive(p, &printer).await;
             p.from_seq = next_seq;
             if let (Driven::Finished(o), Some(lines)) = (&driven, lines.as_mut())
                 && o.status == SessionStatus::RequiresAction
                 && !o.pending.is_empty()
             {
-                match crate::interactive::decide_pending(&p, &o.pending, lines).await {
+                match crate::interactive::decide_pending(p, &o.pending, lines).await {
                     Ok(true) => continue,
                     Ok(false) => {}
                     Err(e) => printer
@@ -363,7 +406,7 @@ async fn converse(mut p: Prepared, mode: Mode, config: &Config, lines: &mut Opti
                         .note(&format!("keel: {}", crate::report::describe(&e))),
                 }
             }
-            let result = result_of(&p, &driven).await;
+            let result = result_of(p, &driven).await;
             printer
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
@@ -379,7 +422,7 @@ async fn converse(mut p: Prepared, mode: Mode, config: &Config, lines: &mut Opti
         let Some(next) = lines.ask_prompt().await else {
             return code;
         };
-        match crate::input::submit(&p, &next, &input).await {
+        match crate::input::submit(p, &next, &input).await {
             Ok(Ok(turn)) => {
                 p.turn = Some(turn);
                 p.continues = true;

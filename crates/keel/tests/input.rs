@@ -50,6 +50,24 @@ fn local_commands_answer_without_a_model_call() {
     let evs = events(&env, &session);
     assert_eq!(count(&evs, "turn.queued"), 1, "no command became a turn");
     assert_eq!(count(&evs, "step.started"), 1, "no model call");
+    // A new run whose prompt a command answers locally leaves no empty session behind.
+    for command in ["/help", "/status", "/cost", "/permissions"] {
+        let out = env.run(&[
+            "run",
+            "--workspace",
+            "ws",
+            "--model",
+            "script:script.jsonl",
+            command,
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{command}: {}", stderr(&out));
+    }
+    let list = stdout(&env.run(&["sessions", "list", "--json"]));
+    assert_eq!(
+        list.lines().count(),
+        1,
+        "only the session with a turn: {list}"
+    );
 }
 
 #[test]

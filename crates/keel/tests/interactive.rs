@@ -348,6 +348,7 @@ fn slash_commands_user_commands_and_at_paths_at_the_prompt() {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
         .collect();
+    // The session /clear started is kept (the terminal named it) though it had no turn.
     assert_eq!(sessions.len(), 2, "{list}");
     let first = sessions.iter().find(|s| s["turns"] == 3).expect(&list);
     let out = env.run(&["sessions", "events", first["session_id"].as_str().unwrap()]);

@@ -40,9 +40,16 @@ fn memory_written_in_one_run_is_read_in_the_next_and_keel_memory_lists_gets_and_
     let list = env.run(&["memory", "list"]);
     assert!(list.status.success(), "{}", stderr(&list));
     let text = stdout(&list);
-    assert_eq!(text.lines().count(), 1, "{text}");
+    assert_eq!(text.lines().count(), 3, "{text}");
     assert!(
         text.starts_with("build  ") && text.contains("\"run cargo nextest, not cargo test\""),
+        "{text}"
+    );
+    // The model's sub-namespace is named, with how many entries it holds.
+    assert!(
+        text.contains(
+            "sub-namespaces (keel memory list --namespace NAME):\n  agent:keel/people  1 entry\n"
+        ),
         "{text}"
     );
     let people = env.run(&[

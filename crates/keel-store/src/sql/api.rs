@@ -694,6 +694,33 @@ impl SqlStore {
             .collect()
     }
 
+    pub(super) async fn api_memory_namespaces(
+        &self,
+        tenant: TenantId,
+    ) -> Result<Vec<(String, u64)>> {
+        let sql = self.inner.dialect.sql(
+            "SELECT namespace, COUNT(*) AS entries FROM memory WHERE tenant_id = ? \
+             GROUP BY namespace LIMIT ?",
+        );
+        let rows = sqlx::query(&sql)
+            .bind(tenant.to_string())
+            .bind(i64::from(crate::MAX_MEMORY_NAMESPACES))
+            .fetch_all(&self.inner.pool)
+            .await?;
+        let mut out = rows
+            .iter()
+            .map(|row| {
+                let namespace: String = row.try_get("namespace")?;
+                let entries: i64 = row.try_get("entries")?;
+                let entries = non_negative("memory", &namespace, "entries", entries)?;
+                Ok((namespace, entries))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        // Byte-wise, whatever the database's collation.
+        out.sort();
+        Ok(out)
+    }
+
     pub(super) async fn api_list_releases(
         &self,
         tenant: TenantId,

@@ -2298,6 +2298,10 @@ impl Store for SqlStore {
         self.api_memory_list(tenant, namespace, after, limit).await
     }
 
+    async fn memory_namespaces(&self, tenant: TenantId) -> Result<Vec<(String, u64)>> {
+        self.api_memory_namespaces(tenant).await
+    }
+
     async fn list_releases(
         &self,
         tenant: TenantId,

@@ -604,6 +604,26 @@ pub async fn api_lists_page_sessions_by_release_artifacts_memory_and_releases(h:
             .unwrap()
             .is_empty()
     );
+    // Namespaces with their counts, byte-wise; another tenant's are not listed.
+    h.store
+        .memory_put(t, "ns/sub", "k", &json!(2))
+        .await
+        .unwrap();
+    assert_eq!(
+        h.store.memory_namespaces(t).await.unwrap(),
+        vec![
+            ("ns".to_owned(), 3),
+            ("ns/sub".to_owned(), 1),
+            ("other".to_owned(), 1)
+        ]
+    );
+    assert!(
+        h.store
+            .memory_namespaces(TenantId::new())
+            .await
+            .unwrap()
+            .is_empty()
+    );
     // Releases in the order first stored; storing again keeps the first.
     let r = |name: &str| {
         Release::new(AgentDefinition {
