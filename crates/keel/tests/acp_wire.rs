@@ -12,19 +12,19 @@ use crate::acp::script;
 use crate::common::Env;
 
 /// Far beyond anything these tests wait for (a correctness deadline, not a timing).
-const DEADLINE: Duration = Duration::from_secs(120);
+pub(crate) const DEADLINE: Duration = Duration::from_secs(120);
 
 /// `keel acp` with its standard output read line by line on a thread.
-struct Raw {
+pub(crate) struct Raw {
     child: Child,
     stdin: Option<ChildStdin>,
     lines: mpsc::Receiver<String>,
     /// Every message read so far.
-    seen: Vec<Value>,
+    pub(crate) seen: Vec<Value>,
 }
 
 impl Raw {
-    fn start(env: &Env, args: &[&str]) -> Self {
+    pub(crate) fn start(env: &Env, args: &[&str]) -> Self {
         let mut child = env
             .keel()
             .arg("acp")
@@ -53,19 +53,19 @@ impl Raw {
         }
     }
 
-    fn send_bytes(&mut self, bytes: &[u8]) {
+    pub(crate) fn send_bytes(&mut self, bytes: &[u8]) {
         let stdin = self.stdin.as_mut().unwrap();
         stdin.write_all(bytes).unwrap();
         stdin.write_all(b"\n").unwrap();
         stdin.flush().unwrap();
     }
 
-    fn send(&mut self, v: &Value) {
+    pub(crate) fn send(&mut self, v: &Value) {
         self.send_bytes(v.to_string().as_bytes());
     }
 
     /// The next message on standard output (each must be one JSON-RPC 2.0 message).
-    fn next(&mut self) -> Option<Value> {
+    pub(crate) fn next(&mut self) -> Option<Value> {
         let line = self.lines.recv_timeout(DEADLINE).ok()?;
         let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
         assert_eq!(v["jsonrpc"], "2.0", "{line}");
@@ -74,7 +74,7 @@ impl Raw {
     }
 
     /// Reads until the first message `pick` accepts.
-    fn until(&mut self, pick: impl Fn(&Value) -> bool) -> Value {
+    pub(crate) fn until(&mut self, pick: impl Fn(&Value) -> bool) -> Value {
         loop {
             let v = self
                 .next()
@@ -86,7 +86,7 @@ impl Raw {
     }
 
     /// The answer to request `id` (read already, or next).
-    fn answer(&mut self, id: &Value) -> Value {
+    pub(crate) fn answer(&mut self, id: &Value) -> Value {
         let id = id.clone();
         let is_it = move |v: &Value| v["id"] == id && v.get("method").is_none();
         match self.seen.iter().find(|v| is_it(v)) {
@@ -96,20 +96,20 @@ impl Raw {
     }
 
     /// Closes standard input, reads standard output to its end, and returns the exit status.
-    fn finish(mut self) -> (Vec<Value>, std::process::ExitStatus) {
+    pub(crate) fn finish(mut self) -> (Vec<Value>, std::process::ExitStatus) {
         drop(self.stdin.take());
         while self.next().is_some() {}
         (self.seen.clone(), self.child.wait().unwrap())
     }
 }
 
-fn initialize(r: &mut Raw) {
+pub(crate) fn initialize(r: &mut Raw) {
     r.send(&json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
                    "params": {"protocolVersion": 1, "clientCapabilities": {}}}));
     assert_eq!(r.answer(&json!(1))["result"]["protocolVersion"], 1);
 }
 
-fn request(id: u64, method: &str, params: Value) -> Value {
+pub(crate) fn request(id: u64, method: &str, params: Value) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
 }
 

@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests may unwrap (workspace rule applies to library code)
 
 mod acp;
+mod acp_attacks;
 mod acp_edges;
 mod acp_wire;
 mod cancel;
