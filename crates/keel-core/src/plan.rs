@@ -237,6 +237,13 @@ pub enum ApprovalOutcome {
     HashMismatch,
     /// Expired without a decision; the call gets a rejected result.
     Expired,
+    /// Still undecided (or allowed in the table, not yet journaled) while the session's policy
+    /// now denies the call — its permission mode was lowered (`read_only`) or a deny rule
+    /// added after it was asked: refused without asking, never run.
+    PolicyDenied {
+        /// The policy's reason, in words the model reads.
+        reason: String,
+    },
 }
 
 /// How a call left `running` by a dead worker is settled from its effect's journaled status.
@@ -1206,6 +1213,17 @@ fn awaiting(
         // Journaled with the call's result in one batch; seen open only in a broken journal.
         ApprovalStatus::Denied | ApprovalStatus::Expired => apply(ApprovalOutcome::Expired),
         ApprovalStatus::Pending => {
+            // The policy of now comes first: a call asked about under a looser mode is not run
+            // once the session's mode (or rules) deny it, whoever allowed it meanwhile.
+            if let Some(CallFacts::Valid {
+                verdict: Verdict::Deny { reason },
+                ..
+            }) = facts.calls.get(&call.id)
+            {
+                return apply(ApprovalOutcome::PolicyDenied {
+                    reason: reason.clone(),
+                });
+            }
             // A `permission_request` hook's journaled decision is the decision (the approvals
             // row follows it); with hooks and none run yet, they run before a human is asked.
             match &approval.hook {

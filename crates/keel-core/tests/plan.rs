@@ -1069,6 +1069,25 @@ impl World {
                         ),
                         reject("The user denied this call."),
                     ],
+                    ApprovalOutcome::PolicyDenied { reason } => {
+                        if let Some(row) = self.table.get_mut(approval)
+                            && row.status == ApprovalStatus::Pending
+                        {
+                            row.status = ApprovalStatus::Denied;
+                        }
+                        vec![
+                            (
+                                acorr,
+                                EventBody::ApprovalDecided {
+                                    decision: ApprovalDecision::Deny {
+                                        reason: reason.clone(),
+                                    },
+                                    hook: None,
+                                },
+                            ),
+                            reject("The session's policy now denies this call."),
+                        ]
+                    }
                     ApprovalOutcome::HashMismatch => vec![
                         (
                             acorr,
@@ -2056,6 +2075,7 @@ fn the_simulation_reaches_every_rule() {
                         ApprovalOutcome::Denied { .. } => "denied",
                         ApprovalOutcome::HashMismatch => "hash_mismatch",
                         ApprovalOutcome::Expired => "expired",
+                        ApprovalOutcome::PolicyDenied { .. } => "policy_denied",
                     }
                 ),
                 Next::Settle { how, .. } => format!("settle {how:?}")

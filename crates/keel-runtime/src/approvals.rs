@@ -92,7 +92,9 @@ impl Runner {
                 .await
                 .ok()
                 .and_then(|r| r.decided_by),
-            ApprovalOutcome::HashMismatch | ApprovalOutcome::Expired => None,
+            ApprovalOutcome::HashMismatch
+            | ApprovalOutcome::Expired
+            | ApprovalOutcome::PolicyDenied { .. } => None,
         };
         // A permission_request hook's journaled decision: the approvals row follows it (a human
         // deciding meanwhile is refused by the row, which the hook decided first in the journal).
@@ -173,6 +175,35 @@ impl Runner {
                     )),
                 ]
             }
+            ApprovalOutcome::PolicyDenied { reason } => {
+                // The row leaves `pending` too (nobody is asked any more); a human who allowed
+                // it meanwhile is overruled by the policy (logged).
+                let hash = self.requested_hash(approval).await;
+                let deny = ApprovalDecision::Deny {
+                    reason: reason.clone(),
+                };
+                if let Err(e) = self
+                    .approvals
+                    .decide(approval, deny, &hash, Utc::now())
+                    .await
+                {
+                    tracing::info!(session = %self.session, %approval, "the session's policy now denies the call; its approvals row stays as decided: {e}");
+                }
+                vec![
+                    (
+                        acorr,
+                        EventBody::ApprovalDecided {
+                            decision: ApprovalDecision::Deny {
+                                reason: reason.clone(),
+                            },
+                            hook: None,
+                        },
+                    ),
+                    reject(format!(
+                        "This `{name}` call was not run: the session's policy now denies it ({reason}). Do not retry it unchanged."
+                    )),
+                ]
+            }
             ApprovalOutcome::Expired => {
                 // Persist the expiry in the table so no late decision can land.
                 let rec = self.approvals.expire_overdue(approval, Utc::now()).await?;
@@ -193,6 +224,18 @@ impl Runner {
         Ok(())
     }
 
+    /// The argument hash approval `approval` was requested for (empty when unknown).
+    async fn requested_hash(&self, approval: ApprovalId) -> String {
+        self.read(|j| {
+            j.state
+                .approvals
+                .get(&approval)
+                .map(|a| a.args_hash.clone())
+        })
+        .await
+        .unwrap_or_default()
+    }
+
     /// Decides the approvals row as the `permission_request` hook `hook` did (journaled
     /// already). Returns the row when a human decided it first (allowed or denied before the
     /// hook answered): that decision stands, not the hook's. A row that expired, or refuses
@@ -208,17 +251,11 @@ impl Runner {
             ApprovalOutcome::Denied { reason } => ApprovalDecision::Deny {
                 reason: reason.clone(),
             },
-            ApprovalOutcome::HashMismatch | ApprovalOutcome::Expired => return None,
+            ApprovalOutcome::HashMismatch
+            | ApprovalOutcome::Expired
+            | ApprovalOutcome::PolicyDenied { .. } => return None,
         };
-        let hash = self
-            .read(|j| {
-                j.state
-                    .approvals
-                    .get(&approval)
-                    .map(|a| a.args_hash.clone())
-            })
-            .await
-            .unwrap_or_default();
+        let hash = self.requested_hash(approval).await;
         let Err(e) = self
             .approvals
             .decide(approval, decision.clone(), &hash, Utc::now())

@@ -4,7 +4,7 @@
 //! [`Runtime::compile_input`] turns raw input into a [`Compiled`]:
 //!
 //! - **Plain text** becomes the turn's user message.
-//! - **`@path` mentions** (a word starting with `@`) attach the file's content, read as the
+//! - **`@path` mentions** (a word starting with `@`, or `@"a path"` with spaces) attach the file's content, read as the
 //!   model's `read_file` would read it — the same workspace confinement and policy (a `deny`
 //!   rule on `read_file` refuses it) — and cut to the tool result budget. A missing file, one
 //!   outside the workspace or one the policy denies is an [`RuntimeError::Input`] naming the path,
@@ -364,17 +364,36 @@ pub fn list_user_commands(opts: &InputOptions) -> (Vec<UserCommand>, Vec<String>
 }
 
 /// The `@path` mentions of `text`, in order, each once: words starting with `@` (trailing
-/// punctuation `.,;:!?)"'` dropped). `@` inside a word (an e-mail address) is no mention.
+/// punctuation `.,;:!?)"'` dropped), or `@"path"` for a path with spaces (up to the next `"`).
+/// `@` inside a word (an e-mail address) is no mention.
 pub fn mentions(text: &str) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
-    for word in text.split_whitespace() {
-        let Some(path) = word.strip_prefix('@') else {
+    let mut rest = text;
+    while let Some(at) = rest.find('@') {
+        let starts_word = rest[..at]
+            .chars()
+            .next_back()
+            .is_none_or(char::is_whitespace);
+        let after = &rest[at + 1..];
+        if !starts_word {
+            rest = after;
             continue;
+        }
+        let (path, next) = match after.strip_prefix('"').and_then(|q| q.split_once('"')) {
+            Some((quoted, tail)) => (quoted, tail),
+            None => {
+                let end = after.find(char::is_whitespace).unwrap_or(after.len());
+                let word = &after[..end];
+                (
+                    word.trim_end_matches(['.', ',', ';', ':', '!', '?', ')', '"', '\'']),
+                    &after[end..],
+                )
+            }
         };
-        let path = path.trim_end_matches(['.', ',', ';', ':', '!', '?', ')', '"', '\'']);
         if !path.is_empty() && !out.iter().any(|p| p == path) {
             out.push(path.to_owned());
         }
+        rest = next;
     }
     out
 }
@@ -912,6 +931,10 @@ mod tests {
             ["src/a.rs", "b.txt"]
         );
         assert!(mentions("no @ here").is_empty());
+        assert_eq!(
+            mentions("read @\"a b.txt\" and @c.txt"),
+            vec!["a b.txt".to_owned(), "c.txt".to_owned()]
+        );
     }
 
     #[test]

@@ -13,6 +13,7 @@ use crate::on_both;
 
 on_both!(
     a_new_permission_mode_lets_a_call_that_needed_approval_run,
+    a_stricter_permission_mode_denies_a_waiting_call_even_once_allowed,
     a_lower_max_steps_ends_the_next_turn_with_budget_exhausted,
     an_invalid_change_is_refused_and_writes_nothing,
     a_change_survives_a_restart,
@@ -75,6 +76,69 @@ async fn a_new_permission_mode_lets_a_call_that_needed_approval_run(b: Backend) 
             changes: json!({"permission_mode": "bypass"})
         }
     );
+}
+
+/// A call waiting on a human when the session's mode is lowered to `read_only` is denied by the
+/// next run without asking — even when a human allowed it meanwhile (`keel approve`, an editor
+/// asked again): it never runs, and its approvals row leaves `pending`.
+async fn a_stricter_permission_mode_denies_a_waiting_call_even_once_allowed(b: Backend) {
+    let f = fixture(
+        b,
+        &[
+            json!({"tool_calls": [call("counter", json!({"label": "first"}))]}),
+            json!({"text": "understood"}),
+        ],
+        |c| c.permission_mode = PermissionMode::Default,
+    )
+    .await;
+    f.rt.submit(f.tenant, f.session, "count").await.unwrap();
+    let out = f.rt.run(f.tenant, f.session).await.unwrap();
+    assert_eq!(out.status, SessionStatus::RequiresAction);
+    let Some(keel_runtime::PendingAction::Approval {
+        approval_id,
+        args_hash,
+        ..
+    }) = out.pending.first().cloned()
+    else {
+        panic!("an approval is pending: {:?}", out.pending)
+    };
+    f.rt.update_config(f.tenant, f.session, |c| {
+        c.permission_mode = PermissionMode::ReadOnly
+    })
+    .await
+    .unwrap();
+    // The human allows it after the mode went down (the row still takes the decision).
+    f.rt.decide_approval(
+        f.tenant,
+        approval_id,
+        keel_core::ApprovalDecision::AllowOnce,
+        &args_hash,
+    )
+    .await
+    .unwrap();
+    let out = f.rt.run(f.tenant, f.session).await.unwrap();
+    assert_eq!(out.status, SessionStatus::Idle, "{:?}", out.pending);
+    assert!(f.counter_lines().is_empty(), "the call did not run");
+    let events = f.events().await;
+    let decided = events
+        .iter()
+        .find_map(|e| match &e.body {
+            EventBody::ApprovalDecided { decision, .. } => Some(decision.clone()),
+            _ => None,
+        })
+        .expect("the approval is decided in the journal");
+    assert!(
+        matches!(&decided, keel_core::ApprovalDecision::Deny { .. }),
+        "denied by the policy: {decided:?}"
+    );
+    let finished = events
+        .iter()
+        .find_map(|e| match &e.body {
+            EventBody::ToolCallFinished { status, .. } => Some(*status),
+            _ => None,
+        })
+        .expect("the call has a result");
+    assert_eq!(finished, keel_core::ToolCallStatus::Rejected);
 }
 
 fn sleepy_lines(n: usize) -> Vec<serde_json::Value> {

@@ -4,6 +4,7 @@
 
 mod acp;
 mod acp_approvals;
+mod acp_attacks;
 mod acp_config;
 mod acp_edges;
 mod acp_wire;

@@ -26,7 +26,7 @@ use crate::model_spec::{SpecError, build_route};
 use crate::run::{Prepared, pinned, pinned_base_url, release_of, session_config_of};
 use crate::store::local_tenant;
 
-use super::mcp::{Unsealing, Withheld, mcp_entry};
+use super::mcp::{Scope, Unsealing, Withheld, mcp_entry};
 use super::updates::{Mapper, update};
 
 /// The ACP auth method Keel advertises: provider keys come from the environment `keel acp`
@@ -49,6 +49,29 @@ pub struct Hosted {
     pub interrupt: tokio::sync::watch::Sender<Interrupt>,
     /// Whether the running prompt waits on the client's answer to `session/request_permission`.
     pub asking: Cell<bool>,
+    /// How many `session/prompt`s this connection accepted for the session (each takes its
+    /// number, a ticket, when it arrives — before it waits for the one running).
+    pub accepted: Cell<u64>,
+    /// The last `session/cancel` covers the prompts with a ticket up to this: one accepted and
+    /// not yet running answers `cancelled` when its turn comes, without starting a turn.
+    pub cancelled_upto: Cell<u64>,
+    /// Standard input ended: a prompt that has not started its turn yet never does.
+    pub gone: Cell<bool>,
+}
+
+impl Hosted {
+    /// A ticket for a `session/prompt` just arrived (call before any await).
+    pub fn accept(&self) -> u64 {
+        let ticket = self.accepted.get() + 1;
+        self.accepted.set(ticket);
+        ticket
+    }
+
+    /// Whether the prompt with `ticket` was cancelled (or the client went away) since it
+    /// arrived.
+    pub fn withdrawn(&self, ticket: u64) -> bool {
+        self.gone.get() || ticket <= self.cancelled_upto.get()
+    }
 }
 
 /// What interrupts a running `session/prompt`.
@@ -214,6 +237,7 @@ impl KeelAgent {
     pub async fn disconnected(&self) {
         let hosted: Vec<Rc<Hosted>> = self.sessions.borrow().values().cloned().collect();
         for h in hosted {
+            h.gone.set(true);
             let prompting = h.busy.try_lock().is_err();
             h.interrupt.send_replace(Interrupt::Disconnected);
             if !prompting || h.asking.get() {
@@ -253,9 +277,10 @@ impl KeelAgent {
             .and_then(|m| PermissionMode::parse(m.snake()).ok())
     }
 
-    /// The hosted session `id`.
+    /// The hosted session `id` (any spelling [`canonical`] accepts).
     pub fn hosted(&self, id: &acp::SessionId) -> Result<Rc<Hosted>, acp::Error> {
-        self.sessions.borrow().get(&*id.0).cloned().ok_or_else(|| {
+        let key = canonical(id).map_or_else(|_| id.0.to_string(), |c| c.0.to_string());
+        self.sessions.borrow().get(&key).cloned().ok_or_else(|| {
             failure(
                 acp::Error::invalid_params(),
                 "unknown_session",
@@ -285,17 +310,19 @@ impl KeelAgent {
         store: Arc<dyn keel_store::Store>,
         model: Arc<dyn keel_model::ModelClient>,
         release: &keel_core::Release,
+        scope: Scope,
     ) -> Result<keel_runtime::Runtime, acp::Error> {
         let fs = self.client.borrow().fs.clone();
         let tools = super::fs::registry(&self.fs, fs.read_text_file, fs.write_text_file)
             .map_err(|e| internal(&e.into()))?;
         let withheld = self.withheld.clone();
-        let real = withheld.unseal_release(release);
+        let real = withheld.unseal_release(scope, release);
         let secrets = withheld.values();
         crate::run::runtime_with_tools(config, store, model, &real, tools, secrets, |pool| {
             Arc::new(Unsealing {
                 inner: pool,
                 withheld,
+                scope,
             })
         })
         .await
@@ -353,6 +380,9 @@ impl KeelAgent {
             busy: tokio::sync::Mutex::new(()),
             interrupt: tokio::sync::watch::channel(Interrupt::None).0,
             asking: Cell::new(false),
+            accepted: Cell::new(0),
+            cancelled_upto: Cell::new(0),
+            gone: Cell::new(false),
         });
         self.sessions
             .borrow_mut()
@@ -363,8 +393,9 @@ impl KeelAgent {
     async fn new_session(&self, req: acp::NewSessionRequest) -> Result<Value, acp::Error> {
         check_cwd(&req.cwd)?;
         let mut config = self.load_config(&req.cwd)?;
+        let scope = self.withheld.scope();
         for (i, server) in req.mcp_servers.into_iter().enumerate() {
-            let (name, entry) = mcp_entry(&self.withheld, &BTreeMap::new(), i, server)?;
+            let (name, entry) = mcp_entry(&self.withheld, scope, &BTreeMap::new(), i, server)?;
             config.merged.mcp_servers.insert(name, entry);
         }
         let model = build_route(&config)
@@ -374,7 +405,7 @@ impl KeelAgent {
             .map_err(|e| internal(&e.into()))?;
         let release = release_of(&config);
         let runtime = self
-            .runtime(&config, store, Arc::new(model), &release)
+            .runtime(&config, store, Arc::new(model), &release, scope)
             .await?;
         let tenant = local_tenant();
         let session = runtime
@@ -392,8 +423,9 @@ impl KeelAgent {
     async fn load_session(&self, req: acp::LoadSessionRequest) -> Result<Value, acp::Error> {
         let session: SessionId = crate::sessions::parse_session(&req.session_id.0)
             .map_err(|e| invalid(Some("sessionId"), e.to_string()))?;
-        // Loading it again would replay its history into the running prompt's updates.
-        if let Some(h) = self.sessions.borrow().get(&*req.session_id.0)
+        // Loading it again would replay its history into the running prompt's updates (the
+        // map is keyed by the canonical spelling, as every id that reaches it).
+        if let Some(h) = self.sessions.borrow().get(&session.to_string())
             && h.busy.try_lock().is_err()
         {
             return Err(invalid(
@@ -443,9 +475,11 @@ impl KeelAgent {
         // them added; the same servers again change nothing. A session with a turn waiting
         // cannot be re-pinned: it keeps its own servers (said on standard error).
         let mut release = pinned.release.clone();
+        let scope = self.withheld.scope();
         for (i, server) in req.mcp_servers.into_iter().enumerate() {
             let (name, entry) = mcp_entry(
                 &self.withheld,
+                scope,
                 &pinned.release.definition.mcp_servers,
                 i,
                 server,
@@ -457,7 +491,13 @@ impl KeelAgent {
         }
         let mut release = keel_core::Release::new(release.definition);
         let mut runtime = self
-            .runtime(&config, store.clone(), Arc::new(model.clone()), &release)
+            .runtime(
+                &config,
+                store.clone(),
+                Arc::new(model.clone()),
+                &release,
+                scope,
+            )
             .await?;
         if release.id != pinned.release.id
             && let Err(e) = runtime.repin(local_tenant(), session, &release).await
@@ -467,7 +507,7 @@ impl KeelAgent {
             );
             release = pinned.release.clone();
             runtime = self
-                .runtime(&config, store.clone(), Arc::new(model), &release)
+                .runtime(&config, store.clone(), Arc::new(model), &release, scope)
                 .await?;
         }
         let (events, _) = crate::sessions::load_state(&store, session)
@@ -497,6 +537,19 @@ impl KeelAgent {
         self.announce(session, &notices);
         Ok(json!({"modes": modes(mode, self.ceiling())}))
     }
+}
+
+/// The one spelling of a session id the connection uses (lowercase, hyphenated): an editor's
+/// other spellings of the same UUID (uppercase, braces, `urn:uuid:`, no hyphens, spaces) name
+/// the same session, and are made this one where they enter, so that the guards keyed by it
+/// (a prompt running, the interrupt of the running prompt) hold whatever the spelling.
+///
+/// # Errors
+/// Invalid params: not a session id.
+pub fn canonical(id: &acp::SessionId) -> Result<acp::SessionId, acp::Error> {
+    let session = crate::sessions::parse_session(&id.0)
+        .map_err(|e| invalid(Some("sessionId"), e.to_string()))?;
+    Ok(acp::SessionId::new(session.to_string()))
 }
 
 /// A `cwd` a session may work in: an absolute path to a directory.
@@ -595,15 +648,17 @@ impl acp::Agent for KeelAgent {
 
     async fn load_session(
         &self,
-        args: acp::LoadSessionRequest,
+        mut args: acp::LoadSessionRequest,
     ) -> Result<acp::LoadSessionResponse, acp::Error> {
+        args.session_id = canonical(&args.session_id)?;
         wire(KeelAgent::load_session(self, args).await?)
     }
 
     async fn set_session_mode(
         &self,
-        args: acp::SetSessionModeRequest,
+        mut args: acp::SetSessionModeRequest,
     ) -> Result<acp::SetSessionModeResponse, acp::Error> {
+        args.session_id = canonical(&args.session_id)?;
         let hosted = self.hosted(&args.session_id)?;
         let mode = PermissionMode::parse(&args.mode_id.0).map_err(|_| {
             invalid(
@@ -642,14 +697,21 @@ impl acp::Agent for KeelAgent {
         wire(json!({}))
     }
 
-    async fn prompt(&self, args: acp::PromptRequest) -> Result<acp::PromptResponse, acp::Error> {
+    async fn prompt(
+        &self,
+        mut args: acp::PromptRequest,
+    ) -> Result<acp::PromptResponse, acp::Error> {
+        args.session_id = canonical(&args.session_id)?;
         let hosted = self.hosted(&args.session_id)?;
         super::turn::prompt(self, &hosted, args).await
     }
 
     async fn cancel(&self, args: acp::CancelNotification) -> Result<(), acp::Error> {
         let hosted = self.hosted(&args.session_id)?;
-        // A permission request is not waited on (the client answers it `cancelled`).
+        // A permission request is not waited on (the client answers it `cancelled`); a prompt
+        // accepted and not yet running is cancelled too (it answers `cancelled` when its turn
+        // comes).
+        hosted.cancelled_upto.set(hosted.accepted.get());
         hosted.interrupt.send_replace(Interrupt::Cancel);
         match hosted
             .p

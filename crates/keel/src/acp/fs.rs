@@ -47,49 +47,63 @@ pub enum FsCall {
     },
 }
 
-/// Sends each request to the client until the channel closes (runs on the ACP task).
+/// Sends each request to the client until the channel closes (runs on the ACP task). The
+/// requests go out concurrently — one the editor leaves unanswered holds up no other, in any
+/// session — and a request whose tool call is gone (cancelled, timed out: its reply receiver
+/// dropped) is no longer waited on; its late answer is ignored.
 pub async fn serve(conn: Rc<acp::AgentSideConnection>, mut rx: mpsc::Receiver<FsCall>) {
     while let Some(call) = rx.recv().await {
-        match call {
-            FsCall::Read {
-                session,
-                path,
-                line,
-                limit,
-                reply,
-            } => {
-                let req = serde_json::from_value::<acp::ReadTextFileRequest>(
-                    json!({"sessionId": session, "path": path, "line": line, "limit": limit}),
-                );
-                let r = match req {
-                    Ok(req) => conn
-                        .read_text_file(req)
-                        .await
-                        .map(|r| r.content)
-                        .map_err(|e| e.to_string()),
-                    Err(e) => Err(e.to_string()),
-                };
-                let _ = reply.send(r);
-            }
-            FsCall::Write {
-                session,
-                path,
-                content,
-                reply,
-            } => {
-                let req = serde_json::from_value::<acp::WriteTextFileRequest>(
-                    json!({"sessionId": session, "path": path, "content": content}),
-                );
-                let r = match req {
-                    Ok(req) => conn
-                        .write_text_file(req)
-                        .await
-                        .map(|_| ())
-                        .map_err(|e| e.to_string()),
-                    Err(e) => Err(e.to_string()),
-                };
-                let _ = reply.send(r);
-            }
+        tokio::task::spawn_local(one(conn.clone(), call));
+    }
+}
+
+/// `fut`'s result to `reply`, unless `reply`'s receiver goes away first.
+async fn answer<T>(
+    mut reply: oneshot::Sender<Result<T, String>>,
+    fut: impl std::future::Future<Output = Result<T, String>>,
+) {
+    tokio::select! {
+        r = fut => { let _ = reply.send(r); }
+        () = reply.closed() => {}
+    }
+}
+
+async fn one(conn: Rc<acp::AgentSideConnection>, call: FsCall) {
+    match call {
+        FsCall::Read {
+            session,
+            path,
+            line,
+            limit,
+            reply,
+        } => {
+            let req = serde_json::from_value::<acp::ReadTextFileRequest>(
+                json!({"sessionId": session, "path": path, "line": line, "limit": limit}),
+            );
+            answer(reply, async {
+                conn.read_text_file(req.map_err(|e| e.to_string())?)
+                    .await
+                    .map(|r| r.content)
+                    .map_err(|e| e.to_string())
+            })
+            .await;
+        }
+        FsCall::Write {
+            session,
+            path,
+            content,
+            reply,
+        } => {
+            let req = serde_json::from_value::<acp::WriteTextFileRequest>(
+                json!({"sessionId": session, "path": path, "content": content}),
+            );
+            answer(reply, async {
+                conn.write_text_file(req.map_err(|e| e.to_string())?)
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            })
+            .await;
         }
     }
 }

@@ -33,9 +33,9 @@ pub fn input_text(workspace: &Path, blocks: &[acp::ContentBlock]) -> String {
             Some("text") => parts.push(v["text"].as_str().unwrap_or_default().to_owned()),
             Some("resource_link") => {
                 let uri = v["uri"].as_str().unwrap_or_default();
-                let path = uri.strip_prefix("file://").map(Path::new);
-                match path.and_then(|p| p.strip_prefix(workspace).ok()) {
-                    Some(rel) => parts.push(format!("@{}", rel.display())),
+                let path = file_uri_path(uri);
+                match path.as_deref().and_then(|p| p.strip_prefix(workspace).ok()) {
+                    Some(rel) => parts.push(mention(&rel.to_string_lossy())),
                     None => parts.push(uri.to_owned()),
                 }
             }
@@ -52,6 +52,40 @@ pub fn input_text(workspace: &Path, blocks: &[acp::ContentBlock]) -> String {
     parts.join("\n")
 }
 
+/// The path a `file:` URI names (RFC 8089): `file:///p` or `file://localhost/p`, its
+/// percent-escapes decoded (`%20` is a space); `None` for another scheme or host, or escapes
+/// that do not decode to UTF-8.
+pub fn file_uri_path(uri: &str) -> Option<std::path::PathBuf> {
+    let rest = uri.strip_prefix("file://")?;
+    let rest = rest.strip_prefix("localhost").unwrap_or(rest);
+    if !rest.starts_with('/') {
+        return None;
+    }
+    let bytes = rest.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok().map(std::path::PathBuf::from)
+}
+
+/// The `@path` mention of a workspace path: quoted (`@"a b.txt"`) when it has whitespace.
+fn mention(rel: &str) -> String {
+    if rel.chars().any(char::is_whitespace) && !rel.contains('"') {
+        format!("@\"{rel}\"")
+    } else {
+        format!("@{rel}")
+    }
+}
+
 /// Runs one `session/prompt`.
 ///
 /// # Errors
@@ -62,7 +96,12 @@ pub async fn prompt(
     hosted: &Rc<Hosted>,
     req: acp::PromptRequest,
 ) -> Result<acp::PromptResponse, acp::Error> {
+    let ticket = hosted.accept();
     let _busy = hosted.busy.lock().await;
+    // Cancelled (or the client gone) while it waited for the prompt before it: no turn.
+    if hosted.withdrawn(ticket) {
+        return Ok(acp::PromptResponse::new(acp::StopReason::Cancelled));
+    }
     hosted.interrupt.send_replace(Interrupt::None);
     let p = &hosted.p;
     let text = input_text(&hosted.workspace, &req.prompt);
@@ -80,6 +119,19 @@ pub async fn prompt(
             return Err(invalid(None, crate::report::describe(&e)));
         }
     };
+    // A `session/cancel` (or the end of input) that came while the turn was being queued found
+    // no turn to cancel: it is cancelled now, before it runs.
+    if hosted.withdrawn(ticket) {
+        hosted.interrupt.send_replace(if hosted.gone.get() {
+            Interrupt::Disconnected
+        } else {
+            Interrupt::Cancel
+        });
+        match p.runtime.cancel_turn(p.tenant, p.session).await {
+            Ok(_) | Err(keel_runtime::RuntimeError::NoActiveTurn { .. }) => {}
+            Err(e) => return Err(internal(&e.into())),
+        }
+    }
     // The updates start after the prompt's own `turn.queued` (the editor shows what it sent).
     let sub = p
         .runtime
@@ -430,4 +482,32 @@ async fn turn_ending(hosted: &Hosted, turn: TurnId) -> Result<Ending, acp::Error
         last.and_then(|s| s.failure.as_ref().map(|(kind, _)| kind.as_str())),
         outcome.and_then(|o| o.error.as_deref()),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Editors percent-encode file URIs and may name the host `localhost` (attack review of
+    /// issue 17: `a%20b.txt` attached `a`, or nothing).
+    #[test]
+    fn file_uris_are_decoded() {
+        let p = |u: &str| file_uri_path(u).map(|p| p.display().to_string());
+        assert_eq!(p("file:///ws/a%20b.txt").as_deref(), Some("/ws/a b.txt"));
+        assert_eq!(
+            p("file://localhost/ws/n%41me.txt").as_deref(),
+            Some("/ws/nAme.txt")
+        );
+        assert_eq!(p("file:///ws/plain.txt").as_deref(), Some("/ws/plain.txt"));
+        assert_eq!(p("file://evil.example/ws/x"), None);
+        assert_eq!(p("file:///ws/%zz"), None);
+        assert_eq!(p("file:///ws/%ff"), None);
+        assert_eq!(p("https://x/y"), None);
+        let blocks: Vec<acp::ContentBlock> = serde_json::from_value(json!([
+            {"type": "text", "text": "read"},
+            {"type": "resource_link", "uri": "file:///ws/a%20b.txt", "name": "a b.txt"},
+        ]))
+        .unwrap();
+        assert_eq!(input_text(Path::new("/ws"), &blocks), "read\n@\"a b.txt\"");
+    }
 }

@@ -152,17 +152,36 @@ fn current_text(workspace: &Path, path: &str) -> Option<String> {
 }
 
 /// What a pending call shows beside its title: the diff of an edit ([`diff`]) or the whole
-/// command of a shell call (the title is one cut line).
+/// command of a shell call (the title is one cut line), in a code fence longer than any run of
+/// backticks in it (a command's own ```` ``` ```` does not end the fence). Control characters
+/// are replaced ([`printable`]; a diff keeps the `\r` of its `\r\n` line ends).
 pub fn content(workspace: &Path, name: &str, args: &Value) -> Vec<Value> {
     if name == "shell"
         && let Some(command) = args.get("command").and_then(Value::as_str)
     {
         return vec![json!({
             "type": "content",
-            "content": {"type": "text", "text": format!("```sh\n{command}\n```")},
+            "content": {"type": "text", "text": fenced("sh", &printable(command))},
         })];
     }
     diff(workspace, name, args).into_iter().collect()
+}
+
+/// `text` in a Markdown code fence of `info`'s language, the fence one backtick longer than
+/// the longest run of backticks in `text` (three at least).
+pub fn fenced(info: &str, text: &str) -> String {
+    let longest = text.split(|c| c != '`').map(str::len).max().unwrap_or(0);
+    let fence = "`".repeat((longest + 1).max(3));
+    format!("{fence}{info}\n{text}\n{fence}")
+}
+
+/// [`printable`], keeping a `\r` that ends a line (`\r\n`): a diff of a file with Windows line
+/// ends stays that diff.
+fn printable_lines(text: &str) -> String {
+    text.split("\r\n")
+        .map(printable)
+        .collect::<Vec<_>>()
+        .join("\r\n")
 }
 
 /// The change an edit proposes, as ACP diff content: `edit_file`'s old and new string,
@@ -175,14 +194,14 @@ pub fn diff(workspace: &Path, name: &str, args: &Value) -> Option<Value> {
         "edit_file" => Some(json!({
             "type": "diff",
             "path": path,
-            "oldText": args.get("old_string")?.as_str()?,
-            "newText": args.get("new_string")?.as_str()?,
+            "oldText": printable_lines(args.get("old_string")?.as_str()?),
+            "newText": printable_lines(args.get("new_string")?.as_str()?),
         })),
         "write_file" => Some(json!({
             "type": "diff",
             "path": path,
-            "oldText": current_text(workspace, raw),
-            "newText": args.get("content")?.as_str()?,
+            "oldText": current_text(workspace, raw).map(|t| printable_lines(&t)),
+            "newText": printable_lines(args.get("content")?.as_str()?),
         })),
         _ => None,
     }
@@ -537,7 +556,24 @@ mod tests {
         assert_eq!(t.chars().count(), 200);
         assert!(t.ends_with('…'));
         let c = content(Path::new("/"), "shell", &args);
-        assert!(c[0]["content"]["text"].as_str().unwrap().contains(&command));
+        let text = c[0]["content"]["text"].as_str().unwrap();
+        assert!(text.contains(&printable(&command)), "{text}");
+        assert!(!text.contains('\x1b'), "{text}");
+    }
+
+    /// A command's own backtick runs and control characters cannot end or rewrite its fence.
+    #[test]
+    fn a_command_cannot_break_out_of_its_fence() {
+        let args =
+            json!({ "command": "echo safe\r\x1b[2K\x07\n```\n\nAll good\n\n````sh\necho ok" });
+        let c = content(Path::new("/"), "shell", &args);
+        let text = c[0]["content"]["text"].as_str().unwrap();
+        assert!(
+            text.starts_with("`````sh\n") && text.ends_with("\n`````"),
+            "{text}"
+        );
+        assert!(!text.chars().any(|c| c.is_control() && c != '\n'), "{text}");
+        assert_eq!(fenced("sh", "ls"), "```sh\nls\n```");
     }
 
     #[test]

@@ -22,8 +22,8 @@ use tokio::sync::{mpsc, watch};
 /// line is skipped up to its end without being buffered, and answered `-32600` with `id` null.
 pub const MAX_LINE_BYTES: usize = 16 << 20;
 
-/// The request methods of an ACP agent (`-32601 Method not found` for any other method that
-/// does not start with `_`, the protocol's extension prefix, which the protocol crate answers).
+/// The request methods of an ACP agent (`-32601 Method not found` for any other, extension
+/// methods — `_` and a name — included: Keel defines none).
 fn known_method(method: &str) -> bool {
     let m = &acp::AGENT_METHOD_NAMES;
     [
@@ -38,7 +38,64 @@ fn known_method(method: &str) -> bool {
         m.session_list,
     ]
     .contains(&method)
-        || method.starts_with('_')
+}
+
+/// The first key an object of `line` holds twice (at any depth), when one does.
+fn duplicate_key(line: &str) -> Option<String> {
+    use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
+    /// A JSON value read only to find a repeated key; `Err` carries it.
+    struct NoDup;
+    struct V;
+    const DUP: &str = "keel-duplicate-key:";
+    impl<'de> Visitor<'de> for V {
+        type Value = NoDup;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("any JSON value")
+        }
+        fn visit_bool<E>(self, _: bool) -> Result<NoDup, E> {
+            Ok(NoDup)
+        }
+        fn visit_i64<E>(self, _: i64) -> Result<NoDup, E> {
+            Ok(NoDup)
+        }
+        fn visit_u64<E>(self, _: u64) -> Result<NoDup, E> {
+            Ok(NoDup)
+        }
+        fn visit_f64<E>(self, _: f64) -> Result<NoDup, E> {
+            Ok(NoDup)
+        }
+        fn visit_str<E>(self, _: &str) -> Result<NoDup, E> {
+            Ok(NoDup)
+        }
+        fn visit_unit<E>(self) -> Result<NoDup, E> {
+            Ok(NoDup)
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<NoDup, A::Error> {
+            while seq.next_element::<NoDup>()?.is_some() {}
+            Ok(NoDup)
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<NoDup, A::Error> {
+            let mut seen = HashSet::new();
+            while let Some(key) = map.next_key::<String>()? {
+                if !seen.insert(key.clone()) {
+                    return Err(serde::de::Error::custom(format!("{DUP}{key}")));
+                }
+                map.next_value::<NoDup>()?;
+            }
+            Ok(NoDup)
+        }
+    }
+    impl<'de> Deserialize<'de> for NoDup {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            d.deserialize_any(V)
+        }
+    }
+    let e = serde_json::from_str::<NoDup>(line).err()?;
+    let text = e.to_string();
+    let rest = text.split_once(DUP)?.1;
+    // serde_json appends " at line L column C".
+    let key = rest.rsplit_once(" at line ").map_or(rest, |(k, _)| k);
+    Some(key.to_owned())
 }
 
 /// The JSON-RPC 2.0 error for a line that is not a well-formed message, or `None` when the line
@@ -77,6 +134,17 @@ pub fn check_line(line: &str) -> Option<Value> {
         None => None,
     };
     let reply_id = id.clone().unwrap_or(Value::Null);
+    // The protocol crate refuses an object with a repeated key (serde's typed parse) without an
+    // answer; which of two values would count is unclear, so the message is refused — with
+    // its `id` unless that is the repeated key.
+    if let Some(key) = duplicate_key(line) {
+        return Some(error(
+            if key == "id" { Value::Null } else { reply_id },
+            -32600,
+            "Invalid Request",
+            &format!("the key {key:?} appears twice in one object"),
+        ));
+    }
     if map.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
         return Some(error(
             reply_id,
@@ -364,10 +432,14 @@ mod tests {
         );
         assert_eq!(code(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#), None);
         assert_eq!(code(r#"{"jsonrpc":"2.0","method":"session/cancel"}"#), None);
-        // An unknown notification is ignored (notifications get no answer); extension methods
-        // go to the crate.
+        // An unknown notification is ignored (notifications get no answer); Keel has no
+        // extension methods.
         assert_eq!(code(r#"{"jsonrpc":"2.0","method":"x"}"#), None);
-        assert_eq!(code(r#"{"jsonrpc":"2.0","id":1,"method":"_x"}"#), None);
+        assert_eq!(code(r#"{"jsonrpc":"2.0","method":"_x"}"#), None);
+        assert_eq!(
+            code(r#"{"jsonrpc":"2.0","id":1,"method":"_keel/x"}"#),
+            Some((json!(-32601), json!(1)))
+        );
     }
 
     /// JSON-RPC 2.0 edges the protocol crate left unanswered or answered with the wrong code
@@ -412,6 +484,35 @@ mod tests {
         assert_eq!(
             code(
                 r#"{"jsonrpc":"2.0","id":3,"method":"initialize","params":{"protocolVersion":1}}"#
+            ),
+            None
+        );
+    }
+
+    /// A repeated key anywhere is `-32600`, answered with the id unless the id is what repeats
+    /// (the crate dropped such a message without an answer, and end of input then waited).
+    #[test]
+    fn repeated_keys_are_invalid_requests() {
+        let code = |l: &str| check_line(l).map(|e| (e["error"]["code"].clone(), e["id"].clone()));
+        assert_eq!(
+            code(
+                r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1},"id":2}"#
+            ),
+            Some((json!(-32600), Value::Null))
+        );
+        assert_eq!(
+            code(r#"{"jsonrpc":"2.0","id":4,"method":"initialize","method":"session/new"}"#),
+            Some((json!(-32600), json!(4)))
+        );
+        assert_eq!(
+            code(
+                r#"{"jsonrpc":"2.0","id":5,"method":"session/new","params":{"cwd":"/a","cwd":"/b"}}"#
+            ),
+            Some((json!(-32600), json!(5)))
+        );
+        assert_eq!(
+            code(
+                r#"{"jsonrpc":"2.0","id":6,"method":"session/new","params":{"a":[{"x":1},{"x":2}]}}"#
             ),
             None
         );
