@@ -477,6 +477,8 @@ fn a_dead_primary_s_fallback_is_named_and_priced_in_the_stream_and_the_result_li
         "ws/script.jsonl",
         "{\"text\":\"done\",\"usage\":{\"input_tokens\":100000,\"output_tokens\":10000}}\n",
     );
+    // A scripted fallback in keel.toml: only a trusted workspace names one.
+    assert!(env.run(&["trust", "ws"]).status.success());
     let out = env
         .keel()
         .env("OPENAI_API_KEY", "k")
