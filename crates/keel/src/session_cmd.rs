@@ -354,7 +354,16 @@ async fn converse(mut p: Prepared, mode: Mode, config: &Config, lines: &mut Opti
                 && o.status == SessionStatus::RequiresAction
                 && !o.pending.is_empty()
             {
-                match crate::interactive::decide_pending(&p, &o.pending, lines).await {
+                printer
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .pause();
+                let decided = crate::interactive::decide_pending(&p, &o.pending, lines).await;
+                printer
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .unpause();
+                match decided {
                     Ok(true) => continue,
                     Ok(false) => {}
                     Err(e) => printer

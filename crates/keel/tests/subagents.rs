@@ -204,7 +204,16 @@ fn the_interactive_terminal_asks_for_a_childs_approval() {
     p.exp_string("write_file (agent `helper`, session ")
         .unwrap();
     p.exp_string("needs approval").unwrap();
-    p.exp_string("[y] allow once").unwrap();
+    p.exp_string(&l1("[n] deny › ")).unwrap();
+    // While the question is open the parent's spawn_agent spinner is not redrawn (it ticks
+    // every 100 ms and would erase the question and what is typed): wait well past a tick,
+    // then give an answer that asks again; nothing but the echo comes before the re-ask.
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    p.send_line("x").unwrap();
+    let between = p.exp_string("answer y, a or n").unwrap();
+    assert!(!between.contains("spawn_agent"), "{between:?}");
+    assert!(!between.contains("\x1b[2K"), "{between:?}");
+    p.exp_string(&l1("[n] deny › ")).unwrap();
     p.send_line("y").unwrap();
     p.exp_string("parent done").unwrap();
     p.exp_string(&l1("── completed")).unwrap();
