@@ -166,6 +166,21 @@ fn a_childs_approval_is_listed_on_the_parent_and_decided_with_keel_approve() {
     assert!(printed.contains(&format!("keel approve {id}")), "{printed}");
     let text = crate::common::stdout(&env.run(&["sessions", "show", &parent]));
     assert!(text.contains("(agent helper, session "), "{text}");
+    // Input to the child session is refused (its answer belongs to the parent's call): exit 2,
+    // naming the parent to resume; nothing is queued in the child.
+    let child = approval["session_id"].as_str().unwrap();
+    let out = env.run(&["resume", child, "more please"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!("keel resume {parent}")),
+        "{}",
+        stderr(&out)
+    );
+    let show: serde_json::Value = serde_json::from_str(&crate::common::stdout(
+        &env.run(&["sessions", "show", child, "--json"]),
+    ))
+    .unwrap();
+    assert!(!show.to_string().contains("more please"), "{show}");
     let out = env.run(&["approve", id]);
     assert!(out.status.success(), "{}", stderr(&out));
     // The line names the session to resume: the parent, not the child.
