@@ -335,11 +335,15 @@ async fn converse(mut p: Prepared, mode: Mode, config: &Config, lines: &mut Opti
                 }
                 Err(e) => {
                     eprintln!("keel: {}", crate::report::describe(&e));
-                    code = if e.is::<exit::UsageError>() {
-                        exit::USAGE
-                    } else {
-                        exit::code(TerminalReason::Failed)
-                    };
+                    // Interactive, a refused command ran nothing: the exit code stays that of
+                    // the last thing that ran (like a refused prompt's).
+                    if lines.is_none() {
+                        code = if e.is::<exit::UsageError>() {
+                            exit::USAGE
+                        } else {
+                            exit::code(TerminalReason::Failed)
+                        };
+                    }
                     drive_now = false;
                 }
             }
