@@ -90,7 +90,19 @@ impl Runtime {
         input: &str,
         opts: SubmitOptions,
     ) -> Result<TurnId> {
-        self.submit_turn(tenant, session, input, None, opts).await
+        self.submit_turn(tenant, session, input, None, opts, false)
+            .await
+    }
+    /// A sub-agent's prompt into its child session (the runtime's own spawn path); hosts'
+    /// input to a child session is refused ([`RuntimeError::SubAgentSession`]).
+    pub(crate) async fn submit_child(
+        &self,
+        tenant: TenantId,
+        session: SessionId,
+        input: &str,
+    ) -> Result<TurnId> {
+        self.submit_turn(tenant, session, input, None, SubmitOptions::default(), true)
+            .await
     }
     /// Journals a prompt the input pipeline compiled ([`crate::input`]) as a turn, as
     /// [`Runtime::submit_opts`] does, with how it was compiled in `turn.queued`'s `compiled`.
@@ -110,6 +122,7 @@ impl Runtime {
             &prompt.message,
             prompt.compiled.clone(),
             opts,
+            false,
         )
         .await
     }
@@ -120,6 +133,7 @@ impl Runtime {
         input: &str,
         compiled: Option<keel_core::CompiledInput>,
         opts: SubmitOptions,
+        from_parent: bool,
     ) -> Result<TurnId> {
         opts.validate()?;
         if input.trim().is_empty() {
@@ -127,13 +141,22 @@ impl Runtime {
                 "input is empty; a turn needs a message".into(),
             ));
         }
-        if let Ok(held) = self.inner.hold_now(tenant, session).await? {
+        let child_of = |s: &SessionState| match s.parent_session_id {
+            Some(parent) if !from_parent => Err(RuntimeError::SubAgentSession { session, parent }),
+            _ => Ok(()),
+        };
+        if let Ok(mut held) = self.inner.hold_now(tenant, session).await? {
+            if let Err(e) = child_of(&held.journal().state) {
+                self.inner.unhold(tenant, held).await;
+                return Err(e);
+            }
             return self
                 .submit_on(tenant, held, input, compiled, opts, TurnId::new())
                 .await;
         }
         // Another live worker runs the session: ask it through a durable intent.
         let state = self.fold(tenant, session).await?;
+        child_of(&state)?;
         let busy = |s: &SessionState| s.active_turn.or_else(|| s.queue.front().copied());
         if state.status == SessionStatus::Closed {
             return Err(RuntimeError::Closed { session });

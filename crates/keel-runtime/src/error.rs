@@ -137,6 +137,18 @@ pub enum RuntimeError {
         /// The session.
         session: SessionId,
     },
+    /// Input from a host (a person, an API caller) to a sub-agent's session: the child takes
+    /// only the prompt its parent's `spawn_agent` call gives it, and its answer is that call's
+    /// result. Nothing was written.
+    #[error(
+        "session {session} is a sub-agent's session, run by a call of session {parent}; it takes no input: continue session {parent} instead"
+    )]
+    SubAgentSession {
+        /// The child session.
+        session: SessionId,
+        /// The parent session whose call runs it.
+        parent: SessionId,
+    },
 }
 
 impl RuntimeError {

@@ -317,7 +317,7 @@ async fn run_child(
     }
     let state = rt.view(tenant, child).await?.state;
     if state.turn_order.is_empty() {
-        rt.submit(tenant, child, prompt).await?;
+        rt.submit_child(tenant, child, prompt).await?;
     }
     let Some(cancelled) = drive(rt, ctx, &active, &call, tenant, child, agent).await? else {
         // The parent's run stopped without a cancellation (its lease was lost, its worker is

@@ -370,6 +370,10 @@ impl From<RuntimeError> for ApiError {
             | RuntimeError::NoActiveTurn { session }
             | RuntimeError::TurnOpen { session, .. }
             | RuntimeError::Closed { session } => ApiError::conflict(text).id(session.to_string()),
+            // Name the session to continue instead: the parent.
+            RuntimeError::SubAgentSession { parent, .. } => {
+                ApiError::conflict(text).id(parent.to_string())
+            }
             RuntimeError::NoSuchToolCall { call, .. } => {
                 ApiError::conflict(text).id(call.to_string())
             }

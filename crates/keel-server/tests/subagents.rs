@@ -161,6 +161,18 @@ async fn a_childs_approval_is_listed_and_decided_through_its_parent(b: Backend) 
     // The parent does not hang in its call: it waits on the human too.
     s.wait_session(&session, |b| b["status"] == "requires_action")
         .await;
+    // Input to the child session is refused, naming the parent: the child's answer belongs to
+    // the parent's call.
+    let child_id = listed["session_id"].as_str().unwrap();
+    let r = s
+        .post(
+            &format!("/v1/sessions/{child_id}/turns"),
+            &s.operator,
+            &json!({"input": "more please"}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{r:?}");
+    assert!(r.body.to_string().contains(&session), "{r:?}");
     let approval = listed["approval_id"].as_str().unwrap();
     let d = s
         .post(

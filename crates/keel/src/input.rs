@@ -45,6 +45,12 @@ pub fn usage_of(e: keel_runtime::RuntimeError) -> anyhow::Error {
         keel_runtime::RuntimeError::Input(m) => {
             anyhow::Error::new(crate::exit::UsageError(format!("input: {m}")))
         }
+        // A sub-agent's session: the message names the parent to resume instead.
+        keel_runtime::RuntimeError::SubAgentSession { session, parent } => {
+            anyhow::Error::new(crate::exit::UsageError(format!(
+                "session {session} is a sub-agent's session (run by a call of session {parent}); it takes no input: keel resume {parent}"
+            )))
+        }
         other => other.into(),
     }
 }
@@ -68,7 +74,8 @@ pub async fn submit(
         Compiled::Prompt(prompt) => Ok(Ok(p
             .runtime
             .submit_prompt(p.tenant, p.session, &prompt, Default::default())
-            .await?)),
+            .await
+            .map_err(usage_of)?)),
         Compiled::Command(c) => Ok(Err(c)),
     }
 }

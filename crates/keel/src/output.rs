@@ -91,6 +91,12 @@ pub trait Printer: Send {
     fn seed(&mut self, _state: &keel_core::SessionState) {}
     /// The end of a run.
     fn result(&mut self, result: &ResultLine);
+    /// A question is about to be asked on the terminal (an approval, also a sub-agent's while
+    /// the parent's `spawn_agent` call runs): stop redrawing running calls' spinners, which
+    /// would erase the question and what the user types.
+    fn pause(&mut self) {}
+    /// The question was answered: spinners of calls still running are drawn again.
+    fn unpause(&mut self) {}
 }
 
 /// `--output jsonl`: every durable event as one JSON line, then the result line.
@@ -155,6 +161,8 @@ pub struct TextPrinter {
     open_steps: HashSet<StepId>,
     /// Without a terminal: lines of calls of an open step, printed after the step's text.
     held: Vec<(StepId, String)>,
+    /// A question is on screen: no spinner is drawn ([`Printer::pause`]).
+    paused: bool,
     out: Box<dyn Write + Send>,
 }
 
@@ -351,6 +359,7 @@ impl TextPrinter {
             running: HashMap::new(),
             open_steps: HashSet::new(),
             held: Vec::new(),
+            paused: false,
             out,
         }
     }
@@ -407,6 +416,24 @@ impl TextPrinter {
             .partition(|(after_seq, _)| *after_seq < seq);
         self.streamed = after;
         before.into_iter().map(|(_, t)| t).collect()
+    }
+
+    /// A spinner for a running call labelled `label`, started `elapsed` ago (on a terminal
+    /// only, and not while a question is on screen).
+    fn spinner(&mut self, label: &str, elapsed: Duration) -> Option<ProgressBar> {
+        if !self.live || self.paused {
+            return None;
+        }
+        if !self.at_line_start {
+            self.out("\n");
+        }
+        let pb = ProgressBar::new_spinner().with_elapsed(elapsed);
+        if let Ok(style) = ProgressStyle::with_template("{spinner} {msg} {elapsed}") {
+            pb.set_style(style);
+        }
+        pb.set_message(visible(label).into_owned());
+        pb.enable_steady_tick(Duration::from_millis(100));
+        Some(pb)
     }
 
     fn event(&mut self, seq: u64, body: &EventBody, step: Option<StepId>, call: Option<&str>) {
@@ -478,18 +505,7 @@ impl TextPrinter {
                     .get(id)
                     .cloned()
                     .unwrap_or_else(|| id.to_owned());
-                let spinner = self.live.then(|| {
-                    if !self.at_line_start {
-                        self.out("\n");
-                    }
-                    let pb = ProgressBar::new_spinner();
-                    if let Ok(style) = ProgressStyle::with_template("{spinner} {msg} {elapsed}") {
-                        pb.set_style(style);
-                    }
-                    pb.set_message(visible(&label).into_owned());
-                    pb.enable_steady_tick(Duration::from_millis(100));
-                    pb
-                });
+                let spinner = self.spinner(&label, Duration::ZERO);
                 self.running.insert(
                     id.to_owned(),
                     RunningCall {
@@ -627,6 +643,30 @@ impl Printer for TextPrinter {
             let args = one_line(&call.arguments.to_string(), 100);
             self.proposed
                 .insert(call.id.as_str().to_owned(), format!("{} {args}", call.name));
+        }
+    }
+
+    fn pause(&mut self) {
+        self.paused = true;
+        for call in self.running.values_mut() {
+            if let Some(pb) = call.spinner.take() {
+                pb.finish_and_clear();
+            }
+        }
+    }
+
+    fn unpause(&mut self) {
+        self.paused = false;
+        let ids: Vec<String> = self.running.keys().cloned().collect();
+        for id in ids {
+            let Some(call) = self.running.get(&id) else {
+                continue;
+            };
+            let (label, elapsed) = (call.label.clone(), call.started.elapsed());
+            let spinner = self.spinner(&label, elapsed);
+            if let Some(call) = self.running.get_mut(&id) {
+                call.spinner = spinner;
+            }
         }
     }
 

@@ -378,11 +378,15 @@ async fn converse_in(
                 }
                 Err(e) => {
                     eprintln!("keel: {}", crate::report::describe(&e));
-                    code = if e.is::<exit::UsageError>() {
-                        exit::USAGE
-                    } else {
-                        exit::code(TerminalReason::Failed)
-                    };
+                    // Interactive, a refused command ran nothing: the exit code stays that of
+                    // the last thing that ran (like a refused prompt's).
+                    if lines.is_none() {
+                        code = if e.is::<exit::UsageError>() {
+                            exit::USAGE
+                        } else {
+                            exit::code(TerminalReason::Failed)
+                        };
+                    }
                     drive_now = false;
                 }
             }
@@ -397,7 +401,16 @@ async fn converse_in(
                 && o.status == SessionStatus::RequiresAction
                 && !o.pending.is_empty()
             {
-                match crate::interactive::decide_pending(p, &o.pending, lines).await {
+                printer
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .pause();
+                let decided = crate::interactive::decide_pending(p, &o.pending, lines).await;
+                printer
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .unpause();
+                match decided {
                     Ok(true) => continue,
                     Ok(false) => {}
                     Err(e) => printer

@@ -339,6 +339,10 @@ fn slash_commands_user_commands_and_at_paths_at_the_prompt() {
     p.send_line("1").unwrap();
     p.exp_string("resumed session").unwrap();
     p.exp_string(&prompt).unwrap();
+    // A refused command ran nothing: the exit code stays that of the last turn.
+    p.send_line("/model foo:bar").unwrap();
+    p.exp_string("keel: ").unwrap();
+    p.exp_string(&prompt).unwrap();
     p.send_line("exit").unwrap();
     assert_eq!(exit_code(&mut p), Some(0));
     // The first session has the three turns (local commands and refusals made none), the

@@ -166,6 +166,21 @@ fn a_childs_approval_is_listed_on_the_parent_and_decided_with_keel_approve() {
     assert!(printed.contains(&format!("keel approve {id}")), "{printed}");
     let text = crate::common::stdout(&env.run(&["sessions", "show", &parent]));
     assert!(text.contains("(agent helper, session "), "{text}");
+    // Input to the child session is refused (its answer belongs to the parent's call): exit 2,
+    // naming the parent to resume; nothing is queued in the child.
+    let child = approval["session_id"].as_str().unwrap();
+    let out = env.run(&["resume", child, "more please"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!("keel resume {parent}")),
+        "{}",
+        stderr(&out)
+    );
+    let show: serde_json::Value = serde_json::from_str(&crate::common::stdout(
+        &env.run(&["sessions", "show", child, "--json"]),
+    ))
+    .unwrap();
+    assert!(!show.to_string().contains("more please"), "{show}");
     let out = env.run(&["approve", id]);
     assert!(out.status.success(), "{}", stderr(&out));
     // The line names the session to resume: the parent, not the child.
@@ -204,7 +219,16 @@ fn the_interactive_terminal_asks_for_a_childs_approval() {
     p.exp_string("write_file (agent `helper`, session ")
         .unwrap();
     p.exp_string("needs approval").unwrap();
-    p.exp_string("[y] allow once").unwrap();
+    p.exp_string(&l1("[n] deny › ")).unwrap();
+    // While the question is open the parent's spawn_agent spinner is not redrawn (it ticks
+    // every 100 ms and would erase the question and what is typed): wait well past a tick,
+    // then give an answer that asks again; nothing but the echo comes before the re-ask.
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    p.send_line("x").unwrap();
+    let between = p.exp_string("answer y, a or n").unwrap();
+    assert!(!between.contains("spawn_agent"), "{between:?}");
+    assert!(!between.contains("\x1b[2K"), "{between:?}");
+    p.exp_string(&l1("[n] deny › ")).unwrap();
     p.send_line("y").unwrap();
     p.exp_string("parent done").unwrap();
     p.exp_string(&l1("── completed")).unwrap();

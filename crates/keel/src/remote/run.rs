@@ -743,7 +743,16 @@ async fn converse(mut p: RemoteRun, output: OutputFormat, lines: &mut Option<Lin
                 session: p.session,
                 state: &p.state,
             };
-            match crate::interactive::decide_with(&decider, &waiting, lines).await {
+            printer
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .pause();
+            let decided = crate::interactive::decide_with(&decider, &waiting, lines).await;
+            printer
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .unpause();
+            match decided {
                 Ok(true) => continue,
                 Ok(false) => {}
                 Err(e) => printer
