@@ -22,6 +22,8 @@
 //! - [`patch`] — JSON merge patches, the shape of `session.config_changed`.
 //! - [`plan`] — the planner: [`plan::next`] says from the folded state what the runtime does
 //!   next ([`Next`]); the runtime's driver does it.
+//! - [`mechanisms`] — test-only switches that turn a guarded mechanism off (and a clock offset),
+//!   compiled in only with the `mechanism-switches` feature (dev-dependencies only).
 
 pub mod approval;
 pub mod budget;
@@ -29,6 +31,7 @@ pub mod canonical;
 pub mod event;
 pub mod ids;
 pub mod machine;
+pub mod mechanisms;
 pub mod patch;
 pub mod plan;
 pub mod release;

@@ -62,6 +62,7 @@ use crate::machine::{
     ApprovalStatus, EffectStatus, SessionStatus, StateMachine, StepStatus, ToolCallStatus,
     TurnStatus,
 };
+use crate::mechanisms::{Mechanism, is_off};
 use crate::state::{SessionState, ToolCallState, TurnState};
 
 /// How a tool affects the world; drives policy defaults and crash recovery.
@@ -461,7 +462,9 @@ pub fn next(state: &SessionState, facts: &Facts) -> Next {
             None => Next::Idle,
         };
     };
-    if let Some(reason) = &turn.cancel_requested {
+    if let Some(reason) = &turn.cancel_requested
+        && !is_off(Mechanism::CancelBeforeDispatch)
+    {
         return Next::FinishTurn {
             turn: turn.id,
             reason: TerminalReason::Aborted,
@@ -598,6 +601,9 @@ pub fn wall_time_left_ms(
     limits: &Limits,
     now: DateTime<Utc>,
 ) -> Option<u64> {
+    if is_off(Mechanism::BudgetCheck) {
+        return None;
+    }
     let elapsed = turn.started_at.map_or(0, |s| elapsed_ms(s, now));
     let turn_left = limits
         .turn_budget
@@ -621,6 +627,9 @@ fn tool_calls_left(
     limits: &Limits,
     shared: Option<&SharedBudget>,
 ) -> Option<u32> {
+    if is_off(Mechanism::BudgetCheck) {
+        return None;
+    }
     let turn_left = limits.turn_budget.max_tool_calls.map(|m| {
         m.saturating_sub(turn.tool_calls_run)
             .saturating_sub(turn.subagents.tool_calls)
@@ -850,6 +859,9 @@ pub fn budget_exhausted(
     turn: &TurnState,
     facts: &Facts,
 ) -> Option<BudgetLimit> {
+    if is_off(Mechanism::BudgetCheck) {
+        return None;
+    }
     let (turn_used, session_used) = consumed(state, turn, facts.now);
     let limits = &facts.limits;
     if let Err(l) = limits.turn_budget.check(&turn_used) {
@@ -1340,6 +1352,8 @@ fn recover(
             // A tool that can check asks first, and what it cannot tell goes to a human (the
             // world changed in a way nobody can explain); an idempotent write without a check
             // is dispatched again.
+            // Test builds with `effect_claim` off: dispatched again, blindly.
+            None if is_off(Mechanism::EffectClaim) => CallNeed::Ready { parallel: false },
             None => match cf {
                 Some(CallFacts::Valid {
                     can_reconcile: true,

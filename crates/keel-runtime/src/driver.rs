@@ -16,6 +16,7 @@
 //! loses at most the staged part of the current step, which the planner then plans again
 //! (a read-only call re-runs, a model step re-samples from the same scripted position).
 
+use keel_core::mechanisms::Mechanism;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -362,6 +363,7 @@ impl Runner {
                 }
                 if self.turn_token().is_cancelled()
                     && !matches!(next, Next::FinishTurn { .. } | Next::Stop)
+                    && !keel_core::mechanisms::is_off(Mechanism::CancelBeforeDispatch)
                 {
                     self.record_local_cancel(turn).await?;
                     continue;

@@ -171,7 +171,7 @@ pub async fn acquire(
                         owner: holder,
                     });
                 }
-                let until_expiry = (expires_at - chrono::Utc::now())
+                let until_expiry = (expires_at - lease_clock())
                     .to_std()
                     .unwrap_or(Duration::ZERO);
                 let nap = until_expiry
@@ -227,11 +227,18 @@ pub fn heartbeat(
     })
 }
 
+/// The wall time leases are reckoned in (the store's clock): `Utc::now()`, shifted in test
+/// builds by `KEEL_CLOCK_SKEW_MS` (`keel_core::mechanisms::clock_skew_ms`; 0 otherwise) to play
+/// a worker whose clock is wrong.
+pub(crate) fn lease_clock() -> chrono::DateTime<chrono::Utc> {
+    chrono::Utc::now() + chrono::Duration::milliseconds(keel_core::mechanisms::clock_skew_ms())
+}
+
 /// How long until `lease` (of `ttl`) is `period` old: its grant time is `expires_at - ttl`
 /// (the store's clock; a skew between hosts only moves the renewal earlier or later by it).
 /// Zero when that moment has passed.
 fn renewal_due_in(lease: &Lease, ttl: Duration, period: Duration) -> Duration {
-    let left = (lease.expires_at - chrono::Utc::now())
+    let left = (lease.expires_at - lease_clock())
         .to_std()
         .unwrap_or(Duration::ZERO);
     left.saturating_sub(ttl.saturating_sub(period))

@@ -573,7 +573,11 @@ async fn yield_to_starved(
     in_flight: &InFlight,
 ) -> Result<(), StoreError> {
     let backlog = store
-        .runnable_tenants(Utc::now(), config.max_schema_version, 10_000)
+        .runnable_tenants(
+            crate::lease::lease_clock(),
+            config.max_schema_version,
+            10_000,
+        )
         .await?;
     let by = runs_by_tenant(in_flight);
     let pending = lock(in_flight)
@@ -624,7 +628,7 @@ async fn next_claim(
     config: &SchedulerConfig,
     ring: &mut Ring,
 ) -> Result<Option<Claim>, StoreError> {
-    let now = Utc::now();
+    let now = crate::lease::lease_clock();
     let backlog: Vec<TenantBacklog> = store
         .runnable_tenants(now, config.max_schema_version, 10_000)
         .await?;

@@ -4,6 +4,7 @@
 //! dispatches, re-runs after a crash, and one call's execution with its time limit,
 //! cancellation and one result. What the policy says of a call is [`crate::authorize`]'s.
 
+use keel_core::mechanisms::{Mechanism, is_off};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
@@ -294,6 +295,7 @@ impl Runner {
         // again here, at execution, not only when the decision was taken.
         if let Some(hash) = approved_hash
             && keel_core::args_hash(&v.arguments) != hash
+            && !is_off(Mechanism::ApprovalHash)
         {
             let text = format!(
                 "The `{}` call was not run: its arguments differ from the ones that were approved.",
@@ -367,6 +369,7 @@ impl Runner {
                     // journal lacks was written by something else: never dispatch it again.
                     if let Ok(row) = self.rt.store.get_effect(self.tenant, &key).await
                         && row.status != EffectStatus::Prepared
+                        && !is_off(Mechanism::EffectClaim)
                     {
                         tracing::warn!(session = %self.session, %key, status = %row.status.as_str(), "refused a second dispatch of an operation key");
                         let ecorr = Correlation::default().with_operation(key.clone());

@@ -4,6 +4,7 @@
 //! 428 without, 412 on a mismatch), `Idempotency-Key` on every POST ([`idempotency`]), the
 //! problem+json fallbacks for unknown routes and methods, and response counting.
 
+use keel_core::mechanisms::Mechanism;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -262,7 +263,7 @@ fn valid_key(key: &str) -> bool {
 /// (marked `Idempotent-Replayed: true`); another body is 422; while the first still runs,
 /// 409. A response of 500 or above is not kept (the key may be used again).
 pub async fn idempotency(State(state): State<Shared>, req: Request, next: Next) -> Response {
-    if req.method() != Method::POST {
+    if req.method() != Method::POST || keel_core::mechanisms::is_off(Mechanism::IdempotencyKey) {
         return next.run(req).await;
     }
     let Some(raw) = req.headers().get("idempotency-key").cloned() else {

@@ -5,6 +5,7 @@
 //! the `[scheduler]` table (tenant names resolved to ids at start), and admission control for
 //! new turns (429 with `Retry-After` beyond the queue depths).
 
+use keel_core::mechanisms::{Mechanism, is_off};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -256,7 +257,7 @@ pub async fn admit_turn<'a>(
         let s = (settings.poll_ms.saturating_mul(1 + over / 100)).div_ceil(1000);
         s.clamp(1, 60)
     };
-    if mine >= limit {
+    if mine >= limit && !is_off(Mechanism::QueueBound) {
         metrics.admission_rejected(AdmissionScope::Tenant);
         return Err(ApiError::queue_full(
             "tenant",
@@ -264,7 +265,7 @@ pub async fn admit_turn<'a>(
             retry(mine - limit),
         ));
     }
-    if all >= settings.max_queued_turns {
+    if all >= settings.max_queued_turns && !is_off(Mechanism::QueueBound) {
         metrics.admission_rejected(AdmissionScope::Overall);
         return Err(ApiError::queue_full(
             "overall",

@@ -22,6 +22,7 @@
 
 use std::sync::Arc;
 
+use keel_core::mechanisms::{Mechanism, sql_guard};
 use keel_core::{Event, LeaseEpoch, SessionId, StateMachine, TenantId};
 use sqlx::{AnyConnection, AnyPool, Connection, Row};
 use tokio::sync::{Mutex, OwnedMutexGuard, oneshot};
@@ -203,6 +204,21 @@ pub(crate) enum CasFailure {
     Store(StoreError),
 }
 
+/// An append's compare-and-set on the session row (`p`: the table prefix; `version`, `epoch`:
+/// the expected version's and lease epoch's expressions): the journal version, and the lease
+/// epoch fence (a released lease has no owner). Each part can be turned off in test builds
+/// (`keel_core::mechanisms`: `cas_version`, `fencing`).
+fn cas_condition(p: &str, version: &str, epoch: &str) -> String {
+    format!(
+        "{} AND {}",
+        sql_guard(Mechanism::CasVersion, &format!("{p}version = {version}")),
+        sql_guard(
+            Mechanism::Fencing,
+            &format!("{p}lease_epoch = {epoch} AND {p}lease_owner IS NOT NULL")
+        )
+    )
+}
+
 /// Writes one append inside the caller's transaction. The outer error is a database error; the
 /// inner one a refused compare-and-set (nothing written).
 pub(crate) async fn apply_one(
@@ -213,9 +229,9 @@ pub(crate) async fn apply_one(
     let now = now_ms();
     let sql = format!(
         "UPDATE sessions SET version = version + ?, status = COALESCE(?, status), updated_at = ?{} \
-         WHERE tenant_id = ? AND session_id = ? AND version = ? AND lease_epoch = ? AND lease_owner IS NOT NULL \
-         RETURNING runnable, runnable_since",
-        work_assignments("?", "?", "?", "?", "?")
+         WHERE tenant_id = ? AND session_id = ? AND {} RETURNING runnable, runnable_since",
+        work_assignments("?", "?", "?", "?", "?"),
+        cas_condition("", "?", "?")
     );
     let sql = dialect.sql(&sql);
     let q = sqlx::query(&sql)
@@ -300,11 +316,12 @@ pub(crate) async fn append_postgres(
     let now = now_ms();
     let mut sql = format!(
         "WITH upd AS (UPDATE sessions SET version = version + ?, status = COALESCE(?, status), updated_at = ?{} \
-         WHERE tenant_id = ? AND session_id = ? AND version = ? AND lease_epoch = ? AND lease_owner IS NOT NULL \
+         WHERE tenant_id = ? AND session_id = ? AND {} \
          RETURNING tenant_id, session_id, runnable, runnable_since), \
          ins AS (INSERT INTO events (tenant_id, session_id, seq, type, ts, body) \
          SELECT upd.tenant_id, upd.session_id, v.seq, v.type, v.ts, v.body FROM upd CROSS JOIN (VALUES ",
-        work_assignments("?", "?", "?", "?", "?")
+        work_assignments("?", "?", "?", "?", "?"),
+        cas_condition("", "?", "?")
     );
     for k in 0..req.rows.len() {
         sql.push_str(if k == 0 {
@@ -638,9 +655,9 @@ async fn run_batch_set_wise(
                 ") UPDATE sessions SET version = sessions.version + v.cnt, \
                  status = COALESCE(v.st, sessions.status), updated_at = ?{} FROM v \
                  WHERE sessions.tenant_id = v.t_id AND sessions.session_id = v.s_id \
-                 AND sessions.version = v.exp AND sessions.lease_epoch = v.ep \
-                 AND sessions.lease_owner IS NOT NULL RETURNING session_id, runnable, runnable_since",
-                work_assignments("v.run", "v.qt", "v.prio", "v.sv", "?")
+                 AND {} RETURNING session_id, runnable, runnable_since",
+                work_assignments("v.run", "v.qt", "v.prio", "v.sv", "?"),
+                cas_condition("sessions.", "v.exp", "v.ep")
             ));
             let mut q = sqlx::query(&sql);
             for &i in chunk {

@@ -31,6 +31,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use keel_core::mechanisms::Mechanism;
 use keel_core::{
     ApprovalDecision, ApprovalId, ApprovalRecord, ApprovalStatus, Decided, EffectStatus, Event,
     LeaseEpoch, OperationKey, PrincipalId, Release, ReleaseId, SessionId, SessionStatus,
@@ -69,12 +70,39 @@ pub enum Dialect {
     Postgres,
 }
 
+/// Test builds with `tenant_scope` turned off (`keel_core::mechanisms`): every `…tenant_id = ?`
+/// condition of `sql` made `(…tenant_id = ? OR 1 = 1)` (same placeholders, always true), so the
+/// store's tenant filter is gone from every query that goes through [`Dialect::sql`].
+fn unscoped(sql: &str) -> String {
+    const NEEDLE: &str = "tenant_id = ?";
+    let mut out = String::with_capacity(sql.len() + 32);
+    let mut rest = sql;
+    while let Some(at) = rest.find(NEEDLE) {
+        // The qualified column starts after the last character that cannot be part of it.
+        let start = rest[..at]
+            .rfind(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.'))
+            .map_or(0, |i| i + 1);
+        out.push_str(&rest[..start]);
+        out.push('(');
+        out.push_str(&rest[start..at + NEEDLE.len()]);
+        out.push_str(" OR 1 = 1)");
+        rest = &rest[at + NEEDLE.len()..];
+    }
+    out.push_str(rest);
+    out
+}
+
 impl Dialect {
     /// Rewrites `?` placeholders for this dialect (`$1, $2, …` for PostgreSQL). The SQL in this
     /// crate has no `?` inside literals.
     pub(crate) fn sql(self, sql: &str) -> Cow<'_, str> {
+        let sql: Cow<'_, str> = if keel_core::mechanisms::is_off(Mechanism::TenantScope) {
+            Cow::Owned(unscoped(sql))
+        } else {
+            Cow::Borrowed(sql)
+        };
         match self {
-            Dialect::Sqlite => Cow::Borrowed(sql),
+            Dialect::Sqlite => sql,
             Dialect::Postgres => {
                 let mut out = String::with_capacity(sql.len() + 16);
                 let mut n = 0;
@@ -107,8 +135,10 @@ impl Dialect {
     }
 }
 
+/// The store's wall clock (Unix ms): leases, claims and timestamps. Test builds may shift it
+/// (`KEEL_CLOCK_SKEW_MS`, `keel_core::mechanisms::clock_skew_ms`; 0 otherwise).
 pub(crate) fn now_ms() -> i64 {
-    Utc::now().timestamp_millis()
+    Utc::now().timestamp_millis() + keel_core::mechanisms::clock_skew_ms()
 }
 
 fn ms_to_time(ms: i64) -> DateTime<Utc> {
@@ -1814,10 +1844,11 @@ impl Store for SqlStore {
             .bind(due)
             .execute(&mut *tx)
             .await?;
-            let done = sqlx::query(&self.sql(
+            let done = sqlx::query(&self.sql(&format!(
                 "UPDATE approvals SET status = ?, decision = ?, decided_at = ?, decided_by = ? \
-                 WHERE tenant_id = ? AND approval_id = ? AND status = 'pending'",
-            ))
+                 WHERE tenant_id = ? AND approval_id = ? AND {}",
+                keel_core::mechanisms::sql_guard(Mechanism::DecisionOnce, "status = 'pending'")
+            )))
             .bind(next.status.as_str())
             .bind(
                 next.decision
