@@ -6,4 +6,5 @@
 
 mod harness;
 
+mod provider_fallback;
 mod stale_write;
