@@ -6,5 +6,6 @@
 
 mod harness;
 
+mod crash_after_effect;
 mod provider_fallback;
 mod stale_write;
