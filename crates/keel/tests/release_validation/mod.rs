@@ -7,5 +7,6 @@
 mod harness;
 
 mod crash_after_effect;
+mod duplicate_delivery;
 mod provider_fallback;
 mod stale_write;
