@@ -8,5 +8,6 @@ mod harness;
 
 mod crash_after_effect;
 mod duplicate_delivery;
+mod poisoned_result;
 mod provider_fallback;
 mod stale_write;
