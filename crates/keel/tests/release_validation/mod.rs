@@ -11,3 +11,4 @@ mod duplicate_delivery;
 mod poisoned_result;
 mod provider_fallback;
 mod stale_write;
+mod tenant_isolation;
