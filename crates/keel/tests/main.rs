@@ -9,6 +9,7 @@ mod acp_config;
 mod acp_edges;
 mod acp_wire;
 mod cancel;
+mod chaos;
 mod close;
 mod common;
 mod config_files;

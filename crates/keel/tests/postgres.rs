@@ -12,10 +12,19 @@ pub(crate) struct Schema {
 
 impl Schema {
     pub(crate) fn new() -> Self {
-        let base = std::env::var("KEEL_TEST_DATABASE_URL")
-            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into());
+        Self::on(
+            &std::env::var("KEEL_TEST_DATABASE_URL")
+                .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".into()),
+        )
+    }
+
+    /// A fresh schema in the database at `base` (a URL without `keel_schema`).
+    pub(crate) fn on(base: &str) -> Self {
         let name = format!("keel_cli_{}", uuid::Uuid::now_v7().simple());
-        Schema { base, name }
+        Schema {
+            base: base.to_owned(),
+            name,
+        }
     }
 
     pub(crate) fn url(&self) -> String {

@@ -40,6 +40,11 @@ impl Served {
         crate::common::signal(&self.child, name);
     }
 
+    /// Whether the server process is still running.
+    pub(super) fn alive(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
     /// Waits (≤ `secs`) for the server to exit; its exit code (`None`: killed by a signal).
     pub(super) fn wait_exit(&mut self, secs: u64) -> Option<i32> {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);

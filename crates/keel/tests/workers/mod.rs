@@ -68,7 +68,11 @@ impl Cluster {
 
     /// As [`Cluster::postgres`] with leases of `lease_ttl_ms`.
     pub(super) fn postgres_with_ttl(lease_ttl_ms: u64) -> Self {
-        let schema = Schema::new();
+        Self::postgres_on(Schema::new(), lease_ttl_ms)
+    }
+
+    /// As [`Cluster::postgres_with_ttl`] in `schema` (e.g. on a server of the test's own).
+    pub(super) fn postgres_on(schema: Schema, lease_ttl_ms: u64) -> Self {
         let env = Env::new();
         let url = schema.url();
         let api = serve_with(
@@ -88,11 +92,16 @@ impl Cluster {
     /// `keel serve` with its in-process workers (`[scheduler] workers`, default 2) on `env`'s
     /// SQLite store.
     pub(super) fn sqlite() -> Self {
+        Self::sqlite_with_ttl(LEASE_TTL_MS)
+    }
+
+    /// As [`Cluster::sqlite`] with leases of `lease_ttl_ms`.
+    pub(super) fn sqlite_with_ttl(lease_ttl_ms: u64) -> Self {
         let env = Env::new();
         let api = serve_with(
             &env,
             &Options {
-                server_toml: &settings(LEASE_TTL_MS),
+                server_toml: &settings(lease_ttl_ms),
                 ..Options::default()
             },
         );
@@ -261,6 +270,17 @@ impl Cluster {
         rows.iter()
             .map(|r| (0..r.len()).map(|i| r.try_get(i).unwrap()).collect())
             .collect()
+    }
+
+    /// As [`Cluster::rows`], but an error (the server down, a broken connection) is no rows.
+    pub(super) fn try_rows(&self, sql: &str) -> Vec<Vec<Option<String>>> {
+        self.block_on(sqlx::query(sql).fetch_all(self.db()))
+            .map(|rows| {
+                rows.iter()
+                    .map(|r| (0..r.len()).map(|i| r.try_get(i).unwrap()).collect())
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// The sessions whose lease `worker` holds now.
