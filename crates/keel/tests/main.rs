@@ -30,6 +30,7 @@ mod newuser;
 mod otlp;
 mod postgres;
 mod realworld;
+mod release_validation;
 mod remote;
 mod repo_files;
 mod resume_changes;
