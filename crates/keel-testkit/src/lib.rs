@@ -9,11 +9,14 @@
 //! ([`RecordedRequest`]) so tests can assert on what was sent, and counts streamed responses
 //! the client abandoned by closing the connection ([`FakeModelServer::abandoned_responses`]),
 //! so tests can prove that cancellation closes it. It doubles as the model of load benchmarks:
-//! unpaced responses go out in one write on a `TCP_NODELAY` socket.
+//! unpaced responses go out in one write on a `TCP_NODELAY` socket. And [`db::TestDb`]: a fresh
+//! store on either backend (SQLite in a temporary directory, a fresh PostgreSQL schema of
+//! `KEEL_TEST_DATABASE_URL`), for tests of more than one crate.
 //!
 //! **Must not touch:** anything outside tests and benchmarks; it binds loopback only.
 //!
-//! **Layout:** `server` — the server, faults, recorded requests; `encode` — a [`FakeResponse`]
+//! **Layout:** `db` — test stores on both backends; `server` — the server, faults, recorded
+//! requests; `encode` — a [`FakeResponse`]
 //! (reasoning, text, tool calls, usage) as each wire's SSE frames, reasoning items included
 //! where the wire has them (Anthropic thinking with signature, Responses encrypted reasoning).
 //!
@@ -25,6 +28,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod db;
 mod encode;
 mod server;
 

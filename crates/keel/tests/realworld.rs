@@ -13,7 +13,7 @@ use serde_json::Value;
 use crate::common::{Env, jsonl_lines};
 
 /// Case folders by name: the repository's copies, then the shared folder's (which win).
-fn cases() -> BTreeMap<String, PathBuf> {
+pub(crate) fn cases() -> BTreeMap<String, PathBuf> {
     let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut found = BTreeMap::new();
     for root in [

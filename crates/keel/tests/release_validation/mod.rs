@@ -4,11 +4,40 @@
 //! mechanism its assertions depend on (they count exactly, so the scenario fails with that
 //! mechanism off). Run: `cargo test -p keel --test main release_validation::`.
 
-mod harness;
+/// Generates `sqlite::<name>` and `postgres::<name>` tests from `async fn <name>(Backend)`
+/// functions of the scenario module it is used in.
+macro_rules! per_backend {
+    ($($name:ident),+ $(,)?) => {
+        /// The scenario on SQLite.
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::$name(keel_testkit::db::Backend::Sqlite).await
+                }
+            )+
+        }
+        /// The scenario on PostgreSQL (`KEEL_TEST_DATABASE_URL`, a fresh schema per test).
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $name() {
+                    super::$name(keel_testkit::db::Backend::Postgres).await
+                }
+            )+
+        }
+    };
+}
 
+mod harness;
+mod rig;
+
+mod budget_exhaustion;
 mod crash_after_effect;
 mod duplicate_delivery;
 mod poisoned_result;
 mod provider_fallback;
+mod replay;
+mod schema_migration;
 mod stale_write;
 mod tenant_isolation;
