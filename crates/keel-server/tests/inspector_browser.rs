@@ -225,6 +225,12 @@ async fn screenshot(c: &Client, write: bool, name: &str, ready: &str) {
     for (w, h) in [(1280, 900), (390, 844)] {
         c.set_window_size(w, h).await.unwrap();
         until(c, "the page at this width", ready).await;
+        // Without a passing notice over it.
+        eval(
+            c,
+            "document.querySelector('#toast').replaceChildren(); return true",
+        )
+        .await;
         tokio::time::sleep(Duration::from_millis(150)).await;
         let png = c.screenshot().await.unwrap();
         assert!(png.starts_with(b"\x89PNG"), "a PNG");
@@ -521,7 +527,48 @@ async fn the_inspector_in_a_browser(b: Backend) {
     assert_eq!(cells[2], "writer", "{cells}");
     assert_eq!(cells[5], "1", "turns: {cells}");
     assert_eq!(cells[6], "318", "tokens: {cells}");
+    // Live: a session made now shows up in the open list without a reload, and its status
+    // follows (it comes to wait on an approval).
+    let waiting = s.session(&release, json!({})).await.body["session_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    s.post(
+        &format!("/v1/sessions/{waiting}/turns"),
+        &s.operator,
+        &json!({"input": "write"}),
+    )
+    .await;
+    until(
+        &c,
+        "the new session, live",
+        &format!("document.querySelector('tr[data-session-id=\"{waiting}\"] .st-requires_action')"),
+    )
+    .await;
     screenshot(&c, write, "sessions", &row).await;
+    // The status filter and the id search.
+    c.find(Locator::Css("#status-filter"))
+        .await
+        .unwrap()
+        .select_by_value("requires_action")
+        .await
+        .unwrap();
+    let shown = eval(&c, "return [...document.querySelectorAll('#sessions-body tr')].map((r) => r.dataset.sessionId)").await;
+    assert_eq!(shown, json!([waiting]));
+    c.find(Locator::Css("#status-filter"))
+        .await
+        .unwrap()
+        .select_by_value("")
+        .await
+        .unwrap();
+    c.find(Locator::Css("#search"))
+        .await
+        .unwrap()
+        .send_keys(&session[session.len() - 6..])
+        .await
+        .unwrap();
+    let shown = eval(&c, "return [...document.querySelectorAll('#sessions-body tr')].map((r) => r.dataset.sessionId)").await;
+    assert_eq!(shown, json!([session]));
 
     // CSRF: the page's own POST with the cookie but without the token is refused; with the
     // token it goes through.
@@ -560,16 +607,6 @@ async fn the_inspector_in_a_browser(b: Backend) {
 
     // A viewer: sees the session and a pending approval, but no decision buttons, and its POSTs
     // (with a valid CSRF token) are refused.
-    let waiting = s.session(&release, json!({})).await.body["session_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    s.post(
-        &format!("/v1/sessions/{waiting}/turns"),
-        &s.operator,
-        &json!({"input": "write"}),
-    )
-    .await;
     let v = browser(&d).await;
     sign_in(&v, &s.base, &s.viewer).await;
     go(&v, &s.base, &format!("#/session/{waiting}")).await;

@@ -238,10 +238,12 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// Refuses a request a browser made for another site: an `Origin` that is not
-/// `http(s)://<Host>` (https when `tls`), or a `Sec-Fetch-Site` other than `same-origin` or
-/// `none`. A request without either header (not a browser's, or an old one) passes: the CSRF
-/// token is what a forged request cannot have.
+/// Refuses a request a browser made for another site: an `Origin` whose host and port are not
+/// the request's `Host`, or a `Sec-Fetch-Site` other than `same-origin` or `none`. The scheme
+/// is not compared: behind a proxy that ends TLS the page is `https://` while this server
+/// speaks plain HTTP (with `tls`, an `http://` origin is refused all the same). A request
+/// without either header (not a browser's, or an old one) passes: the CSRF token is what a
+/// forged request cannot have.
 ///
 /// # Errors
 /// 403 naming the header.
@@ -260,10 +262,13 @@ pub fn same_origin(headers: &HeaderMap, tls: bool) -> Result<(), ApiError> {
             .get(header::HOST)
             .and_then(|h| h.to_str().ok())
             .unwrap_or("");
-        let want = format!("{}://{host}", if tls { "https" } else { "http" });
-        if host.is_empty() || !origin.eq_ignore_ascii_case(&want) {
+        let lower = origin.to_ascii_lowercase();
+        let authority = lower
+            .strip_prefix("https://")
+            .or_else(|| lower.strip_prefix("http://").filter(|_| !tls));
+        if host.is_empty() || authority != Some(host.to_ascii_lowercase().as_str()) {
             return Err(ApiError::csrf(format!(
-                "a request from origin {origin} may not use the inspector's session of {want}"
+                "a request from origin {origin} may not use the inspector's session of {host}"
             )));
         }
     }
@@ -371,7 +376,21 @@ mod tests {
             HeaderValue::from_static("http://127.0.0.1:8080"),
         );
         assert!(same_origin(&h, false).is_ok());
-        assert!(same_origin(&h, true).is_err());
+        assert!(same_origin(&h, true).is_err(), "http:// to a TLS server");
+        h.insert(
+            header::ORIGIN,
+            HeaderValue::from_static("https://127.0.0.1:8080"),
+        );
+        assert!(same_origin(&h, true).is_ok());
+        assert!(same_origin(&h, false).is_ok(), "TLS ended by a proxy");
+        h.insert(
+            header::ORIGIN,
+            HeaderValue::from_static("http://127.0.0.1:8081"),
+        );
+        assert!(
+            same_origin(&h, false).is_err(),
+            "another port is another origin"
+        );
         h.insert(
             header::ORIGIN,
             HeaderValue::from_static("http://evil.example"),

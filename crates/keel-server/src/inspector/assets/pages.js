@@ -261,7 +261,7 @@
       }
     });
     const legend = h('div', { class: 'legend' }, series.map((s, i) => h('span', { class: 'series-legend' },
-      h('svg', { width: 10, height: 10, 'aria-hidden': 'true' }, h('rect', { class: 'series-' + (i % 6), width: 10, height: 10 })), ' ', s)));
+      h('span', { class: 'swatch series-' + (i % 6), 'aria-hidden': 'true' }), ' ', s)));
     return h('figure', { class: 'chart' }, svg, legend);
   };
 

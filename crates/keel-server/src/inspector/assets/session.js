@@ -138,7 +138,7 @@
   // ---- timeline ------------------------------------------------------------------------------
 
   /** The waterfall: one row per turn, step, model attempt (when a step took more than one) and tool call. */
-  function timeline(m) {
+  function timeline(m, width) {
     const rows = [];
     for (const turn of m.turns.values()) {
       rows.push({ kind: 'turn', label: 'turn ' + K.short(turn.id), start: turn.start || turn.queued, end: turn.end, status: turn.status });
@@ -154,7 +154,8 @@
     const now = Date.now();
     const t0 = Math.min(...rows.map((r) => r.start));
     const t1 = Math.max(t0 + 1, ...rows.map((r) => r.end || now));
-    const W = 800, L = 170, R = 10, RH = 20, TOP = 22;
+    // Drawn at the width it is shown at (1:1), so labels keep their size on a phone.
+    const W = Math.max(320, Math.round(width || 800)), L = Math.min(170, Math.round(W * 0.32)), R = 10, RH = 20, TOP = 22;
     const H = TOP + rows.length * RH + 4;
     const x = (t) => L + ((t - t0) / (t1 - t0)) * (W - L - R);
     const svg = h('svg', { viewBox: `0 0 ${W} ${H}`, role: 'img', 'aria-labelledby': 'timeline-title', id: 'timeline-svg' },
@@ -168,7 +169,8 @@
       const y = TOP + i * RH;
       const end = r.end || now;
       const outcome = outcomeOf(r.status);
-      svg.appendChild(h('text', { x: 2, y: y + 13, 'xml:space': 'preserve' }, r.label.length > 26 ? r.label.slice(0, 25) + '…' : r.label));
+      const room = Math.floor(L / 7);
+      svg.appendChild(h('text', { x: 2, y: y + 13, 'xml:space': 'preserve' }, r.label.length > room ? r.label.slice(0, room - 1) + '…' : r.label));
       svg.appendChild(h('rect', {
         class: 'bar bar-' + r.kind + ' ' + outcome, x: x(r.start), y: y + 3, height: RH - 6, rx: 2,
         width: Math.max(2, x(end) - x(r.start)), 'data-id': r.id || null,
@@ -199,7 +201,7 @@
     const draw = () => {
       queued = false;
       K.fill(convo, conversation(m));
-      K.fill(tl, timeline(m));
+      K.fill(tl, timeline(m, tl.clientWidth));
     };
     const redraw = () => {
       if (!queued) {
@@ -263,6 +265,8 @@
     es.addEventListener('session.status_changed', (msg) => {
       if (/"status":"closed"/.test(msg.data)) es.close();
     });
+    window.addEventListener('resize', redraw);
+    K.cleanup.push(() => window.removeEventListener('resize', redraw));
     const ticker = setInterval(() => {
       if ([...m.turns.values()].some((t) => !t.end)) redraw();
     }, 1000);
