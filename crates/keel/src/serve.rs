@@ -271,7 +271,6 @@ pub fn serve(global: &GlobalArgs, args: &ServeArgs) -> anyhow::Result<ExitCode> 
                 "keel serve: listening on {scheme}://{addr} (store {})",
                 crate::config::mask_url_password(&config.store)
             );
-            eprintln!("keel serve: inspector at {scheme}://{addr}/ (sign in with an API key)");
         }
         if let Some(m) = server.metrics_addr() {
             eprintln!("keel serve: metrics on http://{m}/metrics");
