@@ -11,6 +11,10 @@
 //! effects, cancellation, close, delete, memory); `admin` also manages the tenant's keys and
 //! releases. `system` keys belong to no tenant: they manage tenants (and give a tenant its
 //! first keys) and nothing inside a tenant (403).
+//!
+//! The inspector ([`crate::inspector`]) signs a browser in with a key and then authenticates it
+//! by an opaque session cookie instead; that session keeps the key's hash, and every request
+//! checks the key again, so the cookie never carries more than the key allows.
 
 use axum::extract::{Request, State};
 use axum::http::{Method, header};
@@ -161,12 +165,19 @@ pub async fn caller_of(
         .map(str::trim)
         .filter(|k| !k.is_empty())
         .ok_or_else(|| ApiError::unauthorized("the Authorization header must be Bearer <key>"))?;
+    caller_by_hash(store, &key_hash(key)).await
+}
+
+/// Finds the caller whose key has hash `hash` ([`key_hash`]): what a bearer key and an
+/// inspector session (which keeps the hash, never the key) both come down to, so a key revoked
+/// or expired after sign-in stops working at once either way.
+///
+/// # Errors
+/// 401 for an unknown, revoked or expired key; store errors.
+pub async fn caller_by_hash(store: &dyn Store, hash: &str) -> Result<Caller, ApiError> {
     let invalid =
         || ApiError::unauthorized("the API key is not valid (unknown, revoked or expired)");
-    let record = store
-        .api_key_by_hash(&key_hash(key))
-        .await?
-        .ok_or_else(invalid)?;
+    let record = store.api_key_by_hash(hash).await?.ok_or_else(invalid)?;
     if !record.is_usable(Utc::now()) {
         return Err(invalid());
     }
@@ -178,10 +189,23 @@ pub async fn caller_of(
     })
 }
 
-/// Middleware: authenticates the request and stores its [`Caller`] as an extension.
+/// Middleware: authenticates the request and stores its [`Caller`] as an extension. A request
+/// without `Authorization` that carries the inspector's session cookie acts for the key that
+/// session was signed in with ([`crate::inspector::caller_by_cookie`]: CSRF-checked for every
+/// method but GET and HEAD); its response is marked `Cache-Control: no-store`.
 pub async fn authenticate(State(state): State<Shared>, mut req: Request, next: Next) -> Response {
     let authorization = req.headers().get(header::AUTHORIZATION).cloned();
-    match caller_of(state.store.as_ref(), authorization.as_ref()).await {
+    let cookie = match &authorization {
+        None => crate::inspector::signin::cookie_value(req.headers()),
+        Some(_) => None,
+    };
+    let found = match &cookie {
+        Some(id) => {
+            crate::inspector::caller_by_cookie(&state, id, req.method(), req.headers()).await
+        }
+        None => caller_of(state.store.as_ref(), authorization.as_ref()).await,
+    };
+    match found {
         Ok(caller) => {
             // A viewer changes nothing: refused before its body is read, so a viewer's bad
             // body gets the same 403 as a good one (the handler would say the same).
@@ -192,7 +216,14 @@ pub async fn authenticate(State(state): State<Shared>, mut req: Request, next: N
                 return axum::response::IntoResponse::into_response(e);
             }
             req.extensions_mut().insert(caller);
-            next.run(req).await
+            let mut res = next.run(req).await;
+            if cookie.is_some() {
+                res.headers_mut().insert(
+                    header::CACHE_CONTROL,
+                    axum::http::HeaderValue::from_static("no-store"),
+                );
+            }
+            res
         }
         Err(e) => axum::response::IntoResponse::into_response(e),
     }

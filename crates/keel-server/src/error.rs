@@ -264,6 +264,33 @@ impl ApiError {
         e
     }
 
+    /// 403: a request made with an inspector session cookie that fails the CSRF checks (no
+    /// or a wrong `X-Keel-CSRF` token, or an `Origin` of another site).
+    pub fn csrf(detail: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::FORBIDDEN,
+            "csrf",
+            "Cross-site request refused",
+            detail,
+        )
+        .field("x-keel-csrf")
+    }
+
+    /// 429: too many failed inspector sign-ins lately; `Retry-After: retry_after_s`.
+    pub fn sign_in_limited(retry_after_s: u64) -> Self {
+        let mut e = Self::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "sign-in-limited",
+            "Too many failed sign-ins",
+            format!(
+                "too many failed sign-ins on this server lately; try again in {retry_after_s} s"
+            ),
+        )
+        .limit("inspector_sign_in_failures");
+        e.retry_after_s = Some(retry_after_s);
+        e
+    }
+
     /// 503: the store is not reachable or not migrated.
     pub fn unavailable(detail: impl Into<String>) -> Self {
         Self::new(

@@ -22,6 +22,8 @@
 //!   OpenAPI document registered together. Start reading there.
 //! - [`http`] — bodies, If-Match, Idempotency-Key, fallbacks; [`auth`] — keys and callers;
 //!   [`error`] — [`ApiError`] (problem+json) and [`ServerError`].
+//! - [`inspector`] — the web page at `/` (embedded assets, sign-in with a key for a
+//!   server-side session cookie, CSRF checks); its data comes from the `/v1` routes.
 //! - [`state`] — [`AppState`]: runtimes per model route, tenant limits, stream slots,
 //!   metrics; [`types`] — the wire types; [`config`] — [`ServerConfig`] (`[server]`).
 
@@ -30,6 +32,7 @@ pub mod auth;
 pub mod config;
 pub mod error;
 pub mod http;
+pub mod inspector;
 pub mod state;
 pub mod types;
 pub mod workers;
@@ -138,6 +141,7 @@ pub async fn app(config: ServerConfig, deps: Deps) -> Result<(Shared, Router), S
         metrics,
         openapi: std::sync::OnceLock::new(),
         body_schemas: http::BodySchemas::default(),
+        inspector: inspector::signin::SignIns::default(),
         config,
     });
     let (router, doc, _table) = api::router(&state);
@@ -145,6 +149,7 @@ pub async fn app(config: ServerConfig, deps: Deps) -> Result<(Shared, Router), S
         .openapi
         .set(api::links::render(&doc).unwrap_or_default());
     let router = router
+        .merge(inspector::router(&state))
         .fallback(http::no_route)
         .method_not_allowed_fallback(http::no_method)
         .layer(DefaultBodyLimit::max(state.config.body_limit_bytes))

@@ -63,6 +63,8 @@ pub struct AppState {
     pub openapi: std::sync::OnceLock<String>,
     /// Validators of request bodies against that document.
     pub body_schemas: crate::http::BodySchemas,
+    /// The inspector's signed-in browsers (in memory: a restart signs everyone out).
+    pub inspector: crate::inspector::signin::SignIns,
 }
 
 impl std::fmt::Debug for AppState {

@@ -9,6 +9,8 @@ mod common;
 mod authz;
 
 mod e2e;
+mod inspector;
+mod inspector_browser;
 mod memory_checks;
 mod metrics;
 mod openapi;

@@ -1,0 +1,302 @@
+//! The inspector: a web page at `/` of `keel serve` to watch sessions live, decide approvals
+//! and effects, read the journal (with time travel) and see usage.
+//!
+//! **What it serves.** Hand-written HTML, CSS and plain JavaScript embedded in the binary
+//! ([`ASSETS`]: no build step, no CDN, works offline), and three routes outside `/v1` for
+//! signing in ([`signin`] holds the design): `POST /inspector/sign-in` (`{"key": "keel_…"}` →
+//! a session cookie and its CSRF token), `GET /inspector/session` (who is signed in, and the
+//! token again after a reload) and `POST /inspector/sign-out`. Everything else the page shows
+//! or does goes through the `/v1` API with the cookie ([`caller_by_cookie`]), so it is exactly
+//! what the key's role and tenant allow, and every decision is journaled with its principal.
+//!
+//! **Headers.** Every inspector response carries a strict `Content-Security-Policy` (scripts,
+//! styles and connections from this origin only, no inline script, `frame-ancestors 'none'`),
+//! `X-Frame-Options: DENY`, `X-Content-Type-Options: nosniff`, `Referrer-Policy: no-referrer`
+//! and `Cache-Control: no-store`.
+
+pub mod signin;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use keel_store::Role;
+use serde::{Deserialize, Serialize};
+
+use crate::auth::{Caller, caller_by_hash, key_hash};
+use crate::error::ApiError;
+use crate::state::Shared;
+
+/// One embedded file: its path under `/`, media type and bytes.
+#[derive(Debug, Clone, Copy)]
+pub struct Asset {
+    /// The path it is served at.
+    pub path: &'static str,
+    /// Its `Content-Type`.
+    pub content_type: &'static str,
+    /// Its bytes.
+    pub bytes: &'static [u8],
+}
+
+/// The inspector's files. The page at `/` loads all of them (one page; the views are routes
+/// of its `#` fragment), so their sum is the page's weight: at most [`MAX_PAGE_BYTES`].
+pub const ASSETS: &[Asset] = &[
+    Asset {
+        path: "/",
+        content_type: "text/html; charset=utf-8",
+        bytes: include_bytes!("assets/index.html"),
+    },
+    Asset {
+        path: "/inspector/app.css",
+        content_type: "text/css; charset=utf-8",
+        bytes: include_bytes!("assets/app.css"),
+    },
+    Asset {
+        path: "/inspector/app.js",
+        content_type: "text/javascript; charset=utf-8",
+        bytes: include_bytes!("assets/app.js"),
+    },
+    Asset {
+        path: "/inspector/pages.js",
+        content_type: "text/javascript; charset=utf-8",
+        bytes: include_bytes!("assets/pages.js"),
+    },
+    Asset {
+        path: "/inspector/session.js",
+        content_type: "text/javascript; charset=utf-8",
+        bytes: include_bytes!("assets/session.js"),
+    },
+    Asset {
+        path: "/inspector/journal.js",
+        content_type: "text/javascript; charset=utf-8",
+        bytes: include_bytes!("assets/journal.js"),
+    },
+    Asset {
+        path: "/inspector/icon.svg",
+        content_type: "image/svg+xml",
+        bytes: include_bytes!("assets/icon.svg"),
+    },
+];
+
+/// The most a page of the inspector may weigh with all its assets, bytes.
+pub const MAX_PAGE_BYTES: usize = 300 * 1024;
+
+/// The inspector's `Content-Security-Policy`.
+pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; \
+     connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
+
+/// The routes of the inspector (the page, its files, sign-in, session, sign-out).
+pub fn router(state: &Shared) -> Router<Shared> {
+    let mut r = Router::new();
+    for a in ASSETS {
+        let asset = *a;
+        r = r.route(
+            asset.path,
+            get(move || async move {
+                (
+                    [(
+                        header::CONTENT_TYPE,
+                        HeaderValue::from_static(asset.content_type),
+                    )],
+                    asset.bytes,
+                )
+            }),
+        );
+    }
+    r.route("/inspector/sign-in", post(sign_in))
+        .route("/inspector/session", get(session))
+        .route("/inspector/sign-out", post(sign_out))
+        .layer(middleware::from_fn_with_state(state.clone(), headers))
+}
+
+/// Middleware: the security headers of every inspector response.
+async fn headers(State(_): State<Shared>, req: Request, next: Next) -> Response {
+    let mut res = next.run(req).await;
+    let h = res.headers_mut();
+    h.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static(CSP),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    res
+}
+
+fn tls(state: &Shared) -> bool {
+    state.config.tls_cert.is_some()
+}
+
+/// Who a request with the inspector's cookie acts for: the key its session was signed in with,
+/// checked again now (revoked or expired: 401). Methods other than GET and HEAD must pass
+/// [`signin::same_origin`] and carry the session's CSRF token ([`signin::check_token`]).
+///
+/// # Errors
+/// 401 for an unknown or ended session (sign in again) or a key no longer valid; 403 for a
+/// failed CSRF check; store errors.
+pub async fn caller_by_cookie(
+    state: &Shared,
+    id: &str,
+    method: &Method,
+    headers: &HeaderMap,
+) -> Result<Caller, ApiError> {
+    let signed = state.inspector.lookup(id).ok_or_else(ended)?;
+    if !matches!(*method, Method::GET | Method::HEAD) {
+        signin::same_origin(headers, tls(state))?;
+        signin::check_token(headers, &signed.csrf)?;
+    }
+    caller_by_hash(state.store.as_ref(), &signed.key_hash).await
+}
+
+fn ended() -> ApiError {
+    ApiError::unauthorized(
+        "the inspector session has ended (signed out, expired, or the server restarted): sign in again",
+    )
+}
+
+/// `POST /inspector/sign-in`'s body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SignInRequest {
+    /// The API key (`keel_…`).
+    pub key: String,
+}
+
+/// Who is signed in: the answer of sign-in and of `GET /inspector/session`.
+#[derive(Debug, Serialize)]
+pub struct SignedInBody {
+    /// The key's role: `viewer`, `operator` or `admin`.
+    pub role: String,
+    /// The key's tenant.
+    pub tenant_id: String,
+    /// The key's principal (the journal names it for every change made here).
+    pub principal_id: String,
+    /// The token every state-changing request must carry in `X-Keel-CSRF`.
+    pub csrf_token: String,
+    /// Seconds until the session ends at the latest.
+    pub expires_in_s: u64,
+}
+
+fn body_of(caller: &Caller, signed: &signin::Signed) -> SignedInBody {
+    SignedInBody {
+        role: caller.role.as_str().to_owned(),
+        tenant_id: caller.tenant.map(|t| t.to_string()).unwrap_or_default(),
+        principal_id: caller.principal_id.to_string(),
+        csrf_token: signed.csrf.clone(),
+        expires_in_s: signed.expires_in_s,
+    }
+}
+
+fn json_response(status: StatusCode, body: &impl Serialize) -> Response {
+    let bytes = serde_json::to_vec(body).unwrap_or_default();
+    (
+        status,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        bytes,
+    )
+        .into_response()
+}
+
+/// Signs in with an API key: checks it (401 for a key that is not valid, 403 for a system key,
+/// 429 after too many failures), starts a server-side session and sets its cookie.
+async fn sign_in(State(state): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
+    match do_sign_in(&state, &headers, &body).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn do_sign_in(
+    state: &Shared,
+    headers: &HeaderMap,
+    body: &[u8],
+) -> Result<Response, ApiError> {
+    signin::same_origin(headers, tls(state))?;
+    state.inspector.check_rate()?;
+    let req: SignInRequest = crate::http::parse_json(body)?;
+    let key = req.key.trim();
+    if key.is_empty() {
+        return Err(ApiError::invalid("key", "paste an API key (keel_…)"));
+    }
+    let hash = key_hash(key);
+    let caller = match caller_by_hash(state.store.as_ref(), &hash).await {
+        Ok(c) => c,
+        Err(e) => {
+            if e.status == StatusCode::UNAUTHORIZED {
+                state.inspector.failed();
+            }
+            return Err(e.field("key"));
+        }
+    };
+    if caller.role == Role::System {
+        return Err(ApiError::forbidden(
+            "a system key manages tenants and sees nothing inside one: sign in with a key of a tenant",
+        )
+        .field("key"));
+    }
+    let (id, signed) = state.inspector.create(&hash)?;
+    let mut res = json_response(StatusCode::OK, &body_of(&caller, &signed));
+    if let Ok(v) = HeaderValue::from_str(&signin::set_cookie(&id, tls(state))) {
+        res.headers_mut().insert(header::SET_COOKIE, v);
+    }
+    Ok(res)
+}
+
+/// Who is signed in with this request's cookie (401 when nobody).
+async fn session(State(state): State<Shared>, headers: HeaderMap) -> Response {
+    let run = async {
+        let id = signin::cookie_value(&headers).ok_or_else(ended)?;
+        let signed = state.inspector.lookup(&id).ok_or_else(ended)?;
+        let caller = caller_by_hash(state.store.as_ref(), &signed.key_hash).await?;
+        Ok::<_, ApiError>(json_response(StatusCode::OK, &body_of(&caller, &signed)))
+    };
+    run.await.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// Ends this request's session (CSRF-checked) and clears the cookie: 204.
+async fn sign_out(State(state): State<Shared>, headers: HeaderMap) -> Response {
+    let run = async {
+        let id = signin::cookie_value(&headers).ok_or_else(ended)?;
+        let signed = state.inspector.lookup(&id).ok_or_else(ended)?;
+        signin::same_origin(&headers, tls(&state))?;
+        signin::check_token(&headers, &signed.csrf)?;
+        state.inspector.remove(&id);
+        let mut res = StatusCode::NO_CONTENT.into_response();
+        if let Ok(v) = HeaderValue::from_str(&signin::clear_cookie(tls(&state))) {
+            res.headers_mut().insert(header::SET_COOKIE, v);
+        }
+        Ok::<_, ApiError>(res)
+    };
+    run.await.unwrap_or_else(IntoResponse::into_response)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_page_and_its_assets_fit_the_budget() {
+        let total: usize = ASSETS.iter().map(|a| a.bytes.len()).sum();
+        assert!(total <= MAX_PAGE_BYTES, "{total} bytes");
+        let html = std::str::from_utf8(ASSETS[0].bytes).unwrap();
+        for a in &ASSETS[1..] {
+            assert!(html.contains(a.path), "index.html does not load {}", a.path);
+        }
+        // No inline script or style: the policy would refuse it.
+        assert!(!html.contains("<script>") && !html.contains("style="));
+        assert!(!html.contains("<style"));
+    }
+}

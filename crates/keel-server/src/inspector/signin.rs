@@ -1,0 +1,403 @@
+//! The inspector's server-side sign-in sessions, its cookie and its CSRF checks.
+//!
+//! **Where sessions live: in this process's memory.** A session is a short-lived cache of one
+//! key check (the key's hash, a CSRF token, two deadlines): nothing in it is worth a schema
+//! change in both stores, and memory keeps the cookie's id out of any database backup. The
+//! price: a restart (or another node behind a balancer without sticky sessions) does not know
+//! the cookie, so the page gets 401 and asks for the key again. A session ends
+//! [`SESSION_TTL`] after sign-in, or [`IDLE_TTL`] after its last request, or at sign-out; the
+//! key's revocation or expiry ends it at the next request (every request checks the key).
+//!
+//! **The cookie** (`keel_inspector`) holds only the session id: 32 bytes from the OS's random
+//! source, hex. The map is keyed by the id's SHA-256, so a lookup's timing says nothing about
+//! the ids it holds. `HttpOnly; SameSite=Strict; Path=/`, and `Secure` when the server speaks
+//! TLS.
+//!
+//! **CSRF.** Every request with the cookie whose method is not GET or HEAD must carry the
+//! session's token in `X-Keel-CSRF` (compared in constant time), and an `Origin` (or
+//! `Sec-Fetch-Site`) header, when the browser sends one, must name this server. Sign-in itself
+//! is checked for the origin too (no login CSRF).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use axum::http::{HeaderMap, header};
+use sha2::{Digest, Sha256};
+
+use crate::error::ApiError;
+
+/// The cookie's name.
+pub const COOKIE: &str = "keel_inspector";
+/// The header that carries the CSRF token.
+pub const CSRF_HEADER: &str = "x-keel-csrf";
+/// How long a session lasts after sign-in at most.
+pub const SESSION_TTL: Duration = Duration::from_secs(8 * 3600);
+/// How long a session lasts without a request.
+pub const IDLE_TTL: Duration = Duration::from_secs(3600);
+/// Sessions one process keeps at most (a sign-in beyond is refused with 503 until some end).
+pub const MAX_SESSIONS: usize = 10_000;
+/// Failed sign-ins the whole server takes per [`FAILURE_WINDOW`]; more are refused with 429.
+/// Keys are 256 random bits, so this is not what keeps them from being guessed: it keeps a
+/// flood of wrong keys from costing a store read each.
+pub const MAX_FAILURES: usize = 20;
+/// The window of [`MAX_FAILURES`].
+pub const FAILURE_WINDOW: Duration = Duration::from_secs(60);
+
+/// One signed-in browser.
+#[derive(Debug, Clone)]
+struct Entry {
+    key_hash: String,
+    csrf: String,
+    created: Instant,
+    last_seen: Instant,
+}
+
+/// What a live session gives a request: the key's hash to authenticate with, and the token its
+/// state-changing requests must carry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Signed {
+    /// `sha256:<hex>` of the key signed in with.
+    pub key_hash: String,
+    /// The session's CSRF token (64 hex digits).
+    pub csrf: String,
+    /// Seconds until the session ends at the latest.
+    pub expires_in_s: u64,
+}
+
+/// The sessions of this process, and the recent failed sign-ins.
+#[derive(Debug, Default)]
+pub struct SignIns {
+    sessions: Mutex<HashMap<String, Entry>>,
+    failures: Mutex<VecDeque<Instant>>,
+}
+
+fn random_hex() -> Result<String, ApiError> {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|e| ApiError::internal(&e))?;
+    Ok(hex::encode(bytes))
+}
+
+fn id_hash(id: &str) -> String {
+    hex::encode(Sha256::digest(id.as_bytes()))
+}
+
+impl Entry {
+    fn live(&self, now: Instant) -> bool {
+        now.duration_since(self.created) < SESSION_TTL
+            && now.duration_since(self.last_seen) < IDLE_TTL
+    }
+}
+
+impl SignIns {
+    /// Starts a session for the key with hash `key_hash`: its id (the cookie's value) and what
+    /// it gives requests.
+    ///
+    /// # Errors
+    /// 503 when [`MAX_SESSIONS`] live sessions exist; 500 without randomness.
+    pub fn create(&self, key_hash: &str) -> Result<(String, Signed), ApiError> {
+        let now = Instant::now();
+        let id = random_hex()?;
+        let csrf = random_hex()?;
+        let mut map = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        map.retain(|_, e| e.live(now));
+        if map.len() >= MAX_SESSIONS {
+            return Err(ApiError::unavailable(format!(
+                "this server holds {MAX_SESSIONS} inspector sessions already; try again later"
+            )));
+        }
+        map.insert(
+            id_hash(&id),
+            Entry {
+                key_hash: key_hash.to_owned(),
+                csrf: csrf.clone(),
+                created: now,
+                last_seen: now,
+            },
+        );
+        Ok((
+            id,
+            Signed {
+                key_hash: key_hash.to_owned(),
+                csrf,
+                expires_in_s: SESSION_TTL.as_secs(),
+            },
+        ))
+    }
+
+    /// The live session of cookie value `id` (its idle deadline moves on), or `None` for an
+    /// unknown, ended or expired one (forgotten then).
+    pub fn lookup(&self, id: &str) -> Option<Signed> {
+        self.lookup_at(id, Instant::now())
+    }
+
+    fn lookup_at(&self, id: &str, now: Instant) -> Option<Signed> {
+        let key = id_hash(id);
+        let mut map = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        let entry = map.get_mut(&key)?;
+        if !entry.live(now) {
+            map.remove(&key);
+            return None;
+        }
+        entry.last_seen = now;
+        let left = SESSION_TTL.saturating_sub(now.duration_since(entry.created));
+        Some(Signed {
+            key_hash: entry.key_hash.clone(),
+            csrf: entry.csrf.clone(),
+            expires_in_s: left.as_secs(),
+        })
+    }
+
+    /// Ends the session of cookie value `id`; whether there was one.
+    pub fn remove(&self, id: &str) -> bool {
+        let mut map = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        map.remove(&id_hash(id)).is_some()
+    }
+
+    /// Live sessions now.
+    pub fn len(&self) -> usize {
+        let now = Instant::now();
+        let map = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        map.values().filter(|e| e.live(now)).count()
+    }
+
+    /// Whether no session is live.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Passes while fewer than [`MAX_FAILURES`] sign-ins failed in the last
+    /// [`FAILURE_WINDOW`].
+    ///
+    /// # Errors
+    /// 429 with the seconds until the oldest failure leaves the window.
+    pub fn check_rate(&self) -> Result<(), ApiError> {
+        let now = Instant::now();
+        let mut f = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+        while f
+            .front()
+            .is_some_and(|t| now.duration_since(*t) >= FAILURE_WINDOW)
+        {
+            f.pop_front();
+        }
+        match f.front() {
+            Some(oldest) if f.len() >= MAX_FAILURES => {
+                let left = FAILURE_WINDOW.saturating_sub(now.duration_since(*oldest));
+                Err(ApiError::sign_in_limited(left.as_secs().max(1)))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Counts a failed sign-in.
+    pub fn failed(&self) {
+        let mut f = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+        f.push_back(Instant::now());
+        while f.len() > MAX_FAILURES {
+            f.pop_front();
+        }
+    }
+}
+
+/// The inspector session id a request's `Cookie` headers carry, if any.
+pub fn cookie_value(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(name, _)| *name == COOKIE)
+        .map(|(_, value)| value.trim().trim_matches('"').to_owned())
+        .filter(|v| !v.is_empty())
+}
+
+/// The `Set-Cookie` value that holds session `id` (`Secure` when `tls`).
+pub fn set_cookie(id: &str, tls: bool) -> String {
+    format!(
+        "{COOKIE}={id}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}{}",
+        SESSION_TTL.as_secs(),
+        if tls { "; Secure" } else { "" }
+    )
+}
+
+/// The `Set-Cookie` value that removes the cookie.
+pub fn clear_cookie(tls: bool) -> String {
+    format!(
+        "{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0{}",
+        if tls { "; Secure" } else { "" }
+    )
+}
+
+/// Equality that takes the same time wherever the strings differ (lengths are public: tokens
+/// have one length).
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Refuses a request a browser made for another site: an `Origin` whose host and port are not
+/// the request's `Host`, or a `Sec-Fetch-Site` other than `same-origin` or `none`. The scheme
+/// is not compared: behind a proxy that ends TLS the page is `https://` while this server
+/// speaks plain HTTP (with `tls`, an `http://` origin is refused all the same). A request
+/// without either header (not a browser's, or an old one) passes: the CSRF token is what a
+/// forged request cannot have.
+///
+/// # Errors
+/// 403 naming the header.
+pub fn same_origin(headers: &HeaderMap, tls: bool) -> Result<(), ApiError> {
+    if let Some(site) = headers.get("sec-fetch-site") {
+        let site = site.to_str().unwrap_or("");
+        if site != "same-origin" && site != "none" {
+            return Err(ApiError::csrf(format!(
+                "a request from another site (Sec-Fetch-Site: {site}) may not use the inspector's session"
+            )));
+        }
+    }
+    if let Some(origin) = headers.get(header::ORIGIN) {
+        let origin = origin.to_str().unwrap_or("");
+        let host = headers
+            .get(header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .unwrap_or("");
+        let lower = origin.to_ascii_lowercase();
+        let authority = lower
+            .strip_prefix("https://")
+            .or_else(|| lower.strip_prefix("http://").filter(|_| !tls));
+        if host.is_empty() || authority != Some(host.to_ascii_lowercase().as_str()) {
+            return Err(ApiError::csrf(format!(
+                "a request from origin {origin} may not use the inspector's session of {host}"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Checks the CSRF token of a state-changing request against the session's.
+///
+/// # Errors
+/// 403 without the header or with another token.
+pub fn check_token(headers: &HeaderMap, expected: &str) -> Result<(), ApiError> {
+    let Some(given) = headers.get(CSRF_HEADER) else {
+        return Err(ApiError::csrf(
+            "a request that changes something needs the session's CSRF token in X-Keel-CSRF",
+        ));
+    };
+    if constant_time_eq(given.as_bytes(), expected.as_bytes()) {
+        Ok(())
+    } else {
+        Err(ApiError::csrf(
+            "the X-Keel-CSRF token is not this session's",
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    #[test]
+    fn sessions_are_opaque_and_end_by_sign_out_idle_or_age() {
+        let s = SignIns::default();
+        let (id, signed) = s.create("sha256:k").unwrap();
+        assert_eq!(id.len(), 64);
+        assert!(!id.contains("sha256"));
+        assert_eq!(s.lookup(&id).unwrap().csrf, signed.csrf);
+        let (other, _) = s.create("sha256:k").unwrap();
+        assert_ne!(id, other);
+        assert!(s.lookup("nope").is_none());
+        let now = Instant::now();
+        assert!(
+            s.lookup_at(&id, now + IDLE_TTL + Duration::from_secs(1))
+                .is_none()
+        );
+        assert!(s.lookup(&id).is_none(), "an idle session is forgotten");
+        assert!(s.remove(&other));
+        assert!(s.lookup(&other).is_none());
+        assert!(!s.remove(&other));
+        assert!(s.is_empty());
+    }
+
+    #[test]
+    fn a_session_ends_at_its_age_even_when_used() {
+        let s = SignIns::default();
+        let (id, _) = s.create("sha256:k").unwrap();
+        let start = Instant::now();
+        let mut t = start;
+        while t < start + SESSION_TTL - IDLE_TTL {
+            t += IDLE_TTL / 2;
+            assert!(s.lookup_at(&id, t).is_some());
+        }
+        assert!(
+            s.lookup_at(&id, start + SESSION_TTL + Duration::from_secs(1))
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn failed_sign_ins_are_limited() {
+        let s = SignIns::default();
+        for _ in 0..MAX_FAILURES {
+            assert!(s.check_rate().is_ok());
+            s.failed();
+        }
+        let e = s.check_rate().unwrap_err();
+        assert_eq!(e.status.as_u16(), 429);
+        assert!(e.retry_after_s.unwrap() >= 1);
+    }
+
+    #[test]
+    fn cookies_tokens_and_origins() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::COOKIE,
+            HeaderValue::from_static("a=1; keel_inspector=abc ; b=2"),
+        );
+        assert_eq!(cookie_value(&h).as_deref(), Some("abc"));
+        assert!(set_cookie("abc", true).ends_with("; Secure"));
+        assert!(set_cookie("abc", false).contains("HttpOnly; SameSite=Strict"));
+        assert!(constant_time_eq(b"abc", b"abc"));
+        assert!(!constant_time_eq(b"abc", b"abd"));
+        assert!(!constant_time_eq(b"abc", b"ab"));
+        assert_eq!(
+            check_token(&h, "t").unwrap_err().problem.field.as_deref(),
+            Some(CSRF_HEADER)
+        );
+        h.insert(CSRF_HEADER, HeaderValue::from_static("t"));
+        assert!(check_token(&h, "t").is_ok());
+        assert!(check_token(&h, "u").is_err());
+        h.insert(header::HOST, HeaderValue::from_static("127.0.0.1:8080"));
+        assert!(same_origin(&h, false).is_ok());
+        h.insert(
+            header::ORIGIN,
+            HeaderValue::from_static("http://127.0.0.1:8080"),
+        );
+        assert!(same_origin(&h, false).is_ok());
+        assert!(same_origin(&h, true).is_err(), "http:// to a TLS server");
+        h.insert(
+            header::ORIGIN,
+            HeaderValue::from_static("https://127.0.0.1:8080"),
+        );
+        assert!(same_origin(&h, true).is_ok());
+        assert!(same_origin(&h, false).is_ok(), "TLS ended by a proxy");
+        h.insert(
+            header::ORIGIN,
+            HeaderValue::from_static("http://127.0.0.1:8081"),
+        );
+        assert!(
+            same_origin(&h, false).is_err(),
+            "another port is another origin"
+        );
+        h.insert(
+            header::ORIGIN,
+            HeaderValue::from_static("http://evil.example"),
+        );
+        assert!(same_origin(&h, false).is_err());
+        h.remove(header::ORIGIN);
+        h.insert("sec-fetch-site", HeaderValue::from_static("cross-site"));
+        assert!(same_origin(&h, false).is_err());
+    }
+}

@@ -1,0 +1,291 @@
+//! The inspector over plain HTTP: its page and assets (budget, security headers), sign-in for a
+//! server-side session cookie, what the cookie may do (the key's role and tenant, CSRF checks),
+//! sign-out, and the limit on failed sign-ins. The browser tests are in `inspector_browser`.
+
+use keel_server::inspector::{ASSETS, CSP, MAX_PAGE_BYTES};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::common::*;
+use crate::on_both;
+
+on_both!(
+    the_page_and_its_assets_are_served_whole_with_strict_headers,
+    a_cookie_acts_as_its_key_and_needs_the_csrf_token_to_change_anything,
+    sign_in_refuses_bad_keys_and_is_limited
+);
+
+/// A signed-in browser as HTTP sees it: the cookie and the token.
+pub struct Signed {
+    pub cookie: String,
+    pub csrf: String,
+    pub body: Value,
+}
+
+/// Signs in with `key` (asserting success) and returns the cookie pair and CSRF token.
+pub async fn sign_in(s: &TestServer, key: &str) -> Signed {
+    let res = s
+        .http
+        .post(format!("{}/inspector/sign-in", s.base))
+        .header("content-type", "application/json")
+        .header("origin", &s.base)
+        .body(json!({ "key": key }).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    let set = res
+        .headers()
+        .get("set-cookie")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_owned();
+    for attr in ["HttpOnly", "SameSite=Strict", "Path=/", "Max-Age="] {
+        assert!(set.contains(attr), "{set}");
+    }
+    assert!(!set.contains("Secure"), "plain HTTP: {set}");
+    assert!(!set.contains(key) && !set.contains(&key[5..]), "{set}");
+    let cookie = set.split(';').next().unwrap().to_owned();
+    let body: Value = res.json().await.unwrap();
+    Signed {
+        cookie,
+        csrf: body["csrf_token"].as_str().unwrap().to_owned(),
+        body,
+    }
+}
+
+/// Sends `method path` with the cookie and, when given, the CSRF token and an Origin.
+pub async fn with_cookie(
+    s: &TestServer,
+    method: &str,
+    path: &str,
+    signed: &Signed,
+    csrf: Option<&str>,
+    origin: Option<&str>,
+    body: Option<Value>,
+) -> (StatusCode, Value, reqwest::header::HeaderMap) {
+    let mut rb = s
+        .http
+        .request(
+            reqwest::Method::from_bytes(method.as_bytes()).unwrap(),
+            format!("{}{path}", s.base),
+        )
+        .header("cookie", &signed.cookie);
+    if let Some(t) = csrf {
+        rb = rb.header("x-keel-csrf", t);
+    }
+    if let Some(o) = origin {
+        rb = rb.header("origin", o);
+    }
+    if let Some(b) = body {
+        rb = rb
+            .header("content-type", "application/json")
+            .body(b.to_string());
+    }
+    let res = rb.send().await.unwrap();
+    let status = res.status();
+    let headers = res.headers().clone();
+    let body = res.json().await.unwrap_or(Value::Null);
+    (status, body, headers)
+}
+
+async fn the_page_and_its_assets_are_served_whole_with_strict_headers(b: Backend) {
+    let s = start(b).await;
+    let mut total = 0;
+    for a in ASSETS {
+        let res = s
+            .http
+            .get(format!("{}{}", s.base, a.path))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), StatusCode::OK, "{}", a.path);
+        let h = res.headers().clone();
+        assert_eq!(h["content-security-policy"], CSP);
+        assert_eq!(h["x-frame-options"], "DENY");
+        assert_eq!(h["x-content-type-options"], "nosniff");
+        assert_eq!(h["cache-control"], "no-store");
+        assert_eq!(h["content-type"], a.content_type);
+        let bytes = res.bytes().await.unwrap();
+        assert_eq!(&bytes[..], a.bytes, "{} is served as embedded", a.path);
+        total += bytes.len();
+    }
+    // The page at `/` loads every asset: its weight is their sum, measured as served.
+    assert_eq!(total, ASSETS.iter().map(|a| a.bytes.len()).sum::<usize>());
+    assert!(total <= MAX_PAGE_BYTES, "the page weighs {total} bytes");
+    println!("inspector page weight: {total} bytes");
+    assert!(CSP.contains("script-src 'self'") && !CSP.contains("unsafe-inline"));
+    assert!(CSP.contains("frame-ancestors 'none'"));
+    // Nobody is signed in: who-am-I says so.
+    let r = s.call("GET", "/inspector/session", None, None, &[]).await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+}
+
+async fn a_cookie_acts_as_its_key_and_needs_the_csrf_token_to_change_anything(b: Backend) {
+    let s = start(b).await;
+    let release = s
+        .release(
+            "quiet",
+            &[json!({"text": "ok"}), json!({"text": "ok"})],
+            &[],
+        )
+        .await;
+    let session = s.session(&release, json!({})).await.body["session_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let op = sign_in(&s, &s.operator).await;
+    assert_eq!(op.body["role"], "operator");
+    assert_eq!(op.body["tenant_id"], s.tenant.to_string());
+    // Reads need no token, and answer no-store.
+    let (st, body, h) = with_cookie(&s, "GET", "/v1/sessions", &op, None, None, None).await;
+    assert_eq!(st, StatusCode::OK);
+    assert_eq!(body["items"].as_array().unwrap().len(), 1);
+    assert_eq!(h["cache-control"], "no-store");
+    let (st, me, _) = with_cookie(&s, "GET", "/inspector/session", &op, None, None, None).await;
+    assert_eq!(st, StatusCode::OK);
+    assert_eq!(me["csrf_token"], op.csrf.as_str());
+    let turn = format!("/v1/sessions/{session}/turns");
+    let input = || Some(json!({"input": "hi"}));
+    // A change without the token, with another session's token, or from another origin: 403.
+    let (st, body, _) = with_cookie(&s, "POST", &turn, &op, None, None, input()).await;
+    assert_eq!(st, StatusCode::FORBIDDEN, "{body}");
+    assert_eq!(body["field"], "x-keel-csrf");
+    let other = sign_in(&s, &s.operator).await;
+    let (st, _, _) = with_cookie(&s, "POST", &turn, &op, Some(&other.csrf), None, input()).await;
+    assert_eq!(st, StatusCode::FORBIDDEN);
+    let (st, _, _) = with_cookie(
+        &s,
+        "POST",
+        &turn,
+        &op,
+        Some(&op.csrf),
+        Some("http://evil.example"),
+        input(),
+    )
+    .await;
+    assert_eq!(st, StatusCode::FORBIDDEN);
+    // With it, from this origin: done, and journaled with the key's principal.
+    let (st, body, _) = with_cookie(
+        &s,
+        "POST",
+        &turn,
+        &op,
+        Some(&op.csrf),
+        Some(&s.base),
+        input(),
+    )
+    .await;
+    assert_eq!(st, StatusCode::ACCEPTED, "{body}");
+    let queued = events_of(&s, &session, "turn.queued").await;
+    assert_eq!(queued[0]["principal_id"], op.body["principal_id"]);
+    // A viewer's cookie, even with its token, changes nothing.
+    let viewer = sign_in(&s, &s.viewer).await;
+    let (st, _, _) = with_cookie(
+        &s,
+        "POST",
+        &turn,
+        &viewer,
+        Some(&viewer.csrf),
+        Some(&s.base),
+        input(),
+    )
+    .await;
+    assert_eq!(st, StatusCode::FORBIDDEN);
+    let (st, _, _) = with_cookie(&s, "GET", &turn, &viewer, None, None, None).await;
+    assert_eq!(st, StatusCode::OK);
+    // Another tenant's cookie sees none of it.
+    let mallory = sign_in(&s, &s.other).await;
+    let (st, body, _) = with_cookie(&s, "GET", "/v1/sessions", &mallory, None, None, None).await;
+    assert_eq!(st, StatusCode::OK);
+    assert_eq!(body["items"], json!([]));
+    let (st, _, _) = with_cookie(
+        &s,
+        "GET",
+        &format!("/v1/sessions/{session}"),
+        &mallory,
+        None,
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(st, StatusCode::NOT_FOUND);
+    // Sign-out needs the token too, then the cookie is refused.
+    let (st, _, _) = with_cookie(&s, "POST", "/inspector/sign-out", &op, None, None, None).await;
+    assert_eq!(st, StatusCode::FORBIDDEN);
+    let (st, _, h) = with_cookie(
+        &s,
+        "POST",
+        "/inspector/sign-out",
+        &op,
+        Some(&op.csrf),
+        Some(&s.base),
+        None,
+    )
+    .await;
+    assert_eq!(st, StatusCode::NO_CONTENT);
+    assert!(h["set-cookie"].to_str().unwrap().contains("Max-Age=0"));
+    let (st, body, _) = with_cookie(&s, "GET", "/v1/sessions", &op, None, None, None).await;
+    assert_eq!(st, StatusCode::UNAUTHORIZED);
+    assert!(
+        body["detail"].as_str().unwrap().contains("sign in again"),
+        "{body}"
+    );
+    // The other session of the same key lives on until its key is revoked.
+    let (st, _, _) = with_cookie(&s, "GET", "/v1/sessions", &other, None, None, None).await;
+    assert_eq!(st, StatusCode::OK);
+    let keys = s.get("/v1/keys", &s.admin).await;
+    let olga = keys.body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["name"] == "olga")
+        .unwrap()["key_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let r = s
+        .post(&format!("/v1/keys/{olga}/revoke"), &s.admin, &json!({}))
+        .await;
+    assert!(r.status.is_success(), "{r:?}");
+    let (st, _, _) = with_cookie(&s, "GET", "/v1/sessions", &other, None, None, None).await;
+    assert_eq!(st, StatusCode::UNAUTHORIZED);
+}
+
+async fn sign_in_refuses_bad_keys_and_is_limited(b: Backend) {
+    let s = start(b).await;
+    let post = |body: Value, origin: Option<&'static str>| {
+        let mut rb = s
+            .http
+            .post(format!("{}/inspector/sign-in", s.base))
+            .header("content-type", "application/json")
+            .body(body.to_string());
+        if let Some(o) = origin {
+            rb = rb.header("origin", o);
+        }
+        rb.send()
+    };
+    let r = post(json!({"key": s.system}), None).await.unwrap();
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    assert!(r.headers().get("set-cookie").is_none());
+    let r = post(json!({"key": s.operator}), Some("http://evil.example"))
+        .await
+        .unwrap();
+    assert_eq!(
+        r.status(),
+        StatusCode::FORBIDDEN,
+        "no sign-in from another site"
+    );
+    let r = post(json!({"nope": 1}), None).await.unwrap();
+    assert_eq!(r.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let wrong = "keel_0000000000000000000000000000000000000000000000000000000000000000";
+    for _ in 0..keel_server::inspector::signin::MAX_FAILURES {
+        let r = post(json!({"key": wrong}), None).await.unwrap();
+        assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+        assert!(r.headers().get("set-cookie").is_none());
+    }
+    let r = post(json!({"key": s.operator}), None).await.unwrap();
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert!(r.headers().get("retry-after").is_some());
+}

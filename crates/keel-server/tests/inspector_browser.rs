@@ -1,0 +1,694 @@
+//! The inspector in a real headless browser: Debian's `chromium` driven through `chromedriver`
+//! (WebDriver) by `fantoccini`, against a started server on a real port with scripted sessions.
+//! Without chromium or chromedriver these tests FAIL (`.ci/run` installs both: the Debian
+//! packages `chromium` and `chromium-driver`).
+//!
+//! They sign in; find the session in the list; watch its model text arrive while the turn
+//! runs; approve a pending call with a click and see the turn finish; count the timeline's
+//! bars against the journal's steps and calls; time-travel to an earlier seq; check that a
+//! viewer gets no decision buttons and its POSTs are refused, that another tenant sees nothing,
+//! that a POST with the cookie and no CSRF token is refused, and that sign-out ends the session.
+//! The SQLite run writes screenshots of every page at 1280 and 390 px to `docs/inspector/`.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+use crate::common::*;
+use crate::on_both;
+
+on_both!(the_inspector_in_a_browser);
+
+/// A correctness deadline for what the page must show (wide: loaded CI machines).
+const DEADLINE: Duration = Duration::from_secs(60);
+
+/// A chromedriver this test started (killed on drop).
+struct Driver {
+    child: Child,
+    url: String,
+    _profile: tempfile::TempDir,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn found(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
+}
+
+async fn driver() -> Driver {
+    for program in ["chromedriver", "chromium"] {
+        assert!(
+            found(program),
+            "`{program}` is not installed: the inspector's browser tests need Debian's chromium and \
+             chromium-driver. Run .ci/run (it installs them) or `apt-get install chromium chromium-driver`."
+        );
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = Command::new("chromedriver")
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("chromedriver starts");
+    let url = format!("http://127.0.0.1:{port}");
+    let http = reqwest::Client::new();
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        if let Ok(r) = http.get(format!("{url}/status")).send().await
+            && let Ok(v) = r.json::<Value>().await
+            && v["value"]["ready"] == true
+        {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "chromedriver never got ready on {url}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Driver {
+        child,
+        url,
+        _profile: tempfile::tempdir().unwrap(),
+    }
+}
+
+/// A fresh browser (its own profile: no cookies) at 1280 × 900.
+async fn browser(d: &Driver) -> Client {
+    let profile = d
+        ._profile
+        .path()
+        .join(uuid::Uuid::now_v7().simple().to_string());
+    let mut caps = serde_json::Map::new();
+    caps.insert(
+        "goog:chromeOptions".into(),
+        json!({
+            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                     "--window-size=1280,900", "--hide-scrollbars", "--force-color-profile=srgb",
+                     format!("--user-data-dir={}", profile.display())],
+        }),
+    );
+    ClientBuilder::native()
+        .capabilities(caps)
+        .connect(&d.url)
+        .await
+        .expect("a chromium session through chromedriver")
+}
+
+/// Clicks the element `css` names, found again if the page redrew it under the click.
+async fn click(c: &Client, css: &str) {
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        let el = c
+            .wait()
+            .at_most(DEADLINE)
+            .for_element(Locator::Css(css))
+            .await
+            .unwrap();
+        match el.click().await {
+            Ok(()) => return,
+            Err(e) => assert!(
+                tokio::time::Instant::now() < deadline,
+                "{css} could not be clicked: {e}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Waits until `js` (an expression) is truthy in the page; returns its value.
+async fn until(c: &Client, what: &str, js: &str) -> Value {
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        let v = c
+            .execute(
+                &format!("try {{ return ({js}); }} catch (e) {{ return null; }}"),
+                vec![],
+            )
+            .await
+            .unwrap();
+        let truthy = match &v {
+            Value::Null | Value::Bool(false) => false,
+            Value::String(s) => !s.is_empty(),
+            Value::Number(n) => n.as_f64() != Some(0.0),
+            _ => true,
+        };
+        if truthy {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the page never showed {what} ({js})"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Evaluates `js` (statements ending in `return`) now.
+async fn eval(c: &Client, js: &str) -> Value {
+    c.execute(js, vec![]).await.unwrap()
+}
+
+/// A fetch made by the page itself (with its cookie): the status. `csrf`: send the page's token.
+async fn page_post(c: &Client, path: &str, body: &Value, csrf: bool) -> u64 {
+    let script = r#"
+        const [path, body, csrf, done] = arguments;
+        const headers = { 'Content-Type': 'application/json' };
+        if (csrf) headers['X-Keel-CSRF'] = K.me.csrf_token;
+        fetch(path, { method: 'POST', headers, body: JSON.stringify(body), credentials: 'same-origin' })
+            .then((r) => done(r.status), (e) => done(String(e)));
+    "#;
+    c.execute_async(script, vec![json!(path), body.clone(), json!(csrf)])
+        .await
+        .unwrap()
+        .as_u64()
+        .unwrap_or(0)
+}
+
+async fn sign_in(c: &Client, base: &str, key: &str) {
+    c.goto(&format!("{base}/")).await.unwrap();
+    let input = c
+        .wait()
+        .at_most(DEADLINE)
+        .for_element(Locator::Css("#key"))
+        .await
+        .unwrap();
+    input.send_keys(key).await.unwrap();
+    c.find(Locator::Css("#sign-in-button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    until(
+        c,
+        "the signed-in navigation",
+        "!document.querySelector('#nav').hidden && K.me",
+    )
+    .await;
+}
+
+async fn go(c: &Client, base: &str, fragment: &str) {
+    c.goto(&format!("{base}/{fragment}")).await.unwrap();
+    until(
+        c,
+        "a signed-in page",
+        "K.me && document.querySelector('#main h1')",
+    )
+    .await;
+}
+
+fn shots() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/inspector")
+}
+
+/// Screenshots of the current page at 1280 and 390 px wide: `docs/inspector/<name>-<w>.png`.
+async fn screenshot(c: &Client, write: bool, name: &str, ready: &str) {
+    if !write {
+        return;
+    }
+    std::fs::create_dir_all(shots()).unwrap();
+    for (w, h) in [(1280, 900), (390, 844)] {
+        c.set_window_size(w, h).await.unwrap();
+        until(c, "the page at this width", ready).await;
+        // Without a passing notice over it.
+        eval(
+            c,
+            "document.querySelector('#toast').replaceChildren(); return true",
+        )
+        .await;
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let png = c.screenshot().await.unwrap();
+        assert!(png.starts_with(b"\x89PNG"), "a PNG");
+        std::fs::write(shots().join(format!("{name}-{w}.png")), png).unwrap();
+    }
+    c.set_window_size(1280, 900).await.unwrap();
+}
+
+async fn the_inspector_in_a_browser(b: Backend) {
+    let write = matches!(b, Backend::Sqlite);
+    let s = start(b).await;
+    let d = driver().await;
+    // The model writes a file (a call that waits on a human), then answers slowly: its first
+    // text arrives while the turn runs, and the turn finishes after the approval.
+    let release = s
+        .release(
+            "writer",
+            &[
+                json!({"delay_ms": 400, "text": "I will write out.txt now.", "tool_calls": [call("write_file", json!({"path": "out.txt", "content": "hello\nworld\n"}))], "usage": {"input_tokens": 120, "output_tokens": 30}}),
+                json!({"delay_ms": 1500, "text": "Wrote out.txt.", "usage": {"input_tokens": 160, "output_tokens": 8}}),
+                json!({"delay_ms": 100, "text": "Nothing to do.", "usage": {"input_tokens": 10, "output_tokens": 3}}),
+            ],
+            &["write_file", "read_file"],
+        )
+        .await;
+    let session = s.session(&release, json!({})).await.body["session_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let c = browser(&d).await;
+
+    // Sign-in: a wrong key is a clear error on the page; the operator's key signs in.
+    c.goto(&format!("{}/", s.base)).await.unwrap();
+    let input = c
+        .wait()
+        .at_most(DEADLINE)
+        .for_element(Locator::Css("#key"))
+        .await
+        .unwrap();
+    screenshot(&c, write, "sign-in", "document.querySelector('#key')").await;
+    input.send_keys("keel_not_a_key").await.unwrap();
+    c.find(Locator::Css("#sign-in-button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let error = until(
+        &c,
+        "the wrong-key error",
+        "document.querySelector('#sign-in-error').textContent",
+    )
+    .await;
+    assert!(error.as_str().unwrap().contains("not valid"), "{error}");
+    c.find(Locator::Css("#key"))
+        .await
+        .unwrap()
+        .clear()
+        .await
+        .unwrap();
+    sign_in(&c, &s.base, &s.operator).await;
+    let cookies = c.get_all_cookies().await.unwrap();
+    let cookie = cookies
+        .iter()
+        .find(|k| k.name() == "keel_inspector")
+        .expect("the session cookie");
+    assert_eq!(cookie.http_only(), Some(true));
+    assert!(!cookie.value().contains(&s.operator[5..]));
+    let stored = eval(
+        &c,
+        "return JSON.stringify(localStorage) + JSON.stringify(sessionStorage) + document.cookie",
+    )
+    .await;
+    assert!(
+        !stored.as_str().unwrap().contains("keel_"),
+        "the key is kept nowhere in the page: {stored}"
+    );
+
+    // The session list shows the session.
+    let row = format!("document.querySelector('tr[data-session-id=\"{session}\"]')");
+    until(&c, "the session in the list", &row).await;
+
+    // Its page: the turn runs, the model's text appears while it does (over SSE deltas).
+    click(&c, &format!("tr[data-session-id=\"{session}\"] a")).await;
+    until(&c, "the live stream", "document.querySelector('#live.on')").await;
+    let turn = s
+        .post(
+            &format!("/v1/sessions/{session}/turns"),
+            &s.operator,
+            &json!({"input": "write out.txt"}),
+        )
+        .await;
+    assert_eq!(turn.status, StatusCode::ACCEPTED, "{turn:?}");
+    let turn_id = turn.body["turn_id"].as_str().unwrap().to_owned();
+    until(
+        &c,
+        "the model's first text",
+        "[...document.querySelectorAll('.model-text')].some((e) => e.textContent.includes('I will write out.txt now.'))",
+    )
+    .await;
+    let t = s
+        .get(
+            &format!("/v1/sessions/{session}/turns/{turn_id}"),
+            &s.viewer,
+        )
+        .await;
+    assert!(
+        t.body["duration_ms"].is_null(),
+        "the turn still runs while its text shows: {t:?}"
+    );
+    let deltas = eval(
+        &c,
+        "return Number(document.querySelector('#conversation').dataset.deltas || 0)",
+    )
+    .await;
+    assert!(
+        deltas.as_u64().unwrap() >= 1,
+        "text came as live deltas: {deltas}"
+    );
+
+    // The call waits on a human: the approval card shows the exact arguments and a diff.
+    let card = until(
+        &c,
+        "the approval card",
+        "document.querySelector('#session-decisions article.approval')",
+    )
+    .await;
+    assert!(!card.is_null());
+    let args = eval(
+        &c,
+        "return document.querySelector('#session-decisions article.approval .args').textContent",
+    )
+    .await;
+    assert!(
+        args.as_str().unwrap().contains("\"path\": \"out.txt\""),
+        "{args}"
+    );
+    let diff = eval(&c, "return [...document.querySelectorAll('#session-decisions .diff .add')].map((e) => e.textContent).join('')").await;
+    assert_eq!(diff, "+ hello\n+ world\n");
+    screenshot(
+        &c,
+        write,
+        "session-approval",
+        "document.querySelector('article.approval')",
+    )
+    .await;
+
+    // Decisions page, with the pending approval.
+    go(&c, &s.base, "#/decisions").await;
+    until(
+        &c,
+        "the pending approval",
+        "document.querySelector('#approvals article.approval button.allow')",
+    )
+    .await;
+    screenshot(
+        &c,
+        write,
+        "decisions",
+        "document.querySelector('#approvals article.approval')",
+    )
+    .await;
+
+    // Approve by a click on the session page; the turn finishes.
+    go(&c, &s.base, &format!("#/session/{session}")).await;
+    click(&c, "#session-decisions button.allow").await;
+    until(
+        &c,
+        "the turn's end",
+        "[...document.querySelectorAll('.model-text')].some((e) => e.textContent.includes('Wrote out.txt.')) && document.querySelector('.msg.user .st-completed')",
+    )
+    .await;
+    let done = s.wait_session(&session, |b| b["status"] == "idle").await;
+    assert!(done["active_turn_id"].is_null());
+    let decided = events_of(&s, &session, "approval.decided").await;
+    assert_eq!(decided.len(), 1);
+    assert!(
+        decided[0]["principal_id"].is_string(),
+        "journaled with the signed-in principal"
+    );
+
+    // The timeline: one bar per step and per tool call, as the journal has them.
+    let state = s
+        .get(&format!("/v1/sessions/{session}/state"), &s.viewer)
+        .await
+        .body;
+    let steps: u64 = state["turns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["num_steps"].as_u64().unwrap())
+        .sum();
+    let calls = state["tool_calls"].as_array().unwrap().len() as u64;
+    assert_eq!((steps, calls), (2, 1));
+    let bars = until(
+        &c,
+        "the timeline's bars",
+        &format!(
+            "document.querySelectorAll('#timeline rect.bar-step').length === {steps} && document.querySelectorAll('#timeline rect.bar-tool').length === {calls} && [document.querySelectorAll('#timeline rect.bar-turn').length, document.querySelectorAll('#timeline rect.bar-step.ok').length, document.querySelectorAll('#timeline rect.bar-tool.ok').length]"
+        ),
+    )
+    .await;
+    assert_eq!(
+        bars,
+        json!([1, 2, 1]),
+        "one turn; steps and call coloured ok"
+    );
+    screenshot(
+        &c,
+        write,
+        "session",
+        "document.querySelector('#timeline rect.bar-step')",
+    )
+    .await;
+
+    // Time travel: where the session came to require action the call awaits approval and the session
+    // requires action; at the end it succeeded and the session is idle.
+    let requested = events_of(&s, &session, "session.status_changed")
+        .await
+        .iter()
+        .find(|e| e["payload"]["status"] == "requires_action")
+        .expect("the session required action")["seq"]
+        .as_u64()
+        .unwrap();
+    go(&c, &s.base, &format!("#/journal/{session}")).await;
+    until(
+        &c,
+        "the journal",
+        "document.querySelectorAll('#journal-body tr').length > 5",
+    )
+    .await;
+    until(
+        &c,
+        "the state now",
+        "document.querySelector('#state-status .st-idle')",
+    )
+    .await;
+    let now = eval(
+        &c,
+        "return document.querySelector('#state-calls').textContent",
+    )
+    .await;
+    assert!(now.as_str().unwrap().contains("succeeded"), "{now}");
+    let at = c.find(Locator::Css("#at-seq")).await.unwrap();
+    at.clear().await.unwrap();
+    at.send_keys(&requested.to_string()).await.unwrap();
+    click(&c, "#travel").await;
+    until(
+        &c,
+        "the earlier state",
+        &format!("document.querySelector('#state-seq').textContent === '{requested}'"),
+    )
+    .await;
+    let then = eval(&c, "return [document.querySelector('#state-status').textContent, document.querySelector('#state-calls').textContent]").await;
+    assert_eq!(then[0], "requires_action", "{then}");
+    assert!(
+        then[1].as_str().unwrap().contains("awaiting_approval"),
+        "{then}"
+    );
+    // The filters: by type, then by entity.
+    c.find(Locator::Css("#journal-type"))
+        .await
+        .unwrap()
+        .select_by_value("tool_call.finished")
+        .await
+        .unwrap();
+    until(
+        &c,
+        "one filtered event",
+        "document.querySelectorAll('#journal-body tr').length === 1",
+    )
+    .await;
+    screenshot(
+        &c,
+        write,
+        "journal",
+        "document.querySelector('#state-at .card')",
+    )
+    .await;
+
+    // Usage: the tenant's tokens by day as a chart, by model and by turn.
+    go(&c, &s.base, "#/usage").await;
+    until(&c, "the usage chart", "document.querySelectorAll('#chart-days rect').length >= 1 && document.querySelector('#usage-by-turn tbody tr')").await;
+    screenshot(&c, write, "usage", "document.querySelector('#chart-days')").await;
+
+    go(&c, &s.base, "#/sessions").await;
+    until(&c, "the session row", &row).await;
+    let cells = eval(
+        &c,
+        &format!("return [...{row}.querySelectorAll('td')].map((td) => td.textContent)"),
+    )
+    .await;
+    assert_eq!(cells[1], "idle", "{cells}");
+    assert_eq!(cells[2], "writer", "{cells}");
+    assert_eq!(cells[5], "1", "turns: {cells}");
+    assert_eq!(cells[6], "318", "tokens: {cells}");
+    // Live: a session made now shows up in the open list without a reload, and its status
+    // follows (it comes to wait on an approval).
+    let waiting = s.session(&release, json!({})).await.body["session_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    s.post(
+        &format!("/v1/sessions/{waiting}/turns"),
+        &s.operator,
+        &json!({"input": "write"}),
+    )
+    .await;
+    until(
+        &c,
+        "the new session, live",
+        &format!("document.querySelector('tr[data-session-id=\"{waiting}\"] .st-requires_action')"),
+    )
+    .await;
+    screenshot(&c, write, "sessions", &row).await;
+    // The status filter and the id search.
+    c.find(Locator::Css("#status-filter"))
+        .await
+        .unwrap()
+        .select_by_value("requires_action")
+        .await
+        .unwrap();
+    let shown = eval(&c, "return [...document.querySelectorAll('#sessions-body tr')].map((r) => r.dataset.sessionId)").await;
+    assert_eq!(shown, json!([waiting]));
+    c.find(Locator::Css("#status-filter"))
+        .await
+        .unwrap()
+        .select_by_value("")
+        .await
+        .unwrap();
+    c.find(Locator::Css("#search"))
+        .await
+        .unwrap()
+        .send_keys(&session[session.len() - 6..])
+        .await
+        .unwrap();
+    let shown = eval(&c, "return [...document.querySelectorAll('#sessions-body tr')].map((r) => r.dataset.sessionId)").await;
+    assert_eq!(shown, json!([session]));
+
+    // CSRF: the page's own POST with the cookie but without the token is refused; with the
+    // token it goes through.
+    let status = page_post(
+        &c,
+        &format!("/v1/sessions/{session}/turns"),
+        &json!({"input": "again"}),
+        false,
+    )
+    .await;
+    assert_eq!(status, 403);
+    let status = page_post(
+        &c,
+        &format!("/v1/sessions/{session}/turns"),
+        &json!({"input": "again"}),
+        true,
+    )
+    .await;
+    assert_eq!(status, 202);
+
+    // Sign-out ends the server-side session: the old cookie is refused from then on.
+    let old = format!("keel_inspector={}", cookie.value());
+    click(&c, "#sign-out").await;
+    until(&c, "the sign-in form", "document.querySelector('#key')").await;
+    let r = s
+        .call(
+            "GET",
+            "/v1/sessions",
+            None,
+            None,
+            &[("cookie", old.as_str())],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED, "{r:?}");
+    c.close().await.unwrap();
+
+    // A viewer: sees the session and a pending approval, but no decision buttons, and its POSTs
+    // (with a valid CSRF token) are refused.
+    let v = browser(&d).await;
+    sign_in(&v, &s.base, &s.viewer).await;
+    go(&v, &s.base, &format!("#/session/{waiting}")).await;
+    until(
+        &v,
+        "the approval card",
+        "document.querySelector('#session-decisions article.approval')",
+    )
+    .await;
+    let buttons = eval(&v, "return document.querySelectorAll('button.allow, button.deny, button.allow-session, button.cancel-turn, button.retry').length").await;
+    assert_eq!(buttons, 0);
+    go(&v, &s.base, "#/decisions").await;
+    until(&v, "the read-only decisions", "document.querySelector('#read-only') && document.querySelector('#approvals article.approval')").await;
+    assert_eq!(
+        eval(
+            &v,
+            "return document.querySelectorAll('#main button.allow, #main button.deny').length"
+        )
+        .await,
+        0
+    );
+    let approval = s
+        .get(
+            &format!("/v1/sessions/{waiting}/approvals?status=pending"),
+            &s.viewer,
+        )
+        .await
+        .body["items"][0]
+        .clone();
+    let status = page_post(
+        &v,
+        &format!(
+            "/v1/approvals/{}/decision",
+            approval["approval_id"].as_str().unwrap()
+        ),
+        &json!({"decision": "allow_once", "args_hash": approval["args_hash"]}),
+        true,
+    )
+    .await;
+    assert_eq!(status, 403);
+    assert_eq!(
+        page_post(
+            &v,
+            &format!("/v1/sessions/{waiting}/cancel"),
+            &json!({}),
+            true
+        )
+        .await,
+        403
+    );
+    v.close().await.unwrap();
+
+    // Another tenant's key sees nothing of this tenant.
+    let o = browser(&d).await;
+    sign_in(&o, &s.base, &s.other).await;
+    until(
+        &o,
+        "an empty list",
+        "document.querySelector('#sessions-count').textContent === '0 of 0 sessions'",
+    )
+    .await;
+    go(&o, &s.base, &format!("#/session/{session}")).await;
+    until(
+        &o,
+        "no such session",
+        "document.querySelector('#session-error')",
+    )
+    .await;
+    go(&o, &s.base, "#/decisions").await;
+    until(
+        &o,
+        "no approvals",
+        "document.querySelector('#approvals p.muted')",
+    )
+    .await;
+    assert_eq!(
+        eval(
+            &o,
+            "return document.querySelectorAll('article.approval').length"
+        )
+        .await,
+        0
+    );
+    o.close().await.unwrap();
+}
