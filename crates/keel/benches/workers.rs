@@ -19,7 +19,8 @@
 //!   `read_file` steps; steps/s = all steps / (last `turn.finished` − first `turn.started`, from
 //!   the events' timestamps). Phase 2: as many sessions again with a slow step (1 s model delay
 //!   per step, 3 steps); when a quarter are done one worker is killed with SIGKILL (with 1
-//!   worker a new one is started); lease-takeover time = per session the dead worker held
+//!   worker a new one is started); `KEEL_BENCH_WORKERS` (default `1,2,4`) chooses the counts.
+//!   Lease-takeover time = per session the dead worker held
 //!   unfinished, its first event after the kill − the kill (median, max).
 //!
 //! `cargo bench -p keel --bench workers` (both), `… -- recovery`, `… -- multi`.
@@ -216,7 +217,12 @@ fn multi() {
          lease TTL {ttl} ms, poll {POLL_MS} ms; load average {}",
         load()
     );
-    for k in [1, 2, 4] {
+    let counts: Vec<usize> = std::env::var("KEEL_BENCH_WORKERS")
+        .unwrap_or_else(|_| "1,2,4".into())
+        .split(',')
+        .filter_map(|k| k.trim().parse().ok())
+        .collect();
+    for k in counts {
         let c = Cluster::postgres(ttl);
         std::fs::write(c.ws().join("README.md"), "hello\n").unwrap();
         let sps = throughput(&c, k, n, steps);

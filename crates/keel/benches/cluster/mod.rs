@@ -90,22 +90,27 @@ impl Proc {
             .unwrap();
         let stderr = child.stderr.take().unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let lines = seen.clone();
         std::thread::spawn(move || {
             let mut tx = Some(tx);
-            for line in std::io::BufReader::new(stderr)
-                .lines()
-                .map_while(Result::ok)
-            {
+            for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
                 if line.contains(marker)
                     && let Some(tx) = tx.take()
                 {
                     let _ = tx.send(line);
+                } else if tx.is_some() {
+                    lines.lock().unwrap().push(line);
                 }
             }
         });
-        let line = rx
-            .recv_timeout(Duration::from_secs(120))
-            .unwrap_or_else(|_| panic!("no {marker:?} line on the process's standard error"));
+        let line = rx.recv_timeout(Duration::from_secs(120)).unwrap_or_else(|_| {
+            panic!(
+                "no {marker:?} line on the process's standard error; it said: {:?}; exit: {:?}",
+                seen.lock().unwrap(),
+                child.try_wait()
+            )
+        });
         (Proc { child }, line)
     }
 
