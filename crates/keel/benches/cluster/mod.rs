@@ -94,7 +94,10 @@ impl Proc {
         let lines = seen.clone();
         std::thread::spawn(move || {
             let mut tx = Some(tx);
-            for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
                 if line.contains(marker)
                     && let Some(tx) = tx.take()
                 {
@@ -104,13 +107,15 @@ impl Proc {
                 }
             }
         });
-        let line = rx.recv_timeout(Duration::from_secs(120)).unwrap_or_else(|_| {
-            panic!(
-                "no {marker:?} line on the process's standard error; it said: {:?}; exit: {:?}",
-                seen.lock().unwrap(),
-                child.try_wait()
-            )
-        });
+        let line = rx
+            .recv_timeout(Duration::from_secs(120))
+            .unwrap_or_else(|_| {
+                panic!(
+                    "no {marker:?} line on the process's standard error; it said: {:?}; exit: {:?}",
+                    seen.lock().unwrap(),
+                    child.try_wait()
+                )
+            });
         (Proc { child }, line)
     }
 
