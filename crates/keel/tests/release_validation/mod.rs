@@ -30,6 +30,8 @@ macro_rules! per_backend {
 }
 
 mod harness;
+#[allow(dead_code)]
+// Rng, seed_from_env, Dispatch, decided_more_than_once: for cancellation_race (not merged yet)
 mod rig;
 
 mod budget_exhaustion;
