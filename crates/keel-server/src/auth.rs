@@ -191,18 +191,18 @@ pub async fn caller_by_hash(store: &dyn Store, hash: &str) -> Result<Caller, Api
 
 /// Middleware: authenticates the request and stores its [`Caller`] as an extension. A request
 /// without `Authorization` that carries the inspector's session cookie acts for the key that
-/// session was signed in with ([`crate::inspector::caller_by_cookie`]: CSRF-checked for every
-/// method but GET and HEAD); its response is marked `Cache-Control: no-store`.
+/// session was signed in with ([`crate::inspector::caller_by_cookie`]: the session's token is
+/// checked for every method); its response, error or not, is marked `Cache-Control: no-store`.
 pub async fn authenticate(State(state): State<Shared>, mut req: Request, next: Next) -> Response {
     let authorization = req.headers().get(header::AUTHORIZATION).cloned();
     let cookie = match &authorization {
-        None => crate::inspector::signin::cookie_value(req.headers()),
+        None => {
+            crate::inspector::signin::cookie_value(req.headers(), state.config.tls_cert.is_some())
+        }
         Some(_) => None,
     };
     let found = match &cookie {
-        Some(id) => {
-            crate::inspector::caller_by_cookie(&state, id, req.method(), req.headers()).await
-        }
+        Some(id) => crate::inspector::caller_by_cookie(&state, id, req.headers()).await,
         None => caller_of(state.store.as_ref(), authorization.as_ref()).await,
     };
     match found {
@@ -225,7 +225,16 @@ pub async fn authenticate(State(state): State<Shared>, mut req: Request, next: N
             }
             res
         }
-        Err(e) => axum::response::IntoResponse::into_response(e),
+        Err(e) => {
+            let mut res = axum::response::IntoResponse::into_response(e);
+            if cookie.is_some() {
+                res.headers_mut().insert(
+                    header::CACHE_CONTROL,
+                    axum::http::HeaderValue::from_static("no-store"),
+                );
+            }
+            res
+        }
     }
 }
 

@@ -149,9 +149,10 @@ pub async fn app(config: ServerConfig, deps: Deps) -> Result<(Shared, Router), S
         .openapi
         .set(api::links::render(&doc).unwrap_or_default());
     let router = router
-        .merge(inspector::router(&state))
+        .merge(inspector::router())
         .fallback(http::no_route)
         .method_not_allowed_fallback(http::no_method)
+        .layer(middleware::from_fn(inspector::headers))
         .layer(DefaultBodyLimit::max(state.config.body_limit_bytes))
         .layer(middleware::from_fn_with_state(state.clone(), http::count))
         .with_state(state.clone());
@@ -278,10 +279,13 @@ impl Server {
         };
         let mut http = tokio::spawn(async move {
             match tls {
-                None => axum::serve(listener, router)
-                    .with_graceful_shutdown(http_shutdown)
-                    .await
-                    .map_err(|source| ServerError::Bind { addr, source }),
+                None => axum::serve(
+                    listener,
+                    router.into_make_service_with_connect_info::<SocketAddr>(),
+                )
+                .with_graceful_shutdown(http_shutdown)
+                .await
+                .map_err(|source| ServerError::Bind { addr, source }),
                 Some(acceptor) => {
                     serve_tls(listener, router, acceptor, http_shutdown).await;
                     Ok(())
@@ -457,7 +461,7 @@ async fn serve_tls(
 ) {
     tokio::pin!(shutdown);
     loop {
-        let (tcp, _) = tokio::select! {
+        let (tcp, peer) = tokio::select! {
             () = &mut shutdown => return,
             r = listener.accept() => match r {
                 Ok(c) => c,
@@ -469,7 +473,9 @@ async fn serve_tls(
             },
         };
         let acceptor = acceptor.clone();
-        let svc = router.clone();
+        let svc = router
+            .clone()
+            .layer(axum::Extension(axum::extract::ConnectInfo(peer)));
         tokio::spawn(async move {
             let tls =
                 match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await {

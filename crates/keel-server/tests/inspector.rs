@@ -1,6 +1,7 @@
 //! The inspector over plain HTTP: its page and assets (budget, security headers), sign-in for a
 //! server-side session cookie, what the cookie may do (the key's role and tenant, CSRF checks),
-//! sign-out, and the limit on failed sign-ins. The browser tests are in `inspector_browser`.
+//! sign-out, the limit on failed sign-ins (per client), and why the cookie alone is not a session
+//! (another server on this host receives it). The browser tests are in `inspector_browser`.
 
 use keel_server::inspector::{ASSETS, CSP, MAX_PAGE_BYTES};
 use reqwest::StatusCode;
@@ -12,7 +13,10 @@ use crate::on_both;
 on_both!(
     the_page_and_its_assets_are_served_whole_with_strict_headers,
     a_cookie_acts_as_its_key_and_needs_the_csrf_token_to_change_anything,
-    sign_in_refuses_bad_keys_and_is_limited
+    the_cookie_alone_is_not_a_session_and_never_recovers_the_token,
+    sign_in_refuses_bad_keys_and_is_limited,
+    a_valid_key_signs_in_while_another_client_used_up_the_failure_limit,
+    fallbacks_and_errors_carry_the_security_headers
 );
 
 /// A signed-in browser as HTTP sees it: the cookie and the token.
@@ -46,6 +50,11 @@ pub async fn sign_in(s: &TestServer, key: &str) -> Signed {
     }
     assert!(!set.contains("Secure"), "plain HTTP: {set}");
     assert!(!set.contains(key) && !set.contains(&key[5..]), "{set}");
+    let port = s.base.rsplit(':').next().unwrap();
+    assert!(
+        set.starts_with(&format!("keel_inspector_{port}=")),
+        "the port is in the cookie's name: {set}"
+    );
     let cookie = set.split(';').next().unwrap().to_owned();
     let body: Value = res.json().await.unwrap();
     Signed {
@@ -138,14 +147,15 @@ async fn a_cookie_acts_as_its_key_and_needs_the_csrf_token_to_change_anything(b:
     let op = sign_in(&s, &s.operator).await;
     assert_eq!(op.body["role"], "operator");
     assert_eq!(op.body["tenant_id"], s.tenant.to_string());
-    // Reads need no token, and answer no-store.
-    let (st, body, h) = with_cookie(&s, "GET", "/v1/sessions", &op, None, None, None).await;
+    // Reads carry the token too, and answer no-store.
+    let t = Some(op.csrf.as_str());
+    let (st, body, h) = with_cookie(&s, "GET", "/v1/sessions", &op, t, None, None).await;
     assert_eq!(st, StatusCode::OK);
     assert_eq!(body["items"].as_array().unwrap().len(), 1);
     assert_eq!(h["cache-control"], "no-store");
-    let (st, me, _) = with_cookie(&s, "GET", "/inspector/session", &op, None, None, None).await;
+    let (st, me, _) = with_cookie(&s, "GET", "/inspector/session", &op, t, None, None).await;
     assert_eq!(st, StatusCode::OK);
-    assert_eq!(me["csrf_token"], op.csrf.as_str());
+    assert_eq!(me["role"], "operator");
     let turn = format!("/v1/sessions/{session}/turns");
     let input = || Some(json!({"input": "hi"}));
     // A change without the token, with another session's token, or from another origin: 403.
@@ -193,11 +203,12 @@ async fn a_cookie_acts_as_its_key_and_needs_the_csrf_token_to_change_anything(b:
     )
     .await;
     assert_eq!(st, StatusCode::FORBIDDEN);
-    let (st, _, _) = with_cookie(&s, "GET", &turn, &viewer, None, None, None).await;
+    let (st, _, _) = with_cookie(&s, "GET", &turn, &viewer, Some(&viewer.csrf), None, None).await;
     assert_eq!(st, StatusCode::OK);
     // Another tenant's cookie sees none of it.
     let mallory = sign_in(&s, &s.other).await;
-    let (st, body, _) = with_cookie(&s, "GET", "/v1/sessions", &mallory, None, None, None).await;
+    let m = Some(mallory.csrf.as_str());
+    let (st, body, _) = with_cookie(&s, "GET", "/v1/sessions", &mallory, m, None, None).await;
     assert_eq!(st, StatusCode::OK);
     assert_eq!(body["items"], json!([]));
     let (st, _, _) = with_cookie(
@@ -205,7 +216,7 @@ async fn a_cookie_acts_as_its_key_and_needs_the_csrf_token_to_change_anything(b:
         "GET",
         &format!("/v1/sessions/{session}"),
         &mallory,
-        None,
+        m,
         None,
         None,
     )
@@ -226,14 +237,15 @@ async fn a_cookie_acts_as_its_key_and_needs_the_csrf_token_to_change_anything(b:
     .await;
     assert_eq!(st, StatusCode::NO_CONTENT);
     assert!(h["set-cookie"].to_str().unwrap().contains("Max-Age=0"));
-    let (st, body, _) = with_cookie(&s, "GET", "/v1/sessions", &op, None, None, None).await;
+    let (st, body, _) = with_cookie(&s, "GET", "/v1/sessions", &op, t, None, None).await;
     assert_eq!(st, StatusCode::UNAUTHORIZED);
     assert!(
         body["detail"].as_str().unwrap().contains("sign in again"),
         "{body}"
     );
     // The other session of the same key lives on until its key is revoked.
-    let (st, _, _) = with_cookie(&s, "GET", "/v1/sessions", &other, None, None, None).await;
+    let o = Some(other.csrf.as_str());
+    let (st, _, _) = with_cookie(&s, "GET", "/v1/sessions", &other, o, None, None).await;
     assert_eq!(st, StatusCode::OK);
     let keys = s.get("/v1/keys", &s.admin).await;
     let olga = keys.body["items"]
@@ -249,7 +261,84 @@ async fn a_cookie_acts_as_its_key_and_needs_the_csrf_token_to_change_anything(b:
         .post(&format!("/v1/keys/{olga}/revoke"), &s.admin, &json!({}))
         .await;
     assert!(r.status.is_success(), "{r:?}");
-    let (st, _, _) = with_cookie(&s, "GET", "/v1/sessions", &other, None, None, None).await;
+    let (st, _, _) = with_cookie(&s, "GET", "/v1/sessions", &other, o, None, None).await;
+    assert_eq!(st, StatusCode::UNAUTHORIZED);
+}
+
+/// Attacker review F1: any server on this host (a dev server the agent started) receives the
+/// cookie when the operator's browser visits it. With the cookie alone it gets nothing: not the
+/// token (no answer but sign-in's holds it), not a read, not a change.
+async fn the_cookie_alone_is_not_a_session_and_never_recovers_the_token(b: Backend) {
+    let s = start(b).await;
+    let op = sign_in(&s, &s.operator).await;
+    assert_eq!(op.csrf.len(), 64, "the sign-in answer holds the token");
+    for path in ["/inspector/session", "/v1/sessions", "/v1/approvals"] {
+        let (st, body, h) = with_cookie(&s, "GET", path, &op, None, None, None).await;
+        assert_eq!(st, StatusCode::FORBIDDEN, "{path}: {body}");
+        assert_eq!(body["field"], "x-keel-csrf", "{path}");
+        assert!(body.get("csrf_token").is_none(), "{path}: {body}");
+        assert_eq!(h["cache-control"], "no-store", "{path}: errors too");
+    }
+    let (st, _, _) = with_cookie(&s, "GET", "/v1/sessions", &op, Some("0"), None, None).await;
+    assert_eq!(st, StatusCode::FORBIDDEN);
+    // The page's own session check, with the token, answers who, never the token.
+    let (st, me, h) = with_cookie(
+        &s,
+        "GET",
+        "/inspector/session",
+        &op,
+        Some(&op.csrf),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(st, StatusCode::OK, "{me}");
+    assert!(me.get("csrf_token").is_none(), "{me}");
+    assert_eq!(me["principal_id"], op.body["principal_id"]);
+    assert_eq!(h["cache-control"], "no-store");
+    // The SSE streams, GET too, need it as well.
+    let (st, _, _) = with_cookie(&s, "GET", "/v1/events", &op, None, None, None).await;
+    assert_eq!(st, StatusCode::FORBIDDEN);
+    // A cookie of another port's server is not this server's cookie.
+    let foreign = Signed {
+        cookie: op.cookie.replacen("keel_inspector_", "keel_inspector_1", 1),
+        csrf: op.csrf.clone(),
+        body: Value::Null,
+    };
+    let (st, _, _) = with_cookie(
+        &s,
+        "GET",
+        "/v1/sessions",
+        &foreign,
+        Some(&op.csrf),
+        None,
+        None,
+    )
+    .await;
+    assert_eq!(st, StatusCode::UNAUTHORIZED);
+    // "Sign out everywhere" ends the key's other sessions (a leaked cookie stops working).
+    let second = sign_in(&s, &s.operator).await;
+    let (st, _, _) = with_cookie(
+        &s,
+        "POST",
+        "/inspector/sign-out?all=1",
+        &op,
+        Some(&op.csrf),
+        Some(&s.base),
+        None,
+    )
+    .await;
+    assert_eq!(st, StatusCode::NO_CONTENT);
+    let (st, _, _) = with_cookie(
+        &s,
+        "GET",
+        "/v1/sessions",
+        &second,
+        Some(&second.csrf),
+        None,
+        None,
+    )
+    .await;
     assert_eq!(st, StatusCode::UNAUTHORIZED);
 }
 
@@ -285,7 +374,79 @@ async fn sign_in_refuses_bad_keys_and_is_limited(b: Backend) {
         assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
         assert!(r.headers().get("set-cookie").is_none());
     }
-    let r = post(json!({"key": s.operator}), None).await.unwrap();
+    let r = post(json!({"key": wrong}), None).await.unwrap();
     assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
     assert!(r.headers().get("retry-after").is_some());
+    // A valid key is never refused, not even from the client that failed.
+    let r = post(json!({"key": s.operator}), None).await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+}
+
+/// Attacker review F2: the failure limit is per client address, so one client's wrong keys
+/// lock nobody else out.
+async fn a_valid_key_signs_in_while_another_client_used_up_the_failure_limit(b: Backend) {
+    let s = start(b).await;
+    let from = |ip: [u8; 4]| {
+        reqwest::Client::builder()
+            .local_address(std::net::IpAddr::from(ip))
+            .build()
+            .unwrap()
+    };
+    let (mallory, alice) = (from([127, 0, 0, 2]), from([127, 0, 0, 1]));
+    let post = |c: &reqwest::Client, key: &str| {
+        c.post(format!("{}/inspector/sign-in", s.base))
+            .header("content-type", "application/json")
+            .body(json!({ "key": key }).to_string())
+            .send()
+    };
+    let wrong = "keel_1111111111111111111111111111111111111111111111111111111111111111";
+    for _ in 0..keel_server::inspector::signin::MAX_FAILURES {
+        assert_eq!(
+            post(&mallory, wrong).await.unwrap().status(),
+            StatusCode::UNAUTHORIZED
+        );
+    }
+    assert_eq!(
+        post(&mallory, wrong).await.unwrap().status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(
+        post(&alice, wrong).await.unwrap().status(),
+        StatusCode::UNAUTHORIZED,
+        "another client's mistakes are its own"
+    );
+    assert_eq!(
+        post(&alice, &s.operator).await.unwrap().status(),
+        StatusCode::OK
+    );
+}
+
+/// Attacker review F7: the security headers are on every response, the 404/405 fallbacks
+/// (which echo the path) included.
+async fn fallbacks_and_errors_carry_the_security_headers(b: Backend) {
+    let s = start(b).await;
+    for (method, path, want) in [
+        ("GET", "/inspector/nope", StatusCode::NOT_FOUND),
+        ("GET", "/index.html", StatusCode::NOT_FOUND),
+        ("POST", "/", StatusCode::METHOD_NOT_ALLOWED),
+        ("GET", "/inspector/sign-in", StatusCode::METHOD_NOT_ALLOWED),
+        ("GET", "/v1/sessions", StatusCode::UNAUTHORIZED),
+    ] {
+        let r = s
+            .http
+            .request(
+                reqwest::Method::from_bytes(method.as_bytes()).unwrap(),
+                format!("{}{path}", s.base),
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), want, "{method} {path}");
+        let h = r.headers();
+        assert_eq!(h["content-security-policy"], CSP, "{method} {path}");
+        assert_eq!(h["x-frame-options"], "DENY", "{method} {path}");
+        assert_eq!(h["x-content-type-options"], "nosniff", "{method} {path}");
+        assert_eq!(h["referrer-policy"], "no-referrer", "{method} {path}");
+        assert_eq!(h["cache-control"], "no-store", "{method} {path}");
+    }
 }

@@ -168,7 +168,7 @@ async fn page_post(c: &Client, path: &str, body: &Value, csrf: bool) -> u64 {
     let script = r#"
         const [path, body, csrf, done] = arguments;
         const headers = { 'Content-Type': 'application/json' };
-        if (csrf) headers['X-Keel-CSRF'] = K.me.csrf_token;
+        if (csrf) headers['X-Keel-CSRF'] = K.token();
         fetch(path, { method: 'POST', headers, body: JSON.stringify(body), credentials: 'same-origin' })
             .then((r) => done(r.status), (e) => done(String(e)));
     "#;
@@ -271,6 +271,9 @@ async fn the_inspector_in_a_browser(b: Backend) {
         .await
         .unwrap();
     screenshot(&c, write, "sign-in", "document.querySelector('#key')").await;
+    // New-user review F4: signed out, the navigation and "Sign out" are not shown.
+    let shown = eval(&c, "return [getComputedStyle(document.querySelector('#nav')).display, getComputedStyle(document.querySelector('#who')).display]").await;
+    assert_eq!(shown, json!(["none", "none"]));
     input.send_keys("keel_not_a_key").await.unwrap();
     c.find(Locator::Css("#sign-in-button"))
         .await
@@ -295,7 +298,7 @@ async fn the_inspector_in_a_browser(b: Backend) {
     let cookies = c.get_all_cookies().await.unwrap();
     let cookie = cookies
         .iter()
-        .find(|k| k.name() == "keel_inspector")
+        .find(|k| k.name().starts_with("keel_inspector_"))
         .expect("the session cookie");
     assert_eq!(cookie.http_only(), Some(true));
     assert!(!cookie.value().contains(&s.operator[5..]));
@@ -308,6 +311,29 @@ async fn the_inspector_in_a_browser(b: Backend) {
         !stored.as_str().unwrap().contains("keel_"),
         "the key is kept nowhere in the page: {stored}"
     );
+
+    // Attacker review F3: arguments are shown exactly: a bidi override or a zero-width space is
+    // escaped, never removed, and a run of blanks is one marked escape.
+    let exact = eval(&c, "const p = K.exactPre({path: 'invoice\\u202Egpj.exe', cmd: 'curl github.com\\u200B/x' + '\\u2800'.repeat(3)}); return [p.textContent, p.hidden_chars]").await;
+    let shown = exact[0].as_str().unwrap();
+    assert!(shown.contains("invoice⟨U+202E⟩gpj.exe"), "{shown}");
+    assert!(shown.contains("github.com⟨U+200B⟩/x⟨U+2800 ×3⟩"), "{shown}");
+    assert_eq!(exact[1], json!(5));
+    // Attacker review F9: a malformed fragment or an Object.prototype name draws the list.
+    for frag in ["#/session/%E0%A4%A", "#/__proto__", "#/constructor"] {
+        eval(
+            &c,
+            &format!("document.querySelector('#main').replaceChildren(); location.hash = '{frag}'; return null"),
+        )
+        .await;
+        until(
+            &c,
+            "a page drawn after a malformed fragment",
+            "K.me && document.querySelector('#main h1')",
+        )
+        .await;
+    }
+    go(&c, &s.base, "#/sessions").await;
 
     // The session list shows the session.
     let row = format!("document.querySelector('tr[data-session-id=\"{session}\"]')");
@@ -378,6 +404,14 @@ async fn the_inspector_in_a_browser(b: Backend) {
     )
     .await;
 
+    // New-user review F1: the page redraws while the turn waits, yet a call folded by the
+    // reader stays folded (the conversation is patched in place, not rebuilt every second).
+    click(&c, "#conversation details.tool > summary").await;
+    let folded = "return document.querySelector('#conversation details.tool').open";
+    assert_eq!(eval(&c, folded).await, json!(false));
+    tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+    assert_eq!(eval(&c, folded).await, json!(false), "still folded");
+
     // Decisions page, with the pending approval.
     go(&c, &s.base, "#/decisions").await;
     until(
@@ -385,6 +419,56 @@ async fn the_inspector_in_a_browser(b: Backend) {
         "the pending approval",
         "document.querySelector('#approvals article.approval button.allow')",
     )
+    .await;
+    // New-user review F2/F3: a reason typed on the page survives another session's change, and
+    // a session with a turn in progress is listed with its cancel button.
+    let reason = "not now: write it to notes.txt instead";
+    let typed_in = eval(
+        &c,
+        "return document.querySelector('#approvals article.approval').dataset.approvalId",
+    )
+    .await;
+    let typed_in = typed_in.as_str().unwrap().to_owned();
+    c.find(Locator::Css("#approvals article.approval textarea"))
+        .await
+        .unwrap()
+        .send_keys(reason)
+        .await
+        .unwrap();
+    let other = s.session(&release, json!({})).await.body["session_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    s.post(
+        &format!("/v1/sessions/{other}/turns"),
+        &s.operator,
+        &json!({"input": "write"}),
+    )
+    .await;
+    until(
+        &c,
+        "the other session's approval and its turn in progress",
+        &format!("document.querySelectorAll('#approvals article.approval').length === 2 && document.querySelector('#active-turns [data-session-id=\"{other}\"] button.cancel-turn')"),
+    )
+    .await;
+    let kept = eval(
+        &c,
+        &format!("return document.querySelector('#approvals article.approval[data-approval-id=\"{typed_in}\"] textarea').value"),
+    )
+    .await;
+    assert_eq!(kept, json!(reason), "the typed reason is still there");
+    // The other session's turn ends (cancelled) so the rest of the test sees one waiting session.
+    let r = s
+        .post(
+            &format!("/v1/sessions/{other}/cancel"),
+            &s.operator,
+            &json!({}),
+        )
+        .await;
+    assert!(r.status.is_success(), "{r:?}");
+    s.wait_session(&other, |b| {
+        b["status"] != "requires_action" && b["status"] != "running"
+    })
     .await;
     screenshot(
         &c,
@@ -590,7 +674,7 @@ async fn the_inspector_in_a_browser(b: Backend) {
     assert_eq!(status, 202);
 
     // Sign-out ends the server-side session: the old cookie is refused from then on.
-    let old = format!("keel_inspector={}", cookie.value());
+    let old = format!("{}={}", cookie.name(), cookie.value());
     click(&c, "#sign-out").await;
     until(&c, "the sign-in form", "document.querySelector('#key')").await;
     let r = s

@@ -4,23 +4,27 @@
 //! **What it serves.** Hand-written HTML, CSS and plain JavaScript embedded in the binary
 //! ([`ASSETS`]: no build step, no CDN, works offline), and three routes outside `/v1` for
 //! signing in ([`signin`] holds the design): `POST /inspector/sign-in` (`{"key": "keel_…"}` →
-//! a session cookie and its CSRF token), `GET /inspector/session` (who is signed in, and the
-//! token again after a reload) and `POST /inspector/sign-out`. Everything else the page shows
+//! a session cookie and its CSRF token, the only answer that ever holds the token),
+//! `GET /inspector/session` (who is signed in; needs the token like every cookie request) and
+//! `POST /inspector/sign-out` (`?all=1`: every session of the key). Everything else the page shows
 //! or does goes through the `/v1` API with the cookie ([`caller_by_cookie`]), so it is exactly
 //! what the key's role and tenant allow, and every decision is journaled with its principal.
 //!
-//! **Headers.** Every inspector response carries a strict `Content-Security-Policy` (scripts,
+//! **Headers.** Every response of the server ([`headers`], errors and 404/405 fallbacks
+//! included) carries a strict `Content-Security-Policy` (scripts,
 //! styles and connections from this origin only, no inline script, `frame-ancestors 'none'`),
 //! `X-Frame-Options: DENY`, `X-Content-Type-Options: nosniff`, `Referrer-Policy: no-referrer`
-//! and `Cache-Control: no-store`.
+//! and `Cache-Control: no-store` (unless the handler chose its own caching).
 
 pub mod signin;
 
+use std::net::SocketAddr;
+
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{Request, State};
-use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
-use axum::middleware::{self, Next};
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{Extensions, HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use keel_store::Role;
@@ -89,7 +93,7 @@ pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; 
      connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'";
 
 /// The routes of the inspector (the page, its files, sign-in, session, sign-out).
-pub fn router(state: &Shared) -> Router<Shared> {
+pub fn router() -> Router<Shared> {
     let mut r = Router::new();
     for a in ASSETS {
         let asset = *a;
@@ -109,11 +113,12 @@ pub fn router(state: &Shared) -> Router<Shared> {
     r.route("/inspector/sign-in", post(sign_in))
         .route("/inspector/session", get(session))
         .route("/inspector/sign-out", post(sign_out))
-        .layer(middleware::from_fn_with_state(state.clone(), headers))
 }
 
-/// Middleware: the security headers of every inspector response.
-async fn headers(State(_): State<Shared>, req: Request, next: Next) -> Response {
+/// Middleware, on the whole server (the `/v1` answers the page reads can be opened by URL too,
+/// and the 404/405 fallbacks echo the path): the security headers of every response, and
+/// `Cache-Control: no-store` where a handler set no caching of its own.
+pub async fn headers(req: Request, next: Next) -> Response {
     let mut res = next.run(req).await;
     let h = res.headers_mut();
     h.insert(
@@ -129,7 +134,9 @@ async fn headers(State(_): State<Shared>, req: Request, next: Next) -> Response 
         header::REFERRER_POLICY,
         HeaderValue::from_static("no-referrer"),
     );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    if !h.contains_key(header::CACHE_CONTROL) {
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
     res
 }
 
@@ -138,8 +145,9 @@ fn tls(state: &Shared) -> bool {
 }
 
 /// Who a request with the inspector's cookie acts for: the key its session was signed in with,
-/// checked again now (revoked or expired: 401). Methods other than GET and HEAD must pass
-/// [`signin::same_origin`] and carry the session's CSRF token ([`signin::check_token`]).
+/// checked again now (revoked or expired: 401, and every session of that key ends). Every
+/// method, GET included, must pass [`signin::same_origin`] and carry the session's CSRF token
+/// ([`signin::check_token`]): the cookie reaches any server of this host, the token does not.
 ///
 /// # Errors
 /// 401 for an unknown or ended session (sign in again) or a key no longer valid; 403 for a
@@ -147,15 +155,24 @@ fn tls(state: &Shared) -> bool {
 pub async fn caller_by_cookie(
     state: &Shared,
     id: &str,
-    method: &Method,
     headers: &HeaderMap,
 ) -> Result<Caller, ApiError> {
     let signed = state.inspector.lookup(id).ok_or_else(ended)?;
-    if !matches!(*method, Method::GET | Method::HEAD) {
-        signin::same_origin(headers, tls(state))?;
-        signin::check_token(headers, &signed.csrf)?;
+    signin::same_origin(headers, tls(state))?;
+    signin::check_token(headers, &signed.csrf)?;
+    checked_key(state, &signed.key_hash).await
+}
+
+/// The caller of a signed-in key, checked now; a key no longer valid ends all its sessions.
+async fn checked_key(state: &Shared, key_hash: &str) -> Result<Caller, ApiError> {
+    let found = caller_by_hash(state.store.as_ref(), key_hash).await;
+    if found
+        .as_ref()
+        .is_err_and(|e| e.status == StatusCode::UNAUTHORIZED)
+    {
+        state.inspector.remove_key(key_hash);
     }
-    caller_by_hash(state.store.as_ref(), &signed.key_hash).await
+    found
 }
 
 fn ended() -> ApiError {
@@ -181,18 +198,20 @@ pub struct SignedInBody {
     pub tenant_id: String,
     /// The key's principal (the journal names it for every change made here).
     pub principal_id: String,
-    /// The token every state-changing request must carry in `X-Keel-CSRF`.
-    pub csrf_token: String,
+    /// The token every request with the cookie must carry in `X-Keel-CSRF`: in the sign-in
+    /// answer only (absent from `GET /inspector/session`, so the cookie cannot recover it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub csrf_token: Option<String>,
     /// Seconds until the session ends at the latest.
     pub expires_in_s: u64,
 }
 
-fn body_of(caller: &Caller, signed: &signin::Signed) -> SignedInBody {
+fn body_of(caller: &Caller, signed: &signin::Signed, with_token: bool) -> SignedInBody {
     SignedInBody {
         role: caller.role.as_str().to_owned(),
         tenant_id: caller.tenant.map(|t| t.to_string()).unwrap_or_default(),
         principal_id: caller.principal_id.to_string(),
-        csrf_token: signed.csrf.clone(),
+        csrf_token: with_token.then(|| signed.csrf.clone()),
         expires_in_s: signed.expires_in_s,
     }
 }
@@ -212,8 +231,17 @@ fn json_response(status: StatusCode, body: &impl Serialize) -> Response {
 
 /// Signs in with an API key: checks it (401 for a key that is not valid, 403 for a system key,
 /// 429 after too many failures), starts a server-side session and sets its cookie.
-async fn sign_in(State(state): State<Shared>, headers: HeaderMap, body: Bytes) -> Response {
-    match do_sign_in(&state, &headers, &body).await {
+async fn sign_in(
+    State(state): State<Shared>,
+    extensions: Extensions,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let client = extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip().to_string())
+        .unwrap_or_default();
+    match do_sign_in(&state, &client, &headers, &body).await {
         Ok(r) => r,
         Err(e) => e.into_response(),
     }
@@ -221,11 +249,11 @@ async fn sign_in(State(state): State<Shared>, headers: HeaderMap, body: Bytes) -
 
 async fn do_sign_in(
     state: &Shared,
+    client: &str,
     headers: &HeaderMap,
     body: &[u8],
 ) -> Result<Response, ApiError> {
     signin::same_origin(headers, tls(state))?;
-    state.inspector.check_rate()?;
     let req: SignInRequest = crate::http::parse_json(body)?;
     let key = req.key.trim();
     if key.is_empty() {
@@ -236,7 +264,9 @@ async fn do_sign_in(
         Ok(c) => c,
         Err(e) => {
             if e.status == StatusCode::UNAUTHORIZED {
-                state.inspector.failed();
+                // Only a wrong key is limited, and only for the client that sent it.
+                state.inspector.check_rate(client)?;
+                state.inspector.failed(client);
             }
             return Err(e.field("key"));
         }
@@ -248,34 +278,54 @@ async fn do_sign_in(
         .field("key"));
     }
     let (id, signed) = state.inspector.create(&hash)?;
-    let mut res = json_response(StatusCode::OK, &body_of(&caller, &signed));
-    if let Ok(v) = HeaderValue::from_str(&signin::set_cookie(&id, tls(state))) {
+    let mut res = json_response(StatusCode::OK, &body_of(&caller, &signed, true));
+    let name = signin::cookie_name(headers, tls(state));
+    if let Ok(v) = HeaderValue::from_str(&signin::set_cookie(&name, &id, tls(state))) {
         res.headers_mut().insert(header::SET_COOKIE, v);
     }
     Ok(res)
 }
 
-/// Who is signed in with this request's cookie (401 when nobody).
+/// Who is signed in with this request's cookie and token (401 when nobody; 403 without the
+/// token). The answer never holds the token.
 async fn session(State(state): State<Shared>, headers: HeaderMap) -> Response {
     let run = async {
-        let id = signin::cookie_value(&headers).ok_or_else(ended)?;
+        let id = signin::cookie_value(&headers, tls(&state)).ok_or_else(ended)?;
         let signed = state.inspector.lookup(&id).ok_or_else(ended)?;
-        let caller = caller_by_hash(state.store.as_ref(), &signed.key_hash).await?;
-        Ok::<_, ApiError>(json_response(StatusCode::OK, &body_of(&caller, &signed)))
+        signin::same_origin(&headers, tls(&state))?;
+        signin::check_token(&headers, &signed.csrf)?;
+        let caller = checked_key(&state, &signed.key_hash).await?;
+        Ok::<_, ApiError>(json_response(
+            StatusCode::OK,
+            &body_of(&caller, &signed, false),
+        ))
     };
     run.await.unwrap_or_else(IntoResponse::into_response)
 }
 
-/// Ends this request's session (CSRF-checked) and clears the cookie: 204.
-async fn sign_out(State(state): State<Shared>, headers: HeaderMap) -> Response {
+/// Ends this request's session (CSRF-checked) and clears the cookie: 204. With `?all=1`, ends
+/// every session of the same key too ("sign out everywhere": a cookie that leaked stops
+/// working without revoking the key).
+async fn sign_out(
+    State(state): State<Shared>,
+    uri: axum::http::Uri,
+    headers: HeaderMap,
+) -> Response {
     let run = async {
-        let id = signin::cookie_value(&headers).ok_or_else(ended)?;
+        let id = signin::cookie_value(&headers, tls(&state)).ok_or_else(ended)?;
         let signed = state.inspector.lookup(&id).ok_or_else(ended)?;
         signin::same_origin(&headers, tls(&state))?;
         signin::check_token(&headers, &signed.csrf)?;
         state.inspector.remove(&id);
+        if uri
+            .query()
+            .is_some_and(|q| q.split('&').any(|p| p == "all=1"))
+        {
+            state.inspector.remove_key(&signed.key_hash);
+        }
         let mut res = StatusCode::NO_CONTENT.into_response();
-        if let Ok(v) = HeaderValue::from_str(&signin::clear_cookie(tls(&state))) {
+        let name = signin::cookie_name(&headers, tls(&state));
+        if let Ok(v) = HeaderValue::from_str(&signin::clear_cookie(&name, tls(&state))) {
             res.headers_mut().insert(header::SET_COOKIE, v);
         }
         Ok::<_, ApiError>(res)

@@ -8,15 +8,25 @@
 //! [`SESSION_TTL`] after sign-in, or [`IDLE_TTL`] after its last request, or at sign-out; the
 //! key's revocation or expiry ends it at the next request (every request checks the key).
 //!
-//! **The cookie** (`keel_inspector`) holds only the session id: 32 bytes from the OS's random
-//! source, hex. The map is keyed by the id's SHA-256, so a lookup's timing says nothing about
-//! the ids it holds. `HttpOnly; SameSite=Strict; Path=/`, and `Secure` when the server speaks
-//! TLS.
+//! **The cookie** (`keel_inspector_<port>`, `__Host-keel_inspector_<port>` with TLS) holds only
+//! the session id: 32 bytes from the OS's random source, hex. The map is keyed by the id's
+//! SHA-256, so a lookup's timing says nothing about the ids it holds. `HttpOnly;
+//! SameSite=Strict; Path=/`, and `Secure` when the server speaks TLS. The port in the name keeps
+//! two servers of one host from overwriting each other's cookie; it does not keep the cookie
+//! from them (browsers send a host's cookies to every port of it).
 //!
-//! **CSRF.** Every request with the cookie whose method is not GET or HEAD must carry the
-//! session's token in `X-Keel-CSRF` (compared in constant time), and an `Origin` (or
-//! `Sec-Fetch-Site`) header, when the browser sends one, must name this server. Sign-in itself
-//! is checked for the origin too (no login CSRF).
+//! **The cookie alone is not a session.** Any other server on this host (a dev server the
+//! agent started, say) receives the cookie when the browser visits it. So every request with
+//! the cookie, GET included, must also carry the session's token in `X-Keel-CSRF` (compared in
+//! constant time): a second secret that only the sign-in answer holds (the page keeps it in
+//! `sessionStorage`, which another origin cannot read) and no request with the cookie returns.
+//! An `Origin` (or `Sec-Fetch-Site`) header, when the browser sends one, must name this server.
+//! Sign-in itself is checked for the origin too (no login CSRF).
+//!
+//! **Failed sign-ins** are limited per client address ([`MAX_FAILURES`] per
+//! [`FAILURE_WINDOW`]), and only failures count: a valid key is never refused because someone
+//! else sent wrong ones. **Sessions per key** are capped at [`MAX_SESSIONS_PER_KEY`]: a further
+//! sign-in ends that key's oldest session, never another key's.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
@@ -27,7 +37,7 @@ use sha2::{Digest, Sha256};
 
 use crate::error::ApiError;
 
-/// The cookie's name.
+/// The cookie's name without its port suffix (see [`cookie_name`]).
 pub const COOKIE: &str = "keel_inspector";
 /// The header that carries the CSRF token.
 pub const CSRF_HEADER: &str = "x-keel-csrf";
@@ -37,10 +47,15 @@ pub const SESSION_TTL: Duration = Duration::from_secs(8 * 3600);
 pub const IDLE_TTL: Duration = Duration::from_secs(3600);
 /// Sessions one process keeps at most (a sign-in beyond is refused with 503 until some end).
 pub const MAX_SESSIONS: usize = 10_000;
-/// Failed sign-ins the whole server takes per [`FAILURE_WINDOW`]; more are refused with 429.
-/// Keys are 256 random bits, so this is not what keeps them from being guessed: it keeps a
-/// flood of wrong keys from costing a store read each.
+/// Live sessions one key keeps at most; a further sign-in with it ends its oldest.
+pub const MAX_SESSIONS_PER_KEY: usize = 20;
+/// Failed sign-ins one client address may make per [`FAILURE_WINDOW`]; its further wrong keys
+/// are refused with 429 (a valid key still signs in). Keys are 256 random bits, so this is not
+/// what keeps them from being guessed: it keeps a flood of wrong keys from costing a store read
+/// each.
 pub const MAX_FAILURES: usize = 20;
+/// Client addresses whose failures are remembered at most (the oldest are forgotten beyond).
+const MAX_FAILING_CLIENTS: usize = 10_000;
 /// The window of [`MAX_FAILURES`].
 pub const FAILURE_WINDOW: Duration = Duration::from_secs(60);
 
@@ -69,7 +84,7 @@ pub struct Signed {
 #[derive(Debug, Default)]
 pub struct SignIns {
     sessions: Mutex<HashMap<String, Entry>>,
-    failures: Mutex<VecDeque<Instant>>,
+    failures: Mutex<HashMap<String, VecDeque<Instant>>>,
 }
 
 fn random_hex() -> Result<String, ApiError> {
@@ -101,6 +116,17 @@ impl SignIns {
         let csrf = random_hex()?;
         let mut map = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
         map.retain(|_, e| e.live(now));
+        let mut own: Vec<(Instant, String)> = map
+            .iter()
+            .filter(|(_, e)| e.key_hash == key_hash)
+            .map(|(k, e)| (e.created, k.clone()))
+            .collect();
+        if own.len() >= MAX_SESSIONS_PER_KEY {
+            own.sort();
+            for (_, k) in own.iter().take(own.len() + 1 - MAX_SESSIONS_PER_KEY) {
+                map.remove(k);
+            }
+        }
         if map.len() >= MAX_SESSIONS {
             return Err(ApiError::unavailable(format!(
                 "this server holds {MAX_SESSIONS} inspector sessions already; try again later"
@@ -154,6 +180,15 @@ impl SignIns {
         map.remove(&id_hash(id)).is_some()
     }
 
+    /// Ends every session signed in with the key of hash `key_hash` (its revocation, or "sign
+    /// out everywhere"); how many there were.
+    pub fn remove_key(&self, key_hash: &str) -> usize {
+        let mut map = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        let before = map.len();
+        map.retain(|_, e| e.key_hash != key_hash);
+        before - map.len()
+    }
+
     /// Live sessions now.
     pub fn len(&self) -> usize {
         let now = Instant::now();
@@ -166,14 +201,18 @@ impl SignIns {
         self.len() == 0
     }
 
-    /// Passes while fewer than [`MAX_FAILURES`] sign-ins failed in the last
-    /// [`FAILURE_WINDOW`].
+    /// Passes while client `client` (its address) failed fewer than [`MAX_FAILURES`] sign-ins
+    /// in the last [`FAILURE_WINDOW`]. Asked only after a key failed: a valid key is never
+    /// refused.
     ///
     /// # Errors
-    /// 429 with the seconds until the oldest failure leaves the window.
-    pub fn check_rate(&self) -> Result<(), ApiError> {
+    /// 429 with the seconds until the client's oldest failure leaves the window.
+    pub fn check_rate(&self, client: &str) -> Result<(), ApiError> {
         let now = Instant::now();
-        let mut f = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+        let mut all = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(f) = all.get_mut(client) else {
+            return Ok(());
+        };
         while f
             .front()
             .is_some_and(|t| now.duration_since(*t) >= FAILURE_WINDOW)
@@ -189,42 +228,81 @@ impl SignIns {
         }
     }
 
-    /// Counts a failed sign-in.
-    pub fn failed(&self) {
-        let mut f = self.failures.lock().unwrap_or_else(|p| p.into_inner());
-        f.push_back(Instant::now());
+    /// Counts a failed sign-in of client `client`.
+    pub fn failed(&self, client: &str) {
+        let now = Instant::now();
+        let mut all = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+        if all.len() >= MAX_FAILING_CLIENTS && !all.contains_key(client) {
+            all.retain(|_, f| {
+                f.back()
+                    .is_some_and(|t| now.duration_since(*t) < FAILURE_WINDOW)
+            });
+            if all.len() >= MAX_FAILING_CLIENTS {
+                let oldest = all
+                    .iter()
+                    .min_by_key(|(_, f)| f.back().copied())
+                    .map(|(k, _)| k.clone());
+                if let Some(k) = oldest {
+                    all.remove(&k);
+                }
+            }
+        }
+        let f = all.entry(client.to_owned()).or_default();
+        f.push_back(now);
         while f.len() > MAX_FAILURES {
             f.pop_front();
         }
     }
 }
 
-/// The inspector session id a request's `Cookie` headers carry, if any.
-pub fn cookie_value(headers: &HeaderMap) -> Option<String> {
+/// The port a request was sent to, from its `Host` header (443 or 80 by scheme when it names
+/// none).
+fn port_of(headers: &HeaderMap, tls: bool) -> u16 {
+    headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .and_then(|h| h.rsplit_once(':'))
+        .and_then(|(_, p)| p.parse().ok())
+        .unwrap_or(if tls { 443 } else { 80 })
+}
+
+/// The cookie's name for a request: `keel_inspector_<port>`, with the `__Host-` prefix when the
+/// server speaks TLS (no `Domain`, `Secure`, `Path=/`: a sibling subdomain cannot set it).
+pub fn cookie_name(headers: &HeaderMap, tls: bool) -> String {
+    format!(
+        "{}{COOKIE}_{}",
+        if tls { "__Host-" } else { "" },
+        port_of(headers, tls)
+    )
+}
+
+/// The inspector session id a request's `Cookie` headers carry under [`cookie_name`], if any.
+pub fn cookie_value(headers: &HeaderMap, tls: bool) -> Option<String> {
+    let name = cookie_name(headers, tls);
     headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(name, _)| *name == COOKIE)
+        .find(|(n, _)| *n == name)
         .map(|(_, value)| value.trim().trim_matches('"').to_owned())
         .filter(|v| !v.is_empty())
 }
 
-/// The `Set-Cookie` value that holds session `id` (`Secure` when `tls`).
-pub fn set_cookie(id: &str, tls: bool) -> String {
+/// The `Set-Cookie` value that holds session `id` under cookie `name` (`Secure` when `tls`).
+pub fn set_cookie(name: &str, id: &str, tls: bool) -> String {
     format!(
-        "{COOKIE}={id}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}{}",
+        "{name}={id}; Path=/; HttpOnly; SameSite=Strict; Max-Age={}{}",
         SESSION_TTL.as_secs(),
         if tls { "; Secure" } else { "" }
     )
 }
 
-/// The `Set-Cookie` value that removes the cookie.
-pub fn clear_cookie(tls: bool) -> String {
+/// The `Set-Cookie` value that removes cookie `name`.
+pub fn clear_cookie(name: &str, tls: bool) -> String {
     format!(
-        "{COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0{}",
+        "{name}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0{}",
         if tls { "; Secure" } else { "" }
     )
 }
@@ -282,7 +360,7 @@ pub fn same_origin(headers: &HeaderMap, tls: bool) -> Result<(), ApiError> {
 pub fn check_token(headers: &HeaderMap, expected: &str) -> Result<(), ApiError> {
     let Some(given) = headers.get(CSRF_HEADER) else {
         return Err(ApiError::csrf(
-            "a request that changes something needs the session's CSRF token in X-Keel-CSRF",
+            "a request with the inspector's cookie needs the session's token in X-Keel-CSRF (the cookie alone is not a session)",
         ));
     };
     if constant_time_eq(given.as_bytes(), expected.as_bytes()) {
@@ -341,12 +419,30 @@ mod tests {
     fn failed_sign_ins_are_limited() {
         let s = SignIns::default();
         for _ in 0..MAX_FAILURES {
-            assert!(s.check_rate().is_ok());
-            s.failed();
+            assert!(s.check_rate("10.0.0.1").is_ok());
+            s.failed("10.0.0.1");
         }
-        let e = s.check_rate().unwrap_err();
+        let e = s.check_rate("10.0.0.1").unwrap_err();
         assert_eq!(e.status.as_u16(), 429);
         assert!(e.retry_after_s.unwrap() >= 1);
+        assert!(s.check_rate("10.0.0.2").is_ok(), "per client");
+    }
+
+    #[test]
+    fn a_key_keeps_a_bounded_number_of_sessions_and_revocation_ends_them() {
+        let s = SignIns::default();
+        let (first, _) = s.create("sha256:k").unwrap();
+        let (other_key, _) = s.create("sha256:o").unwrap();
+        for _ in 1..MAX_SESSIONS_PER_KEY {
+            s.create("sha256:k").unwrap();
+        }
+        assert!(s.lookup(&first).is_some());
+        s.create("sha256:k").unwrap();
+        assert!(s.lookup(&first).is_none(), "the key's oldest session ended");
+        assert!(s.lookup(&other_key).is_some(), "another key's did not");
+        assert_eq!(s.len(), MAX_SESSIONS_PER_KEY + 1);
+        assert_eq!(s.remove_key("sha256:k"), MAX_SESSIONS_PER_KEY);
+        assert_eq!(s.len(), 1);
     }
 
     #[test]
@@ -354,11 +450,15 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert(
             header::COOKIE,
-            HeaderValue::from_static("a=1; keel_inspector=abc ; b=2"),
+            HeaderValue::from_static("a=1; keel_inspector_80=abc ; keel_inspector_81=x"),
         );
-        assert_eq!(cookie_value(&h).as_deref(), Some("abc"));
-        assert!(set_cookie("abc", true).ends_with("; Secure"));
-        assert!(set_cookie("abc", false).contains("HttpOnly; SameSite=Strict"));
+        assert_eq!(cookie_value(&h, false).as_deref(), Some("abc"));
+        assert_eq!(cookie_name(&h, true), "__Host-keel_inspector_443");
+        h.insert(header::HOST, HeaderValue::from_static("127.0.0.1:81"));
+        assert_eq!(cookie_value(&h, false).as_deref(), Some("x"));
+        h.remove(header::HOST);
+        assert!(set_cookie("n", "abc", true).ends_with("; Secure"));
+        assert!(set_cookie("n", "abc", false).contains("HttpOnly; SameSite=Strict"));
         assert!(constant_time_eq(b"abc", b"abc"));
         assert!(!constant_time_eq(b"abc", b"abd"));
         assert!(!constant_time_eq(b"abc", b"ab"));

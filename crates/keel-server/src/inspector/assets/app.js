@@ -16,6 +16,53 @@ K.clean = function (s) {
   return String(s == null ? '' : s).replace(ANSI, '').replace(CONTROL, '');
 };
 
+// Characters that show as nothing or as something else: controls (but newline and tab), format
+// characters (bidi overrides and isolates, zero-width, tags), line/paragraph separators, spaces
+// other than U+0020, the braille blank and the Hangul fillers. Runs of one are matched whole.
+const INVISIBLE = /([\p{Cc}\p{Cf}\p{Zl}\p{Zp}\p{Zs}\u2800\u115f\u1160\u3164\uffa0])\1*/gu;
+
+/**
+ * Text that will run (arguments, paths, commands) as exactly what it is: nothing is removed;
+ * every invisible or format character is shown as a marked `⟨U+XXXX⟩` (a run as `⟨U+XXXX ×N⟩`).
+ * Returns the nodes and `hidden`, how many such characters there were.
+ */
+K.exact = function (value) {
+  const s = String(value == null ? '' : value);
+  const out = [];
+  let last = 0;
+  let hidden = 0;
+  for (const m of s.matchAll(INVISIBLE)) {
+    const ch = m[1];
+    if (ch === ' ' || ch === '\n' || ch === '\t') continue;
+    const n = [...m[0]].length;
+    hidden += n;
+    if (m.index > last) out.push(document.createTextNode(s.slice(last, m.index)));
+    const code = 'U+' + ch.codePointAt(0).toString(16).toUpperCase().padStart(4, '0');
+    const mark = document.createElement('span');
+    mark.className = 'esc';
+    mark.textContent = '⟨' + code + (n > 1 ? ' ×' + n : '') + '⟩';
+    mark.title = n + ' invisible or format character' + (n > 1 ? 's' : '') + ' ' + code;
+    out.push(mark);
+    last = m.index + m[0].length;
+  }
+  if (last < s.length) out.push(document.createTextNode(s.slice(last)));
+  out.hidden = hidden;
+  return out;
+};
+
+/** A `<pre>` of `value` (JSON unless a string) shown exactly ([`K.exact`]); `.hidden` counts. */
+K.exactPre = function (value, attrs) {
+  const text = typeof value === 'string' ? value : JSON.stringify(value, null, 2);
+  const nodes = K.exact(text);
+  const pre = document.createElement('pre');
+  for (const [k, v] of Object.entries(attrs || {})) pre.setAttribute(k, v);
+  pre.append(...nodes);
+  pre.hidden_chars = nodes.hidden;
+  pre.text_length = [...(text || '')].length;
+  pre.text_lines = (text || '').split('\n').length;
+  return pre;
+};
+
 const SVG_NS = 'http://www.w3.org/2000/svg';
 const SVG_TAGS = new Set(['svg', 'g', 'rect', 'line', 'text', 'title', 'path', 'desc']);
 
@@ -50,6 +97,69 @@ K.append = function (el, kids) {
 K.fill = function (el, ...kids) {
   el.replaceChildren();
   return K.append(el, kids);
+};
+
+function keyOf(n) {
+  if (n.nodeType !== 1) return null;
+  const d = n.dataset;
+  return d.key || d.approvalId || d.operationKey || d.toolCallId || d.stepId || d.turnId || d.sessionId || null;
+}
+
+/**
+ * Replaces the children of `el` with `kids` in place: a keyed child (data-key, -approval-id,
+ * -operation-key, -tool-call-id, -step-id, -turn-id, -session-id) that draws the same as before
+ * is kept as it is, so what the reader did there survives a redraw: open or closed `<details>`,
+ * focus, a text selection, typed text in a textarea. A changed one takes over the open state
+ * of the old one's `<details>` and the text typed in its textareas.
+ */
+K.patch = function (el, ...kids) {
+  const fresh = K.append(document.createElement('div'), kids);
+  const old = new Map();
+  for (const c of el.children) {
+    const k = keyOf(c);
+    if (k) old.set(k, c);
+  }
+  const next = [];
+  for (const c of [...fresh.childNodes]) {
+    const k = keyOf(c);
+    const o = k && old.get(k);
+    if (!o) {
+      next.push(c);
+      continue;
+    }
+    if (o.tagName === 'DETAILS' && c.tagName === 'DETAILS') c.open = o.open;
+    for (const d of c.querySelectorAll('details[data-key], details[data-tool-call-id]')) {
+      const od = o.querySelector('details[data-key="' + CSS.escape(keyOf(d)) + '"], details[data-tool-call-id="' + CSS.escape(keyOf(d)) + '"]');
+      if (od) d.open = od.open;
+    }
+    o.normalize();
+    c.normalize();
+    if (o.isEqualNode(c)) {
+      next.push(o);
+      continue;
+    }
+    for (const t of c.querySelectorAll('textarea[id]')) {
+      const ot = o.querySelector('#' + CSS.escape(t.id));
+      if (ot) t.value = ot.value;
+    }
+    const focused = o.contains(document.activeElement) && document.activeElement.id;
+    next.push(c);
+    if (focused) c.refocus = focused;
+  }
+  // Drop what goes first, so a kept node is never moved (a move would blur it).
+  const keep = new Set(next);
+  for (const c of [...el.childNodes]) if (!keep.has(c)) el.removeChild(c);
+  next.forEach((n, i) => {
+    if (el.childNodes[i] !== n) el.insertBefore(n, el.childNodes[i] || null);
+  });
+  for (const n of next) {
+    if (n.refocus) {
+      const f = n.querySelector('#' + CSS.escape(n.refocus));
+      delete n.refocus;
+      if (f) f.focus();
+    }
+  }
+  return el;
 };
 
 K.$ = (sel, root) => (root || document).querySelector(sel);
@@ -95,13 +205,32 @@ K.toast = function (text) {
 /** Whether the signed-in key may act (operator or admin); a viewer only reads. */
 K.canAct = () => !!K.me && (K.me.role === 'operator' || K.me.role === 'admin');
 
+// The session's token: only the sign-in answer holds it, and only this tab keeps it (the cookie
+// reaches every server of this host; sessionStorage does not). Every call carries it.
+const TOKEN = 'inspectorToken';
+K.token = () => {
+  try {
+    return sessionStorage.getItem(TOKEN) || '';
+  } catch (_) {
+    return '';
+  }
+};
+K.setToken = (t) => {
+  try {
+    if (t) sessionStorage.setItem(TOKEN, t);
+    else sessionStorage.removeItem(TOKEN);
+  } catch (_) {
+    // No storage: the session lasts as long as this page.
+  }
+  K.memToken = t || '';
+};
+
 /**
- * Calls the server with the session cookie. State-changing calls carry the CSRF token. A 401
- * means the session ended: back to sign-in. Errors carry the problem's `detail`.
+ * Calls the server with the session cookie and the session's token. A 401 means the session
+ * ended: back to sign-in. Errors carry the problem's `detail`.
  */
 K.api = async function (method, path, body) {
-  const headers = { Accept: 'application/json' };
-  if (method !== 'GET' && method !== 'HEAD') headers['X-Keel-CSRF'] = K.me ? K.me.csrf_token : '';
+  const headers = { Accept: 'application/json', 'X-Keel-CSRF': K.token() || K.memToken || '' };
   if (body !== undefined) headers['Content-Type'] = 'application/json';
   const res = await fetch(path, {
     method,
@@ -118,7 +247,7 @@ K.api = async function (method, path, body) {
     data = null;
   }
   if (!res.ok) {
-    if (res.status === 401 && path.startsWith('/v1/')) K.signedOut('Your session has ended: sign in again.');
+    if (res.status === 401 && path !== '/inspector/sign-in' && K.me) K.signedOut('Your session has ended: sign in again.');
     const e = new Error((data && (data.detail || data.title)) || res.status + ' ' + res.statusText);
     e.status = res.status;
     throw e;
@@ -146,13 +275,99 @@ K.release = function (id) {
   return releases.get(id);
 };
 
-/** An EventSource that the current view closes when it goes; `onState(live)` reports the link. */
+/**
+ * A server-sent event stream read with fetch (EventSource cannot send the session's token),
+ * closed when the current view goes. `handlers` map event names to functions of `{data,
+ * lastEventId}`; `onState(live)` reports the link (true, false while reconnecting, null when
+ * closed). It reconnects after a drop with `Last-Event-ID`, and goes back to sign-in on 401.
+ * Returns `{addEventListener, close}`.
+ */
 K.stream = function (path, handlers, onState) {
-  const es = new EventSource(path, { withCredentials: true });
-  for (const [type, fn] of Object.entries(handlers)) es.addEventListener(type, fn);
-  es.onopen = () => onState && onState(true);
-  es.onerror = () => onState && onState(es.readyState === EventSource.CLOSED ? null : false);
+  const listeners = {};
+  const on = (type, fn) => (listeners[type] = listeners[type] || []).push(fn);
+  for (const [type, fn] of Object.entries(handlers)) on(type, fn);
+  const ctl = { closed: false, abort: null };
+  let lastId = null;
+  const dispatch = (type, data, id) => {
+    if (id) lastId = id;
+    for (const fn of (Object.hasOwn(listeners, type) && listeners[type]) || []) {
+      try {
+        fn({ data, lastEventId: id || lastId || '' });
+      } catch (e) {
+        console.error(e);
+      }
+    }
+  };
+  const state = (v) => onState && onState(v);
+  const run = async () => {
+    let delay = 500;
+    while (!ctl.closed) {
+      const abort = new AbortController();
+      ctl.abort = abort;
+      try {
+        const headers = { Accept: 'text/event-stream', 'X-Keel-CSRF': K.token() || K.memToken || '' };
+        if (lastId) headers['Last-Event-ID'] = lastId;
+        const res = await fetch(path, { headers, credentials: 'same-origin', cache: 'no-store', signal: abort.signal });
+        if (res.status === 401) {
+          ctl.closed = true;
+          state(null);
+          if (K.me) K.signedOut('Your session has ended: sign in again.');
+          return;
+        }
+        if (!res.ok || !res.body) {
+          if (res.status >= 400 && res.status < 500) {
+            ctl.closed = true;
+            state(null);
+            return;
+          }
+          throw new Error(String(res.status));
+        }
+        state(true);
+        delay = 500;
+        const reader = res.body.pipeThrough(new TextDecoderStream()).getReader();
+        let buf = '';
+        let ev = { type: 'message', data: [], id: null };
+        for (;;) {
+          const { value, done } = await reader.read();
+          if (done) break;
+          buf += value;
+          let nl;
+          while ((nl = buf.indexOf('\n')) >= 0) {
+            const line = buf.slice(0, buf[nl - 1] === '\r' ? nl - 1 : nl);
+            buf = buf.slice(nl + 1);
+            if (line === '') {
+              if (ev.data.length) dispatch(ev.type, ev.data.join('\n'), ev.id);
+              ev = { type: 'message', data: [], id: null };
+              continue;
+            }
+            if (line.startsWith(':')) continue;
+            const colon = line.indexOf(':');
+            const field = colon < 0 ? line : line.slice(0, colon);
+            let val = colon < 0 ? '' : line.slice(colon + 1);
+            if (val.startsWith(' ')) val = val.slice(1);
+            if (field === 'event') ev.type = val;
+            else if (field === 'data') ev.data.push(val);
+            else if (field === 'id') ev.id = val;
+          }
+        }
+      } catch (_) {
+        // Dropped: reconnect below unless closed.
+      }
+      if (ctl.closed) break;
+      state(false);
+      await new Promise((r) => setTimeout(r, delay));
+      delay = Math.min(delay * 2, 10000);
+    }
+  };
+  const es = {
+    addEventListener: on,
+    close() {
+      ctl.closed = true;
+      if (ctl.abort) ctl.abort.abort();
+    },
+  };
   K.cleanup.push(() => es.close());
+  run();
   return es;
 };
 
@@ -169,6 +384,7 @@ K.liveBadge = function () {
 
 K.signedOut = function (message) {
   K.me = null;
+  K.setToken('');
   K.leave();
   K.$('#nav').hidden = true;
   K.$('#who').hidden = true;
@@ -189,7 +405,10 @@ K.signedOut = function (message) {
     button.disabled = true;
     K.fill(error, '');
     try {
-      K.me = await K.api('POST', '/inspector/sign-in', { key: input.value });
+      const me = await K.api('POST', '/inspector/sign-in', { key: input.value });
+      K.setToken(me.csrf_token);
+      delete me.csrf_token;
+      K.me = me;
       input.value = '';
       K.signedIn();
     } catch (e) {
@@ -218,6 +437,8 @@ K.signOut = async function () {
   } catch (_) {
     // Ended already: sign-in again either way.
   }
+  // The next person to sign in here starts at the list, not at this user's last page.
+  history.replaceState(null, '', location.pathname);
   K.signedOut('Signed out.');
 };
 
@@ -237,9 +458,15 @@ K.leave = function () {
 K.route = function () {
   if (!K.me) return;
   K.leave();
-  const parts = location.hash.replace(/^#\/?/, '').split('/').map(decodeURIComponent);
+  const parts = location.hash.replace(/^#\/?/, '').split('/').map((p) => {
+    try {
+      return decodeURIComponent(p);
+    } catch (_) {
+      return p;
+    }
+  });
   const page = parts[0] || 'sessions';
-  const view = K.pages[page] ? page : 'sessions';
+  const view = Object.hasOwn(K.pages, page) && typeof K.pages[page] === 'function' ? page : 'sessions';
   for (const a of document.querySelectorAll('#nav a')) {
     const here = a.dataset.page === (view === 'session' || view === 'artifact' ? 'sessions' : view);
     if (here) a.setAttribute('aria-current', 'page');
@@ -253,10 +480,12 @@ K.route = function () {
 window.addEventListener('hashchange', K.route);
 window.addEventListener('DOMContentLoaded', async () => {
   K.$('#sign-out').addEventListener('click', K.signOut);
+  // A tab without the token signs in again: the cookie alone is not a session.
+  if (!K.token()) return K.signedOut('');
   try {
     K.me = await K.api('GET', '/inspector/session');
-    K.signedIn();
-  } catch (_) {
-    K.signedOut('');
+  } catch (e) {
+    return K.signedOut(e.status === 401 || e.status === 403 ? '' : e.message);
   }
+  K.signedIn();
 });

@@ -56,7 +56,14 @@
     const last = events.length ? events[events.length - 1].seq : 0;
     for (const el of [at, slider]) el.setAttribute('max', last);
     at.value = slider.value = last;
-    slider.addEventListener('input', () => { at.value = slider.value; });
+    // Moving the slider travels (once it rests for a moment), as typing a seq and "Show state" do.
+    let wait = null;
+    slider.addEventListener('input', () => {
+      at.value = slider.value;
+      clearTimeout(wait);
+      wait = setTimeout(travel, 250);
+    });
+    K.cleanup.push(() => clearTimeout(wait));
     at.addEventListener('input', () => { slider.value = at.value; });
     K.append(type, [...new Set(events.map((e) => e.type))].sort().map((t) => h('option', { value: t }, t)));
     const render = () => {
@@ -69,7 +76,7 @@
         h('td', { class: 'hide-narrow', title: e.ts }, e.ts.slice(11, 23)),
         h('td', {}, h('code', {}, e.type)),
         h('td', { class: 'mono' }, IDS.filter((k) => e[k] != null).map((k) => h('div', { title: String(e[k]) }, k.replace('_id', '') + ' ' + K.short(e[k])))),
-        h('td', {}, h('details', {}, h('summary', {}, summary(e)), h('pre', {}, JSON.stringify(e.payload, null, 2)))))));
+        h('td', {}, h('details', {}, h('summary', {}, summary(e)), K.exactPre(e.payload))))));
     };
     type.addEventListener('change', render);
     entity.addEventListener('input', render);

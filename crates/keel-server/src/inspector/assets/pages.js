@@ -108,7 +108,7 @@
     while (p < x.length && p < y.length && x[p] === y[p]) p++;
     let s = 0;
     while (s < x.length - p && s < y.length - p && x[x.length - 1 - s] === y[y.length - 1 - s]) s++;
-    const line = (cls, mark, t) => h('span', { class: cls }, mark + t);
+    const line = (cls, mark, t) => h('span', { class: cls }, mark, K.exact(t));
     return h('pre', { class: 'diff', 'aria-label': 'diff' },
       x.slice(0, p).map((t) => line('same', '  ', t + '\n')),
       x.slice(p, x.length - s).map((t) => line('del', '- ', t + '\n')),
@@ -140,12 +140,19 @@
       }
     };
     const diff = editDiff(a.tool_name, a.arguments);
+    const args = K.exactPre(a.arguments, { class: 'args full' });
+    // Nothing of what will run is hidden: the box is not clipped, and its size is said above the
+    // buttons, with the invisible characters it holds (shown as ⟨U+…⟩ in it).
+    const size = h('p', { class: 'args-size' + (args.hidden_chars ? ' warn' : '') },
+      'Arguments: ' + K.num(args.text_length) + ' characters on ' + K.num(args.text_lines) + ' lines' +
+      (args.hidden_chars ? '; ' + K.num(args.hidden_chars) + ' invisible or format characters, shown as ⟨U+…⟩' : '') + '.');
     return h('article', { class: 'card approval', 'data-approval-id': a.approval_id, 'aria-label': 'approval of ' + a.tool_name },
       h('h3', {}, 'Approve ', h('code', {}, a.tool_name), '? ', K.badge(a.status)),
       h('p', { class: 'muted' }, 'session ', h('a', { href: '#/session/' + seg(a.session_id), class: 'mono' }, K.short(a.session_id)),
         a.agent ? ' · agent ' + a.agent : '', ' · expires ', new Date(a.expires_at).toLocaleString()),
-      h('details', { open: true }, h('summary', {}, 'Arguments (exact)'), h('pre', { class: 'args' }, JSON.stringify(a.arguments, null, 2))),
+      h('details', { open: true }, h('summary', {}, 'Arguments (exact)'), args),
       diff && h('details', { open: true }, h('summary', {}, 'Change'), diff),
+      size,
       K.canAct() && a.status === 'pending' && [
         h('label', { for: reason.id }, 'Reason (shown to the model on deny)'), reason,
         h('div', { class: 'actions' },
@@ -174,11 +181,12 @@
     return h('article', { class: 'card effect', 'data-operation-key': e.operation_key },
       h('h3', {}, 'Did ', h('code', {}, e.tool_name), ' happen? ', K.badge(e.status)),
       h('p', { class: 'muted mono' }, e.operation_key, ' · attempts ', String(e.attempts)),
+      e.arguments !== undefined && h('details', { open: true }, h('summary', {}, 'Arguments (exact)'), K.exactPre(e.arguments, { class: 'args' })),
       K.canAct() && [
         h('label', { for: reason.id }, 'Note for the model (outcome or error)'), reason,
         h('div', { class: 'actions' },
           h('button', { type: 'button', class: 'retry', onclick: decide('retry') }, 'Retry'),
-          h('button', { type: 'button', class: 'primary committed', onclick: decide('committed') }, 'Mark committed'),
+          h('button', { type: 'button', class: 'committed', onclick: decide('committed') }, 'Mark committed'),
           h('button', { type: 'button', class: 'danger failed', onclick: decide('failed') }, 'Mark failed')),
       ]);
   };
@@ -217,15 +225,25 @@
     const load = async () => {
       try {
         const pending = await K.all('/v1/approvals?status=pending');
-        K.fill(approvals, pending.length ? pending.map((a) => K.approvalCard(a, load)) : h('p', { class: 'muted' }, 'None.'));
+        K.patch(approvals, pending.length ? pending.map((a) => K.approvalCard(a, load)) : h('p', { class: 'muted' }, 'None.'));
         const sessions = (await K.all('/v1/sessions')).filter((s) => s.status !== 'closed');
         const unknown = (await Promise.all(sessions.slice(0, 200).map((s) =>
           api('GET', '/v1/sessions/' + seg(s.session_id) + '/effects?status=outcome_unknown').then((p) => p.items).catch(() => [])))).flat();
-        K.fill(effects, unknown.length ? unknown.map((e) => K.effectCard(e, load)) : h('p', { class: 'muted' }, 'None.'));
-        const busy = sessions.filter((s) => s.active_turn_id);
-        K.fill(active, busy.length ? busy.map((s) => h('div', { class: 'card' },
+        // An effect names its tool call; the call's arguments are in the session's state.
+        for (const sid of new Set(unknown.map((e) => e.session_id))) {
+          const st = await api('GET', '/v1/sessions/' + seg(sid) + '/state').catch(() => null);
+          for (const e of unknown) {
+            const call = st && e.session_id === sid && (st.tool_calls || []).find((c) => c.id === e.tool_call_id);
+            if (call) e.arguments = call.arguments;
+          }
+        }
+        K.patch(effects, unknown.length ? unknown.map((e) => K.effectCard(e, load)) : h('p', { class: 'muted' }, 'None.'));
+        // The list is a summary (its items carry no active turn): a session that runs or waits
+        // on a decision has one.
+        const busy = sessions.filter((s) => s.active_turn_id || s.status === 'running' || s.status === 'requires_action');
+        K.patch(active, busy.length ? busy.map((s) => h('div', { class: 'card', 'data-session-id': s.session_id },
           h('a', { href: '#/session/' + seg(s.session_id), class: 'mono' }, K.short(s.session_id)), ' ', K.badge(s.status),
-          ' turn ', h('span', { class: 'mono' }, K.short(s.active_turn_id)), ' ', K.cancelButton(s.session_id, load)))
+          s.active_turn_id && [' turn ', h('span', { class: 'mono' }, K.short(s.active_turn_id))], ' ', K.cancelButton(s.session_id, load)))
           : h('p', { class: 'muted' }, 'None.'));
       } catch (e) {
         K.fill(approvals, h('p', { class: 'error' }, e.message));

@@ -90,6 +90,11 @@
         if (call) call.status = { 'tool_call.validating': 'validating', 'tool_call.awaiting_approval': 'awaiting_approval', 'tool_call.started': 'running' }[ev.type];
         break;
       }
+      case 'effect.outcome_unknown': {
+        const call = ev.tool_call_id && m.calls.get(ev.tool_call_id);
+        if (call && call.end == null) call.status = 'outcome_unknown';
+        break;
+      }
       case 'tool_call.finished': {
         const call = m.calls.get(ev.tool_call_id);
         if (call) Object.assign(call, { end: t, status: p.status, output: p.output, isError: p.is_error });
@@ -126,7 +131,7 @@
         for (const c of step.calls) {
           out.push(h('details', { class: 'tool', 'data-tool-call-id': c.id, open: c.status === 'awaiting_approval' || c.isError },
             h('summary', {}, h('code', {}, c.name), ' ', K.badge(c.status), c.end ? ' · ' + K.ms(c.end - c.start) : ''),
-            h('p', { class: 'muted' }, 'arguments'), h('pre', { class: 'args' }, JSON.stringify(c.args, null, 2)),
+            h('p', { class: 'muted' }, 'arguments'), K.exactPre(c.args, { class: 'args' }),
             c.output != null && [h('p', { class: 'muted' }, c.isError ? 'error' : 'result'), output(c.output)]));
         }
       }
@@ -152,8 +157,13 @@
     }
     if (!rows.length) return h('p', { class: 'muted' }, 'Nothing ran yet.');
     const now = Date.now();
-    const t0 = Math.min(...rows.map((r) => r.start));
-    const t1 = Math.max(t0 + 1, ...rows.map((r) => r.end || now));
+    let t0 = Infinity;
+    let t1 = -Infinity;
+    for (const r of rows) {
+      if (r.start < t0) t0 = r.start;
+      if ((r.end || now) > t1) t1 = r.end || now;
+    }
+    t1 = Math.max(t0 + 1, t1);
     // Drawn at the width it is shown at (1:1), so labels keep their size on a phone.
     const W = Math.max(320, Math.round(width || 800)), L = Math.min(170, Math.round(W * 0.32)), R = 10, RH = 20, TOP = 22;
     const H = TOP + rows.length * RH + 4;
@@ -198,17 +208,29 @@
     ]);
     let session = null;
     let queued = false;
+    let convoDirty = true;
+    // The conversation is patched in place (K.patch): open or closed calls, focus, selections
+    // survive; the timeline (which has no state of the reader's) is redrawn.
     const draw = () => {
       queued = false;
-      K.fill(convo, conversation(m));
+      if (convoDirty) K.patch(convo, conversation(m));
+      convoDirty = false;
       K.fill(tl, timeline(m, tl.clientWidth));
     };
-    const redraw = () => {
+    const redraw = (timeOnly) => {
+      if (timeOnly !== true) convoDirty = true;
       if (!queued) {
         queued = true;
         requestAnimationFrame(draw);
       }
     };
+    // The header is fetched once per burst of events (a replay of thousands makes one request).
+    let headTimer = null;
+    const headSoon = () => {
+      clearTimeout(headTimer);
+      headTimer = setTimeout(drawHead, 300);
+    };
+    K.cleanup.push(() => clearTimeout(headTimer));
     const drawHead = async () => {
       try {
         session = await api('GET', '/v1/sessions/' + seg(id));
@@ -217,7 +239,7 @@
         return;
       }
       const rel = await K.release(session.release_id);
-      K.fill(head,
+      K.patch(head,
         h('span', {}, 'status ', K.badge(session.status)),
         h('span', {}, 'release ', rel ? rel.name : K.short(session.release_id)),
         rel && h('span', { class: 'mono' }, rel.model_route.join(' → ')),
@@ -225,8 +247,8 @@
         session.active_turn_id && K.cancelButton(id, drawHead));
       const pending = await api('GET', '/v1/sessions/' + seg(id) + '/approvals?status=pending').then((p) => p.items).catch(() => []);
       const unknown = await api('GET', '/v1/sessions/' + seg(id) + '/effects?status=outcome_unknown').then((p) => p.items).catch(() => []);
-      K.fill(decisions, (pending.length || unknown.length) ? [h('h2', {}, 'Waiting on a decision'),
-        pending.map((a) => K.approvalCard(a, drawHead)), unknown.map((e) => K.effectCard(e, drawHead))] : null);
+      K.patch(decisions, (pending.length || unknown.length) ? [h('h2', {}, 'Waiting on a decision'),
+        pending.map((a) => K.approvalCard(a, drawHead)), unknown.map((e) => K.effectCard(Object.assign({ arguments: (m.calls.get(e.tool_call_id) || {}).args }, e), drawHead))] : null);
     };
     const onEvent = (msg) => {
       let ev;
@@ -237,7 +259,7 @@
       }
       apply(m, ev);
       redraw();
-      if (/^(session\.status_changed|approval\.|effect\.|turn\.(queued|started|finished))/.test(ev.type)) drawHead();
+      if (/^(session\.status_changed|approval\.|effect\.|turn\.(queued|started|finished))/.test(ev.type)) headSoon();
     };
     const onDelta = (msg) => {
       let d;
@@ -250,7 +272,10 @@
       convo.dataset.deltas = String(Number(convo.dataset.deltas || 0) + 1);
       if (m.lastStep && m.lastStep.status === 'running') {
         m.lastStep.live += d.text;
-        redraw();
+        // Appended where it is shown, not redrawn: a long stream of small deltas costs its length.
+        const el = convo.querySelector('[data-step-id="' + CSS.escape(m.lastStep.id) + '"] .model-text');
+        if (el && !convoDirty) el.appendChild(document.createTextNode(K.clean(d.text)));
+        else redraw();
       }
     };
     const handlers = { delta: onDelta, gap: () => K.toast('Some live output was skipped (slow connection); the journal is complete.') };
@@ -268,7 +293,7 @@
     window.addEventListener('resize', redraw);
     K.cleanup.push(() => window.removeEventListener('resize', redraw));
     const ticker = setInterval(() => {
-      if ([...m.turns.values()].some((t) => !t.end)) redraw();
+      if ([...m.turns.values()].some((t) => !t.end)) redraw(true);
     }, 1000);
     K.cleanup.push(() => clearInterval(ticker));
   };
