@@ -259,7 +259,8 @@ impl Runner {
     /// Stages `items` unless `token` is cancelled, checked under the journal lock — the lock
     /// the intent handler holds while it journals `turn.cancel_requested` and cancels the
     /// turn's token — so a dispatch is staged before a cancellation or not at all. Returns
-    /// whether it staged.
+    /// whether it staged. Turned off (always stages) by the test-only switch
+    /// `cancel_before_dispatch` (keel_core::mechanisms).
     pub(crate) async fn stage_unless_cancelled(
         &self,
         token: &CancellationToken,
@@ -271,7 +272,7 @@ impl Runner {
             });
         }
         let mut j = self.active.journal.lock().await;
-        if token.is_cancelled() {
+        if token.is_cancelled() && !keel_core::mechanisms::is_off(Mechanism::CancelBeforeDispatch) {
             return Ok(false);
         }
         j.stage(items).await?;
