@@ -256,6 +256,29 @@ impl Runner {
         Ok(v)
     }
 
+    /// Stages `items` unless `token` is cancelled, checked under the journal lock — the lock
+    /// the intent handler holds while it journals `turn.cancel_requested` and cancels the
+    /// turn's token — so a dispatch is staged before a cancellation or not at all. Returns
+    /// whether it staged. Turned off (always stages) by the test-only switch
+    /// `cancel_before_dispatch` (keel_core::mechanisms).
+    pub(crate) async fn stage_unless_cancelled(
+        &self,
+        token: &CancellationToken,
+        items: Items,
+    ) -> Result<bool> {
+        if self.lost.is_cancelled() {
+            return Err(RuntimeError::LeaseLost {
+                session: self.session,
+            });
+        }
+        let mut j = self.active.journal.lock().await;
+        if token.is_cancelled() && !keel_core::mechanisms::is_off(Mechanism::CancelBeforeDispatch) {
+            return Ok(false);
+        }
+        j.stage(items).await?;
+        Ok(true)
+    }
+
     /// Stages `items` and commits them with everything staged before.
     pub(crate) async fn append(&self, site: &'static str, items: Items) -> Result<u64> {
         self.stage(items).await?;

@@ -436,10 +436,19 @@ impl Runner {
             }
         }
         items.push((corr.clone(), EventBody::ToolCallStarted {}));
-        self.stage(items).await?;
         if side_effecting {
+            // The cancel check before dispatch: a turn cancelled since the call was planned
+            // (its cancellation journaled, its token cancelled, under the journal lock) never
+            // journals the dispatch; the call gets its result unrun (nothing happened).
+            if !self.stage_unless_cancelled(&token, items).await? {
+                return self
+                    .unprepared(turn, step, &call, &v.name, status, false)
+                    .await;
+            }
             // Intent before effect: durable before the tool runs.
             self.commit("tool.dispatched").await?;
+        } else {
+            self.stage(items).await?;
         }
 
         self.active

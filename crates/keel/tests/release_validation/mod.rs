@@ -35,6 +35,7 @@ mod harness;
 mod rig;
 
 mod budget_exhaustion;
+mod cancellation_race;
 mod crash_after_effect;
 mod duplicate_delivery;
 mod poisoned_result;
