@@ -31,7 +31,7 @@ macro_rules! per_backend {
 
 mod harness;
 #[allow(dead_code)]
-// Rng, seed_from_env, Dispatch, decided_more_than_once: for cancellation_race (not merged yet)
+// shared by several scenarios; Dispatch keeps each call and its time for failure messages
 mod rig;
 
 mod budget_exhaustion;
