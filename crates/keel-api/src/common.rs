@@ -113,7 +113,7 @@ pub struct BudgetBody {
     pub max_steps: Option<u32>,
     /// Most input plus output tokens.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(minimum = 0)]
+    #[schema(minimum = 0, maximum = 9_223_372_036_854_775_807_u64)]
     pub max_tokens: Option<u64>,
     /// Most cost, USD.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -125,7 +125,7 @@ pub struct BudgetBody {
     pub max_tool_calls: Option<u32>,
     /// Most wall-clock time, ms.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(minimum = 0)]
+    #[schema(minimum = 0, maximum = 9_223_372_036_854_775_807_u64)]
     pub max_wall_time_ms: Option<u64>,
 }
 

@@ -41,7 +41,7 @@ pub struct ArtifactPage {
 #[into_params(parameter_in = Query)]
 pub struct ArtifactQuery {
     /// First byte (default 0).
-    #[param(minimum = 0)]
+    #[param(minimum = 0, maximum = 9_223_372_036_854_775_807_u64)]
     pub offset: Option<u64>,
     /// Most bytes (default and at most 262144).
     #[param(minimum = 1, maximum = 262_144)]

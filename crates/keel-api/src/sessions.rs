@@ -43,15 +43,15 @@ pub struct SettingsBody {
     pub multitask: Option<MultitaskParam>,
     /// Limit of every tool call, ms.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(minimum = 1)]
+    #[schema(minimum = 1, maximum = 9_223_372_036_854_775_807_u64)]
     pub tool_timeout_ms: Option<u64>,
     /// How long an approval waits, ms.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(minimum = 1)]
+    #[schema(minimum = 1, maximum = 9_223_372_036_854_775_807_u64)]
     pub approval_ttl_ms: Option<u64>,
     /// The model's context window, tokens (default: the model's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(minimum = 1)]
+    #[schema(minimum = 1, maximum = 9_223_372_036_854_775_807_u64)]
     pub context_window_tokens: Option<u64>,
     /// Journal the model's reasoning (redacted).
     #[serde(default, skip_serializing_if = "Option::is_none")]

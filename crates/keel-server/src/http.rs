@@ -109,9 +109,20 @@ impl BodySchemas {
 }
 
 /// 422 naming the field a schema violation is about (`settings.approval_ttl_ms`; the missing
-/// or unknown property itself for `required` and `additionalProperties`).
+/// or unknown property itself for `required` and `additionalProperties`). A `oneOf` (how the
+/// document spells a nullable object) names the field inside the branch that failed for a
+/// reason other than its type (`settings.turn_budget.max_tokens`, not `settings.turn_budget`).
 fn schema_error(e: &jsonschema::ValidationError<'_>) -> ApiError {
     use jsonschema::error::ValidationErrorKind as K;
+    if let K::OneOfNotValid { context } = e.kind()
+        && let Some(inner) = context
+            .iter()
+            .flatten()
+            .filter(|d| !matches!(d.kind(), K::Type { .. }))
+            .max_by_key(|d| d.instance_path().as_str().len())
+    {
+        return schema_error(inner);
+    }
     let path: Vec<String> = e
         .instance_path()
         .as_str()

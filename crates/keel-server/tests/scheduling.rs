@@ -456,10 +456,10 @@ async fn a_light_tenant_is_served_while_a_heavy_one_holds_every_slot(b: Backend)
     }
 }
 
-/// An approval TTL as long as the API accepts (`approval_ttl_ms = i64::MAX`, and `u64::MAX`)
-/// reaches past the last time an approval can expire at: the expiry saturates there instead
-/// of overflowing in the run (which would panic it), the session waits on the human, and the
-/// decision resumes it.
+/// An approval TTL as long as the API accepts (`approval_ttl_ms = i64::MAX`, the schema's
+/// `int64` maximum; one more is refused, naming the field) reaches past the last time an
+/// approval can expire at: the expiry saturates there instead of overflowing in the run (which
+/// would panic it), the session waits on the human, and the decision resumes it.
 async fn the_longest_approval_ttl_waits_on_a_human(b: Backend) {
     let s = start(b).await;
     let release = s
@@ -472,7 +472,16 @@ async fn the_longest_approval_ttl_waits_on_a_human(b: Backend) {
             &["write_file"],
         )
         .await;
-    for ttl in [u64::try_from(i64::MAX).unwrap(), u64::MAX] {
+    for ttl in [1 << 63, u64::MAX] {
+        let refused = s.session(&release, json!({"approval_ttl_ms": ttl})).await;
+        assert_eq!(
+            refused.status,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{refused:?}"
+        );
+        assert_eq!(refused.body["field"], "settings.approval_ttl_ms");
+    }
+    for ttl in [u64::try_from(i64::MAX).unwrap()] {
         let created = s.session(&release, json!({"approval_ttl_ms": ttl})).await;
         assert_eq!(created.status, StatusCode::CREATED, "{created:?}");
         let session = created.body["session_id"].as_str().unwrap().to_owned();

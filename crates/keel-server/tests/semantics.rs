@@ -468,6 +468,42 @@ async fn malformed_requests_get_4xx_problems_naming_the_fault(b: Backend) {
         StatusCode::UNPROCESSABLE_ENTITY,
         "settings.approval_ttl_ms",
     );
+    // A u64 field holds what the schema's `int64` holds: past i64::MAX is refused, and the
+    // body is judged before the If-Match precondition (a stale ETag does not hide a 422).
+    for field in [
+        "approval_ttl_ms",
+        "tool_timeout_ms",
+        "context_window_tokens",
+    ] {
+        let r = s
+            .call(
+                "PATCH",
+                &format!("/v1/sessions/{session}"),
+                Some(&s.operator),
+                Some(&json!({"settings": {field: 9_223_372_036_854_775_808_u64}})),
+                &[("if-match", "\"B\"")],
+            )
+            .await;
+        check(
+            &r,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            &format!("settings.{field}"),
+        );
+    }
+    let r = s
+        .call(
+            "PATCH",
+            &format!("/v1/sessions/{session}"),
+            Some(&s.operator),
+            Some(&json!({"settings": {"turn_budget": {"max_tokens": u64::MAX}}})),
+            &[("if-match", "\"B\"")],
+        )
+        .await;
+    check(
+        &r,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "settings.turn_budget.max_tokens",
+    );
     // Not JSON; another media type.
     let r = s
         .call(

@@ -451,9 +451,9 @@ pub async fn update_session(
 ) -> Result<Response, ApiError> {
     let tenant = caller.tenant_as(Role::Operator)?;
     let session = session_id(&id)?;
+    check_settings(&body.settings)?;
     let rec = state.store.get_session(tenant, session).await?;
     check_if_match(&headers, rec.version)?;
-    check_settings(&body.settings)?;
     let release = match &body.release_id {
         None => None,
         Some(r) => Some(
