@@ -91,19 +91,28 @@ async fn driver() -> Driver {
 
 /// A fresh browser (its own profile: no cookies) at 1280 × 900.
 async fn browser(d: &Driver) -> Client {
+    browser_with(d, &[]).await
+}
+
+/// As [`browser`], with more chromium switches (`--force-dark-mode`: the system is dark).
+async fn browser_with(d: &Driver, extra: &[&str]) -> Client {
     let profile = d
         ._profile
         .path()
         .join(uuid::Uuid::now_v7().simple().to_string());
     let mut caps = serde_json::Map::new();
-    caps.insert(
-        "goog:chromeOptions".into(),
-        json!({
-            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                     "--window-size=1280,900", "--hide-scrollbars", "--force-color-profile=srgb",
-                     format!("--user-data-dir={}", profile.display())],
-        }),
-    );
+    let mut args = vec![
+        json!("--headless=new"),
+        json!("--no-sandbox"),
+        json!("--disable-gpu"),
+        json!("--disable-dev-shm-usage"),
+        json!("--window-size=1280,900"),
+        json!("--hide-scrollbars"),
+        json!("--force-color-profile=srgb"),
+        json!(format!("--user-data-dir={}", profile.display())),
+    ];
+    args.extend(extra.iter().map(|a| json!(a)));
+    caps.insert("goog:chromeOptions".into(), json!({ "args": args }));
     ClientBuilder::native()
         .capabilities(caps)
         .connect(&d.url)

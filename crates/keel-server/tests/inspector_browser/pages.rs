@@ -1,5 +1,5 @@
 //! What the pages draw beyond the journey in `flow`: a look-alike warning above the decision
-//! buttons, model text capped with a link to all of it.
+//! buttons, model text capped with a link to all of it, dark mode with AA-contrast buttons.
 
 use serde_json::json;
 
@@ -87,4 +87,49 @@ async fn look_alikes_are_flagged_and_huge_model_text_is_capped(b: Backend) {
     .await;
     assert_eq!(link, json!(format!("#/journal/{long}")));
     c.close().await.unwrap();
+
+    // Review item 5: in dark mode the page is dark and the decision buttons keep WCAG AA
+    // contrast (4.5:1) against what they are drawn on.
+    let dark = browser_with(&d, &["--force-dark-mode"]).await;
+    sign_in(&dark, &s.base, &s.operator).await;
+    go(&dark, &s.base, &format!("#/session/{spoofed}")).await;
+    until(
+        &dark,
+        "the decision buttons",
+        "document.querySelector('#session-decisions button.allow')",
+    )
+    .await;
+    let ratios = eval(&dark, CONTRASTS).await;
+    assert_eq!(
+        ratios[0], "rgb(13, 17, 23)",
+        "the dark background: {ratios}"
+    );
+    assert_eq!(
+        ratios[1].as_array().unwrap().len(),
+        3,
+        "allow, allow for session, deny: {ratios}"
+    );
+    for r in ratios[1].as_array().unwrap() {
+        assert!(r[1].as_f64().unwrap() >= 4.5, "{ratios}");
+    }
+    screenshot(
+        &dark,
+        matches!(b, Backend::Sqlite),
+        "session-approval-dark",
+        "document.querySelector('.lookalike')",
+    )
+    .await;
+    dark.close().await.unwrap();
 }
+
+/// The body's background, and `[button, contrast ratio]` of each decision button's text on its
+/// background (its own, or the card's when it has none).
+const CONTRASTS: &str = r#"
+    const rgb = (s) => (s.match(/[\d.]+/g) || []).map(Number);
+    const lum = (c) => { const l = (v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : Math.pow((v + 0.055) / 1.055, 2.4); };
+        return 0.2126 * l(c[0]) + 0.7152 * l(c[1]) + 0.0722 * l(c[2]); };
+    const bgOf = (el) => { for (let e = el; e; e = e.parentElement) { const c = rgb(getComputedStyle(e).backgroundColor); if (c.length === 3 || (c.length === 4 && c[3] > 0)) return c; } return [255, 255, 255]; };
+    const ratio = (a, b) => { const x = lum(a), y = lum(b); return (Math.max(x, y) + 0.05) / (Math.min(x, y) + 0.05); };
+    return [getComputedStyle(document.body).backgroundColor,
+        [...document.querySelectorAll('#session-decisions .actions button')].map((b) => [b.className, ratio(rgb(getComputedStyle(b).color), bgOf(b))])];
+"#;

@@ -316,8 +316,11 @@
     }
     svg.appendChild(h('text', { class: 'axis-title', x: 12, y: (H - B + T) / 2, 'text-anchor': 'middle', transform: `rotate(-90 12 ${(H - B + T) / 2})` }, unit));
     svg.appendChild(h('text', { class: 'axis-title', x: L + (W - L - R) / 2, y: H - 4, 'text-anchor': 'middle' }, xTitle));
-    // As many x labels as fit (about 7 px a character), evenly spaced.
-    const chars = Math.max(1, ...groups.map((g) => g.label.length));
+    // As many x labels as fit (about 7 px a character), evenly spaced; a longer one is cut
+    // (its bar's tooltip has it whole).
+    const fit = Math.max(4, Math.floor((W - L - R) / 7));
+    const cut = (t) => (t.length > fit ? t.slice(0, fit - 1) + '…' : t);
+    const chars = Math.max(1, ...groups.map((g) => cut(g.label).length));
     const every = Math.max(1, Math.ceil((chars * 7 + 8) / slot));
     groups.forEach((g, i) => {
       const x = L + i * slot + (slot - bw) / 2;
@@ -328,7 +331,7 @@
         svg.appendChild(h('rect', { class: 'series-' + (series.indexOf(p.series) % 6), x, y: y(top), width: bw, height: Math.max(0, y0 - y(top)) },
           h('title', {}, g.label + ' · ' + p.series + ': ' + fmt(p.value, unit))));
       }
-      if (i % every === 0) svg.appendChild(h('text', { class: 'tick', x: x + bw / 2, y: H - B + 14, 'text-anchor': 'middle' }, g.label));
+      if (i % every === 0) svg.appendChild(h('text', { class: 'tick', x: x + bw / 2, y: H - B + 14, 'text-anchor': 'middle' }, cut(g.label)));
     });
     const legend = h('ul', { class: 'chart-legend', 'aria-label': 'legend' }, series.map((s, i) => h('li', {},
       h('span', { class: 'swatch series-' + (i % 6), 'aria-hidden': 'true' }), s)));
