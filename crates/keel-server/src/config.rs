@@ -8,7 +8,7 @@
 //! tls_cert = "/etc/keel/cert.pem"       # --tls-cert / --tls-key (PEM)
 //! tls_key = "/etc/keel/key.pem"
 //! insecure_listen = false               # --insecure-listen: plain HTTP on a non-loopback address
-//! public_url = "https://keel.example.com"   # the origin browsers use, when a proxy ends TLS
+//! public_url = "https://keel.example.com"   # --public-url: the origin browsers use, when a proxy ends TLS
 //! workspace_roots = ["/srv/keel/workspaces"]   # a session's workspace must lie under one
 //! max_permission_mode = "accept_edits"  # ceiling: read_only < default < accept_edits < bypass
 //! allow_sandbox_off = false             # sessions may not ask for sandbox = "off"

@@ -309,6 +309,17 @@ async fn the_inspector_in_a_browser(b: Backend) {
         "document.querySelector('#timeline rect.bar-step')",
     )
     .await;
+    // Review item 2: on a phone the timeline is drawn 1:1 at its width (text keeps its size) with
+    // each label on its own line above its bar, so no label is cut to a few characters.
+    c.set_window_size(390, 844).await.unwrap();
+    let phone = until(
+        &c,
+        "the narrow timeline",
+        "document.querySelector('#timeline-svg.narrow') && (() => { const svg = document.querySelector('#timeline-svg'); const t = svg.querySelector('text.label-tool'); return [Math.round(svg.getBoundingClientRect().width) === Number(svg.getAttribute('width')), t.textContent, t.getBoundingClientRect().height >= 12, svg.querySelectorAll('rect.bar.approval').length]; })()",
+    )
+    .await;
+    assert_eq!(phone, json!([true, "write_file", true, 1]), "{phone}");
+    c.set_window_size(1280, 900).await.unwrap();
     // The timeline on its own (below the conversation on a phone: rows stack their labels).
     screenshot(
         &c,
