@@ -438,6 +438,15 @@ async fn the_inspector_in_a_browser(b: Backend) {
         .select_by_value("USD")
         .await
         .unwrap();
+    // At 390 px the charts are drawn for that width (1:1: their text keeps its size).
+    c.set_window_size(390, 844).await.unwrap();
+    until(
+        &c,
+        "the charts drawn 1:1 on a phone",
+        "[...document.querySelectorAll('.chart svg')].every((svg) => Number(svg.getAttribute('width')) < 390 && Math.round(svg.getBoundingClientRect().width) === Number(svg.getAttribute('width')))",
+    )
+    .await;
+    c.set_window_size(1280, 900).await.unwrap();
     until(
         &c,
         "the charts in USD",
