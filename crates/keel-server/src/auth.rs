@@ -197,7 +197,7 @@ pub async fn authenticate(State(state): State<Shared>, mut req: Request, next: N
     let authorization = req.headers().get(header::AUTHORIZATION).cloned();
     let cookie = match &authorization {
         None => {
-            crate::inspector::signin::cookie_value(req.headers(), state.config.tls_cert.is_some())
+            crate::inspector::signin::cookie_value(req.headers(), state.config.secure_cookies())
         }
         Some(_) => None,
     };

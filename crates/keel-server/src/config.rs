@@ -8,6 +8,7 @@
 //! tls_cert = "/etc/keel/cert.pem"       # --tls-cert / --tls-key (PEM)
 //! tls_key = "/etc/keel/key.pem"
 //! insecure_listen = false               # --insecure-listen: plain HTTP on a non-loopback address
+//! public_url = "https://keel.example.com"   # --public-url: the origin browsers use, when a proxy ends TLS
 //! workspace_roots = ["/srv/keel/workspaces"]   # a session's workspace must lie under one
 //! max_permission_mode = "accept_edits"  # ceiling: read_only < default < accept_edits < bypass
 //! allow_sandbox_off = false             # sessions may not ask for sandbox = "off"
@@ -44,6 +45,32 @@ use serde::Deserialize;
 
 use crate::error::ServerError;
 
+/// `url` as an origin (RFC 6454 serialization): `http(s)://host[:port]`, lower case, the
+/// scheme's default port dropped, at most a trailing `/` after it.
+///
+/// # Errors
+/// [`ServerError::Config`] for another scheme, a path, query, fragment, user info or no host.
+fn origin_of(url: &str) -> Result<String, ServerError> {
+    let bad = || {
+        ServerError::Config(format!(
+            "public_url {url:?} is not an origin: https://HOST[:PORT] with no path"
+        ))
+    };
+    let lower = url.trim().to_ascii_lowercase();
+    let (scheme, rest) = lower.split_once("://").ok_or_else(bad)?;
+    let default = match scheme {
+        "https" => ":443",
+        "http" => ":80",
+        _ => return Err(bad()),
+    };
+    let authority = rest.strip_suffix('/').unwrap_or(rest);
+    if authority.is_empty() || authority.contains(['/', '?', '#', '@', ' ']) {
+        return Err(bad());
+    }
+    let authority = authority.strip_suffix(default).unwrap_or(authority);
+    Ok(format!("{scheme}://{authority}"))
+}
+
 /// Default `--listen`.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7878";
 /// Default `--metrics-listen`.
@@ -63,6 +90,11 @@ pub struct ServerConfig {
     pub tls_key: Option<PathBuf>,
     /// Serve plain HTTP on a non-loopback address (something in front terminates TLS).
     pub insecure_listen: bool,
+    /// The origin browsers reach this server at (`https://HOST[:PORT]`, no path), when a proxy
+    /// in front of it ends TLS: the inspector's cookie is then `Secure` with the `__Host-`
+    /// prefix, and a browser's `Origin` must be exactly this (see [`Self::public_origin`]).
+    /// `None`: the origin is the request's `Host` (and `https` only with `tls_cert`).
+    pub public_url: Option<String>,
     /// Directories a session's workspace must lie under (after resolving symlinks). Empty: no
     /// session can be created.
     pub workspace_roots: Vec<PathBuf>,
@@ -257,6 +289,7 @@ impl Default for ServerConfig {
             tls_cert: None,
             tls_key: None,
             insecure_listen: false,
+            public_url: None,
             workspace_roots: Vec::new(),
             max_permission_mode: PermissionMode::AcceptEdits,
             allow_sandbox_off: false,
@@ -315,11 +348,31 @@ impl ServerConfig {
         if !addr.ip().is_loopback() && !tls && !self.insecure_listen {
             return Err(ServerError::NeedsTls(addr.to_string()));
         }
+        if let Some(url) = &self.public_url {
+            origin_of(url)?;
+        }
         for root in &self.workspace_roots {
             canonical_root(root)?;
         }
         self.scheduler.check()?;
         Ok(addr)
+    }
+
+    /// `public_url` as an origin (`scheme://host[:port]`, lower case, no default port, no
+    /// trailing slash), or `None` when unset (or not an origin: [`Self::check`] refuses that).
+    #[must_use]
+    pub fn public_origin(&self) -> Option<String> {
+        self.public_url.as_deref().and_then(|u| origin_of(u).ok())
+    }
+
+    /// Whether browsers reach this server over HTTPS: it has `tls_cert`, or its `public_url` is
+    /// `https://` (a proxy ends TLS). The inspector's cookie is then `Secure` and `__Host-`.
+    #[must_use]
+    pub fn secure_cookies(&self) -> bool {
+        self.tls_cert.is_some()
+            || self
+                .public_origin()
+                .is_some_and(|o| o.starts_with("https://"))
     }
 
     /// The workspace roots with symlinks resolved.
@@ -397,6 +450,36 @@ mod tests {
             settings.check().unwrap_err().to_string(),
             "[scheduler] concurrency: must be at least 1"
         );
+    }
+
+    #[test]
+    fn public_url_is_an_origin_and_makes_cookies_secure() {
+        let mut c = ServerConfig::default();
+        assert!(!c.secure_cookies());
+        assert_eq!(c.public_origin(), None);
+        c.public_url = Some("HTTPS://Keel.Example.com:443/".into());
+        assert!(c.check().is_ok());
+        assert_eq!(
+            c.public_origin().as_deref(),
+            Some("https://keel.example.com")
+        );
+        assert!(c.secure_cookies());
+        c.public_url = Some("http://keel.example.com:8080".into());
+        assert_eq!(
+            c.public_origin().as_deref(),
+            Some("http://keel.example.com:8080")
+        );
+        assert!(!c.secure_cookies(), "plain http is not secure");
+        for bad in [
+            "keel.example.com",
+            "ftp://keel.example.com",
+            "https://keel.example.com/inspector",
+            "https://user@keel.example.com",
+            "https://",
+        ] {
+            c.public_url = Some(bad.into());
+            assert!(matches!(c.check(), Err(ServerError::Config(_))), "{bad}");
+        }
     }
 
     #[test]

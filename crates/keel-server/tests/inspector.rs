@@ -16,7 +16,8 @@ on_both!(
     the_cookie_alone_is_not_a_session_and_never_recovers_the_token,
     sign_in_refuses_bad_keys_and_is_limited,
     a_valid_key_signs_in_while_another_client_used_up_the_failure_limit,
-    fallbacks_and_errors_carry_the_security_headers
+    fallbacks_and_errors_carry_the_security_headers,
+    behind_a_tls_proxy_public_url_makes_the_cookie_secure_and_is_the_only_origin
 );
 
 /// A signed-in browser as HTTP sees it: the cookie and the token.
@@ -449,4 +450,64 @@ async fn fallbacks_and_errors_carry_the_security_headers(b: Backend) {
         assert_eq!(h["referrer-policy"], "no-referrer", "{method} {path}");
         assert_eq!(h["cache-control"], "no-store", "{method} {path}");
     }
+}
+
+/// Review item 4: behind a proxy that ends TLS (and forwards to this plain-HTTP server with its
+/// own `Host`), `public_url` makes the cookie `Secure` with the `__Host-` prefix, and the
+/// browser's `Origin` must be exactly the public one: the local origin and an `http://` public
+/// one are refused, at sign-in and on every cookie request.
+async fn behind_a_tls_proxy_public_url_makes_the_cookie_secure_and_is_the_only_origin(b: Backend) {
+    let public = "https://keel.example.com";
+    let s = start_with(b, |c| c.public_url = Some(format!("{public}/"))).await;
+    let sign_in_from = |origin: &'static str| {
+        s.http
+            .post(format!("{}/inspector/sign-in", s.base))
+            .header("content-type", "application/json")
+            .header("origin", origin)
+            .body(json!({ "key": s.operator }).to_string())
+            .send()
+    };
+    for wrong in ["http://keel.example.com", "https://evil.example"] {
+        let r = sign_in_from(wrong).await.unwrap();
+        assert_eq!(r.status(), StatusCode::FORBIDDEN, "{wrong}");
+    }
+    let local = sign_in_from("http://127.0.0.1").await.unwrap();
+    assert_eq!(local.status(), StatusCode::FORBIDDEN, "the local origin");
+    let res = sign_in_from(public).await.unwrap();
+    assert_eq!(res.status(), StatusCode::OK);
+    let set = res.headers()["set-cookie"].to_str().unwrap().to_owned();
+    let port = s.base.rsplit(':').next().unwrap();
+    assert!(
+        set.starts_with(&format!("__Host-keel_inspector_{port}=")),
+        "{set}"
+    );
+    for attr in ["; Secure", "HttpOnly", "SameSite=Strict", "Path=/"] {
+        assert!(set.contains(attr), "{set}");
+    }
+    assert!(!set.contains("Domain"), "{set}");
+    let body: Value = res.json().await.unwrap();
+    let signed = Signed {
+        cookie: set.split(';').next().unwrap().to_owned(),
+        csrf: body["csrf_token"].as_str().unwrap().to_owned(),
+        body,
+    };
+    let csrf = Some(signed.csrf.as_str());
+    let (st, list, _) =
+        with_cookie(&s, "GET", "/v1/sessions", &signed, csrf, Some(public), None).await;
+    assert_eq!(st, StatusCode::OK, "{list}");
+    let (st, _, _) = with_cookie(&s, "GET", "/v1/sessions", &signed, csrf, None, None).await;
+    assert_eq!(st, StatusCode::OK, "no Origin (a GET): the token decides");
+    for wrong in [s.base.as_str(), "http://keel.example.com"] {
+        let (st, _, _) =
+            with_cookie(&s, "GET", "/v1/sessions", &signed, csrf, Some(wrong), None).await;
+        assert_eq!(st, StatusCode::FORBIDDEN, "{wrong}");
+    }
+    // The cookie without its `__Host-` name is not this server's.
+    let plain = Signed {
+        cookie: signed.cookie.trim_start_matches("__Host-").to_owned(),
+        csrf: signed.csrf.clone(),
+        body: Value::Null,
+    };
+    let (st, _, _) = with_cookie(&s, "GET", "/v1/sessions", &plain, csrf, Some(public), None).await;
+    assert_eq!(st, StatusCode::UNAUTHORIZED);
 }

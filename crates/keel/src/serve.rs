@@ -41,6 +41,10 @@ pub struct ServeArgs {
     /// Serve plain HTTP on a non-loopback address (something in front terminates TLS).
     #[arg(long)]
     pub insecure_listen: bool,
+    /// The origin browsers use behind a proxy that ends TLS (https://HOST[:PORT]): the
+    /// inspector's cookie becomes Secure and __Host-, and only that Origin is accepted.
+    #[arg(long, value_name = "URL")]
+    pub public_url: Option<String>,
     /// The server's settings file (default: server.toml in the user config directory).
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
@@ -180,6 +184,9 @@ fn server_config(args: &ServeArgs) -> anyhow::Result<(ServerConfig, Option<std::
     }
     if args.insecure_listen {
         config.insecure_listen = true;
+    }
+    if args.public_url.is_some() {
+        config.public_url.clone_from(&args.public_url);
     }
     Ok((config, file))
 }

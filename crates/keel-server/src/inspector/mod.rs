@@ -140,8 +140,15 @@ pub async fn headers(req: Request, next: Next) -> Response {
     res
 }
 
+/// Whether the cookie is `Secure` and `__Host-` (TLS here, or an `https` `public_url`).
 fn tls(state: &Shared) -> bool {
-    state.config.tls_cert.is_some()
+    state.config.secure_cookies()
+}
+
+/// The browser-side origin check of `headers` ([`signin::same_origin`]) with this server's
+/// settings.
+fn same_origin(state: &Shared, headers: &HeaderMap) -> Result<(), ApiError> {
+    signin::same_origin(headers, tls(state), state.config.public_origin().as_deref())
 }
 
 /// Who a request with the inspector's cookie acts for: the key its session was signed in with,
@@ -158,7 +165,7 @@ pub async fn caller_by_cookie(
     headers: &HeaderMap,
 ) -> Result<Caller, ApiError> {
     let signed = state.inspector.lookup(id).ok_or_else(ended)?;
-    signin::same_origin(headers, tls(state))?;
+    same_origin(state, headers)?;
     signin::check_token(headers, &signed.csrf)?;
     checked_key(state, &signed.key_hash).await
 }
@@ -253,7 +260,7 @@ async fn do_sign_in(
     headers: &HeaderMap,
     body: &[u8],
 ) -> Result<Response, ApiError> {
-    signin::same_origin(headers, tls(state))?;
+    same_origin(state, headers)?;
     let req: SignInRequest = crate::http::parse_json(body)?;
     let key = req.key.trim();
     if key.is_empty() {
@@ -292,7 +299,7 @@ async fn session(State(state): State<Shared>, headers: HeaderMap) -> Response {
     let run = async {
         let id = signin::cookie_value(&headers, tls(&state)).ok_or_else(ended)?;
         let signed = state.inspector.lookup(&id).ok_or_else(ended)?;
-        signin::same_origin(&headers, tls(&state))?;
+        same_origin(&state, &headers)?;
         signin::check_token(&headers, &signed.csrf)?;
         let caller = checked_key(&state, &signed.key_hash).await?;
         Ok::<_, ApiError>(json_response(
@@ -314,7 +321,7 @@ async fn sign_out(
     let run = async {
         let id = signin::cookie_value(&headers, tls(&state)).ok_or_else(ended)?;
         let signed = state.inspector.lookup(&id).ok_or_else(ended)?;
-        signin::same_origin(&headers, tls(&state))?;
+        same_origin(&state, &headers)?;
         signin::check_token(&headers, &signed.csrf)?;
         state.inspector.remove(&id);
         if uri
@@ -348,5 +355,80 @@ mod tests {
         // No inline script or style: the policy would refuse it.
         assert!(!html.contains("<script>") && !html.contains("style="));
         assert!(!html.contains("<style"));
+    }
+
+    /// The `--name: #rrggbb` colours of the first `:root` block after `from` in the stylesheet.
+    fn palette(css: &str, from: &str) -> std::collections::HashMap<String, [f64; 3]> {
+        let at = css.find(from).unwrap();
+        let block = &css[at..];
+        let block = &block[block.find(":root").unwrap()..];
+        let block = &block[block.find('{').unwrap() + 1..];
+        let block = &block[..block.find('}').unwrap()];
+        block
+            .split(';')
+            .filter_map(|d| d.trim().split_once(':'))
+            .filter_map(|(k, v)| {
+                let hex = v.trim().strip_prefix('#')?;
+                let c = |i: usize| f64::from(u8::from_str_radix(&hex[i..i + 2], 16).unwrap());
+                Some((k.trim().to_owned(), [c(0), c(2), c(4)]))
+            })
+            .collect()
+    }
+
+    /// WCAG 2.x contrast ratio of two sRGB colours (0..=255 channels).
+    fn contrast(a: [f64; 3], b: [f64; 3]) -> f64 {
+        let lum = |c: [f64; 3]| {
+            let lin = |v: f64| {
+                let v = v / 255.0;
+                if v <= 0.03928 {
+                    v / 12.92
+                } else {
+                    ((v + 0.055) / 1.055).powf(2.4)
+                }
+            };
+            0.2126 * lin(c[0]) + 0.7152 * lin(c[1]) + 0.0722 * lin(c[2])
+        };
+        let (x, y) = (lum(a), lum(b));
+        (x.max(y) + 0.05) / (x.min(y) + 0.05)
+    }
+
+    /// Review item 5: buttons, links, badges and muted text reach WCAG AA (4.5:1) in light and
+    /// in dark.
+    #[test]
+    fn text_and_buttons_reach_wcag_aa_in_light_and_dark() {
+        let css = std::str::from_utf8(
+            ASSETS
+                .iter()
+                .find(|a| a.path.ends_with(".css"))
+                .unwrap()
+                .bytes,
+        )
+        .unwrap();
+        assert!((contrast([0.0; 3], [255.0; 3]) - 21.0).abs() < 0.01);
+        for (mode, from) in [("light", "/* Keel"), ("dark", "prefers-color-scheme: dark")] {
+            let p = palette(css, from);
+            for (fg, bg) in [
+                ("--on-accent", "--accent"),
+                ("--fail", "--panel"),
+                ("--fg", "--panel"),
+                ("--fg", "--bg"),
+                ("--muted", "--bg"),
+                ("--muted", "--panel"),
+                ("--accent", "--bg"),
+                ("--accent", "--panel"),
+                ("--ok", "--bg"),
+                ("--fail", "--bg"),
+                ("--wait", "--bg"),
+                ("--run", "--bg"),
+                ("--off", "--bg"),
+            ] {
+                let (a, b) = (p.get(fg), p.get(bg));
+                let (Some(a), Some(b)) = (a, b) else {
+                    panic!("{mode}: {fg} or {bg} is not in the palette")
+                };
+                let r = contrast(*a, *b);
+                assert!(r >= 4.5, "{mode}: {fg} on {bg} is {r:.2}:1");
+            }
+        }
     }
 }

@@ -316,16 +316,18 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// Refuses a request a browser made for another site: an `Origin` whose host and port are not
-/// the request's `Host`, or a `Sec-Fetch-Site` other than `same-origin` or `none`. The scheme
-/// is not compared: behind a proxy that ends TLS the page is `https://` while this server
-/// speaks plain HTTP (with `tls`, an `http://` origin is refused all the same). A request
+/// Refuses a request a browser made for another site: an `Origin` that is not this server's,
+/// or a `Sec-Fetch-Site` other than `same-origin` or `none`. With `public` (the server's
+/// `public_url` as an origin, for a proxy that ends TLS and may rewrite `Host`) the `Origin`
+/// must be exactly it, scheme included. Without it, the `Origin`'s host and port must be the
+/// request's `Host`, and the scheme is not compared (the page may be `https://` at a proxy
+/// that forwards `Host`; with `tls`, an `http://` origin is refused all the same). A request
 /// without either header (not a browser's, or an old one) passes: the CSRF token is what a
 /// forged request cannot have.
 ///
 /// # Errors
 /// 403 naming the header.
-pub fn same_origin(headers: &HeaderMap, tls: bool) -> Result<(), ApiError> {
+pub fn same_origin(headers: &HeaderMap, tls: bool, public: Option<&str>) -> Result<(), ApiError> {
     if let Some(site) = headers.get("sec-fetch-site") {
         let site = site.to_str().unwrap_or("");
         if site != "same-origin" && site != "none" {
@@ -341,6 +343,14 @@ pub fn same_origin(headers: &HeaderMap, tls: bool) -> Result<(), ApiError> {
             .and_then(|h| h.to_str().ok())
             .unwrap_or("");
         let lower = origin.to_ascii_lowercase();
+        if let Some(public) = public {
+            if lower == public {
+                return Ok(());
+            }
+            return Err(ApiError::csrf(format!(
+                "a request from origin {origin} may not use the inspector's session of {public}"
+            )));
+        }
         let authority = lower
             .strip_prefix("https://")
             .or_else(|| lower.strip_prefix("http://").filter(|_| !tls));
@@ -470,34 +480,61 @@ mod tests {
         assert!(check_token(&h, "t").is_ok());
         assert!(check_token(&h, "u").is_err());
         h.insert(header::HOST, HeaderValue::from_static("127.0.0.1:8080"));
-        assert!(same_origin(&h, false).is_ok());
+        assert!(same_origin(&h, false, None).is_ok());
         h.insert(
             header::ORIGIN,
             HeaderValue::from_static("http://127.0.0.1:8080"),
         );
-        assert!(same_origin(&h, false).is_ok());
-        assert!(same_origin(&h, true).is_err(), "http:// to a TLS server");
+        assert!(same_origin(&h, false, None).is_ok());
+        assert!(
+            same_origin(&h, true, None).is_err(),
+            "http:// to a TLS server"
+        );
         h.insert(
             header::ORIGIN,
             HeaderValue::from_static("https://127.0.0.1:8080"),
         );
-        assert!(same_origin(&h, true).is_ok());
-        assert!(same_origin(&h, false).is_ok(), "TLS ended by a proxy");
+        assert!(same_origin(&h, true, None).is_ok());
+        assert!(same_origin(&h, false, None).is_ok(), "TLS ended by a proxy");
         h.insert(
             header::ORIGIN,
             HeaderValue::from_static("http://127.0.0.1:8081"),
         );
         assert!(
-            same_origin(&h, false).is_err(),
+            same_origin(&h, false, None).is_err(),
             "another port is another origin"
         );
         h.insert(
             header::ORIGIN,
             HeaderValue::from_static("http://evil.example"),
         );
-        assert!(same_origin(&h, false).is_err());
+        assert!(same_origin(&h, false, None).is_err());
+        // Behind a proxy with public_url: only that origin, scheme included, whatever Host says.
+        let public = Some("https://keel.example.com");
+        assert!(same_origin(&h, false, public).is_err());
+        h.insert(
+            header::ORIGIN,
+            HeaderValue::from_static("https://keel.example.com"),
+        );
+        assert!(
+            same_origin(&h, false, public).is_ok(),
+            "Host is the proxy's"
+        );
+        h.insert(
+            header::ORIGIN,
+            HeaderValue::from_static("http://keel.example.com"),
+        );
+        assert!(same_origin(&h, false, public).is_err(), "not https");
+        h.insert(
+            header::ORIGIN,
+            HeaderValue::from_static("http://127.0.0.1:8080"),
+        );
+        assert!(
+            same_origin(&h, false, public).is_err(),
+            "the Host's origin is not the public one"
+        );
         h.remove(header::ORIGIN);
         h.insert("sec-fetch-site", HeaderValue::from_static("cross-site"));
-        assert!(same_origin(&h, false).is_err());
+        assert!(same_origin(&h, false, None).is_err());
     }
 }

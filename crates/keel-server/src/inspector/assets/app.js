@@ -475,6 +475,12 @@ K.route = function () {
   const main = K.$('#main');
   main.replaceChildren();
   K.pages[view](main, parts.slice(1).join('/'));
+  // Keyboard and screen-reader users land on the new page's heading, not on the old link.
+  const heading = main.querySelector('h1');
+  if (heading) {
+    heading.tabIndex = -1;
+    heading.focus({ preventScroll: true });
+  }
 };
 
 window.addEventListener('hashchange', K.route);

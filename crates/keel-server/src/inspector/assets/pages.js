@@ -44,7 +44,7 @@
     let again = false;
     const render = () => {
       const q = search.value.trim().toLowerCase();
-      const shown = rows.filter((r) => (!status.value || r.s.status === status.value) && (!q || r.s.session_id.toLowerCase().includes(q)));
+      const shown = rows.filter((r) => (!status.value || r.s.status === status.value) && (!q || K.idMatches(r.s.session_id, q)));
       K.fill(body, shown.map(row));
       K.fill(count, shown.length + ' of ' + rows.length + ' sessions');
     };
@@ -81,6 +81,17 @@
       if (rows.some((r) => r.s.status === 'running' || r.s.status === 'requires_action')) load();
     }, 3000);
     K.cleanup.push(() => clearInterval(timer));
+  };
+
+  /**
+   * Whether `id` is what `q` (lower case) names: any part of it (a prefix such as the first 8
+   * characters shown in the list included), or its shortened form `abcd1234…wxyz` (or `...`).
+   */
+  K.idMatches = function (id, q) {
+    const x = id.toLowerCase();
+    const cut = q.split(/…|\.\.\./);
+    if (cut.length === 2) return x.startsWith(cut[0]) && x.endsWith(cut[1]);
+    return x.includes(q);
   };
 
   function row(r) {
@@ -123,6 +134,34 @@
     return null;
   }
 
+  /**
+   * The distinct characters of `text` outside printable ASCII that can pass for something else
+   * (letters, digits, punctuation and symbols of other scripts: Cyrillic `а` for Latin `a`), as
+   * `"а" U+0430` labels; `.count` is how many there are in all. Invisible ones are shown by
+   * [`K.exact`] already and not counted here.
+   */
+  K.lookAlikes = function (text) {
+    const seen = new Map();
+    let count = 0;
+    for (const ch of String(text || '')) {
+      if (ch.codePointAt(0) < 0x7f || !/[\p{L}\p{N}\p{P}\p{S}]/u.test(ch)) continue;
+      count++;
+      if (!seen.has(ch)) seen.set(ch, '"' + ch + '" U+' + ch.codePointAt(0).toString(16).toUpperCase().padStart(4, '0'));
+    }
+    const out = [...seen.values()].slice(0, 8);
+    out.count = count;
+    return out;
+  };
+
+  /** A warning (above the decision buttons) when `args` hold [`K.lookAlikes`], else null. */
+  function lookAlikeWarning(args) {
+    const alike = K.lookAlikes(typeof args === 'string' ? args : JSON.stringify(args));
+    if (!alike.length) return null;
+    return h('p', { class: 'warn lookalike', role: 'alert' }, '⚠ Not plain ASCII: ', K.num(alike.count),
+      ' character' + (alike.count > 1 ? 's' : '') + ' that may pass for others: ', alike.map((c, i) => [i ? ', ' : '', h('code', {}, c)]),
+      '. Read the arguments before deciding.');
+  }
+
   /** A pending approval: exact arguments, a diff for edits, allow/deny with a reason. */
   K.approvalCard = function (a, done) {
     const reason = h('textarea', { id: 'reason-' + a.approval_id, rows: 2 });
@@ -153,6 +192,7 @@
       h('details', { open: true }, h('summary', {}, 'Arguments (exact)'), args),
       diff && h('details', { open: true }, h('summary', {}, 'Change'), diff),
       size,
+      lookAlikeWarning(a.arguments),
       K.canAct() && a.status === 'pending' && [
         h('label', { for: reason.id }, 'Reason (shown to the model on deny)'), reason,
         h('div', { class: 'actions' },
@@ -182,6 +222,7 @@
       h('h3', {}, 'Did ', h('code', {}, e.tool_name), ' happen? ', K.badge(e.status)),
       h('p', { class: 'muted mono' }, e.operation_key, ' · attempts ', String(e.attempts)),
       e.arguments !== undefined && h('details', { open: true }, h('summary', {}, 'Arguments (exact)'), K.exactPre(e.arguments, { class: 'args' })),
+      e.arguments !== undefined && lookAlikeWarning(e.arguments),
       K.canAct() && [
         h('label', { for: reason.id }, 'Note for the model (outcome or error)'), reason,
         h('div', { class: 'actions' },
@@ -197,6 +238,7 @@
     return h('button', {
       type: 'button', class: 'danger cancel-turn',
       onclick: async (ev) => {
+        if (!window.confirm('Cancel the turn in progress of session ' + K.short(sessionId) + '? Its running tools are stopped.')) return;
         ev.target.disabled = true;
         try {
           await api('POST', '/v1/sessions/' + seg(sessionId) + '/cancel', {});
@@ -233,7 +275,7 @@
         for (const sid of new Set(unknown.map((e) => e.session_id))) {
           const st = await api('GET', '/v1/sessions/' + seg(sid) + '/state').catch(() => null);
           for (const e of unknown) {
-            const call = st && e.session_id === sid && (st.tool_calls || []).find((c) => c.id === e.tool_call_id);
+            const call = st && e.session_id === sid && (st.tool_calls || []).find((c) => c.tool_call_id === e.tool_call_id);
             if (call) e.arguments = call.arguments;
           }
         }
@@ -255,89 +297,126 @@
 
   // ---- usage ---------------------------------------------------------------------------------
 
-  /** A bar chart (inline SVG): `groups` of `{label, parts: [{series, value, title}]}`, stacked. */
-  K.barChart = function (id, groups, series, unit) {
-    const W = 860, H = 220, L = 60, B = 40, T = 10;
-    const max = Math.max(1, ...groups.map((g) => g.parts.reduce((n, p) => n + p.value, 0)));
-    const bw = Math.max(4, Math.min(40, (W - L - 10) / Math.max(1, groups.length) - 6));
-    const svg = h('svg', { viewBox: `0 0 ${W} ${H}`, role: 'img', 'aria-labelledby': id + '-title', id },
-      h('title', { id: id + '-title' }, 'chart of ' + unit),
-      h('line', { class: 'axis', x1: L, y1: H - B, x2: W, y2: H - B }),
-      h('text', { x: L - 6, y: T + 8, 'text-anchor': 'end' }, fmt(max, unit)),
-      h('text', { x: L - 6, y: H - B, 'text-anchor': 'end' }, '0'));
+  /**
+   * A stacked bar chart (inline SVG) drawn at `width` px (1:1, so its text keeps its size on a
+   * phone): `groups` of `{label, parts: [{series, value}]}`; `series` names the colours, in the
+   * legend below it; `unit` ('tokens' or 'USD') titles the y axis, `xTitle` the x axis.
+   */
+  K.barChart = function (id, groups, series, unit, xTitle, width) {
+    const W = Math.max(300, Math.round(width || 860)), H = 240, L = 64, R = 8, B = 44, T = 12;
+    const max = Math.max(unit === 'USD' ? 0.0001 : 1, ...groups.map((g) => g.parts.reduce((n, p) => n + p.value, 0)));
+    const slot = (W - L - R) / Math.max(1, groups.length);
+    const bw = Math.max(3, Math.min(40, slot - 4));
+    const y = (v) => H - B - (v / max) * (H - B - T);
+    const svg = h('svg', { viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: 'img', 'aria-labelledby': id + '-title', id },
+      h('title', { id: id + '-title' }, unit + ' per ' + xTitle + ' (' + groups.length + ' bars)'));
+    for (const f of [0, 0.5, 1]) {
+      svg.appendChild(h('line', { class: f ? 'grid' : 'axis', x1: L, y1: y(f * max), x2: W - R, y2: y(f * max) }));
+      svg.appendChild(h('text', { class: 'tick', x: L - 6, y: y(f * max) + 4, 'text-anchor': 'end' }, fmt(f * max, unit)));
+    }
+    svg.appendChild(h('text', { class: 'axis-title', x: 12, y: (H - B + T) / 2, 'text-anchor': 'middle', transform: `rotate(-90 12 ${(H - B + T) / 2})` }, unit));
+    svg.appendChild(h('text', { class: 'axis-title', x: L + (W - L - R) / 2, y: H - 4, 'text-anchor': 'middle' }, xTitle));
+    // As many x labels as fit (about 7 px a character), evenly spaced; a longer one is cut
+    // (its bar's tooltip has it whole).
+    const fit = Math.max(4, Math.floor((W - L - R) / 7));
+    const cut = (t) => (t.length > fit ? t.slice(0, fit - 1) + '…' : t);
+    const chars = Math.max(1, ...groups.map((g) => cut(g.label).length));
+    const every = Math.max(1, Math.ceil((chars * 7 + 8) / slot));
     groups.forEach((g, i) => {
-      const x = L + 6 + i * (bw + 6);
-      let y = H - B;
+      const x = L + i * slot + (slot - bw) / 2;
+      let top = 0;
       for (const p of g.parts) {
-        const hgt = (p.value / max) * (H - B - T);
-        y -= hgt;
-        svg.appendChild(h('rect', { class: 'series-' + (series.indexOf(p.series) % 6), x, y, width: bw, height: Math.max(hgt, 0) },
+        const y0 = y(top);
+        top += p.value;
+        svg.appendChild(h('rect', { class: 'series-' + (series.indexOf(p.series) % 6), x, y: y(top), width: bw, height: Math.max(0, y0 - y(top)) },
           h('title', {}, g.label + ' · ' + p.series + ': ' + fmt(p.value, unit))));
       }
-      if (groups.length <= 16 || i % Math.ceil(groups.length / 16) === 0) {
-        svg.appendChild(h('text', { x: x + bw / 2, y: H - B + 14, 'text-anchor': 'middle' }, g.label));
-      }
+      if (i % every === 0) svg.appendChild(h('text', { class: 'tick', x: x + bw / 2, y: H - B + 14, 'text-anchor': 'middle' }, cut(g.label)));
     });
-    const legend = h('div', { class: 'legend' }, series.map((s, i) => h('span', { class: 'series-legend' },
-      h('span', { class: 'swatch series-' + (i % 6), 'aria-hidden': 'true' }), ' ', s)));
-    return h('figure', { class: 'chart' }, svg, legend);
+    const legend = h('ul', { class: 'chart-legend', 'aria-label': 'legend' }, series.map((s, i) => h('li', {},
+      h('span', { class: 'swatch series-' + (i % 6), 'aria-hidden': 'true' }), s)));
+    return h('figure', { class: 'chart' }, h('div', { class: 'chart-scroll' }, svg), legend);
   };
 
   function fmt(v, unit) {
-    return unit === 'USD' ? K.usd(v) : K.num(Math.round(v));
+    if (unit === 'USD') return v > 0 && v < 0.01 ? '$' + v.toPrecision(2) : K.usd(v);
+    return v >= 10000 ? K.num(Math.round(v / 1000)) + 'k' : K.num(Math.round(v));
   }
 
+  /** The tenant's usage: per day and per model from `GET /v1/usage`, per turn from the latest sessions' states. */
   K.pages.usage = async function (main) {
+    const metric = h('select', { id: 'usage-metric' }, h('option', { value: 'tokens' }, 'tokens'), h('option', { value: 'USD' }, 'cost (USD)'));
     const days = h('div', { id: 'usage-days' });
     const models = h('div', { id: 'usage-models' });
     const turns = h('div', { id: 'usage-turns' });
-    K.append(main, [h('h1', {}, 'Usage'), h('h2', {}, 'Per day, last 30 days (tokens)'), days,
-      h('h2', {}, 'Per model'), models, h('h2', {}, 'Per turn (latest sessions)'), turns]);
+    K.append(main, [h('h1', {}, 'Usage'),
+      h('div', { class: 'toolbar' }, h('label', { for: 'usage-metric' }, 'Chart', metric)),
+      h('h2', {}, 'Per day, last 30 days'), days, h('h2', {}, 'Per model'), models, h('h2', {}, 'Per turn (latest sessions)'), turns]);
+    let report;
+    const groups = [];
     try {
-      const report = await api('GET', '/v1/usage');
+      report = await api('GET', '/v1/usage');
+      const sessions = (await K.all('/v1/sessions')).sort((a, b) => Date.parse(b.updated_at) - Date.parse(a.updated_at)).slice(0, 10);
+      for (const s of sessions) {
+        const st = await api('GET', '/v1/sessions/' + seg(s.session_id) + '/state').catch(() => null);
+        for (const t of (st && st.turns) || []) groups.push({ t, s });
+      }
+      groups.sort((a, b) => Date.parse(a.t.started_at || 0) - Date.parse(b.t.started_at || 0));
+    } catch (e) {
+      K.fill(days, h('p', { class: 'error' }, e.message));
+      return;
+    }
+    const value = (usage, cost) => (metric.value === 'USD' ? cost : K.tokens(usage));
+    const draw = () => {
+      const width = Math.min(900, main.clientWidth - 4);
+      const unit = metric.value;
       const names = [...new Set(report.rows.map((r) => r.model))].sort();
       const byDay = new Map();
       for (const r of report.rows) {
         if (!byDay.has(r.day)) byDay.set(r.day, []);
-        byDay.get(r.day).push({ series: r.model, value: K.tokens(r.usage), title: r.model });
+        byDay.get(r.day).push({ series: r.model, value: value(r.usage, r.cost_usd) });
       }
       const dayGroups = [...byDay.keys()].sort().map((d) => ({ label: d.slice(5), parts: byDay.get(d) }));
-      K.fill(days, dayGroups.length ? K.barChart('chart-days', dayGroups, names, 'tokens') : h('p', { class: 'muted' }, 'No usage in this range.'),
+      K.fill(days, dayGroups.length ? K.barChart('chart-days', dayGroups, names, unit, 'day (UTC, MM-DD)', width) : h('p', { class: 'muted' }, 'No usage in this range.'),
         h('p', { class: 'muted' }, 'Total: ', K.num(report.total_tokens), ' tokens, ', K.usd(report.total_cost_usd), ' (', report.from, ' to ', report.to, ')'));
       const per = new Map();
       for (const r of report.rows) {
-        const m = per.get(r.model) || { tokens: 0, cost: 0, steps: 0 };
-        m.tokens += K.tokens(r.usage);
+        const m = per.get(r.model) || { input: 0, output: 0, cost: 0, steps: 0 };
+        m.input += (r.usage && r.usage.input_tokens) || 0;
+        m.output += (r.usage && r.usage.output_tokens) || 0;
         m.cost += r.cost_usd;
         m.steps += r.steps;
         per.set(r.model, m);
       }
-      K.fill(models, h('div', { class: 'table-wrap' }, h('table', { id: 'usage-by-model' },
-        h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, 'Model'), h('th', { scope: 'col', class: 'num' }, 'Steps'),
-          h('th', { scope: 'col', class: 'num' }, 'Tokens'), h('th', { scope: 'col', class: 'num' }, 'Cost'))),
-        h('tbody', {}, [...per.entries()].map(([m, v]) => h('tr', {}, h('td', { class: 'mono' }, m),
-          h('td', { class: 'num' }, K.num(v.steps)), h('td', { class: 'num' }, K.num(v.tokens)), h('td', { class: 'num' }, K.usd(v.cost))))))));
-      const sessions = (await K.all('/v1/sessions')).sort((a, b) => Date.parse(b.updated_at) - Date.parse(a.updated_at)).slice(0, 10);
-      const groups = [];
-      for (const s of sessions) {
-        const st = await api('GET', '/v1/sessions/' + seg(s.session_id) + '/state').catch(() => null);
-        for (const t of (st && st.turns) || []) {
-          groups.push({ label: K.short(t.turn_id).slice(0, 6), parts: Object.entries(t.usage_by_model || {}).map(([m, v]) => ({ series: m, value: v.cost_usd })), t, s });
-        }
-      }
-      const turnNames = [...new Set(groups.flatMap((g) => g.parts.map((p) => p.series)))].sort();
-      K.fill(turns, groups.length ? [K.barChart('chart-turns', groups.slice(-40), turnNames, 'USD'),
-        h('div', { class: 'table-wrap' }, h('table', { id: 'usage-by-turn' },
-          h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, 'Session'), h('th', { scope: 'col' }, 'Turn'), h('th', { scope: 'col' }, 'Status'),
+      const modelGroups = [...per.entries()].map(([m, v]) => ({
+        label: m, parts: unit === 'USD' ? [{ series: 'cost', value: v.cost }] : [{ series: 'input tokens', value: v.input }, { series: 'output tokens', value: v.output }],
+      }));
+      K.fill(models, modelGroups.length ? K.barChart('chart-models', modelGroups, unit === 'USD' ? ['cost'] : ['input tokens', 'output tokens'], unit, 'model', width) : null,
+        h('div', { class: 'table-wrap' }, h('table', { id: 'usage-by-model' },
+          h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, 'Model'), h('th', { scope: 'col', class: 'num' }, 'Steps'),
             h('th', { scope: 'col', class: 'num' }, 'Tokens'), h('th', { scope: 'col', class: 'num' }, 'Cost'))),
-          h('tbody', {}, groups.slice(-40).map((g) => h('tr', {},
+          h('tbody', {}, [...per.entries()].map(([m, v]) => h('tr', {}, h('td', { class: 'mono' }, m),
+            h('td', { class: 'num' }, K.num(v.steps)), h('td', { class: 'num' }, K.num(v.input + v.output)), h('td', { class: 'num' }, K.usd(v.cost))))))));
+      const shown = groups.slice(-40);
+      const turnGroups = shown.map((g, i) => ({
+        label: String(i + 1),
+        parts: Object.entries(g.t.usage_by_model || {}).map(([m, v]) => ({ series: m, value: value(v.usage || v, v.cost_usd || 0) })),
+      }));
+      const turnNames = [...new Set(turnGroups.flatMap((g) => g.parts.map((p) => p.series)))].sort();
+      K.fill(turns, shown.length ? [K.barChart('chart-turns', turnGroups, turnNames, unit, 'turn (# in the table, oldest first)', width),
+        h('div', { class: 'table-wrap' }, h('table', { id: 'usage-by-turn' },
+          h('thead', {}, h('tr', {}, h('th', { scope: 'col', class: 'num' }, '#'), h('th', { scope: 'col' }, 'Session'), h('th', { scope: 'col', class: 'hide-narrow' }, 'Turn'),
+            h('th', { scope: 'col' }, 'Status'), h('th', { scope: 'col', class: 'num' }, 'Tokens'), h('th', { scope: 'col', class: 'num' }, 'Cost'))),
+          h('tbody', {}, shown.map((g, i) => h('tr', {}, h('td', { class: 'num' }, String(i + 1)),
             h('td', {}, h('a', { href: '#/session/' + seg(g.s.session_id), class: 'mono' }, K.short(g.s.session_id))),
-            h('td', { class: 'mono' }, K.short(g.t.turn_id)), h('td', {}, K.badge(g.t.status)),
+            h('td', { class: 'mono hide-narrow' }, K.short(g.t.turn_id)), h('td', {}, K.badge(g.t.status)),
             h('td', { class: 'num' }, K.num(K.tokens(g.t.usage))), h('td', { class: 'num' }, K.usd(g.t.cost_usd)))))))]
         : h('p', { class: 'muted' }, 'No turns yet.'));
-    } catch (e) {
-      K.fill(days, h('p', { class: 'error' }, e.message));
-    }
+    };
+    draw();
+    metric.addEventListener('change', draw);
+    window.addEventListener('resize', draw);
+    K.cleanup.push(() => window.removeEventListener('resize', draw));
   };
 
   // ---- artifacts -----------------------------------------------------------------------------

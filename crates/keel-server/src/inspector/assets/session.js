@@ -17,8 +17,8 @@
     'hook.ran', 'agent.spawned', 'agent.finished'];
 
   /** The session as the events so far tell it (what the conversation and timeline draw). */
-  function model() {
-    return { status: '', seq: 0, turns: new Map(), steps: new Map(), calls: new Map(), lastStep: null, first: null };
+  function model(id) {
+    return { id, status: '', seq: 0, turns: new Map(), steps: new Map(), calls: new Map(), lastStep: null, first: null };
   }
 
   function outcomeOf(status) {
@@ -87,7 +87,14 @@
       case 'tool_call.awaiting_approval':
       case 'tool_call.started': {
         const call = m.calls.get(ev.tool_call_id);
-        if (call) call.status = { 'tool_call.validating': 'validating', 'tool_call.awaiting_approval': 'awaiting_approval', 'tool_call.started': 'running' }[ev.type];
+        if (!call) break;
+        call.status = { 'tool_call.validating': 'validating', 'tool_call.awaiting_approval': 'awaiting_approval', 'tool_call.started': 'running' }[ev.type];
+        // The wait on a human is drawn apart from the tool's own run time.
+        if (ev.type === 'tool_call.awaiting_approval') call.waitStart = t;
+        if (ev.type === 'tool_call.started') {
+          if (call.waitStart != null && call.waitEnd == null) call.waitEnd = t;
+          call.runStart = t;
+        }
         break;
       }
       case 'effect.outcome_unknown': {
@@ -97,7 +104,10 @@
       }
       case 'tool_call.finished': {
         const call = m.calls.get(ev.tool_call_id);
-        if (call) Object.assign(call, { end: t, status: p.status, output: p.output, isError: p.is_error });
+        if (call) {
+          if (call.waitStart != null && call.waitEnd == null) call.waitEnd = t;
+          Object.assign(call, { end: t, status: p.status, output: p.output, isError: p.is_error });
+        }
         break;
       }
       default:
@@ -109,6 +119,16 @@
 
   const ARTIFACT = /artifact:\/\/([A-Za-z0-9._-]+)/g;
   const SHOWN = 4000;
+  /** Characters of one step's model text drawn (more would make a huge answer freeze the page). */
+  const MODEL_SHOWN = 20000;
+
+  /** A step's model text, cut at [`MODEL_SHOWN`] with a link to all of it in the journal. */
+  function modelText(m, text) {
+    const s = String(text || '');
+    if (s.length <= MODEL_SHOWN) return [s];
+    return [s.slice(0, MODEL_SHOWN), h('span', { class: 'muted cut' }, '\n… ' + K.num(s.length - MODEL_SHOWN) + ' more characters — '),
+      h('a', { href: '#/journal/' + seg(m.id), class: 'full-text' }, 'the full text is in the journal (step.completed)')];
+  }
 
   function output(text) {
     const s = String(text || '');
@@ -125,7 +145,7 @@
         if (text || step.status === 'running') {
           out.push(h('div', { class: 'msg assistant' + (step.status === 'running' ? ' streaming' : ''), 'data-step-id': step.id },
             h('p', { class: 'who' }, 'model · ', step.attempts.length ? step.attempts[step.attempts.length - 1].model : '', step.status === 'running' ? ' · streaming…' : ''),
-            h('div', { class: 'text model-text' }, text)));
+            h('div', { class: 'text model-text' }, modelText(m, text))));
         }
         if (step.error && step.status === 'failed') out.push(h('p', { class: 'error' }, step.error));
         for (const c of step.calls) {
@@ -142,17 +162,25 @@
 
   // ---- timeline ------------------------------------------------------------------------------
 
-  /** The waterfall: one row per turn, step, model attempt (when a step took more than one) and tool call. */
+  /**
+   * The waterfall: one row per turn, step, model attempt (when a step took more than one) and
+   * tool call. A call that waited on an approval is two bars on its row: the wait (its own
+   * colour) and then the tool's run. Drawn at the width shown (1:1, text keeps its size); below
+   * 600 px each row's label stands on its own line above the bar, across the whole width.
+   */
   function timeline(m, width) {
     const rows = [];
     for (const turn of m.turns.values()) {
-      rows.push({ kind: 'turn', label: 'turn ' + K.short(turn.id), start: turn.start || turn.queued, end: turn.end, status: turn.status });
+      rows.push({ kind: 'turn', label: 'turn ' + K.short(turn.id), start: turn.start || turn.queued, end: turn.end, status: turn.status, depth: 0 });
       for (const step of turn.steps) {
-        rows.push({ kind: 'step', label: '  step', start: step.start, end: step.end, status: step.status, id: step.id });
+        rows.push({ kind: 'step', label: 'step', start: step.start, end: step.end, status: step.status, id: step.id, depth: 1 });
         if (step.attempts.length > 1) {
-          for (const a of step.attempts) rows.push({ kind: 'attempt', label: '    attempt ' + a.n, start: a.start, end: a.end, status: a.status, note: a.model + (a.error ? ': ' + a.error : '') });
+          for (const a of step.attempts) rows.push({ kind: 'attempt', label: 'attempt ' + a.n, start: a.start, end: a.end, status: a.status, note: a.model + (a.error ? ': ' + a.error : ''), depth: 2 });
         }
-        for (const c of step.calls) rows.push({ kind: 'tool', label: '    ' + c.name, start: c.start, end: c.end, status: c.status, id: c.id });
+        for (const c of step.calls) {
+          rows.push({ kind: 'tool', label: c.name, start: c.start, end: c.end, status: c.status, id: c.id, depth: 2,
+            wait: c.waitStart != null ? { start: c.waitStart, end: c.waitEnd } : null, runStart: c.runStart });
+        }
       }
     }
     if (!rows.length) return h('p', { class: 'muted' }, 'Nothing ran yet.');
@@ -164,11 +192,13 @@
       if ((r.end || now) > t1) t1 = r.end || now;
     }
     t1 = Math.max(t0 + 1, t1);
-    // Drawn at the width it is shown at (1:1), so labels keep their size on a phone.
-    const W = Math.max(320, Math.round(width || 800)), L = Math.min(170, Math.round(W * 0.32)), R = 10, RH = 20, TOP = 22;
+    const W = Math.max(300, Math.round(width || 800));
+    const narrow = W < 600;
+    const L = narrow ? 4 : Math.min(170, Math.round(W * 0.3)), R = 8, TOP = 22;
+    const RH = narrow ? 34 : 20, BAR = narrow ? 18 : 14;
     const H = TOP + rows.length * RH + 4;
     const x = (t) => L + ((t - t0) / (t1 - t0)) * (W - L - R);
-    const svg = h('svg', { viewBox: `0 0 ${W} ${H}`, role: 'img', 'aria-labelledby': 'timeline-title', id: 'timeline-svg' },
+    const svg = h('svg', { viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: 'img', 'aria-labelledby': 'timeline-title', id: 'timeline-svg', class: narrow ? 'narrow' : null },
       h('title', { id: 'timeline-title' }, 'Timeline of turns, steps, model attempts and tool calls'));
     for (let i = 0; i <= 4; i++) {
       const tx = L + (i / 4) * (W - L - R);
@@ -179,21 +209,32 @@
       const y = TOP + i * RH;
       const end = r.end || now;
       const outcome = outcomeOf(r.status);
-      const room = Math.floor(L / 7);
-      svg.appendChild(h('text', { x: 2, y: y + 13, 'xml:space': 'preserve' }, r.label.length > room ? r.label.slice(0, room - 1) + '…' : r.label));
-      svg.appendChild(h('rect', {
-        class: 'bar bar-' + r.kind + ' ' + outcome, x: x(r.start), y: y + 3, height: RH - 6, rx: 2,
-        width: Math.max(2, x(end) - x(r.start)), 'data-id': r.id || null,
-      }, h('title', {}, r.kind + ' ' + r.label.trim() + ': ' + r.status + ', ' + K.ms(end - r.start) + (r.end ? '' : ' so far') + (r.note ? ' — ' + r.note : ''))));
+      const indent = r.depth * (narrow ? 10 : 8);
+      const room = Math.floor(((narrow ? W : L) - indent) / 7);
+      const label = r.label.length > room ? r.label.slice(0, room - 1) + '…' : r.label;
+      if (narrow && i % 2) svg.appendChild(h('rect', { class: 'lane', x: 0, y, width: W, height: RH }));
+      svg.appendChild(h('text', { x: 2 + indent, y: y + 13, class: 'label-' + r.kind }, label));
+      const by = narrow ? y + RH - BAR - 2 : y + (RH - BAR) / 2;
+      const bar = (cls, a, b, title) => h('rect', { class: cls, x: x(a), y: by, height: BAR, rx: 2, width: Math.max(2, x(b) - x(a)), 'data-id': r.id || null }, h('title', {}, title));
+      const waited = r.wait && r.wait.start != null;
+      const runFrom = waited ? (r.wait.end != null ? r.wait.end : end) : r.start;
+      svg.appendChild(bar('bar bar-' + r.kind + ' ' + outcome, waited ? runFrom : r.start, waited && r.wait.end == null ? runFrom : end,
+        r.kind + ' ' + r.label + ': ' + r.status + ', ' + K.ms(end - r.start) + (r.end ? '' : ' so far') +
+        (waited ? ' (of which ' + K.ms((r.wait.end || end) - r.wait.start) + ' waiting on approval)' : '') + (r.note ? ' — ' + r.note : '')));
+      if (waited) {
+        const wend = r.wait.end != null ? r.wait.end : end;
+        svg.appendChild(bar('bar approval', r.wait.start, wend, 'approval wait for ' + r.label + ': ' + K.ms(wend - r.wait.start) + (r.wait.end != null ? '' : ' so far')));
+      }
     });
-    return h('figure', { class: 'timeline' }, svg,
-      h('figcaption', { class: 'legend' }, ['ok', 'running', 'waiting', 'failed', 'cancelled'].map((o) => h('span', { class: 'lg-' + o }, o))));
+    return h('figure', { class: 'timeline' }, h('div', { class: 'chart-scroll' }, svg),
+      h('figcaption', { class: 'legend' }, ['ok', 'running', 'waiting', 'failed', 'cancelled'].map((o) => h('span', { class: 'lg-' + o }, o)),
+        h('span', { class: 'lg-approval' }, 'approval wait')));
   }
 
   // ---- the page ------------------------------------------------------------------------------
 
   K.pages.session = function (main, id) {
-    const m = model();
+    const m = model(id);
     const live = K.liveBadge();
     const head = h('div', { class: 'toolbar', id: 'session-head' });
     const decisions = h('div', { id: 'session-decisions' });
@@ -274,8 +315,10 @@
         m.lastStep.live += d.text;
         // Appended where it is shown, not redrawn: a long stream of small deltas costs its length.
         const el = convo.querySelector('[data-step-id="' + CSS.escape(m.lastStep.id) + '"] .model-text');
-        if (el && !convoDirty) el.appendChild(document.createTextNode(K.clean(d.text)));
-        else redraw();
+        if (el && !convoDirty) {
+          if (m.lastStep.live.length - d.text.length < MODEL_SHOWN) el.appendChild(document.createTextNode(K.clean(d.text)));
+          else if (!el.querySelector('.cut')) redraw();
+        } else redraw();
       }
     };
     const handlers = { delta: onDelta, gap: () => K.toast('Some live output was skipped (slow connection); the journal is complete.') };

@@ -1,243 +1,14 @@
-//! The inspector in a real headless browser: Debian's `chromium` driven through `chromedriver`
-//! (WebDriver) by `fantoccini`, against a started server on a real port with scripted sessions.
-//! Without chromium or chromedriver these tests FAIL (`.ci/run` installs both: the Debian
-//! packages `chromium` and `chromium-driver`).
-//!
-//! They sign in; find the session in the list; watch its model text arrive while the turn
-//! runs; approve a pending call with a click and see the turn finish; count the timeline's
-//! bars against the journal's steps and calls; time-travel to an earlier seq; check that a
-//! viewer gets no decision buttons and its POSTs are refused, that another tenant sees nothing,
-//! that a POST with the cookie and no CSRF token is refused, and that sign-out ends the session.
-//! The SQLite run writes screenshots of every page at 1280 and 390 px to `docs/inspector/`.
+//! The journey of one scripted session through the inspector (see the parent module).
 
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::Duration;
-
-use fantoccini::{Client, ClientBuilder, Locator};
+use fantoccini::Locator;
 use reqwest::StatusCode;
-use serde_json::{Value, json};
+use serde_json::json;
 
+use super::*;
 use crate::common::*;
 use crate::on_both;
 
 on_both!(the_inspector_in_a_browser);
-
-/// A correctness deadline for what the page must show (wide: loaded CI machines).
-const DEADLINE: Duration = Duration::from_secs(60);
-
-/// A chromedriver this test started (killed on drop).
-struct Driver {
-    child: Child,
-    url: String,
-    _profile: tempfile::TempDir,
-}
-
-impl Drop for Driver {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn found(program: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
-}
-
-async fn driver() -> Driver {
-    for program in ["chromedriver", "chromium"] {
-        assert!(
-            found(program),
-            "`{program}` is not installed: the inspector's browser tests need Debian's chromium and \
-             chromium-driver. Run .ci/run (it installs them) or `apt-get install chromium chromium-driver`."
-        );
-    }
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let child = Command::new("chromedriver")
-        .arg(format!("--port={port}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("chromedriver starts");
-    let url = format!("http://127.0.0.1:{port}");
-    let http = reqwest::Client::new();
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        if let Ok(r) = http.get(format!("{url}/status")).send().await
-            && let Ok(v) = r.json::<Value>().await
-            && v["value"]["ready"] == true
-        {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "chromedriver never got ready on {url}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Driver {
-        child,
-        url,
-        _profile: tempfile::tempdir().unwrap(),
-    }
-}
-
-/// A fresh browser (its own profile: no cookies) at 1280 × 900.
-async fn browser(d: &Driver) -> Client {
-    let profile = d
-        ._profile
-        .path()
-        .join(uuid::Uuid::now_v7().simple().to_string());
-    let mut caps = serde_json::Map::new();
-    caps.insert(
-        "goog:chromeOptions".into(),
-        json!({
-            "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                     "--window-size=1280,900", "--hide-scrollbars", "--force-color-profile=srgb",
-                     format!("--user-data-dir={}", profile.display())],
-        }),
-    );
-    ClientBuilder::native()
-        .capabilities(caps)
-        .connect(&d.url)
-        .await
-        .expect("a chromium session through chromedriver")
-}
-
-/// Clicks the element `css` names, found again if the page redrew it under the click.
-async fn click(c: &Client, css: &str) {
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        let el = c
-            .wait()
-            .at_most(DEADLINE)
-            .for_element(Locator::Css(css))
-            .await
-            .unwrap();
-        match el.click().await {
-            Ok(()) => return,
-            Err(e) => assert!(
-                tokio::time::Instant::now() < deadline,
-                "{css} could not be clicked: {e}"
-            ),
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// Waits until `js` (an expression) is truthy in the page; returns its value.
-async fn until(c: &Client, what: &str, js: &str) -> Value {
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        let v = c
-            .execute(
-                &format!("try {{ return ({js}); }} catch (e) {{ return null; }}"),
-                vec![],
-            )
-            .await
-            .unwrap();
-        let truthy = match &v {
-            Value::Null | Value::Bool(false) => false,
-            Value::String(s) => !s.is_empty(),
-            Value::Number(n) => n.as_f64() != Some(0.0),
-            _ => true,
-        };
-        if truthy {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the page never showed {what} ({js})"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// Evaluates `js` (statements ending in `return`) now.
-async fn eval(c: &Client, js: &str) -> Value {
-    c.execute(js, vec![]).await.unwrap()
-}
-
-/// A fetch made by the page itself (with its cookie): the status. `csrf`: send the page's token.
-async fn page_post(c: &Client, path: &str, body: &Value, csrf: bool) -> u64 {
-    let script = r#"
-        const [path, body, csrf, done] = arguments;
-        const headers = { 'Content-Type': 'application/json' };
-        if (csrf) headers['X-Keel-CSRF'] = K.token();
-        fetch(path, { method: 'POST', headers, body: JSON.stringify(body), credentials: 'same-origin' })
-            .then((r) => done(r.status), (e) => done(String(e)));
-    "#;
-    c.execute_async(script, vec![json!(path), body.clone(), json!(csrf)])
-        .await
-        .unwrap()
-        .as_u64()
-        .unwrap_or(0)
-}
-
-async fn sign_in(c: &Client, base: &str, key: &str) {
-    c.goto(&format!("{base}/")).await.unwrap();
-    let input = c
-        .wait()
-        .at_most(DEADLINE)
-        .for_element(Locator::Css("#key"))
-        .await
-        .unwrap();
-    input.send_keys(key).await.unwrap();
-    c.find(Locator::Css("#sign-in-button"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    until(
-        c,
-        "the signed-in navigation",
-        "!document.querySelector('#nav').hidden && K.me",
-    )
-    .await;
-}
-
-async fn go(c: &Client, base: &str, fragment: &str) {
-    c.goto(&format!("{base}/{fragment}")).await.unwrap();
-    until(
-        c,
-        "a signed-in page",
-        "K.me && document.querySelector('#main h1')",
-    )
-    .await;
-}
-
-fn shots() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../docs/inspector")
-}
-
-/// Screenshots of the current page at 1280 and 390 px wide: `docs/inspector/<name>-<w>.png`.
-async fn screenshot(c: &Client, write: bool, name: &str, ready: &str) {
-    if !write {
-        return;
-    }
-    std::fs::create_dir_all(shots()).unwrap();
-    for (w, h) in [(1280, 900), (390, 844)] {
-        c.set_window_size(w, h).await.unwrap();
-        until(c, "the page at this width", ready).await;
-        // Without a passing notice over it.
-        eval(
-            c,
-            "document.querySelector('#toast').replaceChildren(); return true",
-        )
-        .await;
-        tokio::time::sleep(Duration::from_millis(150)).await;
-        let png = c.screenshot().await.unwrap();
-        assert!(png.starts_with(b"\x89PNG"), "a PNG");
-        std::fs::write(shots().join(format!("{name}-{w}.png")), png).unwrap();
-    }
-    c.set_window_size(1280, 900).await.unwrap();
-}
 
 async fn the_inspector_in_a_browser(b: Backend) {
     let write = matches!(b, Backend::Sqlite);
@@ -457,15 +228,20 @@ async fn the_inspector_in_a_browser(b: Backend) {
     )
     .await;
     assert_eq!(kept, json!(reason), "the typed reason is still there");
-    // The other session's turn ends (cancelled) so the rest of the test sees one waiting session.
-    let r = s
-        .post(
-            &format!("/v1/sessions/{other}/cancel"),
-            &s.operator,
-            &json!({}),
-        )
-        .await;
-    assert!(r.status.is_success(), "{r:?}");
+    // The other session's turn ends (cancelled) so the rest of the test sees one waiting
+    // session. Review item 5: the button asks first; "no" cancels nothing.
+    let cancel = format!("#active-turns [data-session-id=\"{other}\"] button.cancel-turn");
+    click(&c, &cancel).await;
+    c.dismiss_alert().await.unwrap();
+    let still = s.get(&format!("/v1/sessions/{other}"), &s.viewer).await;
+    assert_eq!(still.body["status"], "requires_action", "{still:?}");
+    assert!(
+        events_of(&s, &other, "turn.cancel_requested")
+            .await
+            .is_empty()
+    );
+    click(&c, &cancel).await;
+    c.accept_alert().await.unwrap();
     s.wait_session(&other, |b| {
         b["status"] != "requires_action" && b["status"] != "running"
     })
@@ -522,11 +298,34 @@ async fn the_inspector_in_a_browser(b: Backend) {
         json!([1, 2, 1]),
         "one turn; steps and call coloured ok"
     );
+    // Review item 2: the wait on the approval is its own bar (and legend entry), apart from
+    // the tool's run.
+    let wait = eval(&c, "return [document.querySelectorAll('#timeline rect.bar.approval').length, [...document.querySelectorAll('#timeline .legend span')].map((e) => e.textContent).includes('approval wait')]").await;
+    assert_eq!(wait, json!([1, true]), "one approval wait, in the legend");
     screenshot(
         &c,
         write,
         "session",
         "document.querySelector('#timeline rect.bar-step')",
+    )
+    .await;
+    // Review item 2: on a phone the timeline is drawn 1:1 at its width (text keeps its size) with
+    // each label on its own line above its bar, so no label is cut to a few characters.
+    c.set_window_size(390, 844).await.unwrap();
+    let phone = until(
+        &c,
+        "the narrow timeline",
+        "document.querySelector('#timeline-svg.narrow') && (() => { const svg = document.querySelector('#timeline-svg'); const t = svg.querySelector('text.label-tool'); return [Math.round(svg.getBoundingClientRect().width) === Number(svg.getAttribute('width')), t.textContent, t.getBoundingClientRect().height >= 12, svg.querySelectorAll('rect.bar.approval').length]; })()",
+    )
+    .await;
+    assert_eq!(phone, json!([true, "write_file", true, 1]), "{phone}");
+    c.set_window_size(1280, 900).await.unwrap();
+    // The timeline on its own (below the conversation on a phone: rows stack their labels).
+    screenshot(
+        &c,
+        write,
+        "session-timeline",
+        "(document.querySelector('#timeline').scrollIntoView(), document.querySelector('#timeline rect.bar.approval'))",
     )
     .await;
 
@@ -574,6 +373,21 @@ async fn the_inspector_in_a_browser(b: Backend) {
         then[1].as_str().unwrap().contains("awaiting_approval"),
         "{then}"
     );
+    // Review item 6: the slider travels too (to the first event: the session only created).
+    eval(
+        &c,
+        "const r = document.querySelector('#at-seq-range'); r.value = '1'; r.dispatchEvent(new Event('input')); return null",
+    )
+    .await;
+    until(
+        &c,
+        "the state at seq 1",
+        "document.querySelector('#state-seq').textContent === '1'",
+    )
+    .await;
+    let first = eval(&c, "return [document.querySelector('#at-seq').value, document.querySelector('#state-status').textContent]").await;
+    assert_eq!(first[0], "1", "{first}");
+    assert_ne!(first[1], "idle", "{first}");
     // The filters: by type, then by entity.
     c.find(Locator::Css("#journal-type"))
         .await
@@ -598,7 +412,47 @@ async fn the_inspector_in_a_browser(b: Backend) {
     // Usage: the tenant's tokens by day as a chart, by model and by turn.
     go(&c, &s.base, "#/usage").await;
     until(&c, "the usage chart", "document.querySelectorAll('#chart-days rect').length >= 1 && document.querySelector('#usage-by-turn tbody tr')").await;
+    // Review item 1: per day, per model and per turn are charted, each with a legend that names
+    // its colours and titled axes; tokens or cost.
+    let charts = "return ['#chart-days', '#chart-models', '#chart-turns'].map((id) => { const f = document.querySelector(id).closest('figure'); return [f.querySelectorAll('rect').length > 0, [...f.querySelectorAll('.chart-legend li')].map((l) => l.textContent), [...f.querySelectorAll('.axis-title')].map((t) => t.textContent)]; })";
+    let drawn = eval(&c, charts).await;
+    assert_eq!(drawn[0][0], true, "{drawn}");
+    assert_eq!(drawn[0][2][0], "tokens", "{drawn}");
+    assert_eq!(
+        drawn[1][1],
+        json!(["input tokens", "output tokens"]),
+        "{drawn}"
+    );
+    assert_eq!(drawn[2][1], drawn[0][1], "turns and days by model: {drawn}");
+    assert!(!drawn[2][1].as_array().unwrap().is_empty(), "{drawn}");
+    let swatch = eval(&c, "const s = document.querySelector('#usage-models .chart-legend .swatch'); const r = s.getBoundingClientRect(); return [r.width, getComputedStyle(s).backgroundColor]").await;
+    assert!(swatch[0].as_f64().unwrap() >= 10.0, "{swatch}");
+    assert_ne!(
+        swatch[1], "rgba(0, 0, 0, 0)",
+        "a legend swatch has its colour: {swatch}"
+    );
     screenshot(&c, write, "usage", "document.querySelector('#chart-days')").await;
+    c.find(Locator::Css("#usage-metric"))
+        .await
+        .unwrap()
+        .select_by_value("USD")
+        .await
+        .unwrap();
+    // At 390 px the charts are drawn for that width (1:1: their text keeps its size).
+    c.set_window_size(390, 844).await.unwrap();
+    until(
+        &c,
+        "the charts drawn 1:1 on a phone",
+        "[...document.querySelectorAll('.chart svg')].every((svg) => Number(svg.getAttribute('width')) < 390 && Math.round(svg.getBoundingClientRect().width) === Number(svg.getAttribute('width')))",
+    )
+    .await;
+    c.set_window_size(1280, 900).await.unwrap();
+    until(
+        &c,
+        "the charts in USD",
+        "document.querySelector('#chart-turns').closest('figure').querySelector('.axis-title').textContent === 'USD'",
+    )
+    .await;
 
     go(&c, &s.base, "#/sessions").await;
     until(&c, "the session row", &row).await;
@@ -653,6 +507,22 @@ async fn the_inspector_in_a_browser(b: Backend) {
         .unwrap();
     let shown = eval(&c, "return [...document.querySelectorAll('#sessions-body tr')].map((r) => r.dataset.sessionId)").await;
     assert_eq!(shown, json!([session]));
+    // Review item 3: the first 8 characters shown in the list find it, and so does the whole
+    // shortened form as shown (`abcd1234…wxyz`).
+    let shown_rows = "return [...document.querySelectorAll('#sessions-body tr')].map((r) => r.dataset.sessionId)";
+    for q in [
+        session[..8].to_owned(),
+        format!("{}…{}", &session[..8], &session[session.len() - 4..]),
+    ] {
+        let search = c.find(Locator::Css("#search")).await.unwrap();
+        search.clear().await.unwrap();
+        search.send_keys(&q).await.unwrap();
+        let shown = eval(&c, shown_rows).await;
+        assert!(
+            shown.as_array().unwrap().contains(&json!(session)),
+            "{q}: {shown}"
+        );
+    }
 
     // CSRF: the page's own POST with the cookie but without the token is refused; with the
     // token it goes through.
