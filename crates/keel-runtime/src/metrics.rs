@@ -16,6 +16,7 @@
 //! | `keel_worker_claims_total` | counter | — | the scheduler, each claim |
 //! | `keel_lease_takeovers_total` | counter | — | the scheduler, each claim that took an expired lease over |
 //! | `keel_admission_rejections_total` | counter | `scope` (`tenant`, `overall`) | [`Metrics::admission_rejected`] (each 429) |
+//! | `keel_admitted_turns_unwritten`, `keel_admitted_turns_unwritten_max` | gauge | — | [`Metrics::set_admitted_unwritten`] at scrape: turns the API admitted whose `turn.queued` is not written yet (an in-memory buffer, at most `max_queued_turns`), now and the most at once since start |
 //! | `keel_step_latency_seconds` | histogram | — | the runtime: one model step (sampling phase, retries and fallbacks included) |
 //! | `keel_model_tokens_total` | counter | `model`, `kind` | the runtime, per model attempt ([`TokenKind`]) |
 //! | `keel_model_cost_usd_total` | counter | `model` | the runtime, per model attempt (USD, at the worker's prices) |
@@ -151,6 +152,8 @@ struct Inner {
     worker_claims: Counter,
     lease_takeovers: Counter,
     admission_rejections: Family<ScopeLabel, Counter>,
+    admitted_unwritten: Gauge,
+    admitted_unwritten_max: Gauge,
     step_latency: Histogram,
     model_tokens: Family<ModelKindLabels, Counter>,
     model_cost: Family<ModelLabel, Counter<f64, AtomicU64>>,
@@ -288,6 +291,18 @@ impl Metrics {
             "Session runs that ended with an error",
             run_errors.clone(),
         );
+        let admitted_unwritten = Gauge::default();
+        registry.register(
+            "keel_admitted_turns_unwritten",
+            "Turns the API admitted whose turn.queued is not written yet",
+            admitted_unwritten.clone(),
+        );
+        let admitted_unwritten_max = Gauge::default();
+        registry.register(
+            "keel_admitted_turns_unwritten_max",
+            "The most turns admitted and not yet written at once since start",
+            admitted_unwritten_max.clone(),
+        );
         let sessions_running = Gauge::default();
         registry.register(
             "keel_sessions_running",
@@ -327,6 +342,8 @@ impl Metrics {
                 worker_claims,
                 lease_takeovers,
                 admission_rejections,
+                admitted_unwritten,
+                admitted_unwritten_max,
                 step_latency,
                 model_tokens,
                 model_cost,
@@ -362,6 +379,15 @@ impl Metrics {
                 scope: scope.as_str().to_owned(),
             })
             .inc();
+    }
+
+    /// Sets `keel_admitted_turns_unwritten` to `now` and `keel_admitted_turns_unwritten_max` to
+    /// `most`: the turns the API admitted whose `turn.queued` is not written yet (held in
+    /// memory between admission and the write), now and the most at once since the process
+    /// started. Admission keeps both at most `max_queued_turns` (the host's admission counts).
+    pub fn set_admitted_unwritten(&self, now: u64, most: u64) {
+        self.inner.admitted_unwritten.set(gauge_value(now));
+        self.inner.admitted_unwritten_max.set(gauge_value(most));
     }
 
     /// Sets `keel_sessions_left_for_newer_schema` (sessions this build will not claim).

@@ -370,6 +370,8 @@ async fn serve_metrics(state: Shared, listener: TcpListener, stop: tokio_util_st
                 async move {
                     // Store reads that fail keep their last values (and are logged).
                     state.metrics.observe_store(state.store.as_ref()).await;
+                    let (now, most) = state.admissions.unwritten();
+                    state.metrics.set_admitted_unwritten(now, most);
                     (
                         [(
                             axum::http::header::CONTENT_TYPE,

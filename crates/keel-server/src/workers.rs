@@ -171,29 +171,64 @@ impl TenantPolicy {
 /// the store's queue depths do not show yet ([`admit_turn`]).
 #[derive(Debug, Default)]
 pub struct Admissions {
-    pending: std::sync::Mutex<(HashMap<TenantId, u64>, u64)>,
+    pending: std::sync::Mutex<Pending>,
+}
+
+/// The counts behind [`Admissions`].
+#[derive(Debug, Default)]
+struct Pending {
+    /// Submissions in flight (reserved, admitted or not yet judged) per tenant.
+    by_tenant: HashMap<TenantId, u64>,
+    /// Submissions in flight over all tenants.
+    all: u64,
+    /// Of those, the ones admitted (their `turn.queued` not written yet).
+    admitted: u64,
+    /// The most admitted at once since start.
+    admitted_max: u64,
 }
 
 impl Admissions {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Pending> {
+        self.pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// Counts one more submission of `tenant` in flight; returns it with the counts of the
     /// tenant's and all tenants' submissions in flight, this one included.
     fn reserve(&self, tenant: TenantId) -> (Admitted<'_>, u64, u64) {
-        let mut p = self
-            .pending
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let mine = p.0.entry(tenant).or_insert(0);
+        let mut p = self.lock();
+        let mine = p.by_tenant.entry(tenant).or_insert(0);
         *mine += 1;
         let mine = *mine;
-        p.1 += 1;
+        p.all += 1;
         (
             Admitted {
                 admissions: self,
                 tenant,
+                admitted: false,
             },
             mine,
-            p.1,
+            p.all,
         )
+    }
+
+    /// Marks `a` admitted (counted by [`Admissions::unwritten`] until dropped).
+    fn admit(&self, a: &mut Admitted<'_>) {
+        let mut p = self.lock();
+        p.admitted += 1;
+        p.admitted_max = p.admitted_max.max(p.admitted);
+        a.admitted = true;
+    }
+
+    /// The in-memory buffer of admission: turns admitted whose `turn.queued` is not written
+    /// yet, now and the most at once since start. [`admit_turn`] keeps both at most the
+    /// service's `max_queued_turns` on one node (each admitted turn counts against the bound
+    /// before it reaches the store); `/metrics` serves them as `keel_admitted_turns_unwritten`
+    /// and `keel_admitted_turns_unwritten_max`.
+    pub fn unwritten(&self) -> (u64, u64) {
+        let p = self.lock();
+        (p.admitted, p.admitted_max)
     }
 }
 
@@ -203,22 +238,22 @@ impl Admissions {
 pub struct Admitted<'a> {
     admissions: &'a Admissions,
     tenant: TenantId,
+    admitted: bool,
 }
 
 impl Drop for Admitted<'_> {
     fn drop(&mut self) {
-        let mut p = self
-            .admissions
-            .pending
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(n) = p.0.get_mut(&self.tenant) {
+        let mut p = self.admissions.lock();
+        if let Some(n) = p.by_tenant.get_mut(&self.tenant) {
             *n = n.saturating_sub(1);
             if *n == 0 {
-                p.0.remove(&self.tenant);
+                p.by_tenant.remove(&self.tenant);
             }
         }
-        p.1 = p.1.saturating_sub(1);
+        p.all = p.all.saturating_sub(1);
+        if self.admitted {
+            p.admitted = p.admitted.saturating_sub(1);
+        }
     }
 }
 
@@ -245,7 +280,7 @@ pub async fn admit_turn<'a>(
     metrics: &keel_runtime::metrics::Metrics,
 ) -> Result<Admitted<'a>, ApiError> {
     use keel_runtime::metrics::AdmissionScope;
-    let (admitted, mine_pending, all_pending) = admissions.reserve(tenant);
+    let (mut admitted, mine_pending, all_pending) = admissions.reserve(tenant);
     let (mine, all) = store.queue_depth(tenant).await?;
     // The others in flight (this submission is not queued yet).
     let mine = mine.saturating_add(mine_pending - 1);
@@ -273,6 +308,7 @@ pub async fn admit_turn<'a>(
             retry(all - settings.max_queued_turns),
         ));
     }
+    admissions.admit(&mut admitted);
     Ok(admitted)
 }
 

@@ -17,6 +17,8 @@ const FAMILIES: &[(&str, &str)] = &[
     ("keel_worker_claims", "counter"),
     ("keel_lease_takeovers", "counter"),
     ("keel_admission_rejections", "counter"),
+    ("keel_admitted_turns_unwritten", "gauge"),
+    ("keel_admitted_turns_unwritten_max", "gauge"),
     ("keel_step_latency_seconds", "histogram"),
     ("keel_model_tokens", "counter"),
     ("keel_model_cost_usd", "counter"),

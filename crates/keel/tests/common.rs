@@ -307,6 +307,12 @@ pub fn spawn_serve(env: &Env) -> (std::process::Child, String) {
 
 /// As [`spawn_serve`], with more `keel serve` arguments (`--tls-cert FILE --tls-key FILE`).
 pub fn spawn_serve_with(env: &Env, args: &[&str]) -> (std::process::Child, String) {
+    let (child, addr, _) = spawn_serve_metrics(env, args);
+    (child, addr)
+}
+
+/// As [`spawn_serve_with`]; also the `HOST:PORT` of its `/metrics` (its second line).
+pub fn spawn_serve_metrics(env: &Env, args: &[&str]) -> (std::process::Child, String, String) {
     use std::io::BufRead;
     let mut child = env
         .keel()
@@ -331,6 +337,14 @@ pub fn spawn_serve_with(env: &Env, args: &[&str]) -> (std::process::Child, Strin
         .and_then(|r| r.split_whitespace().next())
         .unwrap_or_else(|| panic!("no address in {first:?}"))
         .to_owned();
+    // "keel serve: metrics on http://HOST:PORT/metrics"
+    let second = lines.next().unwrap().unwrap();
+    let metrics = second
+        .split("metrics on http://")
+        .nth(1)
+        .and_then(|r| r.split('/').next())
+        .unwrap_or_else(|| panic!("no metrics address in {second:?}"))
+        .to_owned();
     std::thread::spawn(move || for _ in lines {});
-    (child, addr)
+    (child, addr, metrics)
 }

@@ -3,7 +3,9 @@
 //! processes, each with its own worker, on one store), make one turn, one decision and one
 //! cancellation: the journal holds exactly one `turn.queued` / `approval.decided` /
 //! `turn.cancel_requested` for them, the turn ends exactly once, and the side effect the turn
-//! runs happens exactly once (its file has one line).
+//! runs happens exactly once (its file has one line). A conflicting second decision (deny
+//! after allow, one after the other or both at once on the two nodes) is refused with 409:
+//! exactly one decision is journaled, the one that was answered 2xx.
 //!
 //! Guarded mechanisms: the idempotency key (the store's `idempotency_begin`: of concurrent
 //! requests with one key exactly one runs, the other gets 409 in-flight or the stored answer),
@@ -16,13 +18,17 @@ use std::process::Child;
 
 use serde_json::{Value, json};
 
-use super::harness::{Api, Backend, FreshStore, on_both, poll};
+use super::harness::{
+    Api, Backend, FreshStore, api_session, on_both, pending_approval, poll, script_release,
+};
 use crate::common::{Env, spawn_serve_with};
 use crate::remote::{Options, Served, serve_with};
 
 on_both!(
     tokio the_same_input_twice_makes_one_turn,
     tokio the_same_approval_decision_twice_makes_one_decision,
+    tokio a_conflicting_second_decision_is_refused,
+    tokio conflicting_decisions_at_once_make_one_decision,
     tokio the_same_cancel_twice_makes_one_cancellation,
 );
 
@@ -76,34 +82,9 @@ impl TwoNodes {
     /// A release running the script `lines` with `shell` under `policy`, and a session of it in
     /// the workspace (through node 1); the session id.
     async fn session(&self, name: &str, lines: &[Value], policy: Value) -> String {
-        let text: Vec<String> = lines.iter().map(Value::to_string).collect();
-        let rel = format!("{name}.jsonl");
-        self.env.write(&rel, &(text.join("\n") + "\n"));
-        let script = self.env.path(&rel).display().to_string();
-        let release = self.api[0]
-            .ok(
-                "POST",
-                "/v1/releases",
-                Some(&json!({
-                    "name": name,
-                    "model_route": [format!("script:{script}")],
-                    "instructions": "You are a test agent.",
-                    "tools": ["shell"],
-                    "policy": policy,
-                })),
-            )
-            .await;
-        let session = self.api[0]
-            .ok(
-                "POST",
-                "/v1/sessions",
-                Some(&json!({
-                    "release_id": release["release_id"],
-                    "workspace": self.env.ws().display().to_string(),
-                })),
-            )
-            .await;
-        session["session_id"].as_str().unwrap().to_owned()
+        let release =
+            script_release(&self.api[0], &self.env, name, lines, &["shell"], policy).await;
+        api_session(&self.api[0], &self.env, &release).await
     }
 
     /// Submits `input` to the session (through node 1).
@@ -142,6 +123,16 @@ impl TwoNodes {
                 .then_some(evs)
         })
         .await
+    }
+
+    /// The session's only approval, as listed.
+    async fn pending_or_decided(&self, session: &str) -> Value {
+        let page = self.api[0]
+            .ok("GET", &format!("/v1/sessions/{session}/approvals"), None)
+            .await;
+        let items = page["items"].as_array().unwrap();
+        assert_eq!(items.len(), 1, "{page}");
+        items[0].clone()
     }
 
     /// The lines of workspace file `name`.
@@ -218,28 +209,8 @@ async fn the_same_input_twice_makes_one_turn(backend: Backend) {
 /// turn ends once, `completed`.
 async fn the_same_approval_decision_twice_makes_one_decision(backend: Backend) {
     let nodes = TwoNodes::start(backend);
-    let session = nodes
-        .session(
-            "dup-decision",
-            &[shell("echo once >> decided.txt"), json!({"text": "done"})],
-            json!({}),
-        )
-        .await;
-    nodes.submit(&session, "append once").await;
-    let approval = poll(60, "the call waits on a human", || async {
-        let page = nodes.api[0]
-            .ok("GET", &format!("/v1/sessions/{session}/approvals"), None)
-            .await;
-        page["items"]
-            .as_array()
-            .and_then(|items| items.iter().find(|a| a["status"] == "pending").cloned())
-    })
-    .await;
-    let path = format!(
-        "/v1/approvals/{}/decision",
-        approval["approval_id"].as_str().unwrap()
-    );
-    let body = json!({"decision": "allow_once", "args_hash": approval["args_hash"]});
+    let (session, path, [body, _]) =
+        waiting_on_approval(&nodes, "dup-decision", "decided.txt").await;
     let (a, b) = tokio::join!(
         nodes.api[0].call("POST", &path, Some(&body), &[]),
         nodes.api[1].call("POST", &path, Some(&body), &[]),
@@ -261,6 +232,102 @@ async fn the_same_approval_decision_twice_makes_one_decision(backend: Backend) {
         "{finished}"
     );
     assert_eq!(nodes.lines_of("decided.txt"), ["once"], "one effect");
+}
+
+/// A session whose turn waits on the approval of `echo once >> FILE`; the session, the
+/// approval's decision path and the allow and deny bodies.
+async fn waiting_on_approval(
+    nodes: &TwoNodes,
+    name: &str,
+    file: &str,
+) -> (String, String, [Value; 2]) {
+    let session = nodes
+        .session(
+            name,
+            &[
+                shell(&format!("echo once >> {file}")),
+                json!({"text": "done"}),
+            ],
+            json!({}),
+        )
+        .await;
+    nodes.submit(&session, "append once").await;
+    let approval = pending_approval(&nodes.api[0], &session).await;
+    let path = format!(
+        "/v1/approvals/{}/decision",
+        approval["approval_id"].as_str().unwrap()
+    );
+    let hash = &approval["args_hash"];
+    let allow = json!({"decision": "allow_once", "args_hash": hash});
+    let deny = json!({"decision": "deny", "args_hash": hash, "reason": "changed my mind"});
+    (session, path, [allow, deny])
+}
+
+/// The one `approval.decided` of `events` is `decision` (`allow_once` or `deny`); the turn
+/// ended once, `completed`, and the call's line was written once when allowed, never when
+/// denied.
+fn one_decision(nodes: &TwoNodes, events: &[Value], decision: &str, file: &str) {
+    let decided: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["type"] == "approval.decided")
+        .collect();
+    assert_eq!(decided.len(), 1, "one decision: {decided:?}");
+    let text = decided[0]["payload"].to_string();
+    assert!(
+        text.contains(decision),
+        "the answered decision, {decision}: {text}"
+    );
+    assert_eq!(count(events, "turn.finished"), 1);
+    let allowed = decision == "allow_once";
+    assert_eq!(count(events, "effect.dispatched"), usize::from(allowed));
+    let lines = nodes.lines_of(file);
+    assert_eq!(lines.len(), usize::from(allowed), "{lines:?}");
+}
+
+/// A `shell` call waits on approval; `allow_once` is posted to node 1 and answered, then a
+/// `deny` to node 2 (before the turn ends) and again after it ended: each deny is refused with
+/// 409, the approval stays `allowed`, one `approval.decided` (the allow) is journaled and the
+/// command ran once.
+async fn a_conflicting_second_decision_is_refused(backend: Backend) {
+    let nodes = TwoNodes::start(backend);
+    let (session, path, [allow, deny]) =
+        waiting_on_approval(&nodes, "conflict-in-turn", "in-turn.txt").await;
+    let (status, answer) = nodes.api[0].call("POST", &path, Some(&allow), &[]).await;
+    assert!((200..300).contains(&status), "{status} {answer}");
+    let (status, answer) = nodes.api[1].call("POST", &path, Some(&deny), &[]).await;
+    assert_eq!(status, 409, "a deny after the allow: {answer}");
+    let events = nodes.until_finished(&session).await;
+    for api in &nodes.api {
+        let (status, answer) = api.call("POST", &path, Some(&deny), &[]).await;
+        assert_eq!(status, 409, "a deny after the turn ended: {answer}");
+    }
+    let approval = nodes.pending_or_decided(&session).await;
+    assert_eq!(approval["status"], "allowed", "{approval}");
+    let after = nodes.events(&session).await;
+    // The refusals journaled no decision (the turn's last events may still be arriving).
+    assert!(after.len() >= events.len());
+    one_decision(&nodes, &after, "allow_once", "in-turn.txt");
+}
+
+/// A `shell` call waits on approval; `allow_once` to node 1 and `deny` to node 2 at once:
+/// exactly one is answered 2xx, the other 409, and the journal holds that one decision (the
+/// command ran once if it was the allow, never if it was the deny).
+async fn conflicting_decisions_at_once_make_one_decision(backend: Backend) {
+    let nodes = TwoNodes::start(backend);
+    let (session, path, [allow, deny]) =
+        waiting_on_approval(&nodes, "conflict-at-once", "at-once.txt").await;
+    let (a, d) = tokio::join!(
+        nodes.api[0].call("POST", &path, Some(&allow), &[]),
+        nodes.api[1].call("POST", &path, Some(&deny), &[]),
+    );
+    let statuses = (a.0, d.0);
+    let winner = match statuses {
+        (200..=299, 409) => "allow_once",
+        (409, 200..=299) => "deny",
+        _ => panic!("one decision wins, the other gets 409: {a:?} {d:?}"),
+    };
+    let events = nodes.until_finished(&session).await;
+    one_decision(&nodes, &events, winner, "at-once.txt");
 }
 
 /// A turn runs a `shell` call that writes a line and sleeps; the same cancellation is posted to

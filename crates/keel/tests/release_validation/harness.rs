@@ -246,6 +246,18 @@ impl Api {
         body: Option<&Value>,
         headers: &[(&str, &str)],
     ) -> (u16, Value) {
+        let (status, _, answer) = self.call_headers(method, path, body, headers).await;
+        (status, answer)
+    }
+
+    /// As [`Api::call`], with the response's headers.
+    pub async fn call_headers(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+        headers: &[(&str, &str)],
+    ) -> (u16, reqwest::header::HeaderMap, Value) {
         let mut rb = self.http.request(
             reqwest::Method::from_bytes(method.as_bytes()).unwrap(),
             format!("{}{path}", self.base),
@@ -266,18 +278,31 @@ impl Api {
             .await
             .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
         let status = res.status().as_u16();
-        let sse = res
-            .headers()
+        let head = res.headers().clone();
+        let sse = head
             .get("content-type")
             .is_some_and(|v| v.to_str().unwrap_or("").starts_with("text/event-stream"));
         if sse {
-            return (status, Value::Null);
+            return (status, head, Value::Null);
         }
         let bytes = res.bytes().await.unwrap();
         (
             status,
+            head,
             serde_json::from_slice(&bytes).unwrap_or(Value::Null),
         )
+    }
+
+    /// The text of `GET PATH` (any content type: `/metrics`); panics unless 200.
+    pub async fn text(&self, path: &str) -> String {
+        let res = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("GET {path}: {e}"));
+        assert_eq!(res.status().as_u16(), 200, "GET {path}");
+        res.text().await.unwrap()
     }
 
     /// `call` expecting a 2xx; the body.
@@ -289,4 +314,62 @@ impl Api {
         );
         answer
     }
+}
+
+/// Writes `lines` as the script `NAME.jsonl` of `env` and creates a release `name` on it with
+/// `tools` and `policy` through `api`; the release id.
+pub async fn script_release(
+    api: &Api,
+    env: &crate::common::Env,
+    name: &str,
+    lines: &[Value],
+    tools: &[&str],
+    policy: Value,
+) -> String {
+    let text: Vec<String> = lines.iter().map(Value::to_string).collect();
+    let rel = format!("{name}.jsonl");
+    env.write(&rel, &(text.join("\n") + "\n"));
+    let script = env.path(&rel).display().to_string();
+    let release = api
+        .ok(
+            "POST",
+            "/v1/releases",
+            Some(&serde_json::json!({
+                "name": name,
+                "model_route": [format!("script:{script}")],
+                "instructions": "You are a test agent.",
+                "tools": tools,
+                "policy": policy,
+            })),
+        )
+        .await;
+    release["release_id"].as_str().unwrap().to_owned()
+}
+
+/// A new session of `release` in `env`'s workspace, through `api`; its id.
+pub async fn api_session(api: &Api, env: &crate::common::Env, release: &str) -> String {
+    let session = api
+        .ok(
+            "POST",
+            "/v1/sessions",
+            Some(&serde_json::json!({
+                "release_id": release,
+                "workspace": env.ws().display().to_string(),
+            })),
+        )
+        .await;
+    session["session_id"].as_str().unwrap().to_owned()
+}
+
+/// Waits (≤ 60 s) until `session` has a pending approval (listed through `api`); the approval.
+pub async fn pending_approval(api: &Api, session: &str) -> Value {
+    poll(60, "the call waits on a human", || async {
+        let page = api
+            .ok("GET", &format!("/v1/sessions/{session}/approvals"), None)
+            .await;
+        page["items"]
+            .as_array()
+            .and_then(|items| items.iter().find(|a| a["status"] == "pending").cloned())
+    })
+    .await
 }

@@ -40,6 +40,7 @@ mod crash_after_effect;
 mod duplicate_delivery;
 mod poisoned_result;
 mod provider_fallback;
+mod queue_overload;
 mod replay;
 mod schema_migration;
 mod stale_write;

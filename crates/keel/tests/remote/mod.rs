@@ -4,7 +4,7 @@
 
 use std::process::{Child, Command, Output};
 
-use crate::common::{Env, jsonl_lines, spawn_serve_with, stdout};
+use crate::common::{Env, jsonl_lines, spawn_serve_metrics, stdout};
 
 mod basics;
 mod cancel;
@@ -32,6 +32,8 @@ pub(super) struct Served {
     pub(super) url: String,
     /// An admin key of tenant `acme`.
     pub(super) key: String,
+    /// The `HOST:PORT` of its `/metrics`.
+    pub(super) metrics: String,
 }
 
 impl Served {
@@ -65,9 +67,10 @@ impl Served {
     pub(super) fn restart(&mut self, env: &Env, args: &[&str]) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let (child, addr) = spawn_serve_with(env, args);
+        let (child, addr, metrics) = spawn_serve_metrics(env, args);
         self.child = child;
         self.url = format!("http://{addr}");
+        self.metrics = metrics;
     }
 }
 
@@ -122,7 +125,7 @@ pub(super) fn serve_with(env: &Env, o: &Options) -> Served {
     ]))
     .trim()
     .to_owned();
-    let (child, addr) = spawn_serve_with(env, o.args);
+    let (child, addr, metrics) = spawn_serve_metrics(env, o.args);
     let scheme = if o.args.contains(&"--tls-cert") {
         "https"
     } else {
@@ -136,6 +139,7 @@ pub(super) fn serve_with(env: &Env, o: &Options) -> Served {
         child,
         url: format!("{scheme}://{addr}"),
         key,
+        metrics,
     }
 }
 

@@ -11,7 +11,7 @@ use keel_store::{EffectRecord, EffectUpdate};
 use serde_json::{Value, json};
 
 use crate::common::{Env, stdout};
-use crate::release_validation::harness::{Api, Backend, FreshStore, poll};
+use crate::release_validation::harness::{Api, Backend, FreshStore, pending_approval};
 use crate::remote::{Options, serve_with};
 
 /// B's ids under the names the API's path parameters use, and ids of the same shapes that
@@ -205,15 +205,7 @@ pub(super) async fn every_api_route_across_the_boundary(backend: Backend) {
             Some(&json!({"input": "write b"})),
         )
         .await;
-    let approval = poll(60, "B's call waits on a human", || async {
-        let page = b
-            .ok("GET", &format!("/v1/sessions/{sid}/approvals"), None)
-            .await;
-        page["items"]
-            .as_array()
-            .and_then(|items| items.iter().find(|x| x["status"] == "pending").cloned())
-    })
-    .await;
+    let approval = pending_approval(&b, &sid).await;
     b.ok(
         "PUT",
         "/v1/memory/bns-victim/bkey-victim",
