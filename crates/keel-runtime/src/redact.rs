@@ -24,7 +24,7 @@
 //! whole escaped spelling.
 
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 
 use async_trait::async_trait;
 use regex::Regex;
@@ -54,6 +54,18 @@ const BUILTIN: &[&str] = &[
     r"(?i)bearer\s+[A-Za-z0-9._~+/\-]{16,}=*",
 ];
 
+/// [`BUILTIN`], compiled once per process and shared by every redactor: a session's run
+/// builds its redactor, and compiling these (and warming each one's lazy DFA afresh: a cloned
+/// or new `Regex` starts with an empty search cache) cost a third of a worker's CPU while it
+/// took 200 sessions over (issue 16's recovery bench, debug build). The patterns are constant
+/// and valid (a test checks every one compiles).
+static BUILTIN_COMPILED: LazyLock<Vec<Arc<Regex>>> = LazyLock::new(|| {
+    BUILTIN
+        .iter()
+        .filter_map(|p| Regex::new(p).ok().map(Arc::new))
+        .collect()
+});
+
 /// Environment variables the model adapters read provider API keys from
 /// (`keel_model::HttpModel::new`). Their values are always secret: redacted in every session
 /// whatever its `secret_env` says, and withheld from tool processes
@@ -63,7 +75,8 @@ pub const PROVIDER_KEY_ENV: &[&str] = &["OPENAI_API_KEY", "ANTHROPIC_API_KEY"];
 /// A compiled set of secret patterns and literal values.
 #[derive(Debug, Clone)]
 pub struct Redactor {
-    patterns: Vec<Regex>,
+    /// The built-in patterns (shared, see [`BUILTIN_COMPILED`]), then the configured ones.
+    patterns: Vec<Arc<Regex>>,
     literals: Vec<String>,
 }
 
@@ -88,15 +101,11 @@ impl Redactor {
     /// # Errors
     /// [`RuntimeError::InvalidInput`] naming a pattern that does not compile.
     pub fn with_values(patterns: &[String], values: &[String]) -> Result<Self> {
-        let mut compiled = Vec::new();
-        for p in BUILTIN
-            .iter()
-            .copied()
-            .chain(patterns.iter().map(String::as_str))
-        {
-            compiled.push(Regex::new(p).map_err(|e| {
+        let mut compiled = BUILTIN_COMPILED.clone();
+        for p in patterns {
+            compiled.push(Arc::new(Regex::new(p).map_err(|e| {
                 RuntimeError::InvalidInput(format!("secret pattern {p:?} does not compile: {e}"))
-            })?);
+            })?));
         }
         Ok(Self {
             patterns: compiled,
@@ -583,6 +592,18 @@ impl keel_tools::artifact::ArtifactSink for RedactingSink {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_builtin_pattern_compiles_once_and_is_shared() {
+        assert_eq!(BUILTIN_COMPILED.len(), BUILTIN.len());
+        let a = Redactor::with_values(&[], &[]).unwrap();
+        let b = Redactor::with_values(&["x{3}".to_owned()], &[]).unwrap();
+        assert_eq!(a.patterns.len(), BUILTIN.len());
+        assert_eq!(b.patterns.len(), BUILTIN.len() + 1);
+        for (x, y) in a.patterns.iter().zip(&b.patterns) {
+            assert!(Arc::ptr_eq(x, y), "one compiled regex per built-in pattern");
+        }
+    }
 
     #[test]
     fn builtin_patterns_and_configured_ones_are_redacted() {

@@ -482,6 +482,21 @@ impl Runtime {
         finish_only: bool,
         drain: CancellationToken,
     ) -> Result<RunOutcome> {
+        let lost = CancellationToken::new();
+        let stop = CancellationToken::new();
+        // The lease is renewed from the start: loading the journal and setting the run up can
+        // outlast a short TTL on a busy worker (a batch of claimed runs starting at once), and
+        // a lease that expired meanwhile would be taken over under the run. Stopped on every
+        // way out, an early error included.
+        let _stop_heartbeat = stop.clone().drop_guard();
+        let hb = lease::heartbeat(
+            self.inner.store.clone(),
+            tenant,
+            lease.clone(),
+            self.inner.options.lease_ttl,
+            stop.clone(),
+            lost.clone(),
+        );
         let mut journal = self.inner.load(tenant, session, lease).await?;
         // Intents posted while nobody ran the session (or left by a crashed handler) first.
         crate::intent::handle_intents(&self.inner, &mut journal, None).await?;
@@ -507,14 +522,12 @@ impl Runtime {
             .await?
             .first()
             .and_then(|e| e.correlation.principal_id);
-        let lost = CancellationToken::new();
         let active = Arc::new(Active::new(journal, lost.clone()));
         self.inner
             .active
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(session, active.clone());
-        let stop = CancellationToken::new();
         // Until the end below, dropping this future stops everything the run started.
         let guard = RunGuard {
             inner: self.inner.clone(),
@@ -524,14 +537,6 @@ impl Runtime {
             lost: lost.clone(),
             finished: false,
         };
-        let hb = lease::heartbeat(
-            self.inner.store.clone(),
-            tenant,
-            lease.clone(),
-            self.inner.options.lease_ttl,
-            stop.clone(),
-            lost.clone(),
-        );
         let watcher = intent::spawn_watcher(
             self.inner.clone(),
             tenant,

@@ -3,16 +3,22 @@
 //!
 //! **What it claims.** Sessions with work ([`keel_store::scheduling`]): a queued turn, an
 //! active turn a dead or drained worker left, a due timer (an approval's expiry, a decision to
-//! act on), a posted intent (input, a cancellation). The store hands one out per claim with its
-//! lease (`FOR UPDATE SKIP LOCKED` on PostgreSQL), only if its journal was written by an event
-//! schema this build reads ([`keel_core::event::SCHEMA_VERSION`]): a session a newer build wrote
+//! act on), a posted intent (input, a cancellation). Each round claims for every free slot
+//! (up to [`MAX_CLAIM_BATCH`]): the slots are shared out between tenants as claims one at a time
+//! would share them (below), and each tenant's share is claimed in one store transaction
+//! ([`Store::claim_sessions`], `FOR UPDATE SKIP LOCKED … LIMIT k` on PostgreSQL), each session
+//! with its lease, only if its journal was written by an event schema this build reads ([`keel_core::event::SCHEMA_VERSION`]): a session a newer build wrote
 //! is left for newer workers, counted and logged, never misread.
 //!
 //! **Whom it serves next: deficit round robin between tenants.** Tenants with claimable
 //! sessions form a ring; each visit adds the tenant's weight (its quantum, default 1) to its
 //! deficit, and each claim costs one. A tenant with 1,000 queued turns therefore gets one claim
 //! per round like a tenant with one: the light tenant waits at most one round, not behind the
-//! heavy tenant's backlog. Within a tenant the store orders by turn priority, then age. A tenant
+//! heavy tenant's backlog. A claim round of `k` free slots plays `k` such picks on a copy of the
+//! ring, claims each tenant's picks at once, and charges the ring as the picks would have
+//! (a tenant that had fewer sessions than its picks loses its turn; its slots go round again).
+//! After a round that claimed anything the worker claims again at once; it waits for a
+//! wake-up (or the poll interval) only when a round finds nothing. Within a tenant the store orders by turn priority, then age. A tenant
 //! at its concurrency limit (sessions under a live lease on any worker, default 50) is skipped
 //! that round. This follows the structure of Restate's virtual queues (DRR over per-tenant
 //! queues, a per-worker concurrency budget) with the queues kept in the store, since workers
@@ -36,7 +42,7 @@
 //! After the drain deadline, or on [`WorkerHandle::stop_now`], the remaining runs are dropped
 //! (like a crash, but their leases are released so another worker need not wait out the TTL).
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -48,6 +54,9 @@ use keel_store::{Claim, Store, StoreError, TenantBacklog};
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+
+mod ring;
+use ring::{Ring, Step};
 
 /// How a claimed session's run ended, as the host's [`ClaimRunner`] reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -189,67 +198,6 @@ impl SchedulerConfig {
             .get(&tenant)
             .copied()
             .unwrap_or(self.default_limits)
-    }
-}
-
-/// Deficit round robin over tenants (unit cost per claim, quantum = the tenant's weight).
-#[derive(Debug, Default)]
-struct Ring {
-    order: VecDeque<TenantId>,
-    deficit: HashMap<TenantId, u64>,
-}
-
-impl Ring {
-    /// Brings the ring in line with the tenants that have work now: new ones join at the back,
-    /// gone ones leave (and lose their deficit, as DRR drops an emptied queue's).
-    fn refresh(&mut self, present: &[TenantId]) {
-        let now: HashSet<TenantId> = present.iter().copied().collect();
-        self.order.retain(|t| now.contains(t));
-        self.deficit.retain(|t, _| now.contains(t));
-        for t in present {
-            if !self.deficit.contains_key(t) {
-                self.deficit.insert(*t, 0);
-                self.order.push_back(*t);
-            }
-        }
-    }
-
-    /// The tenants in serving order for this pick: the head first (topping its deficit up by
-    /// its quantum when it has none left), then the rest.
-    fn candidates(&mut self, quantum: impl Fn(TenantId) -> u64) -> Vec<TenantId> {
-        if let Some(head) = self.order.front().copied() {
-            let d = self.deficit.entry(head).or_insert(0);
-            if *d == 0 {
-                *d = quantum(head).max(1);
-            }
-        }
-        self.order.iter().copied().collect()
-    }
-
-    /// `tenant` got a claim: charge it; when its deficit is spent it goes to the back.
-    fn charge(&mut self, tenant: TenantId, quantum: impl Fn(TenantId) -> u64) {
-        let d = self.deficit.entry(tenant).or_insert(0);
-        if *d == 0 {
-            // Served out of turn (the head had nothing claimable): a fresh quantum, spent.
-            *d = quantum(tenant).max(1);
-        }
-        *d -= 1;
-        if *d == 0
-            && let Some(pos) = self.order.iter().position(|t| *t == tenant)
-            && let Some(t) = self.order.remove(pos)
-        {
-            self.order.push_back(t);
-        }
-    }
-
-    /// `tenant` had nothing claimable when asked: its turn is over for this round.
-    fn pass(&mut self, tenant: TenantId) {
-        self.deficit.insert(tenant, 0);
-        if let Some(pos) = self.order.iter().position(|t| *t == tenant)
-            && let Some(t) = self.order.remove(pos)
-        {
-            self.order.push_back(t);
-        }
     }
 }
 
@@ -397,10 +345,18 @@ async fn worker_loop(
             }
         };
         let Some(permit) = permit else { break };
-        let claim = match next_claim(store.as_ref(), &config, &mut ring).await {
-            Ok(Some(c)) => c,
-            Ok(None) => {
-                drop(permit);
+        // Every free slot is claimed for in this round (one store transaction per tenant).
+        let mut permits = vec![permit];
+        while permits.len() < MAX_CLAIM_BATCH {
+            match slots.clone().try_acquire_owned() {
+                Ok(p) => permits.push(p),
+                Err(_) => break,
+            }
+        }
+        let claims = match next_claims(store.as_ref(), &config, &mut ring, permits.len()).await {
+            Ok(c) if !c.is_empty() => c,
+            Ok(_) => {
+                drop(permits);
                 tokio::select! {
                     () = drain.cancelled() => break,
                     r = store.wait_for_work(config.poll) => {
@@ -413,7 +369,7 @@ async fn worker_loop(
                 continue;
             }
             Err(e) => {
-                drop(permit);
+                drop(permits);
                 tracing::warn!("claiming: {e}");
                 tokio::select! {
                     () = drain.cancelled() => break,
@@ -422,38 +378,14 @@ async fn worker_loop(
                 continue;
             }
         };
-        let now = Utc::now();
-        let latency = claim
-            .runnable_since
-            .and_then(|since| (now - since).to_std().ok());
-        observer.claimed(&claim, latency);
-        if let Some(prev) = &claim.took_over {
-            tracing::info!(session = %claim.lease.session_id, previous = %prev, "took over an expired lease");
+        // Slots the round did not fill go back at once; the loop claims again without
+        // waiting (a successful round may have left more to claim).
+        permits.truncate(claims.len());
+        for (claim, permit) in claims.into_iter().zip(permits) {
+            start_run(
+                &mut runs, &store, &config, &runner, &observer, &in_flight, &drain, claim, permit,
+            );
         }
-        let stop_at_boundary = drain.child_token();
-        lock(&in_flight).insert(
-            claim.lease.session_id,
-            Running {
-                claim: claim.clone(),
-                since: tokio::time::Instant::now(),
-                stop_at_boundary: stop_at_boundary.clone(),
-            },
-        );
-        let (store, runner, observer, config, in_flight, drain) = (
-            store.clone(),
-            runner.clone(),
-            observer.clone(),
-            config.clone(),
-            in_flight.clone(),
-            stop_at_boundary,
-        );
-        runs.spawn(async move {
-            let _permit = permit;
-            let report = run_caught(runner, claim.clone(), drain).await;
-            observer.ran(&claim, &report);
-            lock(&in_flight).remove(&claim.lease.session_id);
-            give_back(store.as_ref(), &config, &claim, &report, now).await;
-        });
     }
     // Draining: runs stop at their boundaries; after the deadline (or a stop) they are dropped.
     tracing::info!(owner = %config.owner, running = runs.len(), "worker draining");
@@ -621,116 +553,143 @@ async fn yield_to_starved(
     Ok(())
 }
 
-/// The next claim by deficit round robin, or `None` when no tenant has claimable work within
-/// its limits.
-async fn next_claim(
+/// Most sessions one claim round takes: the free slots, up to this many. Bounds the length
+/// of a round's transactions (one lease statement per session) and how long claimed sessions
+/// wait for their runs to start.
+pub const MAX_CLAIM_BATCH: usize = 100;
+
+/// Starts the run of `claim` in a slot (`permit`): records it in flight, runs it, reports it
+/// and gives the session back.
+#[allow(clippy::too_many_arguments)]
+fn start_run(
+    runs: &mut JoinSet<()>,
+    store: &Arc<dyn Store>,
+    config: &Arc<SchedulerConfig>,
+    runner: &Arc<dyn ClaimRunner>,
+    observer: &Arc<dyn SchedulerObserver>,
+    in_flight: &InFlight,
+    drain: &CancellationToken,
+    claim: Claim,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) {
+    let now = Utc::now();
+    let latency = claim
+        .runnable_since
+        .and_then(|since| (now - since).to_std().ok());
+    observer.claimed(&claim, latency);
+    if let Some(prev) = &claim.took_over {
+        tracing::info!(session = %claim.lease.session_id, previous = %prev, "took over an expired lease");
+    }
+    let stop_at_boundary = drain.child_token();
+    lock(in_flight).insert(
+        claim.lease.session_id,
+        Running {
+            claim: claim.clone(),
+            since: tokio::time::Instant::now(),
+            stop_at_boundary: stop_at_boundary.clone(),
+        },
+    );
+    let (store, runner, observer, config, in_flight, drain) = (
+        store.clone(),
+        runner.clone(),
+        observer.clone(),
+        config.clone(),
+        in_flight.clone(),
+        stop_at_boundary,
+    );
+    runs.spawn(async move {
+        let _permit = permit;
+        let report = run_caught(runner, claim.clone(), drain).await;
+        observer.ran(&claim, &report);
+        lock(&in_flight).remove(&claim.lease.session_id);
+        give_back(store.as_ref(), &config, &claim, &report, now).await;
+    });
+}
+
+/// Up to `slots` claims by deficit round robin, in serving order; empty when no tenant has
+/// claimable work within its limits. The slots are shared out as if claimed one at a time
+/// ([`Ring::plan`]), then each tenant's share is claimed in one store call
+/// ([`Store::claim_sessions`]); a tenant that yields fewer than its share loses its turn, and
+/// the slots left go round again to the others. A store error after some claims ends the round
+/// with those (logged), so no claimed lease is dropped.
+async fn next_claims(
     store: &dyn Store,
     config: &SchedulerConfig,
     ring: &mut Ring,
-) -> Result<Option<Claim>, StoreError> {
+    slots: usize,
+) -> Result<Vec<Claim>, StoreError> {
     let now = crate::lease::lease_clock();
     let backlog: Vec<TenantBacklog> = store
         .runnable_tenants(now, config.max_schema_version, 10_000)
         .await?;
-    let eligible: Vec<TenantId> = backlog
-        .iter()
-        .filter(|b| {
-            b.claimable > 0
-                && b.leased < config.limits(b.tenant_id).max_sessions
-                && !config.skip_tenants.contains(&b.tenant_id)
-        })
-        .map(|b| b.tenant_id)
-        .collect();
-    ring.refresh(&eligible);
-    let quantum = |t: TenantId| u64::from(config.limits(t).weight);
-    for tenant in ring.candidates(quantum) {
-        match store
-            .claim_session(
-                tenant,
-                &config.owner,
-                config.lease_ttl,
-                now,
-                config.max_schema_version,
-                config.limits(tenant).max_sessions,
-            )
-            .await?
-        {
-            Some(claim) => {
-                ring.charge(tenant, quantum);
-                return Ok(Some(claim));
-            }
-            None => ring.pass(tenant),
+    // What each eligible tenant can take now: its claimable sessions, up to its limit.
+    let mut room: HashMap<TenantId, u64> = HashMap::new();
+    let mut eligible = Vec::new();
+    for b in &backlog {
+        let limit = config.limits(b.tenant_id).max_sessions;
+        if b.claimable > 0 && b.leased < limit && !config.skip_tenants.contains(&b.tenant_id) {
+            room.insert(b.tenant_id, b.claimable.min(limit - b.leased));
+            eligible.push(b.tenant_id);
         }
     }
-    Ok(None)
+    ring.refresh(&eligible);
+    let quantum = |t: TenantId| u64::from(config.limits(t).weight);
+    let mut claims = Vec::new();
+    while claims.len() < slots {
+        let steps = ring.plan(slots - claims.len(), &room, quantum);
+        let mut want: Vec<(TenantId, u64)> = Vec::new();
+        for step in &steps {
+            if let Step::Serve(t) = step {
+                match want.iter_mut().find(|(w, _)| w == t) {
+                    Some((_, n)) => *n += 1,
+                    None => want.push((*t, 1)),
+                }
+            }
+        }
+        if want.is_empty() {
+            break;
+        }
+        let mut got: HashMap<TenantId, u64> = HashMap::new();
+        for (tenant, n) in want {
+            let limit = u32::try_from(n).unwrap_or(u32::MAX);
+            let taken = match store
+                .claim_sessions(
+                    tenant,
+                    &config.owner,
+                    config.lease_ttl,
+                    // The clock now, not the round's start: the leases run from here.
+                    crate::lease::lease_clock(),
+                    config.max_schema_version,
+                    config.limits(tenant).max_sessions,
+                    limit,
+                )
+                .await
+            {
+                Ok(taken) => taken,
+                Err(e) if claims.is_empty() => return Err(e),
+                Err(e) => {
+                    tracing::warn!("claiming: {e}");
+                    room.clear();
+                    Vec::new()
+                }
+            };
+            let k = taken.len() as u64;
+            got.insert(tenant, k);
+            if let Some(r) = room.get_mut(&tenant) {
+                // Short of its share: nothing more to claim for it this round.
+                *r = if k < n { 0 } else { r.saturating_sub(k) };
+            }
+            claims.extend(taken);
+        }
+        let progress = got.values().any(|k| *k > 0);
+        ring.replay(&steps, &mut got, quantum);
+        if !progress {
+            break;
+        }
+    }
+    Ok(claims)
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-
-    use super::*;
-
-    fn t(n: u128) -> TenantId {
-        TenantId::from(uuid::Uuid::from_u128(n))
-    }
-
-    /// Serves the ring as the worker does when every tenant always has work: returns the
-    /// sequence of tenants served.
-    fn serve(ring: &mut Ring, weights: &HashMap<TenantId, u64>, picks: usize) -> Vec<TenantId> {
-        let q = |x: TenantId| weights.get(&x).copied().unwrap_or(1);
-        (0..picks)
-            .map(|_| {
-                let first = ring.candidates(q)[0];
-                ring.charge(first, q);
-                first
-            })
-            .collect()
-    }
-
-    #[test]
-    fn equal_weights_alternate_whatever_the_backlog() {
-        let mut ring = Ring::default();
-        ring.refresh(&[t(1), t(2)]);
-        let served = serve(&mut ring, &HashMap::new(), 6);
-        assert_eq!(served, vec![t(1), t(2), t(1), t(2), t(1), t(2)]);
-    }
-
-    #[test]
-    fn a_newcomer_is_served_within_one_round() {
-        let mut ring = Ring::default();
-        ring.refresh(&[t(1), t(2), t(3)]);
-        let _ = serve(&mut ring, &HashMap::new(), 2);
-        ring.refresh(&[t(1), t(2), t(3), t(9)]);
-        let served = serve(&mut ring, &HashMap::new(), 4);
-        assert!(served.contains(&t(9)), "{served:?}");
-    }
-
-    #[test]
-    fn weights_are_claims_per_round() {
-        let mut ring = Ring::default();
-        ring.refresh(&[t(1), t(2)]);
-        let weights = HashMap::from([(t(1), 3)]);
-        let served = serve(&mut ring, &weights, 8);
-        assert_eq!(served, vec![t(1), t(1), t(1), t(2), t(1), t(1), t(1), t(2)]);
-    }
-
-    #[test]
-    fn a_tenant_with_nothing_claimable_loses_its_turn_not_its_place() {
-        let mut ring = Ring::default();
-        ring.refresh(&[t(1), t(2)]);
-        let q = |_: TenantId| 1;
-        assert_eq!(ring.candidates(q), vec![t(1), t(2)]);
-        ring.pass(t(1));
-        ring.charge(t(2), q);
-        // t(2) was served out of turn; t(1) is next again.
-        assert_eq!(ring.candidates(q)[0], t(1));
-        // A tenant without work leaves the ring.
-        ring.refresh(&[t(2)]);
-        assert_eq!(ring.candidates(q), vec![t(2)]);
-    }
 }

@@ -258,7 +258,37 @@ pub trait Store: Send + Sync + 'static {
         now: DateTime<Utc>,
         max_schema_version: u32,
         max_leased: u64,
-    ) -> Result<Option<crate::Claim>>;
+    ) -> Result<Option<crate::Claim>> {
+        Ok(self
+            .claim_sessions(tenant, owner, ttl, now, max_schema_version, max_leased, 1)
+            .await?
+            .into_iter()
+            .next())
+    }
+
+    /// Claims up to `limit` of `tenant`'s claimable sessions in one transaction, as
+    /// [`Store::claim_session`] claims one: in its order (priority, then the longest runnable,
+    /// then due timers and intents), each lease taken with the same statement and fencing rule
+    /// (epoch bumped), rows locked by another claimer skipped (`FOR UPDATE SKIP LOCKED … LIMIT
+    /// limit` on PostgreSQL; SQLite's one writer serializes), and never taking the tenant past
+    /// `max_leased` live leases (the count and the claims are one atomic step, as there). The
+    /// claims in claim order; empty when nothing is claimable, the tenant is at its limit, or
+    /// `limit` is 0. A worker with `k` free slots claims them in one round trip instead of
+    /// `k`. Wakes nobody.
+    ///
+    /// # Errors
+    /// Store errors (nothing is claimed then).
+    #[allow(clippy::too_many_arguments)]
+    async fn claim_sessions(
+        &self,
+        tenant: TenantId,
+        owner: &str,
+        ttl: Duration,
+        now: DateTime<Utc>,
+        max_schema_version: u32,
+        max_leased: u64,
+        limit: u32,
+    ) -> Result<Vec<crate::Claim>>;
 
     /// Gives a claimed session back: releases `lease`, sets `claim_after` to `defer_until`
     /// (a backoff: the session is not claimable before then; `None` clears it), clears a

@@ -727,7 +727,7 @@ enum Bind {
 
 /// Takes a free or expired lease, bumping the epoch (binds: owner, expires_at, updated_at, now,
 /// tenant, session): the one acquisition rule of [`Store::acquire_lease`] and
-/// [`Store::claim_session`].
+/// [`Store::claim_sessions`].
 const ACQUIRE_LEASE: &str = "UPDATE sessions SET lease_owner = ?, lease_epoch = lease_epoch + 1, \
      lease_expires_at = ?, updated_at = ? \
      WHERE (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= ?) \
@@ -1468,7 +1468,7 @@ impl Store for SqlStore {
             .await
     }
 
-    async fn claim_session(
+    async fn claim_sessions(
         &self,
         tenant: TenantId,
         owner: &str,
@@ -1476,9 +1476,18 @@ impl Store for SqlStore {
         now: DateTime<Utc>,
         max_schema_version: u32,
         max_leased: u64,
-    ) -> Result<Option<crate::Claim>> {
-        self.sched_claim_session(tenant, owner, ttl, now, max_schema_version, max_leased)
-            .await
+        limit: u32,
+    ) -> Result<Vec<crate::Claim>> {
+        self.sched_claim_sessions(
+            tenant,
+            owner,
+            ttl,
+            now,
+            max_schema_version,
+            max_leased,
+            limit,
+        )
+        .await
     }
 
     async fn release_claim(

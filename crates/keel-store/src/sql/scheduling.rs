@@ -1,5 +1,5 @@
 //! The scheduler's queries ([`crate::scheduling`]) for both dialects: one SQL text each, with
-//! PostgreSQL's `FOR UPDATE SKIP LOCKED` on the claim and its per-tenant advisory lock as the
+//! PostgreSQL's `FOR UPDATE SKIP LOCKED` on the claim (of up to `k` sessions at once) and its per-tenant advisory lock as the
 //! only differences.
 //!
 //! A claim's candidates are the union of three small sets, each read through an index: sessions
@@ -119,7 +119,8 @@ impl SqlStore {
             .collect()
     }
 
-    pub(crate) async fn sched_claim_session(
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn sched_claim_sessions(
         &self,
         tenant: TenantId,
         owner: &str,
@@ -127,8 +128,21 @@ impl SqlStore {
         now: DateTime<Utc>,
         max_schema_version: u32,
         max_leased: u64,
-    ) -> Result<Option<Claim>> {
-        let now = now.timestamp_millis();
+        limit: u32,
+    ) -> Result<Vec<Claim>> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        // `now` is the caller's clock when it called. The time spent here waiting for a
+        // connection, and on the statements before each lease, is added to it (monotonic
+        // time, so a caller's clock skew is kept): a claim that waited seconds on a busy pool
+        // must not take leases that are already expired, which the next claim round (this
+        // worker's own) would take over again at once.
+        let called = std::time::Instant::now();
+        let base = now.timestamp_millis();
+        let at = move || {
+            base.saturating_add(i64::try_from(called.elapsed().as_millis()).unwrap_or(i64::MAX))
+        };
         let t = tenant.to_string();
         let lock = match self.inner.dialect {
             Dialect::Postgres => " FOR UPDATE OF s SKIP LOCKED",
@@ -138,10 +152,12 @@ impl SqlStore {
         let sql = format!(
             "SELECT s.session_id, s.lease_owner, s.runnable, s.runnable_since FROM sessions s \
              WHERE s.tenant_id = ? AND {TENANT_CANDIDATES} AND {FREE} \
-             ORDER BY {CLAIM_ORDER} LIMIT 1{lock}"
+             ORDER BY {CLAIM_ORDER} LIMIT ?{lock}"
         );
         let mut conn = self.write_conn().await?;
         let mut tx = self.begin(&mut conn).await?;
+        let now = at();
+        let mut take = u64::from(limit);
         if max_leased < u64::MAX {
             if self.inner.dialect == Dialect::Postgres {
                 // The tenant's claims take turns from here to the commit, so the count below
@@ -161,9 +177,11 @@ impl SqlStore {
             .fetch_one(&mut *tx)
             .await?;
             let leased = non_negative("sessions", &t, "leased", leased.try_get("n")?)?;
-            if leased >= max_leased {
+            // Every claim here is of a session without a live lease: each adds one.
+            take = take.min(max_leased.saturating_sub(leased));
+            if take == 0 {
                 tx.rollback().await?;
-                return Ok(None);
+                return Ok(Vec::new());
             }
         }
         let picked = sqlx::query(&self.sql(&sql))
@@ -175,49 +193,55 @@ impl SqlStore {
             .bind(now)
             .bind(now)
             .bind(readable(max_schema_version))
-            .fetch_optional(&mut *tx)
+            .bind(to_i64(take)?)
+            .fetch_all(&mut *tx)
             .await?;
-        let Some(picked) = picked else {
+        if picked.is_empty() {
             tx.rollback().await?;
-            return Ok(None);
-        };
-        let id: String = picked.try_get("session_id")?;
-        let session = parse_id("sessions", &id)?;
-        let previous: Option<String> = picked.try_get("lease_owner")?;
-        let runnable: i64 = picked.try_get("runnable")?;
-        let since: Option<i64> = picked.try_get("runnable_since")?;
-        let taken = self
-            .lease_stmt(
-                &mut tx,
-                ACQUIRE_LEASE,
-                acquire_binds(owner, ttl, now, tenant, session),
-            )
-            .await?;
-        let Some(taken) = taken else {
-            // The row is locked (PostgreSQL) or the writer is ours (SQLite), and FREE implies
-            // the acquisition's condition: this cannot happen.
-            return Err(StoreError::Conflict(format!(
-                "lease of session {session} changed during its claim"
-            )));
-        };
-        let epoch: i64 = taken.try_get("lease_epoch")?;
-        let expires: i64 = taken.try_get("lease_expires_at")?;
+            return Ok(Vec::new());
+        }
+        let mut claims = Vec::with_capacity(picked.len());
+        for row in &picked {
+            let id: String = row.try_get("session_id")?;
+            let session = parse_id("sessions", &id)?;
+            let previous: Option<String> = row.try_get("lease_owner")?;
+            let runnable: i64 = row.try_get("runnable")?;
+            let since: Option<i64> = row.try_get("runnable_since")?;
+            let taken = self
+                .lease_stmt(
+                    &mut tx,
+                    ACQUIRE_LEASE,
+                    // Not earlier than `now`: FREE's condition implies the acquisition's.
+                    acquire_binds(owner, ttl, at().max(now), tenant, session),
+                )
+                .await?;
+            let Some(taken) = taken else {
+                // The row is locked (PostgreSQL) or the writer is ours (SQLite), and FREE
+                // implies the acquisition's condition: this cannot happen.
+                return Err(StoreError::Conflict(format!(
+                    "lease of session {session} changed during its claim"
+                )));
+            };
+            let epoch: i64 = taken.try_get("lease_epoch")?;
+            let expires: i64 = taken.try_get("lease_expires_at")?;
+            claims.push(Claim {
+                tenant_id: tenant,
+                lease: Lease {
+                    session_id: session,
+                    owner: owner.to_owned(),
+                    epoch: LeaseEpoch(non_negative("sessions", &id, "lease_epoch", epoch)?),
+                    expires_at: ms_to_time(expires),
+                },
+                took_over: previous,
+                runnable_since: match (runnable, since) {
+                    (1, Some(ms)) => Some(ms_to_time(ms)),
+                    _ => None,
+                },
+            });
+        }
         tx.commit().await.map_err(|e| self.located(e.into()))?;
         self.committed(Commit::Leases);
-        Ok(Some(Claim {
-            tenant_id: tenant,
-            lease: Lease {
-                session_id: session,
-                owner: owner.to_owned(),
-                epoch: LeaseEpoch(non_negative("sessions", &id, "lease_epoch", epoch)?),
-                expires_at: ms_to_time(expires),
-            },
-            took_over: previous,
-            runnable_since: match (runnable, since) {
-                (1, Some(ms)) => Some(ms_to_time(ms)),
-                _ => None,
-            },
-        }))
+        Ok(claims)
     }
 
     pub(crate) async fn sched_release_claim(

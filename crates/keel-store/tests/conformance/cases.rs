@@ -9,6 +9,7 @@ use keel_store::*;
 use serde_json::json;
 
 pub use super::access::*;
+pub use super::batch_claims::*;
 use super::harness::{Harness, events, session};
 pub use super::reservations::*;
 pub use super::scheduling::*;

@@ -2,6 +2,7 @@
 //! and `conformance::postgres::<case>`, on a fresh, isolated store.
 
 pub mod access;
+pub mod batch_claims;
 pub mod cases;
 pub mod crash;
 pub mod harness;
@@ -97,6 +98,9 @@ conformance!(
     decisions_and_intents_make_a_session_claimable,
     concurrent_claimers_never_claim_a_session_twice,
     concurrent_claimers_never_take_a_tenant_past_its_session_limit,
+    batch_claims_take_up_to_k_in_claim_order_within_the_limit,
+    expired_leases_are_taken_over_in_one_batch_with_their_epochs_bumped,
+    concurrent_batch_claimers_never_claim_a_session_twice,
     wait_for_work_is_woken_by_work_from_another_handle,
     token_windows_admit_refuse_and_settle,
     concurrent_token_reservations_never_exceed_the_limit,

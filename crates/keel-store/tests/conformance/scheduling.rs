@@ -17,13 +17,13 @@ use serde_json::json;
 use super::cases::approval;
 use super::harness::{Harness, Location, events, session};
 
-const TTL: Duration = Duration::from_secs(30);
+pub(super) const TTL: Duration = Duration::from_secs(30);
 /// The event schema this build writes (every appended event's envelope).
-const SCHEMA: u32 = 2;
+pub(super) const SCHEMA: u32 = 2;
 
 /// A session of the test: its lease (while held) and journal version.
-struct S {
-    id: SessionId,
+pub(super) struct S {
+    pub(super) id: SessionId,
     lease: Lease,
     version: u64,
 }
@@ -71,7 +71,7 @@ async fn finish(store: &Arc<dyn Store>, t: TenantId, s: &mut S, lease: Lease) {
 }
 
 /// A session marked runnable with `queued` turns at `priority`, its lease released: claimable.
-async fn runnable(store: &Arc<dyn Store>, t: TenantId, priority: i32, queued: u32) -> S {
+pub(super) async fn runnable(store: &Arc<dyn Store>, t: TenantId, priority: i32, queued: u32) -> S {
     let mut s = new_session(store, t).await;
     commit(
         store,

@@ -184,7 +184,7 @@ impl Cluster {
             &dir.path().join("config/keel/server.toml"),
             &format!(
                 "[server]\nworkspace_roots = [\"{}\"]\nallow_script_models = true\nmax_permission_mode = \"bypass\"\n{server}\n\
-                 [scheduler]\nlease_ttl_ms = {lease_ttl_ms}\npoll_ms = {POLL_MS}\ntenant_max_sessions = 100000\n",
+                 [scheduler]\nlease_ttl_ms = {lease_ttl_ms}\npoll_ms = {POLL_MS}\ntenant_max_sessions = 100000\ntenant_max_queued_turns = 100000\n",
                 dir.path().display()
             ),
         );
