@@ -43,7 +43,11 @@ pub(super) async fn pending(p: &RemoteRun) -> Vec<PendingAction> {
 }
 
 /// The result line, as `crate::run::result_of` makes it for a local run.
-pub(super) async fn result_of(p: &RemoteRun, driven: &Driven, pending: Vec<PendingAction>) -> ResultLine {
+pub(super) async fn result_of(
+    p: &RemoteRun,
+    driven: &Driven,
+    pending: Vec<PendingAction>,
+) -> ResultLine {
     let elapsed = u64::try_from(p.started.elapsed().as_millis()).unwrap_or(u64::MAX);
     let mut r = ResultLine::startup_failure(String::new(), elapsed);
     r.session_id = Some(p.session);
