@@ -154,10 +154,20 @@ pub async fn caller_of(
     authorization: Option<&axum::http::HeaderValue>,
 ) -> Result<Caller, ApiError> {
     let Some(value) = authorization else {
-        return Err(ApiError::unauthorized(
-            "this operation needs an API key: Authorization: Bearer <key>",
-        ));
+        return Err(no_key());
     };
+    caller_by_hash(store, &bearer_hash(value)?).await
+}
+
+fn no_key() -> ApiError {
+    ApiError::unauthorized("this operation needs an API key: Authorization: Bearer <key>")
+}
+
+/// The [`key_hash`] of the key an `Authorization: Bearer <key>` header names.
+///
+/// # Errors
+/// 401 for a header that is not `Bearer <key>`.
+fn bearer_hash(value: &axum::http::HeaderValue) -> Result<String, ApiError> {
     let text = value.to_str().unwrap_or_default();
     let key = text
         .strip_prefix("Bearer ")
@@ -165,7 +175,44 @@ pub async fn caller_of(
         .map(str::trim)
         .filter(|k| !k.is_empty())
         .ok_or_else(|| ApiError::unauthorized("the Authorization header must be Bearer <key>"))?;
-    caller_by_hash(store, &key_hash(key)).await
+    Ok(key_hash(key))
+}
+
+/// How a request proved who it is, kept (as a request extension, next to the [`Caller`]) so
+/// that what outlives the request, an SSE stream, can check it again ([`still_valid`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Credential {
+    /// A bearer key, by its [`key_hash`].
+    Key(String),
+    /// An inspector session, by its cookie's value.
+    Session(String),
+}
+
+/// Whether `credential` still authenticates: its key is known, not revoked, not expired, and
+/// for an inspector session the session is live (not signed out, not past its age or idle
+/// deadline; the check does not move the idle deadline). A store error counts as valid for now
+/// (the next check decides): a database blip does not end every stream at once.
+pub async fn still_valid(state: &Shared, credential: &Credential) -> bool {
+    let hash = match credential {
+        Credential::Key(hash) => hash.clone(),
+        Credential::Session(id) => match state.inspector.peek(id) {
+            Some(signed) => signed.key_hash,
+            None => return false,
+        },
+    };
+    match caller_by_hash(state.store.as_ref(), &hash).await {
+        Ok(_) => true,
+        Err(e) if e.status == axum::http::StatusCode::UNAUTHORIZED => {
+            if matches!(credential, Credential::Session(_)) {
+                state.inspector.remove_key(&hash);
+            }
+            false
+        }
+        Err(e) => {
+            tracing::warn!("checking an open stream's key: {}", e.problem.detail);
+            true
+        }
+    }
 }
 
 /// Finds the caller whose key has hash `hash` ([`key_hash`]): what a bearer key and an
@@ -196,17 +243,25 @@ pub async fn caller_by_hash(store: &dyn Store, hash: &str) -> Result<Caller, Api
 pub async fn authenticate(State(state): State<Shared>, mut req: Request, next: Next) -> Response {
     let authorization = req.headers().get(header::AUTHORIZATION).cloned();
     let cookie = match &authorization {
-        None => {
-            crate::inspector::signin::cookie_value(req.headers(), state.config.secure_cookies())
-        }
+        None => state
+            .inspector
+            .session_cookie(req.headers(), state.config.secure_cookies()),
         Some(_) => None,
     };
     let found = match &cookie {
-        Some(id) => crate::inspector::caller_by_cookie(&state, id, req.headers()).await,
-        None => caller_of(state.store.as_ref(), authorization.as_ref()).await,
+        Some(id) => crate::inspector::caller_by_cookie(&state, id, req.headers())
+            .await
+            .map(|c| (c, Credential::Session(id.clone()))),
+        None => match authorization.as_ref().map(bearer_hash) {
+            Some(Ok(hash)) => caller_by_hash(state.store.as_ref(), &hash)
+                .await
+                .map(|c| (c, Credential::Key(hash))),
+            Some(Err(e)) => Err(e),
+            None => Err(no_key()),
+        },
     };
     match found {
-        Ok(caller) => {
+        Ok((caller, credential)) => {
             // A viewer changes nothing: refused before its body is read, so a viewer's bad
             // body gets the same 403 as a good one (the handler would say the same).
             if caller.role == Role::Viewer
@@ -216,6 +271,7 @@ pub async fn authenticate(State(state): State<Shared>, mut req: Request, next: N
                 return axum::response::IntoResponse::into_response(e);
             }
             req.extensions_mut().insert(caller);
+            req.extensions_mut().insert(credential);
             let mut res = next.run(req).await;
             if cookie.is_some() {
                 res.headers_mut().insert(

@@ -540,6 +540,31 @@ impl Sse {
         }
     }
 
+    /// A stream of a response opened elsewhere (with the inspector's cookie, say).
+    pub fn of(res: reqwest::Response) -> Sse {
+        Sse {
+            status: res.status(),
+            res: Some(res),
+            buf: String::new(),
+        }
+    }
+
+    /// Reads (and keeps) what comes until the server ends the stream: whether it did before
+    /// `within` passed (a correctness deadline).
+    pub async fn ends_within(&mut self, within: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let Some(res) = self.res.as_mut() else {
+                return true;
+            };
+            match tokio::time::timeout_at(deadline, res.chunk()).await {
+                Ok(Ok(Some(c))) => self.buf.push_str(&String::from_utf8_lossy(&c)),
+                Ok(_) => return true,
+                Err(_) => return false,
+            }
+        }
+    }
+
     /// Drops the connection.
     pub fn close(&mut self) {
         self.res = None;

@@ -17,7 +17,8 @@ on_both!(
     sign_in_refuses_bad_keys_and_is_limited,
     a_valid_key_signs_in_while_another_client_used_up_the_failure_limit,
     fallbacks_and_errors_carry_the_security_headers,
-    behind_a_tls_proxy_public_url_makes_the_cookie_secure_and_is_the_only_origin
+    behind_a_tls_proxy_public_url_makes_the_cookie_secure_and_is_the_only_origin,
+    open_streams_end_when_the_key_is_revoked_or_the_session_signed_out_everywhere
 );
 
 /// A signed-in browser as HTTP sees it: the cookie and the token.
@@ -510,4 +511,136 @@ async fn behind_a_tls_proxy_public_url_makes_the_cookie_secure_and_is_the_only_o
     };
     let (st, _, _) = with_cookie(&s, "GET", "/v1/sessions", &plain, csrf, Some(public), None).await;
     assert_eq!(st, StatusCode::UNAUTHORIZED);
+}
+
+/// Opens an SSE stream of `path` with the inspector's cookie and token.
+async fn cookie_sse(s: &TestServer, path: &str, signed: &Signed) -> Sse {
+    let res = s
+        .http
+        .get(format!("{}{path}", s.base))
+        .header("cookie", &signed.cookie)
+        .header("x-keel-csrf", &signed.csrf)
+        .header("accept", "text/event-stream")
+        .send()
+        .await
+        .unwrap();
+    Sse::of(res)
+}
+
+/// Attacker review 19-2: auth is not only checked when a stream opens. An open stream of a
+/// bearer key ends when the key is revoked by another process (`keel keys revoke` writes the
+/// store: the periodic check finds it), and an open stream of an inspector session ends at
+/// "sign out everywhere" from another browser; a stream of a key still valid stays open.
+async fn open_streams_end_when_the_key_is_revoked_or_the_session_signed_out_everywhere(b: Backend) {
+    use keel_store::{KeyScope, Role};
+    // A correctness deadline, 10x the recheck interval.
+    let deadline = keel_server::api::events::RECHECK * 10;
+    let s = start(b).await;
+    let release = s.release("quiet", &[json!({"text": "hi"})], &[]).await;
+    let session = s.session(&release, json!({})).await.body["session_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let events = format!("/v1/sessions/{session}/events");
+    let kate = key(&s.store, Some(s.tenant), "kate", Role::Viewer).await;
+    let mut control = s.sse("/v1/events", &s.viewer, None).await;
+    let mut tenant = s.sse("/v1/events", &kate, None).await;
+    let mut one = s.sse(&events, &kate, None).await;
+    for st in [&control, &tenant, &one] {
+        assert_eq!(st.status, StatusCode::OK);
+    }
+    let first = tenant.next().await.expect("the session's status");
+    assert_eq!(first.event.as_deref(), Some("session.status"));
+    let keys = s.get("/v1/keys", &s.admin).await;
+    let kate_id = keys.body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["name"] == "kate")
+        .unwrap()["key_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    s.store
+        .revoke_api_key(KeyScope::All, &kate_id, chrono::Utc::now())
+        .await
+        .unwrap();
+    assert!(
+        tenant.ends_within(deadline).await,
+        "the tenant stream of a revoked key ended"
+    );
+    assert!(
+        one.ends_within(deadline).await,
+        "the session stream of a revoked key ended"
+    );
+    // Attacker review 19-5: the artifact route refuses `.`, `..` and other non-ids.
+    // (Sent raw: an HTTP client would resolve `%2E%2E` to `/v1/` before sending it.)
+    for bad in ["%2E%2E", "%2E", ".hidden", "a%2Fb"] {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let authority = s.base.trim_start_matches("http://");
+        let mut tcp = tokio::net::TcpStream::connect(authority).await.unwrap();
+        let request = format!(
+            "GET /v1/artifacts/{bad} HTTP/1.1\r\nHost: {authority}\r\nAuthorization: Bearer {}\r\nConnection: close\r\n\r\n",
+            s.viewer
+        );
+        tcp.write_all(request.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        tcp.read_to_string(&mut answer).await.unwrap();
+        assert!(answer.starts_with("HTTP/1.1 400"), "{bad}: {answer}");
+        assert!(
+            answer.contains("\"field\":\"artifact_id\""),
+            "{bad}: {answer}"
+        );
+    }
+    let alive = control.next().await.expect("a valid key's stream goes on");
+    assert_eq!(alive.event.as_deref(), Some("session.status"));
+
+    // Two browsers signed in with one key; the second signs out everywhere.
+    let olga = key(&s.store, Some(s.tenant), "olga", Role::Operator).await;
+    let here = sign_in(&s, &olga).await;
+    let there = sign_in(&s, &olga).await;
+    // Attacker review 19-3: a cookie of the same name planted by another server of this host
+    // (`Path=/v1`, so the browser sends it first) does not hide the session's.
+    let port = s.base.rsplit(':').next().unwrap();
+    let planted = Signed {
+        cookie: format!("keel_inspector_{port}=0000; {}", here.cookie),
+        csrf: here.csrf.clone(),
+        body: Value::Null,
+    };
+    let t = Some(here.csrf.as_str());
+    let (st, _, _) = with_cookie(&s, "GET", "/v1/sessions", &planted, t, None, None).await;
+    assert_eq!(st, StatusCode::OK);
+    let (st, me, _) = with_cookie(&s, "GET", "/inspector/session", &planted, t, None, None).await;
+    assert_eq!(
+        (st, me["role"].as_str()),
+        (StatusCode::OK, Some("operator"))
+    );
+    let mut tenant = cookie_sse(&s, "/v1/events", &here).await;
+    let mut one = cookie_sse(&s, &events, &here).await;
+    let mut other = cookie_sse(&s, "/v1/events", &there).await;
+    for st in [&tenant, &one, &other] {
+        assert_eq!(st.status, StatusCode::OK);
+    }
+    assert!(tenant.next().await.is_some());
+    let (st, _, _) = with_cookie(
+        &s,
+        "POST",
+        "/inspector/sign-out?all=1",
+        &there,
+        Some(&there.csrf),
+        Some(&s.base),
+        None,
+    )
+    .await;
+    assert_eq!(st, StatusCode::NO_CONTENT);
+    for (what, st) in [
+        ("tenant", &mut tenant),
+        ("session", &mut one),
+        ("signing-out", &mut other),
+    ] {
+        assert!(
+            st.ends_within(deadline).await,
+            "the {what} stream of a session signed out everywhere ended"
+        );
+    }
 }

@@ -87,7 +87,9 @@ pub fn artifact_id(call_id: &str, name: &str) -> String {
     format!("{}.{}", clean(call_id), clean(name))
 }
 
-fn valid_id(id: &str) -> bool {
+/// Whether `id` is an artifact id as [`artifact_id`] makes them: `[A-Za-z0-9._-]+`, not
+/// starting with `.` (so never `.` or `..`).
+pub fn valid_id(id: &str) -> bool {
     !id.is_empty()
         && !id.starts_with('.')
         && id

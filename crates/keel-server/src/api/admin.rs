@@ -253,5 +253,7 @@ pub async fn revoke_key(
         .store
         .revoke_api_key(KeyScope::Tenant(tenant), &id, chrono::Utc::now())
         .await?;
+    // Open streams of the key (and of its inspector sessions) check it again now.
+    state.inspector.changed();
     Ok(Json(key_body(k)))
 }

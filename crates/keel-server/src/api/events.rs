@@ -9,7 +9,9 @@
 //! `"ephemeral": true` in their data: they are not journaled and not replayed. A comment
 //! (`: heartbeat`) every 15 s keeps proxies from closing an idle stream. A key may hold
 //! `max_streams_per_key` streams at once (429 beyond). The stream ends after the session's
-//! `closed` event.
+//! `closed` event, and when the caller's credential no longer authenticates (a revoked or
+//! expired key, an inspector session signed out or past its lifetime): checked every
+//! [`RECHECK`] and at once when this process ends a session or revokes a key.
 
 use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
@@ -21,14 +23,14 @@ use axum::extract::State;
 use axum::http::{HeaderMap, header};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use futures_util::Stream;
+use futures_util::{Stream, StreamExt};
 use keel_core::{EventBody, SessionId, SessionStatus, StateMachine, TenantId};
 use keel_runtime::{Subscription, SubscriptionItem};
 use keel_store::{Role, SessionQuery, Store};
 use serde_json::{Value, json};
 
 use super::{P, Q, session_id};
-use crate::auth::Caller;
+use crate::auth::{Caller, Credential, still_valid};
 use crate::error::{ApiError, Problem};
 use crate::state::{Shared, StreamSlot};
 use crate::types::{EventPage, EventsQuery};
@@ -136,6 +138,45 @@ fn session_stream(
     })
 }
 
+/// How often an open stream checks its caller's credential again, besides at once when a
+/// session ends or a key is revoked in this process ([`crate::inspector::signin::SignIns::changed`]).
+pub const RECHECK: Duration = Duration::from_secs(2);
+
+/// `inner` until the credential that opened it no longer authenticates ([`still_valid`]:
+/// the key revoked or expired, the inspector session signed out, everywhere or here, or past
+/// its lifetime): checked every [`RECHECK`] and at each change of the inspector's sessions. Auth
+/// is not only checked when a stream opens.
+fn while_valid<S>(
+    inner: S,
+    state: Shared,
+    credential: Credential,
+) -> impl Stream<Item = S::Item> + Send + 'static
+where
+    S: Stream + Send + 'static,
+    S::Item: Send,
+{
+    let changes = state.inspector.changes();
+    let tick = tokio::time::interval_at(tokio::time::Instant::now() + RECHECK, RECHECK);
+    futures_util::stream::unfold(
+        (Box::pin(inner), changes, tick, state, credential),
+        |(mut inner, mut changes, mut tick, state, credential)| async move {
+            loop {
+                tokio::select! {
+                    item = inner.next() => {
+                        return item.map(|i| (i, (inner, changes, tick, state, credential)));
+                    }
+                    _ = tick.tick() => {}
+                    Ok(()) = changes.changed() => {}
+                }
+                if !still_valid(&state, &credential).await {
+                    tracing::debug!("an event stream ends: its credential is no longer valid");
+                    return None;
+                }
+            }
+        },
+    )
+}
+
 /// A session's events: JSON pages (`?after=SEQ&limit=N`), or SSE with `Accept:
 /// text/event-stream` (resumable with `Last-Event-ID`).
 #[utoipa::path(get, path = "/v1/sessions/{session_id}/events", tag = "sessions", operation_id = "session_events",
@@ -156,6 +197,7 @@ fn session_stream(
 pub async fn session_events(
     State(state): State<Shared>,
     Extension(caller): Extension<Caller>,
+    Extension(credential): Extension<Credential>,
     P(id): P<String>,
     Q(q): Q<EventsQuery>,
     headers: HeaderMap,
@@ -210,13 +252,17 @@ pub async fn session_events(
             let rt = state.runtimes.for_session(tenant, session).await?;
             let slot = state.open_stream(&caller.key_id)?;
             let sub = rt.subscribe(tenant, session, from).await?;
-            Ok(Sse::new(session_stream(sub, slot))
-                .keep_alive(
-                    KeepAlive::new()
-                        .interval(Duration::from_millis(state.config.heartbeat_ms))
-                        .text("heartbeat"),
-                )
-                .into_response())
+            Ok(Sse::new(while_valid(
+                session_stream(sub, slot),
+                state.clone(),
+                credential,
+            ))
+            .keep_alive(
+                KeepAlive::new()
+                    .interval(Duration::from_millis(state.config.heartbeat_ms))
+                    .text("heartbeat"),
+            )
+            .into_response())
         }
     }
 }
@@ -307,6 +353,7 @@ impl Watch {
 pub async fn tenant_events(
     State(state): State<Shared>,
     Extension(caller): Extension<Caller>,
+    Extension(credential): Extension<Credential>,
 ) -> Result<Response, ApiError> {
     let tenant = caller.tenant_as(Role::Viewer)?;
     let slot = state.open_stream(&caller.key_id)?;
@@ -318,11 +365,13 @@ pub async fn tenant_events(
         page: state.config.tenant_stream_page.clamp(1, 1000),
         _slot: slot,
     };
-    Ok(Sse::new(tenant_stream(w))
-        .keep_alive(
-            KeepAlive::new()
-                .interval(Duration::from_millis(state.config.heartbeat_ms))
-                .text("heartbeat"),
-        )
-        .into_response())
+    Ok(
+        Sse::new(while_valid(tenant_stream(w), state.clone(), credential))
+            .keep_alive(
+                KeepAlive::new()
+                    .interval(Duration::from_millis(state.config.heartbeat_ms))
+                    .text("heartbeat"),
+            )
+            .into_response(),
+    )
 }

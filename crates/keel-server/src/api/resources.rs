@@ -350,6 +350,12 @@ pub async fn get_artifact(
     Q(q): Q<ArtifactQuery>,
 ) -> Result<Json<ArtifactChunkBody>, ApiError> {
     let tenant = caller.tenant_as(Role::Viewer)?;
+    if !keel_tools::artifact::valid_id(&id) {
+        return Err(ApiError::bad_request(
+            "artifact_id",
+            format!("{id:?} is not an artifact id ([A-Za-z0-9._-]+, not starting with \".\")"),
+        ));
+    }
     let limit = match q.limit {
         None => ARTIFACT_CHUNK,
         Some(n) if (1..=ARTIFACT_CHUNK).contains(&n) => n,

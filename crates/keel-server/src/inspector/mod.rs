@@ -297,7 +297,10 @@ async fn do_sign_in(
 /// token). The answer never holds the token.
 async fn session(State(state): State<Shared>, headers: HeaderMap) -> Response {
     let run = async {
-        let id = signin::cookie_value(&headers, tls(&state)).ok_or_else(ended)?;
+        let id = state
+            .inspector
+            .session_cookie(&headers, tls(&state))
+            .ok_or_else(ended)?;
         let signed = state.inspector.lookup(&id).ok_or_else(ended)?;
         same_origin(&state, &headers)?;
         signin::check_token(&headers, &signed.csrf)?;
@@ -319,7 +322,10 @@ async fn sign_out(
     headers: HeaderMap,
 ) -> Response {
     let run = async {
-        let id = signin::cookie_value(&headers, tls(&state)).ok_or_else(ended)?;
+        let id = state
+            .inspector
+            .session_cookie(&headers, tls(&state))
+            .ok_or_else(ended)?;
         let signed = state.inspector.lookup(&id).ok_or_else(ended)?;
         same_origin(&state, &headers)?;
         signin::check_token(&headers, &signed.csrf)?;

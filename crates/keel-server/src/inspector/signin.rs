@@ -6,7 +6,13 @@
 //! price: a restart (or another node behind a balancer without sticky sessions) does not know
 //! the cookie, so the page gets 401 and asks for the key again. A session ends
 //! [`SESSION_TTL`] after sign-in, or [`IDLE_TTL`] after its last request, or at sign-out; the
-//! key's revocation or expiry ends it at the next request (every request checks the key).
+//! key's revocation or expiry ends it at the next request (every request checks the key), and
+//! ends its open event streams within [`crate::api::events::RECHECK`] (at once when this
+//! process ends the session or revokes the key: [`SignIns::changed`]).
+//!
+//! **Several cookies of the name.** Another server of this host can set a cookie of the same
+//! name on a longer path (`Path=/v1`), which the browser sends first: the live session among
+//! them is used ([`SignIns::session_cookie`]), never merely the first.
 //!
 //! **The cookie** (`keel_inspector_<port>`, `__Host-keel_inspector_<port>` with TLS) holds only
 //! the session id: 32 bytes from the OS's random source, hex. The map is keyed by the id's
@@ -85,6 +91,18 @@ pub struct Signed {
 pub struct SignIns {
     sessions: Mutex<HashMap<String, Entry>>,
     failures: Mutex<HashMap<String, VecDeque<Instant>>>,
+    ended: Ended,
+}
+
+/// A counter bumped whenever sessions end here or a key is revoked through this process, so
+/// open streams check their credential at once ([`SignIns::changes`]).
+#[derive(Debug)]
+struct Ended(tokio::sync::watch::Sender<u64>);
+
+impl Default for Ended {
+    fn default() -> Self {
+        Self(tokio::sync::watch::channel(0).0)
+    }
 }
 
 fn random_hex() -> Result<String, ApiError> {
@@ -126,6 +144,7 @@ impl SignIns {
             for (_, k) in own.iter().take(own.len() + 1 - MAX_SESSIONS_PER_KEY) {
                 map.remove(k);
             }
+            self.changed();
         }
         if map.len() >= MAX_SESSIONS {
             return Err(ApiError::unavailable(format!(
@@ -174,10 +193,33 @@ impl SignIns {
         })
     }
 
+    /// The live session of cookie value `id`, without moving its idle deadline (what an open
+    /// stream checks, and what picks among cookies of one name: neither is a request), or
+    /// `None` for an unknown, ended or expired one.
+    pub fn peek(&self, id: &str) -> Option<Signed> {
+        self.peek_at(id, Instant::now())
+    }
+
+    fn peek_at(&self, id: &str, now: Instant) -> Option<Signed> {
+        let map = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(&id_hash(id))
+            .filter(|e| e.live(now))
+            .map(|e| Signed {
+                key_hash: e.key_hash.clone(),
+                csrf: e.csrf.clone(),
+                expires_in_s: SESSION_TTL
+                    .saturating_sub(now.duration_since(e.created))
+                    .as_secs(),
+            })
+    }
+
     /// Ends the session of cookie value `id`; whether there was one.
     pub fn remove(&self, id: &str) -> bool {
         let mut map = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
-        map.remove(&id_hash(id)).is_some()
+        let found = map.remove(&id_hash(id)).is_some();
+        drop(map);
+        self.changed();
+        found
     }
 
     /// Ends every session signed in with the key of hash `key_hash` (its revocation, or "sign
@@ -186,7 +228,22 @@ impl SignIns {
         let mut map = self.sessions.lock().unwrap_or_else(|p| p.into_inner());
         let before = map.len();
         map.retain(|_, e| e.key_hash != key_hash);
-        before - map.len()
+        let ended = before - map.len();
+        drop(map);
+        self.changed();
+        ended
+    }
+
+    /// Tells open streams that a session ended or a key was revoked in this process: each
+    /// checks its credential again at once (a revocation by another process, `keel keys
+    /// revoke` say, is found by their periodic check).
+    pub fn changed(&self) {
+        self.ended.0.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// A receiver that wakes at each [`SignIns::changed`].
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.ended.0.subscribe()
     }
 
     /// Live sessions now.
@@ -276,8 +333,10 @@ pub fn cookie_name(headers: &HeaderMap, tls: bool) -> String {
     )
 }
 
-/// The inspector session id a request's `Cookie` headers carry under [`cookie_name`], if any.
-pub fn cookie_value(headers: &HeaderMap, tls: bool) -> Option<String> {
+/// Every value a request's `Cookie` headers carry under [`cookie_name`], in the order sent
+/// (empty ones left out). There may be several: another server of this host can set a cookie
+/// of the same name on a longer path, which the browser sends first.
+pub fn cookie_values(headers: &HeaderMap, tls: bool) -> Vec<String> {
     let name = cookie_name(headers, tls);
     headers
         .get_all(header::COOKIE)
@@ -285,9 +344,35 @@ pub fn cookie_value(headers: &HeaderMap, tls: bool) -> Option<String> {
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(n, _)| *n == name)
+        .filter(|(n, _)| *n == name)
         .map(|(_, value)| value.trim().trim_matches('"').to_owned())
         .filter(|v| !v.is_empty())
+        .collect()
+}
+
+impl SignIns {
+    /// The inspector session id of a request: of its cookies named [`cookie_name`]
+    /// ([`cookie_values`]), the live session whose token the request carries in
+    /// `X-Keel-CSRF`, else the first live one, else the first value (which then fails as an
+    /// ended session), or `None` without such a cookie. A cookie planted by another server
+    /// cannot hide the real one; the token check still decides.
+    pub fn session_cookie(&self, headers: &HeaderMap, tls: bool) -> Option<String> {
+        let values = cookie_values(headers, tls);
+        let token = headers.get(CSRF_HEADER).map(|t| t.as_bytes().to_vec());
+        let live: Vec<(&String, Signed)> = values
+            .iter()
+            .filter_map(|v| self.peek(v).map(|s| (v, s)))
+            .collect();
+        live.iter()
+            .find(|(_, s)| {
+                token
+                    .as_deref()
+                    .is_some_and(|t| constant_time_eq(t, s.csrf.as_bytes()))
+            })
+            .or_else(|| live.first())
+            .map(|(v, _)| (*v).clone())
+            .or_else(|| values.into_iter().next())
+    }
 }
 
 /// The `Set-Cookie` value that holds session `id` under cookie `name` (`Secure` when `tls`).
@@ -406,6 +491,19 @@ mod tests {
         assert!(s.remove(&other));
         assert!(s.lookup(&other).is_none());
         assert!(!s.remove(&other));
+        // A stream's check finds the same, and does not keep a session from idling.
+        let (third, _) = s.create("sha256:k").unwrap();
+        let changes = s.changes();
+        assert_eq!(s.peek(&third).unwrap().key_hash, "sha256:k");
+        assert!(
+            s.peek_at(&third, now + IDLE_TTL + Duration::from_secs(1))
+                .is_none()
+        );
+        assert!(s.peek_at(&third, now + SESSION_TTL).is_none());
+        assert!(!changes.has_changed().unwrap());
+        assert!(s.remove(&third));
+        assert!(changes.has_changed().unwrap(), "open streams are told");
+        assert!(s.peek(&third).is_none());
         assert!(s.is_empty());
     }
 
@@ -455,6 +553,32 @@ mod tests {
         assert_eq!(s.len(), 1);
     }
 
+    /// Attacker review 19-3: a cookie of the same name planted by another server of this host
+    /// (on a longer path, so sent first) does not hide the live session's.
+    #[test]
+    fn a_planted_cookie_of_the_same_name_does_not_hide_the_session() {
+        let s = SignIns::default();
+        let (id, signed) = s.create("sha256:k").unwrap();
+        let (other, _) = s.create("sha256:k").unwrap();
+        let mut h = HeaderMap::new();
+        let both = format!("keel_inspector_80=0000; keel_inspector_80={id}");
+        h.insert(header::COOKIE, HeaderValue::from_str(&both).unwrap());
+        assert_eq!(cookie_values(&h, false), ["0000", id.as_str()]);
+        assert_eq!(s.session_cookie(&h, false), Some(id.clone()));
+        // Two live ones: the one whose token the request carries.
+        let three =
+            format!("keel_inspector_80=0000; keel_inspector_80={other}; keel_inspector_80={id}");
+        h.insert(header::COOKIE, HeaderValue::from_str(&three).unwrap());
+        h.insert(CSRF_HEADER, HeaderValue::from_str(&signed.csrf).unwrap());
+        assert_eq!(s.session_cookie(&h, false), Some(id.clone()));
+        // None live: the first, which fails as an ended session.
+        s.remove(&id);
+        s.remove(&other);
+        assert_eq!(s.session_cookie(&h, false).as_deref(), Some("0000"));
+        h.remove(header::COOKIE);
+        assert_eq!(s.session_cookie(&h, false), None);
+    }
+
     #[test]
     fn cookies_tokens_and_origins() {
         let mut h = HeaderMap::new();
@@ -462,10 +586,10 @@ mod tests {
             header::COOKIE,
             HeaderValue::from_static("a=1; keel_inspector_80=abc ; keel_inspector_81=x"),
         );
-        assert_eq!(cookie_value(&h, false).as_deref(), Some("abc"));
+        assert_eq!(cookie_values(&h, false), ["abc"]);
         assert_eq!(cookie_name(&h, true), "__Host-keel_inspector_443");
         h.insert(header::HOST, HeaderValue::from_static("127.0.0.1:81"));
-        assert_eq!(cookie_value(&h, false).as_deref(), Some("x"));
+        assert_eq!(cookie_values(&h, false), ["x"]);
         h.remove(header::HOST);
         assert!(set_cookie("n", "abc", true).ends_with("; Secure"));
         assert!(set_cookie("n", "abc", false).contains("HttpOnly; SameSite=Strict"));

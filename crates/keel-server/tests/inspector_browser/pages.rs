@@ -23,6 +23,37 @@ async fn look_alikes_are_flagged_and_huge_model_text_is_capped(b: Backend) {
             &["write_file"],
         )
         .await;
+    // Attacker review 19-1: a combining grapheme joiner and a variation selector glued to `#`
+    // make it no comment; the card must show them.
+    let marks = s
+        .release(
+            "marks",
+            &[json!({"text": "Running.", "tool_calls": [call("shell", json!({"command": "echo safe \u{034f}# ; touch X ; \u{fe0f}# ; touch Y"}))]})],
+            &["shell"],
+        )
+        .await;
+    let marked = s.session(&marks, json!({})).await.body["session_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    // Attacker review 19-4/5: a tool result with a bidi override, a zero-width space and an
+    // `artifact://..` that must not become a link.
+    std::fs::write(
+        s.workspace.join("names.txt"),
+        "evil\u{202e}txt.sh\n\u{200b}hidden.txt\nsee artifact://.. and artifact://.\n",
+    )
+    .unwrap();
+    let reader = s
+        .release(
+            "reader",
+            &[
+                json!({"text": "Reading.", "tool_calls": [call("read_file", json!({"path": "names.txt"}))]}),
+                json!({"text": "Read."}),
+            ],
+            &["read_file"],
+        )
+        .await;
+    let read = s.run_to_idle(&reader, "go").await;
     let big_text = "0123456789".repeat(3000);
     let big = s.release("big", &[json!({"text": big_text})], &[]).await;
     let spoofed = s.session(&spoof, json!({})).await.body["session_id"]
@@ -33,7 +64,7 @@ async fn look_alikes_are_flagged_and_huge_model_text_is_capped(b: Backend) {
         .as_str()
         .unwrap()
         .to_owned();
-    for id in [&spoofed, &long] {
+    for id in [&spoofed, &long, &marked] {
         let r = s
             .post(
                 &format!("/v1/sessions/{id}/turns"),
@@ -68,6 +99,82 @@ async fn look_alikes_are_flagged_and_huge_model_text_is_capped(b: Backend) {
     .await;
     assert_eq!(plain, json!(0));
 
+    go(&c, &s.base, &format!("#/session/{marked}")).await;
+    until(
+        &c,
+        "the approval of the marked command",
+        "document.querySelector('#session-decisions article.approval .lookalike')",
+    )
+    .await;
+    let card = eval(&c, "const card = document.querySelector('#session-decisions article.approval'); return [card.querySelector('pre.args').textContent, card.querySelector('.args-size').textContent, card.querySelector('.args-size').className, card.querySelector('.lookalike').textContent]").await;
+    let args = card[0].as_str().unwrap();
+    assert!(
+        args.contains("echo safe ⟨U+034F⟩# ; touch X ; ⟨U+FE0F⟩# ; touch Y"),
+        "{card}"
+    );
+    assert!(
+        card[1]
+            .as_str()
+            .unwrap()
+            .contains("2 invisible or format characters"),
+        "{card}"
+    );
+    assert!(card[2].as_str().unwrap().contains("warn"), "{card}");
+    assert!(card[3].as_str().unwrap().contains("U+034F"), "{card}");
+    // Attacker review 19-6: "Allow for session" says what it grants.
+    let grant = eval(
+        &c,
+        "return document.querySelector('#session-decisions article.approval p.grant').textContent",
+    )
+    .await;
+    assert!(
+        grant
+            .as_str()
+            .unwrap()
+            .contains("each command of this line, exactly as written"),
+        "{grant}"
+    );
+    let file_grant = eval(&c, "return K.grantOf('write_file')").await;
+    assert!(
+        file_grant.as_str().unwrap().contains("same path(s)"),
+        "{file_grant}"
+    );
+    // Every mark, invisible or not, and every default-ignorable code point is shown.
+    let exact = eval(&c, "const p = K.exactPre('a\\u0301 \\u17b4\\u180b\\u{e0100}\\u115f'); return [p.textContent, p.hidden_chars]").await;
+    assert_eq!(
+        exact,
+        json!(["a⟨U+0301⟩ ⟨U+17B4⟩⟨U+180B⟩⟨U+E0100⟩⟨U+115F⟩", 5])
+    );
+
+    go(&c, &s.base, &format!("#/session/{read}")).await;
+    let output = until(
+        &c,
+        "the read_file result",
+        "document.querySelector('details.tool pre.output') && document.querySelector('details.tool pre.output').textContent",
+    )
+    .await;
+    let output = output.as_str().unwrap();
+    assert!(output.contains("evil⟨U+202E⟩txt.sh"), "{output}");
+    assert!(output.contains("⟨U+200B⟩hidden.txt"), "{output}");
+    assert!(output.contains("artifact://.."), "{output}");
+    let links = eval(
+        &c,
+        "return document.querySelectorAll('a.artifact-link').length",
+    )
+    .await;
+    assert_eq!(links, json!(0), "no link for artifact://.. or artifact://.");
+    go(&c, &s.base, "#/artifact/..").await;
+    let refused = until(
+        &c,
+        "the refused artifact id",
+        "document.querySelector('#artifact-text') && document.querySelector('#artifact-text').textContent",
+    )
+    .await;
+    assert!(
+        refused.as_str().unwrap().contains("Not an artifact id"),
+        "{refused}"
+    );
+
     go(&c, &s.base, &format!("#/session/{long}")).await;
     let shown = until(
         &c,
@@ -86,6 +193,30 @@ async fn look_alikes_are_flagged_and_huge_model_text_is_capped(b: Backend) {
     )
     .await;
     assert_eq!(link, json!(format!("#/journal/{long}")));
+    // Attacker review 19-6: a sign-out the server refuses (here: no token, 403) is shown, and
+    // the page does not claim to be signed out.
+    eval(
+        &c,
+        "sessionStorage.removeItem('inspectorToken'); K.memToken = ''; document.querySelector('#toast').replaceChildren(); return null",
+    )
+    .await;
+    click(&c, "#sign-out").await;
+    let toast = until(
+        &c,
+        "the refused sign-out",
+        "document.querySelector('#toast').textContent",
+    )
+    .await;
+    assert!(
+        toast.as_str().unwrap().contains("Not signed out"),
+        "{toast}"
+    );
+    let still = eval(
+        &c,
+        "return [!document.querySelector('#nav').hidden, !!document.querySelector('#sign-in')]",
+    )
+    .await;
+    assert_eq!(still, json!([true, false]));
     c.close().await.unwrap();
 
     // Review item 5: in dark mode the page is dark and the decision buttons keep WCAG AA

@@ -18,12 +18,17 @@ K.clean = function (s) {
 
 // Characters that show as nothing or as something else: controls (but newline and tab), format
 // characters (bidi overrides and isolates, zero-width, tags), line/paragraph separators, spaces
-// other than U+0020, the braille blank and the Hangul fillers. Runs of one are matched whole.
-const INVISIBLE = /([\p{Cc}\p{Cf}\p{Zl}\p{Zp}\p{Zs}\u2800\u115f\u1160\u3164\uffa0])\1*/gu;
+// other than U+0020, every combining mark (\p{M}: the combining grapheme joiner U+034F, the
+// variation selectors U+FE00–FE0F and U+E0100–E01EF, the Khmer and Mongolian invisible ones;
+// a mark glued to `#` makes it no comment), every Default_Ignorable_Code_Point, the braille
+// blank and the Hangul fillers. Runs of one are matched whole.
+const INVISIBLE = /([\p{Cc}\p{Cf}\p{Zl}\p{Zp}\p{Zs}\p{M}\p{Default_Ignorable_Code_Point}\u2800\u115f\u1160\u3164\uffa0])\1*/gu;
 
 /**
  * Text that will run (arguments, paths, commands) as exactly what it is: nothing is removed;
- * every invisible or format character is shown as a marked `⟨U+XXXX⟩` (a run as `⟨U+XXXX ×N⟩`).
+ * every invisible or format character and every combining mark (even one after a letter: an
+ * approval shows code points, not typography) is shown as a marked `⟨U+XXXX⟩` (a run as
+ * `⟨U+XXXX ×N⟩`).
  * Returns the nodes and `hidden`, how many such characters there were.
  */
 K.exact = function (value) {
@@ -49,6 +54,14 @@ K.exact = function (value) {
   out.hidden = hidden;
   return out;
 };
+
+/**
+ * Output to read (tool results, artifacts, file names in them): terminal escape sequences
+ * (colours) are dropped, and every other invisible, format or bidi character is shown as a
+ * marked `⟨U+XXXX⟩` ([`K.exact`]) rather than deleted or passed on, so `evil⟨U+202E⟩txt.sh`
+ * and `⟨U+200B⟩hidden.txt` read as what they are. Returns nodes (`.hidden` counts).
+ */
+K.visible = (value) => K.exact(String(value == null ? '' : value).replace(ANSI, ''));
 
 /** A `<pre>` of `value` (JSON unless a string) shown exactly ([`K.exact`]); `.hidden` counts. */
 K.exactPre = function (value, attrs) {
@@ -166,6 +179,12 @@ K.$ = (sel, root) => (root || document).querySelector(sel);
 
 /** A path segment, encoded. */
 K.seg = (s) => encodeURIComponent(String(s));
+
+/**
+ * Whether `id` is an artifact id as the tools make them (`[A-Za-z0-9._-]+`, not starting with a
+ * dot: so never `.` or `..`, which a URL would resolve to another path).
+ */
+K.artifactId = (id) => /^[A-Za-z0-9_-][A-Za-z0-9._-]*$/.test(String(id));
 
 /** A status badge. */
 K.badge = (status) => K.h('span', { class: 'status st-' + String(status).replace(/[^a-z_]/g, '') }, String(status));
@@ -431,11 +450,19 @@ K.signedIn = function () {
   K.route();
 };
 
+/**
+ * Ends the session on the server. A refusal other than "already ended" (401) is shown, and the
+ * page stays signed in: saying "Signed out." while the server's session lives would be a lie.
+ */
 K.signOut = async function () {
   try {
     await K.api('POST', '/inspector/sign-out');
-  } catch (_) {
-    // Ended already: sign-in again either way.
+  } catch (e) {
+    if (e.status !== 401) {
+      K.toast('Not signed out: ' + e.message);
+      return;
+    }
+    // Ended already (K.api went back to sign-in): nothing more to end.
   }
   // The next person to sign in here starts at the list, not at this user's last page.
   history.replaceState(null, '', location.pathname);

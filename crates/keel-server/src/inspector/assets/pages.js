@@ -137,14 +137,15 @@
   /**
    * The distinct characters of `text` outside printable ASCII that can pass for something else
    * (letters, digits, punctuation and symbols of other scripts: Cyrillic `а` for Latin `a`), as
-   * `"а" U+0430` labels; `.count` is how many there are in all. Invisible ones are shown by
-   * [`K.exact`] already and not counted here.
+   * `"а" U+0430` labels; `.count` is how many there are in all. Combining marks (`\p{M}`, the
+   * invisible ones included) are counted too; other invisible ones are shown by [`K.exact`]
+   * already and not counted here.
    */
   K.lookAlikes = function (text) {
     const seen = new Map();
     let count = 0;
     for (const ch of String(text || '')) {
-      if (ch.codePointAt(0) < 0x7f || !/[\p{L}\p{N}\p{P}\p{S}]/u.test(ch)) continue;
+      if (ch.codePointAt(0) < 0x7f || !/[\p{L}\p{M}\p{N}\p{P}\p{S}]/u.test(ch)) continue;
       count++;
       if (!seen.has(ch)) seen.set(ch, '"' + ch + '" U+' + ch.codePointAt(0).toString(16).toUpperCase().padStart(4, '0'));
     }
@@ -161,6 +162,21 @@
       ' character' + (alike.count > 1 ? 's' : '') + ' that may pass for others: ', alike.map((c, i) => [i ? ', ' : '', h('code', {}, c)]),
       '. Read the arguments before deciding.');
   }
+
+  // The tools whose session rule is a path (keel_tools::policy::FILE_TOOLS).
+  const PATH_TOOLS = ['read_file', 'write_file', 'edit_file', 'list_dir', 'glob', 'grep'];
+
+  /**
+   * What "Allow for session" grants, in words (as `keel decide` says it, from
+   * keel_tools::policy::session_rules_for): `shell`, each command of the line exactly as
+   * written; a file tool, the same tool on the same paths with any content; any other tool,
+   * every call of it.
+   */
+  K.grantOf = function (tool) {
+    if (tool === 'shell') return 'Grants: each command of this line, exactly as written, runs without asking for the rest of this session; other commands still ask.';
+    if (PATH_TOOLS.includes(tool)) return 'Grants: ' + tool + ' on the same path(s), with any other arguments, runs without asking for the rest of this session; other paths still ask.';
+    return 'Grants: every ' + tool + ' call, with any arguments, runs without asking for the rest of this session.';
+  };
 
   /** A pending approval: exact arguments, a diff for edits, allow/deny with a reason. */
   K.approvalCard = function (a, done) {
@@ -197,8 +213,9 @@
         h('label', { for: reason.id }, 'Reason (shown to the model on deny)'), reason,
         h('div', { class: 'actions' },
           h('button', { type: 'button', class: 'primary allow', onclick: decide('allow_once') }, 'Allow once'),
-          h('button', { type: 'button', class: 'allow-session', onclick: decide('allow_for_session') }, 'Allow for session'),
+          h('button', { type: 'button', class: 'allow-session', onclick: decide('allow_for_session'), 'aria-describedby': 'grant-' + a.approval_id }, 'Allow for session'),
           h('button', { type: 'button', class: 'danger deny', onclick: decide('deny') }, 'Deny')),
+        h('p', { class: 'muted grant', id: 'grant-' + a.approval_id }, K.grantOf(a.tool_name)),
       ]);
   };
 
@@ -424,12 +441,16 @@
   K.pages.artifact = async function (main, id) {
     const pre = h('pre', { id: 'artifact-text' });
     const more = h('button', { type: 'button', hidden: true }, 'Load more');
-    K.append(main, [h('h1', {}, 'Artifact ', h('code', {}, id)), pre, more]);
+    K.append(main, [h('h1', {}, 'Artifact ', h('code', {}, K.visible(id))), pre, more]);
+    if (!K.artifactId(id)) {
+      K.fill(pre, 'Not an artifact id (ids are letters, digits, ".", "_" and "-", and do not start with ".").');
+      return;
+    }
     let offset = 0;
     const load = async () => {
       try {
         const a = await api('GET', '/v1/artifacts/' + seg(id) + '?offset=' + offset);
-        K.append(pre, [a.text]);
+        K.append(pre, [K.visible(a.text)]);
         offset = a.next_offset || 0;
         more.hidden = !a.next_offset;
       } catch (e) {

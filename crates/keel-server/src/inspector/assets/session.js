@@ -132,8 +132,9 @@
 
   function output(text) {
     const s = String(text || '');
-    const links = [...s.matchAll(ARTIFACT)].map((x) => h('a', { href: '#/artifact/' + seg(x[1]), class: 'artifact-link' }, 'full output (' + x[1] + ')'));
-    return [h('pre', { class: 'output' }, s.length > SHOWN ? s.slice(0, SHOWN) + '\n… (' + (s.length - SHOWN) + ' more characters)' : s), links];
+    const links = [...s.matchAll(ARTIFACT)].filter((x) => K.artifactId(x[1])).map((x) => h('a', { href: '#/artifact/' + seg(x[1]), class: 'artifact-link' }, 'full output (' + x[1] + ')'));
+    return [h('pre', { class: 'output' }, K.visible(s.length > SHOWN ? s.slice(0, SHOWN) : s),
+      s.length > SHOWN ? '\n… (' + (s.length - SHOWN) + ' more characters)' : null), links];
   }
 
   function conversation(m) {
