@@ -88,6 +88,17 @@ async fn an_unknown_effect_is_decided_by_clicks_and_journaled(b: Backend) {
         ("retry", "retry"),
     ] {
         let sid = unknown_effect(&s, &release).await;
+        if button == "committed" {
+            // The session page shows the call as outcome_unknown (the event names only the
+            // operation key), its timeline bar stopped and drawn as waiting, not running.
+            go(&c, &s.base, &format!("#/session/{sid}")).await;
+            until(
+                &c,
+                "the call shown outcome_unknown",
+                "document.querySelector('#timeline-svg .bar-tool.waiting') && !document.querySelector('#timeline-svg .bar-tool.running') && [...document.querySelectorAll('.status')].some((b) => b.textContent === 'outcome_unknown')",
+            )
+            .await;
+        }
         // From another page, so the Decisions page is routed to afresh.
         go(&c, &s.base, "#/sessions").await;
         go(&c, &s.base, "#/decisions").await;

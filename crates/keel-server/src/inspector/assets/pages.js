@@ -319,6 +319,8 @@
    * phone): `groups` of `{label, parts: [{series, value}]}`; `series` names the colours, in the
    * legend below it; `unit` ('tokens' or 'USD') titles the y axis, `xTitle` the x axis.
    */
+  /** Distinct series colours (`.series-0` … `.series-11` in app.css); more series repeat them. */
+  K.SERIES = 12;
   K.barChart = function (id, groups, series, unit, xTitle, width) {
     const W = Math.max(300, Math.round(width || 860)), H = 240, L = 64, R = 8, B = 44, T = 12;
     const max = Math.max(unit === 'USD' ? 0.0001 : 1, ...groups.map((g) => g.parts.reduce((n, p) => n + p.value, 0)));
@@ -345,13 +347,13 @@
       for (const p of g.parts) {
         const y0 = y(top);
         top += p.value;
-        svg.appendChild(h('rect', { class: 'series-' + (series.indexOf(p.series) % 6), x, y: y(top), width: bw, height: Math.max(0, y0 - y(top)) },
+        svg.appendChild(h('rect', { class: 'series-' + (series.indexOf(p.series) % K.SERIES), x, y: y(top), width: bw, height: Math.max(0, y0 - y(top)) },
           h('title', {}, g.label + ' · ' + p.series + ': ' + fmt(p.value, unit))));
       }
       if (i % every === 0) svg.appendChild(h('text', { class: 'tick', x: x + bw / 2, y: H - B + 14, 'text-anchor': 'middle' }, cut(g.label)));
     });
     const legend = h('ul', { class: 'chart-legend', 'aria-label': 'legend' }, series.map((s, i) => h('li', {},
-      h('span', { class: 'swatch series-' + (i % 6), 'aria-hidden': 'true' }), s)));
+      h('span', { class: 'swatch series-' + (i % K.SERIES), 'aria-hidden': 'true' }), s)));
     return h('figure', { class: 'chart' }, h('div', { class: 'chart-scroll' }, svg), legend);
   };
 

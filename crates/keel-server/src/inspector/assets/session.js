@@ -18,14 +18,15 @@
 
   /** The session as the events so far tell it (what the conversation and timeline draw). */
   function model(id) {
-    return { id, status: '', seq: 0, turns: new Map(), steps: new Map(), calls: new Map(), lastStep: null, first: null };
+    return { id, status: '', seq: 0, turns: new Map(), steps: new Map(), calls: new Map(), effects: new Map(), lastStep: null, first: null };
   }
 
   function outcomeOf(status) {
     if (['succeeded', 'completed', 'committed', 'idle'].includes(status)) return 'ok';
-    if (['failed', 'aborted', 'rejected'].includes(status)) return 'failed';
+    if (['failed', 'rejected'].includes(status)) return 'failed';
     if (['awaiting_approval', 'requires_action', 'queued', 'outcome_unknown'].includes(status)) return 'waiting';
-    if (['cancelled', 'interrupted'].includes(status)) return 'cancelled';
+    // A turn cancelled by a person ends `aborted`: drawn as cancelled, not as a failure.
+    if (['cancelled', 'interrupted', 'aborted'].includes(status)) return 'cancelled';
     return 'running';
   }
 
@@ -97,9 +98,14 @@
         }
         break;
       }
+      case 'effect.prepared':
+        // Later effect events name only the operation key: remember whose call it is.
+        if (ev.operation_key && ev.tool_call_id) m.effects.set(ev.operation_key, ev.tool_call_id);
+        break;
       case 'effect.outcome_unknown': {
-        const call = ev.tool_call_id && m.calls.get(ev.tool_call_id);
-        if (call && call.end == null) call.status = 'outcome_unknown';
+        const call = m.calls.get(ev.tool_call_id || m.effects.get(ev.operation_key));
+        // Its worker is gone: the bar stops where the outcome became unknown, waiting on a human.
+        if (call && call.end == null) Object.assign(call, { status: 'outcome_unknown', unknownAt: t });
         break;
       }
       case 'tool_call.finished': {
@@ -179,7 +185,7 @@
           for (const a of step.attempts) rows.push({ kind: 'attempt', label: 'attempt ' + a.n, start: a.start, end: a.end, status: a.status, note: a.model + (a.error ? ': ' + a.error : ''), depth: 2 });
         }
         for (const c of step.calls) {
-          rows.push({ kind: 'tool', label: c.name, start: c.start, end: c.end, status: c.status, id: c.id, depth: 2,
+          rows.push({ kind: 'tool', label: c.name, start: c.start, end: c.end || c.unknownAt || null, status: c.status, id: c.id, depth: 2,
             wait: c.waitStart != null ? { start: c.waitStart, end: c.waitEnd } : null, runStart: c.runStart });
         }
       }
