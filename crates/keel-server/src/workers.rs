@@ -168,23 +168,24 @@ impl TenantPolicy {
 }
 
 /// Turns this node admitted whose submission has not finished, per tenant and in all: what
-/// the store's queue depths do not show yet ([`admit_turn`]).
+/// the store's queue depths may not show yet ([`admit_turn`]).
 #[derive(Debug, Default)]
 pub struct Admissions {
     pending: std::sync::Mutex<Pending>,
+    /// One judgement at a time: a submission reads the depths and is admitted or refused
+    /// before the next one reads them (held only while judging, never while a turn is written).
+    gate: tokio::sync::Mutex<()>,
 }
 
 /// The counts behind [`Admissions`].
 #[derive(Debug, Default)]
 struct Pending {
-    /// Submissions in flight (reserved, admitted or not yet judged) per tenant.
+    /// Admitted submissions in flight (their `turn.queued` maybe not written yet) per tenant.
     by_tenant: HashMap<TenantId, u64>,
-    /// Submissions in flight over all tenants.
+    /// Admitted submissions in flight over all tenants.
     all: u64,
-    /// Of those, the ones admitted (their `turn.queued` not written yet).
-    admitted: u64,
-    /// The most admitted at once since start.
-    admitted_max: u64,
+    /// The most in flight at once since start.
+    all_max: u64,
 }
 
 impl Admissions {
@@ -194,51 +195,41 @@ impl Admissions {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Counts one more submission of `tenant` in flight; returns it with the counts of the
-    /// tenant's and all tenants' submissions in flight, this one included.
-    fn reserve(&self, tenant: TenantId) -> (Admitted<'_>, u64, u64) {
+    /// The admitted submissions in flight: `tenant`'s and all tenants'.
+    fn in_flight(&self, tenant: TenantId) -> (u64, u64) {
+        let p = self.lock();
+        (p.by_tenant.get(&tenant).copied().unwrap_or(0), p.all)
+    }
+
+    /// Counts one more admitted submission of `tenant` in flight until the guard is dropped.
+    fn admit(&self, tenant: TenantId) -> Admitted<'_> {
         let mut p = self.lock();
-        let mine = p.by_tenant.entry(tenant).or_insert(0);
-        *mine += 1;
-        let mine = *mine;
+        *p.by_tenant.entry(tenant).or_insert(0) += 1;
         p.all += 1;
-        (
-            Admitted {
-                admissions: self,
-                tenant,
-                admitted: false,
-            },
-            mine,
-            p.all,
-        )
+        p.all_max = p.all_max.max(p.all);
+        Admitted {
+            admissions: self,
+            tenant,
+        }
     }
 
-    /// Marks `a` admitted (counted by [`Admissions::unwritten`] until dropped).
-    fn admit(&self, a: &mut Admitted<'_>) {
-        let mut p = self.lock();
-        p.admitted += 1;
-        p.admitted_max = p.admitted_max.max(p.admitted);
-        a.admitted = true;
-    }
-
-    /// The in-memory buffer of admission: turns admitted whose `turn.queued` is not written
-    /// yet, now and the most at once since start. [`admit_turn`] keeps both at most the
-    /// service's `max_queued_turns` on one node (each admitted turn counts against the bound
-    /// before it reaches the store); `/metrics` serves them as `keel_admitted_turns_unwritten`
-    /// and `keel_admitted_turns_unwritten_max`.
+    /// The in-memory buffer of admission: turns admitted whose submission has not finished
+    /// (their `turn.queued` maybe not written yet), now and the most at once since start.
+    /// [`admit_turn`] keeps both at most the service's `max_queued_turns` on one node (each
+    /// admitted turn counts against the bound until its submission finishes); `/metrics`
+    /// serves them as `keel_admitted_turns_unwritten` and `keel_admitted_turns_unwritten_max`.
     pub fn unwritten(&self) -> (u64, u64) {
         let p = self.lock();
-        (p.admitted, p.admitted_max)
+        (p.all, p.all_max)
     }
 }
 
 /// A turn admitted by [`admit_turn`]: counted as in flight until dropped (keep it until the
-/// submission is written, or refused).
+/// submission is written).
 #[derive(Debug)]
 pub struct Admitted<'a> {
     admissions: &'a Admissions,
     tenant: TenantId,
-    admitted: bool,
 }
 
 impl Drop for Admitted<'_> {
@@ -251,9 +242,6 @@ impl Drop for Admitted<'_> {
             }
         }
         p.all = p.all.saturating_sub(1);
-        if self.admitted {
-            p.admitted = p.admitted.saturating_sub(1);
-        }
     }
 }
 
@@ -262,12 +250,14 @@ impl Drop for Admitted<'_> {
 /// `max_queued_turns`. Nothing already accepted is dropped: this only refuses new input. The
 /// refusal for the service's limit says it is full, not how many turns other tenants queued.
 ///
-/// Exact on one node under concurrent submits: each submission counts itself in flight
-/// (`admissions`) *before* reading the store's depths, and stays counted until the returned
-/// [`Admitted`] is dropped (after its turn is written), so of two concurrent submissions at
-/// least one counts the other — in flight, or already in the store's depth. Submissions on
-/// different API nodes are not counted by each other: with several API nodes the depth can pass
-/// the limit by the submissions the other nodes have in flight at that moment.
+/// Never past the limit on one node under concurrent submits: submissions are judged one at a
+/// time (the depths read and the decision made under `admissions`' gate), and an admitted one
+/// stays counted until the returned [`Admitted`] is dropped (after its turn is written). A turn
+/// written but not yet dropped is counted twice — in the store's depth and in flight — so a
+/// burst may be refused a little early (never late); a refused submission counts against no
+/// one, so a burst at an empty queue always admits its first. Submissions on different API
+/// nodes are not counted by each other: with several API nodes the depth can pass the limit
+/// by the submissions the other nodes have in flight at that moment.
 ///
 /// # Errors
 /// The 429; store errors (500).
@@ -280,11 +270,12 @@ pub async fn admit_turn<'a>(
     metrics: &keel_runtime::metrics::Metrics,
 ) -> Result<Admitted<'a>, ApiError> {
     use keel_runtime::metrics::AdmissionScope;
-    let (mut admitted, mine_pending, all_pending) = admissions.reserve(tenant);
+    let _judging = admissions.gate.lock().await;
     let (mine, all) = store.queue_depth(tenant).await?;
-    // The others in flight (this submission is not queued yet).
-    let mine = mine.saturating_add(mine_pending - 1);
-    let all = all.saturating_add(all_pending - 1);
+    // The others admitted whose turns may not be in the depths yet.
+    let (mine_flight, all_flight) = admissions.in_flight(tenant);
+    let mine = mine.saturating_add(mine_flight);
+    let all = all.saturating_add(all_flight);
     let limit = policy.limits(tenant).max_queued_turns;
     // The queue drains at the workers' pace; one poll interval per hundred queued turns over
     // the limit is the estimate, at least a second, at most a minute.
@@ -308,8 +299,7 @@ pub async fn admit_turn<'a>(
             retry(all - settings.max_queued_turns),
         ));
     }
-    admissions.admit(&mut admitted);
-    Ok(admitted)
+    Ok(admissions.admit(tenant))
 }
 
 /// The workers of this node.
