@@ -1,0 +1,347 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use chrono::Utc;
+use keel_core::{ApprovalRecord, Correlation, EventBody, ToolCallId, TurnId, Usage};
+
+use super::*;
+use crate::store::Store;
+use crate::types::{NewSession, UsageDelta};
+use crate::{SqlStore, StoreError};
+
+fn queued(session: SessionId, after: u64, n: u64) -> Vec<Event> {
+    (1..=n)
+        .map(|i| {
+            Event::new(
+                session,
+                after + i,
+                Utc::now(),
+                Correlation::default(),
+                EventBody::TurnQueued {
+                    input: format!("{}", after + i),
+                    compiled: None,
+                },
+            )
+        })
+        .collect()
+}
+
+fn approval(session: SessionId) -> ApprovalRecord {
+    ApprovalRecord::request(
+        session,
+        TurnId::new(),
+        ToolCallId::from("c"),
+        "shell",
+        serde_json::json!({}),
+        Utc::now(),
+        chrono::Duration::hours(1),
+    )
+}
+
+fn usage(steps: u32) -> UsageDelta {
+    UsageDelta {
+        day: "2026-05-01".into(),
+        model: "m".into(),
+        usage: Usage {
+            input_tokens: u64::from(steps),
+            ..Usage::default()
+        },
+        cost_usd: 0.5,
+        steps,
+    }
+}
+
+/// A store with `n` leased sessions at version 0.
+async fn setup(
+    dir: &tempfile::TempDir,
+    n: usize,
+) -> (SqlStore, TenantId, Vec<(SessionId, LeaseEpoch)>) {
+    let store = SqlStore::open_sqlite(&dir.path().join("k.db"))
+        .await
+        .unwrap();
+    let t = TenantId::new();
+    let mut sessions = Vec::new();
+    for _ in 0..n {
+        let s = SessionId::new();
+        store
+            .create_session(
+                t,
+                NewSession {
+                    session_id: s,
+                    release_id: keel_core::ReleaseId::from("r"),
+                    parent_session_id: None,
+                    metadata: serde_json::json!({}),
+                },
+            )
+            .await
+            .unwrap();
+        let lease = store
+            .acquire_lease(t, s, "w", Duration::from_secs(30))
+            .await
+            .unwrap();
+        sessions.push((s, lease.epoch));
+    }
+    (store, t, sessions)
+}
+
+fn pending(requests: Vec<Result<AppendRequest>>) -> Vec<Pending> {
+    requests
+        .into_iter()
+        .map(|req| Pending {
+            req: req.unwrap(),
+            reply: oneshot::channel().0,
+        })
+        .collect()
+}
+
+/// Commits `batch` on the store's writer, as a group commit leader does.
+async fn run(store: &SqlStore, batch: &[Pending]) -> Vec<Result<Appended, CasFailure>> {
+    let writer = store.inner.writer.clone().unwrap();
+    let mut conn = writer.lock().await;
+    run_batch(&mut conn, &store.inner.pool, batch)
+        .await
+        .unwrap()
+}
+
+fn summary(results: &[Result<Appended, CasFailure>]) -> Vec<String> {
+    results
+        .iter()
+        .map(|r| match r {
+            Ok(a) => format!("ok {}", a.version),
+            Err(CasFailure::Stale { actual }) => format!("stale {actual}"),
+            Err(CasFailure::Store(StoreError::Conflict(_))) => "conflict".into(),
+            Err(_) => "other".into(),
+        })
+        .collect()
+}
+
+/// One hand-built batch mixing both paths, several rounds of one session, a refused
+/// compare-and-set and failing extras: every request gets its own outcome and only the
+/// successful ones are written, in one transaction.
+#[tokio::test]
+async fn a_mixed_batch_commits_exactly_the_requests_that_succeed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, t, sessions) = setup(&dir, 2).await;
+    let [(s1, e1), (s2, e2)] = [sessions[0], sessions[1]];
+    let taken = approval(s2);
+    store.create_approval(t, &taken).await.unwrap();
+
+    let with = |usage_steps: u32, approvals: Vec<ApprovalRecord>| AppendExtras {
+        approvals,
+        usage: vec![usage(usage_steps)],
+        ..AppendExtras::default()
+    };
+    let requests = vec![
+        // Round 1: s1 on the fast path; s2 with extras that conflict (rolled back alone).
+        AppendRequest::new(t, s1, 0, e1, &queued(s1, 0, 1), &AppendExtras::default()),
+        AppendRequest::new(
+            t,
+            s2,
+            0,
+            e2,
+            &queued(s2, 0, 1),
+            &with(100, vec![approval(s2), taken.clone()]),
+        ),
+        // Round 2: s1 with extras after the fast-path append; s2 on the fast path at 0
+        // (the failed request left the version where it was).
+        AppendRequest::new(
+            t,
+            s1,
+            1,
+            e1,
+            &queued(s1, 1, 2),
+            &with(1, vec![approval(s1)]),
+        ),
+        AppendRequest::new(t, s2, 0, e2, &queued(s2, 0, 1), &AppendExtras::default()),
+        // Round 3: s1 with extras, stale (rolled back alone); round 4: s1 with extras again.
+        AppendRequest::new(t, s1, 1, e1, &queued(s1, 1, 1), &with(1000, vec![])),
+        AppendRequest::new(t, s1, 3, e1, &queued(s1, 3, 1), &with(10, vec![])),
+    ];
+    let batch = pending(requests);
+    let results = run(&store, &batch).await;
+    assert_eq!(
+        summary(&results),
+        ["ok 1", "conflict", "ok 3", "ok 1", "stale 3", "ok 4"]
+    );
+    assert_eq!(store.read(t, s1, 0, None).await.unwrap().len(), 4);
+    assert_eq!(store.read(t, s2, 0, None).await.unwrap().len(), 1);
+    assert_eq!(store.get_session(t, s1).await.unwrap().version, 4);
+    assert_eq!(store.list_approvals(t, s1, None).await.unwrap().len(), 1);
+    assert_eq!(
+        store.list_approvals(t, s2, None).await.unwrap(),
+        vec![store.get_approval(t, taken.approval_id).await.unwrap()],
+        "the conflicting request's other approval was rolled back"
+    );
+    let rows = store.usage(t, "2026-05-01", "2026-05-01").await.unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!((rows[0].steps, rows[0].cost_usd), (11, 1.0));
+}
+
+/// The scheduler's columns of each session in `sessions`: (runnable, runnable_since,
+/// queued_turns, priority, schema_version).
+async fn marks(
+    store: &SqlStore,
+    sessions: &[(SessionId, LeaseEpoch)],
+) -> Vec<(i64, Option<i64>, i64, i64, i64)> {
+    let mut out = Vec::new();
+    for (s, _) in sessions {
+        let r = sqlx::query(
+            "SELECT runnable, runnable_since, queued_turns, priority, schema_version \
+             FROM sessions WHERE session_id = ?",
+        )
+        .bind(s.to_string())
+        .fetch_one(&store.inner.pool)
+        .await
+        .unwrap();
+        out.push((
+            r.try_get("runnable").unwrap(),
+            r.try_get("runnable_since").unwrap(),
+            r.try_get("queued_turns").unwrap(),
+            r.try_get("priority").unwrap(),
+            r.try_get("schema_version").unwrap(),
+        ));
+    }
+    out
+}
+
+fn marked(runnable: bool, queued_turns: u32, priority: Option<i32>) -> AppendExtras {
+    AppendExtras {
+        work: Some(crate::WorkMark {
+            runnable,
+            queued_turns,
+        }),
+        priority,
+        ..AppendExtras::default()
+    }
+}
+
+/// One batch of several sessions' appends, set-wise and in savepoints, over two rounds:
+/// each session gets its own work mark and priority, `runnable_since` is set when the
+/// session becomes runnable and kept while it stays, the schema version only rises, and
+/// exactly the appends that made a session runnable report it (they wake the workers).
+#[tokio::test]
+async fn a_batch_writes_each_sessions_work_mark() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, t, sessions) = setup(&dir, 4).await;
+    let [(s1, e1), (s2, e2), (s3, e3), (s4, e4)] =
+        [sessions[0], sessions[1], sessions[2], sessions[3]];
+    // s3 was written by an older schema, s4 by a newer one (as a newer worker would).
+    for (s, v) in [(s3, 1), (s4, 3)] {
+        sqlx::query("UPDATE sessions SET schema_version = ? WHERE session_id = ?")
+            .bind(v)
+            .bind(s.to_string())
+            .execute(&store.inner.pool)
+            .await
+            .unwrap();
+    }
+    let with_usage = AppendExtras {
+        usage: vec![usage(1)],
+        ..marked(true, 1, None)
+    };
+    let batch = pending(vec![
+        // Round 1: s1, s2, s3 set-wise; s4 in a savepoint (extras).
+        AppendRequest::new(t, s1, 0, e1, &queued(s1, 0, 1), &marked(true, 2, Some(3))),
+        AppendRequest::new(t, s2, 0, e2, &queued(s2, 0, 1), &marked(false, 0, None)),
+        AppendRequest::new(t, s3, 0, e3, &queued(s3, 0, 1), &AppendExtras::default()),
+        AppendRequest::new(t, s4, 0, e4, &queued(s4, 0, 1), &with_usage),
+        // Round 2: s1 again, still runnable, one turn started.
+        AppendRequest::new(t, s1, 1, e1, &queued(s1, 1, 1), &marked(true, 1, None)),
+    ]);
+    let before = now_ms();
+    let results = run(&store, &batch).await;
+    let after = now_ms();
+    let woke: Vec<Option<bool>> = results
+        .iter()
+        .map(|r| r.as_ref().ok().map(|a| a.woke))
+        .collect();
+    // s1's second request is in the commit that made it runnable.
+    assert_eq!(
+        woke,
+        [Some(true), Some(false), Some(false), Some(true), Some(true)]
+    );
+    let rows = marks(&store, &sessions).await;
+    let since = rows[0].1.unwrap();
+    assert!(
+        (before..=after).contains(&since),
+        "{since} not in {before}..={after}"
+    );
+    assert_eq!(rows[0], (1, Some(since), 1, 3, 2));
+    assert_eq!(rows[1], (0, None, 0, 0, 2));
+    assert_eq!(rows[2], (0, None, 0, 0, 2), "the schema version rose to 2");
+    assert_eq!(
+        rows[3],
+        (1, rows[3].1, 1, 0, 3),
+        "a newer schema version stays"
+    );
+    assert!(rows[3].1.is_some());
+
+    // Later, alone: s1 stays runnable (its runnable_since stays), then stops being runnable.
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let batch = pending(vec![AppendRequest::new(
+        t,
+        s1,
+        2,
+        e1,
+        &queued(s1, 2, 1),
+        &marked(true, 0, Some(-2)),
+    )]);
+    let results = run(&store, &batch).await;
+    assert!(!results[0].as_ref().ok().unwrap().woke);
+    assert_eq!(
+        marks(&store, &sessions).await[0],
+        (1, Some(since), 0, -2, 2)
+    );
+    store
+        .append_with(t, s1, 3, e1, &queued(s1, 3, 1), &marked(false, 0, None))
+        .await
+        .unwrap();
+    assert_eq!(marks(&store, &sessions).await[0], (0, None, 0, -2, 2));
+}
+
+/// A fast-path statement that fails (an event row already at that seq) fails the set-wise
+/// transaction; every request is then retried alone, extras included, and only the faulty
+/// one fails.
+#[tokio::test]
+async fn a_failing_fast_path_retries_requests_with_extras_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, t, sessions) = setup(&dir, 2).await;
+    let [(s1, e1), (s2, e2)] = [sessions[0], sessions[1]];
+    let writer = store.inner.writer.clone().unwrap();
+    {
+        let mut conn = writer.lock().await;
+        let row = queued(s2, 0, 1).remove(0);
+        sqlx::query(
+            "INSERT INTO events (tenant_id, session_id, seq, type, ts, body) VALUES (?, ?, 1, ?, 0, ?)",
+        )
+        .bind(t.to_string())
+        .bind(s2.to_string())
+        .bind(row.type_name())
+        .bind(row.encode())
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    }
+    let batch = pending(vec![
+        AppendRequest::new(
+            t,
+            s1,
+            0,
+            e1,
+            &queued(s1, 0, 1),
+            &AppendExtras {
+                approvals: vec![approval(s1)],
+                usage: vec![usage(2)],
+                ..AppendExtras::default()
+            },
+        ),
+        AppendRequest::new(t, s2, 0, e2, &queued(s2, 0, 1), &AppendExtras::default()),
+    ]);
+    let results = run(&store, &batch).await;
+    assert_eq!(summary(&results), ["ok 1", "other"]);
+    assert_eq!(store.get_session(t, s1).await.unwrap().version, 1);
+    assert_eq!(store.get_session(t, s2).await.unwrap().version, 0);
+    assert_eq!(store.list_approvals(t, s1, None).await.unwrap().len(), 1);
+    let rows = store.usage(t, "2026-05-01", "2026-05-01").await.unwrap();
+    assert_eq!(rows[0].steps, 2, "extras applied once, by the retry");
+}
