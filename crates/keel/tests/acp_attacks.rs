@@ -148,7 +148,8 @@ fn acp_another_spelling_of_a_prompting_session_is_refused_and_cancel_still_works
 
 /// F3: a `session/cancel` sent right behind its `session/prompt` (before the turn is queued,
 /// or just after) cancels it: the prompt answers `cancelled` and its tool never runs — whatever
-/// the gap (each session of the loop tries another one; none may slip through).
+/// the gap (each session of the loop tries another one; none may slip through). The model
+/// takes 2 s to answer, so every gap falls before the turn could end on its own.
 #[test]
 fn acp_a_cancel_right_behind_the_prompt_cancels_it() {
     let env = Env::new();
@@ -159,7 +160,7 @@ fn acp_a_cancel_right_behind_the_prompt_cancels_it() {
     let model = script(
         &env,
         &[
-            json!({"tool_calls": [{"name": "shell", "arguments": {"command": "echo ran >> ran.txt"}}]}),
+            json!({"tool_calls": [{"name": "shell", "arguments": {"command": "echo ran >> ran.txt"}}], "delay_ms": 2000}),
             json!({"text": "done"}),
         ],
     );

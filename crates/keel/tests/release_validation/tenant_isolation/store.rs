@@ -584,6 +584,18 @@ pub(super) async fn every_store_call_across_the_boundary(backend: Backend) {
         )
     );
     blind!(
+        "claim_sessions",
+        store.claim_sessions(
+            a,
+            "worker-a",
+            Duration::from_secs(5),
+            Utc::now(),
+            u32::MAX,
+            0,
+            100
+        )
+    );
+    blind!(
         "memory_search",
         store.memory_search(a, None, "b-secret-memory", 10)
     );
