@@ -145,6 +145,14 @@ impl Runner {
                 let duration = t.started_at.map_or(0, |s| {
                     u64::try_from((Utc::now() - s).num_milliseconds()).unwrap_or(0)
                 });
+                // A cancel acknowledged while the turn was completing (journaled after the
+                // planner chose to complete, before this) wins: the turn ends `aborted`.
+                let reason = if reason == TerminalReason::Completed && t.cancel_requested.is_some()
+                {
+                    TerminalReason::Aborted
+                } else {
+                    reason
+                };
                 items.push((
                     Correlation::turn(turn),
                     EventBody::TurnFinished {
