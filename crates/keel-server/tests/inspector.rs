@@ -573,7 +573,8 @@ async fn open_streams_end_when_the_key_is_revoked_or_the_session_signed_out_ever
         one.ends_within(deadline).await,
         "the session stream of a revoked key ended"
     );
-    // Attacker review 19-5: the artifact route refuses `.`, `..` and other non-ids.
+    // Attacker review 19-5: the artifact route refuses `.`, `..` and other non-ids (404: they
+    // name no artifact).
     // (Sent raw: an HTTP client would resolve `%2E%2E` to `/v1/` before sending it.)
     for bad in ["%2E%2E", "%2E", ".hidden", "a%2Fb"] {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -586,7 +587,7 @@ async fn open_streams_end_when_the_key_is_revoked_or_the_session_signed_out_ever
         tcp.write_all(request.as_bytes()).await.unwrap();
         let mut answer = String::new();
         tcp.read_to_string(&mut answer).await.unwrap();
-        assert!(answer.starts_with("HTTP/1.1 400"), "{bad}: {answer}");
+        assert!(answer.starts_with("HTTP/1.1 404"), "{bad}: {answer}");
         assert!(
             answer.contains("\"field\":\"artifact_id\""),
             "{bad}: {answer}"

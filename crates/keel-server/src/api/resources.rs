@@ -350,11 +350,10 @@ pub async fn get_artifact(
     Q(q): Q<ArtifactQuery>,
 ) -> Result<Json<ArtifactChunkBody>, ApiError> {
     let tenant = caller.tenant_as(Role::Viewer)?;
+    // Not an id (`..`, `.`, a slash, non-ASCII): it names no artifact — 404 like a missing
+    // one, which is also what the document allows for any string.
     if !keel_tools::artifact::valid_id(&id) {
-        return Err(ApiError::bad_request(
-            "artifact_id",
-            format!("{id:?} is not an artifact id ([A-Za-z0-9._-]+, not starting with \".\")"),
-        ));
+        return Err(ApiError::not_found("artifact", id).field("artifact_id"));
     }
     let limit = match q.limit {
         None => ARTIFACT_CHUNK,
