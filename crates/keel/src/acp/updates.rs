@@ -239,10 +239,16 @@ pub struct Mapper {
     /// Seq of the last `step.completed` / `step.failed` shown: a delta produced before it
     /// that arrives only now is stale (its step's text was shown whole).
     completed_seq: u64,
-    /// The `tool_call`s of the open step: the journal has a step's `tool_call.proposed` before
-    /// its `step.completed`, which carries the text the model wrote before them; they are
-    /// shown after that text (when the deltas did not show it first, or on replay).
+    /// The updates of the open step's calls, held: the journal has a step's
+    /// `tool_call.proposed` before its `step.completed`, which carries the text the model
+    /// wrote before them, and a read-only call proposed mid-stream may start and finish before
+    /// it; they are shown after that text (when the deltas did not show it first — they can
+    /// lag behind the events under load — or on replay).
     proposed: Vec<acp::SessionUpdate>,
+    /// A `step.started` was shown and its `step.completed` / `step.failed` not yet.
+    step_open: bool,
+    /// Calls whose updates are held in `proposed` until the open step's text is shown.
+    held_calls: std::collections::HashSet<String>,
 }
 
 impl Mapper {
@@ -258,6 +264,8 @@ impl Mapper {
             early: std::collections::VecDeque::new(),
             completed_seq: 0,
             proposed: Vec::new(),
+            step_open: false,
+            held_calls: std::collections::HashSet::new(),
         }
     }
 
@@ -305,7 +313,11 @@ impl Mapper {
         match &delta.kind {
             DeltaKind::Text { text } => {
                 self.streamed.push_str(text);
-                chunk("agent_message_chunk", text).into_iter().collect()
+                let mut out: Vec<_> = chunk("agent_message_chunk", text).into_iter().collect();
+                // The open step's text is shown: the calls it proposed may follow it.
+                out.append(&mut self.proposed);
+                self.held_calls.clear();
+                out
             }
             DeltaKind::Reasoning { text } => {
                 self.thought = true;
@@ -323,13 +335,42 @@ impl Mapper {
             .as_ref()
             .map(|c| c.as_str().to_owned());
         let mut out = Vec::new();
-        if !matches!(
-            event.body,
-            EventBody::ToolCallProposed { .. } | EventBody::StepCompleted { .. }
-        ) {
+        // Held while the open step's text is not shown: its proposals, and what its held
+        // calls do next (started, finished) in journal order.
+        let held = self.step_open
+            && (matches!(event.body, EventBody::ToolCallProposed { .. })
+                && self.streamed.is_empty()
+                || call.as_ref().is_some_and(|c| self.held_calls.contains(c)));
+        if !held
+            && !matches!(
+                event.body,
+                EventBody::ToolCallProposed { .. } | EventBody::StepCompleted { .. }
+            )
+        {
             out.append(&mut self.proposed);
+            self.held_calls.clear();
         }
+        if held {
+            if let Some(c) = &call {
+                self.held_calls.insert(c.clone());
+            }
+            let mut updates = self.event_updates(event, call);
+            if matches!(event.body, EventBody::ToolCallProposed { .. }) {
+                return updates;
+            }
+            self.proposed.append(&mut updates);
+            return Vec::new();
+        }
+        out.extend(self.event_updates(event, call));
+        out
+    }
+
+    /// The updates `event` gives of itself (`call`: its tool call id); a proposal's
+    /// `tool_call` goes to `proposed`, shown after the step's text.
+    fn event_updates(&mut self, event: &Event, call: Option<String>) -> Vec<acp::SessionUpdate> {
+        let mut out = Vec::new();
         match &event.body {
+            EventBody::StepStarted { .. } => self.step_open = true,
             EventBody::TurnQueued { input, .. } if self.replay => {
                 out.extend(chunk("user_message_chunk", input));
             }
@@ -350,12 +391,15 @@ impl Mapper {
                 self.streamed.clear();
                 self.thought = false;
                 self.completed_seq = event.seq;
+                self.step_open = false;
                 out.append(&mut self.proposed);
+                self.held_calls.clear();
             }
             EventBody::StepFailed { .. } => {
                 self.streamed.clear();
                 self.thought = false;
                 self.completed_seq = event.seq;
+                self.step_open = false;
             }
             EventBody::ToolCallProposed {
                 name, arguments, ..

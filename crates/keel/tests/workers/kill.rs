@@ -25,12 +25,13 @@ fn session_count() -> usize {
 /// under a second) on a loaded machine.
 const TAKEOVER_BOUND_MS: i64 = (LEASE_TTL_MS + POLL_MS) as i64 + 10_000;
 
-/// The sessions whose lease `worker` holds with a call dispatched (its command running).
-fn dispatched_on(c: &Cluster, worker: &Worker) -> BTreeSet<String> {
-    c.rows(
+/// The sessions whose lease `worker` holds with a call dispatched (its command running) at or
+/// after `since_ms` (unix ms; 0: whenever).
+fn dispatched_on(c: &Cluster, worker: &Worker, since_ms: i64) -> BTreeSet<String> {
+    c.rows(&format!(
         "SELECT e.session_id, s.lease_owner FROM effects e JOIN sessions s ON s.session_id = e.session_id \
-         WHERE e.status = 'dispatched' AND s.lease_owner IS NOT NULL",
-    )
+         WHERE e.status = 'dispatched' AND s.lease_owner IS NOT NULL AND e.updated_at >= {since_ms}",
+    ))
     .into_iter()
     .filter(|r| r[1].as_deref().is_some_and(|o| worker.owns(o)))
     .filter_map(|r| r[0].clone())
@@ -74,17 +75,21 @@ fn three_workers_two_hundred_sessions_one_killed() {
 
     let [first, mut victim, third]: [Worker; 3] =
         std::array::from_fn(|_| c.worker(&["--concurrency", "8"]));
-    // Some sessions done, and some of the victim's with their command dispatched.
+    // Some sessions done, and some of the victim's with their command dispatched in the last
+    // 200 ms: each command runs 600 ms, so they are still running when the kill lands a few ms
+    // later. (Batch claims start a worker's sessions together, so its calls also end together:
+    // calls dispatched earlier could all commit between the look and the kill.)
     wait(120, "a moment to kill the worker", || {
         let idle = c.rows("SELECT count(*)::text FROM sessions WHERE status = 'idle'");
         let idle: u64 = idle[0][0].as_deref().unwrap().parse().unwrap();
-        (idle >= 10 && dispatched_on(&c, &victim).len() >= 2).then_some(())
+        let recent = unix_ms(SystemTime::now()) - 200;
+        (idle >= 10 && dispatched_on(&c, &victim, recent).len() >= 2).then_some(())
     });
     victim.kill_9();
     let killed = unix_ms(SystemTime::now());
     // Nobody can change the victim's rows until its leases run out: what it left.
     let orphans: BTreeSet<String> = c.leased_by(&victim).into_iter().collect();
-    let cut = dispatched_on(&c, &victim);
+    let cut = dispatched_on(&c, &victim, 0);
     assert!(!cut.is_empty(), "a call of the dead worker was cut");
 
     // Act as the human on every outcome_unknown effect until every session is idle.

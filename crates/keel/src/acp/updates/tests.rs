@@ -298,3 +298,72 @@ fn edits_carry_kind_locations_and_diff() {
     assert_eq!(u["content"][0]["oldText"], "x");
     assert!(update(u).is_some());
 }
+
+/// A read-only call proposed mid-stream may start and finish before its step's
+/// `step.completed`; when the step's text deltas lag behind those events (under load), the
+/// call's updates wait for the text, in their own order (CI found the call first).
+#[test]
+fn a_call_that_ran_before_its_steps_text_is_shown_after_it() {
+    let with_call = |item: SubscriptionItem| {
+        let SubscriptionItem::Event { mut event } = item else {
+            unreachable!()
+        };
+        event.correlation.tool_call_id = Some(keel_core::ToolCallId::from("c1"));
+        SubscriptionItem::Event { event }
+    };
+    let steps = |m: &mut Mapper, live_text: bool| {
+        let mut out = wire(m.item(&event(6, "step.started", json!({"model": "m"}))));
+        out.extend(wire(m.item(&with_call(event(
+            7,
+            "tool_call.proposed",
+            json!({"name": "read_file", "arguments": {"path": "a.txt"}, "args_hash": "h"}),
+        )))));
+        out.extend(wire(m.item(&with_call(event(
+            8,
+            "tool_call.started",
+            json!({}),
+        )))));
+        if live_text {
+            out.extend(wire(m.item(&delta(
+                8,
+                DeltaKind::Text {
+                    text: "first".into(),
+                },
+            ))));
+        }
+        out.extend(wire(m.item(&with_call(event(
+            9,
+            "tool_call.finished",
+            json!({"status": "succeeded", "output": "one", "is_error": false}),
+        )))));
+        out.extend(wire(m.item(&event(
+            10,
+            "step.completed",
+            json!({"model": "m", "stop_reason": "tool_use",
+                   "usage": {"input_tokens": 1, "output_tokens": 1}, "cost_usd": 0.0,
+                   "text": "first", "reasoning": []}),
+        ))));
+        out.iter()
+            .map(|u| {
+                let kind = u["sessionUpdate"].as_str().unwrap().to_owned();
+                match u["status"].as_str() {
+                    Some(s) if kind == "tool_call_update" => s.to_owned(),
+                    _ => kind,
+                }
+            })
+            .collect::<Vec<_>>()
+    };
+    let order = [
+        "agent_message_chunk",
+        "tool_call",
+        "in_progress",
+        "completed",
+    ];
+    for replay in [false, true] {
+        let mut m = Mapper::new(PathBuf::from("/ws"), replay).after(5);
+        assert_eq!(steps(&mut m, false), order, "replay {replay}");
+    }
+    // The text delta arriving between the events releases what waited, after it.
+    let mut m = Mapper::new(PathBuf::from("/ws"), false).after(5);
+    assert_eq!(steps(&mut m, true), order);
+}
