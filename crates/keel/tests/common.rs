@@ -300,7 +300,8 @@ pub fn trusted_line(env: &Env) -> String {
 }
 
 /// Starts `keel serve` on free loopback ports of `env`'s store; returns the child and the API's
-/// `HOST:PORT` (from its first line on standard error, which is then drained in a thread).
+/// `HOST:PORT` (from its line on standard error that says so, after which standard error is
+/// drained in a thread).
 pub fn spawn_serve(env: &Env) -> (std::process::Child, String) {
     spawn_serve_with(env, &[])
 }
@@ -311,7 +312,7 @@ pub fn spawn_serve_with(env: &Env, args: &[&str]) -> (std::process::Child, Strin
     (child, addr)
 }
 
-/// As [`spawn_serve_with`]; also the `HOST:PORT` of its `/metrics` (its second line).
+/// As [`spawn_serve_with`]; also the `HOST:PORT` of its `/metrics` (the line after).
 pub fn spawn_serve_metrics(env: &Env, args: &[&str]) -> (std::process::Child, String, String) {
     use std::io::BufRead;
     let mut child = env
@@ -328,21 +329,32 @@ pub fn spawn_serve_metrics(env: &Env, args: &[&str]) -> (std::process::Child, St
         .spawn()
         .unwrap();
     let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
-    let first = lines.next().unwrap().unwrap();
+    // The first line holding `marker` (log lines, e.g. a slow-statement warning of a loaded
+    // database, may come before it), and what follows `marker` in it.
+    let mut after = |marker: &str| {
+        let mut seen = Vec::new();
+        for line in lines.by_ref() {
+            let line = line.unwrap();
+            if let Some(rest) = line.split(marker).nth(1) {
+                return rest.to_owned();
+            }
+            seen.push(line);
+        }
+        panic!("keel serve ended without {marker:?}: {seen:#?}");
+    };
     // "keel serve: listening on http(s)://HOST:PORT (store …)"
+    let first = after("listening on ");
     let addr = first
-        .split("listening on ")
+        .split("://")
         .nth(1)
-        .and_then(|r| r.split("://").nth(1))
         .and_then(|r| r.split_whitespace().next())
         .unwrap_or_else(|| panic!("no address in {first:?}"))
         .to_owned();
     // "keel serve: metrics on http://HOST:PORT/metrics"
-    let second = lines.next().unwrap().unwrap();
+    let second = after("metrics on http://");
     let metrics = second
-        .split("metrics on http://")
-        .nth(1)
-        .and_then(|r| r.split('/').next())
+        .split('/')
+        .next()
         .unwrap_or_else(|| panic!("no metrics address in {second:?}"))
         .to_owned();
     std::thread::spawn(move || for _ in lines {});
