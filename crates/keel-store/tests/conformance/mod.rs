@@ -106,4 +106,5 @@ conformance!(
     concurrent_token_reservations_never_exceed_the_limit,
     queue_depths_and_session_counts,
     a_lease_of_the_longest_ttl_is_held_not_wrapped_into_the_past,
+    withdrawing_a_turns_approvals_expires_only_its_pending_rows,
 );
