@@ -19,7 +19,8 @@ async fn a_late_allow_on_a_cancelled_turn_is_refused_with_the_reason(b: Backend)
 
     let d = driver().await;
     let c = browser(&d).await;
-    sign_in(&c, &s.base, &s.operator).await;
+    // An admin: the journal can name the tenant's principals (the cancel below is olga's).
+    sign_in(&c, &s.base, &s.admin).await;
     go(&c, &s.base, "#/decisions").await;
     until(
         &c,
@@ -106,6 +107,20 @@ async fn a_late_allow_on_a_cancelled_turn_is_refused_with_the_reason(b: Backend)
         "document.querySelectorAll('#journal-body tr').length > 3",
     )
     .await;
+    let by = until(
+        &c,
+        "who cancelled, by name",
+        "[...document.querySelectorAll('#journal-body .entity-principal_id')].map((e) => e.textContent).join(',')",
+    )
+    .await;
+    // olga (the operator's key) submitted the turn and cancelled it; the page names her.
+    assert!(
+        by.as_str()
+            .unwrap()
+            .split(',')
+            .all(|p| p == "principal olga"),
+        "{by}"
+    );
     let approval = s
         .get(&format!("/v1/sessions/{sid}/approvals"), &s.viewer)
         .await

@@ -60,6 +60,13 @@
       K.fill(count, h('span', { class: 'error' }, e.status === 404 ? 'No such session in this tenant.' : e.message));
       return;
     }
+    // Who acted, by name: an admin key may list the tenant's keys (principal → name); any key
+    // knows its own principal. Otherwise the id, shortened.
+    const names = new Map();
+    if (K.me.role === 'admin') {
+      for (const k of await K.all('/v1/keys', 2000).catch(() => [])) names.set(k.principal_id, k.name);
+    }
+    const who = (p) => (names.get(p) || K.short(p)) + (p === K.me.principal_id ? ' (you)' : '');
     const last = events.length ? events[events.length - 1].seq : 0;
     for (const el of [at, slider]) el.setAttribute('max', last);
     at.value = slider.value = last;
@@ -94,7 +101,8 @@
           onclick: () => { at.value = slider.value = e.seq; travel(); } }, String(e.seq))),
         h('td', { class: 'hide-narrow nowrap', title: e.ts }, e.ts.slice(0, 10) + ' ' + e.ts.slice(11, 23)),
         h('td', {}, h('code', {}, e.type)),
-        h('td', { class: 'mono' }, IDS.filter((k) => e[k] != null).map((k) => h('div', { title: String(e[k]) }, k.replace('_id', '') + ' ' + K.short(e[k])))),
+        h('td', { class: 'mono' }, IDS.filter((k) => e[k] != null).map((k) => h('div', { title: String(e[k]), class: 'entity-' + k },
+          k.replace('_id', '') + ' ' + (k === 'principal_id' ? who(String(e[k])) : K.short(e[k]))))),
         h('td', {}, h('details', {}, h('summary', {}, summary(e)), K.exactPre(e.payload))))));
     };
     type.addEventListener('change', () => { render(); remember(); });
