@@ -3,7 +3,8 @@
 //! goes; the sessions list says the session is idle because its last turn was cancelled, and on
 //! a phone shows the model and tokens under the release and the cost. The focused heading has
 //! no ring; the journal filters by the short id shown, keeps its filter and seq in the URL across
-//! a reload, says when a seq is out of range, and dates its times.
+//! a reload, says when a seq is out of range, dates its times and names the principal; the
+//! conversation says the call waited for approval and did not run.
 
 use serde_json::json;
 
@@ -65,6 +66,20 @@ async fn a_late_allow_on_a_cancelled_turn_is_refused_with_the_reason(b: Backend)
     )
     .await;
     assert!(!s.workspace.join("late.txt").exists(), "the call ran");
+
+    // The conversation: the call waited on a human and never ran, and says both apart.
+    go(&c, &s.base, &format!("#/session/{sid}")).await;
+    let took = until(
+        &c,
+        "the call's times",
+        "document.querySelector('details.tool summary .took') && document.querySelector('details.tool summary .took').textContent",
+    )
+    .await;
+    let took = took.as_str().unwrap();
+    assert!(
+        took.contains("did not run") && took.contains("for approval"),
+        "{took}"
+    );
 
     go(&c, &s.base, "#/sessions").await;
     let row = format!("#sessions-body tr[data-session-id='{sid}']");
