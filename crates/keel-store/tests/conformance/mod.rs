@@ -8,6 +8,7 @@ pub mod crash;
 pub mod harness;
 pub mod reservations;
 pub mod scheduling;
+pub mod withdraw;
 
 macro_rules! conformance {
     ($($case:ident),* $(,)?) => {
