@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use chrono::Utc;
 use keel_core::{
-    ApprovalDecision, ApprovalId, ApprovalRecord, Correlation, EffectDecision, EffectStatus,
-    EventBody, OperationKey, SessionId, SessionState, SessionStatus, StateMachine, TenantId,
-    ToolCallId, TurnId,
+    ApprovalDecision, ApprovalId, ApprovalRecord, ApprovalStatus, Correlation, EffectDecision,
+    EffectStatus, EventBody, OperationKey, SessionId, SessionState, SessionStatus, StateMachine,
+    TenantId, ToolCallId, TurnId,
 };
 use keel_tools::approval::ApprovalService;
 
@@ -479,6 +479,7 @@ impl Runtime {
     /// the same decision). The session continues on the next [`Runtime::run`], on any worker.
     ///
     /// # Errors
+    /// [`RuntimeError::ApprovalWithdrawn`] when the approval is undecided and its turn has ended;
     /// [`RuntimeError::Tools`] when the hash does not match, the approval is decided otherwise
     /// or expired, or does not exist.
     pub async fn decide_approval(
@@ -488,15 +489,29 @@ impl Runtime {
         decision: ApprovalDecision,
         args_hash: &str,
     ) -> Result<ApprovalRecord> {
+        let rec = self.inner.store.get_approval(tenant, approval).await?;
+        // Not decided yet, and its turn is over: the approval went with it (withdrawn, or about
+        // to be), and nothing would run. Refused, so nobody reads "decided" for a dead call.
+        if matches!(
+            rec.status,
+            ApprovalStatus::Pending | ApprovalStatus::Expired
+        ) && let Some(turn) = self
+            .fold(tenant, rec.session_id)
+            .await?
+            .turns
+            .get(&rec.turn_id)
+            .filter(|t| t.status.is_terminal())
+        {
+            return Err(RuntimeError::ApprovalWithdrawn {
+                session: rec.session_id,
+                approval,
+                outcome: turn.status.as_str().to_owned(),
+            });
+        }
         // A deny reason is stored and shown to the model: redacted like everything stored.
         let decision = match decision {
             ApprovalDecision::Deny { reason } => {
-                let session = self
-                    .inner
-                    .store
-                    .get_approval(tenant, approval)
-                    .await?
-                    .session_id;
+                let session = rec.session_id;
                 let redactor = self.redactor(tenant, session).await?;
                 ApprovalDecision::Deny {
                     reason: redactor.redact_str(&reason),

@@ -1,6 +1,6 @@
 //! The runtime's one error type.
 
-use keel_core::{ApplyError, OperationKey, ReleaseId, SessionId, ToolCallId, TurnId};
+use keel_core::{ApplyError, ApprovalId, OperationKey, ReleaseId, SessionId, ToolCallId, TurnId};
 use keel_store::StoreError;
 use keel_tools::ToolsError;
 
@@ -111,6 +111,19 @@ pub enum RuntimeError {
         session: SessionId,
         /// The call.
         call: ToolCallId,
+    },
+    /// A decision on an approval whose turn has ended (cancelled, failed, out of budget): the
+    /// approval was withdrawn with it and its call will never run. Nothing was written.
+    #[error(
+        "approval {approval} can no longer be decided: its turn ended ({outcome}), so its call will not run; send a new message to start a new turn, where the model may propose the call again"
+    )]
+    ApprovalWithdrawn {
+        /// The session.
+        session: SessionId,
+        /// The approval.
+        approval: ApprovalId,
+        /// How the turn ended (its status: `aborted`, `failed`, `budget_exhausted`, …).
+        outcome: String,
     },
     /// The effect does not exist or is not waiting for a decision.
     #[error("session {session}: effect {key} is not outcome_unknown")]

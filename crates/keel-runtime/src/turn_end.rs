@@ -1,12 +1,14 @@
 //! Ending a turn: whatever the reason, every open call gets its one result (a dispatched
 //! effect becomes `outcome_unknown` — never faked as failed), open steps fail, the session is
 //! `running` again, and `turn.finished` carries the reason, usage and cost (in total and by the
-//! model that served each step), steps and duration — all in one commit.
+//! model that served each step), steps and duration — all in one commit. A call's approval
+//! still pending is journaled `approval.expired` in that commit and withdrawn from the approvals
+//! table right after it.
 
 use chrono::Utc;
 use keel_core::{
-    BudgetLimit, Correlation, EffectStatus, EventBody, SessionStatus, StateMachine, TerminalReason,
-    ToolCallStatus, TurnId,
+    ApprovalStatus, BudgetLimit, Correlation, EffectStatus, EventBody, SessionStatus, StateMachine,
+    TerminalReason, ToolCallStatus, TurnId,
 };
 
 use crate::driver::{Items, Runner, finished_item, lock, status_item};
@@ -63,6 +65,17 @@ impl Runner {
                             items.push((
                                 Correlation::default().with_operation(key.clone()),
                                 EventBody::EffectOutcomeUnknown {},
+                            ));
+                        }
+                        // Its approval, still pending, is withdrawn: nobody may decide it now.
+                        if let Some(a) = c
+                            .approval_id
+                            .and_then(|a| j.state.approvals.get(&a))
+                            .filter(|a| a.status == ApprovalStatus::Pending)
+                        {
+                            items.push((
+                                Correlation::default().with_approval(a.id),
+                                EventBody::ApprovalExpired {},
                             ));
                         }
                         let text = match reason {
@@ -170,6 +183,24 @@ impl Runner {
             })
             .await;
         self.append("turn.finished", items).await?;
+        // After the commit, the approvals table follows the journal: the turn's approvals still
+        // pending there (journaled `approval.expired` above) leave `pending`, so no list shows
+        // them and no late decision lands. A failure here leaves them listed; deciding one is
+        // refused all the same (the call is terminal in the fold).
+        match self
+            .rt
+            .store
+            .withdraw_turn_approvals(self.tenant, self.session, turn, Utc::now())
+            .await
+        {
+            Ok(ids) if !ids.is_empty() => {
+                tracing::info!(session = %self.session, %turn, withdrawn = ids.len(), "the ended turn's pending approvals were withdrawn");
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(session = %self.session, %turn, "withdrawing the ended turn's pending approvals: {e}");
+            }
+        }
         tracing::info!(session = %self.session, %turn, terminal_reason = reason.as_str(), "turn finished");
         Ok(())
     }

@@ -8,7 +8,7 @@
 //! tls_cert = "/etc/keel/cert.pem"       # --tls-cert / --tls-key (PEM)
 //! tls_key = "/etc/keel/key.pem"
 //! insecure_listen = false               # --insecure-listen: plain HTTP on a non-loopback address
-//! public_url = "https://keel.example.com"   # --public-url: the origin browsers use, when a proxy ends TLS
+//! public_url = "https://keel.example.com"   # --public-url: the origin browsers use, when a proxy ends TLS (http only for localhost)
 //! workspace_roots = ["/srv/keel/workspaces"]   # a session's workspace must lie under one
 //! max_permission_mode = "accept_edits"  # ceiling: read_only < default < accept_edits < bypass
 //! allow_sandbox_off = false             # sessions may not ask for sandbox = "off"
@@ -69,6 +69,22 @@ fn origin_of(url: &str) -> Result<String, ServerError> {
     }
     let authority = authority.strip_suffix(default).unwrap_or(authority);
     Ok(format!("{scheme}://{authority}"))
+}
+
+/// Whether `authority` (`host[:port]` of an origin, lower case) names this machine: `localhost`
+/// (or a name under it), a 127.0.0.0/8 address or `[::1]`.
+fn loopback_host(authority: &str) -> bool {
+    let host = if authority.starts_with('[') {
+        authority.split_once(']').map_or(authority, |(h, _)| h)
+    } else {
+        authority.rsplit_once(':').map_or(authority, |(h, _)| h)
+    };
+    let host = host.trim_start_matches('[');
+    host == "localhost"
+        || host.ends_with(".localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
 }
 
 /// Default `--listen`.
@@ -349,7 +365,14 @@ impl ServerConfig {
             return Err(ServerError::NeedsTls(addr.to_string()));
         }
         if let Some(url) = &self.public_url {
-            origin_of(url)?;
+            let origin = origin_of(url)?;
+            if let Some(host) = origin.strip_prefix("http://")
+                && !loopback_host(host)
+            {
+                return Err(ServerError::Config(format!(
+                    "public_url {url:?} is plain http on a host other than this machine: browsers would send the sign-in cookie in the clear; use https://HOST[:PORT] (the proxy in front ends TLS), or http only for localhost, 127.0.0.1 or [::1]"
+                )));
+            }
         }
         for root in &self.workspace_roots {
             canonical_root(root)?;
@@ -470,6 +493,29 @@ mod tests {
             Some("http://keel.example.com:8080")
         );
         assert!(!c.secure_cookies(), "plain http is not secure");
+        // Plain http only names this machine: anywhere else the cookie would travel in clear.
+        let err = c.check().unwrap_err().to_string();
+        assert!(
+            err.contains("plain http") && err.contains("https://"),
+            "{err}"
+        );
+        for ok in [
+            "http://localhost:7878",
+            "http://127.0.0.1:7878",
+            "http://[::1]:7878",
+            "http://keel.localhost",
+        ] {
+            c.public_url = Some(ok.into());
+            assert!(c.check().is_ok(), "{ok}");
+        }
+        for bad in [
+            "http://10.0.0.5",
+            "http://localhost.example.com",
+            "http://[::2]:80",
+        ] {
+            c.public_url = Some(bad.into());
+            assert!(matches!(c.check(), Err(ServerError::Config(_))), "{bad}");
+        }
         for bad in [
             "keel.example.com",
             "ftp://keel.example.com",

@@ -405,6 +405,9 @@ impl From<RuntimeError> for ApiError {
                 ApiError::conflict(text).id(call.to_string())
             }
             RuntimeError::EffectNotUnknown { key, .. } => ApiError::conflict(text).id(key.0),
+            RuntimeError::ApprovalWithdrawn { approval, .. } => {
+                ApiError::conflict(text).id(approval.to_string())
+            }
             // The host's hook configuration is checked at start; never a caller's fault.
             RuntimeError::Config { .. }
             | RuntimeError::Release { .. }

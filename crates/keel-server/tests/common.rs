@@ -431,6 +431,29 @@ impl TestServer {
         session
     }
 
+    /// A new session whose first turn waits on the approval of a `write_file` call writing
+    /// `file` (under the workspace); the model answers `wrote` after it. Returns the session id.
+    pub async fn awaiting_approval(&self, file: &str) -> String {
+        let write = call("write_file", json!({"path": file, "content": "late"}));
+        let lines = [json!({"tool_calls": [write]}), json!({"text": "wrote"})];
+        let release = self.release("awaiting", &lines, &["write_file"]).await;
+        let session = self.session(&release, json!({})).await.body["session_id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let r = self
+            .post(
+                &format!("/v1/sessions/{session}/turns"),
+                &self.operator,
+                &json!({"input": "write"}),
+            )
+            .await;
+        assert!(r.status.is_success(), "{r:?}");
+        self.wait_session(&session, |b| b["status"] == "requires_action")
+            .await;
+        session
+    }
+
     /// Waits (≤ 20 s) until `cond` holds on the session's body.
     pub async fn wait_session(&self, session: &str, cond: impl Fn(&Value) -> bool) -> Value {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(60);

@@ -20,3 +20,4 @@ mod semantics;
 mod sse;
 mod subagents;
 mod transport;
+mod withdrawn;

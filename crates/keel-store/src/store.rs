@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use keel_core::{
     ApprovalDecision, ApprovalId, ApprovalRecord, ApprovalStatus, Decided, EffectStatus, Event,
-    LeaseEpoch, OperationKey, PrincipalId, Release, ReleaseId, SessionId, TenantId,
+    LeaseEpoch, OperationKey, PrincipalId, Release, ReleaseId, SessionId, TenantId, TurnId,
 };
 use serde_json::Value;
 
@@ -513,6 +513,22 @@ pub trait Store: Send + Sync + 'static {
         id: ApprovalId,
         now: DateTime<Utc>,
     ) -> Result<ApprovalRecord>;
+
+    /// Withdraws turn `turn`'s pending approvals (its turn ended: nobody may decide them any
+    /// more): each row of session `session` and that turn still `pending` becomes `expired` with
+    /// `decided_at = now`, whatever its expiry — [`Store::expire_approval`] without the due-time
+    /// condition. Rows already decided or expired are left as they are. Returns the ids withdrawn
+    /// (empty for an unknown session or turn, or one with nothing pending).
+    ///
+    /// # Errors
+    /// `Database`.
+    async fn withdraw_turn_approvals(
+        &self,
+        tenant: TenantId,
+        session: SessionId,
+        turn: TurnId,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<ApprovalId>>;
 
     /// Lists a session's approvals, optionally in one status, oldest first (empty for an unknown
     /// session).

@@ -488,3 +488,36 @@ pub(crate) fn effect_decision(outcome: ResolveArg, reason: Option<String>) -> Ef
         ResolveArg::Retry => EffectDecision::Retry,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::{Cli, Command};
+
+    /// The commands the inspector's sign-in page tells a new user to run (in `<code>`) are
+    /// commands this CLI takes, as written.
+    #[test]
+    fn the_sign_in_pages_key_commands_parse() {
+        const APP: &str = include_str!("../../keel-server/src/inspector/assets/app.js");
+        let start = APP
+            .find("id: 'key-how'")
+            .expect("the sign-in page's key hint");
+        let hint = &APP[start..start + APP[start..].find("button, error").expect("its end")];
+        let commands: Vec<&str> = hint
+            .split("K.h('code', {}, '")
+            .skip(1)
+            .filter_map(|rest| rest.split('\'').next())
+            .filter(|c| c.starts_with("keel "))
+            .collect();
+        assert_eq!(commands.len(), 2, "{hint}");
+        for line in &commands {
+            let cli = Cli::try_parse_from(line.split_whitespace())
+                .unwrap_or_else(|e| panic!("{line}: {e}"));
+            assert!(
+                matches!(cli.command, Command::Tenants(_) | Command::Keys(_)),
+                "{line}"
+            );
+        }
+    }
+}

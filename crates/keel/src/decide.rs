@@ -54,8 +54,10 @@ pub async fn decide(
         .get_approval(tenant, id)
         .await
         .with_context(|| format!("no approval {id} in this store"))?;
-    if record.status == ApprovalStatus::Pending
-        && let Ok((_, state)) = crate::sessions::load_state(store, record.session_id).await
+    if matches!(
+        record.status,
+        ApprovalStatus::Pending | ApprovalStatus::Expired
+    ) && let Ok((_, state)) = crate::sessions::load_state(store, record.session_id).await
         && let Some(turn) = state.turns.get(&record.turn_id)
         && turn.status.is_terminal()
     {

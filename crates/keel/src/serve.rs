@@ -41,8 +41,9 @@ pub struct ServeArgs {
     /// Serve plain HTTP on a non-loopback address (something in front terminates TLS).
     #[arg(long)]
     pub insecure_listen: bool,
-    /// The origin browsers use behind a proxy that ends TLS (https://HOST[:PORT]): the
-    /// inspector's cookie becomes Secure and __Host-, and only that Origin is accepted.
+    /// The origin browsers use behind a proxy that ends TLS (https://HOST[:PORT]; http:// only
+    /// for localhost, 127.0.0.1 or [::1]): with https the inspector's cookie becomes Secure and
+    /// __Host-; only that Origin is accepted.
     #[arg(long, value_name = "URL")]
     pub public_url: Option<String>,
     /// The server's settings file (default: server.toml in the user config directory).

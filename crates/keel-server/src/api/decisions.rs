@@ -166,7 +166,7 @@ pub async fn get_approval(
         (status = 401, description = "No valid key", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "Not an operator", body = Problem, content_type = "application/problem+json"),
         (status = 404, description = "No such approval", body = Problem, content_type = "application/problem+json"),
-        (status = 409, description = "Another hash, decided otherwise, expired; or the same key in flight", body = Problem, content_type = "application/problem+json"),
+        (status = 409, description = "Another hash, decided otherwise, expired, or withdrawn with its ended turn; or the same key in flight", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body too large", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "Not JSON", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid field, or the key reused with another body", body = Problem, content_type = "application/problem+json"),

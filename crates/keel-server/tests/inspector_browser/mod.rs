@@ -17,6 +17,7 @@
 mod effects;
 mod flow;
 mod pages;
+mod withdrawn;
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};

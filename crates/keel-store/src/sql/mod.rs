@@ -1917,6 +1917,34 @@ impl Store for SqlStore {
         Ok(rec)
     }
 
+    async fn withdraw_turn_approvals(
+        &self,
+        tenant: TenantId,
+        session: SessionId,
+        turn: TurnId,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<ApprovalId>> {
+        let mut conn = self.write_conn().await?;
+        let rows = sqlx::query(&self.sql(
+            "UPDATE approvals SET status = 'expired', decided_at = ? \
+             WHERE tenant_id = ? AND session_id = ? AND turn_id = ? AND status = 'pending' \
+             RETURNING approval_id",
+        ))
+        .bind(now.timestamp_millis())
+        .bind(tenant.to_string())
+        .bind(session.to_string())
+        .bind(turn.to_string())
+        .fetch_all(&mut *conn)
+        .await?;
+        drop(conn);
+        if !rows.is_empty() {
+            self.committed(Commit::Tables);
+        }
+        rows.iter()
+            .map(|r| parse_id("approvals", &r.try_get::<String, _>("approval_id")?))
+            .collect()
+    }
+
     async fn list_approvals(
         &self,
         tenant: TenantId,

@@ -13,6 +13,7 @@ pub use super::batch_claims::*;
 use super::harness::{Harness, events, session};
 pub use super::reservations::*;
 pub use super::scheduling::*;
+pub use super::withdraw::*;
 
 fn tenant() -> TenantId {
     TenantId::new()

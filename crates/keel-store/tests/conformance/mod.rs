@@ -8,6 +8,7 @@ pub mod crash;
 pub mod harness;
 pub mod reservations;
 pub mod scheduling;
+pub mod withdraw;
 
 macro_rules! conformance {
     ($($case:ident),* $(,)?) => {
@@ -106,4 +107,5 @@ conformance!(
     concurrent_token_reservations_never_exceed_the_limit,
     queue_depths_and_session_counts,
     a_lease_of_the_longest_ttl_is_held_not_wrapped_into_the_past,
+    withdrawing_a_turns_approvals_expires_only_its_pending_rows,
 );

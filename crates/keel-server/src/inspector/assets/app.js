@@ -194,6 +194,25 @@ K.short = (id) => {
   return s.length > 14 ? s.slice(0, 8) + '…' + s.slice(-4) : s;
 };
 
+/**
+ * A model label as people name it (as the CLI prints it): the scripted model's journaled
+ * `scripted:PATH` is written `script:PATH`, the way `--model` and a release's route take it.
+ */
+K.modelLabel = (label) => String(label || '').replace(/^scripted:/, 'script:');
+
+/**
+ * How the last turn ended, in words, when the session is idle after a turn that did not
+ * complete (`aborted` → `cancelled`, `failed`, `budget_exhausted` → `out of budget`, other
+ * reasons with spaces); `null` otherwise.
+ */
+K.lastOutcome = (status, last) => {
+  if (status !== 'idle' || !last) return null;
+  if (last.status !== 'aborted' && last.status !== 'failed') return null;
+  const words = { aborted: 'cancelled', budget_exhausted: 'out of budget' };
+  const end = last.terminal_reason || last.status;
+  return 'last turn ' + (words[end] || end.replace(/_/g, ' '));
+};
+
 K.tokens = (u) => (u ? (u.input_tokens || 0) + (u.output_tokens || 0) : 0);
 K.usd = (n) => '$' + (Number(n) || 0).toFixed((Number(n) || 0) < 1 ? 4 : 2);
 K.num = (n) => (Number(n) || 0).toLocaleString('en-US');
@@ -418,6 +437,11 @@ K.signedOut = function (message) {
     K.h('p', { id: 'key-help', class: 'muted' },
       'The server checks the key and starts a session; the browser keeps only an opaque cookie, never the key. ' +
       'You see what the key’s role and tenant allow.'),
+    K.h('p', { id: 'key-how', class: 'muted' },
+      'No key yet? On the server’s machine: ',
+      K.h('code', {}, 'keel tenants create acme'), ' (once), then ',
+      K.h('code', {}, 'keel keys create --tenant acme --name you --role operator'),
+      ' prints a key once (', K.h('code', {}, '--role viewer'), ' reads only).'),
     button, error);
   form.addEventListener('submit', async (ev) => {
     ev.preventDefault();

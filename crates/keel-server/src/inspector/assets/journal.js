@@ -7,7 +7,12 @@
 
   const IDS = ['turn_id', 'step_id', 'attempt', 'tool_call_id', 'operation_key', 'approval_id', 'parent_session_id', 'principal_id'];
 
-  K.pages.journal = async function (main, id) {
+  K.pages.journal = async function (main, path) {
+    // `#/journal/ID?type=T&entity=E&at=N`: the filters and the seq travelled to are in the URL,
+    // so a link shows what its sender saw and a reload keeps it.
+    const cut = (path || '').indexOf('?');
+    const id = cut < 0 ? path : path.slice(0, cut);
+    const wanted = new URLSearchParams(cut < 0 ? '' : path.slice(cut + 1));
     if (!id) {
       const input = h('input', { id: 'journal-session', autocomplete: 'off', size: 40, placeholder: 'session id' });
       const list = h('ul', { id: 'journal-sessions' });
@@ -20,19 +25,21 @@
       return;
     }
     const type = h('select', { id: 'journal-type' }, h('option', { value: '' }, 'all types'));
-    const entity = h('input', { id: 'journal-entity', type: 'search', autocomplete: 'off', placeholder: 'turn, step, call, effect or approval id' });
+    const entity = h('input', { id: 'journal-entity', type: 'search', autocomplete: 'off', placeholder: 'turn, step, call, effect or approval id (short form too)' });
     const at = h('input', { id: 'at-seq', type: 'number', min: 0, step: 1, value: 0 });
     const slider = h('input', { id: 'at-seq-range', type: 'range', min: 0, step: 1, value: 0, 'aria-label': 'sequence number' });
     const go = h('button', { type: 'submit', class: 'primary', id: 'travel' }, 'Show state');
+    const note = h('p', { id: 'at-note', class: 'warn', role: 'status' });
     const stateBox = h('section', { id: 'state-at', 'aria-live': 'polite', 'aria-label': 'State at the chosen seq' });
     const body = h('tbody', { id: 'journal-body' });
     const count = h('p', { class: 'muted', id: 'journal-count', role: 'status' });
     K.append(main, [
       h('h1', {}, 'Journal of ', h('a', { href: '#/session/' + seg(id), class: 'mono' }, id)),
       h('h2', {}, 'Time travel'),
-      h('form', { class: 'toolbar', id: 'travel-form', onsubmit: (e) => { e.preventDefault(); travel(); } },
+      // novalidate: a seq past the end is said below (the browser would refuse it silently).
+      h('form', { class: 'toolbar', id: 'travel-form', novalidate: true, onsubmit: (e) => { e.preventDefault(); travel(); } },
         h('label', { for: 'at-seq' }, 'Sequence number', at), slider, go),
-      stateBox,
+      note, stateBox,
       h('h2', {}, 'Events'),
       h('div', { class: 'toolbar' }, h('label', { for: 'journal-type' }, 'Type', type), h('label', { for: 'journal-entity' }, 'Entity', entity)),
       count,
@@ -53,9 +60,26 @@
       K.fill(count, h('span', { class: 'error' }, e.status === 404 ? 'No such session in this tenant.' : e.message));
       return;
     }
+    // Who acted, by name: an admin key may list the tenant's keys (principal → name); any key
+    // knows its own principal. Otherwise the id, shortened.
+    const names = new Map();
+    if (K.me.role === 'admin') {
+      for (const k of await K.all('/v1/keys', 2000).catch(() => [])) names.set(k.principal_id, k.name);
+    }
+    const who = (p) => (names.get(p) || K.short(p)) + (p === K.me.principal_id ? ' (you)' : '');
     const last = events.length ? events[events.length - 1].seq : 0;
     for (const el of [at, slider]) el.setAttribute('max', last);
     at.value = slider.value = last;
+    entity.value = wanted.get('entity') || '';
+    if (wanted.has('at')) at.value = wanted.get('at');
+    /** The page's filters and seq, kept in the URL (replaced: no history entry per keystroke). */
+    const remember = () => {
+      const q = new URLSearchParams();
+      if (type.value) q.set('type', type.value);
+      if (entity.value.trim()) q.set('entity', entity.value.trim());
+      q.set('at', at.value);
+      history.replaceState(null, '', '#/journal/' + seg(id) + '?' + q.toString());
+    };
     // Moving the slider travels (once it rests for a moment), as typing a seq and "Show state" do.
     let wait = null;
     slider.addEventListener('input', () => {
@@ -65,26 +89,32 @@
     });
     K.cleanup.push(() => clearTimeout(wait));
     at.addEventListener('input', () => { slider.value = at.value; });
-    K.append(type, [...new Set(events.map((e) => e.type))].sort().map((t) => h('option', { value: t }, t)));
+    K.append(type, [...new Set(events.map((e) => e.type).concat(wanted.get('type') || []))].sort().map((t) => h('option', { value: t }, t)));
+    type.value = wanted.get('type') || '';
     const render = () => {
-      const q = entity.value.trim();
-      const shown = events.filter((e) => (!type.value || e.type === type.value) && (!q || IDS.some((k) => e[k] != null && String(e[k]).includes(q))));
+      // The short form shown on the page (`0192ab34…cdef`) matches as the full id does.
+      const q = entity.value.trim().toLowerCase();
+      const shown = events.filter((e) => (!type.value || e.type === type.value) && (!q || IDS.some((k) => e[k] != null && K.idMatches(String(e[k]), q))));
       K.fill(count, shown.length + ' of ' + events.length + ' events');
       K.fill(body, shown.map((e) => h('tr', { 'data-seq': e.seq },
         h('td', { class: 'num' }, h('button', { type: 'button', class: 'seq', title: 'time travel to seq ' + e.seq,
           onclick: () => { at.value = slider.value = e.seq; travel(); } }, String(e.seq))),
-        h('td', { class: 'hide-narrow', title: e.ts }, e.ts.slice(11, 23)),
+        h('td', { class: 'hide-narrow nowrap', title: e.ts }, e.ts.slice(0, 10) + ' ' + e.ts.slice(11, 23)),
         h('td', {}, h('code', {}, e.type)),
-        h('td', { class: 'mono' }, IDS.filter((k) => e[k] != null).map((k) => h('div', { title: String(e[k]) }, k.replace('_id', '') + ' ' + K.short(e[k])))),
+        h('td', { class: 'mono' }, IDS.filter((k) => e[k] != null).map((k) => h('div', { title: String(e[k]), class: 'entity-' + k },
+          k.replace('_id', '') + ' ' + (k === 'principal_id' ? who(String(e[k])) : K.short(e[k]))))),
         h('td', {}, h('details', {}, h('summary', {}, summary(e)), K.exactPre(e.payload))))));
     };
-    type.addEventListener('change', render);
-    entity.addEventListener('input', render);
+    type.addEventListener('change', () => { render(); remember(); });
+    entity.addEventListener('input', () => { render(); remember(); });
     render();
 
     async function travel() {
-      const n = Math.max(0, Math.min(last, Math.floor(Number(at.value) || 0)));
+      const asked = Math.floor(Number(at.value) || 0);
+      const n = Math.max(0, Math.min(last, asked));
+      K.fill(note, asked === n ? '' : 'There is no seq ' + at.value + ': this journal runs from 0 to ' + last + '; showing seq ' + n + '.');
       at.value = slider.value = n;
+      if (asked === n) remember();
       K.fill(stateBox, h('p', { class: 'muted' }, 'Folding up to seq ' + n + '…'));
       try {
         const s = await api('GET', '/v1/sessions/' + seg(id) + '/state?at=' + n);

@@ -97,16 +97,20 @@
   function row(r) {
     const { s, state, release } = r;
     const last = state && state.turns.length ? state.turns[state.turns.length - 1] : null;
-    const model = release && release.model_route ? release.model_route[0] : '';
+    const model = K.modelLabel(release && release.model_route ? release.model_route[0] : '');
+    const tokens = state ? K.num(K.tokens(state.usage)) : '–';
+    const outcome = K.lastOutcome(s.status, last);
     return h('tr', { 'data-session-id': s.session_id },
       h('td', {}, h('a', { href: '#/session/' + seg(s.session_id), class: 'mono', title: s.session_id }, K.short(s.session_id))),
-      h('td', {}, K.badge(s.status)),
-      h('td', {}, release ? release.name : K.short(s.release_id)),
+      h('td', { class: 'status-cell' }, K.badge(s.status), outcome && h('span', { class: 'last-outcome muted' }, ' · ' + outcome)),
+      // On a phone the model and tokens columns are hidden: shown stacked under the release
+      // and the cost instead.
+      h('td', {}, release ? release.name : K.short(s.release_id), h('span', { class: 'show-narrow mono muted' }, model)),
       h('td', { class: 'hide-narrow mono' }, model),
       h('td', { title: s.updated_at }, K.ago(last && last.started_at && Date.parse(last.started_at) > Date.parse(s.updated_at) ? last.started_at : s.updated_at)),
       h('td', { class: 'num' }, state ? String(state.turns.length) : '–'),
-      h('td', { class: 'num hide-narrow' }, state ? K.num(K.tokens(state.usage)) : '–'),
-      h('td', { class: 'num' }, state ? K.usd(state.cost_usd) : '–'));
+      h('td', { class: 'num hide-narrow' }, tokens),
+      h('td', { class: 'num' }, state ? K.usd(state.cost_usd) : '–', h('span', { class: 'show-narrow muted' }, tokens + ' tok')));
   }
 
   // ---- decisions -----------------------------------------------------------------------------
@@ -190,8 +194,10 @@
         K.toast('Decided: ' + decision.replace(/_/g, ' ') + ' ' + a.tool_name);
         done && done();
       } catch (e) {
-        K.toast('Not decided: ' + e.message);
+        K.toast('Not decided (' + a.tool_name + '): ' + e.message);
         ev.target.disabled = false;
+        // Refused because the approval is gone (its turn ended): the list drops it.
+        if (e.status === 409 && done) done();
       }
     };
     const diff = editDiff(a.tool_name, a.arguments);
@@ -228,10 +234,14 @@
         const body = { decision };
         if (reason.value.trim()) body.reason = reason.value.trim();
         await api('POST', '/v1/sessions/' + seg(e.session_id) + '/effects/' + seg(e.operation_key) + '/decision', body);
-        K.toast('Effect ' + decision);
+        K.toast({
+          retry: 'Retry requested: ' + e.tool_name + ' runs again as a new attempt',
+          committed: 'Marked committed: ' + e.tool_name + ' happened; its outcome is the call\'s result',
+          failed: 'Marked failed: ' + e.tool_name + ' did not happen; the model is told it failed',
+        }[decision]);
         done && done();
       } catch (err) {
-        K.toast('Not decided: ' + err.message);
+        K.toast('Not decided (' + e.tool_name + ' effect, ' + decision.replace(/_/g, ' ') + '): ' + err.message);
         ev.target.disabled = false;
       }
     };
@@ -318,10 +328,12 @@
    * A stacked bar chart (inline SVG) drawn at `width` px (1:1, so its text keeps its size on a
    * phone): `groups` of `{label, parts: [{series, value}]}`; `series` names the colours, in the
    * legend below it; `unit` ('tokens' or 'USD') titles the y axis, `xTitle` the x axis.
+   * `every`: label every bar (names, not a sequence like days), each cut to its slot keeping the
+   * end (`…/demo.jsonl`), where a sequence's labels are thinned to fit instead.
    */
   /** Distinct series colours (`.series-0` … `.series-11` in app.css); more series repeat them. */
   K.SERIES = 12;
-  K.barChart = function (id, groups, series, unit, xTitle, width) {
+  K.barChart = function (id, groups, series, unit, xTitle, width, every) {
     const W = Math.max(300, Math.round(width || 860)), H = 240, L = 64, R = 8, B = 44, T = 12;
     const max = Math.max(unit === 'USD' ? 0.0001 : 1, ...groups.map((g) => g.parts.reduce((n, p) => n + p.value, 0)));
     const slot = (W - L - R) / Math.max(1, groups.length);
@@ -337,10 +349,10 @@
     svg.appendChild(h('text', { class: 'axis-title', x: L + (W - L - R) / 2, y: H - 4, 'text-anchor': 'middle' }, xTitle));
     // As many x labels as fit (about 7 px a character), evenly spaced; a longer one is cut
     // (its bar's tooltip has it whole).
-    const fit = Math.max(4, Math.floor((W - L - R) / 7));
-    const cut = (t) => (t.length > fit ? t.slice(0, fit - 1) + '…' : t);
+    const fit = Math.max(4, Math.floor((every ? slot - 4 : W - L - R) / 7));
+    const cut = (t) => (t.length <= fit ? t : every ? '…' + t.slice(-(fit - 1)) : t.slice(0, fit - 1) + '…');
     const chars = Math.max(1, ...groups.map((g) => cut(g.label).length));
-    const every = Math.max(1, Math.ceil((chars * 7 + 8) / slot));
+    const step = every ? 1 : Math.max(1, Math.ceil((chars * 7 + 8) / slot));
     groups.forEach((g, i) => {
       const x = L + i * slot + (slot - bw) / 2;
       let top = 0;
@@ -350,7 +362,7 @@
         svg.appendChild(h('rect', { class: 'series-' + (series.indexOf(p.series) % K.SERIES), x, y: y(top), width: bw, height: Math.max(0, y0 - y(top)) },
           h('title', {}, g.label + ' · ' + p.series + ': ' + fmt(p.value, unit))));
       }
-      if (i % every === 0) svg.appendChild(h('text', { class: 'tick', x: x + bw / 2, y: H - B + 14, 'text-anchor': 'middle' }, cut(g.label)));
+      if (i % step === 0) svg.appendChild(h('text', { class: 'tick', x: x + bw / 2, y: H - B + 14, 'text-anchor': 'middle' }, cut(g.label)));
     });
     const legend = h('ul', { class: 'chart-legend', 'aria-label': 'legend' }, series.map((s, i) => h('li', {},
       h('span', { class: 'swatch series-' + (i % K.SERIES), 'aria-hidden': 'true' }), s)));
@@ -389,28 +401,28 @@
     const draw = () => {
       const width = Math.min(900, main.clientWidth - 4);
       const unit = metric.value;
-      const names = [...new Set(report.rows.map((r) => r.model))].sort();
+      const names = [...new Set(report.rows.map((r) => K.modelLabel(r.model)))].sort();
       const byDay = new Map();
       for (const r of report.rows) {
         if (!byDay.has(r.day)) byDay.set(r.day, []);
-        byDay.get(r.day).push({ series: r.model, value: value(r.usage, r.cost_usd) });
+        byDay.get(r.day).push({ series: K.modelLabel(r.model), value: value(r.usage, r.cost_usd) });
       }
       const dayGroups = [...byDay.keys()].sort().map((d) => ({ label: d.slice(5), parts: byDay.get(d) }));
       K.fill(days, dayGroups.length ? K.barChart('chart-days', dayGroups, names, unit, 'day (UTC, MM-DD)', width) : h('p', { class: 'muted' }, 'No usage in this range.'),
         h('p', { class: 'muted' }, 'Total: ', K.num(report.total_tokens), ' tokens, ', K.usd(report.total_cost_usd), ' (', report.from, ' to ', report.to, ')'));
       const per = new Map();
       for (const r of report.rows) {
-        const m = per.get(r.model) || { input: 0, output: 0, cost: 0, steps: 0 };
+        const m = per.get(K.modelLabel(r.model)) || { input: 0, output: 0, cost: 0, steps: 0 };
         m.input += (r.usage && r.usage.input_tokens) || 0;
         m.output += (r.usage && r.usage.output_tokens) || 0;
         m.cost += r.cost_usd;
         m.steps += r.steps;
-        per.set(r.model, m);
+        per.set(K.modelLabel(r.model), m);
       }
       const modelGroups = [...per.entries()].map(([m, v]) => ({
         label: m, parts: unit === 'USD' ? [{ series: 'cost', value: v.cost }] : [{ series: 'input tokens', value: v.input }, { series: 'output tokens', value: v.output }],
       }));
-      K.fill(models, modelGroups.length ? K.barChart('chart-models', modelGroups, unit === 'USD' ? ['cost'] : ['input tokens', 'output tokens'], unit, 'model', width) : null,
+      K.fill(models, modelGroups.length ? K.barChart('chart-models', modelGroups, unit === 'USD' ? ['cost'] : ['input tokens', 'output tokens'], unit, 'model', width, true) : null,
         h('div', { class: 'table-wrap' }, h('table', { id: 'usage-by-model' },
           h('thead', {}, h('tr', {}, h('th', { scope: 'col' }, 'Model'), h('th', { scope: 'col', class: 'num' }, 'Steps'),
             h('th', { scope: 'col', class: 'num' }, 'Tokens'), h('th', { scope: 'col', class: 'num' }, 'Cost'))),
@@ -419,7 +431,7 @@
       const shown = groups.slice(-40);
       const turnGroups = shown.map((g, i) => ({
         label: String(i + 1),
-        parts: Object.entries(g.t.usage_by_model || {}).map(([m, v]) => ({ series: m, value: value(v.usage || v, v.cost_usd || 0) })),
+        parts: Object.entries(g.t.usage_by_model || {}).map(([m, v]) => ({ series: K.modelLabel(m), value: value(v.usage || v, v.cost_usd || 0) })),
       }));
       const turnNames = [...new Set(turnGroups.flatMap((g) => g.parts.map((p) => p.series)))].sort();
       K.fill(turns, shown.length ? [K.barChart('chart-turns', turnGroups, turnNames, unit, 'turn (# in the table, oldest first)', width),

@@ -143,6 +143,16 @@
       s.length > SHOWN ? '\n… (' + (s.length - SHOWN) + ' more characters)' : null), links];
   }
 
+  /**
+   * A finished call's times: the tool's own run, and the wait on a human apart (` · ran 120 ms ·
+   * waited 4.2 min for approval`); a call that never ran says so.
+   */
+  function callTimes(c) {
+    if (c.waitStart == null) return ' · ' + K.ms(c.end - c.start);
+    const waited = ' · waited ' + K.ms((c.waitEnd != null ? c.waitEnd : c.end) - c.waitStart) + ' for approval';
+    return (c.runStart != null ? ' · ran ' + K.ms(c.end - c.runStart) : ' · did not run') + waited;
+  }
+
   function conversation(m) {
     const out = [];
     for (const turn of m.turns.values()) {
@@ -157,7 +167,7 @@
         if (step.error && step.status === 'failed') out.push(h('p', { class: 'error' }, step.error));
         for (const c of step.calls) {
           out.push(h('details', { class: 'tool', 'data-tool-call-id': c.id, open: c.status === 'awaiting_approval' || c.isError },
-            h('summary', {}, h('code', {}, c.name), ' ', K.badge(c.status), c.end ? ' · ' + K.ms(c.end - c.start) : ''),
+            h('summary', {}, h('code', {}, c.name), ' ', K.badge(c.status), c.end ? h('span', { class: 'took' }, callTimes(c)) : ''),
             h('p', { class: 'muted' }, 'arguments'), K.exactPre(c.args, { class: 'args' }),
             c.output != null && [h('p', { class: 'muted' }, c.isError ? 'error' : 'result'), output(c.output)]));
         }
@@ -180,7 +190,9 @@
     for (const turn of m.turns.values()) {
       rows.push({ kind: 'turn', label: 'turn ' + K.short(turn.id), start: turn.start || turn.queued, end: turn.end, status: turn.status, depth: 0 });
       for (const step of turn.steps) {
-        rows.push({ kind: 'step', label: 'step', start: step.start, end: step.end, status: step.status, id: step.id, depth: 1 });
+        // A retry storm shows in the label: `step · 3 attempts`.
+        const tries = step.attempts.length > 1 ? ' · ' + step.attempts.length + ' attempts' : '';
+        rows.push({ kind: 'step', label: 'step' + tries, start: step.start, end: step.end, status: step.status, id: step.id, depth: 1, attempts: step.attempts.length });
         if (step.attempts.length > 1) {
           for (const a of step.attempts) rows.push({ kind: 'attempt', label: 'attempt ' + a.n, start: a.start, end: a.end, status: a.status, note: a.model + (a.error ? ': ' + a.error : ''), depth: 2 });
         }
@@ -220,7 +232,7 @@
       const room = Math.floor(((narrow ? W : L) - indent) / 7);
       const label = r.label.length > room ? r.label.slice(0, room - 1) + '…' : r.label;
       if (narrow && i % 2) svg.appendChild(h('rect', { class: 'lane', x: 0, y, width: W, height: RH }));
-      svg.appendChild(h('text', { x: 2 + indent, y: y + 13, class: 'label-' + r.kind }, label));
+      svg.appendChild(h('text', { x: 2 + indent, y: y + 13, class: 'label-' + r.kind + (r.attempts > 1 ? ' storm' : '') }, label));
       const by = narrow ? y + RH - BAR - 2 : y + (RH - BAR) / 2;
       const bar = (cls, a, b, title) => h('rect', { class: cls, x: x(a), y: by, height: BAR, rx: 2, width: Math.max(2, x(b) - x(a)), 'data-id': r.id || null }, h('title', {}, title));
       const waited = r.wait && r.wait.start != null;

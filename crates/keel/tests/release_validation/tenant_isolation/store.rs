@@ -105,6 +105,8 @@ struct Owned {
     session: SessionId,
     lease: Lease,
     approval: keel_core::ApprovalId,
+    /// The turn the approval belongs to.
+    turn: TurnId,
     args_hash: String,
     effect: OperationKey,
     artifact: String,
@@ -121,6 +123,7 @@ impl Owned {
         vec![
             self.session.to_string(),
             self.approval.to_string(),
+            self.turn.to_string(),
             self.effect.to_string(),
             self.artifact.clone(),
             self.release.to_string(),
@@ -254,6 +257,7 @@ async fn b_rows(store: &dyn Store, b: TenantId) -> Owned {
         session,
         lease,
         approval: approval.approval_id,
+        turn: approval.turn_id,
         args_hash: approval.args_hash.clone(),
         effect,
         artifact,
@@ -275,6 +279,7 @@ fn nobody(b: &Owned) -> Owned {
             ..b.lease.clone()
         },
         approval: keel_core::ApprovalId::new(),
+        turn: TurnId::new(),
         args_hash: b.args_hash.clone(),
         effect: OperationKey::from(format!("{session}/step_b/call_b").as_str()),
         artifact: uuid::Uuid::now_v7().to_string(),
@@ -446,6 +451,8 @@ pub(super) async fn every_store_call_across_the_boundary(backend: Backend) {
         o.approval,
         Utc::now() + ChronoDuration::hours(2)
     ));
+    same!("withdraw_turn_approvals", |o| store
+        .withdraw_turn_approvals(a, o.session, o.turn, Utc::now()));
     same!("list_approvals", |o| store
         .list_approvals(a, o.session, None));
     same!("list_approvals_page", |o| store.list_approvals_page(
