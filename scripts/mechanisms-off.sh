@@ -27,6 +27,7 @@ default_pairs=(
   decision_once:duplicate_delivery
   effect_claim:crash_after_effect
   approval_hash:poisoned_result
+  dispatch_hash:approved_arguments
   cancel_before_dispatch:cancellation_race
   budget_check:budget_exhaustion
   queue_bound:queue_overload

@@ -12,6 +12,7 @@
 //! server's OpenAPI document is generated from exactly these types.
 //!
 //! ## Layout
+//! - [`body`] — decoding a request body as the server does.
 //! - [`common`] — enums a client sends (statuses, permission mode, sandbox, multitask, role),
 //!   budgets, token usage, [`Problem`].
 //! - [`admin`] — tenants and keys; [`releases`] — agent definitions;
@@ -21,6 +22,7 @@
 //! Everything is re-exported at the crate root.
 
 pub mod admin;
+pub mod body;
 pub mod common;
 pub mod decisions;
 pub mod releases;

@@ -37,8 +37,13 @@ pub enum Mechanism {
     /// An approval is decided once (the store's `status = 'pending'` compare-and-set, and the
     /// rule that a decided approval refuses another decision).
     DecisionOnce,
-    /// An approval decision and an approved call's dispatch are bound to the arguments' hash.
+    /// An approval decision is bound to the arguments' hash (`ApprovalRecord::decide`: a
+    /// decision carrying another hash is refused).
     ApprovalHash,
+    /// An approved call is dispatched only with the arguments its approval hashed (`keel-runtime`
+    /// `tools.rs` `run_call`, checked again right before the dispatch): arguments that differ at
+    /// execution from what was approved get the call refused, and journaled so.
+    DispatchHash,
     /// An operation key is dispatched once: an `outcome_unknown` effect is reconciled or put to a
     /// human, never re-dispatched blindly, and a key the effects table has past `prepared` is
     /// never dispatched again.
@@ -58,12 +63,13 @@ pub enum Mechanism {
 
 impl Mechanism {
     /// Every mechanism, in declaration order.
-    pub const ALL: [Mechanism; 11] = [
+    pub const ALL: [Mechanism; 12] = [
         Mechanism::Fencing,
         Mechanism::CasVersion,
         Mechanism::IdempotencyKey,
         Mechanism::DecisionOnce,
         Mechanism::ApprovalHash,
+        Mechanism::DispatchHash,
         Mechanism::EffectClaim,
         Mechanism::TenantScope,
         Mechanism::CancelBeforeDispatch,
@@ -80,6 +86,7 @@ impl Mechanism {
             Mechanism::IdempotencyKey => "idempotency_key",
             Mechanism::DecisionOnce => "decision_once",
             Mechanism::ApprovalHash => "approval_hash",
+            Mechanism::DispatchHash => "dispatch_hash",
             Mechanism::EffectClaim => "effect_claim",
             Mechanism::TenantScope => "tenant_scope",
             Mechanism::CancelBeforeDispatch => "cancel_before_dispatch",

@@ -4,9 +4,10 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-/// Reads `body` as `T`; when it is accepted, its JSON form must read back to the same JSON form.
+/// Reads `body` as `T` the way the server does ([`keel_api::body::decode`]); when it is
+/// accepted, its JSON form must read back to the same JSON form.
 fn round_trip<T: Serialize + DeserializeOwned>(what: &str, body: &[u8]) {
-    let Ok(first) = serde_json::from_slice::<T>(body) else {
+    let Ok(first) = keel_api::body::decode::<T>(body) else {
         return;
     };
     let encoded = match serde_json::to_value(&first) {
@@ -26,8 +27,10 @@ fn round_trip<T: Serialize + DeserializeOwned>(what: &str, body: &[u8]) {
 /// The `/v1` request bodies ([`keel_api`]'s `*Request` types): the first byte picks the type,
 /// the rest is the JSON body.
 ///
-/// Invariants: deserialization answers (a body or an error), never panics; an accepted body
-/// round-trips through its JSON form.
+/// Invariants: deserialization as the server decodes a body (whitespace as `{}`, integral
+/// floats as integers) answers (a body or an error), never panics; an accepted body
+/// round-trips through its JSON form; any JSON body has a canonical hash (the idempotency
+/// record's `request_hash`), the same for the body written again.
 pub fn api_request(data: &[u8]) {
     use keel_api::*;
     let Some((&pick, body)) = data.split_first() else {
@@ -46,6 +49,20 @@ pub fn api_request(data: &[u8]) {
         9 => round_trip::<CreateTenantRequest>("CreateTenantRequest", body),
         _ => round_trip::<CreateKeyRequest>("CreateKeyRequest", body),
     }
-    // Any JSON value at all, as the server reads a body before picking its type.
-    let _ = serde_json::from_slice::<Value>(body);
+    // Any JSON value at all, as the server reads a body before picking its type, and hashes
+    // it for `Idempotency-Key` (canonical JSON: key order and spacing do not matter).
+    if let Ok(v) = keel_api::body::decode::<Value>(body) {
+        let hash = keel_core::canonical::content_hash(&v);
+        match serde_json::to_vec(&v) {
+            Ok(again) => match serde_json::from_slice::<Value>(&again) {
+                Ok(w) => assert_eq!(
+                    keel_core::canonical::content_hash(&w),
+                    hash,
+                    "a body's hash changed when written again"
+                ),
+                Err(e) => panic!("a JSON body written again does not read: {e}"),
+            },
+            Err(e) => panic!("a JSON body does not write: {e}"),
+        }
+    }
 }

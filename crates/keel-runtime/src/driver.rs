@@ -547,6 +547,11 @@ impl Runner {
                         Ok(v) => active.version.store(v, Ordering::SeqCst),
                         Err(e) => {
                             tracing::debug!(%session, "checkpoint: {e}");
+                            // Taken over: stop the run here now, as the lease keeper would at
+                            // its next renewal (the journal refuses everything from now on).
+                            if matches!(e, RuntimeError::LeaseLost { .. }) {
+                                active.lost.cancel();
+                            }
                             return;
                         }
                     }

@@ -59,6 +59,13 @@ pub struct Journal {
     /// Secret values to seal in the session's `secrets` row with the next commit (see
     /// `crate::secrets`).
     pub(crate) secrets_to_seal: Option<Vec<String>>,
+    /// Set when a commit was refused because the lease's epoch is no longer the session's
+    /// (another worker took the session over): the epoch never comes back, so from then on
+    /// every stage and commit is refused with [`RuntimeError::LeaseLost`] before anything else
+    /// is checked — fencing first. Without it a stage after the refusal was checked against
+    /// the state folded again from the store, which lacks what was staged and dropped, and a
+    /// zombie's next event could be refused as referring to an unknown entity instead.
+    fenced: bool,
 }
 
 impl Journal {
@@ -90,6 +97,7 @@ impl Journal {
             exact: HashMap::new(),
             reasoning: HashMap::new(),
             secrets_to_seal: None,
+            fenced: false,
         };
         j.reload().await?;
         Ok(j)
@@ -153,6 +161,7 @@ impl Journal {
     /// [`RuntimeError::Rejected`] when the fold refuses an event: nothing of `items` is staged
     /// (what was staged before stays).
     pub(crate) async fn stage(&mut self, items: Vec<(Correlation, EventBody)>) -> Result<u64> {
+        self.check_fence()?;
         if items.is_empty() {
             return Ok(self.state.version);
         }
@@ -219,14 +228,27 @@ impl Journal {
         Ok(self.state.version)
     }
 
+    /// [`RuntimeError::LeaseLost`] once a commit of this journal was refused for its lease's
+    /// epoch (see `fenced`): checked before anything else.
+    fn check_fence(&self) -> Result<()> {
+        if self.fenced {
+            return Err(RuntimeError::LeaseLost {
+                session: self.session,
+            });
+        }
+        Ok(())
+    }
+
     /// Commits everything staged (and the side rows) in one store transaction at the durable
     /// version under the lease's epoch. `site` names the commit for fault injection. Returns
     /// the durable version.
     ///
     /// # Errors
-    /// [`RuntimeError::LeaseLost`] when another worker took the session over; store errors. On
-    /// error the staged events are dropped and the state is folded again from the store.
+    /// [`RuntimeError::LeaseLost`] when another worker took the session over (then and on every
+    /// later stage or commit of this journal); store errors. On error the staged events are
+    /// dropped and the state is folded again from the store.
     pub(crate) async fn commit(&mut self, site: &'static str) -> Result<u64> {
+        self.check_fence()?;
         if self.staged.is_empty() {
             // Side rows travel with events; without events there is nothing to commit yet.
             return Ok(self.durable);
@@ -255,6 +277,9 @@ impl Journal {
                 Ok(v)
             }
             Err(e) => {
+                if matches!(e, StoreError::LeaseLost { .. }) {
+                    self.fenced = true;
+                }
                 let _ = self.reload().await;
                 Err(match e {
                     StoreError::StaleVersion { .. } | StoreError::LeaseLost { .. } => {
@@ -310,5 +335,84 @@ pub fn work_mark(state: &keel_core::SessionState) -> keel_store::WorkMark {
     keel_store::WorkMark {
         runnable,
         queued_turns: u32::try_from(state.queue.len()).unwrap_or(u32::MAX),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use keel_core::{Correlation, EventBody, ReleaseId, SessionId, TenantId, TurnId};
+    use keel_store::Store;
+    use serde_json::json;
+
+    use super::Journal;
+    use crate::error::RuntimeError;
+    use crate::redact::Redactor;
+
+    /// The stale_write flake (`zombie_after_takeover`, once under load): a zombie's checkpoint
+    /// commit was refused for its epoch, which dropped its staged events (a proposed call);
+    /// its next stage, referring to that call, was then refused by the fold as naming an
+    /// unknown entity instead of as `LeaseLost`. Once refused for its epoch, a journal refuses
+    /// everything with `LeaseLost` first.
+    #[tokio::test]
+    async fn after_a_takeover_every_stage_is_lease_lost_before_the_fold_judges_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> = Arc::new(
+            keel_store::SqlStore::open_sqlite(&dir.path().join("keel.db"))
+                .await
+                .unwrap(),
+        );
+        let (tenant, session) = (TenantId::new(), SessionId::new());
+        let release = ReleaseId::from("sha256:fence");
+        let lease = keel_testkit::db::leased_session(
+            store.as_ref(),
+            tenant,
+            session,
+            &release,
+            json!({}),
+            "zombie",
+            Duration::from_secs(60),
+        )
+        .await;
+        let redactor = Arc::new(Redactor::with_values(&[], &[]).unwrap());
+        let mut j = Journal::load(store.clone(), tenant, session, lease.epoch, redactor)
+            .await
+            .unwrap();
+
+        // The zombie stages a turn; the session is taken over before it commits.
+        let turn = TurnId::new();
+        let queued = EventBody::TurnQueued {
+            input: "go".into(),
+            compiled: None,
+        };
+        j.stage(vec![(Correlation::turn(turn), queued)])
+            .await
+            .unwrap();
+        store
+            .take_over_lease(
+                tenant,
+                session,
+                "zombie",
+                lease.epoch,
+                "successor",
+                Duration::from_secs(60),
+            )
+            .await
+            .unwrap();
+        let lost = |r: &crate::error::Result<u64>| matches!(r, Err(RuntimeError::LeaseLost { .. }));
+        let r = j.commit("checkpoint").await;
+        assert!(lost(&r), "{r:?}");
+        // The turn was dropped with the refused commit: the fold alone would call it unknown.
+        let cancel = EventBody::TurnCancelRequested {
+            reason: "stop".into(),
+        };
+        let r = j.stage(vec![(Correlation::turn(turn), cancel)]).await;
+        assert!(lost(&r), "fencing first: {r:?}");
+        let r = j.commit("again").await;
+        assert!(lost(&r), "{r:?}");
     }
 }

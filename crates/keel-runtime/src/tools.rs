@@ -295,7 +295,7 @@ impl Runner {
         // again here, at execution, not only when the decision was taken.
         if let Some(hash) = approved_hash
             && keel_core::args_hash(&v.arguments) != hash
-            && !is_off(Mechanism::ApprovalHash)
+            && !is_off(Mechanism::DispatchHash)
         {
             let text = format!(
                 "The `{}` call was not run: its arguments differ from the ones that were approved.",

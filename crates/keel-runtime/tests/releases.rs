@@ -5,14 +5,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::Utc;
 use keel_core::{
     AgentDefinition, Budget, Correlation, Event, EventBody, Release, SessionStatus, TenantId,
     TerminalReason, ToolCallStatus,
 };
 use keel_model::ModelClient;
 use keel_runtime::{Repin, RuntimeError, SessionConfig};
-use keel_store::NewSession;
 use keel_tools::policy::PermissionMode;
 use serde_json::{Value, json};
 
@@ -294,37 +292,16 @@ async fn an_older_journal_keeps_its_settings_allow_rules_until_re_pinned(b: Back
     // The journal as an older build wrote it.
     let store = db.store.clone();
     store.put_release(tenant, &old).await.unwrap();
-    store
-        .create_session(
-            tenant,
-            NewSession {
-                session_id: session,
-                release_id: old.id.clone(),
-                parent_session_id: None,
-                metadata: json!({}),
-            },
-        )
-        .await
-        .unwrap();
-    let lease = store
-        .acquire_lease(tenant, session, "older-build", Duration::from_secs(5))
-        .await
-        .unwrap();
-    let created = Event::new(
+    let lease = keel_testkit::db::leased_session(
+        store.as_ref(),
+        tenant,
         session,
-        1,
-        Utc::now(),
-        Correlation::default(),
-        EventBody::SessionCreated {
-            tenant_id: tenant,
-            release_id: old.id.clone(),
-            config: serde_json::to_value(&cfg).unwrap(),
-        },
-    );
-    store
-        .append(tenant, session, 0, lease.epoch, &[created])
-        .await
-        .unwrap();
+        &old.id,
+        serde_json::to_value(&cfg).unwrap(),
+        "older-build",
+        Duration::from_secs(5),
+    )
+    .await;
     store.release_lease(tenant, &lease).await.unwrap();
 
     rt.submit(tenant, session, "1").await.unwrap();

@@ -149,66 +149,12 @@ fn schema_error(e: &jsonschema::ValidationError<'_>) -> ApiError {
     ApiError::invalid(&field, format!("the body does not fit the schema: {e}"))
 }
 
-/// Rewrites every float with a zero fractional part that fits an `i64`/`u64` as that
-/// integer; whether any changed.
-fn integral_floats_to_integers(v: &mut Value) -> bool {
-    match v {
-        Value::Number(n) if n.is_f64() => {
-            let f = n.as_f64().unwrap_or(f64::NAN);
-            if f.fract() != 0.0 || !f.is_finite() {
-                return false;
-            }
-            // 2^63 and 2^64 are exact as f64; below them the casts are exact too.
-            let int = if (0.0..18_446_744_073_709_551_616.0).contains(&f) {
-                serde_json::Number::from(f as u64)
-            } else if (-9_223_372_036_854_775_808.0..0.0).contains(&f) {
-                serde_json::Number::from(f as i64)
-            } else {
-                return false;
-            };
-            *v = Value::Number(int);
-            true
-        }
-        Value::Array(items) => items
-            .iter_mut()
-            .fold(false, |any, v| integral_floats_to_integers(v) | any),
-        Value::Object(map) => map
-            .values_mut()
-            .fold(false, |any, v| integral_floats_to_integers(v) | any),
-        _ => false,
-    }
-}
-
 /// Parses a request body: 400 for what is not JSON, 422 naming the field for the rest.
 ///
 /// # Errors
 /// As said.
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
-    let bytes: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
-        b"{}"
-    } else {
-        bytes
-    };
-    let first = serde_json::from_slice::<T>(bytes);
-    // JSON Schema counts 3.0 as an integer (a number with a zero fractional part, JSON
-    // Schema 2020-12 §6.1.1 via the data model); serde's integers refuse it. Retry with such
-    // numbers made integers, keeping the first error when that does not help.
-    let first = match first {
-        Err(e) if e.classify() == serde_json::error::Category::Data => {
-            match serde_json::from_slice::<Value>(bytes) {
-                Ok(mut v) => {
-                    if integral_floats_to_integers(&mut v) {
-                        serde_json::from_value::<T>(v).map_err(|_| e)
-                    } else {
-                        Err(e)
-                    }
-                }
-                Err(_) => Err(e),
-            }
-        }
-        other => other,
-    };
-    first.map_err(|e| {
+    keel_api::body::decode::<T>(bytes).map_err(|e| {
         use serde_json::error::Category;
         match e.classify() {
             Category::Syntax | Category::Eof | Category::Io => {

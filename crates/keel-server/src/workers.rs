@@ -251,8 +251,9 @@ impl Drop for Admitted<'_> {
 /// refusal for the service's limit says it is full, not how many turns other tenants queued.
 ///
 /// Never past the limit on one node under concurrent submits: submissions are judged one at a
-/// time (the depths read and the decision made under `admissions`' gate), and an admitted one
-/// stays counted until the returned [`Admitted`] is dropped (after its turn is written). A turn
+/// time (the in-flight count read, then the store's depths, and the decision made under
+/// `admissions`' gate), and an admitted one stays counted until the returned [`Admitted`] is
+/// dropped (after its turn is written): a turn is in the count, the depths, or both. A turn
 /// written but not yet dropped is counted twice — in the store's depth and in flight — so a
 /// burst may be refused a little early (never late); a refused submission counts against no
 /// one, so a burst at an empty queue always admits its first. Submissions on different API
@@ -271,9 +272,13 @@ pub async fn admit_turn<'a>(
 ) -> Result<Admitted<'a>, ApiError> {
     use keel_runtime::metrics::AdmissionScope;
     let _judging = admissions.gate.lock().await;
-    let (mine, all) = store.queue_depth(tenant).await?;
-    // The others admitted whose turns may not be in the depths yet.
+    // The others admitted whose turns may not be in the depths yet — read *before* the depths.
+    // An admitted submission stops counting in flight only after its turn is committed, so a
+    // turn missing from this count is in the depths read next. Read the other way round, a
+    // turn committed while the depths were read (not in them) whose submission then finished
+    // (no longer in flight) was counted by neither, and the queue passed the bound by one.
     let (mine_flight, all_flight) = admissions.in_flight(tenant);
+    let (mine, all) = store.queue_depth(tenant).await?;
     let mine = mine.saturating_add(mine_flight);
     let all = all.saturating_add(all_flight);
     let limit = policy.limits(tenant).max_queued_turns;

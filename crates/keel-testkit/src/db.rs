@@ -344,3 +344,53 @@ fn drop_schema(where_: &Location) {
     })
     .join();
 }
+
+/// Writes what a runtime's `create_session` writes, by hand, on `store`: the session row of
+/// `session` (tenant `tenant`, release `release`), a lease of `owner` for `ttl`, and
+/// `session.created` (with `config`) at version 1 under it. Returns the lease (still held).
+///
+/// # Panics
+/// When the store refuses any of the three.
+pub async fn leased_session(
+    store: &dyn Store,
+    tenant: keel_core::TenantId,
+    session: keel_core::SessionId,
+    release: &keel_core::ReleaseId,
+    config: serde_json::Value,
+    owner: &str,
+    ttl: std::time::Duration,
+) -> keel_store::Lease {
+    use keel_core::{Correlation, Event, EventBody};
+    store
+        .create_session(
+            tenant,
+            keel_store::NewSession {
+                session_id: session,
+                release_id: release.clone(),
+                parent_session_id: None,
+                metadata: serde_json::json!({}),
+            },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("creating session {session}: {e}"));
+    let lease = store
+        .acquire_lease(tenant, session, owner, ttl)
+        .await
+        .unwrap_or_else(|e| panic!("the lease of session {session}: {e}"));
+    let created = Event::new(
+        session,
+        1,
+        chrono::Utc::now(),
+        Correlation::default(),
+        EventBody::SessionCreated {
+            tenant_id: tenant,
+            release_id: release.clone(),
+            config,
+        },
+    );
+    store
+        .append(tenant, session, 0, lease.epoch, &[created])
+        .await
+        .unwrap_or_else(|e| panic!("session.created of session {session}: {e}"));
+    lease
+}

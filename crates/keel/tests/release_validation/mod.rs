@@ -34,6 +34,7 @@ mod harness;
 // shared by several scenarios; Dispatch keeps each call and its time for failure messages
 mod rig;
 
+mod approved_arguments;
 mod budget_exhaustion;
 mod cancellation_race;
 mod crash_after_effect;

@@ -14,16 +14,16 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use keel_core::{
-    ApprovalDecision, Budget, Event, EventBody, SessionState, StateMachine as _, TenantId,
-};
+use keel_core::{Budget, Event, EventBody, SessionState, StateMachine as _, TenantId};
 use keel_model::ScriptedModel;
 use keel_runtime::{RuntimeOptions, SubscriptionItem};
 use keel_testkit::db::{Backend, TestDb};
 use keel_tools::policy::PermissionMode;
 use serde_json::{Value, json};
 
-use super::rig::{Dispatches, call, config, journal, registry, release, runtime, scripted};
+use super::rig::{
+    Dispatches, allow_the_approval, call, config, journal, registry, release, runtime, scripted,
+};
 
 per_backend!(
     a_finished_sessions_journal_folds_to_the_live_state,
@@ -90,24 +90,7 @@ async fn a_finished_sessions_journal_folds_to_the_live_state(b: Backend) {
     let out = rt.run(tenant, session).await.unwrap();
     assert_eq!(out.pending.len(), 1, "the effect asks: {out:?}");
     outcomes.extend(out.turns);
-    let approval = rt
-        .view(tenant, session)
-        .await
-        .unwrap()
-        .state
-        .approvals
-        .values()
-        .next()
-        .cloned()
-        .unwrap();
-    rt.decide_approval(
-        tenant,
-        approval.id,
-        ApprovalDecision::AllowOnce,
-        &approval.args_hash,
-    )
-    .await
-    .unwrap();
+    allow_the_approval(&rt, tenant, session).await;
     outcomes.extend(rt.run(tenant, session).await.unwrap().turns);
     rt.submit(tenant, session, "and again").await.unwrap();
     let last = rt.run(tenant, session).await.unwrap();

@@ -83,6 +83,34 @@ pub(crate) fn runtime(
     )
 }
 
+/// Decides the one approval `session` waits on `allow_once`, with the hash it was asked with;
+/// returns it as it was asked.
+pub(crate) async fn allow_the_approval(
+    rt: &Runtime,
+    tenant: keel_core::TenantId,
+    session: SessionId,
+) -> keel_core::state::ApprovalState {
+    let approval = rt
+        .view(tenant, session)
+        .await
+        .unwrap()
+        .state
+        .approvals
+        .values()
+        .next()
+        .cloned()
+        .unwrap();
+    rt.decide_approval(
+        tenant,
+        approval.id,
+        keel_core::ApprovalDecision::AllowOnce,
+        &approval.args_hash,
+    )
+    .await
+    .unwrap();
+    approval
+}
+
 /// The journal of `session`.
 pub(crate) async fn journal(
     db: &TestDb,

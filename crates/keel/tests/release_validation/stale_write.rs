@@ -17,7 +17,7 @@ use async_trait::async_trait;
 use chrono::Utc;
 use keel_core::{Correlation, Event, EventBody, ReleaseId, SessionId, TenantId, TurnId};
 use keel_runtime::RuntimeError;
-use keel_store::{NewSession, Store, StoreError};
+use keel_store::{Store, StoreError};
 use keel_tools::tool::{EffectClass, Tool, ToolContext, ToolOutput};
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
@@ -51,35 +51,16 @@ async fn two_writers_one_version_one_wins(backend: Backend) {
     let (a, b) = (fresh.open().await, fresh.open().await);
     let tenant = TenantId::new();
     let session = SessionId::new();
-    a.create_session(
+    let lease = keel_testkit::db::leased_session(
+        a.as_ref(),
         tenant,
-        NewSession {
-            session_id: session,
-            release_id: ReleaseId::from("sha256:stale-write"),
-            parent_session_id: None,
-            metadata: json!({}),
-        },
-    )
-    .await
-    .unwrap();
-    let lease = a
-        .acquire_lease(tenant, session, "writer", Duration::from_secs(60))
-        .await
-        .unwrap();
-    let created = Event::new(
         session,
-        1,
-        Utc::now(),
-        Correlation::default(),
-        EventBody::SessionCreated {
-            tenant_id: tenant,
-            release_id: ReleaseId::from("sha256:stale-write"),
-            config: json!({}),
-        },
-    );
-    a.append(tenant, session, 0, lease.epoch, &[created])
-        .await
-        .unwrap();
+        &ReleaseId::from("sha256:stale-write"),
+        json!({}),
+        "writer",
+        Duration::from_secs(60),
+    )
+    .await;
 
     let mut winners = Vec::new();
     for round in 0..ROUNDS {
@@ -203,8 +184,9 @@ fn counter_lines(ws: &std::path::Path) -> Vec<String> {
 /// The zombie (worker A, its own store handle) runs a turn whose model proposes
 /// `gated_counter`; it stops inside the dispatch path (the tool's `prepare`, before the
 /// dispatch commit). Worker B (another handle) takes the lease over at A's epoch — as a
-/// scheduler does from a holder it believes dead — and writes nothing yet. Then A wakes: its
-/// dispatch commit is refused (`LeaseLost`), the tool never runs, its run ends with
+/// scheduler does from a holder it believes dead — and writes nothing yet. A's checkpoint
+/// commit (of the proposed call) is refused meanwhile. Then A wakes: its dispatch is refused
+/// (`LeaseLost`, before anything else is judged), the tool never runs, its run ends with
 /// `LeaseLost`, and a plain append at its old epoch is refused too. B then runs the session
 /// under its lease: the call is dispatched once (by B), the turn completes, and the journal
 /// holds exactly one `effect.dispatched`.
@@ -263,7 +245,15 @@ async fn zombie_after_takeover(backend: Backend) {
         lease.epoch > before.lease_epoch,
         "a takeover bumps the epoch"
     );
+    // The version the takeover fenced: until then the zombie held the lease and may have
+    // committed (its checkpoint of the proposed call, when the test was slow to take over).
+    let fenced_at = store.get_session(tenant, session).await.unwrap().version;
 
+    // The zombie sleeps on past its journal's checkpoint period (`checkpoint_after`, 200 ms):
+    // the order seen once under load, every run — its checkpoint commits the call it staged
+    // and is refused for its epoch first. Whatever it does next is refused as `LeaseLost`
+    // (fencing first), not judged against a journal that lacks the dropped call.
+    tokio::time::sleep(Duration::from_secs(1)).await;
     // The zombie wakes: its dispatch is refused and its tool never runs.
     zombie_gate.add_permits(1);
     let out = tokio::time::timeout(Duration::from_secs(20), run)
@@ -280,7 +270,10 @@ async fn zombie_after_takeover(backend: Backend) {
         counter_lines(ws.path())
     );
     let after = store.get_session(tenant, session).await.unwrap();
-    assert_eq!(after.version, before.version, "the zombie appended nothing");
+    assert_eq!(
+        after.version, fenced_at,
+        "the zombie appended nothing after the takeover"
+    );
     // Any other append at the zombie's epoch is refused as well.
     let stray = queued(session, after.version + 1, "zombie");
     let refused = zombie
