@@ -18,6 +18,7 @@
 mod api;
 mod extras;
 mod group_commit;
+mod leases;
 mod migrations;
 mod reservations;
 mod scheduling;
@@ -1452,6 +1453,15 @@ impl Store for SqlStore {
             }),
             None => Err(self.lease_lost(tenant, lease.session_id, lease.epoch).await),
         }
+    }
+
+    async fn renew_leases(
+        &self,
+        tenant: TenantId,
+        leases: &[Lease],
+        ttl: Duration,
+    ) -> Result<Vec<Lease>> {
+        self.renew_many(tenant, leases, ttl).await
     }
 
     async fn release_lease(&self, tenant: TenantId, lease: &Lease) -> Result<()> {

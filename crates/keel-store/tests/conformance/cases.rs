@@ -11,6 +11,7 @@ use serde_json::json;
 pub use super::access::*;
 pub use super::batch_claims::*;
 use super::harness::{Harness, events, session};
+pub use super::lease_batches::*;
 pub use super::reservations::*;
 pub use super::scheduling::*;
 
