@@ -409,7 +409,10 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<Intent>;
 
     /// Waits until the session has at least one intent or `timeout` passes; returns whether it
-    /// has one. Wake-up as for [`Store::wait_for_version`].
+    /// has one. Woken by posted intents only (appends do not wake it): in-process, and on
+    /// PostgreSQL by NOTIFY (`intent:<session>` on the events channel; a reconnecting listener
+    /// wakes every waiter), with a fallback poll of 30 s on PostgreSQL and 50 ms on SQLite
+    /// (another process's intents are seen only so there).
     ///
     /// # Errors
     /// `NotFound`.
