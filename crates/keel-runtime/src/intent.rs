@@ -310,6 +310,11 @@ pub(crate) async fn queue_input(
     Ok(turn)
 }
 
+/// How long one wait of the intent watcher lasts: the store wakes it when an intent is posted
+/// (and polls at its own fallback interval meanwhile), so a long wait costs no queries; each new
+/// wait reads the intents once.
+const WATCH_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// Watches the store for intents while this worker runs the session and handles them under the
 /// journal lock, until `stop` is cancelled or the run closes the journal.
 pub(crate) fn spawn_watcher(
@@ -333,7 +338,7 @@ pub(crate) fn spawn_watcher(
         loop {
             let has = tokio::select! {
                 () = stop.cancelled() => return,
-                r = store.wait_for_intent(tenant, session, Duration::from_secs(1)) => r,
+                r = store.wait_for_intent(tenant, session, WATCH_TIMEOUT) => r,
             };
             match has {
                 Ok(true) => {}

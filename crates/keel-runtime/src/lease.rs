@@ -5,7 +5,8 @@
 //! (`/proc/self/ns/pid`). A worker that finds the lease held by a process of *this host and this
 //! PID namespace* that no longer exists (`/proc/<pid>` is gone) takes it over at once
 //! ([`keel_store::Store::take_over_lease`]); any other holder is waited out, bounded by the lease
-//! TTL (default 10 s, renewed by heartbeats every third of it). The namespace matters: containers
+//! TTL (default 10 s, renewed every third of it by the runtime's [`LeaseKeeper`], one store
+//! call for all the leases it holds). The namespace matters: containers
 //! sharing a host name see each other's process ids only within their own PID namespace, so a
 //! live worker in another one would look dead. An owner without the namespace (written before
 //! it was recorded, or by a process that could not read it) is never taken for dead.
@@ -15,9 +16,11 @@ use std::time::Duration;
 
 use keel_core::{SessionId, TenantId};
 use keel_store::{Lease, Store, StoreError};
-use tokio_util::sync::CancellationToken;
 
 use crate::error::{Result, RuntimeError};
+
+mod keeper;
+pub use keeper::{Kept, LeaseKeeper};
 
 /// This host's name (`/proc/sys/kernel/hostname`, `$HOSTNAME`, else `localhost`).
 pub fn hostname() -> String {
@@ -182,49 +185,6 @@ pub async fn acquire(
             Err(e) => return Err(e.into()),
         }
     }
-}
-
-/// Renews `lease` whenever a third of `ttl` has passed since it was granted or last renewed
-/// (reckoned from its `expires_at`, not from when this task started: a run whose setup took
-/// most of the TTL renews at once instead of a third of a TTL later, after the lease lapsed),
-/// until `stop` is cancelled; on loss cancels `lost`. A renewal that fails for another reason
-/// (the store is slow or briefly unreachable) is retried after a twelfth of the TTL, while
-/// the lease may still be live.
-pub fn heartbeat(
-    store: Arc<dyn Store>,
-    tenant: TenantId,
-    lease: Lease,
-    ttl: Duration,
-    stop: CancellationToken,
-    lost: CancellationToken,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let mut lease = lease;
-        let period = (ttl / 3).max(Duration::from_millis(10));
-        let retry = (ttl / 12).max(Duration::from_millis(10));
-        let mut wait = renewal_due_in(&lease, ttl, period);
-        loop {
-            tokio::select! {
-                () = stop.cancelled() => return,
-                () = tokio::time::sleep(wait) => {}
-            }
-            match store.renew_lease(tenant, &lease, ttl).await {
-                Ok(l) => {
-                    lease = l;
-                    wait = renewal_due_in(&lease, ttl, period);
-                }
-                Err(StoreError::LeaseLost { .. }) => {
-                    tracing::warn!(session = %lease.session_id, "lease lost; stopping the session here");
-                    lost.cancel();
-                    return;
-                }
-                Err(e) => {
-                    tracing::warn!(session = %lease.session_id, "lease renewal failed: {e}");
-                    wait = retry;
-                }
-            }
-        }
-    })
 }
 
 /// The wall time leases are reckoned in (the store's clock): `Utc::now()`, shifted in test

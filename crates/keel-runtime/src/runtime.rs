@@ -177,6 +177,7 @@ impl Runtime {
                 tracing::warn!("spawn_agent not registered: {e}");
             }
             Inner {
+                leases: lease::LeaseKeeper::new(store.clone(), options.lease_ttl),
                 store,
                 model,
                 tools: crate::tool_catalog::ToolCatalog::new(tools),
@@ -484,19 +485,13 @@ impl Runtime {
     ) -> Result<RunOutcome> {
         let lost = CancellationToken::new();
         let stop = CancellationToken::new();
-        // The lease is renewed from the start: loading the journal and setting the run up can
-        // outlast a short TTL on a busy worker (a batch of claimed runs starting at once), and
-        // a lease that expired meanwhile would be taken over under the run. Stopped on every
-        // way out, an early error included.
-        let _stop_heartbeat = stop.clone().drop_guard();
-        let hb = lease::heartbeat(
-            self.inner.store.clone(),
-            tenant,
-            lease.clone(),
-            self.inner.options.lease_ttl,
-            stop.clone(),
-            lost.clone(),
-        );
+        // The lease is renewed from the start (by the runtime's keeper, with every other lease
+        // it holds): loading the journal and setting the run up can outlast a short TTL on a
+        // busy worker (a batch of claimed runs starting at once), and a lease that expired
+        // meanwhile would be taken over under the run. Kept until the run ends, or its future
+        // is dropped; the watcher stops on every way out, an early error included.
+        let _stop_watcher = stop.clone().drop_guard();
+        let kept = self.inner.leases.keep(tenant, lease.clone(), lost.clone());
         let mut journal = self.inner.load(tenant, session, lease).await?;
         // Intents posted while nobody ran the session (or left by a crashed handler) first.
         crate::intent::handle_intents(&self.inner, &mut journal, None).await?;
@@ -572,7 +567,7 @@ impl Runtime {
         // store. (The runner set `closed` itself when it went idle, under the journal lock.)
         active.journal.lock().await.closed = true;
         guard.finish();
-        let _ = hb.await;
+        drop(kept);
         let _ = watcher.await;
         let ended = result?;
         let mut j = active.journal.lock().await;

@@ -163,6 +163,8 @@ pub(crate) struct Inner {
     pub(crate) tools: crate::tool_catalog::ToolCatalog,
     pub(crate) options: RuntimeOptions,
     pub(crate) owner: String,
+    /// Renews the leases of every run of this runtime, in one store call per round.
+    pub(crate) leases: Arc<crate::lease::LeaseKeeper>,
     pub(crate) hub: Hub,
     pub(crate) active: Mutex<HashMap<SessionId, Arc<Active>>>,
     /// This process's queue per session for short holds of its lease.

@@ -31,7 +31,7 @@ use std::sync::Arc;
 pub use error::{Result, StoreError};
 pub use scheduling::{Claim, TenantBacklog, TokenWindow, WorkMark};
 pub use sql::{Dialect, SqlStore};
-pub use store::{MAX_MEMORY_NAMESPACES, Store};
+pub use store::{MAX_MEMORY_NAMESPACES, RENEW_BATCH, Store};
 pub use types::{
     ApiKeyRecord, AppendExtras, ApprovalQuery, Artifact, ArtifactInfo, CommitCounts, DueSession,
     EffectInsert, EffectRecord, EffectUpdate, IdempotencyBegin, IdempotencyKey, Intent, KeyScope,

@@ -22,6 +22,10 @@ use crate::types::{
 /// Most namespaces [`Store::memory_namespaces`] returns.
 pub const MAX_MEMORY_NAMESPACES: u32 = 10_000;
 
+/// Most leases one statement of [`Store::renew_leases`] renews (three binds each: within
+/// SQLite's and PostgreSQL's bind limits).
+pub const RENEW_BATCH: usize = 500;
+
 /// Durable storage for sessions, their journals and everything they own.
 ///
 /// Every method takes the tenant first and filters on it: a session, effect, approval or artifact
@@ -212,6 +216,25 @@ pub trait Store: Send + Sync + 'static {
     /// `LeaseLost` if the epoch or owner changed; `NotFound` for an unknown session.
     async fn renew_lease(&self, tenant: TenantId, lease: &Lease, ttl: Duration) -> Result<Lease>;
 
+    /// Renews many of `tenant`'s leases at once (a worker's heartbeat for every session it
+    /// runs): each lease of `leases` still held by its owner at its epoch is extended to
+    /// `now + ttl`, as [`Store::renew_lease`] extends one — an expired lease nobody took over
+    /// included. One statement per [`RENEW_BATCH`] leases, not one per lease. Returns the
+    /// renewed leases (new `expires_at`), in no particular order; a lease of `leases` missing
+    /// from the result was lost (another holder took it, its epoch moved, it was released, or
+    /// the session is gone or another tenant's): its holder must stop writing. Empty for no
+    /// leases.
+    ///
+    /// # Errors
+    /// Store errors (a failed statement renews nothing of its batch; batches before it stay
+    /// renewed).
+    async fn renew_leases(
+        &self,
+        tenant: TenantId,
+        leases: &[Lease],
+        ttl: Duration,
+    ) -> Result<Vec<Lease>>;
+
     /// Gives a lease up; the next acquisition need not wait for expiry. When the session has
     /// work (see [`crate::scheduling`]; e.g. a turn queued under a lease taken for it), wakes
     /// [`Store::wait_for_work`]: it becomes claimable only now.
@@ -245,8 +268,10 @@ pub trait Store: Send + Sync + 'static {
     /// `u64::MAX` for none). That count and the claim are one atomic step across processes:
     /// the tenant's claims take turns on a transaction-scoped advisory lock on PostgreSQL
     /// (SQLite's one writer), so concurrent claimers never take the tenant past the limit.
-    /// Leases taken outside claims ([`Store::acquire_lease`]) count but are not limited. Wakes
-    /// nobody.
+    /// Leases taken outside claims ([`Store::acquire_lease`]) count but are not limited. A
+    /// session whose lease is `owner`'s own is not claimed until that lease has been expired
+    /// for a whole `ttl` (its holder renews it, expired or not: [`Store::renew_leases`]); any
+    /// other owner's expired lease is. Wakes nobody.
     ///
     /// # Errors
     /// Store errors.
@@ -384,7 +409,10 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<Intent>;
 
     /// Waits until the session has at least one intent or `timeout` passes; returns whether it
-    /// has one. Wake-up as for [`Store::wait_for_version`].
+    /// has one. Woken by posted intents only (appends do not wake it): in-process, and on
+    /// PostgreSQL by NOTIFY (`intent:<session>` on the events channel; a reconnecting listener
+    /// wakes every waiter), with a fallback poll of 30 s on PostgreSQL and 50 ms on SQLite
+    /// (another process's intents are seen only so there).
     ///
     /// # Errors
     /// `NotFound`.

@@ -446,7 +446,7 @@ pub struct CommitCounts {
     /// `Decided::Already` writes nothing and counts nothing.)
     pub tables: u64,
     /// Lease writes that succeeded: `acquire_lease`, `take_over_lease`, `renew_lease`,
-    /// `release_lease`.
+    /// `release_lease`, and each statement of `renew_leases` that renewed any.
     pub leases: u64,
 }
 

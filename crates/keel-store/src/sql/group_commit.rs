@@ -500,7 +500,7 @@ async fn commit_batch(
             let mut woke = false;
             for (pending, result) in batch.into_iter().zip(results) {
                 if let Ok(a) = &result {
-                    waiters.notify(pending.req.session_id);
+                    waiters.versions.notify(pending.req.session_id);
                     woke |= a.woke;
                 }
                 let _ = pending.reply.send(result.map(|a| a.version));

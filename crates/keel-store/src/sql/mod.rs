@@ -9,8 +9,9 @@
 //!   does not affect the others. Readers use a small pool. Waiters are woken in-process
 //!   and poll every 50 ms (other processes' writes).
 //! - **PostgreSQL**: a pool; each append is one transaction; `pg_notify` on the channel
-//!   `<schema>_keel_events` carries the session id to `LISTEN`ers, with a 2 s poll as a fallback
-//!   while the listener reconnects. `<schema>_keel_work` carries `<tenant>:<session>` of a
+//!   `<schema>_keel_events` carries the session id of an append to `LISTEN`ers (`intent:<session>`
+//!   for a posted intent), with a 2 s poll as a fallback while the listener reconnects (30 s for
+//!   intent waiters: a reconnect wakes every waiter). `<schema>_keel_work` carries `<tenant>:<session>` of a
 //!   session that may have become claimable to `wait_for_work` (the scheduler's wake-up; its
 //!   caller's timeout is the fallback). One listener connection serves both channels. An
 //!   optional schema isolates a store (tests use one per run).
@@ -18,6 +19,7 @@
 mod api;
 mod extras;
 mod group_commit;
+mod leases;
 mod migrations;
 mod reservations;
 mod scheduling;
@@ -60,6 +62,12 @@ use waiters::Waiters;
 pub const SQLITE_POLL: Duration = Duration::from_millis(50);
 /// Fallback poll interval on PostgreSQL (normally LISTEN/NOTIFY wakes waiters at once).
 pub const POSTGRES_POLL: Duration = Duration::from_secs(2);
+
+/// Fallback poll interval of `wait_for_intent` on PostgreSQL: intents are notified
+/// (`intent:<session>` on the events channel), appends do not wake intent waiters, and a
+/// listener that reconnects wakes every waiter, so this only bounds a notification lost some
+/// other way.
+pub const POSTGRES_INTENT_POLL: Duration = Duration::from_secs(30);
 
 /// Which SQL dialect a store speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -498,11 +506,13 @@ impl SqlStore {
         non_negative("sessions", session, "version", row.try_get("version")?)
     }
 
-    /// Re-evaluates `ready` whenever the session's waiters are woken (an append or an intent in
-    /// this process, a PostgreSQL notification) and at least every poll interval, until it holds
-    /// or `timeout` passes; returns whether it held.
+    /// Re-evaluates `ready` whenever the session's waiters in `notifies` are woken (an append,
+    /// or an intent, in this process or by a PostgreSQL notification) and at least every
+    /// `poll`, until it holds or `timeout` passes; returns whether it held.
     async fn wait_until<F, Fut>(
         &self,
+        notifies: &waiters::SessionNotifies,
+        poll: Duration,
         session: SessionId,
         timeout: Duration,
         mut ready: F,
@@ -516,7 +526,7 @@ impl SqlStore {
         let deadline = start
             .checked_add(timeout)
             .unwrap_or(start + Duration::from_secs(1 << 30));
-        let reg = self.inner.waiters.register(session);
+        let reg = notifies.register(session);
         loop {
             let notified = reg.notify.notified();
             tokio::pin!(notified);
@@ -528,7 +538,7 @@ impl SqlStore {
             if now >= deadline {
                 return Ok(false);
             }
-            let nap = (deadline - now).min(self.inner.poll);
+            let nap = (deadline - now).min(poll);
             tokio::select! {
                 _ = &mut notified => {}
                 _ = tokio::time::sleep(nap) => {}
@@ -839,8 +849,14 @@ fn work_payload(tenant: TenantId, session: SessionId) -> String {
     format!("{tenant}:{session}")
 }
 
-/// LISTENs on `channels` on one connection: a session id wakes that session's waiters, a work
-/// payload (`<tenant>:<session>`) wakes `wait_for_work`. A lost connection is re-established
+/// The prefix of an intent notification's payload on the events channel: `intent:<session>`
+/// wakes that session's `wait_for_intent` callers only (an append's payload, the bare session
+/// id, wakes its `wait_for_version` callers only).
+const INTENT_PREFIX: &str = "intent:";
+
+/// LISTENs on `channels` on one connection: a session id wakes that session's version waiters,
+/// `intent:<session>` its intent waiters, a work payload (`<tenant>:<session>`) wakes
+/// `wait_for_work`. A lost connection is re-established
 /// (by `PgListener::try_recv`) and wakes every waiter, as notifications sent meanwhile are lost.
 async fn start_listener(
     url: &str,
@@ -854,10 +870,14 @@ async fn start_listener(
             match listener.try_recv().await {
                 Ok(Some(n)) => {
                     let payload = n.payload();
-                    if payload.contains(':') {
+                    if let Some(session) = payload.strip_prefix(INTENT_PREFIX) {
+                        if let Ok(session) = session.parse::<SessionId>() {
+                            waiters.intents.notify(session);
+                        }
+                    } else if payload.contains(':') {
                         waiters.work.signal();
                     } else if let Ok(session) = payload.parse::<SessionId>() {
-                        waiters.notify(session);
+                        waiters.versions.notify(session);
                     }
                 }
                 Ok(None) => {
@@ -1340,11 +1360,18 @@ impl Store for SqlStore {
     ) -> Result<u64> {
         let version = std::sync::atomic::AtomicU64::new(0);
         let seen = &version;
-        self.wait_until(session, timeout, move || async move {
-            let v = self.current_version(tenant, session).await?;
-            seen.store(v, std::sync::atomic::Ordering::Relaxed);
-            Ok(v > after_version)
-        })
+        let waiters = &self.inner.waiters.versions;
+        self.wait_until(
+            waiters,
+            self.inner.poll,
+            session,
+            timeout,
+            move || async move {
+                let v = self.current_version(tenant, session).await?;
+                seen.store(v, std::sync::atomic::Ordering::Relaxed);
+                Ok(v > after_version)
+            },
+        )
         .await?;
         Ok(version.into_inner())
     }
@@ -1452,6 +1479,15 @@ impl Store for SqlStore {
             }),
             None => Err(self.lease_lost(tenant, lease.session_id, lease.epoch).await),
         }
+    }
+
+    async fn renew_leases(
+        &self,
+        tenant: TenantId,
+        leases: &[Lease],
+        ttl: Duration,
+    ) -> Result<Vec<Lease>> {
+        self.renew_many(tenant, leases, ttl).await
     }
 
     async fn release_lease(&self, tenant: TenantId, lease: &Lease) -> Result<()> {
@@ -1569,7 +1605,7 @@ impl Store for SqlStore {
         if self.inner.dialect == Dialect::Postgres {
             sqlx::query("SELECT pg_notify($1, $2)::text")
                 .bind(self.inner.channel.clone())
-                .bind(session.to_string())
+                .bind(format!("{INTENT_PREFIX}{session}"))
                 .execute(&mut *tx)
                 .await?;
         }
@@ -1577,7 +1613,7 @@ impl Store for SqlStore {
         self.note_work(&mut tx, tenant, session).await?;
         tx.commit().await?;
         self.committed(Commit::Tables);
-        self.inner.waiters.notify(session);
+        self.inner.waiters.intents.notify(session);
         self.woke_locally();
         Ok(intent)
     }
@@ -1588,7 +1624,15 @@ impl Store for SqlStore {
         session: SessionId,
         timeout: Duration,
     ) -> Result<bool> {
-        self.wait_until(session, timeout, || async {
+        // PostgreSQL notifies intents (a lost notification is covered by the listener waking
+        // every waiter when it reconnects), so its fallback poll is long; SQLite polls as for
+        // versions (another process's intents are seen only so).
+        let poll = match self.inner.dialect {
+            Dialect::Postgres => POSTGRES_INTENT_POLL,
+            Dialect::Sqlite => self.inner.poll,
+        };
+        let waiters = &self.inner.waiters.intents;
+        self.wait_until(waiters, poll, session, timeout, || async {
             let row = sqlx::query(&self.sql(
                 "SELECT (SELECT count(*) FROM intents WHERE tenant_id = ? AND session_id = ?) AS n, \
                  (SELECT count(*) FROM sessions WHERE tenant_id = ? AND session_id = ?) AS s",

@@ -45,6 +45,15 @@ const TENANT_CANDIDATES: &str = "s.session_id IN (\
 const FREE: &str = "(s.lease_owner IS NULL OR s.lease_expires_at IS NULL OR s.lease_expires_at <= ?) \
      AND (s.claim_after IS NULL OR s.claim_after <= ?) AND s.schema_version <= ?";
 
+/// A session (`s`) whose lease is not the claimer's own, expired less than a lease TTL ago
+/// (binds: the claimer, now − TTL): the claimer's own runs renew their leases, an expired one
+/// included ([`crate::Store::renew_leases`]), so a worker whose heartbeat ran late does not
+/// take over its own sessions under runs still in flight (bumping the epoch fences that run
+/// off and restarts its work). A lease of its own that stayed expired for a whole TTL more is
+/// claimable again (its run is gone, say the give-back failed).
+const NOT_OWN_RECENT: &str = "(s.lease_owner IS NULL OR s.lease_owner <> ? \
+     OR s.lease_expires_at IS NULL OR s.lease_expires_at <= ?)";
+
 /// The claim order: priority, then runnable sessions by how long they have been, then due
 /// timers and intents (earliest wake-up first, then the oldest session).
 const CLAIM_ORDER: &str = "s.priority DESC, s.runnable DESC, s.runnable_since, \
@@ -151,7 +160,7 @@ impl SqlStore {
         };
         let sql = format!(
             "SELECT s.session_id, s.lease_owner, s.runnable, s.runnable_since FROM sessions s \
-             WHERE s.tenant_id = ? AND {TENANT_CANDIDATES} AND {FREE} \
+             WHERE s.tenant_id = ? AND {TENANT_CANDIDATES} AND {FREE} AND {NOT_OWN_RECENT} \
              ORDER BY {CLAIM_ORDER} LIMIT ?{lock}"
         );
         let mut conn = self.write_conn().await?;
@@ -193,6 +202,8 @@ impl SqlStore {
             .bind(now)
             .bind(now)
             .bind(readable(max_schema_version))
+            .bind(owner.to_owned())
+            .bind(now.saturating_sub(super::ttl_ms(ttl)))
             .bind(to_i64(take)?)
             .fetch_all(&mut *tx)
             .await?;

@@ -1,5 +1,6 @@
-//! In-process wake-ups: for `wait_for_version` / `wait_for_intent`, one `Notify` per watched
-//! session; for `wait_for_work`, one [`WorkSignal`] per store.
+//! In-process wake-ups: for `wait_for_version` and for `wait_for_intent`, one `Notify` per
+//! watched session each (an append wakes version waiters only, a posted intent intent waiters
+//! only); for `wait_for_work`, one [`WorkSignal`] per store.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -9,12 +10,22 @@ use std::time::Duration;
 use keel_core::SessionId;
 use tokio::sync::Notify;
 
-/// Sessions somebody is waiting on, with how many waiters each, and the store's work signal.
+/// Sessions somebody is waiting on — for a new version, for an intent — and the store's work
+/// signal.
 #[derive(Default)]
 pub(crate) struct Waiters {
-    map: Mutex<HashMap<SessionId, (Arc<Notify>, usize)>>,
+    /// `wait_for_version` (woken by appends).
+    pub versions: SessionNotifies,
+    /// `wait_for_intent` (woken by posted intents only, not by appends).
+    pub intents: SessionNotifies,
     /// Wakes `wait_for_work` callers.
     pub work: WorkSignal,
+}
+
+/// One `Notify` per watched session, with how many waiters each.
+#[derive(Default)]
+pub(crate) struct SessionNotifies {
+    map: Mutex<HashMap<SessionId, (Arc<Notify>, usize)>>,
 }
 
 /// "A session may have become claimable" ([`crate::Store::wait_for_work`]).
@@ -68,12 +79,12 @@ impl WorkSignal {
 
 /// Deregisters on drop.
 pub(crate) struct Registration<'a> {
-    waiters: &'a Waiters,
+    notifies: &'a SessionNotifies,
     session: SessionId,
     pub notify: Arc<Notify>,
 }
 
-impl Waiters {
+impl SessionNotifies {
     /// Registers interest in `session`.
     pub fn register(&self, session: SessionId) -> Registration<'_> {
         let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
@@ -82,7 +93,7 @@ impl Waiters {
             .or_insert_with(|| (Arc::new(Notify::new()), 0));
         entry.1 += 1;
         Registration {
-            waiters: self,
+            notifies: self,
             session,
             notify: entry.0.clone(),
         }
@@ -96,21 +107,28 @@ impl Waiters {
         }
     }
 
-    /// Wakes every waiter of every session and of work (notifications may have been lost: the
-    /// PostgreSQL listener reconnected).
-    pub fn notify_all(&self) {
+    /// Wakes every waiter of every session.
+    fn notify_every(&self) {
         let map = self.map.lock().unwrap_or_else(|p| p.into_inner());
         for (n, _) in map.values() {
             n.notify_waiters();
         }
-        drop(map);
+    }
+}
+
+impl Waiters {
+    /// Wakes every waiter of every session, for versions and intents, and of work
+    /// (notifications may have been lost: the PostgreSQL listener reconnected).
+    pub fn notify_all(&self) {
+        self.versions.notify_every();
+        self.intents.notify_every();
         self.work.signal();
     }
 }
 
 impl Drop for Registration<'_> {
     fn drop(&mut self) {
-        let mut map = self.waiters.map.lock().unwrap_or_else(|p| p.into_inner());
+        let mut map = self.notifies.map.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(entry) = map.get_mut(&self.session) {
             entry.1 -= 1;
             if entry.1 == 0 {

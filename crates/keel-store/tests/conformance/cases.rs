@@ -11,6 +11,7 @@ use serde_json::json;
 pub use super::access::*;
 pub use super::batch_claims::*;
 use super::harness::{Harness, events, session};
+pub use super::lease_batches::*;
 pub use super::reservations::*;
 pub use super::scheduling::*;
 pub use super::withdraw::*;
@@ -1555,6 +1556,26 @@ pub async fn intents_are_posted_listed_and_deleted(h: &Harness) {
             .unwrap()
     );
     assert!(start.elapsed() < Duration::from_secs(5));
+    // Waiting in another instance when the intent is posted: woken by the post (PostgreSQL's
+    // NOTIFY; its fallback poll for intents is 30 s; SQLite's is 50 ms), not by the poll.
+    let g = session(&h.store, t).await;
+    let gid = g.session;
+    let waiter = tokio::spawn(async move {
+        let start = Instant::now();
+        let has = other
+            .wait_for_intent(t, gid, Duration::from_secs(60))
+            .await
+            .unwrap();
+        (has, start.elapsed())
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    h.store
+        .post_intent(t, gid, "cancel_turn", &json!({}))
+        .await
+        .unwrap();
+    let (has, took) = waiter.await.unwrap();
+    assert!(has);
+    assert!(took < Duration::from_secs(10), "woken after {took:?}");
     let b = h
         .store
         .post_intent(t, f.session, "input", &json!({"text": "and then this"}))

@@ -6,6 +6,7 @@ pub mod batch_claims;
 pub mod cases;
 pub mod crash;
 pub mod harness;
+pub mod lease_batches;
 pub mod reservations;
 pub mod scheduling;
 pub mod withdraw;
@@ -102,6 +103,9 @@ conformance!(
     batch_claims_take_up_to_k_in_claim_order_within_the_limit,
     expired_leases_are_taken_over_in_one_batch_with_their_epochs_bumped,
     concurrent_batch_claimers_never_claim_a_session_twice,
+    renew_leases_renews_every_held_lease_in_one_statement_and_leaves_out_the_lost,
+    renew_leases_takes_more_than_one_statement_batch,
+    a_claimer_leaves_its_own_expired_lease_to_its_renewal_for_a_ttl,
     wait_for_work_is_woken_by_work_from_another_handle,
     token_windows_admit_refuse_and_settle,
     concurrent_token_reservations_never_exceed_the_limit,

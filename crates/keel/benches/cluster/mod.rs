@@ -382,9 +382,12 @@ impl Cluster {
     }
 }
 
-/// `keel` with `dir` as its home and configuration.
+/// `keel` with `dir` as its home and configuration: this build's binary, or `KEEL_BENCH_BIN`
+/// when set (a copy of another build's, to compare builds side by side with one bench).
 fn keel(dir: &Path) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_keel"));
+    let bin =
+        std::env::var_os("KEEL_BENCH_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_keel").into());
+    let mut c = Command::new(bin);
     c.current_dir(dir)
         .env("HOME", dir)
         .env("XDG_CONFIG_HOME", dir.join("config"))

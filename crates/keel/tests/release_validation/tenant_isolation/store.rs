@@ -400,6 +400,11 @@ pub(super) async fn every_store_call_across_the_boundary(backend: Backend) {
         &o.lease,
         Duration::from_secs(5)
     ));
+    same!("renew_leases", |o| store.renew_leases(
+        a,
+        std::slice::from_ref(&o.lease),
+        Duration::from_secs(5)
+    ));
     same!("release_lease", |o| store.release_lease(a, &o.lease));
     same!("release_claim", |o| store
         .release_claim(a, &o.lease, None, None));
