@@ -155,6 +155,23 @@ impl Runtimes {
         self.for_release(&release)
     }
 
+    /// The runtime of the release `session` pins now, acting as `principal` (the caller whose
+    /// changes it journals).
+    ///
+    /// # Errors
+    /// As [`Runtimes::for_session`].
+    pub async fn for_session_as(
+        &self,
+        tenant: TenantId,
+        session: SessionId,
+        principal: keel_core::PrincipalId,
+    ) -> Result<Runtime, ApiError> {
+        Ok(self
+            .for_session(tenant, session)
+            .await?
+            .acting_as(principal))
+    }
+
     /// The names of the tools a release may list: the host's, and `spawn_agent` (every
     /// runtime has it; it is offered to releases that define agents).
     ///

@@ -193,9 +193,8 @@ pub async fn decide_approval(
     };
     let rt = state
         .runtimes
-        .for_session(tenant, rec.session_id)
-        .await?
-        .acting_as(caller.principal_id);
+        .for_session_as(tenant, rec.session_id, caller.principal_id)
+        .await?;
     rt.decide_approval(tenant, approval, decision, &body.args_hash)
         .await?;
     let a = state.store.get_approval(tenant, approval).await?;
@@ -282,9 +281,8 @@ pub async fn decide_effect(
     };
     let rt = state
         .runtimes
-        .for_session(tenant, session)
-        .await?
-        .acting_as(caller.principal_id);
+        .for_session_as(tenant, session, caller.principal_id)
+        .await?;
     rt.resolve_effect(tenant, session, &OperationKey(key.clone()), decision)
         .await?;
     Ok(Json(EffectDecidedBody {

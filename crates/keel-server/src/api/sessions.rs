@@ -223,9 +223,8 @@ pub async fn update_session(
         None => {
             state
                 .runtimes
-                .for_session(tenant, session)
+                .for_session_as(tenant, session, caller.principal_id)
                 .await?
-                .acting_as(caller.principal_id)
                 .update_config(tenant, session, |c| apply_settings(c, &settings))
                 .await?;
         }
@@ -277,9 +276,8 @@ pub async fn close_session(
     check_if_match(&headers, rec.version)?;
     let rt = state
         .runtimes
-        .for_session(tenant, session)
-        .await?
-        .acting_as(caller.principal_id);
+        .for_session_as(tenant, session, caller.principal_id)
+        .await?;
     rt.close_session(tenant, session).await?;
     let rec = state.store.get_session(tenant, session).await?;
     let f = fold(state.store.as_ref(), tenant, session, None).await?;

@@ -53,9 +53,8 @@ pub async fn submit_turn(
     .await?;
     let rt = state
         .runtimes
-        .for_session(tenant, session)
-        .await?
-        .acting_as(caller.principal_id);
+        .for_session_as(tenant, session, caller.principal_id)
+        .await?;
     let opts = keel_runtime::config::SubmitOptions {
         strategy: body.multitask.map(|m| m.kernel()),
         priority: body.priority.unwrap_or(0),
@@ -246,9 +245,8 @@ pub async fn cancel_turn(
     let session = session_id(&id)?;
     let rt = state
         .runtimes
-        .for_session(tenant, session)
-        .await?
-        .acting_as(caller.principal_id);
+        .for_session_as(tenant, session, caller.principal_id)
+        .await?;
     let turn = rt.cancel_turn(tenant, session).await?;
     Ok((
         StatusCode::ACCEPTED,
@@ -287,9 +285,8 @@ pub async fn cancel_tool_call(
     let session = session_id(&id)?;
     let rt = state
         .runtimes
-        .for_session(tenant, session)
-        .await?
-        .acting_as(caller.principal_id);
+        .for_session_as(tenant, session, caller.principal_id)
+        .await?;
     rt.cancel_tool_call(tenant, session, &ToolCallId::from(call.as_str()))
         .await?;
     Ok((
