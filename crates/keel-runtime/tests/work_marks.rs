@@ -197,6 +197,8 @@ async fn the_work_mark_follows_the_session_through_its_life(b: Backend) {
         ("session.status_changed(requires_action)", false, 0),
         ("turn.cancel_requested", true, 0),
         ("session.status_changed(running)", true, 0),
+        // Its approval is withdrawn with the turn's end.
+        ("approval.expired", true, 0),
         ("tool_call.finished", true, 0),
         ("turn.finished", true, 0),
         ("session.status_changed(idle)", false, 0),
