@@ -490,8 +490,9 @@ impl Runtime {
         args_hash: &str,
     ) -> Result<ApprovalRecord> {
         let rec = self.inner.store.get_approval(tenant, approval).await?;
-        // Not decided yet, and its turn is over: the approval went with it (withdrawn, or about
-        // to be), and nothing would run. Refused, so nobody reads "decided" for a dead call.
+        // Not decided yet, and its turn is over or its cancel acknowledged: the approval went
+        // with it (withdrawn, or about to be), and nothing would run. Refused, so nobody reads
+        // "decided" for a dead call.
         if matches!(
             rec.status,
             ApprovalStatus::Pending | ApprovalStatus::Expired
@@ -500,12 +501,25 @@ impl Runtime {
             .await?
             .turns
             .get(&rec.turn_id)
-            .filter(|t| t.status.is_terminal())
+            .filter(|t| t.status.is_terminal() || t.cancel_requested.is_some())
         {
+            let outcome = if turn.status.is_terminal() {
+                // Its end is journaled: a row still pending (the worker died between the
+                // turn's end and the withdrawal) is withdrawn now, so it is no longer listed.
+                if rec.status == ApprovalStatus::Pending {
+                    self.inner
+                        .store
+                        .withdraw_turn_approvals(tenant, rec.session_id, rec.turn_id, Utc::now())
+                        .await?;
+                }
+                turn.status.as_str().to_owned()
+            } else {
+                "being cancelled".to_owned()
+            };
             return Err(RuntimeError::ApprovalWithdrawn {
                 session: rec.session_id,
                 approval,
-                outcome: turn.status.as_str().to_owned(),
+                outcome,
             });
         }
         // A deny reason is stored and shown to the model: redacted like everything stored.

@@ -112,8 +112,10 @@ pub enum RuntimeError {
         /// The call.
         call: ToolCallId,
     },
-    /// A decision on an approval whose turn has ended (cancelled, failed, out of budget): the
-    /// approval was withdrawn with it and its call will never run. Nothing was written.
+    /// A decision on an approval whose turn has ended (cancelled, failed, out of budget) or is
+    /// being cancelled (`turn.cancel_requested` journaled): the approval was withdrawn with it
+    /// and its call will never run. Nothing was decided (a row the turn's end left pending is
+    /// withdrawn then).
     #[error(
         "approval {approval} can no longer be decided: its turn ended ({outcome}), so its call will not run; send a new message to start a new turn, where the model may propose the call again"
     )]
@@ -122,7 +124,8 @@ pub enum RuntimeError {
         session: SessionId,
         /// The approval.
         approval: ApprovalId,
-        /// How the turn ended (its status: `aborted`, `failed`, `budget_exhausted`, …).
+        /// How the turn ended (its status: `aborted`, `failed`, `budget_exhausted`, …), or
+        /// `being cancelled`.
         outcome: String,
     },
     /// The effect does not exist or is not waiting for a decision.

@@ -1,6 +1,7 @@
 //! A turn that ends while a call waits on its approval takes the approval with it: the approval
 //! is no longer listed as pending (`expired` in the table, `approval.expired` in the journal),
-//! and a late decision is refused with 409 saying the turn ended — nothing runs.
+//! and a late decision is refused with 409 saying the turn ended — nothing runs; a row the
+//! turn's end left pending (a crash in between) is withdrawn by that refusal.
 
 use reqwest::StatusCode;
 use serde_json::json;
@@ -72,4 +73,27 @@ async fn a_cancelled_turn_withdraws_its_pending_approval_and_refuses_a_late_deci
         finished[0]["payload"]["status"], "cancelled",
         "{finished:?}"
     );
+
+    // A worker that died between the turn's end and the withdrawal left the row pending (as
+    // if): it is listed until a decision is refused, which withdraws it (attack review).
+    let id = a["approval_id"].as_str().unwrap();
+    s.db.raw(&format!(
+        "UPDATE approvals SET status = 'pending', decided_at = NULL WHERE approval_id = '{id}'"
+    ))
+    .await;
+    assert_eq!(
+        s.get(&listed, &s.viewer).await.body["items"][0]["status"],
+        "pending"
+    );
+    let r = s
+        .post(
+            &format!("{path}/decision"),
+            &s.operator,
+            &json!({"decision": "allow_once", "args_hash": a["args_hash"]}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::CONFLICT, "{r:?}");
+    assert_eq!(s.get(&listed, &s.viewer).await.body["items"], json!([]));
+    assert_eq!(s.get(&path, &s.viewer).await.body["status"], "expired");
+    assert!(!s.workspace.join("late.txt").exists(), "the call ran");
 }
