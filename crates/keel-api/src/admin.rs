@@ -12,7 +12,7 @@ use crate::RoleParam;
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateTenantRequest {
-    /// A unique name, 1 to 200 bytes.
+    /// A unique name, 1 to 200 bytes, without control or format characters (422 otherwise).
     #[schema(min_length = 1, max_length = 200)]
     pub name: String,
 }
@@ -42,7 +42,8 @@ pub struct TenantPage {
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateKeyRequest {
-    /// The new principal's name (a person or a program), 1 to 200 bytes.
+    /// The new principal's name (a person or a program), 1 to 200 bytes, without control or
+    /// format characters (escapes, bidi controls, zero-width characters; 422 otherwise).
     #[schema(min_length = 1, max_length = 200)]
     pub name: String,
     /// Its role.

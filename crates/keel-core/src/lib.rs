@@ -36,6 +36,7 @@ pub mod patch;
 pub mod plan;
 pub mod release;
 pub mod state;
+pub mod text;
 
 pub use approval::{ApprovalDecision, ApprovalError, ApprovalRecord, Decided, args_hash};
 pub use budget::{

@@ -67,6 +67,19 @@ fn origin_of(url: &str) -> Result<String, ServerError> {
     if authority.is_empty() || authority.contains(['/', '?', '#', '@', ' ']) {
         return Err(bad());
     }
+    // A port, when given, is 1–65535 (RFC 3986's digits, in range).
+    let port = if authority.starts_with('[') {
+        authority
+            .split_once("]")
+            .and_then(|(_, p)| p.strip_prefix(':'))
+    } else {
+        authority.rsplit_once(':').map(|(_, p)| p)
+    };
+    if let Some(p) = port
+        && !(p.bytes().all(|b| b.is_ascii_digit()) && p.parse::<u16>().is_ok_and(|p| p > 0))
+    {
+        return Err(bad());
+    }
     let authority = authority.strip_suffix(default).unwrap_or(authority);
     Ok(format!("{scheme}://{authority}"))
 }
@@ -503,7 +516,9 @@ mod tests {
             "http://localhost:7878",
             "http://127.0.0.1:7878",
             "http://[::1]:7878",
+            "http://[::1]",
             "http://keel.localhost",
+            "https://keel.example.com:65535",
         ] {
             c.public_url = Some(ok.into());
             assert!(c.check().is_ok(), "{ok}");
@@ -522,6 +537,11 @@ mod tests {
             "https://keel.example.com/inspector",
             "https://user@keel.example.com",
             "https://",
+            "https://keel.example.com:99999",
+            "https://keel.example.com:0",
+            "https://keel.example.com:",
+            "https://keel.example.com:+443",
+            "http://[::1]:70000",
         ] {
             c.public_url = Some(bad.into());
             assert!(matches!(c.check(), Err(ServerError::Config(_))), "{bad}");

@@ -636,6 +636,22 @@ async fn malformed_requests_get_4xx_problems_naming_the_fault(b: Backend) {
         )
         .await;
     assert_eq!(created.status, StatusCode::CREATED);
+    // A name that would rewrite a terminal or read as another is refused, naming the field.
+    for name in ["red\u{1b}[31m", "alice\u{202e}nimda", "al\u{200b}ice"] {
+        let r = s
+            .post(
+                "/v1/keys",
+                &s.admin,
+                &json!({"name": name, "role": "viewer"}),
+            )
+            .await;
+        assert_eq!(
+            r.status,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{name:?}: {r:?}"
+        );
+        assert!(r.body.to_string().contains("name"), "{r:?}");
+    }
     let temp = created.body["key"].as_str().unwrap().to_owned();
     assert_eq!(s.get("/v1/sessions", &temp).await.status, StatusCode::OK);
     let id = created.body["key_id"].as_str().unwrap();

@@ -42,7 +42,7 @@ pub struct ServeArgs {
     #[arg(long)]
     pub insecure_listen: bool,
     /// The origin browsers use behind a proxy that ends TLS (https://HOST[:PORT]; http:// only
-    /// for localhost, 127.0.0.1 or [::1]): with https the inspector's cookie becomes Secure and
+    /// for localhost, 127.0.0.0/8 or [::1]): with https the inspector's cookie becomes Secure and
     /// __Host-; only that Origin is accepted.
     #[arg(long, value_name = "URL")]
     pub public_url: Option<String>,

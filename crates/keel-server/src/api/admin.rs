@@ -51,8 +51,8 @@ pub async fn create_tenant(
     JsonBody(body): JsonBody<CreateTenantRequest>,
 ) -> Result<Response, ApiError> {
     caller.system()?;
-    if body.name.trim().is_empty() || body.name.len() > 200 {
-        return Err(ApiError::invalid("name", "name must be 1 to 200 bytes"));
+    if let Some(problem) = keel_core::text::name_problem(&body.name) {
+        return Err(ApiError::invalid("name", problem));
     }
     let t = state.store.create_tenant(&body.name).await?;
     Ok((StatusCode::CREATED, Json(tenant_body(t))).into_response())
@@ -115,8 +115,8 @@ pub async fn get_tenant(
 }
 
 fn key_spec(tenant: TenantId, body: &CreateKeyRequest) -> Result<KeySpec, ApiError> {
-    if body.name.trim().is_empty() || body.name.len() > 200 {
-        return Err(ApiError::invalid("name", "name must be 1 to 200 bytes"));
+    if let Some(problem) = keel_core::text::name_problem(&body.name) {
+        return Err(ApiError::invalid("name", problem));
     }
     if body.expires_at.is_some_and(|e| e <= chrono::Utc::now()) {
         return Err(ApiError::invalid("expires_at", "expires_at is in the past"));

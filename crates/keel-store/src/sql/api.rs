@@ -169,9 +169,9 @@ impl SqlStore {
 
     pub(super) async fn api_create_tenant(&self, name: &str) -> Result<TenantRecord> {
         let name = name.trim();
-        if name.is_empty() || name.len() > 200 {
+        if let Some(problem) = keel_core::text::name_problem(name) {
             return Err(StoreError::InvalidInput(format!(
-                "tenant name {name:?} must be 1 to 200 bytes"
+                "tenant name {name:?}: {problem}"
             )));
         }
         let id = TenantId::new();
@@ -267,9 +267,9 @@ impl SqlStore {
             }
             None => {
                 let name = new.principal_name.trim();
-                if name.is_empty() || name.len() > 200 {
+                if let Some(problem) = keel_core::text::name_problem(name) {
                     return Err(StoreError::InvalidInput(format!(
-                        "principal name {name:?} must be 1 to 200 bytes"
+                        "principal name {name:?}: {problem}"
                     )));
                 }
                 if (new.role == Role::System) != new.tenant_id.is_none() {

@@ -11,32 +11,9 @@ pub(super) fn is_unsafe(c: char) -> bool {
     (c.is_control() && c != '\n' && c != '\t') || is_format(c)
 }
 
-/// Unicode general category Cf (format), Unicode 15.1.
+/// Unicode general category Cf (format): [`keel_core::text::is_format`].
 pub(super) fn is_format(c: char) -> bool {
-    matches!(
-        u32::from(c),
-        0x00AD
-            | 0x0600..=0x0605
-            | 0x061C
-            | 0x06DD
-            | 0x070F
-            | 0x0890..=0x0891
-            | 0x08E2
-            | 0x180E
-            | 0x200B..=0x200F
-            | 0x202A..=0x202E
-            | 0x2060..=0x2064
-            | 0x2066..=0x206F
-            | 0xFEFF
-            | 0xFFF9..=0xFFFB
-            | 0x110BD
-            | 0x110CD
-            | 0x13430..=0x1343F
-            | 0x1BCA0..=0x1BCA3
-            | 0x1D173..=0x1D17A
-            | 0xE0001
-            | 0xE0020..=0xE007F
-    )
+    keel_core::text::is_format(c)
 }
 
 /// How much of a call's arguments an approval prompt shows before saying how much is left
