@@ -408,6 +408,29 @@ async fn the_inspector_in_a_browser(b: Backend) {
         "document.querySelector('#state-at .card')",
     )
     .await;
+    // Attack review: a link cannot add a type this journal never had, and `..` as the
+    // session (which a URL resolves to another path: the tenant's events) names no session.
+    go(
+        &c,
+        &s.base,
+        &format!("#/journal/{session}?type=forged.type&entity=zzz"),
+    )
+    .await;
+    until(
+        &c,
+        "the journal again",
+        "document.querySelectorAll('#journal-type option').length > 3",
+    )
+    .await;
+    let forged = eval(&c, "return [[...document.querySelectorAll('#journal-type option')].some((o) => o.value === 'forged.type'), document.querySelector('#journal-type').value]").await;
+    assert_eq!(forged, json!([false, ""]), "{forged}");
+    go(&c, &s.base, "#/journal/..").await;
+    until(
+        &c,
+        "no such session",
+        "document.querySelector('#journal-count').textContent.includes('No such session')",
+    )
+    .await;
 
     // Usage: the tenant's tokens by day as a chart, by model and by turn.
     go(&c, &s.base, "#/usage").await;

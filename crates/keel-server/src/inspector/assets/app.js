@@ -178,7 +178,12 @@ K.patch = function (el, ...kids) {
 K.$ = (sel, root) => (root || document).querySelector(sel);
 
 /** A path segment, encoded. */
-K.seg = (s) => encodeURIComponent(String(s));
+/**
+ * `s` as one path segment: percent-encoded. A URL resolves a segment `.` or `..` — and their
+ * `%2E` spellings — to another path (`#/journal/..` asked `/v1/events`), so those are sent as
+ * `%252E…`: the server reads the literal text `%2E…`, no id, and answers 404.
+ */
+K.seg = (s) => encodeURIComponent(String(s)).replace(/^\.{1,2}$/, (d) => d.replace(/\./g, '%252E'));
 
 /**
  * Whether `id` is an artifact id as the tools make them (`[A-Za-z0-9._-]+`, not starting with a

@@ -89,8 +89,10 @@
     });
     K.cleanup.push(() => clearTimeout(wait));
     at.addEventListener('input', () => { slider.value = at.value; });
-    K.append(type, [...new Set(events.map((e) => e.type).concat(wanted.get('type') || []))].sort().map((t) => h('option', { value: t }, t)));
-    type.value = wanted.get('type') || '';
+    // Only the types this journal has: a link cannot add one it never had.
+    const types = [...new Set(events.map((e) => e.type))].sort();
+    K.append(type, types.map((t) => h('option', { value: t }, t)));
+    type.value = types.includes(wanted.get('type')) ? wanted.get('type') : '';
     const render = () => {
       // The short form shown on the page (`0192ab34…cdef`) matches as the full id does.
       const q = entity.value.trim().toLowerCase();
