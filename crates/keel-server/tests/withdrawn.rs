@@ -47,18 +47,7 @@ async fn a_cancelled_turn_withdraws_its_pending_approval_and_refuses_a_late_deci
     }
 
     // A late allow: 409 naming why, and nothing runs.
-    let r = s
-        .post(
-            &format!("{path}/decision"),
-            &s.operator,
-            &json!({"decision": "allow_once", "args_hash": a["args_hash"]}),
-        )
-        .await;
-    assert_eq!(r.status, StatusCode::CONFLICT, "{r:?}");
-    let detail = r.body["detail"].as_str().unwrap_or_default();
-    assert!(detail.contains("turn ended (aborted)"), "{r:?}");
-    assert_eq!(s.get(&path, &s.viewer).await.body["status"], "expired");
-    assert!(!s.workspace.join("late.txt").exists(), "the call ran");
+    late_allow_is_refused(&s, &path, &a).await;
 
     // The journal says so: `approval.expired` before the call's cancelled result.
     let expired = events_of(&s, &session, "approval.expired").await;
@@ -85,6 +74,13 @@ async fn a_cancelled_turn_withdraws_its_pending_approval_and_refuses_a_late_deci
         s.get(&listed, &s.viewer).await.body["items"][0]["status"],
         "pending"
     );
+    late_allow_is_refused(&s, &path, &a).await;
+    assert_eq!(s.get(&listed, &s.viewer).await.body["items"], json!([]));
+}
+
+/// Allows approval `a` (at `path`) after its turn ended: 409 saying the turn ended, the row
+/// `expired`, and the call never ran.
+async fn late_allow_is_refused(s: &TestServer, path: &str, a: &serde_json::Value) {
     let r = s
         .post(
             &format!("{path}/decision"),
@@ -93,7 +89,8 @@ async fn a_cancelled_turn_withdraws_its_pending_approval_and_refuses_a_late_deci
         )
         .await;
     assert_eq!(r.status, StatusCode::CONFLICT, "{r:?}");
-    assert_eq!(s.get(&listed, &s.viewer).await.body["items"], json!([]));
-    assert_eq!(s.get(&path, &s.viewer).await.body["status"], "expired");
+    let detail = r.body["detail"].as_str().unwrap_or_default();
+    assert!(detail.contains("turn ended (aborted)"), "{r:?}");
+    assert_eq!(s.get(path, &s.viewer).await.body["status"], "expired");
     assert!(!s.workspace.join("late.txt").exists(), "the call ran");
 }
