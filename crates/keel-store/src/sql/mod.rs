@@ -17,9 +17,14 @@
 //!   optional schema isolates a store (tests use one per run).
 
 mod api;
+mod approvals;
+mod artifacts;
+mod effects;
 mod extras;
 mod group_commit;
 mod leases;
+mod listener;
+mod memory;
 mod migrations;
 mod reservations;
 mod scheduling;
@@ -37,7 +42,7 @@ use keel_core::mechanisms::Mechanism;
 use keel_core::{
     ApprovalDecision, ApprovalId, ApprovalRecord, ApprovalStatus, Decided, EffectStatus, Event,
     LeaseEpoch, OperationKey, PrincipalId, Release, ReleaseId, SessionId, SessionStatus,
-    StateMachine, TenantId, ToolCallId, TurnId, check_transition,
+    StateMachine, TenantId, TurnId,
 };
 use serde_json::Value;
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions, AnyRow};
@@ -55,7 +60,10 @@ use crate::types::{
     ReservationRow, SealedKind, SessionQuery, SessionRecord, StoredResponse, TenantRecord,
     TranscriptItem, UsageReservation, UsageRow,
 };
+use approvals::{APPROVAL_COLS, approval_from_row};
 use group_commit::{AppendRequest, GroupCommit};
+use listener::{channel_name, start_listener, work_payload};
+use memory::memory_from_row;
 use waiters::Waiters;
 
 /// Poll interval of `wait_for_version` on SQLite (bound on cross-process wake-up latency).
@@ -285,10 +293,6 @@ impl std::ops::DerefMut for WriteConn {
 
 const SESSION_COLS: &str = "tenant_id, session_id, release_id, parent_session_id, status, version, \
     wake_at, lease_owner, lease_epoch, lease_expires_at, metadata, created_at, updated_at";
-const EFFECT_COLS: &str = "operation_key, session_id, tool_call_id, tool_name, status, request_hash, \
-    attempts, outcome, error, created_at, updated_at";
-const APPROVAL_COLS: &str = "approval_id, session_id, turn_id, tool_call_id, tool_name, arguments, \
-    args_hash, status, decision, created_at, expires_at, decided_at, decided_by";
 
 impl SqlStore {
     /// Opens (creating if needed) an SQLite database file and migrates it.
@@ -834,66 +838,10 @@ const EVENTS_CHANNEL: &str = "_keel_events";
 /// The suffix of the channel of `wait_for_work` (payload: `<tenant>:<session>`).
 const WORK_CHANNEL: &str = "_keel_work";
 
-/// A NOTIFY channel of the store in `schema`: prefixed by the schema, as its notifications are
-/// about that schema's sessions; at most 63 bytes (PostgreSQL's identifier length). The
-/// listener tells the two channels' notifications apart by their payload, so a long schema
-/// whose two names truncate alike still works.
-fn channel_name(schema: Option<&str>, suffix: &str) -> String {
-    let mut c = format!("{}{suffix}", schema.unwrap_or("public"));
-    c.truncate(63);
-    c
-}
-
-/// The payload of a work notification about `session`.
-fn work_payload(tenant: TenantId, session: SessionId) -> String {
-    format!("{tenant}:{session}")
-}
-
 /// The prefix of an intent notification's payload on the events channel: `intent:<session>`
 /// wakes that session's `wait_for_intent` callers only (an append's payload, the bare session
 /// id, wakes its `wait_for_version` callers only).
 const INTENT_PREFIX: &str = "intent:";
-
-/// LISTENs on `channels` on one connection: a session id wakes that session's version waiters,
-/// `intent:<session>` its intent waiters, a work payload (`<tenant>:<session>`) wakes
-/// `wait_for_work`. A lost connection is re-established
-/// (by `PgListener::try_recv`) and wakes every waiter, as notifications sent meanwhile are lost.
-async fn start_listener(
-    url: &str,
-    channels: [&str; 2],
-    waiters: Arc<Waiters>,
-) -> Result<JoinHandle<()>> {
-    let mut listener = sqlx::postgres::PgListener::connect(url).await?;
-    listener.listen_all(channels).await?;
-    Ok(tokio::spawn(async move {
-        loop {
-            match listener.try_recv().await {
-                Ok(Some(n)) => {
-                    let payload = n.payload();
-                    if let Some(session) = payload.strip_prefix(INTENT_PREFIX) {
-                        if let Ok(session) = session.parse::<SessionId>() {
-                            waiters.intents.notify(session);
-                        }
-                    } else if payload.contains(':') {
-                        waiters.work.signal();
-                    } else if let Ok(session) = payload.parse::<SessionId>() {
-                        waiters.versions.notify(session);
-                    }
-                }
-                Ok(None) => {
-                    tracing::warn!("store notification listener reconnected");
-                    waiters.notify_all();
-                }
-                // Reconnected on the next try_recv; the poll fallbacks cover the gap.
-                Err(e) => {
-                    tracing::warn!(error = %e, "store notification listener error");
-                    waiters.notify_all();
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-            }
-        }
-    }))
-}
 
 fn session_from_row(row: &AnyRow) -> Result<SessionRecord> {
     let id: String = row.try_get("session_id")?;
@@ -934,65 +882,6 @@ fn session_from_row(row: &AnyRow) -> Result<SessionRecord> {
         metadata: parse_json("sessions", &id, &metadata)?,
         created_at: time_col("sessions", &id, "created_at", row.try_get("created_at")?)?,
         updated_at: time_col("sessions", &id, "updated_at", row.try_get("updated_at")?)?,
-    })
-}
-
-fn effect_from_row(row: &AnyRow) -> Result<EffectRecord> {
-    let key: String = row.try_get("operation_key")?;
-    let status: String = row.try_get("status")?;
-    let outcome: Option<String> = row.try_get("outcome")?;
-    Ok(EffectRecord {
-        session_id: parse_id("effects", &row.try_get::<String, _>("session_id")?)?,
-        tool_call_id: ToolCallId(row.try_get("tool_call_id")?),
-        tool_name: row.try_get("tool_name")?,
-        status: status
-            .parse::<EffectStatus>()
-            .map_err(|e| corrupt("effects", &key, e))?,
-        request_hash: row.try_get("request_hash")?,
-        attempts: u32::try_from(row.try_get::<i64, _>("attempts")?)
-            .map_err(|_| corrupt("effects", &key, "attempts out of range"))?,
-        outcome: outcome
-            .as_deref()
-            .map(|o| parse_json("effects", &key, o))
-            .transpose()?,
-        error: row.try_get("error")?,
-        created_at: ms_to_time(row.try_get("created_at")?),
-        updated_at: ms_to_time(row.try_get("updated_at")?),
-        operation_key: OperationKey(key),
-    })
-}
-
-fn approval_from_row(row: &AnyRow) -> Result<ApprovalRecord> {
-    let id: String = row.try_get("approval_id")?;
-    let status: String = row.try_get("status")?;
-    let decision: Option<String> = row.try_get("decision")?;
-    let decided_at: Option<i64> = row.try_get("decided_at")?;
-    let decided_by: Option<String> = row.try_get("decided_by")?;
-    Ok(ApprovalRecord {
-        approval_id: parse_id("approvals", &id)?,
-        session_id: parse_id("approvals", &row.try_get::<String, _>("session_id")?)?,
-        turn_id: parse_id::<TurnId>("approvals", &row.try_get::<String, _>("turn_id")?)?,
-        tool_call_id: ToolCallId(row.try_get("tool_call_id")?),
-        tool_name: row.try_get("tool_name")?,
-        arguments: parse_json("approvals", &id, &row.try_get::<String, _>("arguments")?)?,
-        args_hash: row.try_get("args_hash")?,
-        status: status
-            .parse::<ApprovalStatus>()
-            .map_err(|e| corrupt("approvals", &id, e))?,
-        decision: decision
-            .as_deref()
-            .map(|d| {
-                serde_json::from_str::<ApprovalDecision>(d)
-                    .map_err(|e| corrupt("approvals", &id, e))
-            })
-            .transpose()?,
-        created_at: ms_to_time(row.try_get("created_at")?),
-        expires_at: ms_to_time(row.try_get("expires_at")?),
-        decided_at: decided_at.map(ms_to_time),
-        decided_by: decided_by
-            .as_deref()
-            .map(|p| parse_id("approvals", p))
-            .transpose()?,
     })
 }
 
@@ -1062,19 +951,6 @@ fn validate_batch(
         }
     }
     Ok(())
-}
-
-/// The words of a memory search (issue 15): runs of letters and digits, lower-cased, at most
-/// [`MAX_SEARCH_WORDS`] — what both backends' full-text indexes are built from (see migration
-/// 0010). Everything else separates words, so no query text reaches FTS5's or `to_tsquery`'s
-/// syntax.
-fn search_words(query: &str) -> Vec<String> {
-    query
-        .split(|c: char| !c.is_alphanumeric())
-        .filter(|w| !w.is_empty())
-        .take(MAX_SEARCH_WORDS)
-        .map(str::to_lowercase)
-        .collect()
 }
 
 /// The most words a memory search uses; later ones are ignored.
@@ -1695,55 +1571,7 @@ impl Store for SqlStore {
     }
 
     async fn insert_effect(&self, tenant: TenantId, effect: &EffectRecord) -> Result<EffectInsert> {
-        if effect.status != EffectStatus::Prepared {
-            return Err(StoreError::InvalidInput(format!(
-                "effect {} must be inserted as prepared, not {}",
-                effect.operation_key, effect.status
-            )));
-        }
-        let now = now_ms();
-        let mut conn = self.write_conn().await?;
-        let mut tx = self.begin(&mut conn).await?;
-        if !self
-            .session_exists(&mut *tx, tenant, effect.session_id)
-            .await?
-        {
-            return Err(not_found("session", effect.session_id));
-        }
-        let done = sqlx::query(&self.sql(
-            "INSERT INTO effects (tenant_id, operation_key, session_id, tool_call_id, tool_name, status, \
-             request_hash, attempts, outcome, error, created_at, updated_at) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-        ))
-        .bind(tenant.to_string())
-        .bind(effect.operation_key.0.clone())
-        .bind(effect.session_id.to_string())
-        .bind(effect.tool_call_id.0.clone())
-        .bind(effect.tool_name.clone())
-        .bind(effect.status.as_str())
-        .bind(effect.request_hash.clone())
-        .bind(i64::from(effect.attempts))
-        .bind(effect.outcome.as_ref().map(Value::to_string))
-        .bind(effect.error.clone())
-        .bind(now)
-        .bind(now)
-        .execute(&mut *tx)
-        .await?;
-        if done.rows_affected() == 1 {
-            tx.commit().await?;
-            self.committed(Commit::Tables);
-            return Ok(EffectInsert::Inserted);
-        }
-        let sql =
-            format!("SELECT {EFFECT_COLS} FROM effects WHERE tenant_id = ? AND operation_key = ?");
-        let row = sqlx::query(&self.inner.dialect.sql(&sql))
-            .bind(tenant.to_string())
-            .bind(effect.operation_key.0.clone())
-            .fetch_one(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        self.committed(Commit::Tables);
-        Ok(EffectInsert::Existing(effect_from_row(&row)?))
+        self.effect_insert(tenant, effect).await
     }
 
     async fn update_effect(
@@ -1752,47 +1580,11 @@ impl Store for SqlStore {
         key: &OperationKey,
         update: EffectUpdate,
     ) -> Result<EffectRecord> {
-        check_transition(update.from, update.to)?;
-        let attempts_inc = i64::from(update.to == EffectStatus::Dispatched);
-        let mut conn = self.write_conn().await?;
-        let done = sqlx::query(&self.sql(
-            "UPDATE effects SET status = ?, attempts = attempts + ?, outcome = COALESCE(?, outcome), \
-             error = COALESCE(?, error), updated_at = ? WHERE tenant_id = ? AND operation_key = ? AND status = ?",
-        ))
-        .bind(update.to.as_str())
-        .bind(attempts_inc)
-        .bind(update.outcome.as_ref().map(Value::to_string))
-        .bind(update.error.clone())
-        .bind(now_ms())
-        .bind(tenant.to_string())
-        .bind(key.0.clone())
-        .bind(update.from.as_str())
-        .execute(&mut *conn)
-        .await?;
-        drop(conn);
-        if done.rows_affected() > 0 {
-            self.committed(Commit::Tables);
-        }
-        let current = self.get_effect(tenant, key).await?;
-        if done.rows_affected() == 0 {
-            return Err(StoreError::Conflict(format!(
-                "effect {key} is {}, not {}",
-                current.status, update.from
-            )));
-        }
-        Ok(current)
+        self.effect_update(tenant, key, update).await
     }
 
     async fn get_effect(&self, tenant: TenantId, key: &OperationKey) -> Result<EffectRecord> {
-        let sql =
-            format!("SELECT {EFFECT_COLS} FROM effects WHERE tenant_id = ? AND operation_key = ?");
-        let row = sqlx::query(&self.inner.dialect.sql(&sql))
-            .bind(tenant.to_string())
-            .bind(key.0.clone())
-            .fetch_optional(&self.inner.pool)
-            .await?
-            .ok_or_else(|| not_found("effect", key))?;
-        effect_from_row(&row)
+        self.effect_get(tenant, key).await
     }
 
     async fn list_effects(
@@ -1801,66 +1593,15 @@ impl Store for SqlStore {
         session: SessionId,
         status: Option<EffectStatus>,
     ) -> Result<Vec<EffectRecord>> {
-        let sql = format!("SELECT {EFFECT_COLS} FROM effects");
-        self.list_of_session(
-            &sql,
-            "operation_key",
-            tenant,
-            session,
-            status.map(|s| s.as_str()),
-            effect_from_row,
-        )
-        .await
+        self.effects_of(tenant, session, status).await
     }
 
     async fn create_approval(&self, tenant: TenantId, a: &ApprovalRecord) -> Result<()> {
-        let mut conn = self.write_conn().await?;
-        let mut tx = self.begin(&mut conn).await?;
-        if !self.session_exists(&mut *tx, tenant, a.session_id).await? {
-            return Err(not_found("session", a.session_id));
-        }
-        let done = sqlx::query(&self.sql(
-            "INSERT INTO approvals (tenant_id, approval_id, session_id, turn_id, tool_call_id, tool_name, \
-             arguments, args_hash, status, decision, created_at, expires_at, decided_at) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-        ))
-        .bind(tenant.to_string())
-        .bind(a.approval_id.to_string())
-        .bind(a.session_id.to_string())
-        .bind(a.turn_id.to_string())
-        .bind(a.tool_call_id.0.clone())
-        .bind(a.tool_name.clone())
-        .bind(a.arguments.to_string())
-        .bind(a.args_hash.clone())
-        .bind(a.status.as_str())
-        .bind(a.decision.as_ref().map(|d| serde_json::to_string(d).unwrap_or_default()))
-        .bind(a.created_at.timestamp_millis())
-        .bind(a.expires_at.timestamp_millis())
-        .bind(a.decided_at.map(|t| t.timestamp_millis()))
-        .execute(&mut *tx)
-        .await?;
-        if done.rows_affected() == 0 {
-            return Err(StoreError::Conflict(format!(
-                "approval {} already exists",
-                a.approval_id
-            )));
-        }
-        tx.commit().await?;
-        self.committed(Commit::Tables);
-        Ok(())
+        self.approval_create(tenant, a).await
     }
 
     async fn get_approval(&self, tenant: TenantId, id: ApprovalId) -> Result<ApprovalRecord> {
-        let sql = format!(
-            "SELECT {APPROVAL_COLS} FROM approvals WHERE tenant_id = ? AND approval_id = ?"
-        );
-        let row = sqlx::query(&self.inner.dialect.sql(&sql))
-            .bind(tenant.to_string())
-            .bind(id.to_string())
-            .fetch_optional(&self.inner.pool)
-            .await?
-            .ok_or_else(|| not_found("approval", id))?;
-        approval_from_row(&row)
+        self.approval_get(tenant, id).await
     }
 
     async fn decide_approval_as(
@@ -1872,62 +1613,8 @@ impl Store for SqlStore {
         now: DateTime<Utc>,
         by: Option<PrincipalId>,
     ) -> Result<Decided> {
-        // Decide against the current row, then write only if it is still pending (compare-and-set);
-        // a racing decision makes the second round see the winner and answer idempotently or refuse.
-        for _ in 0..3 {
-            let current = self.get_approval(tenant, id).await?;
-            let next = match current.decide(decision.clone(), args_hash, now)? {
-                Decided::Already(rec) => return Ok(Decided::Already(rec)),
-                Decided::Now(next) => next,
-            };
-            let mut conn = self.write_conn().await?;
-            let mut tx = self.begin(&mut conn).await?;
-            // The decision is work for whichever worker claims the session: it is due now (an
-            // earlier wake-up time stays), and the workers are woken. The session row is
-            // written first, as appends and deletions lock it before the approval rows (no
-            // deadlock on PostgreSQL); a refused decision rolls it back.
-            let due = now.timestamp_millis().min(now_ms());
-            sqlx::query(&self.sql(
-                "UPDATE sessions SET wake_at = ? WHERE tenant_id = ? AND session_id = ? \
-                 AND (wake_at IS NULL OR wake_at > ?)",
-            ))
-            .bind(due)
-            .bind(tenant.to_string())
-            .bind(current.session_id.to_string())
-            .bind(due)
-            .execute(&mut *tx)
-            .await?;
-            let done = sqlx::query(&self.sql(&format!(
-                "UPDATE approvals SET status = ?, decision = ?, decided_at = ?, decided_by = ? \
-                 WHERE tenant_id = ? AND approval_id = ? AND {}",
-                keel_core::mechanisms::sql_guard(Mechanism::DecisionOnce, "status = 'pending'")
-            )))
-            .bind(next.status.as_str())
-            .bind(
-                next.decision
-                    .as_ref()
-                    .map(|d| serde_json::to_string(d).unwrap_or_default()),
-            )
-            .bind(now.timestamp_millis())
-            .bind(by.map(|p| p.to_string()))
-            .bind(tenant.to_string())
-            .bind(id.to_string())
-            .execute(&mut *tx)
-            .await?;
-            if done.rows_affected() == 1 {
-                self.note_work(&mut tx, tenant, current.session_id).await?;
-                tx.commit().await?;
-                self.committed(Commit::Tables);
-                self.woke_locally();
-                // Return the row as stored (timestamps at the store's millisecond precision).
-                drop(conn);
-                return Ok(Decided::Now(self.get_approval(tenant, id).await?));
-            }
-            tx.rollback().await?;
-        }
-        Err(StoreError::Conflict(format!(
-            "approval {id} kept changing while being decided"
-        )))
+        self.approval_decide(tenant, id, decision, args_hash, now, by)
+            .await
     }
 
     async fn expire_approval(
@@ -1936,29 +1623,7 @@ impl Store for SqlStore {
         id: ApprovalId,
         now: DateTime<Utc>,
     ) -> Result<ApprovalRecord> {
-        let mut conn = self.write_conn().await?;
-        let done = sqlx::query(&self.sql(
-            "UPDATE approvals SET status = 'expired', decided_at = ? \
-             WHERE tenant_id = ? AND approval_id = ? AND status = 'pending' AND expires_at <= ?",
-        ))
-        .bind(now.timestamp_millis())
-        .bind(tenant.to_string())
-        .bind(id.to_string())
-        .bind(now.timestamp_millis())
-        .execute(&mut *conn)
-        .await?;
-        drop(conn);
-        if done.rows_affected() > 0 {
-            self.committed(Commit::Tables);
-        }
-        let rec = self.get_approval(tenant, id).await?;
-        if done.rows_affected() == 0 {
-            return Err(StoreError::Conflict(format!(
-                "approval {id} is {} and expires at {}; not expired at {now}",
-                rec.status, rec.expires_at
-            )));
-        }
-        Ok(rec)
+        self.approval_expire(tenant, id, now).await
     }
 
     async fn withdraw_turn_approvals(
@@ -1968,25 +1633,7 @@ impl Store for SqlStore {
         turn: TurnId,
         now: DateTime<Utc>,
     ) -> Result<Vec<ApprovalId>> {
-        let mut conn = self.write_conn().await?;
-        let rows = sqlx::query(&self.sql(
-            "UPDATE approvals SET status = 'expired', decided_at = ? \
-             WHERE tenant_id = ? AND session_id = ? AND turn_id = ? AND status = 'pending' \
-             RETURNING approval_id",
-        ))
-        .bind(now.timestamp_millis())
-        .bind(tenant.to_string())
-        .bind(session.to_string())
-        .bind(turn.to_string())
-        .fetch_all(&mut *conn)
-        .await?;
-        drop(conn);
-        if !rows.is_empty() {
-            self.committed(Commit::Tables);
-        }
-        rows.iter()
-            .map(|r| parse_id("approvals", &r.try_get::<String, _>("approval_id")?))
-            .collect()
+        self.approvals_withdraw(tenant, session, turn, now).await
     }
 
     async fn list_approvals(
@@ -1995,16 +1642,7 @@ impl Store for SqlStore {
         session: SessionId,
         status: Option<ApprovalStatus>,
     ) -> Result<Vec<ApprovalRecord>> {
-        let sql = format!("SELECT {APPROVAL_COLS} FROM approvals");
-        self.list_of_session(
-            &sql,
-            "approval_id",
-            tenant,
-            session,
-            status.map(|s| s.as_str()),
-            approval_from_row,
-        )
-        .await
+        self.approvals_of(tenant, session, status).await
     }
 
     async fn append_transcript(
@@ -2013,27 +1651,7 @@ impl Store for SqlStore {
         session: SessionId,
         items: &[TranscriptItem],
     ) -> Result<()> {
-        let mut conn = self.write_conn().await?;
-        let mut tx = self.begin(&mut conn).await?;
-        if !self.session_exists(&mut *tx, tenant, session).await? {
-            return Err(not_found("session", session));
-        }
-        let rows = items
-            .iter()
-            .map(extras::TranscriptRow::of)
-            .collect::<Result<Vec<_>>>()?;
-        extras::write_transcript(
-            &mut tx,
-            self.dialect(),
-            &tenant.to_string(),
-            &session.to_string(),
-            &rows,
-            now_ms(),
-        )
-        .await?;
-        tx.commit().await?;
-        self.committed(Commit::Tables);
-        Ok(())
+        self.transcript_append(tenant, session, items).await
     }
 
     async fn read_transcript(
@@ -2042,33 +1660,7 @@ impl Store for SqlStore {
         session: SessionId,
         from_index: u64,
     ) -> Result<Vec<TranscriptItem>> {
-        let rows = sqlx::query(&self.sql(
-            "SELECT idx, turn_id, role, content FROM transcript \
-             WHERE tenant_id = ? AND session_id = ? AND idx >= ? ORDER BY idx",
-        ))
-        .bind(tenant.to_string())
-        .bind(session.to_string())
-        .bind(to_i64(from_index)?)
-        .fetch_all(&self.inner.pool)
-        .await?;
-        if rows.is_empty() {
-            self.require_session(tenant, session).await?;
-        }
-        rows.iter()
-            .map(|r| {
-                let idx: i64 = r.try_get("idx")?;
-                let turn: Option<String> = r.try_get("turn_id")?;
-                Ok(TranscriptItem {
-                    index: non_negative("transcript", idx, "idx", idx)?,
-                    turn_id: turn
-                        .as_deref()
-                        .map(|t| parse_id("transcript", t))
-                        .transpose()?,
-                    role: r.try_get("role")?,
-                    content: parse_json("transcript", idx, &r.try_get::<String, _>("content")?)?,
-                })
-            })
-            .collect()
+        self.transcript_read(tenant, session, from_index).await
     }
 
     async fn memory_put(
@@ -2078,20 +1670,7 @@ impl Store for SqlStore {
         key: &str,
         value: &Value,
     ) -> Result<()> {
-        let mut conn = self.write_conn().await?;
-        sqlx::query(&self.sql(
-            "INSERT INTO memory (tenant_id, namespace, key, value, updated_at) VALUES (?, ?, ?, ?, ?) \
-             ON CONFLICT (tenant_id, namespace, key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
-        ))
-        .bind(tenant.to_string())
-        .bind(namespace.to_owned())
-        .bind(key.to_owned())
-        .bind(value.to_string())
-        .bind(now_ms())
-        .execute(&mut *conn)
-        .await?;
-        self.committed(Commit::Tables);
-        Ok(())
+        self.memory_put_row(tenant, namespace, key, value).await
     }
 
     async fn memory_get(
@@ -2100,15 +1679,7 @@ impl Store for SqlStore {
         namespace: &str,
         key: &str,
     ) -> Result<Option<MemoryEntry>> {
-        let row = sqlx::query(&self.sql(
-            "SELECT namespace, key, value, updated_at FROM memory WHERE tenant_id = ? AND namespace = ? AND key = ?",
-        ))
-        .bind(tenant.to_string())
-        .bind(namespace.to_owned())
-        .bind(key.to_owned())
-        .fetch_optional(&self.inner.pool)
-        .await?;
-        row.as_ref().map(memory_from_row).transpose()
+        self.memory_get_row(tenant, namespace, key).await
     }
 
     async fn memory_search(
@@ -2118,65 +1689,12 @@ impl Store for SqlStore {
         query: &str,
         limit: u32,
     ) -> Result<Vec<MemoryEntry>> {
-        let words = search_words(query);
-        if words.is_empty() {
-            return Ok(Vec::new());
-        }
-        let ns_filter = if namespace.is_some() {
-            " AND m.namespace = ?"
-        } else {
-            ""
-        };
-        let (sql, expr) = match self.inner.dialect {
-            // BM25 is lower for better matches; `rank` is the FTS5 table's BM25 by default.
-            Dialect::Sqlite => (
-                format!(
-                    "SELECT m.namespace, m.key, m.value, m.updated_at FROM memory_fts \
-                     JOIN memory m ON m.id = memory_fts.rowid \
-                     WHERE memory_fts MATCH ? AND m.tenant_id = ?{ns_filter} \
-                     ORDER BY memory_fts.rank, m.updated_at DESC, m.key LIMIT ?"
-                ),
-                words
-                    .iter()
-                    .map(|w| format!("\"{w}\"*"))
-                    .collect::<Vec<_>>()
-                    .join(" "),
-            ),
-            Dialect::Postgres => (
-                format!(
-                    "SELECT m.namespace, m.key, m.value, m.updated_at \
-                     FROM memory m, to_tsquery('simple', ?) q \
-                     WHERE m.search @@ q AND m.tenant_id = ?{ns_filter} \
-                     ORDER BY ts_rank(m.search, q) DESC, m.updated_at DESC, m.key LIMIT ?"
-                ),
-                words
-                    .iter()
-                    .map(|w| format!("{w}:*"))
-                    .collect::<Vec<_>>()
-                    .join(" & "),
-            ),
-        };
-        let sql = self.sql(&sql);
-        let mut q = sqlx::query(&sql).bind(expr).bind(tenant.to_string());
-        if let Some(ns) = namespace {
-            q = q.bind(ns.to_owned());
-        }
-        let rows = q.bind(i64::from(limit)).fetch_all(&self.inner.pool).await?;
-        rows.iter().map(memory_from_row).collect()
+        self.memory_search_rows(tenant, namespace, query, limit)
+            .await
     }
 
     async fn memory_delete(&self, tenant: TenantId, namespace: &str, key: &str) -> Result<bool> {
-        let mut conn = self.write_conn().await?;
-        let done = sqlx::query(
-            &self.sql("DELETE FROM memory WHERE tenant_id = ? AND namespace = ? AND key = ?"),
-        )
-        .bind(tenant.to_string())
-        .bind(namespace.to_owned())
-        .bind(key.to_owned())
-        .execute(&mut *conn)
-        .await?;
-        self.committed(Commit::Tables);
-        Ok(done.rows_affected() > 0)
+        self.memory_delete_row(tenant, namespace, key).await
     }
 
     async fn usage(&self, tenant: TenantId, from_day: &str, to_day: &str) -> Result<Vec<UsageRow>> {
@@ -2231,72 +1749,16 @@ impl Store for SqlStore {
         content_type: &str,
         data: &[u8],
     ) -> Result<String> {
-        let id = uuid_v7_text();
-        let mut conn = self.write_conn().await?;
-        let mut tx = self.begin(&mut conn).await?;
-        if !self.session_exists(&mut *tx, tenant, session).await? {
-            return Err(not_found("session", session));
-        }
-        sqlx::query(&self.sql(
-            "INSERT INTO artifacts (tenant_id, artifact_id, session_id, name, content_type, size, data, created_at) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        ))
-        .bind(tenant.to_string())
-        .bind(id.clone())
-        .bind(session.to_string())
-        .bind(name.to_owned())
-        .bind(content_type.to_owned())
-        .bind(i64::try_from(data.len()).unwrap_or(i64::MAX))
-        .bind(data.to_vec())
-        .bind(now_ms())
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
-        self.committed(Commit::Tables);
-        Ok(id)
+        self.artifact_put(tenant, session, name, content_type, data)
+            .await
     }
 
     async fn get_artifact(&self, tenant: TenantId, artifact_id: &str) -> Result<Artifact> {
-        let row = sqlx::query(&self.sql(
-            "SELECT artifact_id, session_id, name, content_type, data, created_at FROM artifacts \
-             WHERE tenant_id = ? AND artifact_id = ?",
-        ))
-        .bind(tenant.to_string())
-        .bind(artifact_id.to_owned())
-        .fetch_optional(&self.inner.pool)
-        .await?
-        .ok_or_else(|| not_found("artifact", artifact_id))?;
-        Ok(Artifact {
-            artifact_id: row.try_get("artifact_id")?,
-            session_id: parse_id("artifacts", &row.try_get::<String, _>("session_id")?)?,
-            name: row.try_get("name")?,
-            content_type: row.try_get("content_type")?,
-            data: row.try_get("data")?,
-            created_at: ms_to_time(row.try_get("created_at")?),
-        })
+        self.artifact_get(tenant, artifact_id).await
     }
 
     async fn put_release(&self, tenant: TenantId, release: &Release) -> Result<()> {
-        if !release.verify() {
-            return Err(StoreError::InvalidInput(format!(
-                "release {} does not match the hash of its definition",
-                release.id
-            )));
-        }
-        let definition = serde_json::to_string(&release.definition)
-            .map_err(|e| StoreError::InvalidInput(e.to_string()))?;
-        let mut conn = self.write_conn().await?;
-        sqlx::query(&self.sql(
-            "INSERT INTO releases (tenant_id, release_id, definition, created_at) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
-        ))
-        .bind(tenant.to_string())
-        .bind(release.id.0.clone())
-        .bind(definition)
-        .bind(now_ms())
-        .execute(&mut *conn)
-        .await?;
-        self.committed(Commit::Tables);
-        Ok(())
+        self.release_put(tenant, release).await
     }
 
     async fn get_release(&self, tenant: TenantId, id: &ReleaseId) -> Result<Release> {
@@ -2442,17 +1904,6 @@ fn usage_from_row(row: &AnyRow) -> Result<UsageRow> {
         steps: count("steps")?,
         day,
         model,
-    })
-}
-
-fn memory_from_row(row: &AnyRow) -> Result<MemoryEntry> {
-    let key: String = row.try_get("key")?;
-    let value: String = row.try_get("value")?;
-    Ok(MemoryEntry {
-        namespace: row.try_get("namespace")?,
-        value: parse_json("memory", &key, &value)?,
-        key,
-        updated_at: ms_to_time(row.try_get("updated_at")?),
     })
 }
 
