@@ -28,6 +28,9 @@ mod memory;
 mod migrations;
 mod reservations;
 mod scheduling;
+mod sessions;
+mod sqlite_file;
+mod usage;
 mod waiters;
 
 use std::borrow::Cow;
@@ -41,8 +44,8 @@ use chrono::{DateTime, Utc};
 use keel_core::mechanisms::Mechanism;
 use keel_core::{
     ApprovalDecision, ApprovalId, ApprovalRecord, ApprovalStatus, Decided, EffectStatus, Event,
-    LeaseEpoch, OperationKey, PrincipalId, Release, ReleaseId, SessionId, SessionStatus,
-    StateMachine, TenantId, TurnId,
+    LeaseEpoch, OperationKey, PrincipalId, Release, ReleaseId, SessionId, SessionStatus, TenantId,
+    TurnId,
 };
 use serde_json::Value;
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions, AnyRow};
@@ -56,14 +59,15 @@ use crate::store::Store;
 use crate::types::{
     ApiKeyRecord, AppendExtras, ApprovalQuery, Artifact, ArtifactInfo, CommitCounts, DueSession,
     EffectInsert, EffectRecord, EffectUpdate, IdempotencyBegin, IdempotencyKey, Intent, KeyScope,
-    Lease, LeaseInfo, MemoryEntry, NewApiKey, NewSession, ReleaseRecord, Reservation,
-    ReservationRow, SealedKind, SessionQuery, SessionRecord, StoredResponse, TenantRecord,
-    TranscriptItem, UsageReservation, UsageRow,
+    Lease, MemoryEntry, NewApiKey, NewSession, ReleaseRecord, Reservation, ReservationRow,
+    SealedKind, SessionQuery, SessionRecord, StoredResponse, TenantRecord, TranscriptItem,
+    UsageReservation, UsageRow,
 };
 use approvals::{APPROVAL_COLS, approval_from_row};
 use group_commit::{AppendRequest, GroupCommit};
 use listener::{channel_name, start_listener, work_payload};
 use memory::memory_from_row;
+use sqlite_file::{percent_encode_path, prepare_sqlite_file};
 use waiters::Waiters;
 
 /// Poll interval of `wait_for_version` on SQLite (bound on cross-process wake-up latency).
@@ -290,9 +294,6 @@ impl std::ops::DerefMut for WriteConn {
         }
     }
 }
-
-const SESSION_COLS: &str = "tenant_id, session_id, release_id, parent_session_id, status, version, \
-    wake_at, lease_owner, lease_epoch, lease_expires_at, metadata, created_at, updated_at";
 
 impl SqlStore {
     /// Opens (creating if needed) an SQLite database file and migrates it.
@@ -843,48 +844,6 @@ const WORK_CHANNEL: &str = "_keel_work";
 /// id, wakes its `wait_for_version` callers only).
 const INTENT_PREFIX: &str = "intent:";
 
-fn session_from_row(row: &AnyRow) -> Result<SessionRecord> {
-    let id: String = row.try_get("session_id")?;
-    let status: String = row.try_get("status")?;
-    let lease_owner: Option<String> = row.try_get("lease_owner")?;
-    let lease_expires_at: Option<i64> = row.try_get("lease_expires_at")?;
-    let parent: Option<String> = row.try_get("parent_session_id")?;
-    let wake_at: Option<i64> = row.try_get("wake_at")?;
-    let metadata: String = row.try_get("metadata")?;
-    Ok(SessionRecord {
-        tenant_id: parse_id("sessions", &row.try_get::<String, _>("tenant_id")?)?,
-        session_id: parse_id("sessions", &id)?,
-        release_id: ReleaseId(row.try_get("release_id")?),
-        parent_session_id: parent
-            .as_deref()
-            .map(|p| parse_id("sessions", p))
-            .transpose()?,
-        status: status
-            .parse::<SessionStatus>()
-            .map_err(|e| corrupt("sessions", &id, e))?,
-        version: non_negative("sessions", &id, "version", row.try_get("version")?)?,
-        wake_at: wake_at
-            .map(|w| time_col("sessions", &id, "wake_at", w))
-            .transpose()?,
-        lease: match (lease_owner, lease_expires_at) {
-            (Some(owner), Some(exp)) => Some(LeaseInfo {
-                owner,
-                expires_at: time_col("sessions", &id, "lease_expires_at", exp)?,
-            }),
-            _ => None,
-        },
-        lease_epoch: LeaseEpoch(non_negative(
-            "sessions",
-            &id,
-            "lease_epoch",
-            row.try_get("lease_epoch")?,
-        )?),
-        metadata: parse_json("sessions", &id, &metadata)?,
-        created_at: time_col("sessions", &id, "created_at", row.try_get("created_at")?)?,
-        updated_at: time_col("sessions", &id, "updated_at", row.try_get("updated_at")?)?,
-    })
-}
-
 fn event_from_row(session: SessionId, row: &AnyRow) -> Result<Event> {
     let seq: i64 = row.try_get("seq")?;
     let body: String = row.try_get("body")?;
@@ -972,44 +931,11 @@ impl Store for SqlStore {
     }
 
     async fn create_session(&self, tenant: TenantId, new: NewSession) -> Result<SessionRecord> {
-        let now = now_ms();
-        let mut conn = self.write_conn().await?;
-        let done = sqlx::query(&self.sql(
-            "INSERT INTO sessions (tenant_id, session_id, release_id, parent_session_id, status, version, \
-             lease_epoch, metadata, created_at, updated_at) VALUES (?, ?, ?, ?, ?, 0, 0, ?, ?, ?) \
-             ON CONFLICT DO NOTHING",
-        ))
-        .bind(tenant.to_string())
-        .bind(new.session_id.to_string())
-        .bind(new.release_id.0.clone())
-        .bind(new.parent_session_id.map(|p| p.to_string()))
-        .bind(SessionStatus::Created.as_str())
-        .bind(new.metadata.to_string())
-        .bind(now)
-        .bind(now)
-        .execute(&mut *conn)
-        .await?;
-        drop(conn);
-        if done.rows_affected() == 0 {
-            return Err(StoreError::Conflict(format!(
-                "session {} already exists",
-                new.session_id
-            )));
-        }
-        self.committed(Commit::Tables);
-        self.get_session(tenant, new.session_id).await
+        self.session_create(tenant, new).await
     }
 
     async fn get_session(&self, tenant: TenantId, session: SessionId) -> Result<SessionRecord> {
-        let sql =
-            format!("SELECT {SESSION_COLS} FROM sessions WHERE tenant_id = ? AND session_id = ?");
-        let row = sqlx::query(&self.inner.dialect.sql(&sql))
-            .bind(tenant.to_string())
-            .bind(session.to_string())
-            .fetch_optional(&self.inner.pool)
-            .await?
-            .ok_or_else(|| not_found("session", session))?;
-        session_from_row(&row)
+        self.session_get(tenant, session).await
     }
 
     async fn list_sessions(
@@ -1017,72 +943,11 @@ impl Store for SqlStore {
         tenant: TenantId,
         query: &SessionQuery,
     ) -> Result<Vec<SessionRecord>> {
-        let mut sql = format!("SELECT {SESSION_COLS} FROM sessions WHERE tenant_id = ?");
-        if query.status.is_some() {
-            sql.push_str(" AND status = ?");
-        }
-        if query.wake_before.is_some() {
-            sql.push_str(" AND wake_at IS NOT NULL AND wake_at <= ?");
-        }
-        if query.parent_session_id.is_some() {
-            sql.push_str(" AND parent_session_id = ?");
-        }
-        if query.release_id.is_some() {
-            sql.push_str(" AND release_id = ?");
-        }
-        if query.wake_before.is_some() {
-            // Due timers: earliest first.
-            sql.push_str(" ORDER BY wake_at, session_id LIMIT ?");
-        } else {
-            if query.after.is_some() {
-                sql.push_str(
-                    " AND (created_at, session_id) > \
-                     (SELECT created_at, session_id FROM sessions WHERE tenant_id = ? AND session_id = ?)",
-                );
-            }
-            sql.push_str(" ORDER BY created_at, session_id LIMIT ?");
-        }
-        let sql = self.inner.dialect.sql(&sql);
-        let mut q = sqlx::query(&sql).bind(tenant.to_string());
-        if let Some(s) = query.status {
-            q = q.bind(s.as_str());
-        }
-        if let Some(w) = query.wake_before {
-            q = q.bind(w.timestamp_millis());
-        }
-        if let Some(p) = query.parent_session_id {
-            q = q.bind(p.to_string());
-        }
-        if let Some(r) = &query.release_id {
-            q = q.bind(r.0.clone());
-        }
-        if let (Some(after), None) = (query.after, query.wake_before) {
-            q = q.bind(tenant.to_string()).bind(after.to_string());
-        }
-        q = q.bind(i64::from(query.limit.unwrap_or(100).min(1000)));
-        let rows = q.fetch_all(&self.inner.pool).await?;
-        rows.iter().map(session_from_row).collect()
+        self.sessions_page(tenant, query).await
     }
 
     async fn due_sessions(&self, before: DateTime<Utc>, limit: u32) -> Result<Vec<DueSession>> {
-        let rows = sqlx::query(&self.sql(
-            "SELECT tenant_id, session_id, wake_at FROM sessions \
-             WHERE wake_at IS NOT NULL AND wake_at <= ? ORDER BY wake_at, session_id LIMIT ?",
-        ))
-        .bind(before.timestamp_millis())
-        .bind(i64::from(limit.min(1000)))
-        .fetch_all(&self.inner.pool)
-        .await?;
-        rows.iter()
-            .map(|r| {
-                let id: String = r.try_get("session_id")?;
-                Ok(DueSession {
-                    tenant_id: parse_id("sessions", &r.try_get::<String, _>("tenant_id")?)?,
-                    session_id: parse_id("sessions", &id)?,
-                    wake_at: time_col("sessions", &id, "wake_at", r.try_get("wake_at")?)?,
-                })
-            })
-            .collect()
+        self.sessions_due(before, limit).await
     }
 
     async fn set_wake_at(
@@ -1091,57 +956,11 @@ impl Store for SqlStore {
         session: SessionId,
         at: Option<DateTime<Utc>>,
     ) -> Result<()> {
-        let mut conn = self.write_conn().await?;
-        let done = sqlx::query(&self.sql(
-            "UPDATE sessions SET wake_at = ?, updated_at = ? WHERE tenant_id = ? AND session_id = ?",
-        ))
-        .bind(at.map(|t| t.timestamp_millis()))
-        .bind(now_ms())
-        .bind(tenant.to_string())
-        .bind(session.to_string())
-        .execute(&mut *conn)
-        .await?;
-        if done.rows_affected() == 0 {
-            return Err(not_found("session", session));
-        }
-        self.committed(Commit::Tables);
-        Ok(())
+        self.session_set_wake_at(tenant, session, at).await
     }
 
     async fn delete_session(&self, tenant: TenantId, session: SessionId) -> Result<()> {
-        let mut conn = self.write_conn().await?;
-        let mut tx = self.begin(&mut conn).await?;
-        // The session row goes first: its row lock makes concurrent appends and inserts of owned
-        // rows wait for this transaction and then find no session (no orphans).
-        let done =
-            sqlx::query(&self.sql("DELETE FROM sessions WHERE tenant_id = ? AND session_id = ?"))
-                .bind(tenant.to_string())
-                .bind(session.to_string())
-                .execute(&mut *tx)
-                .await?;
-        if done.rows_affected() == 0 {
-            return Err(not_found("session", session));
-        }
-        for table in [
-            "events",
-            "transcript",
-            "effects",
-            "approvals",
-            "artifacts",
-            "intents",
-            "sealed_items",
-            "usage_reservations",
-        ] {
-            let sql = format!("DELETE FROM {table} WHERE tenant_id = ? AND session_id = ?");
-            sqlx::query(&self.inner.dialect.sql(&sql))
-                .bind(tenant.to_string())
-                .bind(session.to_string())
-                .execute(&mut *tx)
-                .await?;
-        }
-        tx.commit().await?;
-        self.committed(Commit::Tables);
-        Ok(())
+        self.session_delete(tenant, session).await
     }
 
     async fn append_with(
@@ -1698,19 +1517,7 @@ impl Store for SqlStore {
     }
 
     async fn usage(&self, tenant: TenantId, from_day: &str, to_day: &str) -> Result<Vec<UsageRow>> {
-        extras::check_day(from_day)?;
-        extras::check_day(to_day)?;
-        let rows = sqlx::query(&self.sql(
-            "SELECT day, model, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, \
-             reasoning_tokens, cost_usd, steps FROM usage \
-             WHERE tenant_id = ? AND day >= ? AND day <= ? ORDER BY day, model",
-        ))
-        .bind(tenant.to_string())
-        .bind(from_day.to_owned())
-        .bind(to_day.to_owned())
-        .fetch_all(&self.inner.pool)
-        .await?;
-        rows.iter().map(usage_from_row).collect()
+        self.usage_rows(tenant, from_day, to_day).await
     }
 
     async fn reserve_usage(&self, tenant: TenantId, r: &UsageReservation) -> Result<Reservation> {
@@ -1727,18 +1534,7 @@ impl Store for SqlStore {
         session: SessionId,
         kind: SealedKind,
     ) -> Result<Vec<(String, Vec<u8>)>> {
-        let rows = sqlx::query(&self.sql(
-            "SELECT item_id, sealed FROM sealed_items \
-             WHERE tenant_id = ? AND session_id = ? AND kind = ? ORDER BY item_id",
-        ))
-        .bind(tenant.to_string())
-        .bind(session.to_string())
-        .bind(kind.as_str())
-        .fetch_all(&self.inner.pool)
-        .await?;
-        rows.iter()
-            .map(|r| Ok((r.try_get("item_id")?, r.try_get("sealed")?)))
-            .collect()
+        self.sealed_rows_of(tenant, session, kind).await
     }
 
     async fn put_artifact(
@@ -1886,111 +1682,7 @@ impl Store for SqlStore {
     }
 }
 
-fn usage_from_row(row: &AnyRow) -> Result<UsageRow> {
-    let day: String = row.try_get("day")?;
-    let model: String = row.try_get("model")?;
-    let id = format!("{day}/{model}");
-    let count =
-        |column: &str| -> Result<u64> { non_negative("usage", &id, column, row.try_get(column)?) };
-    Ok(UsageRow {
-        usage: keel_core::Usage {
-            input_tokens: count("input_tokens")?,
-            output_tokens: count("output_tokens")?,
-            cache_read_tokens: count("cache_read_tokens")?,
-            cache_write_tokens: count("cache_write_tokens")?,
-            reasoning_tokens: count("reasoning_tokens")?,
-        },
-        cost_usd: row.try_get("cost_usd")?,
-        steps: count("steps")?,
-        day,
-        model,
-    })
-}
-
 fn uuid_v7_text() -> String {
     // Artifact ids share the time-ordered UUIDv7 scheme of the core ids.
     keel_core::SessionId::new().to_string()
-}
-
-/// Percent-encodes a file path for a `sqlite://` URL (everything but `[A-Za-z0-9/._-]`), so `?`,
-/// `%`, `#` and spaces in paths name the file they say.
-/// The first 16 bytes of every SQLite 3 database file (<https://www.sqlite.org/fileformat.html>).
-const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
-
-/// Makes `path` ready to be a private store: its missing directories are created 0700, the
-/// file itself 0600 (an existing one is narrowed to 0600; SQLite gives its `-wal` and `-shm`
-/// files the database file's mode). A file that exists, is not empty and does not start with
-/// the SQLite header is refused at once, instead of a pool time-out later.
-fn prepare_sqlite_file(path: &Path) -> Result<()> {
-    let invalid = |what: String| StoreError::InvalidInput(format!("{}: {what}", path.display()));
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty())
-        && !dir.exists()
-    {
-        let mut b = std::fs::DirBuilder::new();
-        b.recursive(true);
-        #[cfg(unix)]
-        std::os::unix::fs::DirBuilderExt::mode(&mut b, 0o700);
-        b.create(dir).map_err(|e| {
-            StoreError::InvalidInput(format!("cannot create {}: {e}", dir.display()))
-        })?;
-    }
-    match std::fs::File::open(path) {
-        Ok(mut f) => {
-            use std::io::Read;
-            let meta = f.metadata().map_err(|e| invalid(e.to_string()))?;
-            if meta.is_dir() {
-                return Err(invalid("is a directory, not a SQLite database file".into()));
-            }
-            let mut head = [0u8; 16];
-            let mut got = 0;
-            while got < head.len() {
-                match f.read(&mut head[got..]) {
-                    Ok(0) => break,
-                    Ok(n) => got += n,
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(invalid(format!("cannot read it: {e}"))),
-                }
-            }
-            if got > 0 && (got < head.len() || &head != SQLITE_MAGIC) {
-                return Err(invalid(
-                    "is not a SQLite database (its first bytes are not the SQLite header); \
-                     name another store file"
-                        .into(),
-                ));
-            }
-            #[cfg(unix)]
-            {
-                use std::os::unix::fs::PermissionsExt;
-                if meta.permissions().mode() & 0o077 != 0 {
-                    // Best effort: a file we may read but not chmod stays as it is.
-                    let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600));
-                }
-            }
-            Ok(())
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let mut o = std::fs::OpenOptions::new();
-            o.write(true).create_new(true);
-            #[cfg(unix)]
-            std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
-            match o.open(path) {
-                Ok(_) => Ok(()),
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-                Err(e) => Err(invalid(format!("cannot create it: {e}"))),
-            }
-        }
-        Err(e) => Err(invalid(format!("cannot open it: {e}"))),
-    }
-}
-
-fn percent_encode_path(path: &Path) -> String {
-    let mut out = String::new();
-    for b in path.to_string_lossy().bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'/' | b'.' | b'_' | b'-') {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
