@@ -134,6 +134,7 @@ pub async fn app(config: ServerConfig, deps: Deps) -> Result<(Shared, Router), S
         )),
         policy,
         draining: std::sync::atomic::AtomicBool::new(false),
+        closing: tokio_util::sync::CancellationToken::new(),
         admissions: workers::Admissions::default(),
         store: deps.store,
         roots,
@@ -245,8 +246,8 @@ impl Server {
     /// background work (expired idempotency records deleted hourly) until `shutdown`
     /// completes. Then drains: `/readyz` answers 503 at once, the workers stop claiming and
     /// their running steps finish (up to `drain_timeout_ms`; a turn cut there is resumed by
-    /// another worker, not aborted), every session is given back, and the API stops (open
-    /// requests get up to 5 s more). When `force` completes during the drain (a second
+    /// another worker, not aborted), every session is given back, and the API stops: open event
+    /// streams end (their last chunk sent), other open requests get up to 5 s more. When `force` completes during the drain (a second
     /// SIGTERM), the workers stop at once and give their sessions back.
     ///
     /// # Errors
@@ -306,6 +307,9 @@ impl Server {
         let result = match early {
             Some(r) => r.unwrap_or(Ok(())),
             None => {
+                // Open event streams end now (cleanly, with the stream's last chunk); requests
+                // in progress get up to 5 s.
+                state.closing.cancel();
                 let _ = http_stop.send(());
                 match tokio::time::timeout(Duration::from_secs(5), &mut http).await {
                     Ok(r) => r.unwrap_or(Ok(())),

@@ -53,6 +53,9 @@ pub struct AppState {
     pub policy: crate::workers::TenantPolicy,
     /// Set when the node drains (`/readyz` answers 503 from then on).
     pub draining: std::sync::atomic::AtomicBool,
+    /// Cancelled when the API stops (after the drain): every open event stream ends then, so
+    /// the HTTP server's graceful shutdown does not wait on streams that never end by themselves.
+    pub closing: tokio_util::sync::CancellationToken,
     /// Turns admitted and not yet written ([`crate::workers::admit_turn`]).
     pub admissions: crate::workers::Admissions,
     /// Open SSE streams by key id.

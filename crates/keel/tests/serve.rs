@@ -243,3 +243,53 @@ fn a_node_stops_on_sigterm_while_its_store_does_not_answer() {
         );
     }
 }
+
+/// SIGTERM while an event stream is open: the stream ends cleanly — its chunked body closed
+/// with the last chunk, not cut when the server gave up waiting on it — and `keel serve`
+/// exits 0. (Before, graceful shutdown waited on the stream, which never ends by itself,
+/// until its 5 s limit and then dropped the connection.)
+#[test]
+fn an_open_event_stream_ends_cleanly_when_keel_serve_stops() {
+    let env = Env::new();
+    assert!(env.run(&["tenants", "create", "acme"]).status.success());
+    let key = stdout(&env.run(&[
+        "keys", "create", "--tenant", "acme", "--name", "alice", "--role", "admin",
+    ]))
+    .trim()
+    .to_owned();
+    let (mut child, addr) = spawn_serve(&env);
+    let mut s = std::net::TcpStream::connect(&addr).unwrap();
+    write!(
+        s,
+        "GET /v1/events HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {key}\r\n\
+         Accept: text/event-stream\r\n\r\n"
+    )
+    .unwrap();
+    // The response head arrives: the stream is open.
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(
+            s.read(&mut byte).unwrap(),
+            1,
+            "closed before the response head"
+        );
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head).to_string();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(head.contains("transfer-encoding: chunked"), "{head}");
+    crate::common::signal(&child, "TERM");
+    s.set_read_timeout(Some(std::time::Duration::from_secs(60)))
+        .unwrap();
+    let mut rest = Vec::new();
+    s.read_to_end(&mut rest)
+        .expect("the stream ends (EOF), not a read error or time-out");
+    let rest = String::from_utf8_lossy(&rest);
+    assert!(
+        rest.ends_with("0\r\n\r\n"),
+        "the chunked body is closed with its last chunk, not cut: {rest:?}"
+    );
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+}

@@ -145,7 +145,8 @@ pub const RECHECK: Duration = Duration::from_secs(2);
 /// `inner` until the credential that opened it no longer authenticates ([`still_valid`]:
 /// the key revoked or expired, the inspector session signed out, everywhere or here, or past
 /// its lifetime): checked every [`RECHECK`] and at each change of the inspector's sessions. Auth
-/// is not only checked when a stream opens.
+/// is not only checked when a stream opens. It also ends when the server stops
+/// ([`crate::state::AppState::closing`]).
 fn while_valid<S>(
     inner: S,
     state: Shared,
@@ -164,6 +165,10 @@ where
                 tokio::select! {
                     item = inner.next() => {
                         return item.map(|i| (i, (inner, changes, tick, state, credential)));
+                    }
+                    () = state.closing.cancelled() => {
+                        tracing::debug!("an event stream ends: the server stops");
+                        return None;
                     }
                     _ = tick.tick() => {}
                     Ok(()) = changes.changed() => {}
