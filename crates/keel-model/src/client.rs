@@ -350,11 +350,23 @@ impl ModelClient for HttpModel {
 
     fn stream(&self, request: ModelRequest) -> EventStream {
         let inner = self.inner.clone();
-        let body = self.request_body(&request);
+        // The body is encoded here, before the wait: a call waiting for its first token holds
+        // the bytes it sent, not the JSON tree they were built from nor the request.
+        let body = serde_json::to_vec(&self.request_body(&request));
+        let call = Call {
+            cancel: request.cancel,
+            timeouts: request.timeouts,
+        };
         event_stream(move |mut sink| async move {
-            run(inner, body, request, &mut sink).await;
+            run(inner, body, call, &mut sink).await;
         })
     }
+}
+
+/// What a call's stream keeps of its [`ModelRequest`] once the body is encoded.
+struct Call {
+    cancel: tokio_util::sync::CancellationToken,
+    timeouts: RequestTimeouts,
 }
 
 fn reqwest_error(e: &reqwest::Error) -> ProviderError {
@@ -368,8 +380,8 @@ fn reqwest_error(e: &reqwest::Error) -> ProviderError {
 
 async fn run(
     inner: Arc<Inner>,
-    body: serde_json::Value,
-    request: ModelRequest,
+    body: serde_json::Result<Vec<u8>>,
+    request: Call,
     sink: &mut ChannelSink,
 ) {
     let started = Instant::now();
@@ -404,7 +416,7 @@ async fn run(
         (_, Some(key)) => http.bearer_auth(key),
         (_, None) => http,
     };
-    let bytes = match serde_json::to_vec(&body) {
+    let bytes = match body {
         Ok(b) => b,
         Err(e) => {
             let error = ProviderError::new(

@@ -17,8 +17,9 @@ pub struct ModelRequest {
     /// The transcript, oldest first. Items are shared (`Arc`): a step's request points at the
     /// session's transcript items instead of copying them.
     pub messages: Vec<Arc<Message>>,
-    /// Tools the model may call.
-    pub tools: Vec<ToolSchema>,
+    /// Tools the model may call. Shared (`Arc`): every step (and every session) shown the same
+    /// tools points at one list instead of copying the schemas.
+    pub tools: Arc<[ToolSchema]>,
     /// Sampling options.
     pub sampling: SamplingOptions,
     /// Why the call is made; compaction requests do not consume scripted lines.

@@ -60,11 +60,11 @@ fn transcript() -> ModelRequest {
                 content: "Go on.".into(),
             },
         ]),
-        tools: vec![ToolSchema {
+        tools: std::sync::Arc::from([ToolSchema {
             name: "read_file".into(),
             description: "Read a file".into(),
             parameters: json!({"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}),
-        }],
+        }]),
         sampling: SamplingOptions {
             max_tokens: Some(1024),
             temperature: Some(0.5),

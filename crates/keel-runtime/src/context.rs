@@ -46,8 +46,10 @@ pub struct ContextSnapshot {
     /// messages.
     #[serde(serialize_with = "shared_messages")]
     pub messages: Vec<Arc<Message>>,
-    /// Tools the model may call.
-    pub tools: Vec<ToolSchema>,
+    /// Tools the model may call: a list shared with every snapshot showing the same tools of
+    /// the same registry (and with the request made from it); serialized as the plain list.
+    #[serde(serialize_with = "shared_tools")]
+    pub tools: Arc<[ToolSchema]>,
     /// Index of the first transcript item shown.
     pub first_item: u64,
     /// Estimated tokens of the whole request.
@@ -62,9 +64,14 @@ fn shared_messages<S: Serializer>(messages: &[Arc<Message>], s: S) -> Result<S::
     s.collect_seq(messages.iter().map(|m| &**m))
 }
 
+/// Serializes a shared tool list as the list itself.
+fn shared_tools<S: Serializer>(tools: &Arc<[ToolSchema]>, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(tools.iter())
+}
+
 impl ContextSnapshot {
-    /// The model request for this snapshot: the transcript items are shared with it (a copy of
-    /// the pointers, not of the items).
+    /// The model request for this snapshot: the transcript items and the tool list are shared
+    /// with it (a copy of the pointers, not of the items).
     pub fn request(&self, purpose: RequestPurpose, response_index: u64) -> ModelRequest {
         ModelRequest {
             instructions: (!self.instructions.is_empty()).then(|| self.instructions.clone()),
@@ -143,7 +150,7 @@ pub fn project(
     instructions: &str,
     agents_md: Option<&str>,
     allowed_tools: &[String],
-    registry: &ToolRegistry,
+    registry: &Arc<ToolRegistry>,
     policy: Policy,
     proj: &Projection,
     exact_reasoning: &[(usize, Vec<ReasoningItem>)],
@@ -156,26 +163,15 @@ pub fn project(
         system.push_str("# AGENTS.md (workspace instructions)\n\n");
         system.push_str(agents.trim_end());
     }
-    let tools: Vec<ToolSchema> = registry
-        .specs()
-        .into_iter()
-        .filter(|s| allowed_tools.is_empty() || allowed_tools.contains(&s.name))
-        .filter(|s| visible(&policy, &s.name, s.effect))
-        .map(|s| ToolSchema {
-            name: s.name,
-            description: s.description,
-            parameters: s.input_schema,
-        })
-        .collect();
+    let (tools, tool_tokens) = crate::tool_schemas::shown_tools(registry, |name, effect| {
+        (allowed_tools.is_empty() || allowed_tools.iter().any(|a| a == name))
+            && visible(&policy, name, effect)
+    });
     let first = usize::try_from(proj.first_kept)
         .unwrap_or(usize::MAX)
         .min(proj.items.len());
     let mut messages = Vec::with_capacity(proj.items.len() - first + 1);
-    let mut tokens = estimate_tokens(&system)
-        + tools
-            .iter()
-            .map(|t| estimate_tokens(&t.description) + estimate_tokens(&t.parameters.to_string()))
-            .sum::<u64>();
+    let mut tokens = estimate_tokens(&system) + tool_tokens;
     if let Some(summary) = &proj.summary {
         let m = Message::User {
             content: format!("{SUMMARY_PREFIX}{summary}"),

@@ -364,7 +364,7 @@ impl Runner {
             if self.lost.is_cancelled() {
                 return Err(self.lease_lost());
             }
-            let next = self.plan().await?;
+            let next = Box::pin(self.plan()).await?;
             if self.pending_outcome.load(Ordering::SeqCst)
                 && !matches!(
                     next,
@@ -376,7 +376,7 @@ impl Runner {
                 )
             {
                 // A side effect's outcome is durable before anything else happens.
-                self.commit("tool.outcome").await?;
+                Box::pin(self.commit("tool.outcome")).await?;
             }
             let active_turn = self.read(|j| j.state.active_turn).await;
             if let Some(turn) = active_turn {
@@ -410,10 +410,10 @@ impl Runner {
                 return self.done(status, true).await;
             }
             match next {
-                Next::Stop => return self.done(SessionStatus::Closed, false).await,
+                Next::Stop => return Box::pin(self.done(SessionStatus::Closed, false)).await,
                 Next::Idle => {
-                    if let Some(status) = self.go_idle().await? {
-                        return self.done(status, false).await;
+                    if let Some(status) = Box::pin(self.go_idle()).await? {
+                        return Box::pin(self.done(status, false)).await;
                     }
                 }
                 Next::StartTurn { turn } => {
@@ -423,42 +423,46 @@ impl Runner {
                         items.push(status_item(SessionStatus::Running, "turn started"));
                     }
                     items.push((Correlation::turn(turn), EventBody::TurnStarted {}));
-                    self.append("turn.started", items).await?;
+                    Box::pin(self.append("turn.started", items)).await?;
                     tracing::info!(session = %self.session, %turn, "turn started");
                 }
                 Next::Resume => {
-                    self.stage(vec![status_item(
+                    Box::pin(self.stage(vec![status_item(
                         SessionStatus::Running,
                         "human action received",
-                    )])
+                    )]))
                     .await?;
                 }
                 Next::EnterPhase { turn, phase } => {
                     let had_staged = self.read(Journal::has_staged).await;
-                    self.stage(vec![phase_item(turn, phase)]).await?;
+                    Box::pin(self.stage(vec![phase_item(turn, phase)])).await?;
                     if phase == TurnStatus::Sampling
                         && (had_staged || self.pending_outcome.load(Ordering::SeqCst))
                     {
                         // The step's calls all have results: the step is one commit.
-                        self.commit("turn.sampling").await?;
+                        Box::pin(self.commit("turn.sampling")).await?;
                     }
                     if phase == TurnStatus::Sampling {
                         self.skip_compaction.store(false, Ordering::SeqCst);
                     }
                 }
                 Next::SampleStep { turn } => {
-                    self.refresh_tools().await;
-                    self.clone().sample(turn, StepId::new(), 1).await?;
+                    Box::pin(self.refresh_tools()).await;
+                    Box::pin(self.clone().sample(turn, StepId::new(), 1)).await?;
                 }
                 Next::ResampleStep {
                     turn,
                     step,
                     attempt,
-                } => self.clone().sample(turn, step, attempt).await?,
-                Next::Compact { turn, aggressive } => self.compact(turn, aggressive).await?,
-                Next::Reject { turn, step, calls } => self.reject(turn, step, calls).await?,
+                } => Box::pin(self.clone().sample(turn, step, attempt)).await?,
+                Next::Compact { turn, aggressive } => {
+                    Box::pin(self.compact(turn, aggressive)).await?
+                }
+                Next::Reject { turn, step, calls } => {
+                    Box::pin(self.reject(turn, step, calls)).await?
+                }
                 Next::RequestApprovals { turn, step, calls } => {
-                    self.request_approvals(turn, step, calls).await?;
+                    Box::pin(self.request_approvals(turn, step, calls)).await?;
                 }
                 Next::ApplyApproval {
                     turn,
@@ -467,22 +471,23 @@ impl Runner {
                     approval,
                     outcome,
                 } => {
-                    self.apply_approval(turn, step, call, approval, outcome)
-                        .await?;
+                    Box::pin(self.apply_approval(turn, step, call, approval, outcome)).await?;
                 }
                 Next::RunHooks { turn, event, calls } => {
-                    self.run_hooks(turn, event, calls).await?;
+                    Box::pin(self.run_hooks(turn, event, calls)).await?;
                 }
-                Next::Execute { turn, step, calls } => self.execute(turn, step, calls).await?,
+                Next::Execute { turn, step, calls } => {
+                    Box::pin(self.execute(turn, step, calls)).await?
+                }
                 Next::Dispatch {
                     turn, step, call, ..
-                } => self.clone().dispatch(turn, step, call).await?,
+                } => Box::pin(self.clone().dispatch(turn, step, call)).await?,
                 Next::Rerun {
                     turn,
                     step,
                     call,
                     sequential,
-                } => self.clone().rerun(turn, step, call, sequential).await?,
+                } => Box::pin(self.clone().rerun(turn, step, call, sequential)).await?,
                 Next::MarkOutcomeUnknown { key } => {
                     self.stage(vec![(
                         Correlation::default().with_operation(key),
@@ -495,22 +500,22 @@ impl Runner {
                     step,
                     call,
                     key,
-                } => self.reconcile(turn, step, call, key).await?,
+                } => Box::pin(self.reconcile(turn, step, call, key)).await?,
                 Next::Settle {
                     turn,
                     step,
                     call,
                     key,
                     how,
-                } => self.settle(turn, step, call, key, how).await?,
-                Next::AwaitRunning { .. } => self.await_running().await,
+                } => Box::pin(self.settle(turn, step, call, key, how)).await?,
+                Next::AwaitRunning { .. } => Box::pin(self.await_running()).await,
                 Next::WaitForHuman { turn, .. } => {
-                    if !self.detach_children().await {
+                    if !Box::pin(self.detach_children()).await {
                         // A call whose child waited was decided meanwhile and runs again.
                         continue;
                     }
-                    self.wait_for_human(turn).await?;
-                    return self.done(SessionStatus::RequiresAction, false).await;
+                    Box::pin(self.wait_for_human(turn)).await?;
+                    return Box::pin(self.done(SessionStatus::RequiresAction, false)).await;
                 }
                 Next::FinishTurn {
                     turn,
@@ -518,8 +523,8 @@ impl Runner {
                     limit,
                     error,
                 } => {
-                    self.finish_turn(turn, reason, limit, error).await?;
-                    self.end_turn_span(turn).await;
+                    Box::pin(self.finish_turn(turn, reason, limit, error)).await?;
+                    Box::pin(self.end_turn_span(turn)).await;
                     lock(&self.finished).push(turn);
                     self.reset_turn_token();
                     timer = None;

@@ -160,6 +160,8 @@ pub(crate) mod hold;
 pub(crate) mod shared;
 /// The tools a step sees (built-ins plus a release's MCP tools).
 pub(crate) mod tool_catalog;
+/// The tool lists steps show the model, built once per registry and shared.
+pub(crate) mod tool_schemas;
 
 pub(crate) mod effects;
 

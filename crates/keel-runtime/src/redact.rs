@@ -127,6 +127,34 @@ impl Redactor {
         self
     }
 
+    /// Whether this redactor is the one [`Redactor::with_values`] builds from `patterns` and
+    /// `values`: the same configured patterns in the same order, and the same set of literal
+    /// values (values under 6 bytes ignored, as it ignores them).
+    pub(crate) fn is_built_from(&self, patterns: &[String], values: &[String]) -> bool {
+        let configured = self
+            .patterns
+            .get(BUILTIN_COMPILED.len()..)
+            .unwrap_or_default();
+        if configured.len() != patterns.len()
+            || configured
+                .iter()
+                .zip(patterns)
+                .any(|(re, p)| re.as_str() != p)
+        {
+            return false;
+        }
+        let mut wanted: Vec<&str> = values
+            .iter()
+            .filter(|v| v.len() >= 6)
+            .map(String::as_str)
+            .collect();
+        wanted.sort_unstable();
+        wanted.dedup();
+        let mut mine: Vec<&str> = self.literals.iter().map(String::as_str).collect();
+        mine.sort_unstable();
+        mine == wanted
+    }
+
     /// Whether `text` holds a secret this redactor would redact (plain or JSON-escaped).
     pub fn holds_secret(&self, text: &str) -> bool {
         !self.spans(text).is_empty()

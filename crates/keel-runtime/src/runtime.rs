@@ -492,11 +492,23 @@ impl Runtime {
         // is dropped; the watcher stops on every way out, an early error included.
         let _stop_watcher = stop.clone().drop_guard();
         let kept = self.inner.leases.keep(tenant, lease.clone(), lost.clone());
-        let mut journal = self.inner.load(tenant, session, lease).await?;
+        // The large futures of the run's set-up and turn loop are boxed: a run waiting on its
+        // model holds the loop's live state, not room for the largest step of every kind.
+        let mut journal = Box::pin(self.inner.load(tenant, session, lease)).await?;
         // Intents posted while nobody ran the session (or left by a crashed handler) first.
-        crate::intent::handle_intents(&self.inner, &mut journal, None).await?;
-        crate::effects::reconcile(self.inner.store.as_ref(), tenant, &journal.state).await?;
-        crate::transcript::reconcile(&journal).await?;
+        Box::pin(crate::intent::handle_intents(
+            &self.inner,
+            &mut journal,
+            None,
+        ))
+        .await?;
+        Box::pin(crate::effects::reconcile(
+            self.inner.store.as_ref(),
+            tenant,
+            &journal.state,
+        ))
+        .await?;
+        Box::pin(crate::transcript::reconcile(&journal)).await?;
         let config = journal.config()?;
         let release_id = journal
             .state
@@ -559,7 +571,7 @@ impl Runtime {
             Ok(mut runner) => {
                 runner.finish_only = finish_only;
                 runner.drain = drain;
-                Arc::new(runner).run().await
+                Box::pin(Arc::new(runner).run()).await
             }
             Err(e) => Err(e),
         };

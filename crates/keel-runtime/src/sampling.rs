@@ -80,7 +80,7 @@ impl Runner {
         step: StepId,
         first_attempt: u32,
     ) -> Result<()> {
-        let snapshot = self.step_snapshot().await?;
+        let snapshot = Box::pin(self.step_snapshot()).await?;
         let turn_token = self.turn_token();
         let position = self.read(|j| j.proj.position).await;
         let mut request: ModelRequest = snapshot.request(RequestPurpose::Step, position);
@@ -89,7 +89,7 @@ impl Runner {
         // turn loop plans it again (the turn ends, or the drained run stops before it).
         let projected =
             self.projected_tokens(snapshot.estimated_tokens, request.sampling.max_tokens);
-        let mut reservation = match self.admit(projected, &turn_token).await? {
+        let mut reservation = match Box::pin(self.admit(projected, &turn_token)).await? {
             Admission::Admitted(r) => r,
             Admission::Stopped => return Ok(()),
         };
@@ -109,12 +109,12 @@ impl Runner {
             .first()
             .map_or_else(|| self.model.model().to_owned(), |m| (*m).to_owned());
         let mut attempt = first_attempt;
-        self.stage(vec![(
+        Box::pin(self.stage(vec![(
             Correlation::step(turn, step, attempt),
             EventBody::StepStarted {
                 model: model.clone(),
             },
-        )])
+        )]))
         .await?;
         let step_token = turn_token.child_token();
         request.cancel = step_token.clone();
@@ -212,10 +212,10 @@ impl Runner {
             );
             if content && !streaming && !ev.is_terminal() {
                 streaming = true;
-                self.stage(vec![(
+                Box::pin(self.stage(vec![(
                     Correlation::step(turn, step, attempt),
                     EventBody::StepStreaming {},
-                )])
+                )]))
                 .await?;
             }
             match ev {
@@ -380,29 +380,35 @@ impl Runner {
                         streaming.then_some((snapshot.estimated_tokens, output_bytes)),
                     );
                     chat.end(&model, (&used.0, used.1, used.2), Err(error.kind.as_str()));
-                    self.settle_tokens(&mut reservation, used_tokens(&used.0))
-                        .await;
+                    Box::pin(self.settle_tokens(&mut reservation, used_tokens(&used.0))).await;
                     // The next attempt is a model call of its own: admitted like the first.
-                    let admitted = self.admit(projected, &step_token).await?;
+                    let admitted = Box::pin(self.admit(projected, &step_token)).await?;
                     let failed = (&error, u64::from(consumes), used);
                     let Admission::Admitted(r) = admitted else {
                         // Cancelled or drained while waiting: the failed attempt is journaled
                         // and nothing of the next one. A cancelled turn ends (the turn loop); a
                         // drained run leaves the step to be sampled again as its next attempt.
-                        self.retry_attempt(turn, step, &mut attempt, (&model, None), failed, delay)
-                            .await?;
+                        Box::pin(self.retry_attempt(
+                            turn,
+                            step,
+                            &mut attempt,
+                            (&model, None),
+                            failed,
+                            delay,
+                        ))
+                        .await?;
                         (streaming, output_bytes, admission_stopped) = (false, 0, true);
                         break Err(error);
                     };
                     reservation = r;
-                    self.retry_attempt(
+                    Box::pin(self.retry_attempt(
                         turn,
                         step,
                         &mut attempt,
                         (&model, Some(&next)),
                         failed,
                         delay,
-                    )
+                    ))
                     .await?;
                     model = next;
                     chat = self.chat_span(turn, step, attempt, &model, max_tokens);
@@ -426,8 +432,7 @@ impl Runner {
             reported.take(),
             produced.then_some((snapshot.estimated_tokens, output_bytes)),
         );
-        self.settle_tokens(&mut reservation, used_tokens(&usage))
-            .await;
+        Box::pin(self.settle_tokens(&mut reservation, used_tokens(&usage))).await;
         // (An attempt whose retry was stopped while waiting for admission has ended already.)
         chat.end(
             &model,
@@ -499,7 +504,7 @@ impl Runner {
                 if has_calls {
                     items.push(phase_item(turn, TurnStatus::ExecutingTools));
                 }
-                self.stage(items).await?;
+                Box::pin(self.stage(items)).await?;
             }
             Err(_) if admission_stopped => {
                 // Everything the stopped step owes is staged (its failed attempt).
@@ -539,7 +544,7 @@ impl Runner {
                 };
                 if error.kind == ErrorKind::ContextOverflow {
                     // The planner compacts (aggressively), then re-samples the same step.
-                    self.stage(vec![(
+                    Box::pin(self.stage(vec![(
                         corr,
                         EventBody::StepAttemptFailed {
                             model,
@@ -551,14 +556,14 @@ impl Runner {
                             cost_usd: cost,
                             usage_estimated,
                         },
-                    )])
+                    )]))
                     .await?;
                     self.join_inflight().await;
                     return Ok(());
                 }
                 self.join_inflight().await;
                 // The planner ends the turn `failed`, naming the error.
-                self.stage(vec![(
+                Box::pin(self.stage(vec![(
                     corr,
                     EventBody::StepFailed {
                         error_kind: error.kind.as_str().into(),
@@ -568,7 +573,7 @@ impl Runner {
                         cost_usd: cost,
                         usage_estimated,
                     },
-                )])
+                )]))
                 .await?;
             }
         }

@@ -23,6 +23,8 @@
 //! its values cannot be used, and overwriting it would lose them for the deployment that can.
 
 use std::collections::BTreeSet;
+use std::hash::{BuildHasher, RandomState};
+use std::sync::{Arc, LazyLock, Mutex, PoisonError, Weak};
 
 use keel_core::{EventBody, SessionId, TenantId};
 use keel_store::{SealedKey, SealedKind};
@@ -52,8 +54,8 @@ enum Sealed {
 
 /// What a session's secrets are now.
 pub(crate) struct SessionSecrets {
-    /// Its redactor.
-    pub(crate) redactor: Redactor,
+    /// Its redactor, shared with every session of the same secrets ([`shared_redactor`]).
+    pub(crate) redactor: Arc<Redactor>,
     /// The values to seal in the session's row with the next commit, when this process knows
     /// some the row lacks.
     pub(crate) to_seal: Option<Vec<String>>,
@@ -89,6 +91,72 @@ pub fn host_redactor(options: &crate::RuntimeOptions) -> Redactor {
     // The built-in patterns compile; no configured pattern is added here.
     Redactor::with_values(&[], &values)
         .unwrap_or_else(|_| unreachable!("built-in patterns compile"))
+}
+
+/// How many distinct secret sets [`shared_redactor`] remembers; past it, the oldest is
+/// forgotten (its sessions keep their redactor; a new session of that set compiles its own).
+const SHARED_REDACTORS: usize = 256;
+
+/// The redactors sessions share, by a hash of their secret set (keyed at random per process).
+/// Entries are weak: a redactor, and the secret values it holds, goes when its last session
+/// does; only the hash stays until the entry is reused.
+struct SharedRedactors {
+    keys: RandomState,
+    entries: Vec<(u64, Weak<Redactor>)>,
+}
+
+static SHARED: LazyLock<Mutex<SharedRedactors>> = LazyLock::new(|| {
+    Mutex::new(SharedRedactors {
+        keys: RandomState::new(),
+        entries: Vec::new(),
+    })
+});
+
+/// The redactor of `patterns` (configured, in order) and the literal `values`, as
+/// [`Redactor::with_values`] builds it, shared by every caller with the same set: sessions of
+/// one tenant mostly have the same secrets, and a redactor's compiled patterns and their search
+/// caches are then held once per process instead of once per session (issue 16: ~60 KB per
+/// waiting session). A hash match is confirmed against the redactor's own patterns and values,
+/// so two sets never share one by a collision. Redaction is the same as an unshared redactor's.
+///
+/// # Errors
+/// [`RuntimeError::InvalidInput`] naming a pattern that does not compile.
+pub(crate) fn shared_redactor(patterns: &[String], values: &[String]) -> Result<Arc<Redactor>> {
+    let mut set: Vec<&str> = values
+        .iter()
+        .filter(|v| v.len() >= MIN_SECRET_BYTES)
+        .map(String::as_str)
+        .collect();
+    set.sort_unstable();
+    set.dedup();
+    let find = |shared: &SharedRedactors, hash: u64| {
+        shared
+            .entries
+            .iter()
+            .filter(|(h, _)| *h == hash)
+            .filter_map(|(_, weak)| weak.upgrade())
+            .find(|r| r.is_built_from(patterns, values))
+    };
+    let hash = {
+        let shared = SHARED.lock().unwrap_or_else(PoisonError::into_inner);
+        let hash = shared.keys.hash_one((patterns, &set));
+        if let Some(found) = find(&shared, hash) {
+            return Ok(found);
+        }
+        hash
+    };
+    // Compiled outside the lock: other sessions' look-ups do not wait for it.
+    let built = Arc::new(Redactor::with_values(patterns, values)?);
+    let mut shared = SHARED.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some(found) = find(&shared, hash) {
+        return Ok(found);
+    }
+    shared.entries.retain(|(_, weak)| weak.strong_count() > 0);
+    if shared.entries.len() >= SHARED_REDACTORS {
+        shared.entries.remove(0);
+    }
+    shared.entries.push((hash, Arc::downgrade(&built)));
+    Ok(built)
 }
 
 impl Inner {
@@ -158,7 +226,7 @@ impl Inner {
         };
         let values: Vec<String> = values.into_iter().collect();
         Ok(SessionSecrets {
-            redactor: Redactor::with_values(patterns, &values)?,
+            redactor: shared_redactor(patterns, &values)?,
             to_seal,
         })
     }
@@ -184,7 +252,7 @@ impl Inner {
             None => None,
         };
         let s = self.session_secrets(j.tenant, j.session, config).await?;
-        j.redactor = std::sync::Arc::new(s.redactor);
+        j.redactor = s.redactor;
         j.secrets_to_seal = s.to_seal;
         Ok(())
     }
@@ -233,6 +301,68 @@ impl Runtime {
             .inner
             .session_secrets(tenant, session, config.as_ref())
             .await?
-            .redactor)
+            .redactor
+            .as_ref()
+            .clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| (*s).to_owned()).collect()
+    }
+
+    #[test]
+    fn sessions_with_the_same_secrets_share_one_redactor_and_other_sets_do_not() {
+        let patterns = strings(&["tok_[0-9]{4}"]);
+        let values = strings(&["hunter2-secret", "another-secret"]);
+        let a = shared_redactor(&patterns, &values).unwrap();
+        // The same set, spelled in another order with a duplicate and a too-short value.
+        let same = strings(&["another-secret", "hunter2-secret", "hunter2-secret", "ab"]);
+        let b = shared_redactor(&patterns, &same).unwrap();
+        assert!(
+            Arc::ptr_eq(&a, &b),
+            "one compiled redactor for one secret set"
+        );
+
+        let other_values = shared_redactor(&patterns, &strings(&["hunter2-secret"])).unwrap();
+        let other_patterns = shared_redactor(&strings(&["key_[a-z]{4}"]), &values).unwrap();
+        let no_patterns = shared_redactor(&[], &values).unwrap();
+        for other in [&other_values, &other_patterns, &no_patterns] {
+            assert!(!Arc::ptr_eq(&a, other), "another set has its own redactor");
+        }
+
+        // Sharing changes nothing in what is redacted.
+        let text = "tok_1234 hunter2-secret another-secret key_abcd";
+        let alone = Redactor::with_values(&patterns, &values).unwrap();
+        assert_eq!(a.redact_str(text), alone.redact_str(text));
+        assert_eq!(
+            a.redact_str(text),
+            "[REDACTED] [REDACTED] [REDACTED] key_abcd"
+        );
+        assert_eq!(
+            other_values.redact_str(text),
+            "[REDACTED] [REDACTED] another-secret key_abcd"
+        );
+        assert_eq!(
+            other_patterns.redact_str(text),
+            "tok_1234 [REDACTED] [REDACTED] [REDACTED]"
+        );
+
+        // Once its last holder is gone, the set's redactor (and its values) goes too.
+        let weak = Arc::downgrade(&a);
+        drop((a, b));
+        assert!(weak.upgrade().is_none());
+        assert!(shared_redactor(&patterns, &values).is_ok());
+    }
+
+    #[test]
+    fn a_bad_pattern_is_refused_and_not_remembered() {
+        let bad = strings(&["(unclosed"]);
+        assert!(shared_redactor(&bad, &[]).is_err());
+        assert!(shared_redactor(&bad, &[]).is_err());
     }
 }

@@ -212,7 +212,12 @@ impl ToolRegistry {
 
     /// Specs of every tool, sorted by name (what the model is shown).
     pub fn specs(&self) -> Vec<ToolSpec> {
-        self.entries.values().map(|e| e.spec.clone()).collect()
+        self.iter_specs().cloned().collect()
+    }
+
+    /// Specs of every tool, sorted by name, borrowed (what [`ToolRegistry::specs`] copies).
+    pub fn iter_specs(&self) -> impl Iterator<Item = &ToolSpec> {
+        self.entries.values().map(|e| &e.spec)
     }
 
     /// Checks that the tool exists and the arguments satisfy its schema exactly.
