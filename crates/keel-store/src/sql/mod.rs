@@ -17,6 +17,7 @@
 //!   optional schema isolates a store (tests use one per run).
 
 mod api;
+mod batch;
 mod extras;
 mod group_commit;
 mod leases;
@@ -55,6 +56,7 @@ use crate::types::{
     ReservationRow, SealedKind, SessionQuery, SessionRecord, StoredResponse, TenantRecord,
     TranscriptItem, UsageReservation, UsageRow,
 };
+use batch::Bind;
 use group_commit::{AppendRequest, GroupCommit};
 use waiters::Waiters;
 
@@ -585,14 +587,7 @@ impl SqlStore {
         binds: Vec<Bind>,
     ) -> Result<Option<AnyRow>> {
         let q = self.sql(sql);
-        let mut query = sqlx::query(&q);
-        for b in binds {
-            query = match b {
-                Bind::Int(i) => query.bind(i),
-                Bind::OptInt(i) => query.bind(i),
-                Bind::Text(t) => query.bind(t),
-            };
-        }
+        let query = batch::bind_all(sqlx::query(&q), binds);
         // `fetch_all`, not `fetch_optional`: an autocommit statement's own commit (where a full
         // disk fails it) runs after its RETURNING row; stopping at the first row would report a
         // lease the database never kept.
@@ -726,13 +721,6 @@ impl SqlStore {
             Err(e) => e,
         }
     }
-}
-
-/// A bound parameter of a lease write.
-enum Bind {
-    Int(i64),
-    OptInt(Option<i64>),
-    Text(String),
 }
 
 /// Takes a free or expired lease, bumping the epoch (binds: owner, expires_at, updated_at, now,
