@@ -7,7 +7,7 @@
 //!   appends that arrive while a commit is in flight are committed together in the next
 //!   transaction with set-wise statements, one fsync for the batch; a refused compare-and-set
 //!   does not affect the others. Readers use a small pool. Waiters are woken in-process
-//!   and poll every 50 ms (other processes' writes).
+//!   and poll every 50 ms (other processes' writes; intent waiters every 500 ms).
 //! - **PostgreSQL**: a pool; each append is one transaction; `pg_notify` on the channel
 //!   `<schema>_keel_events` carries the session id of an append to `LISTEN`ers (`intent:<session>`
 //!   for a posted intent), with a 2 s poll as a fallback while the listener reconnects (30 s for
@@ -70,6 +70,12 @@ pub const POSTGRES_POLL: Duration = Duration::from_secs(2);
 /// listener that reconnects wakes every waiter, so this only bounds a notification lost some
 /// other way.
 pub const POSTGRES_INTENT_POLL: Duration = Duration::from_secs(30);
+
+/// Fallback poll interval of `wait_for_intent` on SQLite: an intent posted in this process
+/// wakes its waiters at once; this bounds how late an intent posted by another process on the
+/// same file is seen (a query per watched session per interval, which at 50 ms was 20 queries
+/// a second per running session on the readers' pool).
+pub const SQLITE_INTENT_POLL: Duration = Duration::from_millis(500);
 
 /// Which SQL dialect a store speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -1613,11 +1619,11 @@ impl Store for SqlStore {
         timeout: Duration,
     ) -> Result<bool> {
         // PostgreSQL notifies intents (a lost notification is covered by the listener waking
-        // every waiter when it reconnects), so its fallback poll is long; SQLite polls as for
-        // versions (another process's intents are seen only so).
+        // every waiter when it reconnects), so its fallback poll is long; on SQLite intents of
+        // this process wake their waiters, and another process's are seen by the poll.
         let poll = match self.inner.dialect {
             Dialect::Postgres => POSTGRES_INTENT_POLL,
-            Dialect::Sqlite => self.inner.poll,
+            Dialect::Sqlite => SQLITE_INTENT_POLL,
         };
         let waiters = &self.inner.waiters.intents;
         self.wait_until(waiters, poll, session, timeout, || async {
