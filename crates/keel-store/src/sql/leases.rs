@@ -2,7 +2,8 @@
 //! [`crate::RENEW_BATCH`] leases, matching each lease by `(session_id, lease_epoch,
 //! lease_owner)` against a `VALUES` list (a row-value `IN` whose right side is a subquery, as
 //! SQLite requires; PostgreSQL runs the same text). The fencing rule is
-//! [`crate::Store::renew_lease`]'s: only the holder at its epoch renews, expired or not.
+//! [`crate::Store::renew_lease`]'s: only the holder at its epoch renews, expired or not. On
+//! PostgreSQL the renewals run on a connection of their own, not in the pool's queue.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -41,7 +42,10 @@ impl SqlStore {
                     .bind(to_i64(l.epoch.0)?)
                     .bind(l.owner.clone());
             }
-            let mut conn = self.write_conn().await?;
+            let mut conn = match &self.inner.renewals {
+                Some(own) => super::WriteConn::Pooled(own.acquire().await?),
+                None => self.write_conn().await?,
+            };
             // `fetch_all`: the autocommit statement's own commit runs after its rows.
             let rows = q
                 .fetch_all(&mut *conn)

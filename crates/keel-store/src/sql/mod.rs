@@ -231,6 +231,9 @@ struct Inner {
     waiters: Arc<Waiters>,
     /// PostgreSQL only: the LISTEN task.
     listener: Option<JoinHandle<()>>,
+    /// PostgreSQL only: one connection of its own for [`Store::renew_leases`] (SQLite renews
+    /// on the one writer, like every write).
+    renewals: Option<AnyPool>,
     /// PostgreSQL only: the NOTIFY channel of journal and intent waiters.
     channel: String,
     /// PostgreSQL only: the NOTIFY channel of `wait_for_work`.
@@ -332,6 +335,7 @@ impl SqlStore {
                 group: GroupCommit::default(),
                 waiters: Arc::new(Waiters::default()),
                 listener: None,
+                renewals: None,
                 channel: String::new(),
                 work_channel: String::new(),
                 poll: SQLITE_POLL,
@@ -376,21 +380,11 @@ impl SqlStore {
             .await?;
             migrations::setup_postgres(conn, schema, search_path).await?;
         }
-        let pool = AnyPoolOptions::new()
-            .max_connections(16)
-            .acquire_timeout(timeout)
-            .after_connect(move |conn, _meta| {
-                Box::pin(async move {
-                    // Durable on return, whatever the server's default.
-                    conn.execute("SET synchronous_commit = on").await?;
-                    if let Some(sp) = search_path {
-                        conn.execute(sp).await?;
-                    }
-                    Ok(())
-                })
-            })
-            .connect(url)
-            .await?;
+        let pool = postgres_pool(16, timeout, search_path).connect(url).await?;
+        // Lease renewals get a connection of their own, opened at the first renewal: behind
+        // the pool's queue (a worker starting hundreds of runs at once) they would wait past
+        // the TTL, and the worker would lose the leases of runs it is still running.
+        let renewals = postgres_pool(1, timeout, search_path).connect_lazy(url)?;
         let waiters = Arc::new(Waiters::default());
         let channel = channel_name(schema, EVENTS_CHANNEL);
         let work_channel = channel_name(schema, WORK_CHANNEL);
@@ -407,6 +401,7 @@ impl SqlStore {
                 group: GroupCommit::default(),
                 waiters,
                 listener: Some(listener),
+                renewals: Some(renewals),
                 channel,
                 work_channel,
                 poll: POSTGRES_POLL,
@@ -736,6 +731,24 @@ const ACQUIRE_LEASE: &str = "UPDATE sessions SET lease_owner = ?, lease_epoch = 
      lease_expires_at = ?, updated_at = ? \
      WHERE (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= ?) \
      AND tenant_id = ? AND session_id = ? RETURNING lease_epoch, lease_expires_at";
+
+/// A PostgreSQL pool of at most `max` connections, each set to commit durably and to search
+/// the store's schema (`search_path`: its `SET` statement) when opened.
+fn postgres_pool(max: u32, timeout: Duration, search_path: Option<&'static str>) -> AnyPoolOptions {
+    AnyPoolOptions::new()
+        .max_connections(max)
+        .acquire_timeout(timeout)
+        .after_connect(move |conn, _meta| {
+            Box::pin(async move {
+                // Durable on return, whatever the server's default.
+                conn.execute("SET synchronous_commit = on").await?;
+                if let Some(sp) = search_path {
+                    conn.execute(sp).await?;
+                }
+                Ok(())
+            })
+        })
+}
 
 /// How long opening a PostgreSQL store waits for the server to answer a connection, unless the
 /// URL's `connect_timeout` (seconds, libpq's parameter) says otherwise.
