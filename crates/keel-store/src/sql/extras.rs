@@ -7,6 +7,7 @@ use keel_core::{SessionId, StateMachine};
 use serde_json::Value;
 use sqlx::{AnyConnection, Row};
 
+use super::batch::{Batch, Bind};
 use super::{Dialect, parse_json, to_i64};
 use crate::error::{Result, StoreError};
 use crate::types::{AppendExtras, SealedKey, TranscriptItem};
@@ -95,32 +96,67 @@ pub(crate) async fn write_transcript(
     rows: &[TranscriptRow],
     now: i64,
 ) -> Result<()> {
-    // All rows in one statement (one round trip to SQLite's worker thread); only when some
-    // index was already there (a replayed append) is each row looked at.
-    let mut inserted = 0;
+    let mut batch = Batch::default();
+    let inserts = transcript_inserts(&mut batch, tenant, session, rows, now);
+    let changed = batch.run(conn, dialect).await?;
+    let inserted = inserts.map(|k| changed[k]).sum();
+    check_transcript(conn, dialect, tenant, session, rows, inserted).await
+}
+
+/// Adds the `INSERT … ON CONFLICT DO NOTHING` statements of `rows` (all rows in one statement
+/// per [`TRANSCRIPT_CHUNK`]) to `batch`; returns their indexes there.
+fn transcript_inserts(
+    batch: &mut Batch,
+    tenant: &str,
+    session: &str,
+    rows: &[TranscriptRow],
+    now: i64,
+) -> std::ops::Range<usize> {
+    let mut first = None;
+    let mut last = 0;
     for chunk in rows.chunks(TRANSCRIPT_CHUNK) {
-        let insert = dialect.sql(&format!(
+        let insert = format!(
             "{} ON CONFLICT DO NOTHING",
             super::group_commit::values_insert(
                 "INSERT INTO transcript (tenant_id, session_id, idx, turn_id, role, content, created_at) VALUES ",
                 "(?, ?, ?, ?, ?, ?, ?)",
                 chunk.len(),
             )
-        ))
-        .into_owned();
-        let mut q = sqlx::query(&insert);
+        );
+        let mut binds = Vec::with_capacity(chunk.len() * 7);
         for row in chunk {
-            q = q
-                .bind(tenant.to_owned())
-                .bind(session.to_owned())
-                .bind(row.index)
-                .bind(row.turn.clone())
-                .bind(row.role.clone())
-                .bind(row.text.clone())
-                .bind(now);
+            binds.extend([
+                Bind::Text(tenant.to_owned()),
+                Bind::Text(session.to_owned()),
+                Bind::Int(row.index),
+                Bind::OptText(row.turn.clone()),
+                Bind::Text(row.role.clone()),
+                Bind::Text(row.text.clone()),
+                Bind::Int(now),
+            ]);
         }
-        inserted += q.execute(&mut *conn).await?.rows_affected();
+        last = batch.push(insert, binds);
+        first.get_or_insert(last);
     }
+    match first {
+        Some(first) => first..last + 1,
+        None => 0..0,
+    }
+}
+
+/// After `inserted` of `rows` were inserted: when some index was already there (a replayed
+/// append), each row must hold the same item as the one written.
+///
+/// # Errors
+/// `Conflict` for an index holding a different item; `CorruptRow`; `Database`.
+async fn check_transcript(
+    conn: &mut AnyConnection,
+    dialect: Dialect,
+    tenant: &str,
+    session: &str,
+    rows: &[TranscriptRow],
+    inserted: u64,
+) -> Result<()> {
     if inserted == rows.len() as u64 {
         return Ok(());
     }
@@ -263,6 +299,10 @@ impl Extras {
     /// Writes the extras inside the caller's transaction, after the append's compare-and-set
     /// succeeded (so the session exists for `tenant`). On error the caller must roll back.
     ///
+    /// Every statement goes into one [`Batch`] (one round trip to SQLite's worker thread for all
+    /// of them; a read-only step's transcript rows, usage and reservation release are three
+    /// statements, one hand-off); the counts each reports are checked afterwards.
+    ///
     /// # Errors
     /// `Conflict` for an approval id that exists, an operation key held by another session or a
     /// transcript index holding a different row; `NotFound` for a release the tenant has not
@@ -274,8 +314,13 @@ impl Extras {
         tenant: &str,
         session: &str,
     ) -> Result<()> {
-        if !self.effects.is_empty() {
-            let sql = dialect.sql(
+        use Bind::{Int, OptInt, OptText, Real, Text};
+        let t = || Text(tenant.to_owned());
+        let s = || Text(session.to_owned());
+        let mut batch = Batch::default();
+        let mut effects = Vec::with_capacity(self.effects.len());
+        for e in &self.effects {
+            let k = batch.push(
                 "INSERT INTO effects (tenant_id, operation_key, session_id, tool_call_id, tool_name, status, \
                  request_hash, attempts, outcome, error, created_at, updated_at) \
                  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
@@ -283,64 +328,49 @@ impl Extras {
                  tool_name = excluded.tool_name, status = excluded.status, request_hash = excluded.request_hash, \
                  attempts = excluded.attempts, outcome = excluded.outcome, error = excluded.error, \
                  updated_at = excluded.updated_at WHERE effects.session_id = excluded.session_id",
+                vec![
+                    t(),
+                    Text(e.key.clone()),
+                    s(),
+                    Text(e.call.clone()),
+                    Text(e.tool.clone()),
+                    Text(e.status.to_owned()),
+                    Text(e.request_hash.clone()),
+                    Int(e.attempts),
+                    OptText(e.outcome.clone()),
+                    OptText(e.error.clone()),
+                    Int(e.created_at),
+                    Int(e.updated_at),
+                ],
             );
-            for e in &self.effects {
-                let done = sqlx::query(&sql)
-                    .bind(tenant.to_owned())
-                    .bind(e.key.clone())
-                    .bind(session.to_owned())
-                    .bind(e.call.clone())
-                    .bind(e.tool.clone())
-                    .bind(e.status)
-                    .bind(e.request_hash.clone())
-                    .bind(e.attempts)
-                    .bind(e.outcome.clone())
-                    .bind(e.error.clone())
-                    .bind(e.created_at)
-                    .bind(e.updated_at)
-                    .execute(&mut *conn)
-                    .await?;
-                if done.rows_affected() == 0 {
-                    return Err(StoreError::Conflict(format!(
-                        "effect {} belongs to another session than {session}",
-                        e.key
-                    )));
-                }
-            }
+            effects.push((k, &e.key));
         }
-        if !self.approvals.is_empty() {
-            let sql = dialect.sql(
+        let mut approvals = Vec::with_capacity(self.approvals.len());
+        for a in &self.approvals {
+            let k = batch.push(
                 "INSERT INTO approvals (tenant_id, approval_id, session_id, turn_id, tool_call_id, tool_name, \
                  arguments, args_hash, status, decision, created_at, expires_at, decided_at) \
                  VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                vec![
+                    t(),
+                    Text(a.id.clone()),
+                    s(),
+                    Text(a.turn.clone()),
+                    Text(a.call.clone()),
+                    Text(a.tool.clone()),
+                    Text(a.arguments.clone()),
+                    Text(a.args_hash.clone()),
+                    Text(a.status.to_owned()),
+                    OptText(a.decision.clone()),
+                    Int(a.created_at),
+                    Int(a.expires_at),
+                    OptInt(a.decided_at),
+                ],
             );
-            for a in &self.approvals {
-                let done = sqlx::query(&sql)
-                    .bind(tenant.to_owned())
-                    .bind(a.id.clone())
-                    .bind(session.to_owned())
-                    .bind(a.turn.clone())
-                    .bind(a.call.clone())
-                    .bind(a.tool.clone())
-                    .bind(a.arguments.clone())
-                    .bind(a.args_hash.clone())
-                    .bind(a.status)
-                    .bind(a.decision.clone())
-                    .bind(a.created_at)
-                    .bind(a.expires_at)
-                    .bind(a.decided_at)
-                    .execute(&mut *conn)
-                    .await?;
-                if done.rows_affected() == 0 {
-                    return Err(StoreError::Conflict(format!(
-                        "approval {} already exists",
-                        a.id
-                    )));
-                }
-            }
+            approvals.push((k, &a.id));
         }
-        if !self.usage.is_empty() {
-            let sql = dialect.sql(
+        for u in &self.usage {
+            batch.push(
                 "INSERT INTO usage (tenant_id, day, model, input_tokens, output_tokens, cache_read_tokens, \
                  cache_write_tokens, reasoning_tokens, cost_usd, steps) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
                  ON CONFLICT (tenant_id, day, model) DO UPDATE SET \
@@ -351,107 +381,89 @@ impl Extras {
                  reasoning_tokens = usage.reasoning_tokens + excluded.reasoning_tokens, \
                  cost_usd = usage.cost_usd + excluded.cost_usd, \
                  steps = usage.steps + excluded.steps",
+                vec![
+                    t(),
+                    Text(u.day.clone()),
+                    Text(u.model.clone()),
+                    Int(u.input),
+                    Int(u.output),
+                    Int(u.cache_read),
+                    Int(u.cache_write),
+                    Int(u.reasoning),
+                    Real(u.cost),
+                    Int(u.steps),
+                ],
             );
-            for u in &self.usage {
-                sqlx::query(&sql)
-                    .bind(tenant.to_owned())
-                    .bind(u.day.clone())
-                    .bind(u.model.clone())
-                    .bind(u.input)
-                    .bind(u.output)
-                    .bind(u.cache_read)
-                    .bind(u.cache_write)
-                    .bind(u.reasoning)
-                    .bind(u.cost)
-                    .bind(u.steps)
-                    .execute(&mut *conn)
-                    .await?;
-            }
         }
-        if !self.unseal.is_empty() {
-            let sql = dialect.sql(
+        for key in &self.unseal {
+            batch.push(
                 "DELETE FROM sealed_items WHERE tenant_id = ? AND session_id = ? AND kind = ? AND item_id = ?",
+                vec![t(), s(), Text(key.kind.as_str().to_owned()), Text(key.id.clone())],
             );
-            for key in &self.unseal {
-                sqlx::query(&sql)
-                    .bind(tenant.to_owned())
-                    .bind(session.to_owned())
-                    .bind(key.kind.as_str())
-                    .bind(key.id.clone())
-                    .execute(&mut *conn)
-                    .await?;
-            }
         }
-        if !self.seal.is_empty() {
-            let sql = dialect.sql(
+        for (key, sealed) in &self.seal {
+            batch.push(
                 "INSERT INTO sealed_items (tenant_id, session_id, kind, item_id, sealed, created_at) \
                  VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (tenant_id, session_id, kind, item_id) \
                  DO UPDATE SET sealed = excluded.sealed",
+                vec![
+                    t(),
+                    s(),
+                    Text(key.kind.as_str().to_owned()),
+                    Text(key.id.clone()),
+                    Bind::Blob(sealed.clone()),
+                    Int(super::now_ms()),
+                ],
             );
-            for (key, sealed) in &self.seal {
-                sqlx::query(&sql)
-                    .bind(tenant.to_owned())
-                    .bind(session.to_owned())
-                    .bind(key.kind.as_str())
-                    .bind(key.id.clone())
-                    .bind(sealed.clone())
-                    .bind(super::now_ms())
-                    .execute(&mut *conn)
-                    .await?;
-            }
         }
-        if let Some(release) = &self.release_id {
-            let done = sqlx::query(&dialect.sql(
+        let release = self.release_id.as_ref().map(|release| {
+            let k = batch.push(
                 "UPDATE sessions SET release_id = ? WHERE tenant_id = ? AND session_id = ? \
                  AND EXISTS (SELECT 1 FROM releases WHERE releases.tenant_id = ? AND releases.release_id = ?)",
-            ))
-            .bind(release.clone())
-            .bind(tenant.to_owned())
-            .bind(session.to_owned())
-            .bind(tenant.to_owned())
-            .bind(release.clone())
-            .execute(&mut *conn)
-            .await?;
-            if done.rows_affected() == 0 {
-                return Err(StoreError::NotFound {
-                    entity: "release",
-                    id: release.clone(),
-                });
-            }
-        }
+                vec![Text(release.clone()), t(), s(), t(), Text(release.clone())],
+            );
+            (k, release)
+        });
         if self.release_reservation {
-            sqlx::query(
-                &dialect
-                    .sql("DELETE FROM usage_reservations WHERE tenant_id = ? AND session_id = ?"),
-            )
-            .bind(tenant.to_owned())
-            .bind(session.to_owned())
-            .execute(&mut *conn)
-            .await?;
+            batch.push(
+                "DELETE FROM usage_reservations WHERE tenant_id = ? AND session_id = ?",
+                vec![t(), s()],
+            );
         }
-        if !self.transcript.is_empty() {
-            write_transcript(
-                conn,
-                dialect,
-                tenant,
-                session,
-                &self.transcript,
-                super::now_ms(),
-            )
-            .await?;
-        }
+        let transcript = transcript_inserts(
+            &mut batch,
+            tenant,
+            session,
+            &self.transcript,
+            super::now_ms(),
+        );
         if let Some(at) = self.wake_at {
-            sqlx::query(
-                &dialect
-                    .sql("UPDATE sessions SET wake_at = ? WHERE tenant_id = ? AND session_id = ?"),
-            )
-            .bind(at)
-            .bind(tenant.to_owned())
-            .bind(session.to_owned())
-            .execute(&mut *conn)
-            .await?;
+            batch.push(
+                "UPDATE sessions SET wake_at = ? WHERE tenant_id = ? AND session_id = ?",
+                vec![OptInt(at), t(), s()],
+            );
         }
-        Ok(())
+        let changed = batch.run(conn, dialect).await?;
+        if let Some((_, key)) = effects.iter().find(|(k, _)| changed[*k] == 0) {
+            return Err(StoreError::Conflict(format!(
+                "effect {key} belongs to another session than {session}"
+            )));
+        }
+        if let Some((_, id)) = approvals.iter().find(|(k, _)| changed[*k] == 0) {
+            return Err(StoreError::Conflict(format!(
+                "approval {id} already exists"
+            )));
+        }
+        if let Some((k, release)) = release
+            && changed[k] == 0
+        {
+            return Err(StoreError::NotFound {
+                entity: "release",
+                id: release.clone(),
+            });
+        }
+        let inserted = transcript.map(|k| changed[k]).sum();
+        check_transcript(conn, dialect, tenant, session, &self.transcript, inserted).await
     }
 }
 

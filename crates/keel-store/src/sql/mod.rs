@@ -7,7 +7,7 @@
 //!   appends that arrive while a commit is in flight are committed together in the next
 //!   transaction with set-wise statements, one fsync for the batch; a refused compare-and-set
 //!   does not affect the others. Readers use a small pool. Waiters are woken in-process
-//!   and poll every 50 ms (other processes' writes).
+//!   and poll every 50 ms (other processes' writes; intent waiters every 500 ms).
 //! - **PostgreSQL**: a pool; each append is one transaction; `pg_notify` on the channel
 //!   `<schema>_keel_events` carries the session id of an append to `LISTEN`ers (`intent:<session>`
 //!   for a posted intent), with a 2 s poll as a fallback while the listener reconnects (30 s for
@@ -19,6 +19,7 @@
 mod api;
 mod approvals;
 mod artifacts;
+mod batch;
 mod effects;
 mod extras;
 mod group_commit;
@@ -64,6 +65,7 @@ use crate::types::{
     UsageReservation, UsageRow,
 };
 use approvals::{APPROVAL_COLS, approval_from_row};
+use batch::Bind;
 use group_commit::{AppendRequest, GroupCommit};
 use listener::{channel_name, start_listener, work_payload};
 use memory::memory_from_row;
@@ -80,6 +82,12 @@ pub const POSTGRES_POLL: Duration = Duration::from_secs(2);
 /// listener that reconnects wakes every waiter, so this only bounds a notification lost some
 /// other way.
 pub const POSTGRES_INTENT_POLL: Duration = Duration::from_secs(30);
+
+/// Fallback poll interval of `wait_for_intent` on SQLite: an intent posted in this process
+/// wakes its waiters at once; this bounds how late an intent posted by another process on the
+/// same file is seen (a query per watched session per interval, which at 50 ms was 20 queries
+/// a second per running session on the readers' pool).
+pub const SQLITE_INTENT_POLL: Duration = Duration::from_millis(500);
 
 /// Which SQL dialect a store speaks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -235,6 +243,9 @@ struct Inner {
     waiters: Arc<Waiters>,
     /// PostgreSQL only: the LISTEN task.
     listener: Option<JoinHandle<()>>,
+    /// PostgreSQL only: one connection of its own for [`Store::renew_leases`] (SQLite renews
+    /// on the one writer, like every write).
+    renewals: Option<AnyPool>,
     /// PostgreSQL only: the NOTIFY channel of journal and intent waiters.
     channel: String,
     /// PostgreSQL only: the NOTIFY channel of `wait_for_work`.
@@ -329,6 +340,7 @@ impl SqlStore {
                 group: GroupCommit::default(),
                 waiters: Arc::new(Waiters::default()),
                 listener: None,
+                renewals: None,
                 channel: String::new(),
                 work_channel: String::new(),
                 poll: SQLITE_POLL,
@@ -373,21 +385,11 @@ impl SqlStore {
             .await?;
             migrations::setup_postgres(conn, schema, search_path).await?;
         }
-        let pool = AnyPoolOptions::new()
-            .max_connections(16)
-            .acquire_timeout(timeout)
-            .after_connect(move |conn, _meta| {
-                Box::pin(async move {
-                    // Durable on return, whatever the server's default.
-                    conn.execute("SET synchronous_commit = on").await?;
-                    if let Some(sp) = search_path {
-                        conn.execute(sp).await?;
-                    }
-                    Ok(())
-                })
-            })
-            .connect(url)
-            .await?;
+        let pool = postgres_pool(16, timeout, search_path).connect(url).await?;
+        // Lease renewals get a connection of their own, opened at the first renewal: behind
+        // the pool's queue (a worker starting hundreds of runs at once) they would wait past
+        // the TTL, and the worker would lose the leases of runs it is still running.
+        let renewals = postgres_pool(1, timeout, search_path).connect_lazy(url)?;
         let waiters = Arc::new(Waiters::default());
         let channel = channel_name(schema, EVENTS_CHANNEL);
         let work_channel = channel_name(schema, WORK_CHANNEL);
@@ -404,6 +406,7 @@ impl SqlStore {
                 group: GroupCommit::default(),
                 waiters,
                 listener: Some(listener),
+                renewals: Some(renewals),
                 channel,
                 work_channel,
                 poll: POSTGRES_POLL,
@@ -590,14 +593,7 @@ impl SqlStore {
         binds: Vec<Bind>,
     ) -> Result<Option<AnyRow>> {
         let q = self.sql(sql);
-        let mut query = sqlx::query(&q);
-        for b in binds {
-            query = match b {
-                Bind::Int(i) => query.bind(i),
-                Bind::OptInt(i) => query.bind(i),
-                Bind::Text(t) => query.bind(t),
-            };
-        }
+        let query = batch::bind_all(sqlx::query(&q), binds);
         // `fetch_all`, not `fetch_optional`: an autocommit statement's own commit (where a full
         // disk fails it) runs after its RETURNING row; stopping at the first row would report a
         // lease the database never kept.
@@ -733,13 +729,6 @@ impl SqlStore {
     }
 }
 
-/// A bound parameter of a lease write.
-enum Bind {
-    Int(i64),
-    OptInt(Option<i64>),
-    Text(String),
-}
-
 /// Takes a free or expired lease, bumping the epoch (binds: owner, expires_at, updated_at, now,
 /// tenant, session): the one acquisition rule of [`Store::acquire_lease`] and
 /// [`Store::claim_sessions`].
@@ -747,6 +736,24 @@ const ACQUIRE_LEASE: &str = "UPDATE sessions SET lease_owner = ?, lease_epoch = 
      lease_expires_at = ?, updated_at = ? \
      WHERE (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= ?) \
      AND tenant_id = ? AND session_id = ? RETURNING lease_epoch, lease_expires_at";
+
+/// A PostgreSQL pool of at most `max` connections, each set to commit durably and to search
+/// the store's schema (`search_path`: its `SET` statement) when opened.
+fn postgres_pool(max: u32, timeout: Duration, search_path: Option<&'static str>) -> AnyPoolOptions {
+    AnyPoolOptions::new()
+        .max_connections(max)
+        .acquire_timeout(timeout)
+        .after_connect(move |conn, _meta| {
+            Box::pin(async move {
+                // Durable on return, whatever the server's default.
+                conn.execute("SET synchronous_commit = on").await?;
+                if let Some(sp) = search_path {
+                    conn.execute(sp).await?;
+                }
+                Ok(())
+            })
+        })
+}
 
 /// How long opening a PostgreSQL store waits for the server to answer a connection, unless the
 /// URL's `connect_timeout` (seconds, libpq's parameter) says otherwise.
@@ -1320,11 +1327,11 @@ impl Store for SqlStore {
         timeout: Duration,
     ) -> Result<bool> {
         // PostgreSQL notifies intents (a lost notification is covered by the listener waking
-        // every waiter when it reconnects), so its fallback poll is long; SQLite polls as for
-        // versions (another process's intents are seen only so).
+        // every waiter when it reconnects), so its fallback poll is long; on SQLite intents of
+        // this process wake their waiters, and another process's are seen by the poll.
         let poll = match self.inner.dialect {
             Dialect::Postgres => POSTGRES_INTENT_POLL,
-            Dialect::Sqlite => self.inner.poll,
+            Dialect::Sqlite => SQLITE_INTENT_POLL,
         };
         let waiters = &self.inner.waiters.intents;
         self.wait_until(waiters, poll, session, timeout, || async {

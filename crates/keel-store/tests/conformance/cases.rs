@@ -1564,7 +1564,7 @@ pub async fn intents_are_posted_listed_and_deleted(h: &Harness) {
     );
     assert!(start.elapsed() < Duration::from_secs(5));
     // Waiting in another instance when the intent is posted: woken by the post (PostgreSQL's
-    // NOTIFY; its fallback poll for intents is 30 s; SQLite's is 50 ms), not by the poll.
+    // NOTIFY; its fallback poll for intents is 30 s), or on SQLite by its 500 ms poll.
     let g = session(&h.store, t).await;
     let gid = g.session;
     let waiter = tokio::spawn(async move {
