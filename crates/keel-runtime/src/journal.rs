@@ -49,6 +49,9 @@ pub struct Journal {
     pub(crate) extras: AppendExtras,
     /// When the oldest staged event was staged.
     staged_since: Option<std::time::Instant>,
+    /// Notified (one permit) when staging starts after a commit: the checkpoint task sleeps on
+    /// it while nothing is staged instead of waking on a timer.
+    pub(crate) staging: Arc<tokio::sync::Notify>,
     /// The key sealed rows are encrypted with (set by [`Journal::unseal`]).
     pub(crate) seal_key: Option<SealKey>,
     /// The exact arguments of open calls whose journaled arguments were redacted (`sealed`).
@@ -93,6 +96,7 @@ impl Journal {
             staged: Vec::new(),
             extras: AppendExtras::default(),
             staged_since: None,
+            staging: Arc::default(),
             seal_key: None,
             exact: HashMap::new(),
             reasoning: HashMap::new(),
@@ -223,6 +227,7 @@ impl Journal {
         }
         if self.staged.is_empty() {
             self.staged_since = Some(std::time::Instant::now());
+            self.staging.notify_one();
         }
         self.staged.extend(events);
         Ok(self.state.version)
