@@ -23,6 +23,7 @@ mod batch;
 mod effects;
 mod extras;
 mod group_commit;
+mod intent_poll;
 mod leases;
 mod listener;
 mod memory;
@@ -83,10 +84,11 @@ pub const POSTGRES_POLL: Duration = Duration::from_secs(2);
 /// other way.
 pub const POSTGRES_INTENT_POLL: Duration = Duration::from_secs(30);
 
-/// Fallback poll interval of `wait_for_intent` on SQLite: an intent posted in this process
-/// wakes its waiters at once; this bounds how late an intent posted by another process on the
-/// same file is seen (a query per watched session per interval, which at 50 ms was 20 queries
-/// a second per running session on the readers' pool).
+/// Interval of SQLite's one intent poll per store (`intent_poll`): an intent posted in this
+/// process wakes its waiters at once; this bounds how late an intent posted by another process
+/// on the same file is seen. One query per interval per store, only while somebody waits (it
+/// was one query per watched session per interval, and at 50 ms 20 queries a second per
+/// running session).
 pub const SQLITE_INTENT_POLL: Duration = Duration::from_millis(500);
 
 /// Which SQL dialect a store speaks.
@@ -241,7 +243,8 @@ struct Inner {
     /// SQLite only: appends waiting for the next group commit.
     group: GroupCommit,
     waiters: Arc<Waiters>,
-    /// PostgreSQL only: the LISTEN task.
+    /// The task that wakes waiters for other processes' writes: PostgreSQL's LISTEN task,
+    /// SQLite's intent poll (`intent_poll`).
     listener: Option<JoinHandle<()>>,
     /// PostgreSQL only: one connection of its own for [`Store::renew_leases`] (SQLite renews
     /// on the one writer, like every write).
@@ -332,14 +335,16 @@ impl SqlStore {
             .connect_with(options)
             .await?;
         let writer = migrations::run(pool.acquire().await?.detach(), Dialect::Sqlite).await?;
+        let waiters = Arc::new(Waiters::default());
+        let listener = Some(intent_poll::spawn(pool.clone(), waiters.clone()));
         Ok(SqlStore {
             inner: Arc::new(Inner {
                 pool,
                 dialect: Dialect::Sqlite,
                 writer: Some(Arc::new(Mutex::new(writer))),
                 group: GroupCommit::default(),
-                waiters: Arc::new(Waiters::default()),
-                listener: None,
+                waiters,
+                listener,
                 renewals: None,
                 channel: String::new(),
                 work_channel: String::new(),
@@ -1327,12 +1332,10 @@ impl Store for SqlStore {
         timeout: Duration,
     ) -> Result<bool> {
         // PostgreSQL notifies intents (a lost notification is covered by the listener waking
-        // every waiter when it reconnects), so its fallback poll is long; on SQLite intents of
-        // this process wake their waiters, and another process's are seen by the poll.
-        let poll = match self.inner.dialect {
-            Dialect::Postgres => POSTGRES_INTENT_POLL,
-            Dialect::Sqlite => SQLITE_INTENT_POLL,
-        };
+        // every waiter when it reconnects); on SQLite intents of this process wake their
+        // waiters, and another process's wake them through the store's one intent poll
+        // (`intent_poll`). So this waiter's own poll is only a long fallback on both.
+        let poll = POSTGRES_INTENT_POLL;
         let waiters = &self.inner.waiters.intents;
         self.wait_until(waiters, poll, session, timeout, || async {
             let row = sqlx::query(&self.sql(

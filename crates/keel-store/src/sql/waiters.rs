@@ -99,6 +99,14 @@ impl SessionNotifies {
         }
     }
 
+    /// Whether nobody waits on any session.
+    pub fn is_empty(&self) -> bool {
+        self.map
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .is_empty()
+    }
+
     /// Wakes every waiter of `session`.
     pub fn notify(&self, session: SessionId) {
         let map = self.map.lock().unwrap_or_else(|p| p.into_inner());

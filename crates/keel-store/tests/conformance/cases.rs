@@ -1564,7 +1564,8 @@ pub async fn intents_are_posted_listed_and_deleted(h: &Harness) {
     );
     assert!(start.elapsed() < Duration::from_secs(5));
     // Waiting in another instance when the intent is posted: woken by the post (PostgreSQL's
-    // NOTIFY; its fallback poll for intents is 30 s), or on SQLite by its 500 ms poll.
+    // NOTIFY; its fallback poll for intents is 30 s), or on SQLite by the store's one intent
+    // poll (500 ms; the waiter's own fallback is 30 s too).
     let g = session(&h.store, t).await;
     let gid = g.session;
     let waiter = tokio::spawn(async move {
