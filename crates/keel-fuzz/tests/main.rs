@@ -108,6 +108,14 @@ fn api_body_schema_holds_bodies_to_the_documents_schemas() {
         (e.status.as_u16(), e.problem.field.as_deref()),
         (422, Some("nope"))
     );
+    // Fuzz finding (2026-12-05): a field given twice was read as its last value.
+    let e = schemas
+        .decode::<keel_api::DecideApprovalRequest>(
+            &doc,
+            br#"{"decision": "deny", "args_hash": "sha256:00", "decision": "allow_once"}"#,
+        )
+        .unwrap_err();
+    assert_eq!(e.status.as_u16(), 422, "{}", e.problem.detail);
     let e = schemas
         .decode::<CreateSessionRequest>(&doc, b"[]")
         .unwrap_err();

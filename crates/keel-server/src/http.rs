@@ -76,7 +76,8 @@ impl BodySchemas {
     /// Reads `bytes` as a request body of type `T`, held to `T`'s schema
     /// (`#/components/schemas/{T::name()}`) in the OpenAPI document `doc` (the server's, see
     /// [`crate::api::document`]), as every `/v1` route does: JSON first
-    /// ([`keel_api::body::decode`]), then the schema, then `T`.
+    /// ([`keel_api::body::decode`]), then the schema, then `T` from the same bytes (so a field
+    /// given twice is refused, not read as its last value).
     ///
     /// # Errors
     /// 400 for a body that is not JSON; 422 naming the field for one that does not fit the
@@ -92,7 +93,10 @@ impl BodySchemas {
         if let Some(e) = validator.iter_errors(&body).next() {
             return Err(schema_error(&e));
         }
-        parse_json(&serde_json::to_vec(&body).map_err(|e| ApiError::internal(&e))?)
+        // From the bytes, not from `body`: a JSON object keeps only the last of duplicate keys,
+        // and serde refuses a field given twice (fuzz finding of 2026-12-05, `api_body_schema`:
+        // `{"args_hash": "a", "args_hash": "b"}` was taken as "b").
+        parse_json(bytes)
     }
 
     /// The validator of `#/components/schemas/{name}` of `doc` (JSON Schema 2020-12, as
