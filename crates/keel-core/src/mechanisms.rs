@@ -2,7 +2,7 @@
 //! (issue 18: "each test must be able to fail"), and a test-only clock offset for chaos trials.
 //!
 //! **Compiled in only with the `mechanism-switches` feature**, which only dev-dependencies
-//! enable (`keel`'s and `keel-store`'s). Without it — `cargo build --release -p keel`, `cargo
+//! enable (`keel`'s, `keel-store`'s and `keel-runtime`'s). Without it — `cargo build --release -p keel`, `cargo
 //! install`, any host's normal build — [`is_off`] is the constant `false` and
 //! [`clock_skew_ms`] the constant `0`, so the checks below fold away and the variables are
 //! ignored. (Cargo's resolver unifies a dev-dependency's features into every crate built in the
@@ -59,11 +59,15 @@ pub enum Mechanism {
     /// A store or session written by a newer schema is refused (`SchemaTooNew`; a worker claims
     /// only sessions whose `schema_version` it reads).
     SchemaVersionCheck,
+    /// An intent's journal entry commits only with its row's deletion (the store's
+    /// `AppendExtras::consume_intent`: no row deleted, nothing appended), so a poster that
+    /// withdrew its intent and answered "busy" never sees it journaled afterwards.
+    IntentConsume,
 }
 
 impl Mechanism {
     /// Every mechanism, in declaration order.
-    pub const ALL: [Mechanism; 12] = [
+    pub const ALL: [Mechanism; 13] = [
         Mechanism::Fencing,
         Mechanism::CasVersion,
         Mechanism::IdempotencyKey,
@@ -76,6 +80,7 @@ impl Mechanism {
         Mechanism::BudgetCheck,
         Mechanism::QueueBound,
         Mechanism::SchemaVersionCheck,
+        Mechanism::IntentConsume,
     ];
 
     /// The snake_case name `KEEL_MECHANISM_OFF` takes.
@@ -93,6 +98,7 @@ impl Mechanism {
             Mechanism::BudgetCheck => "budget_check",
             Mechanism::QueueBound => "queue_bound",
             Mechanism::SchemaVersionCheck => "schema_version_check",
+            Mechanism::IntentConsume => "intent_consume",
         }
     }
 

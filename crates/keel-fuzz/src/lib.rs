@@ -8,21 +8,26 @@
 //! `cargo test` covers them without cargo-fuzz. Figures and findings: docs/RELIABILITY.md.
 //!
 //! **Must not touch:** anything with I/O beyond an in-memory tokio runtime: no store, no network,
-//! no files, no processes.
+//! no files, no processes. (`api_body_schema` links keel-server for its body checks, which are
+//! pure functions; it opens nothing.)
 //!
 //! ## Layout
 //! - `sse` — [`sse`]: the three wires' SSE parsers through the adapters' own pump.
 //! - `tools` — [`tool_arguments`], [`policy_rule`], [`shell_analysis`].
 //! - `journal` — [`event_fold`]: event envelope decoding and the session fold.
 //! - `api` — [`api_request`]: the `/v1` request bodies.
+//! - `schema` — [`api_body_schema`]: the same bodies through the server's schema check, and the
+//!   inspector's sign-in body.
 
 mod api;
 mod journal;
+mod schema;
 mod sse;
 mod tools;
 
 pub use api::api_request;
 pub use journal::event_fold;
+pub use schema::api_body_schema;
 pub use sse::sse;
 pub use tools::{policy_rule, shell_analysis, tool_arguments};
 
@@ -31,7 +36,7 @@ pub use tools::{policy_rule, shell_analysis, tool_arguments};
 pub type Target = (&'static str, fn(&[u8]));
 
 /// Every fuzz target.
-pub const TARGETS: [Target; 8] = [
+pub const TARGETS: [Target; 9] = [
     ("sse_openai_chat", |d| sse(keel_model::Wire::OpenaiChat, d)),
     ("sse_openai_responses", |d| {
         sse(keel_model::Wire::OpenaiResponses, d)
@@ -42,6 +47,7 @@ pub const TARGETS: [Target; 8] = [
     ("shell_analysis", shell_analysis),
     ("event_fold", event_fold),
     ("api_request", api_request),
+    ("api_body_schema", api_body_schema),
 ];
 
 /// Splits `data` at its first newline: (the first line, the rest), both as text (invalid

@@ -215,6 +215,7 @@ impl Runtime {
             by: self.actor,
             priority: opts.priority,
             compiled,
+            intent: None,
         };
         let r = crate::intent::queue_input(held.journal(), input, opts.strategy, queued).await;
         if r.is_ok()
@@ -630,7 +631,7 @@ impl Runtime {
                 .iter()
                 .any(|i| i.intent_id == intent.intent_id);
             if !pending {
-                // Handlers journal before they delete: this read is final.
+                // Handlers journal with the delete (or delete before acting): this read is final.
                 let state = self.fold(tenant, session).await?;
                 return Ok(if done(&state) {
                     Posted::Handled
@@ -674,10 +675,9 @@ mod tests {
 
     use std::sync::Arc;
 
-    use keel_core::{AgentDefinition, Budget, Release, TenantId};
-    use keel_model::{Script, ScriptedModel};
+    use keel_core::TenantId;
 
-    use crate::{Runtime, RuntimeOptions, SessionConfig};
+    use crate::{RuntimeOptions, SessionConfig};
 
     /// The race of `keel cancel` with a live worker (review, minor item): the canceller saw turn
     /// T active and posted its intent; the worker let the session go with the intent still
@@ -690,25 +690,12 @@ mod tests {
         let store = keel_store::SqlStore::open_sqlite(&dir.path().join("keel.db"))
             .await
             .unwrap();
-        let model = Arc::new(ScriptedModel::new(
-            Script::parse("t.jsonl", r#"{"text":"done"}"#).unwrap(),
-        ));
-        let rt = Runtime::new(
+        let rt = crate::test_support::scripted_runtime(
             Arc::new(store),
-            model,
-            keel_tools::ToolRegistry::with_builtins().unwrap(),
-            RuntimeOptions::default(),
+            &RuntimeOptions::default().worker_name,
+            RuntimeOptions::default().lease_wait,
         );
-        let release = Release::new(AgentDefinition {
-            name: "t".into(),
-            model_route: vec!["scripted".into()],
-            instructions: "test".into(),
-            tools: Vec::new(),
-            policy: serde_json::Value::Null,
-            budget: Budget::default(),
-            mcp_servers: Default::default(),
-            agents: Default::default(),
-        });
+        let release = crate::test_support::scripted_release();
         let tenant = TenantId::new();
         let config = SessionConfig {
             workspace: dir.path().to_path_buf(),

@@ -7,12 +7,22 @@
 //! holder watches for intents alongside its work (`spawn_watcher`, woken by
 //! [`keel_store::Store::wait_for_intent`]) and checks again before it goes idle; a worker that
 //! starts or resumes a session handles whatever is left first. Handling journals the intent
-//! (`turn.queued`, `turn.cancel_requested`) and then deletes the row.
+//! (`turn.queued`, `turn.cancel_requested`) and deletes its row in the same append
+//! ([`keel_store::AppendExtras::consume_intent`]), which commits only if the row is still there.
+//!
+//! **Accepted or withdrawn, never both.** A poster that waited `lease_wait` in vain withdraws
+//! its intent ([`keel_store::Store::delete_intent`]) and, when that deleted the row, answers
+//! "busy". A handler that listed the intent before the withdrawal then finds its append refused
+//! ([`keel_store::StoreError::IntentGone`]: nothing written) and drops the intent without acting
+//! on it; one whose append committed first leaves the poster's withdrawal nothing to delete, and
+//! the poster reads the journal. An intent handled without a journal entry (a refusal, a
+//! `cancel_tool_call`, one already journaled) is taken by deleting its row first, and acted on
+//! only if that deleted it. (Test-only switch: `intent_consume`, keel-core's mechanisms.)
 //!
 //! **Idempotent.** The poster chooses the ids: an `input` intent carries the new turn's
-//! [`TurnId`], a `cancel_turn` intent the turn to cancel. A handler that journals an intent and
-//! crashes before deleting it leaves a row the next handler recognises as done (the turn exists;
-//! the cancellation is already requested) and only deletes.
+//! [`TurnId`], a `cancel_turn` intent the turn to cancel. A row whose entry is already in the
+//! journal (left by an older build, which journaled and deleted in two steps) is recognised as
+//! done (the turn exists; the cancellation is already requested) and only deleted.
 //!
 //! Kinds and payloads (JSON):
 //! - `input` — `{"turn_id", "input", "strategy"?, "principal_id"?, "priority"?}`:
@@ -100,8 +110,8 @@ pub struct CancelToolCallIntent {
 }
 
 /// Handles every intent of the session in `j` (held by this worker), oldest first: journals
-/// it, stops what it names when `active` runs here, deletes the row. Returns how many rows
-/// this call deleted.
+/// it and deletes its row in one append, then stops what it names when `active` runs here.
+/// Returns how many intents this call took.
 ///
 /// # Errors
 /// Store errors and [`RuntimeError::LeaseLost`] (the intent stays for the next holder).
@@ -110,25 +120,66 @@ pub(crate) async fn handle_intents(
     j: &mut Journal,
     active: Option<&Active>,
 ) -> Result<usize> {
-    let store = inner.store.clone();
-    let intents = store.list_intents(j.tenant, j.session).await?;
+    let intents = inner.store.list_intents(j.tenant, j.session).await?;
+    handle_listed(inner, j, active, intents).await
+}
+
+/// Handles `intents`, as listed by [`handle_intents`] (their posters may have withdrawn some
+/// since). What the running turn staged commits first, on its own: an intent's append carries
+/// that intent's events only, so one its poster withdrew fails alone
+/// ([`keel_store::StoreError::IntentGone`]) and the handler drops it without acting on it.
+pub(crate) async fn handle_listed(
+    inner: &Inner,
+    j: &mut Journal,
+    active: Option<&Active>,
+    intents: Vec<Intent>,
+) -> Result<usize> {
+    if intents.is_empty() {
+        return Ok(0);
+    }
+    if j.has_staged() {
+        j.commit("intent.flush").await?;
+    }
     let mut n = 0;
     for intent in intents {
-        apply_intent(j, active, &intent).await?;
+        let taken = apply_intent(inner, j, active, &intent).await?;
         if let Some(a) = active {
             a.version.store(j.state.version, Ordering::SeqCst);
         }
-        if store
-            .delete_intent(j.tenant, j.session, &intent.intent_id)
-            .await?
-        {
-            n += 1;
-        }
+        n += usize::from(taken);
     }
     Ok(n)
 }
 
-async fn apply_intent(j: &mut Journal, active: Option<&Active>, intent: &Intent) -> Result<()> {
+/// Takes `intent` without journaling anything (a refusal, a kind with no journal entry, one an
+/// earlier handler journaled): deletes its row; `false` when its poster withdrew it first (or
+/// another handler took it), and then the caller must not act on it.
+async fn take(inner: &Inner, j: &Journal, intent: &Intent) -> Result<bool> {
+    Ok(inner
+        .store
+        .delete_intent(j.tenant, j.session, &intent.intent_id)
+        .await?)
+}
+
+/// Whether `r`, the result of an append consuming an intent, found the intent gone (withdrawn
+/// by its poster): then nothing was journaled and the intent is dropped.
+fn withdrawn<T>(r: &Result<T>) -> bool {
+    matches!(
+        r,
+        Err(RuntimeError::Store(
+            keel_store::StoreError::IntentGone { .. }
+        ))
+    )
+}
+
+/// Handles one intent; returns whether this handler took it (its entry journaled with the
+/// row's deletion, or the row deleted by [`take`]).
+async fn apply_intent(
+    inner: &Inner,
+    j: &mut Journal,
+    active: Option<&Active>,
+    intent: &Intent,
+) -> Result<bool> {
     let session = j.session;
     let bad = |e: serde_json::Error| {
         tracing::warn!(%session, kind = %intent.kind, id = %intent.intent_id, "unreadable intent dropped: {e}");
@@ -137,10 +188,10 @@ async fn apply_intent(j: &mut Journal, active: Option<&Active>, intent: &Intent)
         INPUT => {
             let Ok(p) = serde_json::from_value::<InputIntent>(intent.payload.clone()).map_err(bad)
             else {
-                return Ok(());
+                return take(inner, j, intent).await;
             };
             if j.state.turns.contains_key(&p.turn_id) {
-                return Ok(()); // journaled by an earlier handler
+                return take(inner, j, intent).await; // journaled by an earlier handler
             }
             let queued = Queued {
                 turn: p.turn_id,
@@ -149,22 +200,27 @@ async fn apply_intent(j: &mut Journal, active: Option<&Active>, intent: &Intent)
                     .priority
                     .clamp(crate::config::MIN_PRIORITY, crate::config::MAX_PRIORITY),
                 compiled: p.compiled.clone(),
+                intent: Some(intent.intent_id.clone()),
             };
-            match queue_input(j, &p.input, p.strategy, queued).await {
+            let r = queue_input(j, &p.input, p.strategy, queued).await;
+            if withdrawn(&r) {
+                return Ok(false);
+            }
+            match r {
                 Ok(_) => {
                     if strategy_is_interrupt(j, p.strategy)
                         && let Some(a) = active
                     {
                         cancel_turn_token(a);
                     }
-                    Ok(())
+                    Ok(true)
                 }
                 // Refusals: the poster sees the intent gone without its turn.
                 Err(
                     RuntimeError::TurnInProgress { .. }
                     | RuntimeError::Closed { .. }
                     | RuntimeError::InvalidInput(_),
-                ) => Ok(()),
+                ) => take(inner, j, intent).await,
                 Err(e) => Err(e),
             }
         }
@@ -172,7 +228,7 @@ async fn apply_intent(j: &mut Journal, active: Option<&Active>, intent: &Intent)
             let Ok(p) =
                 serde_json::from_value::<CancelTurnIntent>(intent.payload.clone()).map_err(bad)
             else {
-                return Ok(());
+                return take(inner, j, intent).await;
             };
             let open = j
                 .state
@@ -180,36 +236,46 @@ async fn apply_intent(j: &mut Journal, active: Option<&Active>, intent: &Intent)
                 .get(&p.turn_id)
                 .is_some_and(|t| !t.status.is_terminal() && t.cancel_requested.is_none());
             if open {
-                j.append(
-                    "turn.cancel_requested",
-                    vec![(
-                        Correlation::turn(p.turn_id).by(p.principal_id),
-                        EventBody::TurnCancelRequested { reason: p.reason },
-                    )],
-                )
+                j.stage(vec![(
+                    Correlation::turn(p.turn_id).by(p.principal_id),
+                    EventBody::TurnCancelRequested { reason: p.reason },
+                )])
                 .await?;
+                j.extras.consume_intent = Some(intent.intent_id.clone());
+                let r = j.commit("turn.cancel_requested").await;
+                if withdrawn(&r) {
+                    return Ok(false);
+                }
+                r?;
+            } else if !take(inner, j, intent).await? {
+                return Ok(false);
             }
             if j.state.active_turn == Some(p.turn_id)
                 && let Some(a) = active
             {
                 cancel_turn_token(a);
             }
-            Ok(())
+            Ok(true)
         }
         CANCEL_TOOL_CALL => {
             let Ok(p) =
                 serde_json::from_value::<CancelToolCallIntent>(intent.payload.clone()).map_err(bad)
             else {
-                return Ok(());
+                return take(inner, j, intent).await;
             };
+            // Nothing is journaled for it: taking the row is what excludes the poster's
+            // withdrawal, so it comes first.
+            if !take(inner, j, intent).await? {
+                return Ok(false);
+            }
             if let Some(a) = active {
                 a.cancel_call(p.call_id.as_str(), p.principal_id);
             }
-            Ok(())
+            Ok(true)
         }
         other => {
             tracing::warn!(%session, kind = %other, "intent of an unknown kind dropped");
-            Ok(())
+            take(inner, j, intent).await
         }
     }
 }
@@ -236,15 +302,19 @@ pub(crate) struct Queued {
     pub(crate) priority: i32,
     /// Journaled as `turn.queued`'s `compiled`.
     pub(crate) compiled: Option<keel_core::CompiledInput>,
+    /// The intent the input came in, consumed with the `turn.queued` commit
+    /// ([`keel_store::AppendExtras::consume_intent`]); `None` for input given here.
+    pub(crate) intent: Option<String>,
 }
 
 /// Journals `input` as turn `queued.turn` by the multitask strategy (the caller holds `j`):
 /// `enqueue` queues it; `reject` refuses it while a turn is active or queued; `interrupt`
 /// queues it and requests the cancellation of every open turn. The turn's priority commits
-/// with it.
+/// with it, and so does the deletion of the intent it came in (if any).
 ///
 /// # Errors
-/// [`RuntimeError::Closed`], [`RuntimeError::TurnInProgress`], store errors.
+/// [`RuntimeError::Closed`], [`RuntimeError::TurnInProgress`], store errors
+/// ([`keel_store::StoreError::IntentGone`] when its intent was withdrawn: nothing written).
 pub(crate) async fn queue_input(
     j: &mut Journal,
     input: &str,
@@ -256,6 +326,7 @@ pub(crate) async fn queue_input(
         by,
         priority,
         compiled,
+        intent,
     } = queued;
     if j.state.status == SessionStatus::Closed {
         return Err(RuntimeError::Closed { session: j.session });
@@ -306,6 +377,7 @@ pub(crate) async fn queue_input(
     j.stage(items).await?;
     // Only once the turn is staged: a refused stage leaves nothing for a later commit.
     j.extras.priority = Some(priority);
+    j.extras.consume_intent = intent;
     j.commit("turn.queued").await?;
     Ok(turn)
 }
@@ -368,26 +440,4 @@ pub(crate) fn spawn_watcher(
 }
 
 #[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-
-    use super::*;
-
-    /// An input intent posted by an older build has no priority: it reads as 0. A priority of 0
-    /// is left out of the payload, which older builds then read as before.
-    #[test]
-    fn an_input_intent_without_a_priority_reads_as_zero() {
-        let turn = TurnId::new();
-        let old = serde_json::json!({"turn_id": turn, "input": "hi"});
-        let p: InputIntent = serde_json::from_value(old.clone()).unwrap();
-        assert_eq!(p.priority, 0);
-        assert_eq!(serde_json::to_value(&p).unwrap(), old);
-        let high = InputIntent { priority: 7, ..p };
-        let v = serde_json::to_value(&high).unwrap();
-        assert_eq!(v["priority"], 7);
-        assert_eq!(
-            serde_json::from_value::<InputIntent>(v).unwrap().priority,
-            7
-        );
-    }
-}
+mod tests;

@@ -205,6 +205,9 @@ pub(crate) mod spend;
 /// `spawn_agent`: child sessions.
 pub mod subagents;
 
+#[cfg(test)]
+pub(crate) mod test_support;
+
 pub use config::{
     DEFAULT_SUBAGENT_MAX_DESCENDANTS, MAX_PRIORITY, MAX_SPAWN_PROMPT_BYTES, MIN_PRIORITY,
     ModelFactory, MultitaskStrategy, RuntimeOptions, SessionConfig, SubagentLink, SubagentOptions,

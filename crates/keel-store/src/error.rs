@@ -65,6 +65,19 @@ pub enum StoreError {
     /// in the status the caller moved it from, a transcript index holding a different item).
     #[error("conflict: {0}")]
     Conflict(String),
+    /// An append that consumes an intent ([`crate::AppendExtras::consume_intent`]) found the
+    /// intent row gone: its poster withdrew it (and answered its caller "busy") or another
+    /// handler consumed it. Nothing of the append was written; the handler must drop the
+    /// intent without acting on it.
+    #[error(
+        "session {session}: intent {intent_id} is gone (withdrawn by its poster or taken by another handler); nothing was appended"
+    )]
+    IntentGone {
+        /// The session.
+        session: SessionId,
+        /// The intent the append was to consume.
+        intent_id: String,
+    },
     /// An illegal state transition was asked for.
     #[error(transparent)]
     Transition(#[from] TransitionError),

@@ -259,6 +259,13 @@ pub struct AppendExtras {
     /// Sets the session's scheduling priority (higher is claimed first within its tenant;
     /// the priority of the latest submitted turn). `None` leaves it. Written like `work`.
     pub priority: Option<i32>,
+    /// `Some(id)` consumes intent `id` of the appended session ([`crate::Store::post_intent`])
+    /// with the append: its row is deleted in the same transaction, and when no row was
+    /// deleted (the poster withdrew it, or another handler took it) the whole append is
+    /// [`crate::StoreError::IntentGone`] and writes nothing. So an intent's journal entry and
+    /// its poster's withdrawal exclude each other: a poster whose
+    /// [`crate::Store::delete_intent`] returned `true` knows the intent was never journaled.
+    pub consume_intent: Option<String>,
 }
 
 /// What a sealed row holds: the namespace of its id within a session.
@@ -317,6 +324,7 @@ impl AppendExtras {
             && self.release_id.is_none()
             && !self.release_reservation
             && self.transcript.is_empty()
+            && self.consume_intent.is_none()
     }
 }
 

@@ -277,16 +277,9 @@ pub fn operations(
     .collect()
 }
 
-/// The API's router with its OpenAPI document and route table. Public operations (`/healthz`,
-/// `/readyz`, `/openapi.json`) take no key; every other one authenticates, then honours
-/// `Idempotency-Key`.
-pub fn router(
-    state: &Shared,
-) -> (
-    axum::Router<Shared>,
-    utoipa::openapi::OpenApi,
-    BTreeSet<(String, String)>,
-) {
+/// The operations: those that need a key, then the public ones (`/healthz`, `/readyz`,
+/// `/openapi.json`).
+fn routes() -> (Routes, Routes) {
     let authed = Routes::new()
         .add(routes!(admin::create_tenant, admin::list_tenants))
         .add(routes!(admin::get_tenant))
@@ -328,6 +321,51 @@ pub fn router(
         .add(routes!(health::healthz))
         .add(routes!(health::readyz))
         .add(routes!(health::openapi_json));
+    (authed, public)
+}
+
+/// Completes the document of the routes: every operation needs a key but the public ones; the
+/// links between operations.
+fn finish(doc: &mut utoipa::openapi::OpenApi) {
+    let needs_key =
+        utoipa::openapi::security::SecurityRequirement::new("api_key", Vec::<String>::new());
+    for (path, item) in doc.paths.paths.iter_mut() {
+        let public = matches!(path.as_str(), "/healthz" | "/readyz" | "/openapi.json");
+        for op in operations_mut(item) {
+            op.security = Some(if public {
+                vec![utoipa::openapi::security::SecurityRequirement::default()]
+            } else {
+                vec![needs_key.clone()]
+            });
+        }
+    }
+    links::add(doc);
+}
+
+/// The OpenAPI document exactly as `/openapi.json` serves it ([`links::render`] of the
+/// [`router`]'s document), built without a server: it depends on the routes only. The fuzz
+/// targets hold request bodies to it as the server does ([`crate::http::BodySchemas`]).
+///
+/// # Errors
+/// serde_json's, if the document does not serialize (a bug).
+pub fn document() -> serde_json::Result<String> {
+    let (authed, public) = routes();
+    let (_, mut doc) = authed.router.merge(public.router).split_for_parts();
+    finish(&mut doc);
+    links::render(&doc)
+}
+
+/// The API's router with its OpenAPI document and route table. Public operations (`/healthz`,
+/// `/readyz`, `/openapi.json`) take no key; every other one authenticates, then honours
+/// `Idempotency-Key`.
+pub fn router(
+    state: &Shared,
+) -> (
+    axum::Router<Shared>,
+    utoipa::openapi::OpenApi,
+    BTreeSet<(String, String)>,
+) {
+    let (authed, public) = routes();
     let mut table = authed.table;
     table.extend(public.table);
     let authed = authed
@@ -341,19 +379,6 @@ pub fn router(
             crate::auth::authenticate,
         ));
     let (router, mut doc) = authed.merge(public.router).split_for_parts();
-    // Every operation needs a key but the public ones.
-    let needs_key =
-        utoipa::openapi::security::SecurityRequirement::new("api_key", Vec::<String>::new());
-    for (path, item) in doc.paths.paths.iter_mut() {
-        let public = matches!(path.as_str(), "/healthz" | "/readyz" | "/openapi.json");
-        for op in operations_mut(item) {
-            op.security = Some(if public {
-                vec![utoipa::openapi::security::SecurityRequirement::default()]
-            } else {
-                vec![needs_key.clone()]
-            });
-        }
-    }
-    links::add(&mut doc);
+    finish(&mut doc);
     (router, doc, table)
 }

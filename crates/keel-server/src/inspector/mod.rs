@@ -196,6 +196,20 @@ pub struct SignInRequest {
     pub key: String,
 }
 
+/// The API key a sign-in body carries ([`SignInRequest`]), trimmed.
+///
+/// # Errors
+/// 400 for a body that is not JSON; 422 (`key`) for one that does not fit [`SignInRequest`]
+/// or carries a blank key.
+pub fn sign_in_key(body: &[u8]) -> Result<String, ApiError> {
+    let req: SignInRequest = crate::http::parse_json(body)?;
+    let key = req.key.trim();
+    if key.is_empty() {
+        return Err(ApiError::invalid("key", "paste an API key (keel_…)"));
+    }
+    Ok(key.to_owned())
+}
+
 /// Who is signed in: the answer of sign-in and of `GET /inspector/session`.
 #[derive(Debug, Serialize)]
 pub struct SignedInBody {
@@ -261,12 +275,8 @@ async fn do_sign_in(
     body: &[u8],
 ) -> Result<Response, ApiError> {
     same_origin(state, headers)?;
-    let req: SignInRequest = crate::http::parse_json(body)?;
-    let key = req.key.trim();
-    if key.is_empty() {
-        return Err(ApiError::invalid("key", "paste an API key (keel_…)"));
-    }
-    let hash = key_hash(key);
+    let key = sign_in_key(body)?;
+    let hash = key_hash(&key);
     let caller = match caller_by_hash(state.store.as_ref(), &hash).await {
         Ok(c) => c,
         Err(e) => {

@@ -3,6 +3,7 @@
 //! then written inside the append's transaction, after its compare-and-set succeeded.
 
 use chrono::NaiveDate;
+use keel_core::mechanisms::{Mechanism, is_off};
 use keel_core::{SessionId, StateMachine};
 use serde_json::Value;
 use sqlx::{AnyConnection, Row};
@@ -183,6 +184,11 @@ async fn check_transcript(
     Ok(())
 }
 
+/// Deletes one intent (tenant, session, intent id): its poster's withdrawal, a handler's taking
+/// it, and an append's `consume_intent`.
+pub(crate) const DELETE_INTENT: &str =
+    "DELETE FROM intents WHERE tenant_id = ? AND session_id = ? AND intent_id = ?";
+
 /// [`AppendExtras`], checked and encoded for the append of `session`.
 pub(crate) struct Extras {
     effects: Vec<EffectRow>,
@@ -196,6 +202,8 @@ pub(crate) struct Extras {
     release_id: Option<String>,
     release_reservation: bool,
     transcript: Vec<TranscriptRow>,
+    /// The intent the append consumes, with the appended session (named by `IntentGone`).
+    consume_intent: Option<(SessionId, String)>,
 }
 
 impl Extras {
@@ -293,20 +301,23 @@ impl Extras {
                 .iter()
                 .map(TranscriptRow::of)
                 .collect::<Result<_>>()?,
+            consume_intent: extras.consume_intent.clone().map(|id| (session, id)),
         }))
     }
 
     /// Writes the extras inside the caller's transaction, after the append's compare-and-set
     /// succeeded (so the session exists for `tenant`). On error the caller must roll back.
+    /// The consumed intent goes first: an append that lost its intent fails before writing
+    /// anything else.
     ///
     /// Every statement goes into one [`Batch`] (one round trip to SQLite's worker thread for all
     /// of them; a read-only step's transcript rows, usage and reservation release are three
     /// statements, one hand-off); the counts each reports are checked afterwards.
     ///
     /// # Errors
-    /// `Conflict` for an approval id that exists, an operation key held by another session or a
-    /// transcript index holding a different row; `NotFound` for a release the tenant has not
-    /// stored; `Database`.
+    /// `IntentGone` for a consumed intent whose row is gone; `Conflict` for an approval id
+    /// that exists, an operation key held by another session or a transcript index holding a
+    /// different row; `NotFound` for a release the tenant has not stored; `Database`.
     pub async fn apply(
         &self,
         conn: &mut AnyConnection,
@@ -315,6 +326,20 @@ impl Extras {
         session: &str,
     ) -> Result<()> {
         use Bind::{Int, OptInt, OptText, Real, Text};
+        if let Some((session_id, intent)) = &self.consume_intent {
+            let done = sqlx::query(&dialect.sql(DELETE_INTENT))
+                .bind(tenant.to_owned())
+                .bind(session.to_owned())
+                .bind(intent.clone())
+                .execute(&mut *conn)
+                .await?;
+            if done.rows_affected() == 0 && !is_off(Mechanism::IntentConsume) {
+                return Err(StoreError::IntentGone {
+                    session: *session_id,
+                    intent_id: intent.clone(),
+                });
+            }
+        }
         let t = || Text(tenant.to_owned());
         let s = || Text(session.to_owned());
         let mut batch = Batch::default();

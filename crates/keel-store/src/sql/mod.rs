@@ -1386,10 +1386,7 @@ impl Store for SqlStore {
         intent_id: &str,
     ) -> Result<bool> {
         let mut conn = self.write_conn().await?;
-        let done =
-            sqlx::query(&self.sql(
-                "DELETE FROM intents WHERE tenant_id = ? AND session_id = ? AND intent_id = ?",
-            ))
+        let done = sqlx::query(&self.sql(extras::DELETE_INTENT))
             .bind(tenant.to_string())
             .bind(session.to_string())
             .bind(intent_id.to_owned())

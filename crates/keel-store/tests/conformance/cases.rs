@@ -11,6 +11,7 @@ use serde_json::json;
 pub use super::access::*;
 pub use super::batch_claims::*;
 use super::harness::{Harness, events, session};
+pub use super::intents::*;
 pub use super::lease_batches::*;
 pub use super::reservations::*;
 pub use super::scheduling::*;
@@ -2147,6 +2148,7 @@ pub async fn append_with_writes_events_and_extras_atomically(h: &Harness) {
         transcript: Vec::new(),
         work: None,
         priority: None,
+        consume_intent: None,
     };
     assert!(!extras.is_empty());
     assert!(AppendExtras::default().is_empty());
@@ -2295,6 +2297,7 @@ pub async fn stale_append_with_writes_none_of_its_extras(h: &Harness) {
         transcript: Vec::new(),
         work: None,
         priority: None,
+        consume_intent: None,
     };
     let before = side_tables(h, t, f.session).await;
     // Stale version (behind and ahead).
@@ -2376,6 +2379,7 @@ pub async fn a_failing_extra_makes_the_whole_append_write_nothing(h: &Harness) {
         transcript: Vec::new(),
         work: None,
         priority: None,
+        consume_intent: None,
     };
     reserve(h, t, &f).await;
     let before = side_tables(h, t, f.session).await;

@@ -6,6 +6,7 @@ pub mod batch_claims;
 pub mod cases;
 pub mod crash;
 pub mod harness;
+pub mod intents;
 pub mod lease_batches;
 pub mod reservations;
 pub mod scheduling;
@@ -112,4 +113,6 @@ conformance!(
     queue_depths_and_session_counts,
     a_lease_of_the_longest_ttl_is_held_not_wrapped_into_the_past,
     withdrawing_a_turns_approvals_expires_only_its_pending_rows,
+    consuming_an_intent_commits_with_its_row_or_writes_nothing,
+    consuming_an_intent_and_withdrawing_it_exclude_each_other,
 );

@@ -103,13 +103,19 @@ pub(crate) use one_test;
 
 /// A release named `name` on the scripted model offering `tools`, with no policy and no budget.
 pub fn release(name: &str, tools: &[&str]) -> Release {
+    release_with(name, tools, Budget::default())
+}
+
+/// A release named `name` on the scripted model offering `tools` (empty: every registered
+/// tool), with no policy and `budget`.
+pub fn release_with(name: &str, tools: &[&str], budget: Budget) -> Release {
     Release::new(AgentDefinition {
         name: name.into(),
         model_route: vec!["scripted".into()],
         instructions: "You are a test agent.".into(),
         tools: tools.iter().map(|t| (*t).to_owned()).collect(),
         policy: Value::Null,
-        budget: Budget::default(),
+        budget,
         mcp_servers: Default::default(),
         agents: Default::default(),
     })
@@ -142,18 +148,27 @@ pub fn runtime(
     model: Arc<dyn ModelClient>,
     tools: ToolRegistry,
 ) -> Runtime {
+    let base = RuntimeOptions {
+        worker_name: name.into(),
+        ..RuntimeOptions::default()
+    };
     Runtime::new(
         store,
         model,
         tools,
-        RuntimeOptions {
-            worker_name: name.into(),
-            lease_ttl: Duration::from_secs(30),
-            lease_wait: Duration::from_secs(10),
-            seal_key: keel_runtime::seal::SealKey::from_bytes(&[7; keel_runtime::seal::KEY_BYTES]),
-            ..RuntimeOptions::default()
-        },
+        options(Duration::from_secs(30), Duration::from_secs(10), base),
     )
+}
+
+/// What every runtime of a scenario shares: the deployment's seal key, and leases of
+/// `lease_ttl` waited for up to `lease_wait`; the rest from `base`.
+pub fn options(lease_ttl: Duration, lease_wait: Duration, base: RuntimeOptions) -> RuntimeOptions {
+    RuntimeOptions {
+        lease_ttl,
+        lease_wait,
+        seal_key: keel_runtime::seal::SealKey::from_bytes(&[7; keel_runtime::seal::KEY_BYTES]),
+        ..base
+    }
 }
 
 /// Polls `probe` every 10 ms until it gives a value; panics naming `what` after `secs`

@@ -1,55 +1,28 @@
 //! In-process fixtures of the scenarios: a runtime over a fresh store of either backend
-//! ([`keel_testkit::db::TestDb`]), scripted models, a seeded random source, and a
-//! side-effecting test tool that records when each of its effects was dispatched.
+//! ([`keel_testkit::db::TestDb`]), a seeded random source, and a side-effecting test tool that
+//! records when each of its effects was dispatched. The release, session settings and scripted
+//! model are [`super::harness`]'s (re-exported here for the scenarios that use this rig).
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use keel_core::{AgentDefinition, Budget, Event, EventBody, Release, SessionId};
-use keel_model::{ModelClient, Script, ScriptedModel};
-use keel_runtime::{Runtime, RuntimeOptions, SessionConfig};
+use keel_core::{Budget, Event, EventBody, Release, SessionId};
+use keel_model::ModelClient;
+use keel_runtime::{Runtime, RuntimeOptions};
 use keel_store::Store;
 use keel_testkit::db::TestDb;
 use keel_tools::ToolRegistry;
-use keel_tools::policy::PermissionMode;
 use keel_tools::tool::{EffectClass, Tool, ToolContext, ToolOutput};
 use serde_json::{Value, json};
 
+pub(crate) use super::harness::{config, scripted};
+
 /// A release named `tester` on the scripted route with `tools` (empty: every registered tool)
-/// and `budget`.
+/// and `budget` ([`super::harness::release_with`]).
 pub(crate) fn release(tools: &[&str], budget: Budget) -> Release {
-    Release::new(AgentDefinition {
-        name: "tester".into(),
-        model_route: vec!["scripted".into()],
-        instructions: "You are a careful test agent.".into(),
-        tools: tools.iter().map(|s| (*s).to_owned()).collect(),
-        policy: Value::Null,
-        budget,
-        mcp_servers: BTreeMap::new(),
-        agents: BTreeMap::new(),
-    })
-}
-
-/// Settings: the workspace `ws`, bypass mode (nothing asks unless a test lowers it), no
-/// sandbox.
-pub(crate) fn config(ws: &Path) -> SessionConfig {
-    SessionConfig {
-        workspace: ws.to_path_buf(),
-        permission_mode: PermissionMode::Bypass,
-        sandbox: keel_tools::sandbox::SandboxMode::Off,
-        ..SessionConfig::default()
-    }
-}
-
-/// A scripted model answering `lines` (docs/ARCHITECTURE.md format) by session position.
-pub(crate) fn scripted(lines: &[Value]) -> Arc<dyn ModelClient> {
-    let text: Vec<String> = lines.iter().map(Value::to_string).collect();
-    Arc::new(ScriptedModel::new(
-        Script::parse("scenario.jsonl", &text.join("\n")).unwrap(),
-    ))
+    super::harness::release_with("tester", tools, budget)
 }
 
 /// The built-in tools plus [`EffectTool`] writing to `log` and [`WaitTool`].
@@ -69,17 +42,15 @@ pub(crate) fn runtime(
     tools: ToolRegistry,
     base: RuntimeOptions,
 ) -> Runtime {
+    let base = RuntimeOptions {
+        cancel_grace_ms: 2_000,
+        ..base
+    };
     Runtime::new(
         store,
         model,
         tools,
-        RuntimeOptions {
-            lease_ttl: Duration::from_secs(5),
-            lease_wait: Duration::from_secs(6),
-            cancel_grace_ms: 2_000,
-            seal_key: keel_runtime::seal::SealKey::from_bytes(&[7; keel_runtime::seal::KEY_BYTES]),
-            ..base
-        },
+        super::harness::options(Duration::from_secs(5), Duration::from_secs(6), base),
     )
 }
 
