@@ -52,7 +52,7 @@ async fn previous_release_store(b: Backend) -> (Unopened, Value) {
         Backend::Sqlite => ("sqlite.sql", "sqlite.json"),
         Backend::Postgres => ("postgres.sql", "postgres.json"),
     };
-    let sql = std::fs::read_to_string(fixtures().join(dump)).unwrap();
+    let sql = unexpired(&std::fs::read_to_string(fixtures().join(dump)).unwrap());
     let sql = match u.pg_schema() {
         Some(schema) => sql.replace("__KEEL_SCHEMA__", schema),
         None => sql,
@@ -61,6 +61,36 @@ async fn previous_release_store(b: Backend) -> (Unopened, Value) {
     let ids: Value =
         serde_json::from_str(&std::fs::read_to_string(fixtures().join(ids)).unwrap()).unwrap();
     (u, ids)
+}
+
+/// Where the fixture's pending approval is made to expire: far past any run of this test.
+const FAR_EXPIRY: &str = "2099-01-01T00:00:00.000Z";
+
+/// `sql` (a dump) with its pending approval's expiry moved to [`FAR_EXPIRY`]. The previous
+/// release recorded the approval with the default lifetime (a day), so as recorded it expired
+/// a day after the fixture was made, and deciding it would fail on the clock, not on the
+/// upgrade this test is about. The expiry is in the `approval.requested` event (an RFC 3339
+/// text, exactly once) and, as Unix ms, in the rows that carry it (the approval's `expires_at`
+/// and the session's timer): every one is moved.
+fn unexpired(sql: &str) -> String {
+    const KEY: &str = "\"expires_at\":\"";
+    assert_eq!(
+        sql.matches(KEY).count(),
+        1,
+        "one approval.requested in the dump"
+    );
+    let at = sql.find(KEY).unwrap() + KEY.len();
+    let recorded = &sql[at..at + sql[at..].find('"').unwrap()];
+    let ms = |t: &str| {
+        chrono::DateTime::parse_from_rfc3339(t)
+            .unwrap()
+            .timestamp_millis()
+            .to_string()
+    };
+    let recorded_ms = ms(recorded);
+    assert!(sql.contains(&recorded_ms), "the approval row's expires_at");
+    sql.replace(recorded, FAR_EXPIRY)
+        .replace(&recorded_ms, &ms(FAR_EXPIRY))
 }
 
 fn id(ids: &Value, key: &str) -> String {
