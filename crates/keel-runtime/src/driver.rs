@@ -250,10 +250,34 @@ impl Runner {
             });
         }
         let mut j = self.active.journal.lock().await;
+        self.commit_locked(&mut j, site).await
+    }
+
+    /// Commits what is staged in `j`, whose lock the caller holds.
+    async fn commit_locked(&self, j: &mut Journal, site: &'static str) -> Result<u64> {
         let v = j.commit(site).await?;
         self.active.version.store(v, Ordering::SeqCst);
         self.pending_outcome.store(false, Ordering::SeqCst);
         Ok(v)
+    }
+
+    /// Appends what `build` makes of the journal, holding its lock from the read to the commit:
+    /// nothing another task journals (a cancellation acknowledged meanwhile) lands between
+    /// what `build` saw and the commit.
+    pub(crate) async fn append_built(
+        &self,
+        site: &'static str,
+        build: impl FnOnce(&Journal) -> Items,
+    ) -> Result<u64> {
+        if self.lost.is_cancelled() {
+            return Err(RuntimeError::LeaseLost {
+                session: self.session,
+            });
+        }
+        let mut j = self.active.journal.lock().await;
+        let items = build(&j);
+        j.stage(items).await?;
+        self.commit_locked(&mut j, site).await
     }
 
     /// Stages `items` unless `token` is cancelled, checked under the journal lock — the lock

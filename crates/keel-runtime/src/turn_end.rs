@@ -149,40 +149,39 @@ impl Runner {
                 }
             }
         }
-        let items = self
-            .read(|j| {
-                let mut items: Items = Vec::new();
-                let Some(t) = j.state.turns.get(&turn) else {
-                    return items;
-                };
-                let duration = t.started_at.map_or(0, |s| {
-                    u64::try_from((Utc::now() - s).num_milliseconds()).unwrap_or(0)
-                });
-                // A cancel acknowledged while the turn was completing (journaled after the
-                // planner chose to complete, before this) wins: the turn ends `aborted`.
-                let reason = if reason == TerminalReason::Completed && t.cancel_requested.is_some()
-                {
-                    TerminalReason::Aborted
-                } else {
-                    reason
-                };
-                items.push((
-                    Correlation::turn(turn),
-                    EventBody::TurnFinished {
-                        terminal_reason: reason,
-                        limit,
-                        usage: t.usage,
-                        cost_usd: t.cost_usd,
-                        usage_by_model: t.usage_by_model.clone(),
-                        num_steps: u32::try_from(t.steps.len()).unwrap_or(u32::MAX),
-                        duration_ms: duration,
-                        error: error.clone(),
-                    },
-                ));
-                items
-            })
-            .await;
-        self.append("turn.finished", items).await?;
+        // Read and committed under one hold of the journal's lock: a cancellation either lands
+        // before (and is seen here) or finds the turn ended.
+        self.append_built("turn.finished", |j| {
+            let mut items: Items = Vec::new();
+            let Some(t) = j.state.turns.get(&turn) else {
+                return items;
+            };
+            let duration = t.started_at.map_or(0, |s| {
+                u64::try_from((Utc::now() - s).num_milliseconds()).unwrap_or(0)
+            });
+            // A cancel acknowledged while the turn was completing (journaled after the
+            // planner chose to complete, before this) wins: the turn ends `aborted`.
+            let reason = if reason == TerminalReason::Completed && t.cancel_requested.is_some() {
+                TerminalReason::Aborted
+            } else {
+                reason
+            };
+            items.push((
+                Correlation::turn(turn),
+                EventBody::TurnFinished {
+                    terminal_reason: reason,
+                    limit,
+                    usage: t.usage,
+                    cost_usd: t.cost_usd,
+                    usage_by_model: t.usage_by_model.clone(),
+                    num_steps: u32::try_from(t.steps.len()).unwrap_or(u32::MAX),
+                    duration_ms: duration,
+                    error: error.clone(),
+                },
+            ));
+            items
+        })
+        .await?;
         // After the commit, the approvals table follows the journal: the turn's approvals still
         // pending there (journaled `approval.expired` above) leave `pending`, so no list shows
         // them and no late decision lands. A failure here leaves them listed; deciding one is
