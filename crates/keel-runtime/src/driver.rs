@@ -129,6 +129,46 @@ impl Drop for AbortOnDrop {
     }
 }
 
+/// Runs `fut` as a task of its own on the current (multi-thread) tokio runtime and waits for
+/// its output (on a current-thread runtime, in place); dropping the returned future aborts the
+/// task (so it behaves like `fut` awaited in place,
+/// except that it runs on a worker thread, where the tasks it spawns start locally). A panic
+/// of the task is resumed in the caller.
+///
+/// Errors: [`crate::RuntimeError::ShuttingDown`] (naming `session`) when the runtime shuts
+/// down under the task.
+pub(crate) async fn on_worker<T: Send + 'static>(
+    session: SessionId,
+    fut: impl std::future::Future<Output = crate::Result<T>> + Send + 'static,
+) -> crate::Result<T> {
+    /// Aborts the task unless it finished.
+    struct Guard<T>(Option<tokio::task::JoinHandle<T>>);
+    impl<T> Drop for Guard<T> {
+        fn drop(&mut self) {
+            if let Some(task) = self.0.take() {
+                task.abort();
+            }
+        }
+    }
+    // On a current-thread runtime there is no other thread to stay off: run in place.
+    if tokio::runtime::Handle::current().runtime_flavor()
+        == tokio::runtime::RuntimeFlavor::CurrentThread
+    {
+        return fut.await;
+    }
+    let mut guard = Guard(Some(tokio::spawn(fut)));
+    let joined = match guard.0.as_mut() {
+        Some(task) => task.await,
+        None => unreachable!("the task is taken only by drop"),
+    };
+    guard.0 = None;
+    match joined {
+        Ok(out) => out,
+        Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Err(_) => Err(crate::RuntimeError::ShuttingDown { session }),
+    }
+}
+
 /// Locks a std mutex, ignoring poisoning (the data stays usable).
 pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)

@@ -165,6 +165,15 @@ pub enum RuntimeError {
         /// The parent session whose call runs it.
         parent: SessionId,
     },
+    /// The async runtime shut down while the session's run was in progress (its task was
+    /// cancelled). Nothing committed is lost: the next run resumes the session from its journal.
+    #[error(
+        "session {session}: the run was stopped by the runtime shutting down; run the session again to resume it"
+    )]
+    ShuttingDown {
+        /// The session.
+        session: SessionId,
+    },
 }
 
 impl RuntimeError {

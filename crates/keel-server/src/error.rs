@@ -291,7 +291,7 @@ impl ApiError {
         e
     }
 
-    /// 503: the store is not reachable or not migrated.
+    /// 503: the store is not reachable or not migrated, or the node is shutting down.
     pub fn unavailable(detail: impl Into<String>) -> Self {
         Self::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -407,6 +407,10 @@ impl From<RuntimeError> for ApiError {
             RuntimeError::EffectNotUnknown { key, .. } => ApiError::conflict(text).id(key.0),
             RuntimeError::ApprovalWithdrawn { approval, .. } => {
                 ApiError::conflict(text).id(approval.to_string())
+            }
+            // The node is stopping: try again (on it once it is back, or on another node).
+            RuntimeError::ShuttingDown { session } => {
+                ApiError::unavailable(text).id(session.to_string())
             }
             // The host's hook configuration is checked at start; never a caller's fault.
             RuntimeError::Config { .. }

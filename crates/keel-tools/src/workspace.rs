@@ -40,6 +40,42 @@ struct Root {
     dir: OwnedFd,
 }
 
+/// The open roots of this process by canonical path: workspaces opened on the same directory
+/// share one handle (one file descriptor, not one per session: 10,000 sessions on one
+/// repository would otherwise hold 10,000 descriptors of it).
+static ROOTS: std::sync::Mutex<Option<std::collections::HashMap<PathBuf, std::sync::Weak<Root>>>> =
+    std::sync::Mutex::new(None);
+
+/// The shared [`Root`] of the canonical directory `path`: an open one whose handle still names
+/// the directory now at `path` (same device and inode: a directory deleted and made again at
+/// the same path gets a new handle), or a newly opened one. Entries of dropped roots are pruned
+/// when the map has doubled since the last prune (amortized O(1) per open).
+///
+/// Errors: opening or `stat`ing the directory.
+fn shared_root(path: PathBuf) -> std::io::Result<Arc<Root>> {
+    let now = rustix::fs::stat(&path)?;
+    let mut guard = ROOTS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let roots = guard.get_or_insert_with(Default::default);
+    if let Some(root) = roots.get(&path).and_then(std::sync::Weak::upgrade) {
+        let held = rustix::fs::fstat(&root.dir)?;
+        if (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino) {
+            return Ok(root);
+        }
+    }
+    let dir = beneath::open_root(&path)?;
+    let root = Arc::new(Root {
+        path: path.clone(),
+        dir,
+    });
+    roots.insert(path, Arc::downgrade(&root));
+    if roots.len() >= 64 && roots.len().is_power_of_two() {
+        roots.retain(|_, w| w.strong_count() > 0);
+    }
+    Ok(root)
+}
+
 impl PartialEq for Workspace {
     fn eq(&self, other: &Self) -> bool {
         self.inner.path == other.inner.path
@@ -82,15 +118,12 @@ impl Workspace {
                 source: std::io::Error::new(std::io::ErrorKind::NotADirectory, "not a directory"),
             });
         }
-        let dir = beneath::open_root(&canonical).map_err(|source| ToolsError::WorkspaceRoot {
+        let inner = shared_root(canonical).map_err(|source| ToolsError::WorkspaceRoot {
             path: root.to_path_buf(),
             source,
         })?;
         Ok(Self {
-            inner: Arc::new(Root {
-                path: canonical,
-                dir,
-            }),
+            inner,
             protected: Arc::from(Vec::new()),
         })
     }
@@ -353,6 +386,39 @@ fn decode_name(dir: &Path, part: &std::ffi::OsStr) -> std::ffi::OsString {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn workspaces_on_one_directory_share_one_handle_until_it_is_replaced() {
+        use std::os::fd::AsRawFd;
+        let parent = tempfile::tempdir().unwrap();
+        let root = parent.path().join("repo");
+        std::fs::create_dir(&root).unwrap();
+        let a = Workspace::new(&root).unwrap();
+        let b = Workspace::new(&root).unwrap();
+        assert!(
+            Arc::ptr_eq(&a.inner, &b.inner),
+            "one descriptor for one directory"
+        );
+        // The directory is removed and made again at the same path: a new workspace names the
+        // new one (its handle is new), the old ones keep naming the one they opened.
+        std::fs::write(root.join("old.txt"), "old").unwrap();
+        std::fs::rename(&root, parent.path().join("moved")).unwrap();
+        std::fs::create_dir(&root).unwrap();
+        std::fs::write(root.join("new.txt"), "new").unwrap();
+        let c = Workspace::new(&root).unwrap();
+        assert!(!Arc::ptr_eq(&a.inner, &c.inner));
+        assert_ne!(a.inner.dir.as_raw_fd(), c.inner.dir.as_raw_fd());
+        assert!(c.resolve("new.txt").unwrap().exists);
+        let held = rustix::fs::fstat(&a.inner.dir).unwrap();
+        let moved = rustix::fs::stat(parent.path().join("moved")).unwrap();
+        assert_eq!((held.st_dev, held.st_ino), (moved.st_dev, moved.st_ino));
+        // Once every workspace on a directory is dropped, its handle is closed.
+        let canonical = std::fs::canonicalize(&root).unwrap();
+        drop(c);
+        let roots = ROOTS.lock().unwrap();
+        let entry = roots.as_ref().unwrap().get(&canonical).unwrap();
+        assert!(entry.upgrade().is_none());
+    }
 
     #[test]
     fn root_resolves_to_dot() {
