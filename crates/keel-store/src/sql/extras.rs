@@ -306,13 +306,12 @@ impl Extras {
     }
 
     /// Writes the extras inside the caller's transaction, after the append's compare-and-set
-    /// succeeded (so the session exists for `tenant`). On error the caller must roll back.
-    /// The consumed intent goes first: an append that lost its intent fails before writing
-    /// anything else.
-    ///
-    /// Every statement goes into one [`Batch`] (one round trip to SQLite's worker thread for all
-    /// of them; a read-only step's transcript rows, usage and reservation release are three
-    /// statements, one hand-off); the counts each reports are checked afterwards.
+    /// succeeded (so the session exists for `tenant`), as one [`Batch`] that starts with the
+    /// caller's `head` statements (the append's event rows): one round trip to SQLite's worker
+    /// thread for the events and every extra (a read-only step's events, transcript rows, usage
+    /// and reservation release are one hand-off); the counts each reports are checked
+    /// afterwards. On error the caller must roll back (a lost intent, checked first among the
+    /// counts, fails the append whatever else was written).
     ///
     /// # Errors
     /// `IntentGone` for a consumed intent whose row is gone; `Conflict` for an approval id
@@ -324,25 +323,23 @@ impl Extras {
         dialect: Dialect,
         tenant: &str,
         session: &str,
+        head: Batch,
     ) -> Result<()> {
         use Bind::{Int, OptInt, OptText, Real, Text};
-        if let Some((session_id, intent)) = &self.consume_intent {
-            let done = sqlx::query(&dialect.sql(DELETE_INTENT))
-                .bind(tenant.to_owned())
-                .bind(session.to_owned())
-                .bind(intent.clone())
-                .execute(&mut *conn)
-                .await?;
-            if done.rows_affected() == 0 && !is_off(Mechanism::IntentConsume) {
-                return Err(StoreError::IntentGone {
-                    session: *session_id,
-                    intent_id: intent.clone(),
-                });
-            }
-        }
+        let mut batch = head;
+        let intent = self.consume_intent.as_ref().map(|(session_id, intent)| {
+            let k = batch.push(
+                DELETE_INTENT,
+                vec![
+                    Text(tenant.to_owned()),
+                    Text(session.to_owned()),
+                    Text(intent.clone()),
+                ],
+            );
+            (k, session_id, intent)
+        });
         let t = || Text(tenant.to_owned());
         let s = || Text(session.to_owned());
-        let mut batch = Batch::default();
         let mut effects = Vec::with_capacity(self.effects.len());
         for e in &self.effects {
             let k = batch.push(
@@ -469,6 +466,15 @@ impl Extras {
             );
         }
         let changed = batch.run(conn, dialect).await?;
+        if let Some((k, session_id, intent)) = intent
+            && changed[k] == 0
+            && !is_off(Mechanism::IntentConsume)
+        {
+            return Err(StoreError::IntentGone {
+                session: *session_id,
+                intent_id: intent.clone(),
+            });
+        }
         if let Some((_, key)) = effects.iter().find(|(k, _)| changed[*k] == 0) {
             return Err(StoreError::Conflict(format!(
                 "effect {key} belongs to another session than {session}"

@@ -27,6 +27,7 @@ use keel_core::{Event, LeaseEpoch, SessionId, StateMachine, TenantId};
 use sqlx::{AnyConnection, AnyPool, Connection, Row};
 use tokio::sync::{Mutex, OwnedMutexGuard, oneshot};
 
+use super::batch::{Batch, Bind};
 use super::extras::Extras;
 use super::waiters::Waiters;
 use super::{Dialect, now_ms, to_i64};
@@ -176,16 +177,48 @@ impl AppendRequest {
     }
 
     /// Writes this request's extras (if any) in the caller's transaction, after its
-    /// compare-and-set succeeded.
-    async fn apply_extras(&self, conn: &mut AnyConnection, dialect: Dialect) -> Result<()> {
+    /// compare-and-set succeeded, in one batch after the `head` statements (which run even when
+    /// there are no extras).
+    async fn apply_extras(
+        &self,
+        conn: &mut AnyConnection,
+        dialect: Dialect,
+        head: Batch,
+    ) -> Result<()> {
         match &self.extras {
             Some(extras) => {
                 extras
-                    .apply(conn, dialect, &self.tenant, &self.session)
+                    .apply(conn, dialect, &self.tenant, &self.session, head)
                     .await
             }
-            None => Ok(()),
+            None => head.run(conn, dialect).await.map(drop),
         }
+    }
+
+    /// The statements inserting this request's event rows (one multi-row `INSERT` per
+    /// [`INSERT_CHUNK`] rows), as the head of its extras' batch.
+    fn event_inserts(&self) -> Batch {
+        let mut batch = Batch::default();
+        for chunk in self.rows.chunks(INSERT_CHUNK) {
+            let sql = values_insert(
+                "INSERT INTO events (tenant_id, session_id, seq, type, ts, body) VALUES ",
+                "(?, ?, ?, ?, ?, ?)",
+                chunk.len(),
+            );
+            let mut binds = Vec::with_capacity(chunk.len() * 6);
+            for (seq, ty, ts, body) in chunk {
+                binds.extend([
+                    Bind::Text(self.tenant.clone()),
+                    Bind::Text(self.session.clone()),
+                    Bind::Int(*seq),
+                    Bind::Text((*ty).to_owned()),
+                    Bind::Int(*ts),
+                    Bind::Text(body.clone()),
+                ]);
+            }
+            batch.push(sql, binds);
+        }
+        batch
     }
 }
 
@@ -219,8 +252,10 @@ fn cas_condition(p: &str, version: &str, epoch: &str) -> String {
     )
 }
 
-/// Writes one append inside the caller's transaction. The outer error is a database error; the
-/// inner one a refused compare-and-set (nothing written).
+/// Writes one append — compare-and-set, then its events and extras as one batch (two round
+/// trips to SQLite's worker thread) — inside the caller's transaction. The outer error is a
+/// database error or a failed extra (the caller rolls back); the inner one a refused
+/// compare-and-set (nothing written).
 pub(crate) async fn apply_one(
     conn: &mut AnyConnection,
     dialect: Dialect,
@@ -249,8 +284,7 @@ pub(crate) async fn apply_one(
         return Ok(Err(classify(conn, dialect, req).await?));
     };
     let woke = became_runnable(&updated, now)?;
-    let rows: Vec<(&AppendRequest, &EventRow)> = req.rows.iter().map(|row| (req, row)).collect();
-    insert_events(conn, dialect, &rows).await?;
+    req.apply_extras(conn, dialect, req.event_inserts()).await?;
     Ok(Ok(Appended {
         version: req.new_version(),
         woke,
@@ -374,7 +408,8 @@ pub(crate) async fn append_postgres(
         let row = q.fetch_one(&mut *tx).await?;
         if row.try_get::<i64, _>("updated")? == 1 {
             // An error returns early and drops the transaction: it rolls back, events included.
-            req.apply_extras(&mut tx, Dialect::Postgres).await?;
+            req.apply_extras(&mut tx, Dialect::Postgres, Batch::default())
+                .await?;
             tx.commit().await?;
             return Ok(Ok(new_version));
         }
@@ -573,15 +608,11 @@ async fn append_alone(
         .map_err(|e| CasFailure::Store(e.into()))?;
     match apply_one(&mut tx, Dialect::Sqlite, req).await {
         Ok(Ok(v)) => {
-            // A failing extra returns early: dropping the transaction rolls the events back too.
-            req.apply_extras(&mut tx, Dialect::Sqlite)
-                .await
-                .map_err(CasFailure::Store)?;
             tx.commit().await.map_err(|e| CasFailure::Store(e.into()))?;
             Ok(v)
         }
         Ok(Err(refused)) => Err(refused),
-        // Dropping the transaction rolls it back.
+        // A failed write (an extra included): dropping the transaction rolls it back.
         Err(e) => Err(CasFailure::Store(e)),
     }
 }
@@ -598,10 +629,7 @@ async fn append_in_savepoint(
         .execute(&mut *conn)
         .await?;
     let outcome = match apply_one(conn, Dialect::Sqlite, req).await {
-        Ok(Ok(v)) => match req.apply_extras(conn, Dialect::Sqlite).await {
-            Ok(()) => Ok(v),
-            Err(e) => Err(CasFailure::Store(e)),
-        },
+        Ok(Ok(v)) => Ok(v),
         Ok(Err(refused)) => Err(refused),
         Err(e) => Err(CasFailure::Store(e)),
     };
