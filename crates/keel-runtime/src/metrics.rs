@@ -25,6 +25,7 @@
 //! | `keel_sessions_running` | gauge | — | the scheduler: sessions this process's workers run now |
 //! | `keel_http_responses_total` | counter | `class` (`1xx` … `5xx`) | [`Metrics::http_response`] |
 //! | `keel_sse_streams_open` | gauge | — | [`Metrics::stream_opened`], [`Metrics::stream_closed`] |
+//! | `keel_sse_credential_checks_total` | counter | — | [`Metrics::stream_credential_checked`]: store reads made to recheck the keys of open event streams (one per key per check period, however many streams the key has) |
 //! | `keel_idempotent_replays_total` | counter | — | [`Metrics::idempotent_replay`] |
 //!
 //! Model and tool labels are the model labels of the release routes and the tool names of the
@@ -163,6 +164,7 @@ struct Inner {
     sessions_running: Gauge,
     http_responses: Family<ClassLabel, Counter>,
     streams_open: Gauge,
+    stream_checks: Counter,
     replays: Counter,
     /// Serializes scrape-time store reads (two scrapes at once would interleave their writes
     /// to the queue-depth family).
@@ -326,6 +328,12 @@ impl Metrics {
             "Event streams open now",
             streams_open.clone(),
         );
+        let stream_checks = Counter::default();
+        registry.register(
+            "keel_sse_credential_checks",
+            "Store reads made to recheck the keys of open event streams (one per key per check period)",
+            stream_checks.clone(),
+        );
         let replays = Counter::default();
         registry.register(
             "keel_idempotent_replays",
@@ -353,6 +361,7 @@ impl Metrics {
                 sessions_running,
                 http_responses,
                 streams_open,
+                stream_checks,
                 replays,
                 store_read: tokio::sync::Mutex::new(()),
                 failing: Mutex::new([false; 3]),
@@ -467,6 +476,11 @@ impl Metrics {
     /// An event stream closed.
     pub fn stream_closed(&self) {
         self.inner.streams_open.dec();
+    }
+
+    /// The store was read to recheck the key of open event streams.
+    pub fn stream_credential_checked(&self) {
+        self.inner.stream_checks.inc();
     }
 
     /// A response was replayed for a repeated Idempotency-Key.

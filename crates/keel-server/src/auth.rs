@@ -16,6 +16,9 @@
 //! by an opaque session cookie instead; that session keeps the key's hash, and every request
 //! checks the key again, so the cookie never carries more than the key allows.
 
+use std::collections::HashMap;
+use std::sync::Arc;
+
 use axum::extract::{Request, State};
 use axum::http::{Method, header};
 use axum::middleware::Next;
@@ -188,10 +191,48 @@ pub enum Credential {
     Session(String),
 }
 
+/// The last check of each key for open streams, shared by every stream of that key: 1,000
+/// streams of one key, each rechecking every [`crate::api::events::RECHECK`], make one store
+/// read per key per [`StreamChecks::FRESH`] instead of 1,000 reads at once (which exhausted the
+/// store's pool and failed other requests with 500; `cargo bench -p keel --bench fanout`,
+/// 2026-12-06). Concurrent checks of one key wait for the first one's read (single flight).
+#[derive(Debug, Default)]
+pub struct StreamChecks {
+    by_key: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<Option<KeyCheck>>>>>,
+}
+
+/// One key's last check.
+#[derive(Debug, Clone, Copy)]
+struct KeyCheck {
+    at: std::time::Instant,
+    /// [`crate::inspector::signin::SignIns::changes`]'s value when it was made: a revocation
+    /// or sign-out in this process since makes it stale at once.
+    generation: u64,
+    valid: bool,
+}
+
+impl StreamChecks {
+    /// How long a check answers for every stream of its key: less than the recheck period, so
+    /// each periodic recheck of a stream sees a check made after its previous one.
+    pub const FRESH: std::time::Duration = std::time::Duration::from_millis(900);
+
+    fn slot(&self, hash: &str) -> Arc<tokio::sync::Mutex<Option<KeyCheck>>> {
+        let mut map = self.by_key.lock().unwrap_or_else(|p| p.into_inner());
+        // Keys whose streams are all gone are dropped (no other holder of the slot).
+        if map.len() > 64 {
+            map.retain(|_, slot| Arc::strong_count(slot) > 1);
+        }
+        map.entry(hash.to_owned()).or_default().clone()
+    }
+}
+
 /// Whether `credential` still authenticates: its key is known, not revoked, not expired, and
 /// for an inspector session the session is live (not signed out, not past its age or idle
 /// deadline; the check does not move the idle deadline). A store error counts as valid for now
-/// (the next check decides): a database blip does not end every stream at once.
+/// (the next check decides): a database blip does not end every stream at once. The key's
+/// part is answered by a check of the same key made less than [`StreamChecks::FRESH`] ago
+/// with no revocation or sign-out in this process since, else read from the store once for
+/// every stream waiting on it.
 pub async fn still_valid(state: &Shared, credential: &Credential) -> bool {
     let hash = match credential {
         Credential::Key(hash) => hash.clone(),
@@ -200,14 +241,39 @@ pub async fn still_valid(state: &Shared, credential: &Credential) -> bool {
             None => return false,
         },
     };
-    match caller_by_hash(state.store.as_ref(), &hash).await {
+    let slot = state.stream_checks.slot(&hash);
+    let mut last = slot.lock().await;
+    let generation = *state.inspector.changes().borrow();
+    if let Some(check) = *last
+        && check.generation == generation
+        && check.at.elapsed() < StreamChecks::FRESH
+    {
+        return check.valid || signed_out(state, credential, &hash);
+    }
+    state.metrics.stream_credential_checked();
+    let valid = key_still_valid(state, &hash).await;
+    *last = Some(KeyCheck {
+        at: std::time::Instant::now(),
+        generation,
+        valid,
+    });
+    valid || signed_out(state, credential, &hash)
+}
+
+/// For an inspector session whose key is no longer valid: signs every session of that key out
+/// (they could do nothing more). Returns `false`, the stream's answer.
+fn signed_out(state: &Shared, credential: &Credential, hash: &str) -> bool {
+    if matches!(credential, Credential::Session(_)) {
+        state.inspector.remove_key(hash);
+    }
+    false
+}
+
+/// [`still_valid`]'s store read for the key `hash`.
+async fn key_still_valid(state: &Shared, hash: &str) -> bool {
+    match caller_by_hash(state.store.as_ref(), hash).await {
         Ok(_) => true,
-        Err(e) if e.status == axum::http::StatusCode::UNAUTHORIZED => {
-            if matches!(credential, Credential::Session(_)) {
-                state.inspector.remove_key(&hash);
-            }
-            false
-        }
+        Err(e) if e.status == axum::http::StatusCode::UNAUTHORIZED => false,
         Err(e) => {
             tracing::warn!("checking an open stream's key: {}", e.problem.detail);
             true

@@ -352,7 +352,20 @@ impl From<StoreError> for ApiError {
                 "session {session} is being run; retry once it is idle"
             ))
             .id(session.to_string()),
-            StoreError::Locked(m) => ApiError::unavailable(format!("the store is busy: {m}")),
+            StoreError::Locked(m) => {
+                let mut e = ApiError::unavailable(format!("the store is busy: {m}"));
+                e.retry_after_s = Some(1);
+                e
+            }
+            // Every pooled connection stayed in use past the pool's acquire timeout: overload,
+            // not a fault; the client retries.
+            e if e.is_pool_timeout() => {
+                let mut e = ApiError::unavailable(
+                    "the store is busy: every connection stayed in use; retry in a moment",
+                );
+                e.retry_after_s = Some(1);
+                e
+            }
             other => ApiError::internal(&other),
         }
     }

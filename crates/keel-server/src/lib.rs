@@ -143,6 +143,7 @@ pub async fn app(config: ServerConfig, deps: Deps) -> Result<(Shared, Router), S
         openapi: std::sync::OnceLock::new(),
         body_schemas: http::BodySchemas::default(),
         inspector: inspector::signin::SignIns::default(),
+        stream_checks: auth::StreamChecks::default(),
         config,
     });
     let (router, doc, _table) = api::router(&state);

@@ -68,6 +68,8 @@ pub struct AppState {
     pub body_schemas: crate::http::BodySchemas,
     /// The inspector's signed-in browsers (in memory: a restart signs everyone out).
     pub inspector: crate::inspector::signin::SignIns,
+    /// The open streams' credential checks, shared per key ([`crate::auth::still_valid`]).
+    pub stream_checks: crate::auth::StreamChecks,
 }
 
 impl std::fmt::Debug for AppState {

@@ -28,6 +28,7 @@ const FAMILIES: &[(&str, &str)] = &[
     ("keel_sessions_running", "gauge"),
     ("keel_http_responses", "counter"),
     ("keel_sse_streams_open", "gauge"),
+    ("keel_sse_credential_checks", "counter"),
     ("keel_idempotent_replays", "counter"),
 ];
 
@@ -251,4 +252,35 @@ async fn a_scripted_run_moves_tokens_cost_tools_and_steps_by_what_it_used() {
         "{:#?}",
         m.samples
     );
+}
+
+/// Open event streams recheck their key every `RECHECK`; 60 streams of one key share one store
+/// read per check, not one each (1,000 streams of one key, all rechecking at once, exhausted
+/// the store's pool and failed other requests with 500: `cargo bench -p keel --bench fanout`,
+/// 2026-12-06). The count is of store reads, so it is asserted as a bound on a count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_streams_of_one_key_share_their_credential_checks() {
+    let s = start(Backend::Sqlite).await;
+    let before = scrape(&s).await.get("keel_sse_credential_checks_total");
+    let mut streams = Vec::new();
+    for _ in 0..60 {
+        let st = s.sse("/v1/events", &s.viewer, None).await;
+        assert_eq!(st.status, reqwest::StatusCode::OK);
+        streams.push(st);
+    }
+    let periods = 3;
+    tokio::time::sleep(
+        keel_server::api::events::RECHECK * periods + std::time::Duration::from_millis(500),
+    )
+    .await;
+    let m = scrape(&s).await;
+    assert_eq!(m.get("keel_sse_streams_open"), 60.0);
+    let reads = m.get("keel_sse_credential_checks_total") - before;
+    // Each stream rechecked `periods` times (180 checks); a check within `FRESH` of another
+    // of the same key reuses it, so each period costs one read, two when its ticks straddle one.
+    assert!(
+        reads >= 1.0 && reads <= f64::from(2 * periods),
+        "{reads} store reads for 60 streams over {periods} check periods"
+    );
+    drop(streams);
 }

@@ -129,6 +129,15 @@ pub enum StoreError {
     Database(sqlx::Error),
 }
 
+impl StoreError {
+    /// Whether this is the connection pool's acquire timeout: every pooled connection stayed
+    /// in use (overload, not a fault; hosts answer "busy, retry").
+    #[must_use]
+    pub fn is_pool_timeout(&self) -> bool {
+        matches!(self, StoreError::Database(sqlx::Error::PoolTimedOut))
+    }
+}
+
 impl From<sqlx::Error> for StoreError {
     fn from(e: sqlx::Error) -> Self {
         if let sqlx::Error::Database(db) = &e {

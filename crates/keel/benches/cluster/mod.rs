@@ -104,6 +104,9 @@ impl Proc {
                     let _ = tx.send(line);
                 } else if tx.is_some() {
                     lines.lock().unwrap().push(line);
+                } else if line.contains("ERROR") || line.contains("WARN") {
+                    // What the process logs as a fault later is shown (a 500 says "it is logged").
+                    eprintln!("[{marker}] {line}");
                 }
             }
         });
