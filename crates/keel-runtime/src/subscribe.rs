@@ -166,7 +166,19 @@ pub struct Subscription {
     redactor: Arc<Redactor>,
     /// Longest wait on the store per poll (the SQLite tail also polls every 50 ms).
     poll: Duration,
+    /// The journal's version as last learned (the store's wait answers it; a delta's
+    /// `after_seq` says it is at least that); `None` before the first read. The journal is read
+    /// only when it holds events past the last one yielded: reading it for every delta made
+    /// 1,000 subscribers of a session streaming 50 tokens/s issue 50,000 reads a second.
+    known: Option<u64>,
+    /// The store wait in progress, kept across deltas: dropping it at every delta cancelled a
+    /// store call per delta and subscriber (50,000 a second at 1,000 subscribers and 50 tokens
+    /// a second), which starved the store's pool.
+    wait: Option<VersionWait>,
 }
+
+/// A `Store::wait_for_version` call that outlives one [`Subscription::next`].
+type VersionWait = std::pin::Pin<Box<dyn std::future::Future<Output = Result<u64>> + Send>>;
 
 impl std::fmt::Debug for Subscription {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -195,6 +207,8 @@ impl Subscription {
             deltas,
             redactor,
             poll: Duration::from_millis(500),
+            known: None,
+            wait: None,
         }
     }
 
@@ -230,6 +244,9 @@ impl Subscription {
         loop {
             match self.deltas.try_recv() {
                 Ok(d) => {
+                    if d.after_seq >= self.next_seq {
+                        self.known = Some(self.known.unwrap_or(0).max(d.after_seq));
+                    }
                     let d = self.redact_delta(d);
                     match (&mut out, d) {
                         (None, d) => out = Some(d),
@@ -291,17 +308,39 @@ impl Subscription {
             if let Some(item) = self.buffered.pop_front() {
                 return Ok(item);
             }
-            if self.read_durable().await? {
-                continue;
+            if self.known.is_none_or(|v| v >= self.next_seq) {
+                if self.read_durable().await? {
+                    continue;
+                }
+                self.known = Some(self.next_seq - 1);
             }
             if let Some(item) = self.drain_deltas() {
                 return Ok(item);
             }
             let after = self.next_seq - 1;
+            let wait = self.wait.get_or_insert_with(|| {
+                let (store, tenant, session, poll) =
+                    (self.store.clone(), self.tenant, self.session, self.poll);
+                Box::pin(async move {
+                    Ok(store
+                        .wait_for_version(tenant, session, after, poll)
+                        .await?
+                        .max(after))
+                })
+            });
             tokio::select! {
-                r = self.store.wait_for_version(self.tenant, self.session, after, self.poll) => { r?; }
+                r = wait.as_mut() => {
+                    self.wait = None;
+                    // On a timeout too: the version it saw (a read finds nothing new if none).
+                    self.known = Some(r?);
+                }
                 r = self.deltas.recv() => match r {
                     Ok(d) => {
+                        if d.after_seq >= self.next_seq {
+                            // Events it follows are committed and not yet yielded: they go first.
+                            self.known = Some(self.known.unwrap_or(0).max(d.after_seq));
+                            self.read_durable().await?;
+                        }
                         let d = self.redact_delta(d);
                         self.buffered.push_back(SubscriptionItem::Delta { delta: d });
                     }

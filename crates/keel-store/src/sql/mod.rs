@@ -531,7 +531,7 @@ impl SqlStore {
         mut ready: F,
     ) -> Result<bool>
     where
-        F: FnMut() -> Fut,
+        F: FnMut(Arc<waiters::Watched>) -> Fut,
         Fut: std::future::Future<Output = Result<bool>>,
     {
         let start = tokio::time::Instant::now();
@@ -541,10 +541,10 @@ impl SqlStore {
             .unwrap_or(start + Duration::from_secs(1 << 30));
         let reg = notifies.register(session);
         loop {
-            let notified = reg.notify.notified();
+            let notified = reg.watched.notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if ready().await? {
+            if ready(reg.watched.clone()).await? {
                 return Ok(true);
             }
             let now = tokio::time::Instant::now();
@@ -1073,8 +1073,14 @@ impl Store for SqlStore {
             self.inner.poll,
             session,
             timeout,
-            move || async move {
-                let v = self.current_version(tenant, session).await?;
+            // The waiters of one session share their reads (`Watched::version`): 1,000 SSE
+            // subscribers of a session polling every 50 ms made 20,000 queries a second.
+            move |watched| async move {
+                let v = watched
+                    .version(tenant, self.inner.poll, || {
+                        self.current_version(tenant, session)
+                    })
+                    .await?;
                 seen.store(v, std::sync::atomic::Ordering::Relaxed);
                 Ok(v > after_version)
             },
@@ -1337,7 +1343,7 @@ impl Store for SqlStore {
         // (`intent_poll`). So this waiter's own poll is only a long fallback on both.
         let poll = POSTGRES_INTENT_POLL;
         let waiters = &self.inner.waiters.intents;
-        self.wait_until(waiters, poll, session, timeout, || async {
+        self.wait_until(waiters, poll, session, timeout, |_| async {
             let row = sqlx::query(&self.sql(
                 "SELECT (SELECT count(*) FROM intents WHERE tenant_id = ? AND session_id = ?) AS n, \
                  (SELECT count(*) FROM sessions WHERE tenant_id = ? AND session_id = ?) AS s",

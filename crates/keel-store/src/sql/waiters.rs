@@ -22,10 +22,60 @@ pub(crate) struct Waiters {
     pub work: WorkSignal,
 }
 
-/// One `Notify` per watched session, with how many waiters each.
+/// One [`Watched`] per watched session, with how many waiters each.
 #[derive(Default)]
 pub(crate) struct SessionNotifies {
-    map: Mutex<HashMap<SessionId, (Arc<Notify>, usize)>>,
+    map: Mutex<HashMap<SessionId, (Arc<Watched>, usize)>>,
+}
+
+/// What the waiters of one session share: the wake-up, and the session's version as last read
+/// for them, so that many waiters of one session (1,000 SSE subscribers) make one read per poll
+/// interval or wake-up between them, not one each.
+#[derive(Default)]
+pub(crate) struct Watched {
+    /// Woken by an append of the session in this process or a PostgreSQL notification.
+    pub notify: Notify,
+    /// Bumped at every such wake-up: a read made before it is stale.
+    woken: AtomicU64,
+    /// The last read: (tenant, when, `woken` then, version).
+    last_read: tokio::sync::Mutex<Option<(keel_core::TenantId, tokio::time::Instant, u64, u64)>>,
+}
+
+impl Watched {
+    /// The session's version for `tenant`: the last read's, when it was made for the same
+    /// tenant less than `fresh` ago and no wake-up came since; else `read()`'s (one caller
+    /// reads while the others wait for its answer). An error is not kept.
+    ///
+    /// # Errors
+    /// `read`'s.
+    pub async fn version<F, Fut>(
+        &self,
+        tenant: keel_core::TenantId,
+        fresh: Duration,
+        read: F,
+    ) -> crate::error::Result<u64>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = crate::error::Result<u64>>,
+    {
+        let mut last = self.last_read.lock().await;
+        let woken = self.woken.load(Ordering::SeqCst);
+        if let Some((t, at, w, v)) = *last
+            && t == tenant
+            && w == woken
+            && at.elapsed() < fresh
+        {
+            return Ok(v);
+        }
+        let v = read().await?;
+        *last = Some((tenant, tokio::time::Instant::now(), woken, v));
+        Ok(v)
+    }
+
+    fn wake(&self) {
+        self.woken.fetch_add(1, Ordering::SeqCst);
+        self.notify.notify_waiters();
+    }
 }
 
 /// "A session may have become claimable" ([`crate::Store::wait_for_work`]).
@@ -81,21 +131,19 @@ impl WorkSignal {
 pub(crate) struct Registration<'a> {
     notifies: &'a SessionNotifies,
     session: SessionId,
-    pub notify: Arc<Notify>,
+    pub watched: Arc<Watched>,
 }
 
 impl SessionNotifies {
     /// Registers interest in `session`.
     pub fn register(&self, session: SessionId) -> Registration<'_> {
         let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        let entry = map
-            .entry(session)
-            .or_insert_with(|| (Arc::new(Notify::new()), 0));
+        let entry = map.entry(session).or_default();
         entry.1 += 1;
         Registration {
             notifies: self,
             session,
-            notify: entry.0.clone(),
+            watched: entry.0.clone(),
         }
     }
 
@@ -110,16 +158,16 @@ impl SessionNotifies {
     /// Wakes every waiter of `session`.
     pub fn notify(&self, session: SessionId) {
         let map = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((n, _)) = map.get(&session) {
-            n.notify_waiters();
+        if let Some((w, _)) = map.get(&session) {
+            w.wake();
         }
     }
 
     /// Wakes every waiter of every session.
     fn notify_every(&self) {
         let map = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        for (n, _) in map.values() {
-            n.notify_waiters();
+        for (w, _) in map.values() {
+            w.wake();
         }
     }
 }
