@@ -61,9 +61,18 @@ impl ModelClient for Timed {
     fn model(&self) -> &str {
         self.inner.model()
     }
+    fn members(&self) -> Vec<&str> {
+        self.inner.members()
+    }
     fn stream(&self, request: ModelRequest) -> EventStream {
         self.starts.lock().unwrap().push(Instant::now());
         self.inner.stream(request)
+    }
+    fn consumes_responses(&self) -> bool {
+        self.inner.consumes_responses()
+    }
+    fn context_window_tokens(&self) -> Option<u64> {
+        self.inner.context_window_tokens()
     }
 }
 
