@@ -33,6 +33,7 @@ default_pairs=(
   budget_check:budget_exhaustion
   queue_bound:queue_overload
   schema_version_check:schema_migration
+  fallback:provider_fallback
   # The intent race (an input or cancellation withdrawn after the worker listed it): the store's
   # contract and the runtime's handling of it.
   'intent_consume@keel-store:main:consuming_an_intent'

@@ -63,11 +63,15 @@ pub enum Mechanism {
     /// `AppendExtras::consume_intent`: no row deleted, nothing appended), so a poster that
     /// withdrew its intent and answered "busy" never sees it journaled afterwards.
     IntentConsume,
+    /// A model route hands a call that failed in a way that falls back
+    /// (`ErrorKind::falls_back`: overloaded, server errors, …) to its next model (`keel-model`
+    /// `route.rs`); off, the route ends with the primary's error.
+    Fallback,
 }
 
 impl Mechanism {
     /// Every mechanism, in declaration order.
-    pub const ALL: [Mechanism; 13] = [
+    pub const ALL: [Mechanism; 14] = [
         Mechanism::Fencing,
         Mechanism::CasVersion,
         Mechanism::IdempotencyKey,
@@ -81,6 +85,7 @@ impl Mechanism {
         Mechanism::QueueBound,
         Mechanism::SchemaVersionCheck,
         Mechanism::IntentConsume,
+        Mechanism::Fallback,
     ];
 
     /// The snake_case name `KEEL_MECHANISM_OFF` takes.
@@ -99,6 +104,7 @@ impl Mechanism {
             Mechanism::QueueBound => "queue_bound",
             Mechanism::SchemaVersionCheck => "schema_version_check",
             Mechanism::IntentConsume => "intent_consume",
+            Mechanism::Fallback => "fallback",
         }
     }
 

@@ -155,7 +155,12 @@ impl ModelRoute {
                 }
             };
             match self.models.get(position + 1) {
-                Some(next) if failure.kind.falls_back() => {
+                Some(next)
+                    if failure.kind.falls_back()
+                        && !keel_core::mechanisms::is_off(
+                            keel_core::mechanisms::Mechanism::Fallback,
+                        ) =>
+                {
                     let event = StreamEvent::Fallback {
                         from: model.model().to_string(),
                         to: next.model().to_string(),
