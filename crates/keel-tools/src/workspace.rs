@@ -47,22 +47,22 @@ static ROOTS: std::sync::Mutex<Option<std::collections::HashMap<PathBuf, std::sy
     std::sync::Mutex::new(None);
 
 /// The shared [`Root`] of the canonical directory `path`: an open one whose handle still names
-/// the directory now at `path` (same device and inode: a directory deleted and made again at
-/// the same path gets a new handle), or a newly opened one. Entries of dropped roots are pruned
+/// the directory now at `path` (same device, inode and mount, [`identity`]: a directory deleted
+/// and made again at the same path, or another mount over it, gets a new handle), or a newly
+/// opened one. Entries of dropped roots are pruned
 /// when the map has doubled since the last prune (amortized O(1) per open).
 ///
 /// Errors: opening or `stat`ing the directory.
 fn shared_root(path: PathBuf) -> std::io::Result<Arc<Root>> {
-    let now = rustix::fs::stat(&path)?;
+    let now = identity(rustix::fs::CWD, &path)?;
     let mut guard = ROOTS
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     let roots = guard.get_or_insert_with(Default::default);
-    if let Some(root) = roots.get(&path).and_then(std::sync::Weak::upgrade) {
-        let held = rustix::fs::fstat(&root.dir)?;
-        if (held.st_dev, held.st_ino) == (now.st_dev, now.st_ino) {
-            return Ok(root);
-        }
+    if let Some(root) = roots.get(&path).and_then(std::sync::Weak::upgrade)
+        && identity(&root.dir, Path::new(""))? == now
+    {
+        return Ok(root);
     }
     let dir = beneath::open_root(&path)?;
     let root = Arc::new(Root {
@@ -74,6 +74,45 @@ fn shared_root(path: PathBuf) -> std::io::Result<Arc<Root>> {
         roots.retain(|_, w| w.strong_count() > 0);
     }
     Ok(root)
+}
+
+/// What names a directory for [`shared_root`]: device and inode, and on Linux the mount
+/// (`statx` `STATX_MNT_ID`): a bind mount of the same directory placed over the path later (a
+/// read-only one, say) is another mount, so it gets a handle of its own rather than the old
+/// mount's. `path` relative to `dir`; the empty path names `dir` itself.
+///
+/// Errors: the `stat`.
+#[cfg(target_os = "linux")]
+fn identity(dir: impl std::os::fd::AsFd, path: &Path) -> std::io::Result<(u64, u64, u64)> {
+    use rustix::fs::{AtFlags, StatxFlags};
+    let flags = if path.as_os_str().is_empty() {
+        AtFlags::EMPTY_PATH
+    } else {
+        AtFlags::empty()
+    };
+    let s = rustix::fs::statx(
+        dir,
+        path,
+        flags,
+        StatxFlags::BASIC_STATS | StatxFlags::MNT_ID,
+    )?;
+    Ok((
+        (u64::from(s.stx_dev_major) << 32) | u64::from(s.stx_dev_minor),
+        s.stx_ino,
+        s.stx_mnt_id,
+    ))
+}
+
+/// What names a directory for [`shared_root`]: device and inode (see the Linux version).
+#[cfg(not(target_os = "linux"))]
+fn identity(dir: impl std::os::fd::AsFd, path: &Path) -> std::io::Result<(u64, u64, u64)> {
+    let s = if path.as_os_str().is_empty() {
+        rustix::fs::fstat(dir)?
+    } else {
+        rustix::fs::statat(dir, path, rustix::fs::AtFlags::empty())?
+    };
+    #[allow(clippy::cast_sign_loss, clippy::unnecessary_cast)]
+    Ok((s.st_dev as u64, s.st_ino as u64, 0))
 }
 
 impl PartialEq for Workspace {

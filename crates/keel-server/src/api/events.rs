@@ -11,7 +11,10 @@
 //! `max_streams_per_key` streams at once (429 beyond). The stream ends after the session's
 //! `closed` event, and when the caller's credential no longer authenticates (a revoked or
 //! expired key, an inspector session signed out or past its lifetime): checked every
-//! [`RECHECK`] and at once when this process ends a session or revokes a key.
+//! [`RECHECK`] (answered by a check of the same key made less than
+//! [`crate::auth::StreamChecks::FRESH`] before, so a revocation by another process ends the
+//! stream within `RECHECK + FRESH`, 2.9 s) and at once when this process ends a session or
+//! revokes a key.
 
 use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
