@@ -177,8 +177,21 @@ pub struct Subscription {
     wait: Option<VersionWait>,
 }
 
-/// A `Store::wait_for_version` call that outlives one [`Subscription::next`].
-type VersionWait = std::pin::Pin<Box<dyn std::future::Future<Output = Result<u64>> + Send>>;
+/// A `Store::wait_for_version` call that outlives one [`Subscription::next`], running as its
+/// own task: it finishes whether or not the subscription is polled. Kept as a future inside the
+/// subscription, a wait caught in the middle of its version read when a delta won the race
+/// stayed there until the subscriber asked for its next item, holding a pooled connection and
+/// the session's shared version read (`Watched::version` in keel-store) all that time; a
+/// stalled subscriber (one whose client reads nothing) held them for good, and at 1,000
+/// subscribers a handful of slow ones took the whole SQLite pool (30 s acquire timeouts in
+/// `cargo bench -p keel --bench fanout`). Dropping it aborts the task.
+struct VersionWait(tokio::task::JoinHandle<Result<u64>>);
+
+impl Drop for VersionWait {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
 
 impl std::fmt::Debug for Subscription {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -321,18 +334,23 @@ impl Subscription {
             let wait = self.wait.get_or_insert_with(|| {
                 let (store, tenant, session, poll) =
                     (self.store.clone(), self.tenant, self.session, self.poll);
-                Box::pin(async move {
+                VersionWait(tokio::spawn(async move {
                     Ok(store
                         .wait_for_version(tenant, session, after, poll)
                         .await?
                         .max(after))
-                })
+                }))
             });
             tokio::select! {
-                r = wait.as_mut() => {
+                r = &mut wait.0 => {
                     self.wait = None;
                     // On a timeout too: the version it saw (a read finds nothing new if none).
-                    self.known = Some(r?);
+                    // A wait that panicked counts as one that learned nothing: the journal is
+                    // read again, which finds what there is.
+                    self.known = Some(match r {
+                        Ok(v) => v?,
+                        Err(_) => after + 1,
+                    });
                 }
                 r = self.deltas.recv() => match r {
                     Ok(d) => {

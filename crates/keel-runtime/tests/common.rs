@@ -30,6 +30,14 @@ pub struct Db {
     _dir: Option<tempfile::TempDir>,
 }
 
+impl Db {
+    /// PostgreSQL: the server's URL and the store's schema; `None` on SQLite.
+    #[allow(dead_code)]
+    pub fn postgres(&self) -> Option<(&str, &str)> {
+        self.pg.as_ref().map(|(u, s)| (u.as_str(), s.as_str()))
+    }
+}
+
 static COUNTER: AtomicU32 = AtomicU32::new(0);
 
 #[derive(Clone, Copy, Debug)]

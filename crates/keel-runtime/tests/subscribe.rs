@@ -18,6 +18,75 @@ on_both!(
     a_secret_is_redacted_from_every_event_and_delta
 );
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_subscriber_not_polled_mid_read_holds_up_no_other_waiter() {
+    a_subscriber_not_polled_mid_read_holds_up_no_other_waiter().await;
+}
+
+/// A subscriber whose client stops reading while its store wait is in the middle of a version
+/// read holds nothing the session's other waiters need. The waiters of a session share one
+/// version read (keel-store's `Watched::version`, under a lock); the subscription's wait, kept
+/// as a future inside it, stopped where it was when the subscription stopped being polled, and
+/// a wait stopped mid-read kept that lock and a pooled connection for good: every other wait
+/// on the session then hung (at 1,000 SSE subscribers the SQLite pool starved). PostgreSQL
+/// makes the moment deterministic: a lock on `sessions` holds the version read up while the
+/// subscriber's `next_timeout` gives up.
+async fn a_subscriber_not_polled_mid_read_holds_up_no_other_waiter() {
+    use sqlx::Connection;
+    let f = fixture(Backend::Postgres, &[json!({"text": "one"})], |_| {}).await;
+    let (url, schema) = f.db.postgres().unwrap();
+    let mut stalled = f.rt.subscribe(f.tenant, f.session, 1).await.unwrap();
+    while stalled
+        .next_timeout(Duration::from_millis(300))
+        .await
+        .unwrap()
+        .is_some()
+    {}
+    let version = f.events().await.len() as u64;
+    let mut locker = sqlx::PgConnection::connect(url).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut locker).await.unwrap();
+    sqlx::query(&format!(
+        "LOCK TABLE \"{schema}\".sessions IN ACCESS EXCLUSIVE MODE"
+    ))
+    .execute(&mut locker)
+    .await
+    .unwrap();
+    // Longer than the shared read's freshness on PostgreSQL (2 s): the subscriber's wait makes
+    // a real read, which the lock holds up, and is left there when this gives up.
+    assert!(
+        stalled
+            .next_timeout(Duration::from_millis(3500))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    sqlx::query("COMMIT").execute(&mut locker).await.unwrap();
+    // Nobody polls `stalled` from here on. Another waiter of the session still gets answers.
+    f.rt.submit(f.tenant, f.session, "again").await.unwrap();
+    let seen = tokio::time::timeout(
+        Duration::from_secs(20),
+        f.db.store
+            .wait_for_version(f.tenant, f.session, version, Duration::from_secs(10)),
+    )
+    .await
+    .expect("a wait on the session returns while the stalled subscriber is not polled")
+    .unwrap();
+    assert!(seen > version, "the new version {seen} after {version}");
+    let mut other =
+        f.rt.subscribe(f.tenant, f.session, version + 1)
+            .await
+            .unwrap();
+    let item = tokio::time::timeout(Duration::from_secs(20), other.next())
+        .await
+        .expect("a second subscriber gets the new event")
+        .unwrap();
+    let SubscriptionItem::Event { event } = item else {
+        panic!("{item:?}")
+    };
+    assert_eq!(event.type_name(), "turn.queued");
+    drop(stalled);
+}
+
 fn chatty(n_words: usize) -> serde_json::Value {
     json!({"text": "word ".repeat(n_words)})
 }
