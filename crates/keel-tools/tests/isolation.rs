@@ -291,7 +291,7 @@ fn the_launchers_command_line_and_environment_show_nothing_of_the_spec() {
             let r = sbx.run_with(mode, &flags, script);
             let what = format!("{mode} ({who:?})");
             // PID 1 is the launcher: the check is not vacuous.
-            assert!(r.has("cmdline=[") && r.has("__sandbox 2"), "{what}: {r:?}");
+            assert!(r.has("cmdline=[") && r.has("__sandbox 1"), "{what}: {r:?}");
             let cmdline = r.text.lines().find(|l| l.starts_with("cmdline=")).unwrap();
             for leak in [
                 s(&hidden),

@@ -10,7 +10,8 @@
 //! standard input, output and error, and nothing else.
 //!
 //! This is the one module of keel-tools with `unsafe` code: marking a descriptor by number, and
-//! doing it in the child between `fork` and `exec`, have no safe API.
+//! doing it in the child between `fork` and `exec`, have no safe API; nor has the launcher's
+//! [`fork_single_threaded`].
 #![allow(unsafe_code)]
 
 /// Marks every descriptor from 3 up close-on-exec: `close_range(3, ~0, CLOSE_RANGE_CLOEXEC)`,
@@ -68,5 +69,21 @@ pub(crate) fn inherit_only_stdio(command: &mut tokio::process::Command) {
     // only async-signal-safe system calls and allocates nothing.
     unsafe {
         command.pre_exec(close_others_on_exec);
+    }
+}
+
+/// Forks the calling process, which must be single-threaded (the sandbox launcher's first
+/// stage, which has entered a user namespace: the kernel refuses that to a process with more
+/// than one thread): `Ok(None)` in the child, `Ok(Some(pid))` in the parent.
+///
+/// # Errors
+/// `fork`'s (`EAGAIN`, `ENOMEM`).
+pub(crate) fn fork_single_threaded() -> std::io::Result<Option<rustix::process::Pid>> {
+    // SAFETY: with one thread there is no lock another thread could hold at the fork, so the
+    // child may go on as the parent would (allocate, run Rust code) without `exec`ing.
+    match unsafe { libc::fork() } {
+        -1 => Err(std::io::Error::last_os_error()),
+        0 => Ok(None),
+        pid => Ok(rustix::process::Pid::from_raw(pid)),
     }
 }

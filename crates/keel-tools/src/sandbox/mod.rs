@@ -3,7 +3,8 @@
 //! **What a sandboxed command gets** ([`SandboxMode::ReadOnly`], [`SandboxMode::WorkspaceWrite`];
 //! Linux only). Each command runs in its own user, mount, PID, network, IPC, UTS and cgroup
 //! namespaces, set up by the *launcher* (see [`Launcher`]), a re-execution of the host program
-//! in two stages (the layout is bubblewrap's; no `bwrap` binary is needed):
+//! whose first stage forks the second (the layout is bubblewrap's; no `bwrap` binary is
+//! needed):
 //! - **Filesystem**: a new root made of the host's `/` bound read-only (every submount too,
 //!   `nosuid`, `nodev`); the workspace bound read-write (`workspace_write`) or read-only
 //!   (`read_only`); empty tmpfs over `/tmp`, `/run`, `/var/run` (when it is not a symlink) and
