@@ -190,6 +190,116 @@ fn a_command_inherits_no_descriptor_of_its_host() {
     }
 }
 
+/// The processes whose command line is the sandbox launcher's, with their parent's pid.
+fn launchers() -> Vec<(u32, u32)> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        if !String::from_utf8_lossy(&cmdline).contains("__sandbox") {
+            continue;
+        }
+        let status = std::fs::read_to_string(entry.path().join("status")).unwrap_or_default();
+        if let Some(ppid) = status
+            .lines()
+            .find_map(|l| l.strip_prefix("PPid:"))
+            .and_then(|p| p.trim().parse().ok())
+        {
+            out.push((pid, ppid));
+        }
+    }
+    out
+}
+
+/// The sandbox's PID 1 (the launcher's second stage, forked from the first and never
+/// executed) keeps open nothing a host leaked to the launcher. keel's own spawn passes none
+/// (`a_command_inherits_no_descriptor_of_its_host`), so the launcher is started here directly,
+/// as a careless host would, holding the store file and a TCP socket of
+/// [`holding_descriptors`]; seen from the host while the command runs, stage 2 holds its
+/// standard input (the socket to stage 1), output and error and that socket once more, and
+/// nothing else. (Marked close-on-exec only, they stayed open in it.)
+#[test]
+fn the_sandboxs_first_process_keeps_no_descriptor_of_its_host() {
+    use std::io::Write;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let store = tempfile::tempdir().unwrap();
+    let secret = store.path().join("keel.db");
+    std::fs::write(&secret, "HOST-STORE-SECRET").unwrap();
+    let sbx = Sbx::new(Who::Root);
+    let ws = std::fs::canonicalize(sbx.ws()).unwrap();
+    let temp = tempfile::tempdir().unwrap();
+    let marker = ws.join("started");
+    let spec = serde_json::json!({
+        "command": ["bash", "-c", format!("touch {}; sleep 30", marker.display())],
+        "mode": "workspace_write",
+        "network": false,
+        "workspace": ws,
+        "temp": std::fs::canonicalize(temp.path()).unwrap(),
+        "workdir": ws,
+        "hide": [],
+    });
+    let (mut ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+    let mut launcher = Command::new(crate::escapes::binary(Who::Root));
+    launcher.args(["__sandbox", "1"]);
+    let mut host = holding_descriptors(&launcher, &secret, port, &ws);
+    host.stdin(Stdio::from(std::os::fd::OwnedFd::from(theirs)))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut child = host.spawn().unwrap();
+    writeln!(ours, "{spec}").unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !marker.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the command never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let all = launchers();
+    // Stage 2: a launcher whose parent is a launcher (stage 1), here the one under `child`.
+    let stage1 = child.id();
+    let stage2: Vec<u32> = all
+        .iter()
+        .filter(|(_, ppid)| *ppid == stage1)
+        .map(|(pid, _)| *pid)
+        .collect();
+    assert_eq!(stage2.len(), 1, "one second stage under {stage1}: {all:?}");
+    let fds: Vec<(u32, String)> = std::fs::read_dir(format!("/proc/{}/fd", stage2[0]))
+        .unwrap()
+        .flatten()
+        .map(|e| {
+            let fd = e.file_name().to_string_lossy().parse().unwrap();
+            let to = std::fs::read_link(e.path()).unwrap_or_default();
+            (fd, to.display().to_string())
+        })
+        .collect();
+    // The first stage got them: the check is not vacuous.
+    let stage1_holds_it = std::fs::read_dir(format!("/proc/{stage1}/fd"))
+        .unwrap()
+        .flatten()
+        .any(|e| {
+            std::fs::read_link(e.path()).is_ok_and(|to| to.to_string_lossy().contains("keel.db"))
+        });
+    assert!(stage1_holds_it, "stage 1 did not get the store file");
+    assert!(
+        !fds.iter().any(|(_, to)| to.contains("keel.db")),
+        "stage 2 holds the store file: {fds:?}"
+    );
+    let above: Vec<&(u32, String)> = fds.iter().filter(|(fd, _)| *fd > 2).collect();
+    assert_eq!(
+        above.len(),
+        1,
+        "stage 2 holds more than its socket: {fds:?}"
+    );
+    let socket_of_stdin = &fds.iter().find(|(fd, _)| *fd == 0).unwrap().1;
+    assert_eq!(&above[0].1, socket_of_stdin, "{fds:?}");
+    drop(ours);
+    let _ = child.wait();
+}
+
 // --- keel's files inside the workspace (workspace = $HOME) ------------------------------------
 
 #[test]

@@ -39,16 +39,7 @@ pub(crate) fn close_others_on_exec() -> std::io::Result<()> {
     if !matches!(err.raw_os_error(), Some(libc::ENOSYS | libc::EINVAL)) {
         return Err(err);
     }
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes the struct it is given, which lives on this stack frame.
-    let max = if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut limit) } == 0 {
-        limit.rlim_cur.min(1 << 20)
-    } else {
-        1 << 20
-    };
+    let max = descriptor_limit();
     for fd in 3..i32::try_from(max).unwrap_or(1 << 20) {
         // SAFETY: F_GETFD/F_SETFD read and set the close-on-exec flag of a descriptor number;
         // on a number that is not open they fail with EBADF and change nothing.
@@ -69,6 +60,57 @@ pub(crate) fn inherit_only_stdio(command: &mut tokio::process::Command) {
     // only async-signal-safe system calls and allocates nothing.
     unsafe {
         command.pre_exec(close_others_on_exec);
+    }
+}
+
+/// Closes every descriptor from 3 up except `keep`: `close_range` on each side of it, or, on
+/// kernels before 5.9, `close` on each below the `RLIMIT_NOFILE` soft limit (at most 2^20). For
+/// the sandbox's stage 2 right after its fork, which never executes (so close-on-exec marks do
+/// not close anything a host leaked to the launcher) and owns no descriptor but `keep` and its
+/// standard streams: the caller must have dropped every other descriptor it owns first.
+///
+/// # Errors
+/// The `close_range` error when it fails for another reason than being unknown to the kernel.
+pub(crate) fn close_from_3_except(keep: std::os::fd::BorrowedFd<'_>) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let keep = u32::try_from(keep.as_raw_fd()).unwrap_or(0);
+    let mut ranges = vec![(keep.saturating_add(1).max(3), u32::MAX)];
+    if keep > 3 {
+        ranges.push((3, keep - 1));
+    }
+    for (first, last) in ranges {
+        // SAFETY: the caller owns no descriptor in these ranges (see above); closing them
+        // invalidates nothing this process still uses.
+        let done = unsafe { libc::syscall(libc::SYS_close_range, first, last, 0u32) };
+        if done == 0 {
+            continue;
+        }
+        let err = std::io::Error::last_os_error();
+        if !matches!(err.raw_os_error(), Some(libc::ENOSYS | libc::EINVAL)) {
+            return Err(err);
+        }
+        let max = u32::try_from(descriptor_limit()).unwrap_or(1 << 20);
+        for fd in first..=last.min(max) {
+            // SAFETY: as above; a number that is not open fails with EBADF.
+            unsafe {
+                libc::close(i32::try_from(fd).unwrap_or(i32::MAX));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The `RLIMIT_NOFILE` soft limit, at most 2^20.
+fn descriptor_limit() -> u64 {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the struct it is given, which lives on this stack frame.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut limit) } == 0 {
+        limit.rlim_cur.min(1 << 20)
+    } else {
+        1 << 20
     }
 }
 

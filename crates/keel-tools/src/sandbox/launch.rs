@@ -15,8 +15,9 @@
 //! Stage 2 builds the new root (`root.rs`), drops every privilege, installs Landlock and
 //! seccomp, spawns the command, reaps every process of the namespace as its PID 1 and exits
 //! with the command's status when the command ends, which ends everything else in the
-//! namespace. Stage 1 marks every descriptor from 3 up close-on-exec first (`fds.rs`): nothing
-//! the host holds reaches the command.
+//! namespace. Stage 1 marks every descriptor from 3 up close-on-exec first and stage 2 closes
+//! every one but its socket to stage 1 (`fds.rs`): nothing the host holds reaches the command
+//! or stays open in its PID 1.
 //!
 //! Messages, one line each, go from stage 2 to stage 1 and on to the host: `ready landlock=…`
 //! once the command runs, or `error LAYER: DETAIL` when a required layer cannot be set up (then
@@ -156,15 +157,20 @@ fn stage1(mut host: UnixStream, spec: &LaunchSpec) -> ! {
     let stage2 = match super::fds::fork_single_threaded() {
         Ok(Some(pid)) => pid,
         Ok(None) => {
-            // Stage 2: its standard input becomes the socket to stage 1 (it was keel's
-            // lifeline, which only stage 1 holds from here on).
+            // Stage 2 keeps nothing of stage 1's but its output and the socket to it: its
+            // standard input becomes that socket (it was keel's lifeline, which only stage 1
+            // holds from here on), and every other descriptor (anything a host leaked to the
+            // launcher) is closed, not only marked close-on-exec: stage 2 never executes.
             drop(host);
             drop(from_stage2);
-            if let Err(e) = rustix::stdio::dup2_stdin(&to_stage1) {
-                let mut up = to_stage1;
-                report_and_exit(&mut up, &fail("PID namespace (its first process)")(e));
+            let mut up = to_stage1;
+            let kept = rustix::stdio::dup2_stdin(&up)
+                .map_err(std::io::Error::from)
+                .and_then(|()| super::fds::close_from_3_except(up.as_fd()));
+            if let Err(e) = kept {
+                report_and_exit(&mut up, &fail("closing inherited descriptors")(e));
             }
-            stage2(to_stage1, spec)
+            stage2(up, spec)
         }
         Err(e) => report_and_exit(
             &mut host,
