@@ -145,12 +145,68 @@ fn session_stream(
 /// session ends or a key is revoked in this process ([`crate::inspector::signin::SignIns::changed`]).
 pub const RECHECK: Duration = Duration::from_secs(2);
 
+/// Items an event stream's producer runs ahead of its client: beyond these it waits for the
+/// client to read (a slow client then loses deltas to a gap, never durable events).
+const STREAM_AHEAD: usize = 16;
+
 /// `inner` until the credential that opened it no longer authenticates ([`still_valid`]:
 /// the key revoked or expired, the inspector session signed out, everywhere or here, or past
 /// its lifetime): checked every [`RECHECK`] and at each change of the inspector's sessions. Auth
 /// is not only checked when a stream opens. It also ends when the server stops
 /// ([`crate::state::AppState::closing`]).
+///
+/// The stream runs as a task of its own, [`STREAM_AHEAD`] items ahead of the response body,
+/// and ends when the body is dropped (the client went away). Polled only as the client reads,
+/// a stream whose client stopped reading (a full socket buffer: hyper stops asking for frames)
+/// froze wherever it was, in the middle of a store read or of its key's shared credential check
+/// included, holding a pooled connection and the lock every other stream of the key waits on;
+/// at 1,000 subscribers a few such slow readers starved the SQLite pool (`cargo bench -p keel
+/// --bench fanout`). Now it is parked only between items, holding nothing.
 fn while_valid<S>(
+    inner: S,
+    state: Shared,
+    credential: Credential,
+) -> impl Stream<Item = S::Item> + Send + 'static
+where
+    S: Stream + Send + 'static,
+    S::Item: Send + 'static,
+{
+    detached(checked(inner, state, credential))
+}
+
+/// `inner` polled by a task of its own, up to [`STREAM_AHEAD`] items ahead of the returned
+/// stream's reader; dropping the returned stream aborts the task (and drops `inner`).
+fn detached<S>(inner: S) -> impl Stream<Item = S::Item> + Send + 'static
+where
+    S: Stream + Send + 'static,
+    S::Item: Send + 'static,
+{
+    let (tx, rx) = tokio::sync::mpsc::channel(STREAM_AHEAD);
+    let producer = tokio::spawn(async move {
+        let mut items = std::pin::pin!(inner);
+        while let Some(item) = items.next().await {
+            if tx.send(item).await.is_err() {
+                break;
+            }
+        }
+    });
+    let guard = AbortOnDrop(producer);
+    futures_util::stream::unfold((rx, guard), |(mut rx, guard)| async move {
+        rx.recv().await.map(|item| (item, (rx, guard)))
+    })
+}
+
+/// Aborts its task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// [`while_valid`]'s checks, polled by its task.
+fn checked<S>(
     inner: S,
     state: Shared,
     credential: Credential,
@@ -382,4 +438,66 @@ pub async fn tenant_events(
             )
             .into_response(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    /// A stream item that takes a shared lock across an await (as a store read and the key's
+    /// credential check do), read by a client that gives up on an item half-way and then reads
+    /// nothing (a full socket: hyper stops polling the body): the lock is free again at once,
+    /// and the stream keeps running [`STREAM_AHEAD`] items ahead of its reader; dropping the
+    /// stream stops it. Polled only by its reader, the item stayed frozen holding the lock.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_detached_stream_frees_what_it_holds_without_its_reader_and_stops_when_dropped() {
+        let lock = Arc::new(tokio::sync::Mutex::new(()));
+        let produced = Arc::new(AtomicUsize::new(0));
+        let (l, p) = (lock.clone(), produced.clone());
+        let inner = futures_util::stream::unfold(0usize, move |n| {
+            let (l, p) = (l.clone(), p.clone());
+            async move {
+                let held = l.lock().await;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                drop(held);
+                p.fetch_add(1, Ordering::SeqCst);
+                Some((n, n + 1))
+            }
+        });
+        let mut out = Box::pin(detached(inner));
+        assert_eq!(out.next().await, Some(0));
+        // Gives up while the next item holds the lock.
+        assert!(
+            tokio::time::timeout(Duration::from_millis(5), out.next())
+                .await
+                .is_err()
+        );
+        let free = tokio::time::timeout(Duration::from_secs(5), lock.lock()).await;
+        assert!(free.is_ok(), "the lock stayed held with nobody reading");
+        drop(free);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while produced.load(Ordering::SeqCst) < STREAM_AHEAD + 1 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the stream did not run ahead"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let ahead = produced.load(Ordering::SeqCst);
+        assert!(ahead <= STREAM_AHEAD + 3, "bounded: {ahead} produced");
+        assert_eq!(out.next().await, Some(1), "nothing is lost");
+        drop(out);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let stopped = produced.load(Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(
+            produced.load(Ordering::SeqCst),
+            stopped,
+            "dropped: it stops"
+        );
+    }
 }
