@@ -4,6 +4,8 @@ use keel_tools::tool::ToolResultStatus::{Cancelled, Failed, Succeeded};
 use serde_json::json;
 
 use crate::common::Fixture;
+use keel_tools::policy::{PermissionMode, Policy};
+use keel_tools::sandbox::SandboxMode;
 
 /// Whether process `pid` is gone (or a zombie nobody reaped yet: it runs no code).
 fn is_dead(pid: i32) -> bool {
@@ -211,6 +213,33 @@ async fn shell_errors() {
     );
     let r = f.call("shell", json!({"command": "kill -9 $$"})).await;
     assert!(r.content.contains("killed by signal 9"), "{}", r.content);
+}
+
+/// A confined command killed by a signal is reported as killed by that signal, the ones
+/// Rust's runtime handles or ignores in the launcher included (it reported SIGSEGV as `exit
+/// code 139` and SIGPIPE as `141`).
+#[tokio::test]
+async fn a_confined_command_killed_by_a_signal_is_reported_so() {
+    let f = Fixture::with(
+        SandboxMode::WorkspaceWrite,
+        Policy::new(PermissionMode::Bypass),
+    );
+    for (name, number) in [
+        ("SEGV", 11),
+        ("PIPE", 13),
+        ("BUS", 7),
+        ("TERM", 15),
+        ("KILL", 9),
+    ] {
+        let r = f
+            .call("shell", json!({"command": format!("kill -{name} $$")}))
+            .await;
+        assert!(
+            r.content.contains(&format!("killed by signal {number}")),
+            "SIG{name}: {}",
+            r.content
+        );
+    }
 }
 
 #[tokio::test]

@@ -11,7 +11,7 @@
 //!
 //! This is the one module of keel-tools with `unsafe` code: marking a descriptor by number, and
 //! doing it in the child between `fork` and `exec`, have no safe API; nor has the launcher's
-//! [`fork_single_threaded`].
+//! [`fork_single_threaded`] or the launcher's [`die_of`].
 #![allow(unsafe_code)]
 
 /// Marks every descriptor from 3 up close-on-exec: `close_range(3, ~0, CLOSE_RANGE_CLOEXEC)`,
@@ -128,4 +128,17 @@ pub(crate) fn fork_single_threaded() -> std::io::Result<Option<rustix::process::
         0 => Ok(None),
         pid => Ok(rustix::process::Pid::from_raw(pid)),
     }
+}
+
+/// Ends the process by `signal` with its default action (a launcher passing on how the
+/// command ended): the disposition is reset to the default first, since Rust's runtime handles
+/// `SIGSEGV` and `SIGBUS` itself and ignores `SIGPIPE`, and a raise of those ended the launcher
+/// another way (`exit 139`) or not at all. Returns when the default action does not end the
+/// process (`SIGCHLD`, `SIGCONT`, …).
+pub(crate) fn die_of(signal: nix::sys::signal::Signal) {
+    use nix::sys::signal::{SigHandler, raise};
+    // SAFETY: installs the default disposition, no handler code; the process is the
+    // single-threaded launcher about to end.
+    let _ = unsafe { nix::sys::signal::signal(signal, SigHandler::SigDfl) };
+    let _ = raise(signal);
 }

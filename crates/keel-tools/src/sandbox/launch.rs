@@ -262,7 +262,7 @@ fn end_like(last: Option<&str>, status: Option<std::process::ExitStatus>) -> ! {
             },
         );
         if let Ok(sig) = nix::sys::signal::Signal::try_from(signal) {
-            let _ = nix::sys::signal::raise(sig);
+            super::fds::die_of(sig);
         }
         std::process::exit(128 + signal);
     }
