@@ -303,7 +303,10 @@ impl HttpModel {
             Wire::OpenaiResponses => format!("{base}/responses"),
             Wire::Anthropic => format!("{base}/v1/messages"),
         };
+        // reqwest's rustls backend takes the process-wide provider: ring, as everywhere in keel.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let http = reqwest::Client::builder()
+            .tls_backend_rustls()
             .tcp_nodelay(true)
             .connect_timeout(Duration::from_secs(30))
             .build()

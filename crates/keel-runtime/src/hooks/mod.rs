@@ -311,8 +311,11 @@ impl Hooks {
             .iter()
             .any(|h| matches!(h.action, Action::Http { .. }))
         {
+            // reqwest's rustls backend takes the process-wide provider: ring, as in keel-model.
+            let _ = rustls::crypto::ring::default_provider().install_default();
             Some(
                 reqwest::Client::builder()
+                    .tls_backend_rustls()
                     .redirect(reqwest::redirect::Policy::none())
                     .build()
                     .map_err(|e| RuntimeError::HookConfig {
