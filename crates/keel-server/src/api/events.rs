@@ -162,6 +162,13 @@ const STREAM_AHEAD: usize = 16;
 /// included, holding a pooled connection and the lock every other stream of the key waits on;
 /// at 1,000 subscribers a few such slow readers starved the SQLite pool (`cargo bench -p keel
 /// --bench fanout`). Now it is parked only between items, holding nothing.
+///
+/// `inner` runs as a task of its own too: the periodic check interrupts a wait for `inner`'s
+/// next item, and the item's store read, left half-way while the check read the store, could
+/// hold the pool's turn for its connection — sqlx's pool is fair, a connection freed goes to
+/// the longest waiter even when its task is busy elsewhere — while the check waited behind it
+/// in the same task: four such streams took every connection, idle, until the check's 30 s
+/// acquire timeout.
 fn while_valid<S>(
     inner: S,
     state: Shared,
@@ -171,7 +178,7 @@ where
     S: Stream + Send + 'static,
     S::Item: Send + 'static,
 {
-    detached(checked(inner, state, credential))
+    detached(checked(detached(inner), state, credential))
 }
 
 /// `inner` polled by a task of its own, up to [`STREAM_AHEAD`] items ahead of the returned
