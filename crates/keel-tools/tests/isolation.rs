@@ -233,6 +233,8 @@ fn the_sandboxs_first_process_keeps_no_descriptor_of_its_host() {
     let temp = tempfile::tempdir().unwrap();
     let marker = ws.join("started");
     let spec = serde_json::json!({
+        // keel_tools::sandbox's LAUNCH_SPEC_FORMAT.
+        "format": 2,
         "command": ["bash", "-c", format!("touch {}; sleep 30", marker.display())],
         "mode": "workspace_write",
         "network": false,
@@ -298,6 +300,66 @@ fn the_sandboxs_first_process_keeps_no_descriptor_of_its_host() {
     assert_eq!(&above[0].1, socket_of_stdin, "{fds:?}");
     drop(ours);
     let _ = child.wait();
+}
+
+/// A launcher refuses a spec from another build — another format, or a field it does not
+/// know (what a `keel-sandbox-launcher` not installed with its `keel` would get) — with an
+/// error line naming why, exit 125, and runs nothing.
+#[test]
+fn a_launcher_refuses_a_spec_of_another_build_and_runs_nothing() {
+    use std::io::{BufRead, Write};
+    let sbx = Sbx::new(Who::Root);
+    let ws = std::fs::canonicalize(sbx.ws()).unwrap();
+    let temp = tempfile::tempdir().unwrap();
+    let marker = ws.join("ran");
+    let spec = |format: u32, extra: Option<(&str, bool)>| {
+        let mut v = serde_json::json!({
+            "format": format,
+            "command": ["touch", s(&marker)],
+            "mode": "workspace_write",
+            "network": false,
+            "workspace": ws,
+            "temp": std::fs::canonicalize(temp.path()).unwrap(),
+            "workdir": ws,
+            "hide": [],
+        });
+        if let Some((name, value)) = extra {
+            v[name] = serde_json::Value::Bool(value);
+        }
+        v
+    };
+    for (spec, why) in [
+        (
+            spec(1, None),
+            "the spec's format is 1, this launcher reads 2",
+        ),
+        (
+            spec(3, None),
+            "the spec's format is 3, this launcher reads 2",
+        ),
+        (
+            spec(2, Some(("share_pid", true))),
+            "unknown field `share_pid`",
+        ),
+    ] {
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        let mut launcher = Command::new(crate::escapes::binary(Who::Root));
+        launcher
+            .args(["__sandbox", "1"])
+            .stdin(Stdio::from(std::os::fd::OwnedFd::from(theirs)))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let mut child = launcher.spawn().unwrap();
+        writeln!(&ours, "{spec}").unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(&ours).read_line(&mut line).unwrap();
+        assert!(
+            line.starts_with("error launcher (reading the sandbox spec): ") && line.contains(why),
+            "{line}"
+        );
+        assert_eq!(child.wait().unwrap().code(), Some(125));
+        assert!(!marker.exists(), "nothing ran");
+    }
 }
 
 // --- keel's files inside the workspace (workspace = $HOME) ------------------------------------

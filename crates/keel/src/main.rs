@@ -2,11 +2,17 @@
 
 use clap::Parser;
 
+/// The launcher binary installed beside `keel` (`src/bin/keel-sandbox-launcher.rs`).
+const LAUNCHER: &str = "keel-sandbox-launcher";
+
 fn main() -> std::process::ExitCode {
     // `keel __sandbox …` is the sandbox launcher keel starts for each confined shell command;
     // it must run before anything else (single-threaded, no argument parsing).
     keel_tools::sandbox::run_launcher_if_requested();
-    keel_tools::sandbox::set_launcher(keel_tools::sandbox::Launcher::this_program());
+    keel_tools::sandbox::set_launcher(
+        keel_tools::sandbox::Launcher::beside_this_program(LAUNCHER)
+            .unwrap_or_else(keel_tools::sandbox::Launcher::this_program),
+    );
     let cli = keel_cli::cli::Cli::parse();
     let verbose = cli.global.verbose;
     let telemetry = match keel_cli::logging::init(cli.global.log_format) {

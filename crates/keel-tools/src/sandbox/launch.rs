@@ -124,6 +124,14 @@ fn read_spec(stream: &mut UnixStream) -> Setup<LaunchSpec> {
         }
     }
     let spec = serde_json::from_slice::<LaunchSpec>(&line).map_err(fail(layer))?;
+    if spec.format != super::LAUNCH_SPEC_FORMAT {
+        return Err(fail(layer)(format!(
+            "the spec's format is {}, this launcher reads {}: install keel and its launcher \
+             from the same build",
+            spec.format,
+            super::LAUNCH_SPEC_FORMAT
+        )));
+    }
     if spec.command.is_empty() {
         return Err(fail(layer)("no command given"));
     }

@@ -132,6 +132,28 @@ impl Launcher {
         Self::new("/proc/self/exe")
     }
 
+    /// The launcher program `name` installed in the running program's directory (the small
+    /// `keel-sandbox-launcher` beside `keel`: it starts in a fraction of the time the full
+    /// binary takes, and every sandboxed command starts a launcher), held open from now on and
+    /// run as `/proc/self/fd/N`, so that it stays the same file for the life of this process
+    /// even if the file is replaced (as [`Launcher::this_program`] does). `None` when there is
+    /// no such executable regular file; use [`Launcher::this_program`] then. A launcher from
+    /// another build refuses the spec (its `format`, and unknown fields are errors), so a
+    /// mismatched pair fails closed: nothing runs.
+    pub fn beside_this_program(name: &str) -> Option<Self> {
+        use std::os::fd::{AsRawFd, OwnedFd};
+        use std::os::unix::fs::PermissionsExt;
+        let exe = std::fs::read_link("/proc/self/exe").ok()?;
+        let file = std::fs::File::open(exe.parent()?.join(name)).ok()?;
+        let meta = file.metadata().ok()?;
+        if !meta.is_file() || meta.permissions().mode() & 0o111 == 0 {
+            return None;
+        }
+        // Kept open (close-on-exec) for the life of the process: the path names it.
+        let fd: &'static OwnedFd = Box::leak(Box::new(OwnedFd::from(file)));
+        Some(Self::new(format!("/proc/self/fd/{}", fd.as_raw_fd())))
+    }
+
     /// The program.
     pub fn program(&self) -> &Path {
         &self.program
@@ -471,11 +493,18 @@ fn unavailable(mode: SandboxMode, reason: String) -> ToolsError {
     }
 }
 
+/// The format of [`LaunchSpec`]: a launcher from another build (a `keel-sandbox-launcher` not
+/// installed with this `keel`) refuses a spec of another format, and any field it does not know.
+const LAUNCH_SPEC_FORMAT: u32 = 2;
+
 /// What the host tells the launcher: one JSON line on the launcher's standard input (a socket),
 /// never in its arguments or environment, which the command could read as `/proc/1/cmdline`.
 /// The command's environment is the launcher's own.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct LaunchSpec {
+    /// [`LAUNCH_SPEC_FORMAT`] of the host; a launcher reading another format refuses the spec.
+    format: u32,
     /// The program (looked up in `PATH`) and its arguments.
     command: Vec<String>,
     mode: SandboxMode,
@@ -525,6 +554,7 @@ mod imp {
     ) -> Result<SandboxedChild, ToolsError> {
         let mode = sandbox.mode;
         let spec = LaunchSpec {
+            format: super::LAUNCH_SPEC_FORMAT,
             command: std::iter::once(invocation.program.clone())
                 .chain(invocation.args.iter().cloned())
                 .collect(),
