@@ -16,6 +16,7 @@ on_both!(
     streams_beyond_the_per_key_limit_get_429_and_heartbeats_flow,
     the_tenant_stream_reports_every_session_beyond_one_page,
 );
+on_both!(a_paused_reader_of_a_revoked_key_gets_nothing_written_after_the_revocation);
 
 /// Reads durable events (with ids) until `stop` holds on one; returns their seqs and types.
 async fn read_until(sse: &mut Sse, stop: impl Fn(&str, &Value) -> bool) -> Vec<(u64, String)> {
@@ -214,4 +215,109 @@ async fn the_tenant_stream_reports_every_session_beyond_one_page(b: Backend) {
     let data: Value = serde_json::from_str(&f.data).unwrap();
     assert_eq!(data["session_id"], newest.as_str(), "{data}");
     assert_eq!(data["status"], "closed", "{data}");
+}
+
+/// A client that stops reading its session stream (a small receive buffer, so the server's
+/// writes back up) while the stream's key is revoked by another process gets no event
+/// written after the revocation when it reads again: the stream's credential is watched
+/// whether or not the client reads, and the stream ends before anything still buffered for it.
+/// Before, the checks ran only as items flowed to the client, and a paused client, resuming,
+/// could get events of a turn run after the revocation from the stream's backlog (attacker
+/// review, 2026-12-06: 81 events after a revocation; this test's timing did not reproduce that
+/// against the old code, it holds the property of the new one).
+async fn a_paused_reader_of_a_revoked_key_gets_nothing_written_after_the_revocation(b: Backend) {
+    use keel_store::{KeyScope, Role};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let s = start(b).await;
+    // Large events (~400 KB of text each turn) fill the socket buffers quickly.
+    let big = "word ".repeat(80_000);
+    let lines: Vec<Value> = (0..6).map(|_| json!({"text": big})).collect();
+    let release = s.release("big", &lines, &[]).await;
+    let session = s.run_to_idle(&release, "one").await;
+    for input in ["two", "three"] {
+        s.post(
+            &format!("/v1/sessions/{session}/turns"),
+            &s.operator,
+            &json!({"input": input}),
+        )
+        .await;
+        s.wait_session(&session, |b| b["status"] == "idle").await;
+    }
+    let kate = key(&s.store, Some(s.tenant), "kate", Role::Viewer).await;
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let authority = s.base.trim_start_matches("http://").to_owned();
+    let mut tcp = socket.connect(authority.parse().unwrap()).await.unwrap();
+    let request = format!(
+        "GET /v1/sessions/{session}/events HTTP/1.1\r\nHost: {authority}\r\nAuthorization: Bearer {kate}\r\nAccept: text/event-stream\r\nConnection: close\r\n\r\n"
+    );
+    tcp.write_all(request.as_bytes()).await.unwrap();
+    let mut head = vec![0u8; 1024];
+    let n = tcp.read(&mut head).await.unwrap();
+    assert!(String::from_utf8_lossy(&head[..n]).starts_with("HTTP/1.1 200"));
+    // Paused: the server writes until the buffers are full.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let keys = s.get("/v1/keys", &s.admin).await;
+    let kate_id = keys.body["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["name"] == "kate")
+        .unwrap()["key_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    s.store
+        .revoke_api_key(KeyScope::All, &kate_id, chrono::Utc::now())
+        .await
+        .unwrap();
+    // Past the periodic check (twice its interval), then a turn after the revocation.
+    tokio::time::sleep(keel_server::api::events::RECHECK * 2).await;
+    let first_after = last_seq(&s, &session).await + 1;
+    s.post(
+        &format!("/v1/sessions/{session}/turns"),
+        &s.operator,
+        &json!({"input": "after"}),
+    )
+    .await;
+    s.wait_session(&session, |b| b["status"] == "idle").await;
+    assert!(
+        last_seq(&s, &session).await >= first_after,
+        "the turn after ran"
+    );
+    // Resumes: reads to the end of the response (it must end).
+    let mut got = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(60), tcp.read_to_end(&mut got)).await;
+    assert!(read.is_ok(), "the stream of the revoked key ended");
+    let text = String::from_utf8_lossy(&got);
+    let ids: Vec<u64> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("id: "))
+        .filter_map(|v| v.trim().parse().ok())
+        .collect();
+    assert!(
+        ids.iter().all(|id| *id < first_after),
+        "events of the turn after the revocation (from seq {first_after}) reached the revoked key: {:?}",
+        ids.iter()
+            .filter(|id| **id >= first_after)
+            .collect::<Vec<_>>()
+    );
+}
+
+/// The session's last seq (the events pages followed to the end).
+async fn last_seq(s: &TestServer, session: &str) -> u64 {
+    let mut after = 0;
+    loop {
+        let r = s
+            .get(
+                &format!("/v1/sessions/{session}/events?after={after}&limit=1000"),
+                &s.viewer,
+            )
+            .await;
+        let next = r.body["next_after"].as_u64().unwrap();
+        if next == after {
+            return after;
+        }
+        after = next;
+    }
 }

@@ -155,20 +155,19 @@ const STREAM_AHEAD: usize = 16;
 /// is not only checked when a stream opens. It also ends when the server stops
 /// ([`crate::state::AppState::closing`]).
 ///
-/// The stream runs as a task of its own, [`STREAM_AHEAD`] items ahead of the response body,
-/// and ends when the body is dropped (the client went away). Polled only as the client reads,
-/// a stream whose client stopped reading (a full socket buffer: hyper stops asking for frames)
-/// froze wherever it was, in the middle of a store read or of its key's shared credential check
-/// included, holding a pooled connection and the lock every other stream of the key waits on;
-/// at 1,000 subscribers a few such slow readers starved the SQLite pool (`cargo bench -p keel
-/// --bench fanout`). Now it is parked only between items, holding nothing.
-///
-/// `inner` runs as a task of its own too: the periodic check interrupts a wait for `inner`'s
-/// next item, and the item's store read, left half-way while the check read the store, could
-/// hold the pool's turn for its connection — sqlx's pool is fair, a connection freed goes to
-/// the longest waiter even when its task is busy elsewhere — while the check waited behind it
-/// in the same task: four such streams took every connection, idle, until the check's 30 s
-/// acquire timeout.
+/// Three parts, so that nothing a stream holds waits on its client:
+/// - `inner` runs as a task of its own ([`detached`]), [`STREAM_AHEAD`] items ahead of the
+///   response body, parked only between items. Polled only as the client read, a stream whose
+///   client stopped reading (a full socket buffer: hyper stops asking for frames) froze
+///   wherever it was, in the middle of a store read included, holding its place in the pool's
+///   queue — sqlx's pool is fair: a freed connection goes to the longest waiter even when its
+///   task is not polled — and at 1,000 subscribers a few such slow readers stalled every
+///   request for 30 s (`cargo bench -p keel --bench fanout`).
+/// - The credential is watched by a task of its own ([`watch_credential`]), whether or not the
+///   client reads; when it fails, the stream's stop token is cancelled.
+/// - The body ends at its next poll once the token is cancelled, before any item still
+///   buffered: a client that paused reading gets nothing more after a revocation (the bytes
+///   already in the socket's buffers aside).
 fn while_valid<S>(
     inner: S,
     state: Shared,
@@ -178,7 +177,23 @@ where
     S: Stream + Send + 'static,
     S::Item: Send + 'static,
 {
-    detached(checked(detached(inner), state, credential))
+    let stop = tokio_util::sync::CancellationToken::new();
+    let watcher = AbortOnDrop(tokio::spawn(watch_credential(
+        state,
+        credential,
+        stop.clone(),
+    )));
+    let items = Box::pin(detached(inner));
+    futures_util::stream::unfold(
+        (items, stop, watcher),
+        |(mut items, stop, watcher)| async move {
+            tokio::select! {
+                biased;
+                () = stop.cancelled() => None,
+                item = items.next() => item.map(|i| (i, (items, stop, watcher))),
+            }
+        },
+    )
 }
 
 /// `inner` polled by a task of its own, up to [`STREAM_AHEAD`] items ahead of the returned
@@ -212,40 +227,31 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// [`while_valid`]'s checks, polled by its task.
-fn checked<S>(
-    inner: S,
+/// [`while_valid`]'s watch: checks `credential` every [`RECHECK`] and at each change of the
+/// inspector's sessions, and cancels `stop` when it no longer authenticates or the server
+/// stops.
+async fn watch_credential(
     state: Shared,
     credential: Credential,
-) -> impl Stream<Item = S::Item> + Send + 'static
-where
-    S: Stream + Send + 'static,
-    S::Item: Send,
-{
-    let changes = state.inspector.changes();
-    let tick = tokio::time::interval_at(tokio::time::Instant::now() + RECHECK, RECHECK);
-    futures_util::stream::unfold(
-        (Box::pin(inner), changes, tick, state, credential),
-        |(mut inner, mut changes, mut tick, state, credential)| async move {
-            loop {
-                tokio::select! {
-                    item = inner.next() => {
-                        return item.map(|i| (i, (inner, changes, tick, state, credential)));
-                    }
-                    () = state.closing.cancelled() => {
-                        tracing::debug!("an event stream ends: the server stops");
-                        return None;
-                    }
-                    _ = tick.tick() => {}
-                    Ok(()) = changes.changed() => {}
-                }
-                if !still_valid(&state, &credential).await {
-                    tracing::debug!("an event stream ends: its credential is no longer valid");
-                    return None;
-                }
+    stop: tokio_util::sync::CancellationToken,
+) {
+    let mut changes = state.inspector.changes();
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + RECHECK, RECHECK);
+    loop {
+        tokio::select! {
+            () = state.closing.cancelled() => {
+                tracing::debug!("an event stream ends: the server stops");
+                break;
             }
-        },
-    )
+            _ = tick.tick() => {}
+            Ok(()) = changes.changed() => {}
+        }
+        if !still_valid(&state, &credential).await {
+            tracing::debug!("an event stream ends: its credential is no longer valid");
+            break;
+        }
+    }
+    stop.cancel();
 }
 
 /// A session's events: JSON pages (`?after=SEQ&limit=N`), or SSE with `Accept:
