@@ -235,6 +235,7 @@ fn the_sandboxs_first_process_keeps_no_descriptor_of_its_host() {
     let spec = serde_json::json!({
         // keel_tools::sandbox's LAUNCH_SPEC_FORMAT.
         "format": 2,
+        "build": keel_tools::sandbox::LAUNCHER_BUILD,
         "command": ["bash", "-c", format!("touch {}; sleep 30", marker.display())],
         "mode": "workspace_write",
         "network": false,
@@ -302,8 +303,8 @@ fn the_sandboxs_first_process_keeps_no_descriptor_of_its_host() {
     let _ = child.wait();
 }
 
-/// A launcher refuses a spec from another build — another format, or a field it does not
-/// know (what a `keel-sandbox-launcher` not installed with its `keel` would get) — with an
+/// A launcher refuses a spec from another build — another format, a field it does not know,
+/// another build id (what a `keel-sandbox-launcher` not installed with its `keel` would get) — with an
 /// error line naming why, exit 125, and runs nothing.
 #[test]
 fn a_launcher_refuses_a_spec_of_another_build_and_runs_nothing() {
@@ -315,6 +316,7 @@ fn a_launcher_refuses_a_spec_of_another_build_and_runs_nothing() {
     let spec = |format: u32, extra: Option<(&str, bool)>| {
         let mut v = serde_json::json!({
             "format": format,
+            "build": keel_tools::sandbox::LAUNCHER_BUILD,
             "command": ["touch", s(&marker)],
             "mode": "workspace_write",
             "network": false,
@@ -340,6 +342,14 @@ fn a_launcher_refuses_a_spec_of_another_build_and_runs_nothing() {
         (
             spec(2, Some(("share_pid", true))),
             "unknown field `share_pid`",
+        ),
+        (
+            {
+                let mut v = spec(2, None);
+                v["build"] = serde_json::Value::from("0.0.0-0000000000000000");
+                v
+            },
+            "the host is keel-tools build 0.0.0-0000000000000000, this launcher is",
         ),
     ] {
         let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();

@@ -132,6 +132,14 @@ fn read_spec(stream: &mut UnixStream) -> Setup<LaunchSpec> {
             super::LAUNCH_SPEC_FORMAT
         )));
     }
+    if spec.build != super::LAUNCHER_BUILD {
+        return Err(fail(layer)(format!(
+            "the host is keel-tools build {}, this launcher is {}: install keel and its \
+             launcher from the same build",
+            spec.build,
+            super::LAUNCHER_BUILD
+        )));
+    }
     if spec.command.is_empty() {
         return Err(fail(layer)("no command given"));
     }

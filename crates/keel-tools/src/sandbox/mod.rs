@@ -140,18 +140,43 @@ impl Launcher {
     /// no such executable regular file; use [`Launcher::this_program`] then. A launcher from
     /// another build refuses the spec (its `format`, and unknown fields are errors), so a
     /// mismatched pair fails closed: nothing runs.
+    ///
+    /// The file must be a regular file (a symlink to one is followed), executable, owned by
+    /// this process's user or by root, and writable by no one else (no group or other write
+    /// bit): a launcher another user could rewrite would run their code outside the sandbox.
+    /// It is opened `O_PATH` (a FIFO of that name cannot block start-up).
     pub fn beside_this_program(name: &str) -> Option<Self> {
-        use std::os::fd::{AsRawFd, OwnedFd};
-        use std::os::unix::fs::PermissionsExt;
         let exe = std::fs::read_link("/proc/self/exe").ok()?;
-        let file = std::fs::File::open(exe.parent()?.join(name)).ok()?;
+        Self::held_open(&exe.parent()?.join(name))
+    }
+
+    /// [`Launcher::beside_this_program`]'s checks and hold on the file at `path`.
+    #[cfg(target_os = "linux")]
+    fn held_open(path: &Path) -> Option<Self> {
+        use std::os::fd::{AsRawFd, OwnedFd};
+        use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_PATH | libc::O_NONBLOCK)
+            .open(path)
+            .ok()?;
         let meta = file.metadata().ok()?;
-        if !meta.is_file() || meta.permissions().mode() & 0o111 == 0 {
+        let euid = rustix::process::geteuid().as_raw();
+        if !meta.is_file()
+            || meta.mode() & 0o111 == 0
+            || meta.mode() & 0o022 != 0
+            || (meta.uid() != euid && meta.uid() != 0)
+        {
             return None;
         }
         // Kept open (close-on-exec) for the life of the process: the path names it.
         let fd: &'static OwnedFd = Box::leak(Box::new(OwnedFd::from(file)));
         Some(Self::new(format!("/proc/self/fd/{}", fd.as_raw_fd())))
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn held_open(_path: &Path) -> Option<Self> {
+        None
     }
 
     /// The program.
@@ -497,6 +522,12 @@ fn unavailable(mode: SandboxMode, reason: String) -> ToolsError {
 /// installed with this `keel`) refuses a spec of another format, and any field it does not know.
 const LAUNCH_SPEC_FORMAT: u32 = 2;
 
+/// The build of this crate a launcher and its host must share (crate version and a hash of its
+/// sources, set by `build.rs`): a launcher refuses a spec of another build, so a stale
+/// `keel-sandbox-launcher` beside a newer `keel` — one without a later fix to the launcher —
+/// runs nothing rather than confining commands the old way.
+pub const LAUNCHER_BUILD: &str = env!("KEEL_LAUNCHER_BUILD");
+
 /// What the host tells the launcher: one JSON line on the launcher's standard input (a socket),
 /// never in its arguments or environment, which the command could read as `/proc/1/cmdline`.
 /// The command's environment is the launcher's own.
@@ -505,6 +536,8 @@ const LAUNCH_SPEC_FORMAT: u32 = 2;
 struct LaunchSpec {
     /// [`LAUNCH_SPEC_FORMAT`] of the host; a launcher reading another format refuses the spec.
     format: u32,
+    /// [`LAUNCHER_BUILD`] of the host; a launcher of another build refuses the spec.
+    build: String,
     /// The program (looked up in `PATH`) and its arguments.
     command: Vec<String>,
     mode: SandboxMode,
@@ -555,6 +588,7 @@ mod imp {
         let mode = sandbox.mode;
         let spec = LaunchSpec {
             format: super::LAUNCH_SPEC_FORMAT,
+            build: super::LAUNCHER_BUILD.to_owned(),
             command: std::iter::once(invocation.program.clone())
                 .chain(invocation.args.iter().cloned())
                 .collect(),
@@ -707,5 +741,61 @@ mod imp {
             "the sandbox needs Linux (namespaces, seccomp); set the sandbox to off explicitly"
                 .into(),
         ))
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod launcher_tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::Launcher;
+
+    /// Only an executable regular file writable by its owner alone (owned by this user or
+    /// root) is taken as the launcher; a FIFO of that name does not block (attacker review:
+    /// every `keel` command hung at start-up on one).
+    #[test]
+    fn only_a_trusted_executable_file_is_taken_as_the_launcher() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = |name: &str, mode: u32| {
+            let p = dir.path().join(name);
+            std::fs::write(&p, "#!/bin/true\n").unwrap();
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+            p
+        };
+        let good = file("good", 0o755);
+        let held = Launcher::held_open(&good).expect("an executable file of this user");
+        assert!(held.program().starts_with("/proc/self/fd/"), "{held:?}");
+        assert_eq!(
+            std::fs::read_link(held.program()).unwrap(),
+            std::fs::canonicalize(&good).unwrap()
+        );
+        for bad in [
+            file("plain", 0o644),
+            file("group_writable", 0o775),
+            file("world_writable", 0o757),
+        ] {
+            assert!(Launcher::held_open(&bad).is_none(), "{}", bad.display());
+        }
+        assert!(Launcher::held_open(dir.path()).is_none(), "a directory");
+        assert!(Launcher::held_open(&dir.path().join("missing")).is_none());
+        let fifo = dir.path().join("fifo");
+        rustix::fs::mknodat(
+            rustix::fs::CWD,
+            &fifo,
+            rustix::fs::FileType::Fifo,
+            rustix::fs::Mode::from_raw_mode(0o755),
+            0,
+        )
+        .unwrap();
+        assert!(
+            Launcher::held_open(&fifo).is_none(),
+            "a FIFO, without blocking"
+        );
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&good, &link).unwrap();
+        assert!(
+            Launcher::held_open(&link).is_some(),
+            "a symlink to a good file"
+        );
     }
 }
