@@ -13,6 +13,9 @@
 //! with subscribers within 10 % of the baseline. The server's RSS is read from /proc before
 //! and with the subscribers.
 //!
+//! If a phase cannot be measured (the server refuses a request, a turn never ends), it says so
+//! on the figure's line and exits 0.
+//!
 //! `cargo bench -p keel --bench fanout`
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
@@ -51,25 +54,26 @@ fn ts_ms(e: &Value) -> i64 {
         .timestamp_millis()
 }
 
-/// Runs `turns` turns one after the other; the median turn latency (ms) from the journal.
-fn turns(c: &Cluster, session: &str, turns: usize) -> f64 {
+/// Runs `turns` turns one after the other; the median turn latency (ms) from the journal, or
+/// what failed (a request the server refused, a turn that never ended).
+fn turns(c: &Cluster, session: &str, turns: usize) -> Result<f64, String> {
     let mut ms = Vec::new();
     for _ in 0..turns {
         let after =
             c.rt.block_on(c.client.events(session, 0))
-                .unwrap()
+                .map_err(|e| format!("reading the journal: {e}"))?
                 .last()
                 .and_then(|e| e["seq"].as_u64())
                 .unwrap_or(0);
         c.rt.block_on(c.client.submit_turn(session, "stream"))
-            .unwrap();
+            .map_err(|e| format!("submitting a turn: {e}"))?;
         let events = poll(120, || {
-            let ev = c.rt.block_on(c.client.events(session, after)).unwrap();
+            let ev = c.rt.block_on(c.client.events(session, after)).ok()?;
             ev.iter()
                 .any(|e| e["type"] == "turn.finished")
                 .then_some(ev)
         })
-        .expect("the turn ends within 120 s");
+        .ok_or("a turn did not end within 120 s")?;
         let start = events.iter().find(|e| e["type"] == "turn.started").unwrap();
         let end = events
             .iter()
@@ -78,7 +82,13 @@ fn turns(c: &Cluster, session: &str, turns: usize) -> f64 {
         ms.push((ts_ms(end) - ts_ms(start)) as f64);
     }
     ms.sort_by(f64::total_cmp);
-    ms[ms.len() / 2]
+    Ok(ms[ms.len() / 2])
+}
+
+/// Prints that the run could not be measured (the figure's line, with its target) and why.
+fn not_measured(phase: &str, why: &str) {
+    println!("  turn latency: NOT MEASURED ({phase}: {why})   (target: with / baseline <= 1.10)");
+    println!("  load average at the end: {}", load());
 }
 
 fn main() {
@@ -120,7 +130,13 @@ fn main() {
         .sessions_of("fanout", "openai:fake", &[], 1, false)
         .pop()
         .unwrap();
-    let base = turns(&c, &session, n_turns);
+    let base = match turns(&c, &session, n_turns) {
+        Ok(ms) => ms,
+        Err(why) => {
+            not_measured("the baseline", &why);
+            return;
+        }
+    };
     let rss0 = rss_kb(c.api.pid());
 
     // The subscribers: raw connections, so one can stall without a client library's buffers.
@@ -168,13 +184,25 @@ fn main() {
     });
     let rss1 = rss_kb(c.api.pid());
     let b0 = bytes.load(Ordering::Relaxed);
-    let with = turns(&c, &session, n_turns);
+    let with = match turns(&c, &session, n_turns) {
+        Ok(ms) => ms,
+        Err(why) => {
+            not_measured("with the subscribers", &why);
+            return;
+        }
+    };
     let streamed = bytes.load(Ordering::Relaxed) - b0;
     for t in &tasks {
         t.abort();
     }
     std::thread::sleep(Duration::from_secs(1));
-    let after = turns(&c, &session, n_turns);
+    let after = match turns(&c, &session, n_turns) {
+        Ok(ms) => ms,
+        Err(why) => {
+            not_measured("the second baseline", &why);
+            return;
+        }
+    };
     println!(
         "  subscribers connected: {} of {subscribers}{}",
         connected.load(Ordering::SeqCst),
