@@ -11,7 +11,7 @@
 //!
 //! This is the one module of keel-tools with `unsafe` code: marking a descriptor by number, and
 //! doing it in the child between `fork` and `exec`, have no safe API; nor has the launcher's
-//! [`fork_single_threaded`] or the launcher's [`die_of`].
+//! [`fork_single_threaded`], the launcher's [`die_of`] or [`mount_setattr_recursive`].
 #![allow(unsafe_code)]
 
 /// Marks every descriptor from 3 up close-on-exec: `close_range(3, ~0, CLOSE_RANGE_CLOEXEC)`,
@@ -141,4 +141,46 @@ pub(crate) fn die_of(signal: nix::sys::signal::Signal) {
     // single-threaded launcher about to end.
     let _ = unsafe { nix::sys::signal::signal(signal, SigHandler::SigDfl) };
     let _ = raise(signal);
+}
+
+/// `mount_setattr(2)` (Linux 5.12) with `AT_RECURSIVE`: sets the mount attributes `set`
+/// (`MOUNT_ATTR_RDONLY` 0x1, `MOUNT_ATTR_NOSUID` 0x2, `MOUNT_ATTR_NODEV` 0x4, `MOUNT_ATTR_NOEXEC`
+/// 0x8) on the mount at `path` and every mount beneath it, in one call: all or none.
+///
+/// # Errors
+/// `ENOSYS` on older kernels; the call's other errors (`EPERM`, `EINVAL`, …).
+pub(crate) fn mount_setattr_recursive(path: &std::path::Path, set: u64) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    #[repr(C)]
+    struct MountAttr {
+        attr_set: u64,
+        attr_clr: u64,
+        propagation: u64,
+        userns_fd: u64,
+    }
+    let path = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    let attr = MountAttr {
+        attr_set: set,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    // SAFETY: the path is a NUL-terminated string and the struct, of the size passed, lives on
+    // this stack frame; the kernel only reads both.
+    let done = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            libc::AT_RECURSIVE,
+            &raw const attr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if done == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
 }
