@@ -200,8 +200,11 @@ async fn run(keeper: Weak<LeaseKeeper>, wake: Arc<Notify>) {
             () = notified => true,
             () = tokio::time::sleep(wait) => false,
         };
-        if woken {
-            // Leases kept at once (a claim round's runs starting) are renewed in one round.
+        if woken || wait.is_zero() {
+            // Leases kept at once (a claim round's runs starting) are renewed in one round —
+            // also when the first of them is already due: the task started by its `keep` found
+            // it due at once and renewed it alone, before the others were kept (the renewal
+            // test failed so under load, 2026-12-06).
             tokio::time::sleep(coalesce).await;
         }
         let Some(k) = keeper.upgrade() else { return };
