@@ -185,13 +185,7 @@ pub struct Subscription {
 /// stalled subscriber (one whose client reads nothing) held them for good, and at 1,000
 /// subscribers a handful of slow ones took the whole SQLite pool (30 s acquire timeouts in
 /// `cargo bench -p keel --bench fanout`). Dropping it aborts the task.
-struct VersionWait(tokio::task::JoinHandle<Result<u64>>);
-
-impl Drop for VersionWait {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
+type VersionWait = tokio_util::task::AbortOnDropHandle<Result<u64>>;
 
 impl std::fmt::Debug for Subscription {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -334,7 +328,7 @@ impl Subscription {
             let wait = self.wait.get_or_insert_with(|| {
                 let (store, tenant, session, poll) =
                     (self.store.clone(), self.tenant, self.session, self.poll);
-                VersionWait(tokio::spawn(async move {
+                VersionWait::new(tokio::spawn(async move {
                     Ok(store
                         .wait_for_version(tenant, session, after, poll)
                         .await?
@@ -342,7 +336,7 @@ impl Subscription {
                 }))
             });
             tokio::select! {
-                r = &mut wait.0 => {
+                r = wait => {
                     self.wait = None;
                     // On a timeout too: the version it saw (a read finds nothing new if none).
                     // A wait that panicked counts as one that learned nothing: the journal is

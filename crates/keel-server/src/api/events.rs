@@ -31,6 +31,7 @@ use keel_core::{EventBody, SessionId, SessionStatus, StateMachine, TenantId};
 use keel_runtime::{Subscription, SubscriptionItem};
 use keel_store::{Role, SessionQuery, Store};
 use serde_json::{Value, json};
+use tokio_util::task::AbortOnDropHandle;
 
 use super::{P, Q, session_id};
 use crate::auth::{Caller, Credential, still_valid};
@@ -178,7 +179,7 @@ where
     S::Item: Send + 'static,
 {
     let stop = tokio_util::sync::CancellationToken::new();
-    let watcher = AbortOnDrop(tokio::spawn(watch_credential(
+    let watcher = AbortOnDropHandle::new(tokio::spawn(watch_credential(
         state,
         credential,
         stop.clone(),
@@ -212,19 +213,10 @@ where
             }
         }
     });
-    let guard = AbortOnDrop(producer);
+    let guard = AbortOnDropHandle::new(producer);
     futures_util::stream::unfold((rx, guard), |(mut rx, guard)| async move {
         rx.recv().await.map(|item| (item, (rx, guard)))
     })
-}
-
-/// Aborts its task when dropped.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
 }
 
 /// [`while_valid`]'s watch: checks `credential` every [`RECHECK`] and at each change of the

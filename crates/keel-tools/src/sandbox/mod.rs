@@ -65,7 +65,7 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -79,6 +79,10 @@ mod filter;
 mod launch;
 #[cfg(target_os = "linux")]
 mod root;
+
+mod launcher;
+use launcher::DEFAULT_LAUNCHER;
+pub use launcher::{Launcher, set_launcher};
 
 /// The argument that makes a program the sandbox launcher (`keel __sandbox …`); see
 /// [`run_launcher_if_requested`].
@@ -109,89 +113,6 @@ impl SandboxMode {
             Self::WorkspaceWrite => "workspace_write",
         }
     }
-}
-
-/// The program that sets the sandbox up: a binary that calls [`run_launcher_if_requested`] first
-/// thing in `main`, started as `PROGRAM __sandbox …`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Launcher {
-    program: PathBuf,
-}
-
-impl Launcher {
-    /// The binary at `program`.
-    pub fn new(program: impl Into<PathBuf>) -> Self {
-        Self {
-            program: program.into(),
-        }
-    }
-
-    /// The running program itself (`/proc/self/exe`, which stays right even when the file is
-    /// replaced while it runs): for a binary whose `main` calls [`run_launcher_if_requested`].
-    pub fn this_program() -> Self {
-        Self::new("/proc/self/exe")
-    }
-
-    /// The launcher program `name` installed in the running program's directory (the small
-    /// `keel-sandbox-launcher` beside `keel`: it starts in a fraction of the time the full
-    /// binary takes, and every sandboxed command starts a launcher), held open from now on and
-    /// run as `/proc/self/fd/N`, so that it stays the same file for the life of this process
-    /// even if the file is replaced (as [`Launcher::this_program`] does). `None` when there is
-    /// no such executable regular file; use [`Launcher::this_program`] then. A launcher from
-    /// another build refuses the spec (its `format`, and unknown fields are errors), so a
-    /// mismatched pair fails closed: nothing runs.
-    ///
-    /// The file must be a regular file (a symlink to one is followed), executable, owned by
-    /// this process's user or by root, and writable by no one else (no group or other write
-    /// bit): a launcher another user could rewrite would run their code outside the sandbox.
-    /// It is opened `O_PATH` (a FIFO of that name cannot block start-up).
-    pub fn beside_this_program(name: &str) -> Option<Self> {
-        let exe = std::fs::read_link("/proc/self/exe").ok()?;
-        Self::held_open(&exe.parent()?.join(name))
-    }
-
-    /// [`Launcher::beside_this_program`]'s checks and hold on the file at `path`.
-    #[cfg(target_os = "linux")]
-    fn held_open(path: &Path) -> Option<Self> {
-        use std::os::fd::{AsRawFd, OwnedFd};
-        use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_PATH | libc::O_NONBLOCK)
-            .open(path)
-            .ok()?;
-        let meta = file.metadata().ok()?;
-        let euid = rustix::process::geteuid().as_raw();
-        if !meta.is_file()
-            || meta.mode() & 0o111 == 0
-            || meta.mode() & 0o022 != 0
-            || (meta.uid() != euid && meta.uid() != 0)
-        {
-            return None;
-        }
-        // Kept open (close-on-exec) for the life of the process: the path names it.
-        let fd: &'static OwnedFd = Box::leak(Box::new(OwnedFd::from(file)));
-        Some(Self::new(format!("/proc/self/fd/{}", fd.as_raw_fd())))
-    }
-
-    #[cfg(not(target_os = "linux"))]
-    fn held_open(_path: &Path) -> Option<Self> {
-        None
-    }
-
-    /// The program.
-    pub fn program(&self) -> &Path {
-        &self.program
-    }
-}
-
-static DEFAULT_LAUNCHER: OnceLock<Launcher> = OnceLock::new();
-
-/// Registers the launcher every [`Sandbox`] of this process uses unless it was given its own
-/// ([`Sandbox::with_launcher`]). The first registration wins; returns whether this one did.
-/// The `keel` binary registers itself ([`Launcher::this_program`]) at startup.
-pub fn set_launcher(launcher: Launcher) -> bool {
-    DEFAULT_LAUNCHER.set(launcher).is_ok()
 }
 
 /// Runs the sandbox launcher and exits, when this process was started as one
@@ -741,61 +662,5 @@ mod imp {
             "the sandbox needs Linux (namespaces, seccomp); set the sandbox to off explicitly"
                 .into(),
         ))
-    }
-}
-
-#[cfg(all(test, target_os = "linux"))]
-mod launcher_tests {
-    use std::os::unix::fs::PermissionsExt;
-
-    use super::Launcher;
-
-    /// Only an executable regular file writable by its owner alone (owned by this user or
-    /// root) is taken as the launcher; a FIFO of that name does not block (attacker review:
-    /// every `keel` command hung at start-up on one).
-    #[test]
-    fn only_a_trusted_executable_file_is_taken_as_the_launcher() {
-        let dir = tempfile::tempdir().unwrap();
-        let file = |name: &str, mode: u32| {
-            let p = dir.path().join(name);
-            std::fs::write(&p, "#!/bin/true\n").unwrap();
-            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
-            p
-        };
-        let good = file("good", 0o755);
-        let held = Launcher::held_open(&good).expect("an executable file of this user");
-        assert!(held.program().starts_with("/proc/self/fd/"), "{held:?}");
-        assert_eq!(
-            std::fs::read_link(held.program()).unwrap(),
-            std::fs::canonicalize(&good).unwrap()
-        );
-        for bad in [
-            file("plain", 0o644),
-            file("group_writable", 0o775),
-            file("world_writable", 0o757),
-        ] {
-            assert!(Launcher::held_open(&bad).is_none(), "{}", bad.display());
-        }
-        assert!(Launcher::held_open(dir.path()).is_none(), "a directory");
-        assert!(Launcher::held_open(&dir.path().join("missing")).is_none());
-        let fifo = dir.path().join("fifo");
-        rustix::fs::mknodat(
-            rustix::fs::CWD,
-            &fifo,
-            rustix::fs::FileType::Fifo,
-            rustix::fs::Mode::from_raw_mode(0o755),
-            0,
-        )
-        .unwrap();
-        assert!(
-            Launcher::held_open(&fifo).is_none(),
-            "a FIFO, without blocking"
-        );
-        let link = dir.path().join("link");
-        std::os::unix::fs::symlink(&good, &link).unwrap();
-        assert!(
-            Launcher::held_open(&link).is_some(),
-            "a symlink to a good file"
-        );
     }
 }
