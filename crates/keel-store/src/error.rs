@@ -159,6 +159,83 @@ impl From<sqlx::Error> for StoreError {
     }
 }
 
+impl From<rusqlite::Error> for StoreError {
+    /// The SQLite writer thread's errors (`src/sql/sqlite_writer.rs`), classified as sqlx's are:
+    /// `SQLITE_BUSY` / `SQLITE_LOCKED` are `Locked`, `SQLITE_FULL` is `DiskFull`; any other
+    /// error is `Database`, carrying SQLite's message and extended result code.
+    fn from(e: rusqlite::Error) -> Self {
+        use rusqlite::ErrorCode;
+        if let rusqlite::Error::SqliteFailure(f, msg) = &e {
+            let msg = msg.clone().unwrap_or_else(|| f.to_string());
+            match f.code {
+                ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked => {
+                    return StoreError::Locked(msg);
+                }
+                ErrorCode::DiskFull => {
+                    return StoreError::DiskFull {
+                        location: "the store".into(),
+                        detail: msg,
+                    };
+                }
+                _ => {}
+            }
+        }
+        StoreError::Database(sqlx::Error::Database(Box::new(SqliteWriterError(e))))
+    }
+}
+
+/// An error of the SQLite writer thread's connection (rusqlite), as a database error of sqlx's
+/// kind so that [`StoreError::Database`] carries it with its message and code.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+struct SqliteWriterError(rusqlite::Error);
+
+impl sqlx::error::DatabaseError for SqliteWriterError {
+    fn message(&self) -> &str {
+        match &self.0 {
+            rusqlite::Error::SqliteFailure(_, Some(msg)) => msg,
+            _ => "SQLite error",
+        }
+    }
+
+    /// SQLite's extended result code (<https://www.sqlite.org/rescode.html>), as sqlx reports it.
+    fn code(&self) -> Option<std::borrow::Cow<'_, str>> {
+        match &self.0 {
+            rusqlite::Error::SqliteFailure(f, _) => Some(f.extended_code.to_string().into()),
+            _ => None,
+        }
+    }
+
+    fn as_error(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        self
+    }
+
+    fn as_error_mut(&mut self) -> &mut (dyn std::error::Error + Send + Sync + 'static) {
+        self
+    }
+
+    fn into_error(self: Box<Self>) -> Box<dyn std::error::Error + Send + Sync + 'static> {
+        self
+    }
+
+    fn kind(&self) -> sqlx::error::ErrorKind {
+        use rusqlite::ffi;
+        use sqlx::error::ErrorKind;
+        match &self.0 {
+            rusqlite::Error::SqliteFailure(f, _) => match f.extended_code {
+                ffi::SQLITE_CONSTRAINT_UNIQUE | ffi::SQLITE_CONSTRAINT_PRIMARYKEY => {
+                    ErrorKind::UniqueViolation
+                }
+                ffi::SQLITE_CONSTRAINT_FOREIGNKEY => ErrorKind::ForeignKeyViolation,
+                ffi::SQLITE_CONSTRAINT_NOTNULL => ErrorKind::NotNullViolation,
+                ffi::SQLITE_CONSTRAINT_CHECK => ErrorKind::CheckViolation,
+                _ => ErrorKind::Other,
+            },
+            _ => ErrorKind::Other,
+        }
+    }
+}
+
 impl From<UnknownState> for StoreError {
     fn from(e: UnknownState) -> Self {
         StoreError::CorruptRow {

@@ -8,7 +8,10 @@
 //! after the other (each its own round trip, as before).
 //!
 //! A batch runs inside the caller's transaction; an error stops it part-way, and the caller
-//! must then roll back (as for any failed statement of a transaction).
+//! must then roll back (as for any failed statement of a transaction). On SQLite's writer
+//! thread ([`super::sqlite_writer`]) a batch runs through rusqlite instead
+//! ([`Batch::run_sqlite`]): the statements one after the other on that thread, each prepared
+//! once and cached.
 
 use futures_util::TryStreamExt;
 use sqlx::{AnyConnection, Executor};
@@ -36,6 +39,19 @@ pub(crate) enum Bind {
 #[derive(Default)]
 pub(crate) struct Batch {
     statements: Vec<(String, Vec<Bind>)>,
+}
+
+impl rusqlite::ToSql for Bind {
+    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+        use rusqlite::types::{ToSqlOutput, ValueRef};
+        Ok(ToSqlOutput::Borrowed(match self {
+            Bind::Text(s) | Bind::OptText(Some(s)) => ValueRef::Text(s.as_bytes()),
+            Bind::OptText(None) | Bind::OptInt(None) => ValueRef::Null,
+            Bind::Int(i) | Bind::OptInt(Some(i)) => ValueRef::Integer(*i),
+            Bind::Real(f) => ValueRef::Real(*f),
+            Bind::Blob(b) => ValueRef::Blob(b),
+        }))
+    }
 }
 
 /// Binds `values` to `q` in order.
@@ -107,6 +123,24 @@ impl Batch {
                 "a batch of {n} statements reported {} results",
                 changed.len()
             ))));
+        }
+        Ok(changed)
+    }
+
+    /// [`Batch::run`] on the SQLite writer thread's connection: each statement prepared (and
+    /// cached by the connection), bound and stepped in order; returns the rows each changed.
+    ///
+    /// # Errors
+    /// `Database` (or `DiskFull`, `Locked`) for a failed statement; the ones after it did not
+    /// run, and the caller rolls back.
+    pub fn run_sqlite(self, conn: &rusqlite::Connection) -> Result<Vec<u64>> {
+        let mut changed = Vec::with_capacity(self.statements.len());
+        for (sql, binds) in self.statements {
+            let sql = Dialect::Sqlite.sql(&sql);
+            let n = conn
+                .prepare_cached(&sql)?
+                .execute(rusqlite::params_from_iter(binds.iter()))?;
+            changed.push(n as u64);
         }
         Ok(changed)
     }

@@ -161,9 +161,7 @@ async fn check_transcript(
     if inserted == rows.len() as u64 {
         return Ok(());
     }
-    let select = dialect.sql(
-        "SELECT role, content FROM transcript WHERE tenant_id = ? AND session_id = ? AND idx = ?",
-    );
+    let select = dialect.sql(TRANSCRIPT_ITEM);
     for row in rows {
         // Inserted above, or already there: either way it must be this item now.
         let existing = sqlx::query(&select)
@@ -174,14 +172,51 @@ async fn check_transcript(
             .await?;
         let role: String = existing.try_get("role")?;
         let content: String = existing.try_get("content")?;
-        if role != row.role || parse_json("transcript", row.index, &content)? != row.content {
-            return Err(StoreError::Conflict(format!(
-                "transcript item {} of session {session} already holds a different item",
-                row.index
-            )));
-        }
+        row.is_held(session, &role, &content)?;
     }
     Ok(())
+}
+
+/// [`check_transcript`] on the SQLite writer thread's connection.
+fn check_transcript_sqlite(
+    conn: &rusqlite::Connection,
+    tenant: &str,
+    session: &str,
+    rows: &[TranscriptRow],
+    inserted: u64,
+) -> Result<()> {
+    if inserted == rows.len() as u64 {
+        return Ok(());
+    }
+    let mut select = conn.prepare_cached(&Dialect::Sqlite.sql(TRANSCRIPT_ITEM))?;
+    for row in rows {
+        let (role, content): (String, String) = select
+            .query_row(rusqlite::params![tenant, session, row.index], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })?;
+        row.is_held(session, &role, &content)?;
+    }
+    Ok(())
+}
+
+/// The stored role and content of one transcript index.
+const TRANSCRIPT_ITEM: &str =
+    "SELECT role, content FROM transcript WHERE tenant_id = ? AND session_id = ? AND idx = ?";
+
+impl TranscriptRow {
+    /// Whether the stored `role` and `content` (JSON text) at this row's index are this row.
+    ///
+    /// # Errors
+    /// `Conflict` when they are another item; `CorruptRow` for content that is not JSON.
+    fn is_held(&self, session: &str, role: &str, content: &str) -> Result<()> {
+        if role != self.role || parse_json("transcript", self.index, content)? != self.content {
+            return Err(StoreError::Conflict(format!(
+                "transcript item {} of session {session} already holds a different item",
+                self.index
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// Deletes one intent (tenant, session, intent id): its poster's withdrawal, a handler's taking
@@ -325,6 +360,37 @@ impl Extras {
         session: &str,
         head: Batch,
     ) -> Result<()> {
+        let (batch, checks) = self.statements(tenant, session, head);
+        let changed = batch.run(conn, dialect).await?;
+        let inserted = checks.verify(session, &changed)?;
+        check_transcript(conn, dialect, tenant, session, &self.transcript, inserted).await
+    }
+
+    /// [`Extras::apply`] on the SQLite writer thread's connection (inside its transaction).
+    ///
+    /// # Errors
+    /// As [`Extras::apply`].
+    pub fn apply_sqlite(
+        &self,
+        conn: &rusqlite::Connection,
+        tenant: &str,
+        session: &str,
+        head: Batch,
+    ) -> Result<()> {
+        let (batch, checks) = self.statements(tenant, session, head);
+        let changed = batch.run_sqlite(conn)?;
+        let inserted = checks.verify(session, &changed)?;
+        check_transcript_sqlite(conn, tenant, session, &self.transcript, inserted)
+    }
+
+    /// The statements of these extras after `head`'s, and what their changed-row counts must
+    /// show ([`ExtrasChecks::verify`]).
+    fn statements<'a>(
+        &'a self,
+        tenant: &str,
+        session: &str,
+        head: Batch,
+    ) -> (Batch, ExtrasChecks<'a>) {
         use Bind::{Int, OptInt, OptText, Real, Text};
         let mut batch = head;
         let intent = self.consume_intent.as_ref().map(|(session_id, intent)| {
@@ -465,8 +531,42 @@ impl Extras {
                 vec![OptInt(at), t(), s()],
             );
         }
-        let changed = batch.run(conn, dialect).await?;
-        if let Some((k, session_id, intent)) = intent
+        (
+            batch,
+            ExtrasChecks {
+                intent,
+                effects,
+                approvals,
+                release,
+                transcript,
+            },
+        )
+    }
+}
+
+/// What the statements of [`Extras::statements`] must have changed, by their index in the batch.
+struct ExtrasChecks<'a> {
+    /// The consumed intent's `DELETE` (with the appended session and the intent id).
+    intent: Option<(usize, &'a SessionId, &'a String)>,
+    /// Each effect's upsert (0 rows: the key belongs to another session).
+    effects: Vec<(usize, &'a String)>,
+    /// Each approval's insert (0 rows: the id exists).
+    approvals: Vec<(usize, &'a String)>,
+    /// The release re-point (0 rows: no such release).
+    release: Option<(usize, &'a String)>,
+    /// The transcript inserts.
+    transcript: std::ops::Range<usize>,
+}
+
+impl ExtrasChecks<'_> {
+    /// Checks the batch's counts (`changed`, by statement index); returns the transcript rows
+    /// inserted, for [`check_transcript`].
+    ///
+    /// # Errors
+    /// `IntentGone`, `Conflict` (an effect of another session, an existing approval), `NotFound`
+    /// (the release).
+    fn verify(self, session: &str, changed: &[u64]) -> Result<u64> {
+        if let Some((k, session_id, intent)) = self.intent
             && changed[k] == 0
             && !is_off(Mechanism::IntentConsume)
         {
@@ -475,17 +575,17 @@ impl Extras {
                 intent_id: intent.clone(),
             });
         }
-        if let Some((_, key)) = effects.iter().find(|(k, _)| changed[*k] == 0) {
+        if let Some((_, key)) = self.effects.iter().find(|(k, _)| changed[*k] == 0) {
             return Err(StoreError::Conflict(format!(
                 "effect {key} belongs to another session than {session}"
             )));
         }
-        if let Some((_, id)) = approvals.iter().find(|(k, _)| changed[*k] == 0) {
+        if let Some((_, id)) = self.approvals.iter().find(|(k, _)| changed[*k] == 0) {
             return Err(StoreError::Conflict(format!(
                 "approval {id} already exists"
             )));
         }
-        if let Some((k, release)) = release
+        if let Some((k, release)) = self.release
             && changed[k] == 0
         {
             return Err(StoreError::NotFound {
@@ -493,8 +593,7 @@ impl Extras {
                 id: release.clone(),
             });
         }
-        let inserted = transcript.map(|k| changed[k]).sum();
-        check_transcript(conn, dialect, tenant, session, &self.transcript, inserted).await
+        Ok(self.transcript.map(|k| changed[k]).sum())
     }
 }
 

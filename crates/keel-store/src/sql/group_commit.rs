@@ -8,9 +8,10 @@
 //! with side-table extras ([`crate::AppendExtras`]) is written in the same transaction inside its
 //! own `SAVEPOINT` (compare-and-set, events, extras): if its compare-and-set is refused or an
 //! extra fails, it rolls back to the savepoint, so it writes nothing and fails alone while the
-//! rest of the batch commits; requests without extras keep the set-wise path. The commit
-//! runs in a spawned task: a caller that is cancelled mid-commit cannot leave the writer inside a
-//! transaction or abandon other callers' appends. A request whose caller
+//! rest of the batch commits; requests without extras keep the set-wise path. The leader hands
+//! the batch, with the writer lock, to the store's writer thread ([`super::sqlite_writer`]),
+//! which commits it and answers every request: a caller that is cancelled mid-commit cannot
+//! leave the writer inside a transaction or abandon other callers' appends. A request whose caller
 //! was cancelled before its batch committed may still be committed; callers read the journal to
 //! learn the outcome, as after any interrupted write.
 //!
@@ -25,17 +26,18 @@ use std::sync::Arc;
 use keel_core::mechanisms::{Mechanism, sql_guard};
 use keel_core::{Event, LeaseEpoch, SessionId, StateMachine, TenantId};
 use sqlx::{AnyConnection, AnyPool, Connection, Row};
-use tokio::sync::{Mutex, OwnedMutexGuard, oneshot};
+use tokio::sync::{Mutex, oneshot};
 
-use super::batch::{Batch, Bind};
+use super::batch::{Batch, Bind, bind_all};
 use super::extras::Extras;
+use super::sqlite_writer::SqliteWriter;
 use super::waiters::Waiters;
 use super::{Dialect, now_ms, to_i64};
 use crate::error::{Result, StoreError};
 use crate::types::AppendExtras;
 
 /// One event row: seq, type, timestamp (Unix ms), encoded envelope.
-type EventRow = (i64, &'static str, i64, String);
+pub(crate) type EventRow = (i64, &'static str, i64, String);
 
 /// The scheduler's columns an append writes, bound as SQL values.
 struct WorkCols {
@@ -67,29 +69,25 @@ fn work_assignments(run: &str, queued: &str, prio: &str, schema: &str, now: &str
     )
 }
 
-/// Binds the values of `work_assignments("?", "?", "?", "?", "?")`, in their order.
-fn bind_work<'q>(
-    q: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
-    w: &WorkCols,
-    now: i64,
-) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>> {
-    q.bind(w.runnable)
-        .bind(w.runnable)
-        .bind(now)
-        .bind(w.runnable)
-        .bind(w.queued)
-        .bind(w.priority)
-        .bind(w.schema)
-        .bind(w.schema)
+/// The values of `work_assignments("?", "?", "?", "?", "?")`, in their order.
+fn work_binds(w: &WorkCols, now: i64) -> [Bind; 8] {
+    [
+        Bind::OptInt(w.runnable.map(i64::from)),
+        Bind::OptInt(w.runnable.map(i64::from)),
+        Bind::Int(now),
+        Bind::OptInt(w.runnable.map(i64::from)),
+        Bind::OptInt(w.queued.map(i64::from)),
+        Bind::OptInt(w.priority.map(i64::from)),
+        Bind::Int(i64::from(w.schema)),
+        Bind::Int(i64::from(w.schema)),
+    ]
 }
 
-/// Whether a row returned by a compare-and-set (`runnable`, `runnable_since`) became runnable
-/// in the commit made at `now` (in a group commit, possibly by an earlier request of the batch:
-/// the batch is one commit).
-fn became_runnable(row: &sqlx::any::AnyRow, now: i64) -> Result<bool> {
-    let runnable: i64 = row.try_get("runnable")?;
-    let since: Option<i64> = row.try_get("runnable_since")?;
-    Ok(runnable == 1 && since == Some(now))
+/// Whether a row returned by a compare-and-set (its `runnable` and `runnable_since`) became
+/// runnable in the commit made at `now` (in a group commit, possibly by an earlier request of
+/// the batch: the batch is one commit).
+pub(crate) fn became_runnable(runnable: i64, since: Option<i64>, now: i64) -> bool {
+    runnable == 1 && since == Some(now)
 }
 
 /// A committed append: the journal's new version, and whether the session became runnable in
@@ -101,16 +99,16 @@ pub(crate) struct Appended {
 
 /// An append, ready to write.
 pub(crate) struct AppendRequest {
-    session_id: SessionId,
-    tenant: String,
-    session: String,
+    pub(super) session_id: SessionId,
+    pub(super) tenant: String,
+    pub(super) session: String,
     expected: i64,
     epoch: i64,
     count: i64,
     status: Option<String>,
-    rows: Vec<EventRow>,
+    pub(super) rows: Vec<EventRow>,
     /// Side-table writes to commit with the events; `None` when there are none (fast path).
-    extras: Option<Extras>,
+    pub(super) extras: Option<Extras>,
     /// The scheduler's columns, written by the compare-and-set.
     work: WorkCols,
 }
@@ -172,8 +170,54 @@ impl AppendRequest {
     }
 
     /// The journal's version after this append.
-    fn new_version(&self) -> u64 {
+    pub(super) fn new_version(&self) -> u64 {
         u64::try_from(self.expected + self.count).unwrap_or(0)
+    }
+
+    /// The values of [`cas_update`] for this request, in their order.
+    pub(super) fn cas_binds(&self, now: i64) -> Vec<Bind> {
+        let mut binds = vec![
+            Bind::Int(self.count),
+            Bind::OptText(self.status.clone()),
+            Bind::Int(now),
+        ];
+        binds.extend(work_binds(&self.work, now));
+        binds.extend([
+            Bind::Text(self.tenant.clone()),
+            Bind::Text(self.session.clone()),
+            Bind::Int(self.expected),
+            Bind::Int(self.epoch),
+        ]);
+        binds
+    }
+
+    /// Adds this request's row of [`set_wise_update`]'s `VALUES` to `binds`.
+    pub(super) fn set_wise_binds(&self, binds: &mut Vec<Bind>) {
+        binds.extend([
+            Bind::Text(self.tenant.clone()),
+            Bind::Text(self.session.clone()),
+            Bind::Int(self.expected),
+            Bind::Int(self.epoch),
+            Bind::Int(self.count),
+            Bind::OptText(self.status.clone()),
+            Bind::OptInt(self.work.runnable.map(i64::from)),
+            Bind::OptInt(self.work.queued.map(i64::from)),
+            Bind::OptInt(self.work.priority.map(i64::from)),
+            Bind::Int(i64::from(self.work.schema)),
+        ]);
+    }
+
+    /// Adds the values of one event row of this request (an `events` insert's
+    /// `(?, ?, ?, ?, ?, ?)`) to `binds`.
+    pub(super) fn event_binds(&self, (seq, ty, ts, body): &EventRow, binds: &mut Vec<Bind>) {
+        binds.extend([
+            Bind::Text(self.tenant.clone()),
+            Bind::Text(self.session.clone()),
+            Bind::Int(*seq),
+            Bind::Text((*ty).to_owned()),
+            Bind::Int(*ts),
+            Bind::Text(body.clone()),
+        ]);
     }
 
     /// Writes this request's extras (if any) in the caller's transaction, after its
@@ -197,7 +241,7 @@ impl AppendRequest {
 
     /// The statements inserting this request's event rows (one multi-row `INSERT` per
     /// [`INSERT_CHUNK`] rows), as the head of its extras' batch.
-    fn event_inserts(&self) -> Batch {
+    pub(super) fn event_inserts(&self) -> Batch {
         let mut batch = Batch::default();
         for chunk in self.rows.chunks(INSERT_CHUNK) {
             let sql = values_insert(
@@ -206,15 +250,8 @@ impl AppendRequest {
                 chunk.len(),
             );
             let mut binds = Vec::with_capacity(chunk.len() * 6);
-            for (seq, ty, ts, body) in chunk {
-                binds.extend([
-                    Bind::Text(self.tenant.clone()),
-                    Bind::Text(self.session.clone()),
-                    Bind::Int(*seq),
-                    Bind::Text((*ty).to_owned()),
-                    Bind::Int(*ts),
-                    Bind::Text(body.clone()),
-                ]);
+            for row in chunk {
+                self.event_binds(row, &mut binds);
             }
             batch.push(sql, binds);
         }
@@ -241,7 +278,7 @@ pub(crate) enum CasFailure {
 /// the expected version's and lease epoch's expressions): the journal version, and the lease
 /// epoch fence (a released lease has no owner). Each part can be turned off in test builds
 /// (`keel_core::mechanisms`: `cas_version`, `fencing`).
-fn cas_condition(p: &str, version: &str, epoch: &str) -> String {
+pub(super) fn cas_condition(p: &str, version: &str, epoch: &str) -> String {
     format!(
         "{} AND {}",
         sql_guard(Mechanism::CasVersion, &format!("{p}version = {version}")),
@@ -252,74 +289,44 @@ fn cas_condition(p: &str, version: &str, epoch: &str) -> String {
     )
 }
 
-/// Writes one append — compare-and-set, then its events and extras as one batch (two round
-/// trips to SQLite's worker thread) — inside the caller's transaction. The outer error is a
-/// database error or a failed extra (the caller rolls back); the inner one a refused
-/// compare-and-set (nothing written).
-pub(crate) async fn apply_one(
-    conn: &mut AnyConnection,
-    dialect: Dialect,
-    req: &AppendRequest,
-) -> Result<Result<Appended, CasFailure>> {
-    let now = now_ms();
-    let sql = format!(
+/// An append's compare-and-set `UPDATE` of the session row (no `RETURNING`; values:
+/// [`AppendRequest::cas_binds`]): adds the events' count to the version, sets the status and
+/// the scheduler's columns, if the version and the lease epoch are the expected ones.
+pub(super) fn cas_update() -> String {
+    format!(
         "UPDATE sessions SET version = version + ?, status = COALESCE(?, status), updated_at = ?{} \
-         WHERE tenant_id = ? AND session_id = ? AND {} RETURNING runnable, runnable_since",
+         WHERE tenant_id = ? AND session_id = ? AND {}",
         work_assignments("?", "?", "?", "?", "?"),
         cas_condition("", "?", "?")
-    );
-    let sql = dialect.sql(&sql);
-    let q = sqlx::query(&sql)
-        .bind(req.count)
-        .bind(req.status.clone())
-        .bind(now);
-    let updated = bind_work(q, &req.work, now)
-        .bind(req.tenant.clone())
-        .bind(req.session.clone())
-        .bind(req.expected)
-        .bind(req.epoch)
-        .fetch_optional(&mut *conn)
-        .await?;
-    let Some(updated) = updated else {
-        return Ok(Err(classify(conn, dialect, req).await?));
-    };
-    let woke = became_runnable(&updated, now)?;
-    req.apply_extras(conn, dialect, req.event_inserts()).await?;
-    Ok(Ok(Appended {
-        version: req.new_version(),
-        woke,
-    }))
+    )
 }
 
-/// Inserts event rows (each with the request it belongs to) with one multi-row statement per
-/// chunk, not one per event: on SQLite each statement is a round trip to sqlx's worker thread.
-async fn insert_events(
-    conn: &mut AnyConnection,
-    dialect: Dialect,
-    rows: &[(&AppendRequest, &EventRow)],
-) -> Result<()> {
-    for chunk in rows.chunks(INSERT_CHUNK) {
-        let sql = dialect
-            .sql(&values_insert(
-                "INSERT INTO events (tenant_id, session_id, seq, type, ts, body) VALUES ",
-                "(?, ?, ?, ?, ?, ?)",
-                chunk.len(),
-            ))
-            .into_owned();
-        let mut q = sqlx::query(&sql);
-        for (req, (seq, ty, ts, body)) in chunk {
-            q = q
-                .bind(req.tenant.clone())
-                .bind(req.session.clone())
-                .bind(*seq)
-                .bind(*ty)
-                .bind(*ts)
-                .bind(body.clone());
-        }
-        q.execute(&mut *conn).await?;
+/// SQLite: the compare-and-set of `n` requests without extras as one `UPDATE … FROM (VALUES …)
+/// RETURNING session_id, runnable, runnable_since` (values: each request's
+/// [`AppendRequest::set_wise_binds`], then `now` twice).
+pub(super) fn set_wise_update(n: usize) -> String {
+    let mut sql =
+        String::from("WITH v(t_id, s_id, exp, ep, cnt, st, run, qt, prio, sv) AS (VALUES ");
+    for k in 0..n {
+        sql.push_str(if k == 0 {
+            "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        } else {
+            ", (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+        });
     }
-    Ok(())
+    sql.push_str(&format!(
+        ") UPDATE sessions SET version = sessions.version + v.cnt, \
+         status = COALESCE(v.st, sessions.status), updated_at = ?{} FROM v \
+         WHERE sessions.tenant_id = v.t_id AND sessions.session_id = v.s_id \
+         AND {} RETURNING session_id, runnable, runnable_since",
+        work_assignments("v.run", "v.qt", "v.prio", "v.sv", "?"),
+        cas_condition("sessions.", "v.exp", "v.ep")
+    ));
+    sql
 }
+
+/// Most events in one multi-row `INSERT` (6 parameters each, under SQLite's 32,766 limit).
+pub(super) const INSERT_CHUNK: usize = 5000;
 
 /// `head` followed by `n` copies of the parenthesized `tuple`, comma-separated (a multi-row
 /// `INSERT … VALUES`).
@@ -349,13 +356,10 @@ pub(crate) async fn append_postgres(
 ) -> Result<Result<u64, CasFailure>> {
     let now = now_ms();
     let mut sql = format!(
-        "WITH upd AS (UPDATE sessions SET version = version + ?, status = COALESCE(?, status), updated_at = ?{} \
-         WHERE tenant_id = ? AND session_id = ? AND {} \
-         RETURNING tenant_id, session_id, runnable, runnable_since), \
+        "WITH upd AS ({} RETURNING tenant_id, session_id, runnable, runnable_since), \
          ins AS (INSERT INTO events (tenant_id, session_id, seq, type, ts, body) \
          SELECT upd.tenant_id, upd.session_id, v.seq, v.type, v.ts, v.body FROM upd CROSS JOIN (VALUES ",
-        work_assignments("?", "?", "?", "?", "?"),
-        cas_condition("", "?", "?")
+        cas_update()
     );
     for k in 0..req.rows.len() {
         sql.push_str(if k == 0 {
@@ -373,15 +377,7 @@ pub(crate) async fn append_postgres(
          (SELECT count(*) FROM work) AS woke",
     );
     let sql = Dialect::Postgres.sql(&sql);
-    let q = sqlx::query(&sql)
-        .bind(req.count)
-        .bind(req.status.clone())
-        .bind(now);
-    let mut q = bind_work(q, &req.work, now)
-        .bind(req.tenant.clone())
-        .bind(req.session.clone())
-        .bind(req.expected)
-        .bind(req.epoch);
+    let mut q = bind_all(sqlx::query(&sql), req.cas_binds(now));
     for (seq, ty, ts, body) in &req.rows {
         q = q.bind(*seq).bind(*ty).bind(*ts).bind(body.clone());
     }
@@ -419,39 +415,58 @@ pub(crate) async fn append_postgres(
     Ok(Err(classify(&mut conn, Dialect::Postgres, req).await?))
 }
 
-/// Why the compare-and-set of `req` matched no row.
+/// The session row's version, lease epoch and lease owner: what [`cas_failure`] reads.
+pub(super) const CLASSIFY: &str =
+    "SELECT version, lease_epoch, lease_owner FROM sessions WHERE tenant_id = ? AND session_id = ?";
+
+/// Why the compare-and-set of `req` matched no row (PostgreSQL; SQLite's writer thread reads
+/// the same row itself).
 async fn classify(
     conn: &mut AnyConnection,
     dialect: Dialect,
     req: &AppendRequest,
 ) -> Result<CasFailure> {
-    let row = sqlx::query(&dialect.sql(
-        "SELECT version, lease_epoch, lease_owner FROM sessions WHERE tenant_id = ? AND session_id = ?",
-    ))
-    .bind(req.tenant.clone())
-    .bind(req.session.clone())
-    .fetch_optional(&mut *conn)
-    .await?;
-    let Some(row) = row else {
-        return Ok(CasFailure::Missing);
+    let row = sqlx::query(&dialect.sql(CLASSIFY))
+        .bind(req.tenant.clone())
+        .bind(req.session.clone())
+        .fetch_optional(&mut *conn)
+        .await?;
+    let row = match row {
+        Some(row) => Some((
+            row.try_get("version")?,
+            row.try_get("lease_epoch")?,
+            row.try_get("lease_owner")?,
+        )),
+        None => None,
     };
-    let version: i64 = row.try_get("version")?;
-    let epoch: i64 = row.try_get("lease_epoch")?;
-    let owner: Option<String> = row.try_get("lease_owner")?;
-    if epoch != req.epoch || owner.is_none() {
-        return Ok(CasFailure::Lease {
-            current: LeaseEpoch(u64::try_from(epoch).unwrap_or(0)),
-            owner,
-        });
-    }
-    Ok(CasFailure::Stale {
-        actual: u64::try_from(version).unwrap_or(0),
-    })
+    Ok(cas_failure(req, row))
 }
 
-struct Pending {
-    req: AppendRequest,
-    reply: oneshot::Sender<Result<u64, CasFailure>>,
+/// Why the compare-and-set of `req` matched no row, from the session row's [`CLASSIFY`]
+/// columns (`None`: no such session): a lease epoch that is not `req`'s, or a released lease,
+/// is `Lease`; otherwise the version moved (`Stale`).
+pub(super) fn cas_failure(
+    req: &AppendRequest,
+    row: Option<(i64, i64, Option<String>)>,
+) -> CasFailure {
+    let Some((version, epoch, owner)) = row else {
+        return CasFailure::Missing;
+    };
+    if epoch != req.epoch || owner.is_none() {
+        return CasFailure::Lease {
+            current: LeaseEpoch(u64::try_from(epoch).unwrap_or(0)),
+            owner,
+        };
+    }
+    CasFailure::Stale {
+        actual: u64::try_from(version).unwrap_or(0),
+    }
+}
+
+/// An append queued for the group commit, with its caller's reply channel.
+pub(crate) struct Pending {
+    pub(super) req: AppendRequest,
+    pub(super) reply: oneshot::Sender<Result<u64, CasFailure>>,
 }
 
 /// The queue of appends waiting for the next SQLite commit.
@@ -461,12 +476,15 @@ pub(crate) struct GroupCommit {
 }
 
 impl GroupCommit {
-    /// Queues `req` and returns once a commit that contains it finished.
+    /// Queues `req` and returns once a commit that contains it finished. The caller that takes
+    /// `writer` (the store's writer lock) leads: it hands every queued request to the writer
+    /// thread (`thread`) as one batch, with the lock, which the thread releases when the batch's
+    /// transaction ended.
     pub async fn submit(
         &self,
         req: AppendRequest,
         writer: Arc<Mutex<AnyConnection>>,
-        pool: &AnyPool,
+        thread: &SqliteWriter,
         waiters: Arc<Waiters>,
     ) -> Result<u64, CasFailure> {
         let (reply, mut answer) = oneshot::channel();
@@ -489,9 +507,9 @@ impl GroupCommit {
             // Someone else committed our request while we waited for the writer.
             drop(guard);
         } else {
-            // No await between draining and spawning: the batch cannot be lost to cancellation.
-            let task = tokio::spawn(commit_batch(guard, pool.clone(), batch, waiters));
-            let _ = task.await;
+            // No await between draining and handing over: the batch cannot be lost to
+            // cancellation.
+            thread.commit(guard, batch, waiters);
         }
         answer.await.unwrap_or_else(|_| Err(aborted()))
     }
@@ -499,8 +517,7 @@ impl GroupCommit {
 
 fn aborted() -> CasFailure {
     CasFailure::Store(StoreError::Conflict(
-        "the append's commit task ended without an answer; read the journal to learn the outcome"
-            .into(),
+        "the append's commit ended without an answer; read the journal to learn the outcome".into(),
     ))
 }
 
@@ -521,230 +538,6 @@ pub(crate) async fn ensure_no_transaction(conn: &mut AnyConnection, pool: &AnyPo
         Ok(fresh) => *conn = fresh.detach(),
         Err(e) => tracing::warn!(error = %e, "cannot replace the SQLite writer connection"),
     }
-}
-
-async fn commit_batch(
-    mut conn: OwnedMutexGuard<AnyConnection>,
-    pool: AnyPool,
-    batch: Vec<Pending>,
-    waiters: Arc<Waiters>,
-) {
-    ensure_no_transaction(&mut conn, &pool).await;
-    match run_batch(&mut conn, &pool, &batch).await {
-        Ok(results) => {
-            let mut woke = false;
-            for (pending, result) in batch.into_iter().zip(results) {
-                if let Ok(a) = &result {
-                    waiters.versions.notify(pending.req.session_id);
-                    woke |= a.woke;
-                }
-                let _ = pending.reply.send(result.map(|a| a.version));
-            }
-            if woke {
-                waiters.work.signal();
-            }
-        }
-        Err(e) => {
-            let msg = e.to_string();
-            for pending in batch {
-                let err = match &e {
-                    StoreError::DiskFull { location, detail } => StoreError::DiskFull {
-                        location: location.clone(),
-                        detail: detail.clone(),
-                    },
-                    _ => StoreError::Database(sqlx::Error::Protocol(msg.clone())),
-                };
-                let _ = pending.reply.send(Err(CasFailure::Store(err)));
-            }
-        }
-    }
-}
-
-/// Most requests in one batched `UPDATE` (6 parameters each, under SQLite's 32,766 limit).
-const UPDATE_CHUNK: usize = 2000;
-/// Most events in one batched `INSERT` (6 parameters each).
-const INSERT_CHUNK: usize = 5000;
-
-/// Commits a batch. A single request is written alone ([`append_alone`]). The fast path writes
-/// the whole batch with a handful of set-wise statements;
-/// if any statement fails (a corrupt row, a constraint), the transaction rolls back as a whole and
-/// every request is retried alone, so only the faulty one fails.
-async fn run_batch(
-    conn: &mut AnyConnection,
-    pool: &AnyPool,
-    batch: &[Pending],
-) -> Result<Vec<Result<Appended, CasFailure>>> {
-    if let [alone] = batch {
-        // A batch of one is its own transaction: no savepoint (two statements, each a round
-        // trip to the worker thread, saved on the common single-session path), and a failure
-        // rolls the whole transaction back, which writes nothing of it, as the savepoint would.
-        let result = append_alone(conn, &alone.req).await;
-        ensure_no_transaction(conn, pool).await;
-        return Ok(vec![result]);
-    }
-    match run_batch_set_wise(conn, batch).await {
-        Ok(results) => Ok(results),
-        Err(e) => {
-            tracing::warn!(error = %e, size = batch.len(), "batched append failed; retrying requests one by one");
-            let mut results = Vec::with_capacity(batch.len());
-            for pending in batch {
-                ensure_no_transaction(conn, pool).await;
-                results.push(append_alone(conn, &pending.req).await);
-            }
-            ensure_no_transaction(conn, pool).await;
-            Ok(results)
-        }
-    }
-}
-
-/// One request in its own transaction; every failure is this request's own.
-async fn append_alone(
-    conn: &mut AnyConnection,
-    req: &AppendRequest,
-) -> Result<Appended, CasFailure> {
-    let mut tx = conn
-        .begin_with("BEGIN IMMEDIATE")
-        .await
-        .map_err(|e| CasFailure::Store(e.into()))?;
-    match apply_one(&mut tx, Dialect::Sqlite, req).await {
-        Ok(Ok(v)) => {
-            tx.commit().await.map_err(|e| CasFailure::Store(e.into()))?;
-            Ok(v)
-        }
-        Ok(Err(refused)) => Err(refused),
-        // A failed write (an extra included): dropping the transaction rolls it back.
-        Err(e) => Err(CasFailure::Store(e)),
-    }
-}
-
-/// One request with extras inside its own savepoint of the batch's transaction: compare-and-set,
-/// events, extras. A refused compare-and-set or a failing write rolls back to the savepoint, so
-/// the request writes nothing and fails alone. The outer error (the savepoint itself failed, e.g.
-/// the transaction is gone) fails the batch, which is then retried request by request.
-async fn append_in_savepoint(
-    conn: &mut AnyConnection,
-    req: &AppendRequest,
-) -> Result<Result<Appended, CasFailure>> {
-    sqlx::query("SAVEPOINT keel_append")
-        .execute(&mut *conn)
-        .await?;
-    let outcome = match apply_one(conn, Dialect::Sqlite, req).await {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(refused)) => Err(refused),
-        Err(e) => Err(CasFailure::Store(e)),
-    };
-    if outcome.is_err() {
-        sqlx::query("ROLLBACK TO keel_append")
-            .execute(&mut *conn)
-            .await?;
-    }
-    sqlx::query("RELEASE keel_append")
-        .execute(&mut *conn)
-        .await?;
-    Ok(outcome)
-}
-
-/// One transaction: per round (each session at most once per round, in arrival order), one
-/// `UPDATE … FROM (VALUES …) RETURNING` does the compare-and-set of every request without extras,
-/// and each request with extras is written in its own savepoint ([`append_in_savepoint`]); then
-/// one multi-row `INSERT` writes the events of the requests without extras that won.
-async fn run_batch_set_wise(
-    conn: &mut AnyConnection,
-    batch: &[Pending],
-) -> Result<Vec<Result<Appended, CasFailure>>> {
-    let mut tx = conn.begin_with("BEGIN IMMEDIATE").await?;
-    let mut results: Vec<Option<Result<Appended, CasFailure>>> =
-        (0..batch.len()).map(|_| None).collect();
-    let mut won: Vec<usize> = Vec::with_capacity(batch.len());
-    let mut remaining: Vec<usize> = (0..batch.len()).collect();
-    let now = now_ms();
-    while !remaining.is_empty() {
-        let mut seen = std::collections::HashSet::new();
-        let (round, later): (Vec<usize>, Vec<usize>) = remaining
-            .iter()
-            .partition(|&&i| seen.insert(batch[i].req.session.as_str()));
-        let (plain, with_extras): (Vec<usize>, Vec<usize>) = round
-            .into_iter()
-            .partition(|&i| batch[i].req.extras.is_none());
-        for &i in &with_extras {
-            results[i] = Some(append_in_savepoint(&mut tx, &batch[i].req).await?);
-        }
-        for chunk in plain.chunks(UPDATE_CHUNK) {
-            let mut sql =
-                String::from("WITH v(t_id, s_id, exp, ep, cnt, st, run, qt, prio, sv) AS (VALUES ");
-            for k in 0..chunk.len() {
-                sql.push_str(if k == 0 {
-                    "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                } else {
-                    ", (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                });
-            }
-            sql.push_str(&format!(
-                ") UPDATE sessions SET version = sessions.version + v.cnt, \
-                 status = COALESCE(v.st, sessions.status), updated_at = ?{} FROM v \
-                 WHERE sessions.tenant_id = v.t_id AND sessions.session_id = v.s_id \
-                 AND {} RETURNING session_id, runnable, runnable_since",
-                work_assignments("v.run", "v.qt", "v.prio", "v.sv", "?"),
-                cas_condition("sessions.", "v.exp", "v.ep")
-            ));
-            let mut q = sqlx::query(&sql);
-            for &i in chunk {
-                let r = &batch[i].req;
-                q = q
-                    .bind(r.tenant.clone())
-                    .bind(r.session.clone())
-                    .bind(r.expected)
-                    .bind(r.epoch)
-                    .bind(r.count)
-                    .bind(r.status.clone())
-                    .bind(r.work.runnable)
-                    .bind(r.work.queued)
-                    .bind(r.work.priority)
-                    .bind(r.work.schema);
-            }
-            let rows = q.bind(now).bind(now).fetch_all(&mut *tx).await?;
-            let mut updated = std::collections::HashMap::new();
-            for row in rows {
-                let woke = became_runnable(&row, now)?;
-                updated.insert(row.try_get::<String, _>("session_id")?, woke);
-            }
-            for &i in chunk {
-                let r = &batch[i].req;
-                if let Some(&woke) = updated.get(&r.session) {
-                    results[i] = Some(Ok(Appended {
-                        version: r.new_version(),
-                        woke,
-                    }));
-                    won.push(i);
-                } else {
-                    results[i] = Some(Err(classify(&mut tx, Dialect::Sqlite, r).await?));
-                }
-            }
-        }
-        remaining = later;
-    }
-    let rows: Vec<(&AppendRequest, &EventRow)> = won
-        .iter()
-        .flat_map(|&i| {
-            batch[i]
-                .req
-                .rows
-                .iter()
-                .map(move |row| (&batch[i].req, row))
-        })
-        .collect();
-    insert_events(&mut tx, Dialect::Sqlite, &rows).await?;
-    tx.commit().await?;
-    Ok(results
-        .into_iter()
-        .map(|r| {
-            r.unwrap_or_else(|| {
-                Err(CasFailure::Store(StoreError::Conflict(
-                    "append not processed".into(),
-                )))
-            })
-        })
-        .collect())
 }
 
 #[cfg(test)]

@@ -6,8 +6,9 @@
 //!   every write (`BEGIN IMMEDIATE`); journal appends go through **group commit** ([`group_commit`]):
 //!   appends that arrive while a commit is in flight are committed together in the next
 //!   transaction with set-wise statements, one fsync for the batch; a refused compare-and-set
-//!   does not affect the others. Readers use a small pool. Waiters are woken in-process
-//!   and poll every 50 ms (other processes' writes; intent waiters every 500 ms).
+//!   does not affect the others. The batches are committed by a thread of the store's own on a
+//!   rusqlite connection ([`sqlite_writer`]) while the group commit holds the writer's lock.
+//!   Readers use a small pool. Waiters are woken in-process and poll every 50 ms (other processes' writes; intent waiters every 500 ms).
 //! - **PostgreSQL**: a pool; each append is one transaction; `pg_notify` on the channel
 //!   `<schema>_keel_events` carries the session id of an append to `LISTEN`ers (`intent:<session>`
 //!   for a posted intent), with a 2 s poll as a fallback while the listener reconnects (30 s for
@@ -32,6 +33,7 @@ mod reservations;
 mod scheduling;
 mod sessions;
 mod sqlite_file;
+mod sqlite_writer;
 mod usage;
 mod waiters;
 
@@ -71,6 +73,7 @@ use group_commit::{AppendRequest, GroupCommit};
 use listener::{channel_name, start_listener, work_payload};
 use memory::memory_from_row;
 use sqlite_file::{percent_encode_path, prepare_sqlite_file};
+use sqlite_writer::SqliteWriter;
 use waiters::Waiters;
 
 /// Poll interval of `wait_for_version` on SQLite (bound on cross-process wake-up latency).
@@ -242,6 +245,8 @@ struct Inner {
     writer: Option<Arc<Mutex<AnyConnection>>>,
     /// SQLite only: appends waiting for the next group commit.
     group: GroupCommit,
+    /// SQLite only: the thread that commits the group commit's batches.
+    thread: Option<SqliteWriter>,
     waiters: Arc<Waiters>,
     /// The task that wakes waiters for other processes' writes: PostgreSQL's LISTEN task,
     /// SQLite's intent poll (`intent_poll`).
@@ -335,6 +340,7 @@ impl SqlStore {
             .connect_with(options)
             .await?;
         let writer = migrations::run(pool.acquire().await?.detach(), Dialect::Sqlite).await?;
+        let thread = SqliteWriter::start(path)?;
         let waiters = Arc::new(Waiters::default());
         let listener = Some(intent_poll::spawn(pool.clone(), waiters.clone()));
         Ok(SqlStore {
@@ -343,6 +349,7 @@ impl SqlStore {
                 dialect: Dialect::Sqlite,
                 writer: Some(Arc::new(Mutex::new(writer))),
                 group: GroupCommit::default(),
+                thread: Some(thread),
                 waiters,
                 listener,
                 renewals: None,
@@ -409,6 +416,7 @@ impl SqlStore {
                 dialect: Dialect::Postgres,
                 writer: None,
                 group: GroupCommit::default(),
+                thread: None,
                 waiters,
                 listener: Some(listener),
                 renewals: Some(renewals),
@@ -993,19 +1001,14 @@ impl Store for SqlStore {
             events,
             extras,
         )?;
-        let outcome = match &self.inner.writer {
-            Some(writer) => {
+        let outcome = match (&self.inner.writer, &self.inner.thread) {
+            (Some(writer), Some(thread)) => {
                 self.inner
                     .group
-                    .submit(
-                        req,
-                        writer.clone(),
-                        &self.inner.pool,
-                        self.inner.waiters.clone(),
-                    )
+                    .submit(req, writer.clone(), thread, self.inner.waiters.clone())
                     .await
             }
-            None => {
+            _ => {
                 group_commit::append_postgres(
                     &self.inner.pool,
                     &self.inner.channel,

@@ -95,12 +95,16 @@ fn pending(requests: Vec<Result<AppendRequest>>) -> Vec<Pending> {
         .collect()
 }
 
-/// Commits `batch` on the store's writer, as a group commit leader does.
-async fn run(store: &SqlStore, batch: &[Pending]) -> Vec<Result<Appended, CasFailure>> {
+/// Commits `batch` on the store's writer thread, holding the writer lock, as a group commit
+/// leader does.
+async fn run(store: &SqlStore, batch: Vec<Pending>) -> Vec<Result<Appended, CasFailure>> {
     let writer = store.inner.writer.clone().unwrap();
-    let mut conn = writer.lock().await;
-    run_batch(&mut conn, &store.inner.pool, batch)
+    let _lock = writer.lock().await;
+    let thread = store.inner.thread.as_ref().unwrap();
+    thread
+        .call(move |conn| super::super::sqlite_writer::run_batch(conn, &batch))
         .await
+        .unwrap()
         .unwrap()
 }
 
@@ -159,7 +163,7 @@ async fn a_mixed_batch_commits_exactly_the_requests_that_succeed() {
         AppendRequest::new(t, s1, 3, e1, &queued(s1, 3, 1), &with(10, vec![])),
     ];
     let batch = pending(requests);
-    let results = run(&store, &batch).await;
+    let results = run(&store, batch).await;
     assert_eq!(
         summary(&results),
         ["ok 1", "conflict", "ok 3", "ok 1", "stale 3", "ok 4"]
@@ -249,7 +253,7 @@ async fn a_batch_writes_each_sessions_work_mark() {
         AppendRequest::new(t, s1, 1, e1, &queued(s1, 1, 1), &marked(true, 1, None)),
     ]);
     let before = now_ms();
-    let results = run(&store, &batch).await;
+    let results = run(&store, batch).await;
     let after = now_ms();
     let woke: Vec<Option<bool>> = results
         .iter()
@@ -286,7 +290,7 @@ async fn a_batch_writes_each_sessions_work_mark() {
         &queued(s1, 2, 1),
         &marked(true, 0, Some(-2)),
     )]);
-    let results = run(&store, &batch).await;
+    let results = run(&store, batch).await;
     assert!(!results[0].as_ref().ok().unwrap().woke);
     assert_eq!(
         marks(&store, &sessions).await[0],
@@ -337,11 +341,91 @@ async fn a_failing_fast_path_retries_requests_with_extras_alone() {
         ),
         AppendRequest::new(t, s2, 0, e2, &queued(s2, 0, 1), &AppendExtras::default()),
     ]);
-    let results = run(&store, &batch).await;
+    let results = run(&store, batch).await;
     assert_eq!(summary(&results), ["ok 1", "other"]);
     assert_eq!(store.get_session(t, s1).await.unwrap().version, 1);
     assert_eq!(store.get_session(t, s2).await.unwrap().version, 0);
     assert_eq!(store.list_approvals(t, s1, None).await.unwrap().len(), 1);
     let rows = store.usage(t, "2026-05-01", "2026-05-01").await.unwrap();
     assert_eq!(rows[0].steps, 2, "extras applied once, by the retry");
+}
+
+/// A job of the writer thread that panics half-way through a transaction costs its callers an
+/// answer, not the thread: the next job finds the connection rolled back and appends commit.
+#[tokio::test]
+async fn a_panicking_writer_job_leaves_the_thread_serving_outside_a_transaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, t, sessions) = setup(&dir, 1).await;
+    let (s, e) = sessions[0];
+    let thread = store.inner.thread.as_ref().unwrap();
+    let panicked = thread
+        .call(|conn| -> () {
+            conn.connection()
+                .execute_batch("BEGIN IMMEDIATE; DELETE FROM events;")
+                .unwrap();
+            panic!("a bug in a job");
+        })
+        .await;
+    assert!(
+        panicked.is_err(),
+        "the caller of a panicking job gets an error"
+    );
+    let autocommit = thread
+        .call(|conn| conn.connection().is_autocommit())
+        .await
+        .unwrap();
+    assert!(autocommit, "the half-done transaction was rolled back");
+    assert_eq!(store.append(t, s, 0, e, &queued(s, 0, 2)).await.unwrap(), 2);
+    assert_eq!(store.read(t, s, 0, None).await.unwrap().len(), 2);
+}
+
+/// The disk filling up under the writer thread (here its connection's page limit) is
+/// `DiskFull` naming the store's file, commits nothing of the append, and the next append
+/// commits once there is room again.
+#[tokio::test]
+async fn a_full_disk_under_the_writer_thread_is_disk_full_and_commits_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, t, sessions) = setup(&dir, 1).await;
+    let (s, e) = sessions[0];
+    let thread = store.inner.thread.as_ref().unwrap();
+    let pages: i64 = thread
+        .call(|conn| {
+            let c = conn.connection();
+            let n: i64 = c.query_row("PRAGMA page_count", [], |r| r.get(0)).unwrap();
+            c.execute_batch(&format!("PRAGMA max_page_count = {n}"))
+                .unwrap();
+            n
+        })
+        .await
+        .unwrap();
+    let big = |after: u64| {
+        vec![Event::new(
+            s,
+            after + 1,
+            Utc::now(),
+            Correlation::default(),
+            EventBody::TurnQueued {
+                input: "x".repeat(64 * 1024),
+                compiled: None,
+            },
+        )]
+    };
+    let err = store.append(t, s, 0, e, &big(0)).await.unwrap_err();
+    match &err {
+        StoreError::DiskFull { location, .. } => {
+            assert!(location.ends_with("k.db"), "names the file: {err}");
+        }
+        other => panic!("expected DiskFull, got {other:?}"),
+    }
+    assert_eq!(store.get_session(t, s).await.unwrap().version, 0);
+    assert!(store.read(t, s, 0, None).await.unwrap().is_empty());
+    thread
+        .call(move |conn| {
+            conn.connection()
+                .execute_batch(&format!("PRAGMA max_page_count = {}", pages * 100))
+                .unwrap();
+        })
+        .await
+        .unwrap();
+    assert_eq!(store.append(t, s, 0, e, &big(0)).await.unwrap(), 1);
 }
