@@ -74,6 +74,7 @@ impl Inner {
             Arc::new(Redactor::with_values(&[], &[])?),
         )
         .await?;
+        j.publish_to(self.hub.sender(session));
         self.install_secrets(&mut j, None).await?;
         j.unseal(self.options.seal_key.clone()).await?;
         Ok(j)

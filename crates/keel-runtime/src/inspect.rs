@@ -26,7 +26,8 @@ impl Runtime {
     ) -> Result<Subscription> {
         let rec = self.inner.store.get_session(tenant, session).await?;
         let _ = rec;
-        let deltas = self.inner.hub.sender(session).subscribe();
+        let sender = self.inner.hub.sender(session);
+        let deltas = (sender.subscribe(), sender.tail.clone());
         let redactor = self.redactor(tenant, session).await?;
         Ok(Subscription::new(
             self.inner.store.clone(),

@@ -69,6 +69,9 @@ pub struct Journal {
     /// the state folded again from the store, which lacks what was staged and dropped, and a
     /// zombie's next event could be refused as referring to an unknown entity instead.
     fenced: bool,
+    /// The session's channel to this process's subscribers: committed events go to its tail
+    /// ([`crate::subscribe::CommittedTail`]) while somebody subscribes.
+    subscribers: Option<crate::subscribe::DeltaSender>,
 }
 
 impl Journal {
@@ -102,9 +105,15 @@ impl Journal {
             reasoning: HashMap::new(),
             secrets_to_seal: None,
             fenced: false,
+            subscribers: None,
         };
         j.reload().await?;
         Ok(j)
+    }
+
+    /// Hands the events this journal commits to the session's subscribers in this process.
+    pub(crate) fn publish_to(&mut self, subscribers: crate::subscribe::DeltaSender) {
+        self.subscribers = Some(subscribers);
     }
 
     /// Folds the stored journal again, dropping whatever was staged.
@@ -260,6 +269,14 @@ impl Journal {
         }
         self.stage_secrets();
         self.extras.work = Some(work_mark(&self.state));
+        let appending = match &self.subscribers {
+            Some(s) if s.subscribed() => Some(s.tail.begin()),
+            Some(s) => {
+                s.tail.clear();
+                None
+            }
+            None => None,
+        };
         let r = self
             .store
             .append_with(
@@ -273,6 +290,9 @@ impl Journal {
             .await;
         match r {
             Ok(v) => {
+                if let Some(a) = appending {
+                    a.committed(&self.staged);
+                }
                 self.durable = v;
                 self.staged.clear();
                 self.extras = AppendExtras::default();

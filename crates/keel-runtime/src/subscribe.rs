@@ -9,6 +9,13 @@
 //! [`SubscriptionItem::Gap`] saying how many. Consecutive text deltas are coalesced on the way
 //! out. Durable events are never lost: they are re-read from the journal. Everything is redacted
 //! before it is handed out.
+//!
+//! Events this process commits to a session somebody here subscribes to are also kept, the last
+//! [`TAIL_EVENTS`] of them, in the session's [`CommittedTail`]: a subscriber takes them from
+//! there instead of re-reading the journal (a store read, event decoding) after every commit.
+//! Only committed events enter the tail (pushed after the append returned), in journal order;
+//! whatever the tail cannot give — a replay from further back, a gap, another process's
+//! writes — is read from the journal as before.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
@@ -113,12 +120,106 @@ pub(crate) struct Hub {
 pub(crate) struct DeltaSender {
     capacity: usize,
     channel: Arc<OnceLock<broadcast::Sender<Delta>>>,
+    /// The session's last committed events, for its subscribers.
+    pub(crate) tail: Arc<CommittedTail>,
+}
+
+/// Most events a [`CommittedTail`] keeps.
+pub(crate) const TAIL_EVENTS: usize = 64;
+
+/// The events this process committed last to one session, while somebody here subscribes to
+/// it (see the module docs), and whether an append of this process to it is under way.
+#[derive(Debug, Default)]
+pub(crate) struct CommittedTail {
+    state: Mutex<TailState>,
+    /// Notified when an append ends (committed or not).
+    changed: tokio::sync::Notify,
+}
+
+#[derive(Debug, Default)]
+struct TailState {
+    /// Consecutive by `seq`, oldest first.
+    events: VecDeque<Event>,
+    /// Appends of this process to the session begun and not yet ended.
+    in_flight: usize,
+}
+
+/// An append under way to a session with a [`CommittedTail`]; ending it (drop) without
+/// [`Appending::committed`] says it committed nothing.
+pub(crate) struct Appending(Arc<CommittedTail>);
+
+impl CommittedTail {
+    fn state(&self) -> std::sync::MutexGuard<'_, TailState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Marks an append to the session as under way (subscribers that need its events wait for
+    /// it to end rather than read the journal).
+    pub(crate) fn begin(self: &Arc<Self>) -> Appending {
+        self.state().in_flight += 1;
+        Appending(self.clone())
+    }
+
+    /// Forgets the kept events (nobody subscribes any more).
+    pub(crate) fn clear(&self) {
+        self.state().events.clear();
+    }
+
+    /// The kept events from `seq` on, if `seq` is kept.
+    fn events_since(&self, seq: u64) -> Option<Vec<Event>> {
+        let st = self.state();
+        let first = st.events.front()?.seq;
+        let skip = usize::try_from(seq.checked_sub(first)?).ok()?;
+        (skip < st.events.len()).then(|| st.events.iter().skip(skip).cloned().collect())
+    }
+
+    /// Whether an append that may hold `seq` is under way: one is, and the tail does not
+    /// already hold events past `seq`.
+    fn may_bring(&self, seq: u64) -> bool {
+        let st = self.state();
+        st.in_flight > 0 && st.events.back().is_none_or(|e| e.seq < seq)
+    }
+}
+
+impl Appending {
+    /// The append committed `events` (consecutive, in journal order): they are kept, after the
+    /// ones before them; events that do not follow the kept ones replace them.
+    pub(crate) fn committed(self, events: &[Event]) {
+        let Some(first) = events.first() else {
+            return;
+        };
+        let mut st = self.0.state();
+        if st
+            .events
+            .back()
+            .is_none_or(|last| last.seq + 1 != first.seq)
+        {
+            st.events.clear();
+        }
+        st.events.extend(events.iter().cloned());
+        let excess = st.events.len().saturating_sub(TAIL_EVENTS);
+        st.events.drain(..excess);
+    }
+}
+
+impl Drop for Appending {
+    fn drop(&mut self) {
+        let mut st = self.0.state();
+        st.in_flight = st.in_flight.saturating_sub(1);
+        drop(st);
+        self.0.changed.notify_waiters();
+    }
 }
 
 impl DeltaSender {
     /// Whether anyone ever subscribed (a delta sent now may reach someone).
     pub(crate) fn watched(&self) -> bool {
         self.channel.get().is_some()
+    }
+
+    /// Whether somebody subscribes now.
+    pub(crate) fn subscribed(&self) -> bool {
+        self.channel.get().is_some_and(|tx| tx.receiver_count() > 0)
     }
 
     /// Sends to the current subscribers, if any (never waits).
@@ -150,6 +251,7 @@ impl Hub {
             .or_insert_with(|| DeltaSender {
                 capacity: self.capacity,
                 channel: Arc::new(OnceLock::new()),
+                tail: Arc::default(),
             })
             .clone()
     }
@@ -163,6 +265,8 @@ pub struct Subscription {
     next_seq: u64,
     buffered: VecDeque<SubscriptionItem>,
     deltas: broadcast::Receiver<Delta>,
+    /// The session's events as this process commits them.
+    tail: Arc<CommittedTail>,
     redactor: Arc<Redactor>,
     /// Longest wait on the store per poll (the SQLite tail also polls every 50 ms).
     poll: Duration,
@@ -202,7 +306,7 @@ impl Subscription {
         tenant: TenantId,
         session: SessionId,
         from_seq: u64,
-        deltas: broadcast::Receiver<Delta>,
+        deltas: (broadcast::Receiver<Delta>, Arc<CommittedTail>),
         redactor: Arc<Redactor>,
     ) -> Self {
         Self {
@@ -211,7 +315,8 @@ impl Subscription {
             session,
             next_seq: from_seq.max(1),
             buffered: VecDeque::new(),
-            deltas,
+            deltas: deltas.0,
+            tail: deltas.1,
             redactor,
             poll: Duration::from_millis(500),
             known: None,
@@ -290,11 +395,18 @@ impl Subscription {
         out.map(|delta| SubscriptionItem::Delta { delta })
     }
 
+    /// Buffers the committed events from `next_seq` on, if any: from the session's
+    /// [`CommittedTail`] when it holds them (waiting for an append of this process that may
+    /// bring them to end), otherwise from the journal (at most 256).
     async fn read_durable(&mut self) -> Result<bool> {
-        let events = self
-            .store
-            .read(self.tenant, self.session, self.next_seq, Some(256))
-            .await?;
+        let events = match self.take_from_tail().await {
+            Some(events) => events,
+            None => {
+                self.store
+                    .read(self.tenant, self.session, self.next_seq, Some(256))
+                    .await?
+            }
+        };
         let got = !events.is_empty();
         for ev in events {
             self.next_seq = ev.seq + 1;
@@ -304,6 +416,23 @@ impl Subscription {
             });
         }
         Ok(got)
+    }
+
+    /// The committed events from `next_seq` on, if this process's tail of the session holds
+    /// them, or gets them when an append of this process under way ends.
+    async fn take_from_tail(&self) -> Option<Vec<Event>> {
+        loop {
+            let ended = self.tail.changed.notified();
+            let mut ended = std::pin::pin!(ended);
+            ended.as_mut().enable();
+            if let Some(events) = self.tail.events_since(self.next_seq) {
+                return Some(events);
+            }
+            if !self.tail.may_bring(self.next_seq) {
+                return None;
+            }
+            ended.await;
+        }
     }
 
     /// The next item, waiting for one.
@@ -376,5 +505,149 @@ impl Subscription {
             Ok(r) => r.map(Some),
             Err(_) => Ok(None),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use chrono::Utc;
+    use keel_core::{Correlation, EventBody};
+    use keel_store::SqlStore;
+
+    use super::*;
+
+    fn events(session: SessionId, seqs: std::ops::RangeInclusive<u64>) -> Vec<Event> {
+        seqs.map(|seq| {
+            Event::new(
+                session,
+                seq,
+                Utc::now(),
+                Correlation::default(),
+                EventBody::TurnQueued {
+                    input: format!("input {seq}"),
+                    compiled: None,
+                },
+            )
+        })
+        .collect()
+    }
+
+    /// A subscription of a session the store has never heard of: a read of its journal fails
+    /// (`NotFound`), so anything it yields came from the tail.
+    async fn subscription(
+        dir: &tempfile::TempDir,
+        session: SessionId,
+        from_seq: u64,
+        tail: Arc<CommittedTail>,
+    ) -> Subscription {
+        let store = SqlStore::open_sqlite(&dir.path().join("k.db"))
+            .await
+            .unwrap();
+        let (tx, rx) = broadcast::channel(4);
+        std::mem::forget(tx);
+        Subscription::new(
+            Arc::new(store),
+            TenantId::new(),
+            session,
+            from_seq,
+            (rx, tail),
+            Arc::new(Redactor::with_values(&[], &[]).unwrap()),
+        )
+    }
+
+    fn seqs(items: &[SubscriptionItem]) -> Vec<u64> {
+        items
+            .iter()
+            .map(|i| match i {
+                SubscriptionItem::Event { event } => event.seq,
+                other => panic!("{other:?}"),
+            })
+            .collect()
+    }
+
+    /// The tail keeps the last `TAIL_EVENTS` consecutive committed events: a batch that does
+    /// not follow the kept ones replaces them; an append that commits nothing keeps nothing.
+    #[test]
+    fn the_tail_keeps_the_last_consecutive_committed_events() {
+        let s = SessionId::new();
+        let tail = Arc::new(CommittedTail::default());
+        tail.begin().committed(&events(s, 1..=3));
+        tail.begin().committed(&events(s, 4..=5));
+        assert_eq!(tail.events_since(2).unwrap().len(), 4);
+        assert!(tail.events_since(6).is_none() && tail.events_since(0).is_none());
+        drop(tail.begin());
+        tail.begin().committed(&events(s, 9..=10));
+        assert!(
+            tail.events_since(4).is_none(),
+            "a gap replaces what was kept"
+        );
+        assert_eq!(tail.events_since(9).unwrap().len(), 2);
+        tail.begin().committed(&events(s, 11..=100));
+        assert_eq!(
+            tail.events_since(100 - TAIL_EVENTS as u64 + 1)
+                .unwrap()
+                .len(),
+            TAIL_EVENTS
+        );
+        assert!(tail.events_since(100 - TAIL_EVENTS as u64).is_none());
+        assert!(!tail.may_bring(101), "no append under way");
+    }
+
+    /// A subscriber takes committed events from the tail, and one that needs the events of an
+    /// append under way waits for it to end instead of reading the journal before they are
+    /// there.
+    #[tokio::test]
+    async fn a_subscriber_takes_committed_events_from_the_tail_and_waits_for_an_append_under_way() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = SessionId::new();
+        let tail = Arc::new(CommittedTail::default());
+        tail.begin().committed(&events(s, 5..=7));
+        let mut sub = subscription(&dir, s, 5, tail.clone()).await;
+        let mut got = Vec::new();
+        for _ in 0..3 {
+            got.push(
+                sub.next_timeout(Duration::from_secs(5))
+                    .await
+                    .unwrap()
+                    .unwrap(),
+            );
+        }
+        assert_eq!(seqs(&got), [5, 6, 7]);
+
+        let appending = tail.begin();
+        let waiting = tokio::spawn(async move {
+            let item = sub.next_timeout(Duration::from_secs(20)).await.unwrap();
+            (item, sub)
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!waiting.is_finished(), "waits for the append under way");
+        appending.committed(&events(s, 8..=9));
+        let (item, mut sub) = waiting.await.unwrap();
+        let next = sub
+            .next_timeout(Duration::from_secs(5))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(seqs(&[item.unwrap(), next]), [8, 9]);
+
+        // An append that ends without committing: the subscriber goes to the journal (which
+        // fails here: the store has no such session) rather than waiting on the tail for ever.
+        let appending = tail.begin();
+        let waiting = tokio::spawn(async move { sub.next_timeout(Duration::from_secs(20)).await });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!waiting.is_finished(), "waits for the append under way");
+        drop(appending);
+        let read = waiting.await.unwrap();
+        assert!(
+            matches!(
+                read,
+                Err(crate::RuntimeError::Store(
+                    keel_store::StoreError::NotFound { .. }
+                ))
+            ),
+            "{read:?}"
+        );
     }
 }

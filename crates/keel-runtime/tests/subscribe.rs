@@ -15,7 +15,8 @@ on_both!(a_secret_split_across_deltas_is_redacted_and_tool_progress_reaches_subs
 on_both!(
     a_stalled_subscriber_does_not_slow_the_session_and_loses_only_deltas,
     a_subscriber_from_a_sequence_number_replays_then_tails,
-    a_secret_is_redacted_from_every_event_and_delta
+    a_secret_is_redacted_from_every_event_and_delta,
+    a_live_subscriber_gets_the_events_a_replay_reads_from_the_journal
 );
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -320,4 +321,48 @@ async fn a_secret_split_across_deltas_is_redacted_and_tool_progress_reaches_subs
         last_progress_after > 0 && last_progress_after < result_seq.unwrap(),
         "progress after seq {last_progress_after}, result at {result_seq:?}"
     );
+}
+
+/// A subscriber watching a run takes the events this process commits from the session's
+/// committed tail; they are the events, redacted alike, that a replay from the start reads
+/// back from the journal, in the same order with none missing.
+async fn a_live_subscriber_gets_the_events_a_replay_reads_from_the_journal(b: Backend) {
+    let api_key = "sk-abcdefghijklmnopqrstuvwxyz123456";
+    let lines = [
+        json!({"text": format!("key {api_key}"), "tool_calls": [call("read_file", json!({"path": "a.txt"}))]}),
+        json!({"tool_calls": [call("read_file", json!({"path": "a.txt"}))]}),
+        json!({"text": "done"}),
+    ];
+    let f = fixture(b, &lines, |_| {}).await;
+    std::fs::write(f.ws.path().join("a.txt"), format!("key={api_key}\n")).unwrap();
+    let mut live = f.rt.subscribe(f.tenant, f.session, 1).await.unwrap();
+    f.rt.submit(f.tenant, f.session, "read it").await.unwrap();
+    f.rt.run(f.tenant, f.session).await.unwrap();
+    let events = |items: Vec<SubscriptionItem>| -> Vec<String> {
+        items
+            .into_iter()
+            .filter_map(|i| match i {
+                SubscriptionItem::Event { event } => Some(event.encode()),
+                _ => None,
+            })
+            .collect()
+    };
+    let mut seen = Vec::new();
+    while let Some(item) = live.next_timeout(Duration::from_millis(700)).await.unwrap() {
+        seen.push(item);
+    }
+    let seen = events(seen);
+    let mut replay = f.rt.subscribe(f.tenant, f.session, 1).await.unwrap();
+    let mut read = Vec::new();
+    while let Some(item) = replay
+        .next_timeout(Duration::from_millis(700))
+        .await
+        .unwrap()
+    {
+        read.push(item);
+    }
+    let read = events(read);
+    assert!(read.len() > 10, "a whole run: {}", read.len());
+    assert_eq!(seen, read);
+    assert!(seen.iter().all(|e| !e.contains(api_key)));
 }
