@@ -484,6 +484,7 @@ impl GroupCommit {
         &self,
         req: AppendRequest,
         writer: Arc<Mutex<AnyConnection>>,
+        pool: &AnyPool,
         thread: &SqliteWriter,
         waiters: Arc<Waiters>,
     ) -> Result<u64, CasFailure> {
@@ -494,11 +495,15 @@ impl GroupCommit {
             .push(Pending { req, reply });
         // Wait for the writer or for our answer, whichever comes first: a request committed by
         // another leader returns at once instead of queueing behind the next commit (convoy).
-        let guard = tokio::select! {
+        let mut guard = tokio::select! {
             biased;
             done = &mut answer => return done.unwrap_or_else(|_| Err(aborted())),
             guard = writer.lock_owned() => guard,
         };
+        // A write on the sqlx writer whose caller dropped it mid-transaction left its rollback
+        // queued on sqlx's worker: let it run before the writer thread begins (no cost when
+        // there is none). Cancelled here, our request stays queued for the next leader.
+        ensure_no_transaction(&mut guard, pool).await;
         let mut batch = std::mem::take(&mut *self.queue.lock().unwrap_or_else(|p| p.into_inner()));
         // A request whose caller is gone (cancelled while queued) is dropped, not committed
         // later behind the caller's back: its outcome is "not written".

@@ -1005,7 +1005,13 @@ impl Store for SqlStore {
             (Some(writer), Some(thread)) => {
                 self.inner
                     .group
-                    .submit(req, writer.clone(), thread, self.inner.waiters.clone())
+                    .submit(
+                        req,
+                        writer.clone(),
+                        &self.inner.pool,
+                        thread,
+                        self.inner.waiters.clone(),
+                    )
                     .await
             }
             _ => {

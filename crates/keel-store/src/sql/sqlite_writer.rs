@@ -13,9 +13,12 @@
 //! The thread's connection is a second connection to the store's file, set up like the pool's
 //! (`busy_timeout` 5 s, WAL, `synchronous = FULL`, `foreign_keys = ON`, as sqlx sets by default).
 //! It writes only while its job holds the store's writer lock (the mutex of the sqlx writer
-//! connection, which every other write takes), so the two connections never wait for SQLite's
-//! write lock on each other; another process's writer is waited for by `busy_timeout`, as on
-//! the sqlx side. Durability is the same: each batch is one `BEGIN IMMEDIATE … COMMIT`, and
+//! connection, which every other write takes), and each side leaves its connection outside any
+//! transaction before it lets the lock go (the group commit's leader first lets a rollback
+//! sqlx queued for a dropped transaction run, [`super::group_commit::ensure_no_transaction`]),
+//! so the two connections do not hold SQLite's write lock against each other; a statement of a
+//! dropped sqlx call still running on sqlx's worker is waited for by `busy_timeout`, as another
+//! process's writer is. Durability is the same: each batch is one `BEGIN IMMEDIATE … COMMIT`, and
 //! callers are answered only after its `COMMIT` returned.
 //!
 //! What the batch writes, and how a failure is confined to its own request, is unchanged from the
@@ -108,9 +111,17 @@ impl SqliteWriter {
         // If the thread is gone, the job is dropped with its reply channels: every caller gets
         // the "ended without an answer" error.
         let _ = self.jobs.send(Box::new(move |conn: &mut WriterConn| {
-            let results = run_batch(conn, &batch);
+            let results = std::panic::catch_unwind(AssertUnwindSafe(|| run_batch(conn, &batch)));
+            // Out of any transaction before the lock goes: the sqlx writer's next statement
+            // must not find SQLite's write lock still held by this connection.
+            conn.ensure_no_transaction();
             drop(lock);
-            answer(batch, results, &waiters);
+            match results {
+                Ok(results) => answer(batch, results, &waiters),
+                // A bug: the batch's reply channels are dropped with it, so each caller gets
+                // the "ended without an answer" error and reads the journal.
+                Err(_) => tracing::error!("committing a batch of appends panicked"),
+            }
         }));
     }
 
