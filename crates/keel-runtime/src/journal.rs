@@ -269,14 +269,11 @@ impl Journal {
         }
         self.stage_secrets();
         self.extras.work = Some(work_mark(&self.state));
-        let appending = match &self.subscribers {
-            Some(s) if s.subscribed() => Some(s.tail.begin()),
-            Some(s) => {
-                s.tail.clear();
-                None
-            }
-            None => None,
-        };
+        let appending = self
+            .subscribers
+            .as_ref()
+            .filter(|s| s.tail.watched())
+            .map(|s| s.tail.begin());
         let r = self
             .store
             .append_with(
@@ -302,6 +299,8 @@ impl Journal {
                 Ok(v)
             }
             Err(e) => {
+                // Nothing committed: subscribers waiting for this append read the journal now.
+                drop(appending);
                 if matches!(e, StoreError::LeaseLost { .. }) {
                     self.fenced = true;
                 }

@@ -11,8 +11,10 @@
 //! before it is handed out.
 //!
 //! Events this process commits to a session somebody here subscribes to are also kept, the last
-//! [`TAIL_EVENTS`] of them, in the session's [`CommittedTail`]: a subscriber takes them from
-//! there instead of re-reading the journal (a store read, event decoding) after every commit.
+//! [`TAIL_EVENTS`] of them, in the session's [`CommittedTail`] (dropped with the last
+//! subscription): a subscriber takes them from there instead of re-reading the journal (a store
+//! read, event decoding) after every commit, waiting up to [`TAIL_WAIT`] for an append of this
+//! process under way.
 //! Only committed events enter the tail (pushed after the append returned), in journal order;
 //! whatever the tail cannot give — a replay from further back, a gap, another process's
 //! writes — is read from the journal as before.
@@ -124,8 +126,14 @@ pub(crate) struct DeltaSender {
     pub(crate) tail: Arc<CommittedTail>,
 }
 
-/// Most events a [`CommittedTail`] keeps.
-pub(crate) const TAIL_EVENTS: usize = 64;
+/// Most events a [`CommittedTail`] keeps: a subscriber is woken at every commit, so it needs
+/// the last commit's events (a step's commit holds a few); a tool result may be tens of KB, so
+/// a watched session holds at most this many of them.
+pub(crate) const TAIL_EVENTS: usize = 16;
+
+/// Longest a subscriber waits for an append of this process under way to bring the events it
+/// needs before it reads the journal instead (and goes on delivering deltas).
+const TAIL_WAIT: Duration = Duration::from_millis(50);
 
 /// The events this process committed last to one session, while somebody here subscribes to
 /// it (see the module docs), and whether an append of this process to it is under way.
@@ -142,6 +150,9 @@ struct TailState {
     events: VecDeque<Event>,
     /// Appends of this process to the session begun and not yet ended.
     in_flight: usize,
+    /// Live [`Subscription`]s of the session in this process; the events are dropped when the
+    /// last one goes.
+    subscribers: usize,
 }
 
 /// An append under way to a session with a [`CommittedTail`]; ending it (drop) without
@@ -160,9 +171,22 @@ impl CommittedTail {
         Appending(self.clone())
     }
 
-    /// Forgets the kept events (nobody subscribes any more).
-    pub(crate) fn clear(&self) {
-        self.state().events.clear();
+    /// Whether a [`Subscription`] of the session is live in this process (only then are
+    /// committed events kept).
+    pub(crate) fn watched(&self) -> bool {
+        self.state().subscribers > 0
+    }
+
+    fn subscribed(&self) {
+        self.state().subscribers += 1;
+    }
+
+    fn unsubscribed(&self) {
+        let mut st = self.state();
+        st.subscribers = st.subscribers.saturating_sub(1);
+        if st.subscribers == 0 {
+            st.events = VecDeque::new();
+        }
     }
 
     /// The kept events from `seq` on, if `seq` is kept.
@@ -217,11 +241,6 @@ impl DeltaSender {
         self.channel.get().is_some()
     }
 
-    /// Whether somebody subscribes now.
-    pub(crate) fn subscribed(&self) -> bool {
-        self.channel.get().is_some_and(|tx| tx.receiver_count() > 0)
-    }
-
     /// Sends to the current subscribers, if any (never waits).
     pub(crate) fn send(&self, delta: Delta) {
         if let Some(tx) = self.channel.get() {
@@ -267,6 +286,8 @@ pub struct Subscription {
     deltas: broadcast::Receiver<Delta>,
     /// The session's events as this process commits them.
     tail: Arc<CommittedTail>,
+    /// Longest wait for an append under way ([`TAIL_WAIT`]).
+    tail_wait: Duration,
     redactor: Arc<Redactor>,
     /// Longest wait on the store per poll (the SQLite tail also polls every 50 ms).
     poll: Duration,
@@ -291,6 +312,12 @@ pub struct Subscription {
 /// `cargo bench -p keel --bench fanout`). Dropping it aborts the task.
 type VersionWait = tokio_util::task::AbortOnDropHandle<Result<u64>>;
 
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        self.tail.unsubscribed();
+    }
+}
+
 impl std::fmt::Debug for Subscription {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Subscription")
@@ -309,6 +336,7 @@ impl Subscription {
         deltas: (broadcast::Receiver<Delta>, Arc<CommittedTail>),
         redactor: Arc<Redactor>,
     ) -> Self {
+        deltas.1.subscribed();
         Self {
             store,
             tenant,
@@ -317,6 +345,7 @@ impl Subscription {
             buffered: VecDeque::new(),
             deltas: deltas.0,
             tail: deltas.1,
+            tail_wait: TAIL_WAIT,
             redactor,
             poll: Duration::from_millis(500),
             known: None,
@@ -419,8 +448,10 @@ impl Subscription {
     }
 
     /// The committed events from `next_seq` on, if this process's tail of the session holds
-    /// them, or gets them when an append of this process under way ends.
+    /// them, or gets them when an append of this process under way ends within
+    /// [`TAIL_WAIT`].
     async fn take_from_tail(&self) -> Option<Vec<Event>> {
+        let deadline = tokio::time::Instant::now() + self.tail_wait;
         loop {
             let ended = self.tail.changed.notified();
             let mut ended = std::pin::pin!(ended);
@@ -431,7 +462,9 @@ impl Subscription {
             if !self.tail.may_bring(self.next_seq) {
                 return None;
             }
-            ended.await;
+            if tokio::time::timeout_at(deadline, ended).await.is_err() {
+                return None;
+            }
         }
     }
 
@@ -603,8 +636,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let s = SessionId::new();
         let tail = Arc::new(CommittedTail::default());
-        tail.begin().committed(&events(s, 5..=7));
         let mut sub = subscription(&dir, s, 5, tail.clone()).await;
+        assert!(tail.watched());
+        // Far longer than the test takes: the waits below end with the append, not the bound.
+        sub.tail_wait = Duration::from_secs(60);
+        tail.begin().committed(&events(s, 5..=7));
         let mut got = Vec::new();
         for _ in 0..3 {
             got.push(
@@ -633,21 +669,36 @@ mod tests {
         assert_eq!(seqs(&[item.unwrap(), next]), [8, 9]);
 
         // An append that ends without committing: the subscriber goes to the journal (which
-        // fails here: the store has no such session) rather than waiting on the tail for ever.
-        let appending = tail.begin();
-        let waiting = tokio::spawn(async move { sub.next_timeout(Duration::from_secs(20)).await });
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        assert!(!waiting.is_finished(), "waits for the append under way");
-        drop(appending);
-        let read = waiting.await.unwrap();
-        assert!(
+        // fails here: the store has no such session) rather than waiting on the tail.
+        let not_found = |r: &Result<Option<SubscriptionItem>>| {
             matches!(
-                read,
+                r,
                 Err(crate::RuntimeError::Store(
                     keel_store::StoreError::NotFound { .. }
                 ))
-            ),
-            "{read:?}"
+            )
+        };
+        let appending = tail.begin();
+        let waiting = tokio::spawn(async move {
+            let read = sub.next_timeout(Duration::from_secs(20)).await;
+            (read, sub)
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!waiting.is_finished(), "waits for the append under way");
+        drop(appending);
+        let (read, mut sub) = waiting.await.unwrap();
+        assert!(not_found(&read), "{read:?}");
+
+        // An append that does not end: the subscriber gives up on it after its bound and reads
+        // the journal (and goes on delivering deltas) instead of waiting with it.
+        sub.tail_wait = Duration::from_millis(50);
+        let _stuck = tail.begin();
+        let read = sub.next_timeout(Duration::from_secs(20)).await;
+        assert!(not_found(&read), "{read:?}");
+        drop(sub);
+        assert!(
+            !tail.watched() && tail.events_since(9).is_none(),
+            "the events go with the last subscriber"
         );
     }
 }
