@@ -3,15 +3,22 @@
 //! keel holds descriptors a command must never get: its store's database files, the server's
 //! listening and client sockets, pipes of other calls. Rust opens its own descriptors
 //! close-on-exec, but a host may hold others that are not (inherited from whoever started it, or
-//! opened by a C library), and `fork`/`exec` passes every one of those on. So every process keel
-//! starts for a tool — the sandbox launcher, and the command itself with the sandbox `off` —
-//! marks every descriptor from 3 up close-on-exec between `fork` and `exec`, and the launcher
-//! does it again first thing (for hosts that start it some other way): a command gets its
-//! standard input, output and error, and nothing else.
+//! opened by a C library), and `exec` passes every one of those on. So right before keel starts a
+//! process for a tool — the sandbox launcher, and the command itself with the sandbox `off` —
+//! it marks every descriptor of its own from 3 up close-on-exec ([`inherit_only_stdio`]), and
+//! the launcher does it again first thing, and its second stage closes every one (for hosts that
+//! start it some other way): a command gets its standard input, output and error, and nothing
+//! else. Marking in keel rather than in the child between `fork` and `exec` (a `pre_exec` hook)
+//! lets the standard library start the child with `posix_spawn` (`clone(CLONE_VM |
+//! CLONE_VFORK)`) instead of copying keel's address space with `fork`: ~0.3 ms a call
+//! (`docs/BENCHMARKS.md`). What is left open to a race is a descriptor another thread creates
+//! without close-on-exec between the marking and the child's `exec`; nothing in keel does (the
+//! standard library, tokio, SQLite, sqlx and the HTTP stack all open theirs close-on-exec), and
+//! for the sandbox's own processes the launcher's marking and stage 2's closing remain.
 //!
-//! This is the one module of keel-tools with `unsafe` code: marking a descriptor by number, and
-//! doing it in the child between `fork` and `exec`, have no safe API; nor has the launcher's
-//! [`fork_single_threaded`], the launcher's [`die_of`] or [`mount_setattr_recursive`].
+//! This is the one module of keel-tools with `unsafe` code: marking a descriptor by number has
+//! no safe API; nor has the launcher's [`fork_single_threaded`], the launcher's [`die_of`] or
+//! [`mount_setattr_recursive`].
 #![allow(unsafe_code)]
 
 /// Marks every descriptor from 3 up close-on-exec: `close_range(3, ~0, CLOSE_RANGE_CLOEXEC)`,
@@ -53,14 +60,14 @@ pub(crate) fn close_others_on_exec() -> std::io::Result<()> {
     Ok(())
 }
 
-/// Makes `command`'s process mark every descriptor from 3 up close-on-exec before it executes
-/// its program (see [`close_others_on_exec`]).
-pub(crate) fn inherit_only_stdio(command: &mut tokio::process::Command) {
-    // SAFETY: the hook runs in the child between fork and exec; `close_others_on_exec` makes
-    // only async-signal-safe system calls and allocates nothing.
-    unsafe {
-        command.pre_exec(close_others_on_exec);
-    }
+/// Marks every descriptor of this process from 3 up close-on-exec (see
+/// [`close_others_on_exec`]), right before a tool's process is spawned, so that it inherits
+/// only its standard input, output and error (see the module docs).
+///
+/// # Errors
+/// The `close_range` error (then nothing may be spawned).
+pub(crate) fn inherit_only_stdio() -> std::io::Result<()> {
+    close_others_on_exec()
 }
 
 /// Closes every descriptor from 3 up except `keep`: `close_range` on each side of it, or, on

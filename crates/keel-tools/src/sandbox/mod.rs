@@ -71,6 +71,35 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::ToolsError;
 
+/// `program` found on the `PATH` of `env` (the child's environment) when it is a bare name:
+/// the standard library starts a child with `posix_spawn` only for a program given as a path
+/// when the child's environment sets `PATH` (it searches that `PATH` itself after a `fork`
+/// otherwise). The first executable regular file wins, as `execvp` picks it; a name found
+/// nowhere or after a relative `PATH` entry, or an environment without `PATH`, is left as it
+/// is (the standard library then searches, or reports it missing, as before).
+fn on_path(program: &str, env: &[(OsString, OsString)]) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    if program.contains('/') || program.is_empty() {
+        return PathBuf::from(program);
+    }
+    let Some((_, path)) = env.iter().rev().find(|(name, _)| name == "PATH") else {
+        return PathBuf::from(program);
+    };
+    for dir in std::env::split_paths(path) {
+        if !dir.is_absolute() {
+            // Relative to the child's working directory: left to the standard library's search.
+            break;
+        }
+        let candidate = dir.join(program);
+        if std::fs::metadata(&candidate)
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        {
+            return candidate;
+        }
+    }
+    PathBuf::from(program)
+}
+
 #[cfg(target_os = "linux")]
 mod fds;
 #[cfg(target_os = "linux")]
@@ -352,8 +381,9 @@ impl Sandbox {
     ) -> Result<SandboxedChild, ToolsError> {
         let env = self.tool_env(std::env::vars_os());
         if self.mode == SandboxMode::Off {
-            let mut command = tokio::process::Command::new(&invocation.program);
+            let mut command = tokio::process::Command::new(on_path(&invocation.program, &env));
             command
+                .arg0(&invocation.program)
                 .args(&invocation.args)
                 .current_dir(&invocation.workdir)
                 .env_clear()
@@ -363,12 +393,13 @@ impl Sandbox {
                 .stderr(invocation.stderr)
                 .process_group(0)
                 .kill_on_drop(true);
-            #[cfg(target_os = "linux")]
-            fds::inherit_only_stdio(&mut command);
-            let child = command.spawn().map_err(|source| ToolsError::Io {
+            let spawn_error = |source| ToolsError::Io {
                 context: format!("spawning `{}`", invocation.program),
                 source,
-            })?;
+            };
+            #[cfg(target_os = "linux")]
+            fds::inherit_only_stdio().map_err(spawn_error)?;
+            let child = command.spawn().map_err(spawn_error)?;
             return Ok(SandboxedChild {
                 child,
                 _lifeline: None,
@@ -544,7 +575,9 @@ mod imp {
             .stderr(invocation.stderr)
             .process_group(0)
             .kill_on_drop(true);
-        super::fds::inherit_only_stdio(&mut command);
+        super::fds::inherit_only_stdio().map_err(|e| {
+            unavailable(mode, format!("cannot mark descriptors close-on-exec: {e}"))
+        })?;
         let mut child = command.spawn().map_err(|e| {
             unavailable(
                 mode,
