@@ -30,6 +30,7 @@ mod listener;
 mod memory;
 mod migrations;
 mod reservations;
+mod rows;
 mod scheduling;
 mod sessions;
 mod sqlite_file;
@@ -72,6 +73,10 @@ use batch::Bind;
 use group_commit::{AppendRequest, GroupCommit};
 use listener::{channel_name, start_listener, work_payload};
 use memory::memory_from_row;
+use rows::{
+    corrupt, event_from_row, expires_ms, ms_to_time, non_negative, not_found, parse_id, parse_json,
+    time_col, to_i64, ttl_ms, validate_batch,
+};
 use sqlite_file::{percent_encode_path, prepare_sqlite_file};
 use sqlite_writer::SqliteWriter;
 use waiters::Waiters;
@@ -174,41 +179,6 @@ pub(crate) fn now_ms() -> i64 {
     Utc::now().timestamp_millis() + keel_core::mechanisms::clock_skew_ms()
 }
 
-fn ms_to_time(ms: i64) -> DateTime<Utc> {
-    DateTime::<Utc>::from_timestamp_millis(ms).unwrap_or_default()
-}
-
-/// A non-negative integer column, or `CorruptRow`.
-fn non_negative(table: &'static str, id: impl ToString, column: &str, v: i64) -> Result<u64> {
-    u64::try_from(v).map_err(|_| corrupt(table, id, format!("{column} is {v}")))
-}
-
-/// A timestamp column (Unix ms) within range, or `CorruptRow`.
-fn time_col(
-    table: &'static str,
-    id: impl ToString,
-    column: &str,
-    ms: i64,
-) -> Result<DateTime<Utc>> {
-    if ms < 0 {
-        return Err(corrupt(table, id, format!("{column} is {ms}")));
-    }
-    DateTime::<Utc>::from_timestamp_millis(ms)
-        .ok_or_else(|| corrupt(table, id, format!("{column} is {ms}")))
-}
-
-fn ttl_ms(ttl: Duration) -> i64 {
-    i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX / 2)
-}
-
-/// When something taken at `now` (Unix ms) for `ttl` expires, in Unix ms: saturating at the
-/// latest time a `DateTime` holds, so a huge TTL is a far future, never an overflow (a panic,
-/// or a wrap into the past that frees a held lease) nor a time read back as 1970.
-fn expires_ms(now: i64, ttl: Duration) -> i64 {
-    now.saturating_add(ttl_ms(ttl))
-        .min(DateTime::<Utc>::MAX_UTC.timestamp_millis())
-}
-
 /// The binds of [`ACQUIRE_LEASE`]: `owner` takes the lease for `ttl` from `now` (Unix ms).
 fn acquire_binds(
     owner: &str,
@@ -225,11 +195,6 @@ fn acquire_binds(
         Bind::Text(tenant.to_string()),
         Bind::Text(session.to_string()),
     ]
-}
-
-fn to_i64(v: u64) -> Result<i64> {
-    i64::try_from(v)
-        .map_err(|_| StoreError::InvalidInput(format!("{v} does not fit a 63-bit integer")))
 }
 
 /// A store over SQLite or PostgreSQL. Cheap to clone.
@@ -828,32 +793,6 @@ const HAS_WORK: &str = "(sessions.runnable = 1 \
      OR EXISTS (SELECT 1 FROM intents WHERE intents.tenant_id = sessions.tenant_id \
      AND intents.session_id = sessions.session_id))";
 
-fn not_found(entity: &'static str, id: impl ToString) -> StoreError {
-    StoreError::NotFound {
-        entity,
-        id: id.to_string(),
-    }
-}
-
-fn corrupt(table: &'static str, id: impl ToString, reason: impl ToString) -> StoreError {
-    StoreError::CorruptRow {
-        table,
-        id: id.to_string(),
-        reason: reason.to_string(),
-    }
-}
-
-fn parse_id<T: std::str::FromStr>(table: &'static str, text: &str) -> Result<T>
-where
-    T::Err: std::fmt::Display,
-{
-    text.parse::<T>().map_err(|e| corrupt(table, text, e))
-}
-
-fn parse_json(table: &'static str, id: impl ToString, text: &str) -> Result<Value> {
-    serde_json::from_str(text).map_err(|e| corrupt(table, id, e))
-}
-
 /// The suffix of the channel of journal and intent waiters (payload: a session id).
 const EVENTS_CHANNEL: &str = "_keel_events";
 /// The suffix of the channel of `wait_for_work` (payload: `<tenant>:<session>`).
@@ -863,74 +802,6 @@ const WORK_CHANNEL: &str = "_keel_work";
 /// wakes that session's `wait_for_intent` callers only (an append's payload, the bare session
 /// id, wakes its `wait_for_version` callers only).
 const INTENT_PREFIX: &str = "intent:";
-
-fn event_from_row(session: SessionId, row: &AnyRow) -> Result<Event> {
-    let seq: i64 = row.try_get("seq")?;
-    let body: String = row.try_get("body")?;
-    let row_type: String = row.try_get("type")?;
-    let ev = Event::decode(&body).map_err(|mut e| {
-        e.session_id = e.session_id.or(Some(session));
-        e.seq = e.seq.or(u64::try_from(seq).ok());
-        StoreError::CorruptEvent(e)
-    })?;
-    if ev.type_name() != row_type {
-        return Err(corrupt(
-            "events",
-            format!("{session}/{seq}"),
-            format!(
-                "type column {row_type:?} but the body is a {}",
-                ev.type_name()
-            ),
-        ));
-    }
-    if ev.session_id != session || i64::try_from(ev.seq).ok() != Some(seq) {
-        return Err(corrupt(
-            "events",
-            format!("{session}/{seq}"),
-            format!("body names session {} seq {}", ev.session_id, ev.seq),
-        ));
-    }
-    Ok(ev)
-}
-
-fn validate_batch(
-    tenant: TenantId,
-    session: SessionId,
-    expected_version: u64,
-    events: &[Event],
-) -> Result<()> {
-    if events.is_empty() {
-        return Err(StoreError::InvalidInput("append of no events".into()));
-    }
-    for (i, ev) in events.iter().enumerate() {
-        let want = expected_version
-            .checked_add(1 + i as u64)
-            .filter(|v| i64::try_from(*v).is_ok())
-            .ok_or_else(|| {
-                StoreError::InvalidInput(format!("version {expected_version} is out of range"))
-            })?;
-        if let keel_core::EventBody::SessionCreated { tenant_id, .. } = &ev.body
-            && *tenant_id != tenant
-        {
-            return Err(StoreError::InvalidInput(format!(
-                "session.created names tenant {tenant_id}, appended as tenant {tenant}"
-            )));
-        }
-        if ev.session_id != session {
-            return Err(StoreError::InvalidInput(format!(
-                "event seq {} names session {}, appended to {session}",
-                ev.seq, ev.session_id
-            )));
-        }
-        if ev.seq != want {
-            return Err(StoreError::InvalidInput(format!(
-                "event {i} of the batch has seq {}, expected {want} (after version {expected_version})",
-                ev.seq
-            )));
-        }
-    }
-    Ok(())
-}
 
 /// The most words a memory search uses; later ones are ignored.
 const MAX_SEARCH_WORDS: usize = 32;
