@@ -244,11 +244,7 @@ impl AppendRequest {
     pub(super) fn event_inserts(&self) -> Batch {
         let mut batch = Batch::default();
         for chunk in self.rows.chunks(INSERT_CHUNK) {
-            let sql = values_insert(
-                "INSERT INTO events (tenant_id, session_id, seq, type, ts, body) VALUES ",
-                "(?, ?, ?, ?, ?, ?)",
-                chunk.len(),
-            );
+            let sql = values_insert(EVENTS_INSERT, "(?, ?, ?, ?, ?, ?)", chunk.len());
             let mut binds = Vec::with_capacity(chunk.len() * 6);
             for row in chunk {
                 self.event_binds(row, &mut binds);
@@ -324,6 +320,11 @@ pub(super) fn set_wise_update(n: usize) -> String {
     ));
     sql
 }
+
+/// The head of a multi-row `INSERT` of event rows (each `(?, ?, ?, ?, ?, ?)`:
+/// [`AppendRequest::event_binds`]).
+pub(super) const EVENTS_INSERT: &str =
+    "INSERT INTO events (tenant_id, session_id, seq, type, ts, body) VALUES ";
 
 /// Most events in one multi-row `INSERT` (6 parameters each, under SQLite's 32,766 limit).
 pub(super) const INSERT_CHUNK: usize = 5000;

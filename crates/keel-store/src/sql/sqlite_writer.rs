@@ -38,7 +38,7 @@ use tokio::sync::OwnedMutexGuard;
 
 use super::batch::Bind;
 use super::group_commit::{
-    AppendRequest, Appended, CLASSIFY, CasFailure, EventRow, INSERT_CHUNK, Pending,
+    AppendRequest, Appended, CLASSIFY, CasFailure, EVENTS_INSERT, EventRow, INSERT_CHUNK, Pending,
     became_runnable, cas_failure, cas_update, set_wise_update, values_insert,
 };
 use super::waiters::Waiters;
@@ -411,11 +411,7 @@ fn run_set_wise(
 /// [`INSERT_CHUNK`] rows.
 fn insert_events(conn: &Connection, rows: &[(&AppendRequest, &EventRow)]) -> Result<()> {
     for chunk in rows.chunks(INSERT_CHUNK) {
-        let sql = values_insert(
-            "INSERT INTO events (tenant_id, session_id, seq, type, ts, body) VALUES ",
-            "(?, ?, ?, ?, ?, ?)",
-            chunk.len(),
-        );
+        let sql = values_insert(EVENTS_INSERT, "(?, ?, ?, ?, ?, ?)", chunk.len());
         let mut binds = Vec::with_capacity(chunk.len() * 6);
         for (req, row) in chunk {
             req.event_binds(row, &mut binds);
