@@ -100,6 +100,8 @@ pub(crate) struct Appended {
 /// An append, ready to write.
 pub(crate) struct AppendRequest {
     pub(super) session_id: SessionId,
+    /// The tenant, typed (the version waiters are told which tenant's session moved on).
+    pub(super) tenant_id: TenantId,
     pub(super) tenant: String,
     pub(super) session: String,
     expected: i64,
@@ -144,6 +146,7 @@ impl AppendRequest {
         }
         Ok(AppendRequest {
             session_id: session,
+            tenant_id: tenant,
             tenant: tenant.to_string(),
             session: session.to_string(),
             expected: to_i64(expected_version)?,

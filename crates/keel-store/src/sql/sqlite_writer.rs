@@ -199,7 +199,11 @@ fn answer(
             let mut woke = false;
             for (pending, result) in batch.into_iter().zip(results) {
                 if let Ok(a) = &result {
-                    waiters.versions.notify(pending.req.session_id);
+                    waiters.versions.notify_committed(
+                        pending.req.session_id,
+                        pending.req.tenant_id,
+                        a.version,
+                    );
                     woke |= a.woke;
                 }
                 let _ = pending.reply.send(result.map(|a| a.version));

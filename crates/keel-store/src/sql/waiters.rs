@@ -76,6 +76,25 @@ impl Watched {
         self.woken.fetch_add(1, Ordering::SeqCst);
         self.notify.notify_waiters();
     }
+
+    /// Wakes the waiters with the version an append of this process just committed for
+    /// `tenant`'s session: it becomes the last read (as fresh as a read made now), so the woken
+    /// waiters need no read to learn it. When a read is under way (its lock is held) the
+    /// version is not recorded; that read is stale by the wake-up and the next caller reads.
+    fn wake_with(&self, tenant: keel_core::TenantId, version: u64) {
+        let woken = self.woken.fetch_add(1, Ordering::SeqCst) + 1;
+        if let Ok(mut last) = self.last_read.try_lock() {
+            // Versions only grow: an older wake-up's version never replaces a newer one.
+            let newer = match *last {
+                Some((t, _, _, v)) if t == tenant => version >= v,
+                _ => true,
+            };
+            if newer {
+                *last = Some((tenant, tokio::time::Instant::now(), woken, version));
+            }
+        }
+        self.notify.notify_waiters();
+    }
 }
 
 /// "A session may have become claimable" ([`crate::Store::wait_for_work`]).
@@ -163,6 +182,15 @@ impl SessionNotifies {
         }
     }
 
+    /// Wakes every waiter of `session`, telling them `tenant`'s session is at `version` (an
+    /// append of this process committed it), so they need not read it.
+    pub fn notify_committed(&self, session: SessionId, tenant: keel_core::TenantId, version: u64) {
+        let map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((w, _)) = map.get(&session) {
+            w.wake_with(tenant, version);
+        }
+    }
+
     /// Wakes every waiter of every session.
     fn notify_every(&self) {
         let map = self.map.lock().unwrap_or_else(|p| p.into_inner());
@@ -197,6 +225,64 @@ impl Drop for Registration<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A committed version told with the wake-up is what the woken waiters get, with no read;
+    /// for another tenant, after a plain wake-up, or once it is older than `fresh`, they read.
+    #[tokio::test]
+    async fn a_version_told_with_the_wake_up_needs_no_read() {
+        let notifies = SessionNotifies::default();
+        let session = SessionId::new();
+        let (tenant, other) = (keel_core::TenantId::new(), keel_core::TenantId::new());
+        let reg = notifies.register(session);
+        let fresh = Duration::from_secs(60);
+        let reads = AtomicU64::new(0);
+        let read = |v: u64| {
+            reads.fetch_add(1, Ordering::SeqCst);
+            async move { Ok(v) }
+        };
+        notifies.notify_committed(session, tenant, 7);
+        assert_eq!(
+            reg.watched
+                .version(tenant, fresh, || read(1))
+                .await
+                .unwrap(),
+            7
+        );
+        assert_eq!(reads.load(Ordering::SeqCst), 0, "told, not read");
+        assert_eq!(
+            reg.watched.version(other, fresh, || read(2)).await.unwrap(),
+            2
+        );
+        assert_eq!(reads.load(Ordering::SeqCst), 1, "another tenant reads");
+        notifies.notify_committed(session, tenant, 9);
+        notifies.notify(session);
+        assert_eq!(
+            reg.watched
+                .version(tenant, fresh, || read(10))
+                .await
+                .unwrap(),
+            10
+        );
+        assert_eq!(
+            reads.load(Ordering::SeqCst),
+            2,
+            "a plain wake-up after it: read"
+        );
+        notifies.notify_committed(session, tenant, 11);
+        let stale = Duration::ZERO;
+        assert_eq!(
+            reg.watched
+                .version(tenant, stale, || read(12))
+                .await
+                .unwrap(),
+            12
+        );
+        assert_eq!(reads.load(Ordering::SeqCst), 3, "older than `fresh`: read");
+        // Nobody registered: nothing kept.
+        drop(reg);
+        notifies.notify_committed(session, tenant, 13);
+        assert!(notifies.is_empty());
+    }
 
     /// A signal sent while nobody waits is kept for the next wait, once; a signal wakes every
     /// current waiter; without one a wait times out.
