@@ -1,4 +1,3 @@
-use std::io::Read;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -173,11 +172,20 @@ async fn run(
     ctx: &ToolContext,
 ) -> ToolOutput {
     let started = Instant::now();
-    let (mut reader, writer) = match std::io::pipe() {
+    let (reader, writer) = match std::io::pipe() {
         Ok(p) => p,
         Err(e) => {
             return ToolOutput::not_performed(format!(
                 "shell failed: cannot create an output pipe: {e}"
+            ));
+        }
+    };
+    // The read end is read on the runtime (non-blocking, epoll), not by a thread per call.
+    let reader = match tokio::net::unix::pipe::Receiver::from_owned_fd(reader.into()) {
+        Ok(r) => r,
+        Err(e) => {
+            return ToolOutput::not_performed(format!(
+                "shell failed: cannot watch the output pipe: {e}"
             ));
         }
     };
@@ -218,15 +226,16 @@ async fn run(
         full: Vec::new(),
         full_cap: ctx.limits.artifact_max_bytes,
     }));
-    let (done_tx, done_rx) = tokio::sync::oneshot::channel::<()>();
-    {
+    let mut done_rx = {
         let capture = Arc::clone(&capture);
         let progress = Arc::clone(&ctx.progress);
         let call_id = ctx.call_id.clone();
-        std::thread::spawn(move || {
+        tokio::spawn(async move {
+            use tokio::io::AsyncReadExt as _;
+            let mut reader = reader;
             let mut buf = vec![0u8; 16 * 1024];
             loop {
-                match reader.read(&mut buf) {
+                match reader.read(&mut buf).await {
                     Ok(0) => break,
                     Ok(n) => {
                         if let Ok(mut c) = capture.lock() {
@@ -243,9 +252,8 @@ async fn run(
                     Err(_) => break,
                 }
             }
-            let _ = done_tx.send(());
-        });
-    }
+        })
+    };
 
     let mut timed_out = false;
     let mut cancelled = false;
@@ -268,9 +276,11 @@ async fn run(
         None => child.wait().await.ok(),
     };
     let duration_ms = started.elapsed().as_millis() as u64;
-    let drained = tokio::time::timeout(Duration::from_millis(DRAIN_GRACE_MS), done_rx)
+    let drained = tokio::time::timeout(Duration::from_millis(DRAIN_GRACE_MS), &mut done_rx)
         .await
         .is_ok();
+    // A reader still waiting (a process outside the group holds the pipe open) stops here.
+    done_rx.abort();
 
     let (shown, total, cut, full) = match capture.lock() {
         Ok(c) => {
