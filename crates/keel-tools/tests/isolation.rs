@@ -234,7 +234,7 @@ fn the_sandboxs_first_process_keeps_no_descriptor_of_its_host() {
     let marker = ws.join("started");
     let spec = serde_json::json!({
         // keel_tools::sandbox's LAUNCH_SPEC_FORMAT.
-        "format": 2,
+        "format": 3,
         "build": keel_tools::sandbox::LAUNCHER_BUILD,
         "command": ["bash", "-c", format!("touch {}; sleep 30", marker.display())],
         "mode": "workspace_write",
@@ -243,6 +243,7 @@ fn the_sandboxs_first_process_keeps_no_descriptor_of_its_host() {
         "temp": std::fs::canonicalize(temp.path()).unwrap(),
         "workdir": ws,
         "hide": [],
+        "protect": [],
     });
     let (mut ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
     let mut launcher = Command::new(crate::escapes::binary(Who::Root));
@@ -324,6 +325,7 @@ fn a_launcher_refuses_a_spec_of_another_build_and_runs_nothing() {
             "temp": std::fs::canonicalize(temp.path()).unwrap(),
             "workdir": ws,
             "hide": [],
+            "protect": [],
         });
         if let Some((name, value)) = extra {
             v[name] = serde_json::Value::Bool(value);
@@ -332,20 +334,20 @@ fn a_launcher_refuses_a_spec_of_another_build_and_runs_nothing() {
     };
     for (spec, why) in [
         (
-            spec(1, None),
-            "the spec's format is 1, this launcher reads 2",
+            spec(2, None),
+            "the spec's format is 2, this launcher reads 3",
         ),
         (
-            spec(3, None),
-            "the spec's format is 3, this launcher reads 2",
+            spec(4, None),
+            "the spec's format is 4, this launcher reads 3",
         ),
         (
-            spec(2, Some(("share_pid", true))),
+            spec(3, Some(("share_pid", true))),
             "unknown field `share_pid`",
         ),
         (
             {
-                let mut v = spec(2, None);
+                let mut v = spec(3, None);
                 v["build"] = serde_json::Value::from("0.0.0-0000000000000000");
                 v
             },

@@ -47,7 +47,12 @@ impl Env {
 
     /// As [`Env::keel`] with standard streams inherited, for a pseudo-terminal.
     pub fn keel_tty(&self) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_keel"));
+        self.keel_at(std::path::Path::new(env!("CARGO_BIN_EXE_keel")))
+    }
+
+    /// As [`Env::keel_tty`] with the `keel` binary at `program` (a copy somewhere else).
+    pub fn keel_at(&self, program: &std::path::Path) -> Command {
+        let mut c = Command::new(program);
         c.current_dir(self.dir.path())
             .env("HOME", self.dir.path())
             .env("XDG_CONFIG_HOME", self.dir.path().join("config"))

@@ -133,3 +133,86 @@ fn a_confined_command_cannot_create_the_user_config_keel_has_not_made_yet() {
         shown[0]
     );
 }
+
+#[test]
+fn a_confined_command_cannot_plant_a_journal_beside_a_store_in_the_workspace() {
+    // The store lies in the workspace. In WAL mode SQLite never makes `<db>-journal`, so the
+    // sandbox had nothing to cover there, and a forged "hot journal" planted by a command was
+    // rolled back into the database at its next open, destroying it.
+    let env = Env::new();
+    let store = format!("sqlite://{}", env.path("keel.db").display());
+    let plant = "printf 'forged journal' > keel.db-journal; echo write=$?; \
+                 rm -f keel.db-journal; echo rm=$?; echo end";
+    let out = run_home(
+        &env,
+        &[
+            call("shell", json!({"command": plant})),
+            json!({"text": "done"}).to_string(),
+        ],
+        &["--store", &store],
+    );
+    let shown = outputs(&out);
+    assert_eq!(shown.len(), 1, "{shown:?} {}", stderr(&out));
+    assert!(shown[0].contains("end"), "{}", shown[0]);
+    // A write may succeed: it goes to the `/dev/null` covering the journal.
+    assert!(!shown[0].contains("rm=0"), "{}", shown[0]);
+    assert_eq!(
+        std::fs::metadata(env.path("keel.db-journal"))
+            .unwrap()
+            .len(),
+        0,
+        "the journal keel made stays empty"
+    );
+    let list = env.run(&["sessions", "list", "--store", &store]);
+    assert!(list.status.success(), "{}", stderr(&list));
+}
+
+#[test]
+fn a_confined_command_cannot_replace_keel_or_its_launcher_in_the_workspace() {
+    // keel and its launcher are installed inside the workspace (a repository's own build, or
+    // the workspace is $HOME with keel in ~/.cargo/bin). A command that swapped the launcher
+    // would run outside the sandbox at the next keel's first shell call: both files, and the
+    // directories above them up to the workspace, are out of its reach.
+    let env = Env::new();
+    let bin = env.path("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let keel = bin.join("keel");
+    let launcher = bin.join("keel-sandbox-launcher");
+    std::fs::copy(env!("CARGO_BIN_EXE_keel"), &keel).unwrap();
+    std::fs::copy(env!("CARGO_BIN_EXE_keel-sandbox-launcher"), &launcher).unwrap();
+    let launcher_bytes = std::fs::read(&launcher).unwrap();
+    let keel_len = std::fs::metadata(&keel).unwrap().len();
+    let swap = "printf '#!/bin/sh\\necho escaped > ESCAPED\\n' > .l; chmod 755 .l; \
+                mv -f .l bin/keel-sandbox-launcher; echo swap=$?; \
+                echo x >> bin/keel-sandbox-launcher; echo append=$?; \
+                echo x >> bin/keel; echo append_keel=$?; rm -f bin/keel; echo rm=$?; \
+                mv bin bin2; echo mv=$?; echo end";
+    let script = [
+        call("shell", json!({"command": swap})),
+        call("shell", json!({"command": "echo second"})),
+        json!({"text": "done"}).to_string(),
+    ];
+    env.write("script.jsonl", &script.join("\n"));
+    let run = || {
+        env.keel_at(&keel)
+            .stdin(std::process::Stdio::null())
+            .args(["run", "--workspace", ".", "--model", "script:script.jsonl"])
+            .args(["--output", "jsonl", "--permission-mode", "bypass", "go"])
+            .output()
+            .unwrap()
+    };
+    let out = run();
+    let shown = outputs(&out);
+    assert_eq!(shown.len(), 2, "{shown:?} {}", stderr(&out));
+    for refused in ["swap=0", "append=0", "append_keel=0", "rm=0", "mv=0"] {
+        assert!(!shown[0].contains(refused), "{refused}: {}", shown[0]);
+    }
+    assert!(shown[0].contains("end"), "{}", shown[0]);
+    assert_eq!(std::fs::read(&launcher).unwrap(), launcher_bytes);
+    assert_eq!(std::fs::metadata(&keel).unwrap().len(), keel_len);
+    // The next keel starts the same launcher: its commands still run confined.
+    let again = run();
+    assert!(again.status.success(), "{}", stderr(&again));
+    assert!(!env.path("ESCAPED").exists());
+    assert!(outputs(&again)[1].contains("second"), "{}", stderr(&again));
+}

@@ -9,6 +9,9 @@ use std::sync::OnceLock;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Launcher {
     program: PathBuf,
+    /// The launcher's own file (canonical) when it is held open ([`Launcher::beside_this_program`]):
+    /// protected like the running program's file when it lies in a workspace.
+    origin: Option<PathBuf>,
 }
 
 impl Launcher {
@@ -16,6 +19,7 @@ impl Launcher {
     pub fn new(program: impl Into<PathBuf>) -> Self {
         Self {
             program: program.into(),
+            origin: None,
         }
     }
 
@@ -62,9 +66,13 @@ impl Launcher {
         {
             return None;
         }
+        let origin = std::fs::canonicalize(path).ok();
         // Kept open (close-on-exec) for the life of the process: the path names it.
         let fd: &'static OwnedFd = Box::leak(Box::new(OwnedFd::from(file)));
-        Some(Self::new(format!("/proc/self/fd/{}", fd.as_raw_fd())))
+        Some(Self {
+            program: format!("/proc/self/fd/{}", fd.as_raw_fd()).into(),
+            origin,
+        })
     }
 
     #[cfg(not(target_os = "linux"))]
@@ -75,6 +83,22 @@ impl Launcher {
     /// The program.
     pub fn program(&self) -> &Path {
         &self.program
+    }
+
+    /// The files a confined command must not replace when they lie in its workspace: the
+    /// running program (`/proc/self/exe`) and this launcher's own file. A command that could
+    /// swap either would run its code outside the sandbox the next time keel starts one
+    /// (keel runs the launcher from the directory of its own executable). Canonical paths.
+    pub(super) fn own_files(&self) -> Vec<PathBuf> {
+        let mut files: Vec<PathBuf> = std::fs::read_link("/proc/self/exe")
+            .ok()
+            .and_then(|exe| std::fs::canonicalize(exe).ok())
+            .into_iter()
+            .collect();
+        if let Some(origin) = self.origin.as_ref().filter(|o| !files.contains(o)) {
+            files.push(origin.clone());
+        }
+        files
     }
 }
 

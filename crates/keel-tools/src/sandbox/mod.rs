@@ -472,7 +472,7 @@ fn unavailable(mode: SandboxMode, reason: String) -> ToolsError {
 
 /// The format of [`LaunchSpec`]: a launcher from another build (a `keel-sandbox-launcher` not
 /// installed with this `keel`) refuses a spec of another format, and any field it does not know.
-const LAUNCH_SPEC_FORMAT: u32 = 2;
+const LAUNCH_SPEC_FORMAT: u32 = 3;
 
 /// The build of this crate a launcher and its host must share (crate version and a hash of its
 /// sources, set by `build.rs`): a launcher refuses a spec of another build, so a stale
@@ -500,6 +500,10 @@ struct LaunchSpec {
     workdir: PathBuf,
     /// Canonical paths to hide.
     hide: Vec<PathBuf>,
+    /// Canonical paths of files in the workspace a command must not replace or move (the
+    /// host's own program and its launcher: [`Launcher`]'s `own_files`): each is bound
+    /// read-only onto itself, its directories up to the workspace pinned.
+    protect: Vec<PathBuf>,
 }
 
 #[cfg(target_os = "linux")]
@@ -550,9 +554,15 @@ mod imp {
             temp: canonical(mode, "the private temp dir", sandbox.temp.path())?,
             workdir: canonical(mode, "the working directory", &invocation.workdir)?,
             hide: Vec::new(),
+            protect: Vec::new(),
         };
         let spec = LaunchSpec {
             hide: hidden_paths(sandbox, &spec.workspace),
+            protect: launcher
+                .own_files()
+                .into_iter()
+                .filter(|f| f.starts_with(&spec.workspace))
+                .collect(),
             ..spec
         };
         let mut spec = serde_json::to_string(&spec)

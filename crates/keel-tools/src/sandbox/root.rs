@@ -97,9 +97,13 @@ pub(super) fn build_root(spec: &LaunchSpec) -> Setup {
     };
     bind_dir(&spec.workspace, true, workspace_flags)?;
     bind_dir(&spec.temp, false, MountFlags::NOSUID | MountFlags::NODEV)?;
-    pin_ancestors(&spec.workspace, &inside, workspace_flags)?;
+    let pinned: Vec<&PathBuf> = inside.iter().copied().chain(&spec.protect).collect();
+    pin_ancestors(&spec.workspace, &pinned, workspace_flags)?;
     for path in inside {
         covers.extend(hide(path)?);
+    }
+    for path in &spec.protect {
+        protect(path)?;
     }
     // The covering tmpfs stayed writable for mount points (a workspace inside a hidden
     // directory); now they are read-only.
@@ -195,6 +199,22 @@ fn hide(path: &Path) -> Setup<Option<PathBuf>> {
         .map_err(mount_err("hiding", path))?;
         Ok(None)
     }
+}
+
+/// Binds the file at `path` (canonical, in the workspace) read-only onto itself: a command can
+/// run and read it but not write, replace, rename or remove it (`EROFS`, `EBUSY`). Skipped when
+/// it is not there.
+fn protect(path: &Path) -> Setup {
+    let target = at(NEW, path);
+    if !std::fs::symlink_metadata(&target).is_ok_and(|m| m.is_file()) {
+        return Ok(());
+    }
+    rustix::mount::mount_bind(&target, &target).map_err(mount_err("protecting", path))?;
+    remount_one(
+        &target,
+        MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV,
+    )
+    .map_err(mount_err("protecting", path))
 }
 
 /// A minimal /dev: a few character devices bound from the host, the usual links, a private

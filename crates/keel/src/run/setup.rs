@@ -265,6 +265,28 @@ pub fn hidden_paths(config: &Config) -> Vec<std::path::PathBuf> {
         for suffix in ["", "-wal", "-shm", "-journal"] {
             paths.push(format!("{db}{suffix}").into());
         }
+        // The sandbox covers what exists, and in WAL mode SQLite never makes `-journal`: with
+        // the store in a writable workspace a confined command could create one, and a forged
+        // "hot journal" there is rolled back into the database at its next open, destroying
+        // it. An empty journal is never hot (SQLite reads its first byte as zero), so keel
+        // makes one to be covered like the others.
+        let journal = std::path::PathBuf::from(format!("{db}-journal"));
+        if journal.parent().is_some_and(std::path::Path::is_dir) {
+            use std::os::unix::fs::OpenOptionsExt;
+            match std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&journal)
+            {
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => tracing::warn!(
+                    "could not create {} to hide it from confined commands: {e}",
+                    journal.display()
+                ),
+            }
+        }
     }
     paths
 }
