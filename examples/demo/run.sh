@@ -5,7 +5,8 @@
 # `examples/demo/run.sh --output jsonl`.
 #
 # Which keel: $KEEL if set, else `keel` on PATH (e.g. after `cargo install --path crates/keel`),
-# else a debug build of this checkout with `cargo run` (a few minutes the first time).
+# else a debug build of this checkout (a few minutes the first time): `keel` and the sandbox
+# launcher beside it, built together (a launcher of another build refuses to run anything).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 ws=$(mktemp -d "${TMPDIR:-/tmp}/keel-demo.XXXXXX")
@@ -16,8 +17,12 @@ if [ -n "${KEEL:-}" ]; then
 elif command -v keel >/dev/null 2>&1; then
   keel=("$(command -v keel)")
 else
-  echo "building keel (debug, with cargo run; a few minutes the first time)" >&2
-  keel=(cargo run -q --manifest-path "$here/../../Cargo.toml" -p keel --)
+  echo "building keel (debug, with cargo build; a few minutes the first time)" >&2
+  manifest="$here/../../Cargo.toml"
+  cargo build -q --manifest-path "$manifest" -p keel --bins
+  target=$(cargo metadata -q --format-version 1 --no-deps --manifest-path "$manifest" |
+    python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
+  keel=("$target/debug/keel")
 fi
 echo "keel: ${keel[*]}" >&2
 "${keel[@]}" run --workspace "$ws" --model "script:$here/script.jsonl" --permission-mode bypass "$@" \
