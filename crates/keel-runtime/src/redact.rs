@@ -3,7 +3,8 @@
 //!
 //! Three sources of secrets: built-in patterns for common API keys and tokens (OpenAI `sk-…`,
 //! Anthropic `sk-ant-…`, GitHub `ghp_…`/`github_pat_…`, AWS `AKIA…`, Slack `xox?-…`,
-//! `Bearer …` headers), configured regular expressions
+//! `Bearer …` headers, the password of a URL's userinfo: `postgres://u:PASSWORD@h`), configured
+//! regular expressions
 //! ([`crate::SessionConfig::secret_patterns`]), and literal secret values (values shorter than
 //! 6 bytes are ignored so `1` or `true` are not blanked everywhere). Matches become
 //! [`REDACTED`].
@@ -64,6 +65,13 @@ static BUILTIN_COMPILED: LazyLock<Vec<Arc<Regex>>> = LazyLock::new(|| {
         .iter()
         .filter_map(|p| Regex::new(p).ok().map(Arc::new))
         .collect()
+});
+
+/// The password of a URL's userinfo (`postgres://user:PASSWORD@host/db`, RFC 3986 §3.2.1):
+/// group 1 is redacted, the scheme, user and host stay readable. Searched only in text holding
+/// `://`.
+static URL_PASSWORD: LazyLock<Option<Regex>> = LazyLock::new(|| {
+    Regex::new(r"(?i)\b[a-z][a-z0-9+.\-]{0,31}://[^\s/?#@:\[\]]*:([^\s/?#@\[\]]+)@").ok()
 });
 
 /// Environment variables the model adapters read provider API keys from
@@ -193,6 +201,15 @@ impl Redactor {
         }
         for re in &self.patterns {
             out.extend(re.find_iter(text).map(|m| m.range()));
+        }
+        if text.contains("://")
+            && let Some(re) = URL_PASSWORD.as_ref()
+        {
+            out.extend(
+                re.captures_iter(text)
+                    .filter_map(|c| c.get(1))
+                    .map(|m| m.range()),
+            );
         }
     }
 
@@ -643,6 +660,38 @@ mod tests {
         assert!(!s.contains("tok_1234"), "{s}");
         assert!(!s.contains("abcdefghijklmnopqrstu"), "{s}");
         assert_eq!(r.redact_str("nothing here"), "nothing here");
+    }
+
+    #[test]
+    fn a_urls_password_is_redacted_and_the_rest_of_the_url_kept() {
+        let r = Redactor::with_values(&[], &[]).unwrap();
+        assert!(URL_PASSWORD.is_some());
+        for (text, want) in [
+            (
+                "DATABASE_URL=postgres://app:s3cr%40t@db.internal:5432/prod",
+                "DATABASE_URL=postgres://app:[REDACTED]@db.internal:5432/prod",
+            ),
+            (
+                "git clone https://x-access:tok@github.com/o/r.git and redis://:pw@h",
+                "git clone https://x-access:[REDACTED]@github.com/o/r.git and redis://:[REDACTED]@h",
+            ),
+            // JSON-escaped, as in a tool call's raw arguments.
+            (
+                r#"{"url":"mysql:\/\/root:hunter22@h\/db"}"#,
+                r#"{"url":"mysql:\/\/root:[REDACTED]@h\/db"}"#,
+            ),
+        ] {
+            assert_eq!(r.redact_str(text), want);
+        }
+        for kept in [
+            "http://localhost:8080/path",
+            "see https://example.com/a@b",
+            "ssh git@github.com:o/r.git",
+            "http://[::1]:8080/",
+            "user@host: no scheme",
+        ] {
+            assert_eq!(r.redact_str(kept), kept);
+        }
     }
 
     #[test]
