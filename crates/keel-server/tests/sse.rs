@@ -112,18 +112,21 @@ async fn reconnecting_with_last_event_id_delivers_every_durable_event_exactly_on
     assert_eq!(got, vec![3, 4, 5]);
     assert_eq!(p.body["next_after"], 5);
     assert_eq!(p.body["has_more"], true);
-    // A bad Last-Event-ID is a 400 naming the header.
-    let bad = s
-        .call(
-            "GET",
-            &path,
-            Some(&s.viewer),
-            None,
-            &[("accept", "text/event-stream"), ("last-event-id", "x")],
-        )
-        .await;
-    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
-    assert_eq!(bad.body["field"], "last-event-id");
+    // A bad Last-Event-ID is a 400 naming the header: not a number, or past any seq (as
+    // `after` is).
+    for id in ["x", "9223372036854775808", "18446744073709551615"] {
+        let bad = s
+            .call(
+                "GET",
+                &path,
+                Some(&s.viewer),
+                None,
+                &[("accept", "text/event-stream"), ("last-event-id", id)],
+            )
+            .await;
+        assert_eq!(bad.status, StatusCode::BAD_REQUEST, "{id}");
+        assert_eq!(bad.body["field"], "last-event-id", "{id}");
+    }
 }
 
 async fn streams_beyond_the_per_key_limit_get_429_and_heartbeats_flow(b: Backend) {

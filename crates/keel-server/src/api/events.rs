@@ -69,16 +69,26 @@ fn wants(headers: &HeaderMap) -> Result<Wants, ApiError> {
 /// subscribing from past it is clamped here, where nothing ever is.
 const LAST_SEQ: u64 = i64::MAX as u64;
 
+/// The `Last-Event-ID` header: a seq, at most [`LAST_SEQ`] (as `after`); 400 naming the header
+/// otherwise.
 fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
     headers
         .get("last-event-id")
         .map(|v| {
-            v.to_str()
+            let id = v
+                .to_str()
                 .ok()
                 .and_then(|s| s.trim().parse::<u64>().ok())
                 .ok_or_else(|| {
                     ApiError::bad_request("last-event-id", "Last-Event-ID must be a seq (a number)")
-                })
+                })?;
+            if id > LAST_SEQ {
+                return Err(ApiError::bad_request(
+                    "last-event-id",
+                    format!("Last-Event-ID {id} is past any seq (at most 2^63 - 1)"),
+                ));
+            }
+            Ok(id)
         })
         .transpose()
 }
