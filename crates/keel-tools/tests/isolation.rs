@@ -244,6 +244,7 @@ fn the_sandboxs_first_process_keeps_no_descriptor_of_its_host() {
         "workdir": ws,
         "hide": [],
         "protect": [],
+        "shared_network": false,
     });
     let (mut ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
     let mut launcher = Command::new(crate::escapes::binary(Who::Root));
@@ -326,6 +327,7 @@ fn a_launcher_refuses_a_spec_of_another_build_and_runs_nothing() {
             "workdir": ws,
             "hide": [],
             "protect": [],
+        "shared_network": false,
         });
         if let Some((name, value)) = extra {
             v[name] = serde_json::Value::Bool(value);

@@ -143,6 +143,39 @@ async fn sandbox_network_lets_a_tcp_connect_through_and_keeps_the_filesystem_con
     assert!(!r.content.contains("connected"), "{}", r.content);
 }
 
+/// The commands of one sandbox (one session's) enter the same network namespace, made once:
+/// not the host's, holding nothing but a loopback interface; another sandbox has its own. With
+/// `with_network(true)` the commands are in the host's.
+#[tokio::test]
+async fn one_sandboxs_commands_share_one_empty_network_namespace() {
+    let show = "readlink /proc/self/ns/net; tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '";
+    let host = std::fs::read_link("/proc/self/ns/net").unwrap();
+    let host = host.to_string_lossy();
+    let f = fixture(SandboxMode::WorkspaceWrite);
+    let first = f.call("shell", json!({"command": show})).await;
+    let second = f.call("shell", json!({"command": show})).await;
+    assert_eq!(first.status, Succeeded, "{}", first.content);
+    let lines = |c: &str| c.lines().take(2).map(str::to_owned).collect::<Vec<_>>();
+    let (a, b) = (lines(&first.content), lines(&second.content));
+    assert!(a[0].starts_with("net:["), "{}", first.content);
+    assert_eq!(a[0], b[0], "one namespace for the sandbox's commands");
+    assert_ne!(a[0], host, "not the host's");
+    assert_eq!(a[1], "lo", "only a loopback interface: {}", first.content);
+    let other = fixture(SandboxMode::WorkspaceWrite);
+    let third = other.call("shell", json!({"command": show})).await;
+    assert_ne!(
+        lines(&third.content)[0],
+        a[0],
+        "another sandbox, another namespace"
+    );
+    let mut shared = fixture(SandboxMode::WorkspaceWrite);
+    shared.ctx.sandbox = Sandbox::new(SandboxMode::WorkspaceWrite)
+        .unwrap()
+        .with_network(true);
+    let r = shared.call("shell", json!({"command": show})).await;
+    assert_eq!(lines(&r.content)[0], host, "{}", r.content);
+}
+
 #[tokio::test]
 async fn a_missing_launcher_is_named_and_nothing_runs() {
     let ws = tempfile::tempdir().unwrap();

@@ -64,6 +64,9 @@ pub(super) type Setup<T = ()> = Result<T, LayerError>;
 pub(super) fn main(args: Vec<OsString>) -> ! {
     // Before anything else: nothing the host left open reaches stage 2 or the command.
     let cloexec = super::fds::close_others_on_exec();
+    if matches!(args.as_slice(), [stage] if stage == NETWORK_HOLDER_STAGE) {
+        hold_network_namespace();
+    }
     if !matches!(args.as_slice(), [stage] if stage == "1") {
         eprintln!(
             "keel: `{LAUNCHER_ARG}` is the sandbox launcher, started by keel itself; it is not a command"
@@ -85,7 +88,94 @@ pub(super) fn main(args: Vec<OsString>) -> ! {
     if let Err(e) = cloexec {
         report_and_exit(&mut host, &fail("closing inherited descriptors")(e));
     }
-    stage1(host, &spec)
+    let shared = if spec.shared_network {
+        match receive_namespaces(&host) {
+            Ok(ns) => Some(ns),
+            Err(e) => report_and_exit(&mut host, &e),
+        }
+    } else {
+        None
+    };
+    stage1(host, &spec, shared)
+}
+
+/// The argument (after `__sandbox`) that makes the launcher a network namespace holder.
+pub(super) const NETWORK_HOLDER_STAGE: &str = "net";
+
+/// The session's network namespace, made once by a holder ([`hold_network_namespace`]) and
+/// entered by each command's stage 1: the user namespace that owns it and the namespace itself.
+#[derive(Debug)]
+pub(super) struct SharedNetwork {
+    pub(super) user: std::os::fd::OwnedFd,
+    pub(super) net: std::os::fd::OwnedFd,
+}
+
+/// `__sandbox net`: enters a new user namespace (mapping its own uid and gid) and a new network
+/// namespace in it (only a loopback interface, down), says `ready` on standard output, and
+/// waits until standard input (the host's lifeline) closes. The host opens
+/// `/proc/<pid>/ns/{user,net}` meanwhile; those descriptors keep both namespaces alive after
+/// this process ends. Dies with its parent (`PR_SET_PDEATHSIG`). Never returns.
+fn hold_network_namespace() -> ! {
+    let _ = rustix::process::set_parent_process_death_signal(Some(Signal::KILL));
+    let made = enter_user_namespace().and_then(|()| {
+        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).map_err(fail("network namespace"))
+    });
+    let mut out = std::io::stdout();
+    match made {
+        Ok(()) => {
+            let _ = out.write_all(b"ready\n").and_then(|()| out.flush());
+        }
+        Err(e) => {
+            let _ = writeln!(out, "error {}: {}", e.layer, e.detail.replace('\n', " "));
+            std::process::exit(SETUP_FAILED);
+        }
+    }
+    let mut buf = [0u8; 64];
+    loop {
+        match std::io::stdin().read(&mut buf) {
+            Ok(0) => std::process::exit(0),
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => std::process::exit(0),
+        }
+    }
+}
+
+/// Receives the shared network namespace's two descriptors, which the host sends after the
+/// spec line as one byte with `SCM_RIGHTS` (user namespace first).
+fn receive_namespaces(stream: &UnixStream) -> Setup<SharedNetwork> {
+    use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
+    let layer = "network namespace (receiving the session's)";
+    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(2))];
+    let mut byte = [0u8; 1];
+    loop {
+        let mut control = RecvAncillaryBuffer::new(&mut space);
+        let got = rustix::net::recvmsg(
+            stream,
+            &mut [std::io::IoSliceMut::new(&mut byte)],
+            &mut control,
+            RecvFlags::CMSG_CLOEXEC,
+        );
+        match got {
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(fail(layer)(e)),
+            Ok(m) if m.bytes == 0 => {
+                return Err(fail(layer)("the channel closed before they were sent"));
+            }
+            Ok(_) => {}
+        }
+        let mut fds = Vec::new();
+        for message in control.drain() {
+            if let RecvAncillaryMessage::ScmRights(received) = message {
+                fds.extend(received);
+            }
+        }
+        let mut fds = fds.into_iter();
+        return match (fds.next(), fds.next(), fds.next()) {
+            (Some(user), Some(net), None) => Ok(SharedNetwork { user, net }),
+            _ => Err(fail(layer)("expected two descriptors")),
+        };
+    }
 }
 
 /// Reads the spec line keel writes first and parses it. Nothing
@@ -162,8 +252,8 @@ fn report_and_exit(stream: &mut UnixStream, e: &LayerError) -> ! {
 // ---------------------------------------------------------------------------------------------
 // Stage 1
 
-fn stage1(mut host: UnixStream, spec: &LaunchSpec) -> ! {
-    if let Err(e) = enter_namespaces(spec) {
+fn stage1(mut host: UnixStream, spec: &LaunchSpec, shared: Option<SharedNetwork>) -> ! {
+    if let Err(e) = enter_namespaces(spec, shared) {
         report_and_exit(&mut host, &e);
     }
     let (mut from_stage2, to_stage1) = match UnixStream::pair() {
@@ -288,7 +378,8 @@ fn end_like(last: Option<&str>, status: Option<std::process::ExitStatus>) -> ! {
     }
 }
 
-fn enter_namespaces(spec: &LaunchSpec) -> Setup {
+/// A new user namespace mapping this process's uid and gid to themselves (no other groups).
+fn enter_user_namespace() -> Setup {
     use nix::sched::{CloneFlags, unshare};
     let uid = rustix::process::getuid().as_raw();
     let gid = rustix::process::getgid().as_raw();
@@ -303,6 +394,29 @@ fn enter_namespaces(spec: &LaunchSpec) -> Setup {
         .map_err(fail("user namespace (uid map)"))?;
     write("/proc/self/gid_map", format!("{gid} {gid} 1\n"))
         .map_err(fail("user namespace (gid map)"))?;
+    Ok(())
+}
+
+/// Stage 1's namespaces: a new user namespace, or the session's ([`SharedNetwork`]: its user
+/// namespace, which owns its network namespace, then that network namespace); then new mount,
+/// PID, IPC, UTS and cgroup namespaces, and a new network namespace unless the network is
+/// shared with the host or the session's was entered.
+fn enter_namespaces(spec: &LaunchSpec, shared: Option<SharedNetwork>) -> Setup {
+    use nix::sched::{CloneFlags, unshare};
+    use rustix::thread::{LinkNameSpaceType, move_into_link_name_space};
+    let own_network = match shared {
+        Some(ns) => {
+            move_into_link_name_space(ns.user.as_fd(), Some(LinkNameSpaceType::User))
+                .map_err(fail("user namespace (entering the session's)"))?;
+            move_into_link_name_space(ns.net.as_fd(), Some(LinkNameSpaceType::Network))
+                .map_err(fail("network namespace (entering the session's)"))?;
+            false
+        }
+        None => {
+            enter_user_namespace()?;
+            !spec.network
+        }
+    };
     let mut each = vec![
         (CloneFlags::CLONE_NEWNS, "mount namespace"),
         (CloneFlags::CLONE_NEWPID, "PID namespace"),
@@ -310,7 +424,7 @@ fn enter_namespaces(spec: &LaunchSpec) -> Setup {
         (CloneFlags::CLONE_NEWUTS, "UTS namespace"),
         (CloneFlags::CLONE_NEWCGROUP, "cgroup namespace"),
     ];
-    if !spec.network {
+    if own_network {
         each.push((CloneFlags::CLONE_NEWNET, "network namespace"));
     }
     for (flag, layer) in each {
