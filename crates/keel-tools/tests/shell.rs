@@ -242,6 +242,27 @@ async fn a_confined_command_killed_by_a_signal_is_reported_so() {
     }
 }
 
+/// A confined command's end is reported by the launcher before it tears its namespaces down:
+/// the status, every byte of its output, and nothing from a process it left behind (killed
+/// with the namespace before the report).
+#[tokio::test]
+async fn a_confined_commands_status_and_whole_output_come_with_its_end() {
+    let f = Fixture::with(
+        SandboxMode::WorkspaceWrite,
+        Policy::new(PermissionMode::Bypass),
+    );
+    let command = "(sleep 0.3; echo late; echo late > late.txt) & \
+                   head -c 100000 /dev/zero | tr '\\0' x; echo; echo err >&2; exit 3";
+    let r = f.call("shell", json!({"command": command})).await;
+    assert_eq!(r.status, Failed, "{}", r.content);
+    assert_eq!(r.details["exit_code"], 3, "{}", r.content);
+    assert_eq!(r.details["output_bytes"], 100_005, "{}", r.content);
+    assert!(r.content.contains("err\n"), "{}", r.content);
+    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    assert!(!r.content.contains("late"), "{}", r.content);
+    assert!(!f.path("late.txt").exists(), "a left-behind process ran on");
+}
+
 #[tokio::test]
 async fn cancelled_before_start_gives_a_cancelled_result() {
     let f = Fixture::new();

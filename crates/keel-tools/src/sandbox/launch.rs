@@ -284,6 +284,9 @@ fn stage1(mut host: UnixStream, spec: &LaunchSpec, shared: Option<SharedNetwork>
         ),
     };
     drop(to_stage1);
+    // Stage 1 writes nothing more to the command's output: its copies go, so the output's end
+    // comes when the command's processes are gone, not when the launcher exits.
+    release_output();
     let kill_stage2 = || {
         let _ = rustix::process::kill_process(stage2, Signal::KILL);
         let _ = wait_for(stage2);
@@ -321,7 +324,13 @@ fn stage1(mut host: UnixStream, spec: &LaunchSpec, shared: Option<SharedNetwork>
             while let Some(end) = pending.iter().position(|&b| b == b'\n') {
                 let line = String::from_utf8_lossy(&pending[..end]).into_owned();
                 pending.drain(..=end);
-                if line.starts_with("ready") || line.starts_with("error ") {
+                // `exit N` / `signal N` go on at once: the host takes the command's end from
+                // here, without waiting for stage 2's namespaces to be torn down (an RCU grace
+                // period for the mount namespace), which stage 1 still waits for below.
+                if ["ready", "error ", "exit ", "signal "]
+                    .iter()
+                    .any(|p| line.starts_with(p))
+                {
                     send(&mut host, &line);
                 }
                 last = Some(line);
@@ -476,12 +485,16 @@ fn stage2(mut up: UnixStream, spec: &LaunchSpec) -> ! {
             std::process::exit(127);
         }
     };
+    release_output();
     let target = Pid::from_child(&child);
     // PID 1: reap every process; when the command ends, so does the namespace.
     loop {
         match rustix::process::wait(WaitOptions::empty()) {
             Ok(Some((pid, status))) if pid == target => {
                 let line = describe(status);
+                // Everything the command left in the namespace is killed and reaped before its
+                // end is reported: when the host hears `exit N`, nothing of the call runs.
+                end_every_other_process();
                 send(&mut up, &line);
                 std::process::exit(0);
             }
@@ -490,6 +503,30 @@ fn stage2(mut up: UnixStream, spec: &LaunchSpec) -> ! {
                 send(&mut up, "exit 125");
                 std::process::exit(SETUP_FAILED);
             }
+        }
+    }
+}
+
+/// Points standard output and error at `/dev/null`: the command's output pipes stay open only
+/// in the command's own processes.
+fn release_output() {
+    if let Ok(null) = File::options().write(true).open("/dev/null") {
+        let _ = rustix::stdio::dup2_stdout(&null);
+        let _ = rustix::stdio::dup2_stderr(&null);
+    }
+}
+
+/// Stage 2 (PID 1 of the namespace): SIGKILL to every other process of the namespace, then
+/// reaps them all.
+fn end_every_other_process() {
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(-1),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    loop {
+        match rustix::process::wait(WaitOptions::empty()) {
+            Ok(Some(_)) | Err(rustix::io::Errno::INTR) => {}
+            Ok(None) | Err(_) => return,
         }
     }
 }

@@ -200,34 +200,119 @@ pub struct Invocation {
 /// A process [`Sandbox::spawn`] started: the command itself (`off`) or the launcher running it.
 /// Either leads its own process group, whose id is [`SandboxedChild::id`]; killing that group
 /// (or the process) ends the command and, when confined, everything in its PID namespace.
-/// Dropping the handle kills the process.
+/// Dropping the handle kills the process, unless a confined command has ended and been
+/// reported (then the launcher is left to finish and is reaped in the background).
 #[derive(Debug)]
 pub struct SandboxedChild {
-    child: tokio::process::Child,
+    child: Option<tokio::process::Child>,
     /// The launcher's end of this socket is its standard input: when this end closes (the handle
-    /// is dropped, keel dies) the launcher kills the command.
-    _lifeline: Option<tokio::net::UnixStream>,
+    /// is dropped, keel dies) the launcher kills the command. The launcher reports the
+    /// command's end on it (`exit N` / `signal N`).
+    lifeline: Option<tokio::net::UnixStream>,
+    /// What has been read from the lifeline and not yet taken as a line.
+    pending: Vec<u8>,
+    /// The command's end as the launcher reported it.
+    reported: Option<std::process::ExitStatus>,
 }
 
 impl SandboxedChild {
-    /// The process id (also its process group id), while it runs.
-    pub fn id(&self) -> Option<u32> {
-        self.child.id()
+    fn new(child: tokio::process::Child, lifeline: Option<tokio::net::UnixStream>) -> Self {
+        Self {
+            child: Some(child),
+            lifeline,
+            pending: Vec::new(),
+            reported: None,
+        }
     }
 
-    /// Waits for the process to end. A confined command's exit status is passed through: its
-    /// exit code, or the signal that killed it.
+    /// The process id (also its process group id), while it runs.
+    pub fn id(&self) -> Option<u32> {
+        self.child.as_ref().and_then(tokio::process::Child::id)
+    }
+
+    /// Waits for the command to end. A confined command's exit status is passed through: its
+    /// exit code, or the signal that killed it. For a confined command that is the launcher's
+    /// report, sent once the command and everything it left in its PID namespace are gone —
+    /// before the launcher has torn the namespaces down (for its mount namespace the kernel
+    /// waits for an RCU grace period, milliseconds when the machine is busy); without a
+    /// report (the launcher died) it is the launcher's own status. Cancel-safe.
     ///
     /// Errors: as [`tokio::process::Child::wait`].
     pub async fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
-        self.child.wait().await
+        if let Some(status) = self.reported {
+            return Ok(status);
+        }
+        if let Some(status) = self.read_report().await {
+            self.reported = Some(status);
+            return Ok(status);
+        }
+        match self.child.as_mut() {
+            Some(child) => child.wait().await,
+            None => Err(std::io::Error::other("the process was already waited for")),
+        }
+    }
+
+    /// Reads the launcher's lifeline up to its `exit N` / `signal N` line: the status, or `None`
+    /// at its end (or with no lifeline: the sandbox is off).
+    async fn read_report(&mut self) -> Option<std::process::ExitStatus> {
+        use std::os::unix::process::ExitStatusExt;
+        use tokio::io::AsyncReadExt;
+        let lifeline = self.lifeline.as_mut()?;
+        loop {
+            while let Some(end) = self.pending.iter().position(|&b| b == b'\n') {
+                let line = String::from_utf8_lossy(&self.pending[..end]).into_owned();
+                self.pending.drain(..=end);
+                let number = |prefix: &str| {
+                    line.strip_prefix(prefix)
+                        .and_then(|n| n.trim().parse::<i32>().ok())
+                };
+                if let Some(code) = number("exit ") {
+                    return Some(std::process::ExitStatus::from_raw((code & 0xff) << 8));
+                }
+                if let Some(signal) = number("signal ") {
+                    return Some(std::process::ExitStatus::from_raw(signal & 0x7f));
+                }
+            }
+            let mut buf = [0u8; 256];
+            // `read` is cancel-safe: bytes it returned are in `pending` before any await.
+            match lifeline.read(&mut buf).await {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => self.pending.extend_from_slice(&buf[..n]),
+            }
+            if self.pending.len() > 64 * 1024 {
+                return None;
+            }
+        }
     }
 
     /// Sends SIGKILL to the process (not waiting for it).
     ///
     /// Errors: as [`tokio::process::Child::start_kill`].
     pub fn start_kill(&mut self) -> std::io::Result<()> {
-        self.child.start_kill()
+        match self.child.as_mut() {
+            Some(child) => child.start_kill(),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for SandboxedChild {
+    fn drop(&mut self) {
+        // A reported end: the launcher is tearing the namespaces down and exits by itself; it
+        // keeps its lifeline until then (closing it early would only make it kill what is
+        // already dead) and is reaped in the background. Otherwise the child's own drop kills it.
+        if self.reported.is_none() {
+            return;
+        }
+        let (Some(mut child), lifeline) = (self.child.take(), self.lifeline.take()) else {
+            return;
+        };
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = child.wait().await;
+                drop(lifeline);
+            });
+        }
     }
 }
 
@@ -416,10 +501,7 @@ impl Sandbox {
             #[cfg(target_os = "linux")]
             fds::inherit_only_stdio().map_err(spawn_error)?;
             let child = command.spawn().map_err(spawn_error)?;
-            return Ok(SandboxedChild {
-                child,
-                _lifeline: None,
-            });
+            return Ok(SandboxedChild::new(child, None));
         }
         let launcher = self
             .launcher
@@ -669,10 +751,7 @@ mod imp {
                     "Landlock is not (fully) available on this kernel: the sandbox runs without this extra layer (namespaces, read-only mounts, dropped capabilities and seccomp still apply)"
                 );
             }
-            return Ok(SandboxedChild {
-                child,
-                _lifeline: Some(host_end),
-            });
+            return Ok(SandboxedChild::new(child, Some(host_end)));
         }
         let status = child.wait().await.ok();
         let reason = match line.strip_prefix("error ") {
