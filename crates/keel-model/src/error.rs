@@ -132,6 +132,11 @@ pub struct ProviderError {
     /// HTTP status, when the failure came with one (in-stream errors after HTTP 200 have none).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<u16>,
+    /// The model gave no response at all: a scripted model asked for a line past its last
+    /// (`docs/ARCHITECTURE.md`, "Scripted model": the k-th response a session *completed* came
+    /// from line k), so the failure takes no position in the script. Left out when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_response: bool,
 }
 
 impl ProviderError {
@@ -143,6 +148,7 @@ impl ProviderError {
             message: message.into(),
             retry_after_ms: None,
             status: None,
+            no_response: false,
         }
     }
 

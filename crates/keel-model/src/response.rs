@@ -168,7 +168,7 @@ pub async fn collect(mut events: EventStream, model: &str, prices: &PriceTable) 
                 r.outcome = Outcome::Completed { stop_reason }
             }
             StreamEvent::Error { error } => {
-                r.responses_consumed += u64::from(consumes);
+                r.responses_consumed += u64::from(consumes && !error.no_response);
                 r.outcome = Outcome::Failed { error }
             }
             StreamEvent::Cancelled => r.outcome = Outcome::Cancelled,

@@ -132,7 +132,7 @@ impl ModelRoute {
                 // A failed scripted attempt was a model response of the session (its error line
                 // is consumed): the next attempt gets the next position. Other providers' failures
                 // take no position, so a scripted fallback starts where the session stands.
-                if model.consumes_responses() {
+                if model.consumes_responses() && !error.no_response {
                     request.response_index = request.response_index.map(|i| i.saturating_add(1));
                 }
                 let retry_after_too_long = error

@@ -262,15 +262,18 @@ impl Script {
 
     /// The error for a request past the end of the script.
     pub fn exhausted(&self, position: u64) -> ProviderError {
-        ProviderError::new(
-            ErrorKind::InvalidRequest,
-            format!(
-                "scripted model exhausted: {} has {} lines and model response {} was requested",
-                self.name,
-                self.line_count(),
-                position.saturating_add(1)
-            ),
-        )
+        ProviderError {
+            no_response: true,
+            ..ProviderError::new(
+                ErrorKind::InvalidRequest,
+                format!(
+                    "scripted model exhausted: {} has {} lines and model response {} was requested",
+                    self.name,
+                    self.line_count(),
+                    position.saturating_add(1)
+                ),
+            )
+        }
     }
 }
 

@@ -383,7 +383,7 @@ impl Runner {
                     Box::pin(self.settle_tokens(&mut reservation, used_tokens(&used.0))).await;
                     // The next attempt is a model call of its own: admitted like the first.
                     let admitted = Box::pin(self.admit(projected, &step_token)).await?;
-                    let failed = (&error, u64::from(consumes), used);
+                    let failed = (&error, u64::from(consumes && !error.no_response), used);
                     let Admission::Admitted(r) = admitted else {
                         // Cancelled or drained while waiting: the failed attempt is journaled
                         // and nothing of the next one. A cancelled turn ends (the turn loop); a
@@ -551,7 +551,7 @@ impl Runner {
                             error_kind: error.kind.as_str().into(),
                             message: error.message.clone(),
                             retry_in_ms: None,
-                            responses_consumed: u64::from(consumes),
+                            responses_consumed: u64::from(consumes && !error.no_response),
                             usage,
                             cost_usd: cost,
                             usage_estimated,
@@ -568,7 +568,7 @@ impl Runner {
                     EventBody::StepFailed {
                         error_kind: error.kind.as_str().into(),
                         message: error.message.clone(),
-                        responses_consumed: u64::from(consumes),
+                        responses_consumed: u64::from(consumes && !error.no_response),
                         usage,
                         cost_usd: cost,
                         usage_estimated,

@@ -119,6 +119,45 @@ fn a_script_that_ends_early_names_the_file_and_its_length() {
     assert!(one_line(&err).contains("bad.jsonl line 2"), "{err}");
 }
 
+/// Asking past the script's end takes no line: after two such failures, lines appended to the
+/// script answer from the first new one (the k-th response the session completed came from
+/// line k).
+#[test]
+fn a_request_past_the_scripts_end_takes_no_line() {
+    let env = Env::new();
+    let script = env.path("grow.jsonl");
+    env.write(
+        "grow.jsonl",
+        "{\"tool_calls\":[{\"name\":\"list_dir\",\"arguments\":{\"path\":\".\"}}]}\n",
+    );
+    let model = format!("script:{}", script.display());
+    let out = env.run(&[
+        "run",
+        "--workspace",
+        "ws",
+        "--model",
+        &model,
+        "--output",
+        "jsonl",
+        "hi",
+    ]);
+    let result = check_stream(&jsonl_lines(&out.stdout));
+    assert_eq!(result["terminal_reason"], "failed");
+    let session = result["session_id"].as_str().unwrap().to_owned();
+    // A bare resume asks for the same response again, not the next.
+    let again = env.run(&["resume", &session, "--output", "jsonl"]);
+    let result = check_stream(&jsonl_lines(&again.stdout));
+    let error = result["error"].as_str().unwrap_or_default();
+    assert!(error.contains("model response 2 was requested"), "{result}");
+    let mut text = std::fs::read_to_string(&script).unwrap();
+    text.push_str("{\"text\":\"line two\"}\n{\"text\":\"line three\"}\n");
+    std::fs::write(&script, text).unwrap();
+    let done = env.run(&["resume", &session, "--output", "jsonl"]);
+    let result = check_stream(&jsonl_lines(&done.stdout));
+    assert_eq!(result["terminal_reason"], "completed", "{result}");
+    assert_eq!(result["final_text"], "line two", "{result}");
+}
+
 #[test]
 fn a_missing_workspace_is_named() {
     let env = Env::new();
