@@ -165,6 +165,49 @@ fn a_confined_command_cannot_plant_a_journal_beside_a_store_in_the_workspace() {
     );
     let list = env.run(&["sessions", "list", "--store", &store]);
     assert!(list.status.success(), "{}", stderr(&list));
+
+    // The store's name is a symlink: SQLite keeps `-wal`, `-shm` and `-journal` beside the real
+    // file, and those are covered (the WAL holds the journal's recent events).
+    let env = Env::new();
+    std::os::unix::fs::symlink("data.db", env.path("keel.db")).unwrap();
+    let first = run_home(
+        &env,
+        &[json!({"text": "hi"}).to_string()],
+        &["--store", &store_at(&env)],
+    );
+    assert!(first.status.success(), "{}", stderr(&first));
+    let peek = "wc -c < data.db-wal; wc -c < data.db; printf 'forged' > data.db-journal; \
+                rm -f data.db-journal; echo rm=$?; echo end";
+    let out = run_home(
+        &env,
+        &[
+            call("shell", json!({"command": peek})),
+            json!({"text": "done"}).to_string(),
+        ],
+        &["--store", &store_at(&env)],
+    );
+    let shown = outputs(&out);
+    assert_eq!(shown.len(), 1, "{shown:?} {}", stderr(&out));
+    let sizes: Vec<&str> = shown[0].lines().take(2).collect();
+    assert_eq!(
+        sizes,
+        ["0", "0"],
+        "the WAL and the database read as empty: {}",
+        shown[0]
+    );
+    assert!(!shown[0].contains("rm=0"), "{}", shown[0]);
+    assert_eq!(
+        std::fs::metadata(env.path("data.db-journal"))
+            .unwrap()
+            .len(),
+        0,
+        "the journal beside the real file stays empty"
+    );
+}
+
+/// `--store` for the database `keel.db` at the top of `env`.
+fn store_at(env: &Env) -> String {
+    format!("sqlite://{}", env.path("keel.db").display())
 }
 
 #[test]
@@ -215,4 +258,26 @@ fn a_confined_command_cannot_replace_keel_or_its_launcher_in_the_workspace() {
     assert!(again.status.success(), "{}", stderr(&again));
     assert!(!env.path("ESCAPED").exists());
     assert!(outputs(&again)[1].contains("second"), "{}", stderr(&again));
+
+    // Without a launcher beside keel (keel runs itself then), a command cannot plant one there
+    // for the next keel to run unconfined: keel's directory is read-only to it.
+    std::fs::remove_file(&launcher).unwrap();
+    env.write(
+        "script.jsonl",
+        &[
+            call(
+                "shell",
+                json!({"command": "printf '#!/bin/sh\\n' > bin/keel-sandbox-launcher; echo plant=$?; \
+                                   touch bin/other; echo other=$?; echo end"}),
+            ),
+            json!({"text": "done"}).to_string(),
+        ]
+        .join("\n"),
+    );
+    let planted = run();
+    let shown = outputs(&planted);
+    assert_eq!(shown.len(), 1, "{shown:?} {}", stderr(&planted));
+    assert!(!shown[0].contains("plant=0"), "{}", shown[0]);
+    assert!(!shown[0].contains("other=0"), "{}", shown[0]);
+    assert!(!launcher.exists(), "a launcher was planted beside keel");
 }

@@ -41,6 +41,9 @@ impl Launcher {
     /// The file must be a regular file (a symlink to one is followed), executable, owned by
     /// this process's user or by root, and writable by no one else (no group or other write
     /// bit): a launcher another user could rewrite would run their code outside the sandbox.
+    /// It must have no other name (one hard link): through a second name elsewhere (cargo's
+    /// `target/*/deps/` copy) a confined command could change the file where the sandbox does
+    /// not cover it, and the next keel would run it unconfined.
     /// It is opened `O_PATH` (a FIFO of that name cannot block start-up).
     pub fn beside_this_program(name: &str) -> Option<Self> {
         let exe = std::fs::read_link("/proc/self/exe").ok()?;
@@ -62,6 +65,7 @@ impl Launcher {
         if !meta.is_file()
             || meta.mode() & 0o111 == 0
             || meta.mode() & 0o022 != 0
+            || meta.nlink() != 1
             || (meta.uid() != euid && meta.uid() != 0)
         {
             return None;
@@ -88,7 +92,9 @@ impl Launcher {
     /// The files a confined command must not replace when they lie in its workspace: the
     /// running program (`/proc/self/exe`) and this launcher's own file. A command that could
     /// swap either would run its code outside the sandbox the next time keel starts one
-    /// (keel runs the launcher from the directory of its own executable). Canonical paths.
+    /// (keel runs the launcher from the directory of its own executable, and a launcher that
+    /// is missing there could be planted: the sandbox covers their directories). Canonical
+    /// paths.
     pub(super) fn own_files(&self) -> Vec<PathBuf> {
         let mut files: Vec<PathBuf> = std::fs::read_link("/proc/self/exe")
             .ok()
@@ -164,5 +170,12 @@ mod tests {
             Launcher::held_open(&link).is_some(),
             "a symlink to a good file"
         );
+        // A second name (cargo's `deps/` copy is a hard link) could be changed where the
+        // sandbox does not cover it: refused while it exists.
+        let second = dir.path().join("second-name");
+        std::fs::hard_link(&good, &second).unwrap();
+        assert!(Launcher::held_open(&good).is_none(), "two hard links");
+        std::fs::remove_file(&second).unwrap();
+        assert!(Launcher::held_open(&good).is_some(), "one again");
     }
 }

@@ -604,9 +604,10 @@ struct LaunchSpec {
     /// ms of every call, and as much again in the kernel's deferred teardown). Never with
     /// `network`.
     shared_network: bool,
-    /// Canonical paths of files in the workspace a command must not replace or move (the
-    /// host's own program and its launcher: [`Launcher`]'s `own_files`): each is bound
-    /// read-only onto itself, its directories up to the workspace pinned.
+    /// Canonical paths in the workspace a command must not change: the directories of the
+    /// host's own program and of its launcher (or, in the workspace's top directory, the files:
+    /// [`Launcher`]'s `own_files`): each is bound read-only onto itself, its directories up to
+    /// the workspace pinned.
     protect: Vec<PathBuf>,
 }
 
@@ -665,11 +666,7 @@ mod imp {
         };
         let spec = LaunchSpec {
             hide: hidden_paths(sandbox, &spec.workspace),
-            protect: launcher
-                .own_files()
-                .into_iter()
-                .filter(|f| f.starts_with(&spec.workspace))
-                .collect(),
+            protect: protected(launcher, &spec.workspace),
             ..spec
         };
         let shared = if sandbox.network {
@@ -768,6 +765,25 @@ mod imp {
             ),
         };
         Err(unavailable(mode, reason))
+    }
+
+    /// What a command in `workspace` must not change of keel's own (see
+    /// [`Launcher::own_files`]): the directory of each file, when it lies inside the workspace
+    /// (so nothing can be planted, renamed or replaced there: a launcher missing beside keel
+    /// included), else the file itself when it lies in the workspace's top directory.
+    fn protected(launcher: &Launcher, workspace: &Path) -> Vec<std::path::PathBuf> {
+        let mut out: Vec<std::path::PathBuf> = Vec::new();
+        for file in launcher.own_files() {
+            let path = match file.parent() {
+                Some(dir) if dir != workspace && dir.starts_with(workspace) => dir.to_path_buf(),
+                _ if file.starts_with(workspace) => file,
+                _ => continue,
+            };
+            if !out.contains(&path) {
+                out.push(path);
+            }
+        }
+        out
     }
 
     /// The sandbox's network namespace: made by a holder launcher (`__sandbox net`) at the

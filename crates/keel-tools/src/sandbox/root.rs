@@ -201,20 +201,24 @@ fn hide(path: &Path) -> Setup<Option<PathBuf>> {
     }
 }
 
-/// Binds the file at `path` (canonical, in the workspace) read-only onto itself: a command can
-/// run and read it but not write, replace, rename or remove it (`EROFS`, `EBUSY`). Skipped when
-/// it is not there.
+/// Binds the file or directory at `path` (canonical, in the workspace) read-only onto itself:
+/// a command can run and read what is there but not write, create, replace, rename or remove
+/// anything (`EROFS`, `EBUSY`). Skipped when it is not there.
 fn protect(path: &Path) -> Setup {
     let target = at(NEW, path);
-    if !std::fs::symlink_metadata(&target).is_ok_and(|m| m.is_file()) {
-        return Ok(());
+    let flags = MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV;
+    match std::fs::symlink_metadata(&target) {
+        Ok(m) if m.is_dir() => {
+            rustix::mount::mount_bind_recursive(&target, &target)
+                .map_err(mount_err("protecting", path))?;
+            remount_tree(&target, flags)
+        }
+        Ok(m) if m.is_file() => {
+            rustix::mount::mount_bind(&target, &target).map_err(mount_err("protecting", path))?;
+            remount_one(&target, flags).map_err(mount_err("protecting", path))
+        }
+        _ => Ok(()),
     }
-    rustix::mount::mount_bind(&target, &target).map_err(mount_err("protecting", path))?;
-    remount_one(
-        &target,
-        MountFlags::RDONLY | MountFlags::NOSUID | MountFlags::NODEV,
-    )
-    .map_err(mount_err("protecting", path))
 }
 
 /// A minimal /dev: a few character devices bound from the host, the usual links, a private

@@ -261,9 +261,18 @@ pub fn hidden_paths(config: &Config) -> Vec<std::path::PathBuf> {
     }
     let store = &config.store;
     if !(store.starts_with("postgres://") || store.starts_with("postgresql://")) {
-        let db = store.strip_prefix("sqlite://").unwrap_or(store);
+        let given = store.strip_prefix("sqlite://").unwrap_or(store);
+        // SQLite keeps `-wal`, `-shm` and `-journal` beside the file a symlinked name points
+        // to: hide those of the real file (and the names as given).
+        let real = std::fs::canonicalize(given)
+            .ok()
+            .and_then(|p| p.to_str().map(str::to_owned));
+        let db = real.as_deref().unwrap_or(given);
         for suffix in ["", "-wal", "-shm", "-journal"] {
             paths.push(format!("{db}{suffix}").into());
+            if db != given {
+                paths.push(format!("{given}{suffix}").into());
+            }
         }
         // The sandbox covers what exists, and in WAL mode SQLite never makes `-journal`: with
         // the store in a writable workspace a confined command could create one, and a forged
