@@ -176,18 +176,20 @@ impl SessionNotifies {
 
     /// Wakes every waiter of `session`.
     pub fn notify(&self, session: SessionId) {
-        let map = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((w, _)) = map.get(&session) {
-            w.wake();
-        }
+        self.with_watched(session, Watched::wake);
     }
 
     /// Wakes every waiter of `session`, telling them `tenant`'s session is at `version` (an
     /// append of this process committed it), so they need not read it.
     pub fn notify_committed(&self, session: SessionId, tenant: keel_core::TenantId, version: u64) {
+        self.with_watched(session, |w| w.wake_with(tenant, version));
+    }
+
+    /// Runs `f` on `session`'s [`Watched`] when somebody waits on it.
+    fn with_watched(&self, session: SessionId, f: impl FnOnce(&Watched)) {
         let map = self.map.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((w, _)) = map.get(&session) {
-            w.wake_with(tenant, version);
+            f(w);
         }
     }
 
@@ -240,44 +242,28 @@ mod tests {
             reads.fetch_add(1, Ordering::SeqCst);
             async move { Ok(v) }
         };
+        // What a waiter gets for `tenant` with `fresh`, when a read would answer `answer`; and
+        // how many reads were made so far.
+        let ask = async |tenant, fresh, answer| {
+            let v = reg.watched.version(tenant, fresh, || read(answer)).await;
+            (v.unwrap(), reads.load(Ordering::SeqCst))
+        };
         notifies.notify_committed(session, tenant, 7);
-        assert_eq!(
-            reg.watched
-                .version(tenant, fresh, || read(1))
-                .await
-                .unwrap(),
-            7
-        );
-        assert_eq!(reads.load(Ordering::SeqCst), 0, "told, not read");
-        assert_eq!(
-            reg.watched.version(other, fresh, || read(2)).await.unwrap(),
-            2
-        );
-        assert_eq!(reads.load(Ordering::SeqCst), 1, "another tenant reads");
+        assert_eq!(ask(tenant, fresh, 1).await, (7, 0), "told, not read");
+        assert_eq!(ask(other, fresh, 2).await, (2, 1), "another tenant reads");
         notifies.notify_committed(session, tenant, 9);
         notifies.notify(session);
         assert_eq!(
-            reg.watched
-                .version(tenant, fresh, || read(10))
-                .await
-                .unwrap(),
-            10
-        );
-        assert_eq!(
-            reads.load(Ordering::SeqCst),
-            2,
+            ask(tenant, fresh, 10).await,
+            (10, 2),
             "a plain wake-up after it: read"
         );
         notifies.notify_committed(session, tenant, 11);
-        let stale = Duration::ZERO;
         assert_eq!(
-            reg.watched
-                .version(tenant, stale, || read(12))
-                .await
-                .unwrap(),
-            12
+            ask(tenant, Duration::ZERO, 12).await,
+            (12, 3),
+            "older than `fresh`: read"
         );
-        assert_eq!(reads.load(Ordering::SeqCst), 3, "older than `fresh`: read");
         // Nobody registered: nothing kept.
         drop(reg);
         notifies.notify_committed(session, tenant, 13);
