@@ -96,11 +96,15 @@ impl Launcher {
     /// is missing there could be planted: the sandbox covers their directories). Canonical
     /// paths.
     pub(super) fn own_files(&self) -> Vec<PathBuf> {
-        let mut files: Vec<PathBuf> = std::fs::read_link("/proc/self/exe")
-            .ok()
-            .and_then(|exe| std::fs::canonicalize(exe).ok())
-            .into_iter()
-            .collect();
+        // Resolved once: every sandboxed call asks, and the running program's path does not
+        // change while it runs.
+        static EXE: OnceLock<Option<PathBuf>> = OnceLock::new();
+        let exe = EXE.get_or_init(|| {
+            std::fs::read_link("/proc/self/exe")
+                .ok()
+                .and_then(|exe| std::fs::canonicalize(exe).ok())
+        });
+        let mut files: Vec<PathBuf> = exe.iter().cloned().collect();
         if let Some(origin) = self.origin.as_ref().filter(|o| !files.contains(o)) {
             files.push(origin.clone());
         }
