@@ -120,6 +120,35 @@ fn other_workspaces_under_the_workspace_roots_are_hidden() {
     }
 }
 
+/// The launcher's stage 2 builds the new root on a staging tmpfs with the host's whole tree
+/// under it, pivots into the new root and detaches the staging root (with the host's tree)
+/// before the command starts (`root.rs`). The command must never run with the old root still
+/// stacked on `/` (where `ls /` would not show it, but its mount table would, and a lookup
+/// through a mount point could reach it): one mount at `/` and nothing of the staging root's
+/// `newroot`/`oldroot`, every time.
+#[test]
+fn a_command_never_starts_with_the_hosts_old_root_attached() {
+    let probe = "awk '$5 == \"/\" { n++ } /oldroot|newroot/ { bad++ } \
+                 END { print \"roots=\" n \" staging=\" bad+0 }' /proc/self/mountinfo; \
+                 ls -d /oldroot /newroot 2>/dev/null | sed 's/^/seen:/'; echo done";
+    for who in BOTH {
+        let a = Sbx::new(who);
+        let host = a.run(OFF, probe);
+        assert!(
+            host.has("roots=") && host.has("done"),
+            "unconfined ({who:?}): {host:?}"
+        );
+        for mode in CONFINED {
+            for i in 0..15 {
+                let r = a.run(mode, probe);
+                let what = format!("{mode} ({who:?}), call {i}");
+                assert!(r.has("roots=1 staging=0") && r.has("done"), "{what}: {r:?}");
+                assert!(!r.has("seen:"), "{what}: {r:?}");
+            }
+        }
+    }
+}
+
 // --- descriptors the host holds ---------------------------------------------------------------
 
 /// `command` started by a host that holds fd 7 open on `secret` and fd 8 on a TCP socket to

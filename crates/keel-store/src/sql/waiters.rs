@@ -22,11 +22,27 @@ pub(crate) struct Waiters {
     pub work: WorkSignal,
 }
 
-/// One [`Watched`] per watched session, with how many waiters each.
+/// One [`Watched`] per watched session, with how many waiters each; and the versions this
+/// process committed lately, for the waits that start after them.
 #[derive(Default)]
 pub(crate) struct SessionNotifies {
     map: Mutex<HashMap<SessionId, (Arc<Watched>, usize)>>,
+    /// The version an append of this process last committed per session, with its tenant and
+    /// when: a [`Watched`] made for a new wait starts from it, so a subscriber that waits for
+    /// the next version right after taking the last one (each step of `keel run`'s printer)
+    /// does not read what this process just wrote. At most [`RECENT_COMMITS`] sessions; past
+    /// that, those older than [`RECENT_KEPT`] go (and all, if that is not enough).
+    recent: Mutex<HashMap<SessionId, Committed>>,
 }
+
+/// A version committed by this process: (tenant, when, version).
+type Committed = (keel_core::TenantId, tokio::time::Instant, u64);
+
+/// Sessions whose last committed version [`SessionNotifies`] keeps for the next wait.
+const RECENT_COMMITS: usize = 4096;
+/// How long a kept version may serve a new wait at most (its waiters read past their `fresh`,
+/// the store's poll interval, anyway: 50 ms on SQLite).
+const RECENT_KEPT: Duration = Duration::from_secs(1);
 
 /// What the waiters of one session share: the wake-up, and the session's version as last read
 /// for them, so that many waiters of one session (1,000 SSE subscribers) make one read per poll
@@ -70,6 +86,17 @@ impl Watched {
         let v = read().await?;
         *last = Some((tenant, tokio::time::Instant::now(), woken, v));
         Ok(v)
+    }
+
+    /// A [`Watched`] whose last read is `committed` (a version this process committed), when
+    /// there is one.
+    fn starting_from(committed: Option<&Committed>) -> Self {
+        Self {
+            last_read: tokio::sync::Mutex::new(
+                committed.map(|&(tenant, at, version)| (tenant, at, 0, version)),
+            ),
+            ..Self::default()
+        }
     }
 
     fn wake(&self) {
@@ -157,7 +184,10 @@ impl SessionNotifies {
     /// Registers interest in `session`.
     pub fn register(&self, session: SessionId) -> Registration<'_> {
         let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        let entry = map.entry(session).or_default();
+        let entry = map.entry(session).or_insert_with(|| {
+            let recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+            (Arc::new(Watched::starting_from(recent.get(&session))), 0)
+        });
         entry.1 += 1;
         Registration {
             notifies: self,
@@ -174,14 +204,35 @@ impl SessionNotifies {
             .is_empty()
     }
 
-    /// Wakes every waiter of `session`.
+    /// Wakes every waiter of `session`; the version kept for later waits is forgotten (the
+    /// session changed in a way this process was not told the version of).
     pub fn notify(&self, session: SessionId) {
+        self.recent
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&session);
         self.with_watched(session, Watched::wake);
     }
 
     /// Wakes every waiter of `session`, telling them `tenant`'s session is at `version` (an
     /// append of this process committed it), so they need not read it.
+    /// The version is also kept (see `recent`) for a wait that starts later.
     pub fn notify_committed(&self, session: SessionId, tenant: keel_core::TenantId, version: u64) {
+        {
+            let mut recent = self.recent.lock().unwrap_or_else(|p| p.into_inner());
+            if recent.len() >= RECENT_COMMITS && !recent.contains_key(&session) {
+                recent.retain(|_, (_, at, _)| at.elapsed() < RECENT_KEPT);
+                if recent.len() >= RECENT_COMMITS {
+                    recent.clear();
+                }
+            }
+            let now = tokio::time::Instant::now();
+            let kept = recent.entry(session).or_insert((tenant, now, version));
+            // Versions only grow: an older commit's version never replaces a newer one.
+            if kept.0 != tenant || version >= kept.2 {
+                *kept = (tenant, now, version);
+            }
+        }
         self.with_watched(session, |w| w.wake_with(tenant, version));
     }
 
@@ -195,6 +246,10 @@ impl SessionNotifies {
 
     /// Wakes every waiter of every session.
     fn notify_every(&self) {
+        self.recent
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
         let map = self.map.lock().unwrap_or_else(|p| p.into_inner());
         for (w, _) in map.values() {
             w.wake();
@@ -228,8 +283,9 @@ impl Drop for Registration<'_> {
 mod tests {
     use super::*;
 
-    /// A committed version told with the wake-up is what the woken waiters get, with no read;
-    /// for another tenant, after a plain wake-up, or once it is older than `fresh`, they read.
+    /// A committed version told with the wake-up is what the woken waiters get, with no read,
+    /// and what a wait that starts after it starts from; for another tenant, after a plain
+    /// wake-up, or once it is older than `fresh`, they read.
     #[tokio::test]
     async fn a_version_told_with_the_wake_up_needs_no_read() {
         let notifies = SessionNotifies::default();
@@ -242,32 +298,62 @@ mod tests {
             reads.fetch_add(1, Ordering::SeqCst);
             async move { Ok(v) }
         };
-        // What a waiter gets for `tenant` with `fresh`, when a read would answer `answer`; and
-        // how many reads were made so far.
-        let ask = async |tenant, fresh, answer| {
+        // What a waiter gets for `tenant` with `fresh`, when a read would answer `answer`, and
+        // how many reads were made so far: through `held` (registered before the commits), or
+        // through a wait that registers after them.
+        let ask = async |held: Option<&Registration<'_>>, tenant, fresh, answer| {
+            let anew;
+            let reg = match held {
+                Some(reg) => reg,
+                None => {
+                    anew = notifies.register(session);
+                    &anew
+                }
+            };
             let v = reg.watched.version(tenant, fresh, || read(answer)).await;
             (v.unwrap(), reads.load(Ordering::SeqCst))
         };
-        notifies.notify_committed(session, tenant, 7);
-        assert_eq!(ask(tenant, fresh, 1).await, (7, 0), "told, not read");
-        assert_eq!(ask(other, fresh, 2).await, (2, 1), "another tenant reads");
-        notifies.notify_committed(session, tenant, 9);
-        notifies.notify(session);
-        assert_eq!(
-            ask(tenant, fresh, 10).await,
-            (10, 2),
-            "a plain wake-up after it: read"
-        );
-        notifies.notify_committed(session, tenant, 11);
-        assert_eq!(
-            ask(tenant, Duration::ZERO, 12).await,
-            (12, 3),
-            "older than `fresh`: read"
-        );
-        // Nobody registered: nothing kept.
+        for (n, held) in [Some(&reg), None].into_iter().enumerate() {
+            let n = n as u64;
+            notifies.notify_committed(session, tenant, 100 * n + 7);
+            assert_eq!(
+                ask(held, tenant, fresh, 1).await,
+                (100 * n + 7, 3 * n),
+                "told, not read"
+            );
+            assert_eq!(
+                ask(held, other, fresh, 2).await,
+                (2, 3 * n + 1),
+                "another tenant reads"
+            );
+            notifies.notify_committed(session, tenant, 100 * n + 9);
+            notifies.notify(session);
+            let after_wake = ask(held, tenant, fresh, 10).await;
+            assert_eq!(
+                after_wake,
+                (10, 3 * n + 2),
+                "a plain wake-up after it: read"
+            );
+            notifies.notify_committed(session, tenant, 100 * n + 11);
+            let stale = ask(held, tenant, Duration::ZERO, 12).await;
+            assert_eq!(stale, (12, 3 * n + 3), "older than `fresh`: read");
+        }
+        // Nobody waits now: no waiter is kept (the version is, for the next wait).
         drop(reg);
         notifies.notify_committed(session, tenant, 13);
         assert!(notifies.is_empty());
+    }
+
+    /// The versions kept for later waits stay within [`RECENT_COMMITS`] sessions.
+    #[tokio::test]
+    async fn the_versions_kept_for_later_waits_are_bounded() {
+        let notifies = SessionNotifies::default();
+        let tenant = keel_core::TenantId::new();
+        for v in 0..(RECENT_COMMITS as u64 * 3) {
+            notifies.notify_committed(SessionId::new(), tenant, v);
+        }
+        let kept = notifies.recent.lock().unwrap().len();
+        assert!(kept <= RECENT_COMMITS, "{kept}");
     }
 
     /// A signal sent while nobody waits is kept for the next wait, once; a signal wakes every
