@@ -263,7 +263,7 @@ fn the_sandboxs_first_process_keeps_no_descriptor_of_its_host() {
     let marker = ws.join("started");
     let spec = serde_json::json!({
         // keel_tools::sandbox's LAUNCH_SPEC_FORMAT.
-        "format": 3,
+        "format": 4,
         "build": keel_tools::sandbox::LAUNCHER_BUILD,
         "command": ["bash", "-c", format!("touch {}; sleep 30", marker.display())],
         "mode": "workspace_write",
@@ -274,6 +274,7 @@ fn the_sandboxs_first_process_keeps_no_descriptor_of_its_host() {
         "hide": [],
         "protect": [],
         "shared_network": false,
+        "env": [["PATH", "/usr/bin:/bin"]],
     });
     let (mut ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
     let mut launcher = Command::new(crate::escapes::binary(Who::Root));
@@ -334,6 +335,25 @@ fn the_sandboxs_first_process_keeps_no_descriptor_of_its_host() {
     let _ = child.wait();
 }
 
+/// A session holder (`__sandbox session FORMAT:BUILD`) of another build than its host's
+/// refuses to start: an error line naming both, exit 125 (keel then starts a launcher per
+/// call, which refuses the spec the same way).
+#[test]
+fn a_session_holder_of_another_build_refuses_to_start() {
+    let out = Command::new(crate::escapes::binary(Who::Root))
+        .args(["__sandbox", "session", "3:0.0.0-0000000000000000"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(125), "{said}");
+    assert!(
+        said.starts_with("error launcher: this launcher serves 4:")
+            && said.contains("the host 3:0.0.0-0000000000000000"),
+        "{said}"
+    );
+}
+
 /// A launcher refuses a spec from another build — another format, a field it does not know,
 /// another build id (what a `keel-sandbox-launcher` not installed with its `keel` would get) — with an
 /// error line naming why, exit 125, and runs nothing.
@@ -356,7 +376,8 @@ fn a_launcher_refuses_a_spec_of_another_build_and_runs_nothing() {
             "workdir": ws,
             "hide": [],
             "protect": [],
-        "shared_network": false,
+            "shared_network": false,
+            "env": [["PATH", "/usr/bin:/bin"]],
         });
         if let Some((name, value)) = extra {
             v[name] = serde_json::Value::Bool(value);
@@ -365,20 +386,20 @@ fn a_launcher_refuses_a_spec_of_another_build_and_runs_nothing() {
     };
     for (spec, why) in [
         (
-            spec(2, None),
-            "the spec's format is 2, this launcher reads 3",
+            spec(3, None),
+            "the spec's format is 3, this launcher reads 4",
         ),
         (
-            spec(4, None),
-            "the spec's format is 4, this launcher reads 3",
+            spec(5, None),
+            "the spec's format is 5, this launcher reads 4",
         ),
         (
-            spec(3, Some(("share_pid", true))),
+            spec(4, Some(("share_pid", true))),
             "unknown field `share_pid`",
         ),
         (
             {
-                let mut v = spec(3, None);
+                let mut v = spec(4, None);
                 v["build"] = serde_json::Value::from("0.0.0-0000000000000000");
                 v
             },
@@ -505,8 +526,9 @@ fn the_launchers_command_line_and_environment_show_nothing_of_the_spec() {
         for mode in CONFINED {
             let r = sbx.run_with(mode, &flags, script);
             let what = format!("{mode} ({who:?})");
-            // PID 1 is the launcher: the check is not vacuous.
-            assert!(r.has("cmdline=[") && r.has("__sandbox 1"), "{what}: {r:?}");
+            // PID 1 is the launcher (forked by the session's holder: its command line is the
+            // holder's): the check is not vacuous.
+            assert!(r.has("cmdline=[") && r.has("__sandbox "), "{what}: {r:?}");
             let cmdline = r.text.lines().find(|l| l.starts_with("cmdline=")).unwrap();
             for leak in [
                 s(&hidden),

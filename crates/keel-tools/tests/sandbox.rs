@@ -188,8 +188,8 @@ async fn a_missing_launcher_is_named_and_nothing_runs() {
                 program: "touch".into(),
                 args: vec!["ran".into()],
                 workdir: ws.path().to_path_buf(),
-                stdout: std::process::Stdio::null(),
-                stderr: std::process::Stdio::null(),
+                stdout: keel_tools::sandbox::dev_null().unwrap(),
+                stderr: keel_tools::sandbox::dev_null().unwrap(),
             },
             ws.path(),
         )
@@ -289,9 +289,15 @@ async fn a_timed_out_confined_command_ends_with_everything_it_started() {
         "{}",
         r.content
     );
+    assert_all_gone(&mark, "the timed-out command");
+}
+
+/// Waits up to 10 s for every process whose command line holds `mark` to be gone; fails if one
+/// is left (of `what`).
+fn assert_all_gone(mark: &str, what: &str) {
     let running = || {
         std::process::Command::new("pgrep")
-            .args(["-f", &mark])
+            .args(["-f", mark])
             .output()
             .unwrap()
             .status
@@ -301,8 +307,121 @@ async fn a_timed_out_confined_command_ends_with_everything_it_started() {
     while running() && start.elapsed() < std::time::Duration::from_secs(10) {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    assert!(
-        !running(),
-        "a process of the timed-out command is still running"
+    assert!(!running(), "a process of {what} is still running");
+}
+
+/// The session holders (`__sandbox session`) this test process started: (pid, state letter).
+fn holders() -> Vec<(u32, char)> {
+    children_where(std::process::id(), |cmdline| {
+        cmdline.contains("__sandbox\0session\0")
+    })
+}
+
+/// The children of `parent` whose command line (NUL-separated) passes `keep`: (pid, state).
+fn children_where(parent: u32, keep: impl Fn(&str) -> bool) -> Vec<(u32, char)> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let status = std::fs::read_to_string(entry.path().join("status")).unwrap_or_default();
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .map(|v| v.trim().to_owned())
+        };
+        let ppid = field("PPid:").and_then(|p| p.parse::<u32>().ok());
+        let state = field("State:").and_then(|s| s.chars().next());
+        if ppid == Some(parent) && keep(&String::from_utf8_lossy(&cmdline)) {
+            out.push((pid, state.unwrap_or('?')));
+        }
+    }
+    out
+}
+
+/// A sandbox's confined commands go through one session holder, which forks their launchers
+/// (and reaps them: no zombie piles up); they share its network namespace; when the holder is
+/// gone (killed here), the next command starts a launcher of its own that enters the same
+/// namespaces, still confined.
+#[tokio::test]
+async fn a_sandboxs_commands_go_through_one_holder_and_outlive_it() {
+    let f = fixture(SandboxMode::WorkspaceWrite);
+    let probe = json!({"command": "readlink /proc/self/ns/net; touch /var/tmp/keel-holder-escape-$$ 2>/dev/null && echo escaped || echo confined"});
+    let first = f.call("shell", probe.clone()).await;
+    assert_eq!(first.status, Succeeded, "{}", first.content);
+    assert!(first.content.contains("confined"), "{}", first.content);
+    let net = first.content.lines().next().unwrap().to_owned();
+    assert!(net.starts_with("net:["), "{}", first.content);
+    for _ in 0..20 {
+        let r = f.call("shell", probe.clone()).await;
+        assert_eq!(
+            r.content.lines().next(),
+            Some(net.as_str()),
+            "{}",
+            r.content
+        );
+    }
+    // Other tests of this process have holders of their own: this sandbox's is the one in the
+    // commands' network namespace.
+    let held: Vec<_> = holders()
+        .into_iter()
+        .filter(|(pid, _)| {
+            std::fs::read_link(format!("/proc/{pid}/ns/net"))
+                .is_ok_and(|link| link.to_string_lossy() == net)
+        })
+        .collect();
+    assert_eq!(held.len(), 1, "one holder for the sandbox: {held:?}");
+    let holder = held[0].0;
+    // What the holder forked is reaped at its next call: at most the last one is left.
+    let zombies: Vec<_> = children_where(holder, |_| true)
+        .into_iter()
+        .filter(|(_, state)| *state == 'Z')
+        .collect();
+    assert!(zombies.len() <= 1, "{zombies:?}");
+
+    let pid = rustix::process::Pid::from_raw(i32::try_from(holder).unwrap()).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::KILL).unwrap();
+    let after = f.call("shell", probe.clone()).await;
+    assert_eq!(after.status, Succeeded, "{}", after.content);
+    assert_eq!(
+        after.content.lines().next(),
+        Some(net.as_str()),
+        "{}",
+        after.content
     );
+    assert!(after.content.contains("confined"), "{}", after.content);
+}
+
+/// A confined command cancelled mid-run (its launcher forked by the session's holder, so not a
+/// process keel can signal) ends at once, with everything it started.
+#[tokio::test]
+async fn a_cancelled_confined_command_ends_with_everything_it_started() {
+    let f = fixture(SandboxMode::WorkspaceWrite);
+    // The holder exists before the cancelled call: its launcher is forked by it.
+    let warm = f.call("shell", json!({"command": "true"})).await;
+    assert_eq!(warm.status, Succeeded, "{}", warm.content);
+    let mark = format!("keel-cancel-{}", std::process::id());
+    let cancel = f.ctx.cancel.clone();
+    let started = f.path("started");
+    tokio::spawn(async move {
+        for _ in 0..400 {
+            if started.exists() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+        }
+        cancel.cancel();
+    });
+    let command = format!("setsid sh -c 'sleep 30; : {mark}' & touch started; sleep 30; : {mark}");
+    let begun = std::time::Instant::now();
+    let r = f.call("shell", json!({"command": command})).await;
+    assert_eq!(r.details["cancelled"], true, "{}", r.content);
+    assert!(
+        begun.elapsed() < std::time::Duration::from_secs(15),
+        "{:?}",
+        begun.elapsed()
+    );
+    assert_all_gone(&mark, "the cancelled command");
 }

@@ -13,8 +13,9 @@
 //! Output goes to standard output and error; the exit code is the command's (128+N when a signal
 //! N killed it), 125 when the sandbox cannot be set up (the reason on standard error).
 
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
-use std::process::{ExitCode, Stdio};
+use std::process::ExitCode;
 
 use keel_tools::sandbox::{self, Invocation, Launcher, Sandbox, SandboxMode};
 
@@ -115,8 +116,8 @@ fn main() -> ExitCode {
             program: program.clone(),
             args: rest.to_vec(),
             workdir: workspace.clone(),
-            stdout: Stdio::inherit(),
-            stderr: Stdio::inherit(),
+            stdout: own(std::io::stdout().as_fd()),
+            stderr: own(std::io::stderr().as_fd()),
         };
         let mut child = match sandbox.spawn(invocation, &workspace).await {
             Ok(c) => c,
@@ -139,5 +140,13 @@ fn main() -> ExitCode {
                 ExitCode::from(125)
             }
         }
+    })
+}
+
+/// A descriptor of our own for `fd` (the command writes to our standard output and error).
+fn own(fd: BorrowedFd<'_>) -> OwnedFd {
+    fd.try_clone_to_owned().unwrap_or_else(|e| {
+        eprintln!("keel-sandbox: cannot duplicate standard output or error: {e}");
+        std::process::exit(125);
     })
 }

@@ -1,4 +1,3 @@
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -201,8 +200,8 @@ async fn run(
         program: "bash".into(),
         args: vec!["-c".into(), command.to_owned()],
         workdir: workdir.to_path_buf(),
-        stdout: Stdio::from(writer),
-        stderr: Stdio::from(writer_err),
+        stdout: writer.into(),
+        stderr: writer_err.into(),
     };
     // The process leads its own process group; stdin is /dev/null.
     let spawned = ctx.sandbox.spawn(invocation, ctx.workspace.root()).await;
@@ -269,8 +268,12 @@ async fn run(
         }
     };
     // Kill whatever is left of the group: on timeout or cancel the command itself, otherwise any
-    // background processes it started.
+    // background processes it started. A launcher the session's holder forked is not in a
+    // group of keel's: it is ended through its lifeline (and ends everything of the command's).
     guard.kill();
+    if timed_out || cancelled {
+        let _ = child.start_kill();
+    }
     let status = match status {
         Some(s) => Some(s),
         None => child.wait().await.ok(),

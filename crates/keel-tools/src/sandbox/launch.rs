@@ -1,7 +1,9 @@
 //! The sandbox launcher: the process side of [`super::Sandbox::spawn`] (see the module docs of
 //! [`super`] for what it builds).
 //!
-//! `PROGRAM __sandbox 1` is **stage 1**, started by the host with a socket as its standard input
+//! `PROGRAM __sandbox 1` is **stage 1**, started by the host (or forked for the call by the
+//! sandbox's session holder, `PROGRAM __sandbox session`, see [`hold_session`], already in the
+//! session's user and network namespaces) with a socket as its standard input
 //! (the host's end is the *lifeline*) and the command's output pipes as standard output and
 //! error. The host writes the [`LaunchSpec`] (what to hide, where the workspace is, the command
 //! and its arguments) as one JSON line on that socket: it is never in the launcher's arguments
@@ -64,43 +66,76 @@ pub(super) type Setup<T = ()> = Result<T, LayerError>;
 pub(super) fn main(args: Vec<OsString>) -> ! {
     // Before anything else: nothing the host left open reaches stage 2 or the command.
     let cloexec = super::fds::close_others_on_exec();
-    if matches!(args.as_slice(), [stage] if stage == NETWORK_HOLDER_STAGE) {
-        hold_network_namespace();
+    match args.as_slice() {
+        [stage, build] if stage == SESSION_STAGE => hold_session(build),
+        [stage] if stage == "1" => {}
+        _ => {
+            eprintln!(
+                "keel: `{LAUNCHER_ARG}` is the sandbox launcher, started by keel itself; it is not a command"
+            );
+            std::process::exit(2);
+        }
     }
-    if !matches!(args.as_slice(), [stage] if stage == "1") {
-        eprintln!(
-            "keel: `{LAUNCHER_ARG}` is the sandbox launcher, started by keel itself; it is not a command"
-        );
-        std::process::exit(2);
+    let mut host = host_channel();
+    if let Err(e) = cloexec {
+        report_and_exit(&mut host, &fail("closing inherited descriptors")(e));
     }
-    // The channel to keel is standard input (a socket).
-    let mut host = match std::io::stdin().as_fd().try_clone_to_owned() {
+    run_call(host, Namespaces::New)
+}
+
+/// The channel to keel: standard input (a socket).
+fn host_channel() -> UnixStream {
+    match std::io::stdin().as_fd().try_clone_to_owned() {
         Ok(fd) => UnixStream::from(fd),
         Err(e) => {
             eprintln!("keel sandbox: no channel to keel on standard input: {e}");
             std::process::exit(SETUP_FAILED);
         }
-    };
+    }
+}
+
+/// Stage 1 of one call: reads the spec from `host` (the lifeline), takes the session's
+/// namespaces when the spec says they follow, and goes on as [`stage1`].
+fn run_call(mut host: UnixStream, namespaces: Namespaces) -> ! {
     let spec = match read_spec(&mut host) {
         Ok(spec) => spec,
         Err(e) => report_and_exit(&mut host, &e),
     };
-    if let Err(e) = cloexec {
-        report_and_exit(&mut host, &fail("closing inherited descriptors")(e));
-    }
-    let shared = if spec.shared_network {
-        match receive_namespaces(&host) {
-            Ok(ns) => Some(ns),
+    let namespaces = match (spec.shared_network, namespaces) {
+        (true, Namespaces::New) => match receive_namespaces(&host) {
+            Ok(ns) => Namespaces::Shared(ns),
             Err(e) => report_and_exit(&mut host, &e),
-        }
-    } else {
-        None
+        },
+        (true, Namespaces::Session) => report_and_exit(
+            &mut host,
+            &fail("network namespace")("a session's call was sent namespaces to enter"),
+        ),
+        (false, namespaces) => namespaces,
+        (true, shared @ Namespaces::Shared(_)) => shared,
     };
-    stage1(host, &spec, shared)
+    stage1(host, &spec, namespaces)
 }
 
-/// The argument (after `__sandbox`) that makes the launcher a network namespace holder.
-pub(super) const NETWORK_HOLDER_STAGE: &str = "net";
+/// The user and network namespaces stage 1 starts from.
+#[derive(Debug)]
+enum Namespaces {
+    /// A new user namespace, and a new network namespace unless the spec allows the network.
+    New,
+    /// The session's, entered with `setns` (sent by the host after the spec).
+    Shared(SharedNetwork),
+    /// The session's, where this stage 1 already is: forked by the session's holder.
+    Session,
+}
+
+/// The argument (after `__sandbox`) that makes the launcher a session holder
+/// ([`hold_session`]); the next one is [`session_build`].
+pub(super) const SESSION_STAGE: &str = "session";
+
+/// What a session holder must be started with after [`SESSION_STAGE`]: the spec format and the
+/// build it serves (a holder of another build refuses to start, as stage 1 refuses a spec).
+pub(super) fn session_build() -> String {
+    format!("{}:{}", super::LAUNCH_SPEC_FORMAT, super::LAUNCHER_BUILD)
+}
 
 /// The session's network namespace, made once by a holder ([`hold_network_namespace`]) and
 /// entered by each command's stage 1: the user namespace that owns it and the namespace itself.
@@ -110,17 +145,36 @@ pub(super) struct SharedNetwork {
     pub(super) net: std::os::fd::OwnedFd,
 }
 
-/// `__sandbox net`: enters a new user namespace (mapping its own uid and gid) and a new network
-/// namespace in it (only a loopback interface, down), says `ready` on standard output, and
-/// waits until standard input (the host's lifeline) closes. The host opens
-/// `/proc/<pid>/ns/{user,net}` meanwhile; those descriptors keep both namespaces alive after
-/// this process ends. Dies with its parent (`PR_SET_PDEATHSIG`). Never returns.
-fn hold_network_namespace() -> ! {
-    let _ = rustix::process::set_parent_process_death_signal(Some(Signal::KILL));
+/// `__sandbox session FORMAT:BUILD`, the **session holder**: enters a new user namespace
+/// (mapping its own uid and gid) and a new network namespace in it (only a loopback interface,
+/// down), says `ready` on standard output and serves the session's calls. The host opens
+/// `/proc/<pid>/ns/{user,net}` meanwhile (those descriptors keep both namespaces alive,
+/// whatever becomes of this process, for launchers started the usual way to enter).
+///
+/// Standard input is a socket from the host. Each message on it is one byte carrying three
+/// descriptors (`SCM_RIGHTS`): a call's lifeline and its output and error. For each, the holder
+/// forks a stage 1 that takes them as its standard input, output and error and goes on as a
+/// launcher started for that call would, from the namespaces it is already in: no `execve` of
+/// the launcher (its loader and runtime start, ~0.9 ms a call on a VM where `cpuid` traps to the
+/// hypervisor), no `setns`. A message with other than three descriptors is dropped. The holder
+/// reaps the stage 1s it forked, and exits when the socket closes (the host dropped the
+/// sandbox, or died). It runs nothing else and holds nothing of the host's: a confined command
+/// (in PID namespaces of its own) cannot see or signal it. Never returns.
+fn hold_session(build: &OsString) -> ! {
+    let mut out = std::io::stdout();
+    if build.to_str() != Some(session_build().as_str()) {
+        let _ = writeln!(
+            out,
+            "error launcher: this launcher serves {}, the host {}: install keel and its \
+             launcher from the same build",
+            session_build(),
+            build.to_string_lossy()
+        );
+        std::process::exit(SETUP_FAILED);
+    }
     let made = enter_user_namespace().and_then(|()| {
         nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).map_err(fail("network namespace"))
     });
-    let mut out = std::io::stdout();
     match made {
         Ok(()) => {
             let _ = out.write_all(b"ready\n").and_then(|()| out.flush());
@@ -130,23 +184,82 @@ fn hold_network_namespace() -> ! {
             std::process::exit(SETUP_FAILED);
         }
     }
-    let mut buf = [0u8; 64];
+    let control = host_channel();
+    // The stage 1s forked and not yet reaped, each with a pidfd that becomes readable when it
+    // ends: the holder reaps them as they end, not only at the next call.
+    let mut calls: Vec<(Pid, std::os::fd::OwnedFd)> = Vec::new();
     loop {
-        match std::io::stdin().read(&mut buf) {
-            Ok(0) => std::process::exit(0),
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => std::process::exit(0),
+        let call_arrived = {
+            let mut fds: Vec<PollFd<'_>> = std::iter::once(PollFd::new(&control, PollFlags::IN))
+                .chain(calls.iter().map(|(_, fd)| PollFd::new(fd, PollFlags::IN)))
+                .collect();
+            match rustix::event::poll(&mut fds, None) {
+                Ok(_) => {}
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(_) => std::process::exit(SETUP_FAILED),
+            }
+            let ended: Vec<bool> = fds[1..].iter().map(|f| !f.revents().is_empty()).collect();
+            let arrived = !fds[0].revents().is_empty();
+            drop(fds);
+            let mut ended = ended.into_iter();
+            calls.retain(|_| !ended.next().unwrap_or(false));
+            arrived
+        };
+        reap_finished_calls();
+        if !call_arrived {
+            continue;
+        }
+        let fds = match receive_fds::<3>(&control) {
+            Ok(Some(fds)) => fds,
+            Ok(None) => std::process::exit(0),
+            Err(_) => continue,
+        };
+        let mut fds = fds.into_iter();
+        let (Some(lifeline), Some(output), Some(error), None) =
+            (fds.next(), fds.next(), fds.next(), fds.next())
+        else {
+            continue;
+        };
+        match super::fds::fork_single_threaded() {
+            Ok(None) => {
+                drop(control);
+                let taken = rustix::stdio::dup2_stdin(&lifeline)
+                    .and_then(|()| rustix::stdio::dup2_stdout(&output))
+                    .and_then(|()| rustix::stdio::dup2_stderr(&error));
+                drop((lifeline, output, error));
+                let mut host = host_channel();
+                if let Err(e) = taken {
+                    report_and_exit(&mut host, &fail("launcher (taking the call's channels)")(e));
+                }
+                run_call(host, Namespaces::Session)
+            }
+            Ok(Some(pid)) => {
+                drop((lifeline, output, error));
+                if let Ok(fd) =
+                    rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty())
+                {
+                    calls.push((pid, fd));
+                }
+            }
+            // The call's lifeline closes with these: the host hears the launcher is gone.
+            Err(_) => drop((lifeline, output, error)),
         }
     }
 }
 
-/// Receives the shared network namespace's two descriptors, which the host sends after the
-/// spec line as one byte with `SCM_RIGHTS` (user namespace first).
-fn receive_namespaces(stream: &UnixStream) -> Setup<SharedNetwork> {
+/// Reaps the stage 1s of a session holder that have ended, without waiting.
+fn reap_finished_calls() {
+    while let Ok(Some(_)) = rustix::process::wait(WaitOptions::NOHANG) {}
+}
+
+/// One message from `stream`: its descriptors (close-on-exec; at most `N` kept, the rest
+/// closed). `None` at the stream's end.
+fn receive_fds<const N: usize>(
+    stream: &UnixStream,
+) -> std::io::Result<Option<Vec<std::os::fd::OwnedFd>>> {
     use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
-    let layer = "network namespace (receiving the session's)";
-    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(2))];
+    // Room for more than `N`, so that a message with too many is still read whole (and refused).
+    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(8))];
     let mut byte = [0u8; 1];
     loop {
         let mut control = RecvAncillaryBuffer::new(&mut space);
@@ -158,10 +271,8 @@ fn receive_namespaces(stream: &UnixStream) -> Setup<SharedNetwork> {
         );
         match got {
             Err(rustix::io::Errno::INTR) => continue,
-            Err(e) => return Err(fail(layer)(e)),
-            Ok(m) if m.bytes == 0 => {
-                return Err(fail(layer)("the channel closed before they were sent"));
-            }
+            Err(e) => return Err(e.into()),
+            Ok(m) if m.bytes == 0 => return Ok(None),
             Ok(_) => {}
         }
         let mut fds = Vec::new();
@@ -170,11 +281,27 @@ fn receive_namespaces(stream: &UnixStream) -> Setup<SharedNetwork> {
                 fds.extend(received);
             }
         }
-        let mut fds = fds.into_iter();
-        return match (fds.next(), fds.next(), fds.next()) {
-            (Some(user), Some(net), None) => Ok(SharedNetwork { user, net }),
-            _ => Err(fail(layer)("expected two descriptors")),
-        };
+        if fds.len() > N {
+            fds.clear();
+        }
+        return Ok(Some(fds));
+    }
+}
+
+/// Receives the shared network namespace's two descriptors, which the host sends after the
+/// spec line as one byte with `SCM_RIGHTS` (user namespace first).
+fn receive_namespaces(stream: &UnixStream) -> Setup<SharedNetwork> {
+    let layer = "network namespace (receiving the session's)";
+    match receive_fds::<2>(stream) {
+        Err(e) => Err(fail(layer)(e)),
+        Ok(None) => Err(fail(layer)("the channel closed before they were sent")),
+        Ok(Some(fds)) => {
+            let mut fds = fds.into_iter();
+            match (fds.next(), fds.next(), fds.next()) {
+                (Some(user), Some(net), None) => Ok(SharedNetwork { user, net }),
+                _ => Err(fail(layer)("expected two descriptors")),
+            }
+        }
     }
 }
 
@@ -252,8 +379,8 @@ fn report_and_exit(stream: &mut UnixStream, e: &LayerError) -> ! {
 // ---------------------------------------------------------------------------------------------
 // Stage 1
 
-fn stage1(mut host: UnixStream, spec: &LaunchSpec, shared: Option<SharedNetwork>) -> ! {
-    if let Err(e) = enter_namespaces(spec, shared) {
+fn stage1(mut host: UnixStream, spec: &LaunchSpec, namespaces: Namespaces) -> ! {
+    if let Err(e) = enter_namespaces(spec, namespaces) {
         report_and_exit(&mut host, &e);
     }
     let (mut from_stage2, to_stage1) = match UnixStream::pair() {
@@ -406,22 +533,24 @@ fn enter_user_namespace() -> Setup {
     Ok(())
 }
 
-/// Stage 1's namespaces: a new user namespace, or the session's ([`SharedNetwork`]: its user
-/// namespace, which owns its network namespace, then that network namespace); then new mount,
-/// PID, IPC, UTS and cgroup namespaces, and a new network namespace unless the network is
-/// shared with the host or the session's was entered.
-fn enter_namespaces(spec: &LaunchSpec, shared: Option<SharedNetwork>) -> Setup {
+/// Stage 1's namespaces: a new user namespace, the session's entered ([`Namespaces::Shared`]:
+/// its user namespace, which owns its network namespace, then that network namespace), or the
+/// session's already ([`Namespaces::Session`]); then new mount, PID, IPC, UTS and cgroup
+/// namespaces, and a new network namespace unless the network is shared with the host or the
+/// session's is used.
+fn enter_namespaces(spec: &LaunchSpec, namespaces: Namespaces) -> Setup {
     use nix::sched::{CloneFlags, unshare};
     use rustix::thread::{LinkNameSpaceType, move_into_link_name_space};
-    let own_network = match shared {
-        Some(ns) => {
+    let own_network = match namespaces {
+        Namespaces::Shared(ns) => {
             move_into_link_name_space(ns.user.as_fd(), Some(LinkNameSpaceType::User))
                 .map_err(fail("user namespace (entering the session's)"))?;
             move_into_link_name_space(ns.net.as_fd(), Some(LinkNameSpaceType::Network))
                 .map_err(fail("network namespace (entering the session's)"))?;
             false
         }
-        None => {
+        Namespaces::Session => false,
+        Namespaces::New => {
             enter_user_namespace()?;
             !spec.network
         }
@@ -473,6 +602,8 @@ fn stage2(mut up: UnixStream, spec: &LaunchSpec) -> ! {
     let spawned = devnull.and_then(|null| {
         Command::new(program)
             .args(args)
+            .env_clear()
+            .envs(spec.env.iter().map(|[name, value]| (name, value)))
             .stdin(Stdio::from(null))
             .spawn()
     });

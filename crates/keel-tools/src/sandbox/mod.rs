@@ -47,15 +47,20 @@
 //!   arguments or environment, which the command could read as `/proc/1/cmdline`.
 //!
 //! **Network.** By default the command has no IP sockets at all, in a network namespace of its
-//! sandbox's: made at the sandbox's first confined command by a holder launcher (`__sandbox
-//! net`: a new user namespace and, owned by it, a new network namespace with only a loopback
-//! interface, down), kept by descriptor for the life of the [`Sandbox`] (keel makes one per
-//! session run) and entered by each command's stage 1 (`setns`) instead of a namespace made
-//! per command (~0.5 ms of every call, and as much again in the kernel's deferred teardown).
-//! Each command's processes end with it (PID namespace), so nothing of one command is left
-//! listening there for the next; two commands of one sandbox running at once could talk
-//! through it only as they can through the workspace they share. Where the holder cannot be
-//! made, each command makes its own namespace, as before.
+//! sandbox's: made at the sandbox's first confined command by the sandbox's **session holder**
+//! (`__sandbox session`: a launcher that makes a new user namespace and, owned by it, a new
+//! network namespace with only a loopback interface, down), which lives as long as the
+//! [`Sandbox`] (keel makes one per session run). For each command keel sends the holder the
+//! command's lifeline, output and error (`SCM_RIGHTS`); the holder forks a stage 1 for it,
+//! which goes on as a launcher started for the command would, already in those namespaces: no
+//! launcher `execve` per command (~0.9 ms a call on a VM), no namespace made per command (~0.5
+//! ms, and as much again in the kernel's deferred teardown). A confined command cannot reach
+//! the holder (it sees only its own PID namespace) and the holder runs nothing but stage 1s.
+//! When the holder is gone, each command starts its own launcher, which enters the same
+//! namespaces by descriptor (`setns`). Each command's processes end with it (PID namespace),
+//! so nothing of one command is left listening there for the next; two commands of one
+//! sandbox running at once could talk through it only as they can through the workspace they
+//! share. Where the holder cannot be started, each command makes its own namespaces.
 //! [`Sandbox::with_network`] (`sandbox_network = true`) keeps every other layer and shares the
 //! host's network namespace for `AF_INET`/`AF_INET6`: the command can then reach the internet
 //! *and every service listening on the host's loopback interface* (and abstract Unix sockets,
@@ -72,6 +77,7 @@
 //! [`Sandbox::passing`]; then the values of [`Sandbox::setting`]; then `TMPDIR`.
 
 use std::ffi::OsString;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
@@ -191,16 +197,19 @@ pub struct Invocation {
     pub args: Vec<String>,
     /// The working directory (absolute, inside the workspace).
     pub workdir: PathBuf,
-    /// Where standard output goes.
-    pub stdout: Stdio,
+    /// Where standard output goes (a pipe's write end, a file, `/dev/null`, …).
+    pub stdout: OwnedFd,
     /// Where standard error goes.
-    pub stderr: Stdio,
+    pub stderr: OwnedFd,
 }
 
-/// A process [`Sandbox::spawn`] started: the command itself (`off`) or the launcher running it.
-/// Either leads its own process group, whose id is [`SandboxedChild::id`]; killing that group
-/// (or the process) ends the command and, when confined, everything in its PID namespace.
-/// Dropping the handle kills the process, unless a confined command has ended and been
+/// A process [`Sandbox::spawn`] started: the command itself (`off`), the launcher running it,
+/// or a launcher the session's holder forked for it (not keel's child: no [`SandboxedChild::id`]).
+/// The first two lead their own process group, whose id is [`SandboxedChild::id`]; killing
+/// that group (or the process) ends the command and, when confined, everything in its PID
+/// namespace. [`SandboxedChild::start_kill`] ends it in every case (for a confined command by
+/// closing the launcher's lifeline, which makes it kill everything in the command's PID
+/// namespace). Dropping the handle kills it, unless a confined command has ended and been
 /// reported (then the launcher is left to finish and is reaped in the background).
 #[derive(Debug)]
 pub struct SandboxedChild {
@@ -225,6 +234,18 @@ impl SandboxedChild {
         }
     }
 
+    /// A command a launcher forked by the session's holder runs: all there is of it is the
+    /// launcher's lifeline.
+    #[cfg(target_os = "linux")]
+    fn forked(lifeline: tokio::net::UnixStream) -> Self {
+        Self {
+            child: None,
+            lifeline: Some(lifeline),
+            pending: Vec::new(),
+            reported: None,
+        }
+    }
+
     /// The process id (also its process group id), while it runs.
     pub fn id(&self) -> Option<u32> {
         self.child.as_ref().and_then(tokio::process::Child::id)
@@ -235,10 +256,13 @@ impl SandboxedChild {
     /// report, sent once the command and everything it left in its PID namespace are gone —
     /// before the launcher has torn the namespaces down (for its mount namespace the kernel
     /// waits for an RCU grace period, milliseconds when the machine is busy); without a
-    /// report (the launcher died) it is the launcher's own status. Cancel-safe.
+    /// report (the launcher died) it is the launcher's own status, or, for a launcher the
+    /// session's holder forked (or one [`SandboxedChild::start_kill`] ended), death by
+    /// `SIGKILL`. Cancel-safe.
     ///
     /// Errors: as [`tokio::process::Child::wait`].
     pub async fn wait(&mut self) -> std::io::Result<std::process::ExitStatus> {
+        use std::os::unix::process::ExitStatusExt;
         if let Some(status) = self.reported {
             return Ok(status);
         }
@@ -248,7 +272,8 @@ impl SandboxedChild {
         }
         match self.child.as_mut() {
             Some(child) => child.wait().await,
-            None => Err(std::io::Error::other("the process was already waited for")),
+            // Death by SIGKILL (9).
+            None => Ok(std::process::ExitStatus::from_raw(9)),
         }
     }
 
@@ -285,13 +310,21 @@ impl SandboxedChild {
         }
     }
 
-    /// Sends SIGKILL to the process (not waiting for it).
+    /// Sends SIGKILL to the process (not waiting for it); for a launcher the session's holder
+    /// forked, closes its lifeline (it kills everything in the command's PID namespace and
+    /// exits). A confined command whose end was reported is left alone.
     ///
     /// Errors: as [`tokio::process::Child::start_kill`].
     pub fn start_kill(&mut self) -> std::io::Result<()> {
+        if self.reported.is_some() {
+            return Ok(());
+        }
         match self.child.as_mut() {
             Some(child) => child.start_kill(),
-            None => Ok(()),
+            None => {
+                self.lifeline = None;
+                Ok(())
+            }
         }
     }
 }
@@ -334,11 +367,12 @@ pub struct Sandbox {
     hidden: Arc<[PathBuf]>,
     roots: Arc<[PathBuf]>,
     launcher: Option<Launcher>,
-    /// The network namespace every command of this sandbox (and of its clones) enters, made at
-    /// the first confined command; `None` inside when it could not be made (each command then
-    /// makes its own, as with a shared one: empty, loopback down).
+    /// The session holder whose namespaces every command of this sandbox (and of its clones)
+    /// uses and which forks their launchers, started at the first confined command without the
+    /// network; `None` inside when it could not be (each command then makes its own namespaces,
+    /// as good as the shared ones: an empty network, loopback down).
     #[cfg(target_os = "linux")]
-    held_network: Arc<tokio::sync::OnceCell<Option<Arc<launch::SharedNetwork>>>>,
+    held_network: Arc<tokio::sync::OnceCell<Option<Arc<imp::SessionHolder>>>>,
 }
 
 impl Sandbox {
@@ -490,8 +524,8 @@ impl Sandbox {
                 .env_clear()
                 .envs(env)
                 .stdin(Stdio::null())
-                .stdout(invocation.stdout)
-                .stderr(invocation.stderr)
+                .stdout(Stdio::from(invocation.stdout))
+                .stderr(Stdio::from(invocation.stderr))
                 .process_group(0)
                 .kill_on_drop(true);
             let spawn_error = |source| ToolsError::Io {
@@ -535,8 +569,8 @@ impl Sandbox {
                     program: "true".into(),
                     args: Vec::new(),
                     workdir: workspace.clone(),
-                    stdout: Stdio::null(),
-                    stderr: Stdio::null(),
+                    stdout: dev_null()?,
+                    stderr: dev_null()?,
                 },
                 &workspace,
             )
@@ -556,6 +590,20 @@ impl Sandbox {
     }
 }
 
+/// `/dev/null`, opened for writing: an [`Invocation`]'s output that goes nowhere.
+///
+/// Errors: [`ToolsError::Io`] when it cannot be opened.
+pub fn dev_null() -> Result<OwnedFd, ToolsError> {
+    std::fs::File::options()
+        .write(true)
+        .open("/dev/null")
+        .map(OwnedFd::from)
+        .map_err(|source| ToolsError::Io {
+            context: "opening /dev/null".into(),
+            source,
+        })
+}
+
 fn unavailable(mode: SandboxMode, reason: String) -> ToolsError {
     tracing::error!(
         sandbox = mode.as_str(),
@@ -570,7 +618,7 @@ fn unavailable(mode: SandboxMode, reason: String) -> ToolsError {
 
 /// The format of [`LaunchSpec`]: a launcher from another build (a `keel-sandbox-launcher` not
 /// installed with this `keel`) refuses a spec of another format, and any field it does not know.
-const LAUNCH_SPEC_FORMAT: u32 = 3;
+const LAUNCH_SPEC_FORMAT: u32 = 4;
 
 /// The build of this crate a launcher and its host must share (crate version and a hash of its
 /// sources, set by `build.rs`): a launcher refuses a spec of another build, so a stale
@@ -580,7 +628,7 @@ pub const LAUNCHER_BUILD: &str = env!("KEEL_LAUNCHER_BUILD");
 
 /// What the host tells the launcher: one JSON line on the launcher's standard input (a socket),
 /// never in its arguments or environment, which the command could read as `/proc/1/cmdline`.
-/// The command's environment is the launcher's own.
+/// The command's environment travels in it too: a launcher runs with an empty environment.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct LaunchSpec {
@@ -609,6 +657,8 @@ struct LaunchSpec {
     /// [`Launcher`]'s `own_files`): each is bound read-only onto itself, its directories up to
     /// the workspace pinned.
     protect: Vec<PathBuf>,
+    /// The command's environment (name, value), UTF-8: the launcher itself runs with none.
+    env: Vec<[String; 2]>,
 }
 
 #[cfg(target_os = "linux")]

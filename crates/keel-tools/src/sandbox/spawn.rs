@@ -3,7 +3,7 @@
 //! the launcher's answers.
 
 use std::ffi::OsString;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 use std::process::Stdio;
 use std::sync::Arc;
@@ -47,39 +47,69 @@ pub(super) async fn spawn(
         hide: Vec::new(),
         protect: Vec::new(),
         shared_network: false,
+        env: utf8_env(mode, env)?,
     };
     let spec = LaunchSpec {
         hide: hidden_paths(sandbox, &spec.workspace),
         protect: protected(launcher, &spec.workspace),
         ..spec
     };
-    let shared = if sandbox.network {
+    let session = if sandbox.network {
         None
     } else {
-        session_network(sandbox, launcher).await
+        session_holder(sandbox, launcher).await
     };
+    // Through the session's holder, which forks a launcher for the call; when it is gone, by
+    // starting one, which enters the session's namespaces.
+    if let Some(holder) = session.as_ref().filter(|h| !h.gone.load(Ordering::Relaxed)) {
+        let (mut host_end, launcher_end) = lifeline()?;
+        let fds = [
+            launcher_end.as_fd(),
+            invocation.stdout.as_fd(),
+            invocation.stderr.as_fd(),
+        ];
+        if send_fds(&holder.control, &fds).await.is_ok() {
+            drop(launcher_end);
+            let answer = start(&mut host_end, &spec, None).await;
+            match answer {
+                // Only the forked launcher holds the command's output from here.
+                Answer::Ready => return Ok(SandboxedChild::forked(host_end)),
+                // Reset: the launcher's end closed with the spec unread in it (the holder died
+                // with the call queued): nothing ran, and a launcher of the call's own may
+                // start it. An end after the spec was read is not retried.
+                Answer::Failed(ToolsError::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::ConnectionReset => {}
+                Answer::Failed(e) => return Err(e),
+                Answer::Refused(line) => {
+                    return Err(unavailable(
+                        mode,
+                        refusal(&line, || {
+                            "the sandbox launcher the session's holder forked ended before \
+                             starting the command"
+                                .to_owned()
+                        }),
+                    ));
+                }
+            }
+        }
+        holder.gone.store(true, Ordering::Relaxed);
+        tracing::debug!("the sandbox's session holder is gone: each call starts its own launcher");
+    }
+    let (mut host_end, launcher_end) = lifeline()?;
+    let shared = session.as_ref().map(|holder| &holder.namespaces);
     let spec = LaunchSpec {
         shared_network: shared.is_some(),
         ..spec
     };
-    let mut spec = serde_json::to_string(&spec)
-        .map_err(|e| unavailable(mode, format!("a path is not UTF-8: {e}")))?;
-    spec.push('\n');
-    let (host_end, launcher_end) =
-        std::os::unix::net::UnixStream::pair().map_err(|source| ToolsError::Io {
-            context: "creating the sandbox launcher's socket".into(),
-            source,
-        })?;
     let mut command = tokio::process::Command::new(launcher.program());
     command
         .arg(LAUNCHER_ARG)
         .arg("1")
         .current_dir("/")
         .env_clear()
-        .envs(env)
         .stdin(Stdio::from(OwnedFd::from(launcher_end)))
-        .stdout(invocation.stdout)
-        .stderr(invocation.stderr)
+        .stdout(Stdio::from(invocation.stdout))
+        .stderr(Stdio::from(invocation.stderr))
         .process_group(0)
         .kill_on_drop(true);
     super::fds::inherit_only_stdio()
@@ -94,28 +124,82 @@ pub(super) async fn spawn(
         )
     })?;
     drop(command);
+    match start(&mut host_end, &spec, shared).await {
+        Answer::Ready => Ok(SandboxedChild::new(child, Some(host_end))),
+        Answer::Failed(e) => {
+            let _ = child.start_kill();
+            Err(e)
+        }
+        Answer::Refused(line) => {
+            let status = child.wait().await.ok();
+            Err(unavailable(
+                mode,
+                refusal(&line, || {
+                    format!(
+                        "the sandbox launcher {} exited ({}) before starting the command",
+                        launcher.program().display(),
+                        status.map_or_else(|| "status unknown".to_owned(), |s| s.to_string())
+                    )
+                }),
+            ))
+        }
+    }
+}
+
+/// A launcher's lifeline: keel's end (non-blocking, on the runtime) and the launcher's.
+fn lifeline() -> Result<(tokio::net::UnixStream, std::os::unix::net::UnixStream), ToolsError> {
     let io = |source| ToolsError::Io {
-        context: "talking to the sandbox launcher".into(),
+        context: "creating the sandbox launcher's socket".into(),
         source,
     };
+    let (host_end, launcher_end) = std::os::unix::net::UnixStream::pair().map_err(io)?;
     host_end.set_nonblocking(true).map_err(io)?;
-    let mut host_end = tokio::net::UnixStream::from_std(host_end).map_err(io)?;
+    let host_end = tokio::net::UnixStream::from_std(host_end).map_err(io)?;
+    Ok((host_end, launcher_end))
+}
+
+/// How a launcher answered the spec.
+enum Answer {
+    /// `ready`: the command runs.
+    Ready,
+    /// Another line (`error LAYER: DETAIL`), or none (empty: the launcher ended).
+    Refused(String),
+    /// No answer within [`SETUP_TIMEOUT_MS`], or the channel failed.
+    Failed(ToolsError),
+}
+
+/// Sends `spec` (and, when given, the session's namespaces) on the launcher's lifeline and
+/// reads its first answer.
+async fn start(
+    host_end: &mut tokio::net::UnixStream,
+    spec: &LaunchSpec,
+    shared: Option<&Arc<launch::SharedNetwork>>,
+) -> Answer {
+    let mode = spec.mode;
+    let mut line = match serde_json::to_string(spec) {
+        Ok(line) => line,
+        Err(e) => {
+            return Answer::Failed(unavailable(mode, format!("a path is not UTF-8: {e}")));
+        }
+    };
+    line.push('\n');
     // A launcher that died already shows as an early end of its answer below.
-    let _ = host_end.write_all(spec.as_bytes()).await;
-    if let Some(ns) = &shared {
-        let _ = send_namespaces(&host_end, ns).await;
+    let _ = host_end.write_all(line.as_bytes()).await;
+    if let Some(ns) = shared {
+        let _ = send_fds(host_end, &[ns.user.as_fd(), ns.net.as_fd()]).await;
     }
-    let line = tokio::time::timeout(
-        Duration::from_millis(SETUP_TIMEOUT_MS),
-        read_line(&mut host_end),
-    )
-    .await;
-    let line = match line {
+    let answer =
+        tokio::time::timeout(Duration::from_millis(SETUP_TIMEOUT_MS), read_line(host_end)).await;
+    let line = match answer {
         Ok(Ok(line)) => line,
-        Ok(Err(e)) => return Err(io(e)),
+        Ok(Err(source)) => {
+            return Answer::Failed(ToolsError::Io {
+                context: "talking to the sandbox launcher".into(),
+                source,
+            });
+        }
         Err(_) => {
-            let _ = child.start_kill();
-            return Err(unavailable(
+            return Answer::Failed(unavailable(
                 mode,
                 format!(
                     "the sandbox launcher did not finish setting up within {SETUP_TIMEOUT_MS} ms"
@@ -123,31 +207,57 @@ pub(super) async fn spawn(
             ));
         }
     };
-    if let Some(rest) = line.strip_prefix("ready") {
-        let landlock = rest.trim().strip_prefix("landlock=").unwrap_or("unknown");
-        if landlock != "full" && !LANDLOCK_WARNED.swap(true, Ordering::Relaxed) {
-            tracing::warn!(
-                landlock,
-                "Landlock is not (fully) available on this kernel: the sandbox runs without this extra layer (namespaces, read-only mounts, dropped capabilities and seccomp still apply)"
-            );
-        }
-        return Ok(SandboxedChild::new(child, Some(host_end)));
+    let Some(rest) = line.strip_prefix("ready") else {
+        return Answer::Refused(line);
+    };
+    let landlock = rest.trim().strip_prefix("landlock=").unwrap_or("unknown");
+    if landlock != "full" && !LANDLOCK_WARNED.swap(true, Ordering::Relaxed) {
+        tracing::warn!(
+            landlock,
+            "Landlock is not (fully) available on this kernel: the sandbox runs without this extra layer (namespaces, read-only mounts, dropped capabilities and seccomp still apply)"
+        );
     }
-    let status = child.wait().await.ok();
-    let reason = match line.strip_prefix("error ") {
+    Answer::Ready
+}
+
+/// Why a launcher did not start the command, from its answer `line`; `ended` says it when
+/// there was none.
+fn refusal(line: &str, ended: impl FnOnce() -> String) -> String {
+    match line.strip_prefix("error ") {
         Some(reason) if reason.starts_with("user namespace") => format!(
             "{reason}; the sandbox needs unprivileged user namespaces (see the sysctls \
              user.max_user_namespaces and kernel.unprivileged_userns_clone, and AppArmor's \
              userns restriction on Ubuntu 23.10 and later), or choose the sandbox off"
         ),
         Some(reason) => reason.to_owned(),
-        None => format!(
-            "the sandbox launcher {} exited ({}) before starting the command",
-            launcher.program().display(),
-            status.map_or_else(|| "status unknown".to_owned(), |s| s.to_string())
-        ),
-    };
-    Err(unavailable(mode, reason))
+        None => ended(),
+    }
+}
+
+/// The command's environment for the spec: every name and value must be UTF-8 (the spec is
+/// JSON).
+fn utf8_env(
+    mode: SandboxMode,
+    env: Vec<(OsString, OsString)>,
+) -> Result<Vec<[String; 2]>, ToolsError> {
+    env.into_iter()
+        .map(
+            |(name, value)| match (name.into_string(), value.into_string()) {
+                (Ok(name), Ok(value)) => Ok([name, value]),
+                (Ok(name), Err(_)) => Err(unavailable(
+                    mode,
+                    format!("the value of the environment variable {name} is not UTF-8"),
+                )),
+                (Err(name), _) => Err(unavailable(
+                    mode,
+                    format!(
+                        "the environment variable name {} is not UTF-8",
+                        name.to_string_lossy()
+                    ),
+                )),
+            },
+        )
+        .collect()
 }
 
 /// What a command in `workspace` must not change of keel's own (see
@@ -169,22 +279,37 @@ fn protected(launcher: &Launcher, workspace: &Path) -> Vec<std::path::PathBuf> {
     out
 }
 
-/// The sandbox's network namespace: made by a holder launcher (`__sandbox net`) at the
-/// first call and kept by descriptor; `None` when that fails (logged; each command then
-/// makes its own).
-async fn session_network(
-    sandbox: &Sandbox,
-    launcher: &Launcher,
-) -> Option<Arc<launch::SharedNetwork>> {
+/// A sandbox's session holder (`__sandbox session`, see `launch.rs`): a launcher, keel's child,
+/// in the user and network namespaces every command of the sandbox uses, which forks a stage 1
+/// for each call sent on its socket. It exits when the socket closes (the sandbox and all its
+/// clones are gone) and is killed when this is dropped; the launchers it forked run on until
+/// their calls end.
+#[derive(Debug)]
+pub(super) struct SessionHolder {
+    /// The holder's user and network namespaces, for a launcher started the usual way (the
+    /// holder is gone) to enter.
+    namespaces: Arc<launch::SharedNetwork>,
+    /// Keel's end of the holder's standard input.
+    control: tokio::net::UnixStream,
+    /// Set once a call could not go through the holder (it died): later calls start their own
+    /// launchers.
+    gone: AtomicBool,
+    /// The holder itself (killed on drop).
+    _process: tokio::process::Child,
+}
+
+/// The sandbox's session holder, started at the first call; `None` when it could not be
+/// (logged; each command then makes its own namespaces).
+async fn session_holder(sandbox: &Sandbox, launcher: &Launcher) -> Option<Arc<SessionHolder>> {
     sandbox
         .held_network
         .get_or_init(|| async {
-            match hold_network(launcher).await {
-                Ok(ns) => Some(Arc::new(ns)),
+            match hold_session(launcher).await {
+                Ok(holder) => Some(Arc::new(holder)),
                 Err(e) => {
                     tracing::debug!(
                         error = %e,
-                        "no network namespace shared by the sandbox's commands: each makes its own"
+                        "no session holder for the sandbox: each command makes its own namespaces"
                     );
                     None
                 }
@@ -194,21 +319,23 @@ async fn session_network(
         .clone()
 }
 
-/// Starts `launcher __sandbox net`, waits for its `ready`, opens its user and network
-/// namespaces and lets it end (closing its lifeline).
-async fn hold_network(launcher: &Launcher) -> std::io::Result<launch::SharedNetwork> {
+/// Starts `launcher __sandbox session FORMAT:BUILD`, waits for its `ready` and opens its user
+/// and network namespaces.
+async fn hold_session(launcher: &Launcher) -> std::io::Result<SessionHolder> {
     use std::os::unix::fs::OpenOptionsExt;
     use tokio::io::AsyncBufReadExt;
-    let (lifeline, holder_end) = std::os::unix::net::UnixStream::pair()?;
+    let (control, holder_end) = std::os::unix::net::UnixStream::pair()?;
     let mut command = tokio::process::Command::new(launcher.program());
     command
         .arg(LAUNCHER_ARG)
-        .arg(launch::NETWORK_HOLDER_STAGE)
+        .arg(launch::SESSION_STAGE)
+        .arg(launch::session_build())
         .current_dir("/")
         .env_clear()
         .stdin(Stdio::from(OwnedFd::from(holder_end)))
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
+        .process_group(0)
         .kill_on_drop(true);
     super::fds::inherit_only_stdio()?;
     let mut child = command.spawn()?;
@@ -241,29 +368,34 @@ async fn hold_network(launcher: &Launcher) -> std::io::Result<launch::SharedNetw
             .open(format!("/proc/{pid}/ns/{kind}"))
             .map(OwnedFd::from)
     };
-    let held = launch::SharedNetwork {
+    let namespaces = Arc::new(launch::SharedNetwork {
         user: open("user")?,
         net: open("net")?,
-    };
-    drop(lifeline);
-    let _ = child.wait().await;
-    Ok(held)
+    });
+    control.set_nonblocking(true)?;
+    Ok(SessionHolder {
+        namespaces,
+        control: tokio::net::UnixStream::from_std(control)?,
+        gone: AtomicBool::new(false),
+        _process: child,
+    })
 }
 
-/// Sends the shared namespaces' descriptors (user, then network) as one byte with
-/// `SCM_RIGHTS`, after the spec line.
-async fn send_namespaces(
+/// Sends `fds` as one byte with `SCM_RIGHTS` (at most three).
+async fn send_fds(
     stream: &tokio::net::UnixStream,
-    ns: &launch::SharedNetwork,
+    fds: &[std::os::fd::BorrowedFd<'_>],
 ) -> std::io::Result<()> {
     use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
-    use std::os::fd::AsFd;
     stream
         .async_io(tokio::io::Interest::WRITABLE, || {
-            let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(2))];
+            let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(3))];
             let mut control = SendAncillaryBuffer::new(&mut space);
-            let fds = [ns.user.as_fd(), ns.net.as_fd()];
-            control.push(SendAncillaryMessage::ScmRights(&fds));
+            if !control.push(SendAncillaryMessage::ScmRights(fds)) {
+                return Err(std::io::Error::other(
+                    "too many descriptors for one message",
+                ));
+            }
             rustix::net::sendmsg(
                 stream,
                 &[std::io::IoSlice::new(b"n")],
