@@ -335,6 +335,38 @@ fn the_sandboxs_first_process_keeps_no_descriptor_of_its_host() {
     let _ = child.wait();
 }
 
+/// keel's environment may hold a variable that is not UTF-8 (a name or a value): a confined
+/// command gets it as it is, byte for byte, as an unconfined one does (the spec carries it as
+/// bytes).
+#[test]
+fn a_non_utf8_environment_variable_reaches_a_confined_command_intact() {
+    use std::os::unix::ffi::OsStrExt;
+    let sbx = Sbx::new(Who::Root);
+    let value = std::ffi::OsStr::from_bytes(b"a\xff\xfeb");
+    let name = std::ffi::OsStr::from_bytes(b"ODD_\xe9NAME");
+    for mode in [OFF, WW, RO] {
+        let out = sbx
+            .command(
+                mode,
+                &[],
+                "printf %s \"$BADVAL\" | od -An -tx1; env | grep -c '^ODD_' ",
+            )
+            .env("BADVAL", value)
+            .env(name, "x")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{mode}: {text} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(text.contains("61 ff fe 62"), "{mode}: {text}");
+        assert!(text.trim_end().ends_with('1'), "{mode}: {text}");
+    }
+}
+
 /// A session holder (`__sandbox session FORMAT:BUILD`) of another build than its host's
 /// refuses to start: an error line naming both, exit 125 (keel then starts a launcher per
 /// call, which refuses the spec the same way).

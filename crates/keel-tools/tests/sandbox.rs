@@ -317,6 +317,19 @@ fn holders() -> Vec<(u32, char)> {
     })
 }
 
+/// The session holders this test process started in the network namespace `net` (as
+/// `readlink /proc/self/ns/net` names it): other tests of this process have holders of their
+/// own.
+fn holders_in(net: &str) -> Vec<(u32, char)> {
+    holders()
+        .into_iter()
+        .filter(|(pid, _)| {
+            std::fs::read_link(format!("/proc/{pid}/ns/net"))
+                .is_ok_and(|link| link.to_string_lossy() == net)
+        })
+        .collect()
+}
+
 /// The children of `parent` whose command line (NUL-separated) passes `keep`: (pid, state).
 fn children_where(parent: u32, keep: impl Fn(&str) -> bool) -> Vec<(u32, char)> {
     let mut out = Vec::new();
@@ -363,15 +376,7 @@ async fn a_sandboxs_commands_go_through_one_holder_and_outlive_it() {
             r.content
         );
     }
-    // Other tests of this process have holders of their own: this sandbox's is the one in the
-    // commands' network namespace.
-    let held: Vec<_> = holders()
-        .into_iter()
-        .filter(|(pid, _)| {
-            std::fs::read_link(format!("/proc/{pid}/ns/net"))
-                .is_ok_and(|link| link.to_string_lossy() == net)
-        })
-        .collect();
+    let held = holders_in(&net);
     assert_eq!(held.len(), 1, "one holder for the sandbox: {held:?}");
     let holder = held[0].0;
     // What the holder forked is reaped at its next call: at most the last one is left.
@@ -424,4 +429,59 @@ async fn a_cancelled_confined_command_ends_with_everything_it_started() {
         begun.elapsed()
     );
     assert_all_gone(&mark, "the cancelled command");
+}
+
+/// A session holder that stops answering (stopped here with SIGSTOP) holds a call only for the
+/// call's own time limit, not the launcher's 30 s setup limit; the next call does not wait on
+/// it (it starts a launcher of its own, confined as ever); and the call given up on never runs
+/// when the holder resumes.
+#[tokio::test]
+async fn a_stuck_holder_costs_one_call_its_time_limit_and_nothing_more() {
+    let f = fixture(SandboxMode::WorkspaceWrite);
+    let first = f
+        .call("shell", json!({"command": "readlink /proc/self/ns/net"}))
+        .await;
+    assert_eq!(first.status, Succeeded, "{}", first.content);
+    let net = first.content.lines().next().unwrap().to_owned();
+    let held = holders_in(&net);
+    assert_eq!(held.len(), 1, "{held:?}");
+    let holder = rustix::process::Pid::from_raw(i32::try_from(held[0].0).unwrap()).unwrap();
+    rustix::process::kill_process(holder, rustix::process::Signal::STOP).unwrap();
+
+    let begun = std::time::Instant::now();
+    let stuck = f
+        .call(
+            "shell",
+            json!({"command": "touch given-up", "timeout_ms": 1500}),
+        )
+        .await;
+    assert_eq!(stuck.status, Failed, "{}", stuck.content);
+    assert!(
+        stuck
+            .content
+            .contains("timed out after 1500 ms while the sandbox was starting"),
+        "{}",
+        stuck.content
+    );
+    assert!(
+        begun.elapsed() < std::time::Duration::from_secs(15),
+        "{:?}",
+        begun.elapsed()
+    );
+
+    let next = f
+        .call("shell", json!({"command": "readlink /proc/self/ns/net; touch /var/tmp/keel-stuck-$$ 2>/dev/null && echo escaped || echo confined", "timeout_ms": 10000}))
+        .await;
+    assert_eq!(next.status, Succeeded, "{}", next.content);
+    assert_eq!(
+        next.content.lines().next(),
+        Some(net.as_str()),
+        "{}",
+        next.content
+    );
+    assert!(next.content.contains("confined"), "{}", next.content);
+
+    rustix::process::kill_process(holder, rustix::process::Signal::CONT).unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
+    assert!(!f.path("given-up").exists(), "the call given up on ran");
 }

@@ -203,8 +203,24 @@ async fn run(
         stdout: writer.into(),
         stderr: writer_err.into(),
     };
-    // The process leads its own process group; stdin is /dev/null.
-    let spawned = ctx.sandbox.spawn(invocation, ctx.workspace.root()).await;
+    // The process leads its own process group; stdin is /dev/null. Starting it counts against
+    // the call's time limit and stops at its cancellation (a stuck sandbox launcher must not
+    // hold the call for the launcher's own setup limit): a start given up on closes the
+    // launcher's lifeline, which ends whatever it started.
+    let spawned = tokio::select! {
+        spawned = ctx.sandbox.spawn(invocation, ctx.workspace.root()) => spawned,
+        () = tokio::time::sleep(Duration::from_millis(timeout_ms)) => {
+            return ToolOutput::error(format!(
+                "shell failed: timed out after {timeout_ms} ms while the sandbox was starting the \
+                 command; it was stopped before it could run to the end"
+            ))
+            .with_details(json!({"sandbox": ctx.sandbox.mode().as_str(), "spawned": false, "timed_out": true}));
+        }
+        () = ctx.cancel.cancelled() => {
+            return ToolOutput::cancelled("shell cancelled while the sandbox was starting the command")
+                .with_details(json!({"sandbox": ctx.sandbox.mode().as_str(), "spawned": false, "cancelled": true}));
+        }
+    };
     // The invocation (and with it the parent's copies of the pipe's write end) is gone now.
     let mut child = match spawned {
         Ok(c) => c,

@@ -383,6 +383,11 @@ fn stage1(mut host: UnixStream, spec: &LaunchSpec, namespaces: Namespaces) -> ! 
     if let Err(e) = enter_namespaces(spec, namespaces) {
         report_and_exit(&mut host, &e);
     }
+    // The host may have given up on the call already (a launcher forked late by a holder that
+    // was stopped): then nothing starts.
+    if lifeline_closed(&host) {
+        std::process::exit(137);
+    }
     let (mut from_stage2, to_stage1) = match UnixStream::pair() {
         Ok(pair) => pair,
         Err(e) => report_and_exit(&mut host, &fail("launcher (socket)")(e)),
@@ -465,6 +470,18 @@ fn stage1(mut host: UnixStream, spec: &LaunchSpec, namespaces: Namespaces) -> ! 
         }
     }
     end_like(last.as_deref(), wait_for(stage2))
+}
+
+/// Whether the host's end of the lifeline is closed (nothing read: keel never writes after
+/// the spec and the namespaces).
+fn lifeline_closed(host: &UnixStream) -> bool {
+    let mut fds = [PollFd::new(host, PollFlags::IN)];
+    let zero = rustix::time::Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    rustix::event::poll(&mut fds, Some(&zero)).is_ok()
+        && fds[0].revents().intersects(PollFlags::HUP | PollFlags::ERR)
 }
 
 /// Waits for `pid` (a child) to end: its status, `None` when it cannot be waited for.
@@ -603,7 +620,11 @@ fn stage2(mut up: UnixStream, spec: &LaunchSpec) -> ! {
         Command::new(program)
             .args(args)
             .env_clear()
-            .envs(spec.env.iter().map(|[name, value]| (name, value)))
+            .envs(
+                spec.env
+                    .iter()
+                    .map(|[name, value]| (name.to_os(), value.to_os())),
+            )
             .stdin(Stdio::from(null))
             .spawn()
     });

@@ -657,8 +657,36 @@ struct LaunchSpec {
     /// [`Launcher`]'s `own_files`): each is bound read-only onto itself, its directories up to
     /// the workspace pinned.
     protect: Vec<PathBuf>,
-    /// The command's environment (name, value), UTF-8: the launcher itself runs with none.
-    env: Vec<[String; 2]>,
+    /// The command's environment (name, value): the launcher itself runs with none.
+    env: Vec<[EnvText; 2]>,
+}
+
+/// An environment variable's name or value in a [`LaunchSpec`]: a JSON string when it is
+/// UTF-8, else its bytes (a JSON array of numbers), so that nothing of the host's environment is
+/// lost or refused on the way.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+enum EnvText {
+    Text(String),
+    Bytes(Vec<u8>),
+}
+
+impl EnvText {
+    fn new(s: OsString) -> Self {
+        use std::os::unix::ffi::OsStringExt;
+        match s.into_string() {
+            Ok(text) => Self::Text(text),
+            Err(other) => Self::Bytes(other.into_vec()),
+        }
+    }
+
+    fn to_os(&self) -> OsString {
+        use std::os::unix::ffi::OsStringExt;
+        match self {
+            Self::Text(text) => OsString::from(text),
+            Self::Bytes(bytes) => OsString::from_vec(bytes.clone()),
+        }
+    }
 }
 
 #[cfg(target_os = "linux")]

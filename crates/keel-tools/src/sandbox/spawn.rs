@@ -13,8 +13,8 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::{
-    Invocation, LAUNCHER_ARG, LaunchSpec, Launcher, SETUP_TIMEOUT_MS, Sandbox, SandboxMode,
-    SandboxedChild, launch, unavailable,
+    EnvText, Invocation, LAUNCHER_ARG, LaunchSpec, Launcher, SETUP_TIMEOUT_MS, Sandbox,
+    SandboxMode, SandboxedChild, launch, unavailable,
 };
 use crate::error::ToolsError;
 
@@ -47,7 +47,10 @@ pub(super) async fn spawn(
         hide: Vec::new(),
         protect: Vec::new(),
         shared_network: false,
-        env: utf8_env(mode, env)?,
+        env: env
+            .into_iter()
+            .map(|(name, value)| [EnvText::new(name), EnvText::new(value)])
+            .collect(),
     };
     let spec = LaunchSpec {
         hide: hidden_paths(sandbox, &spec.workspace),
@@ -70,7 +73,12 @@ pub(super) async fn spawn(
         ];
         if send_fds(&holder.control, &fds).await.is_ok() {
             drop(launcher_end);
+            let waiting = SlowHolder {
+                holder,
+                since: std::time::Instant::now(),
+            };
             let answer = start(&mut host_end, &spec, None).await;
+            std::mem::forget(waiting);
             match answer {
                 // Only the forked launcher holds the command's output from here.
                 Answer::Ready => return Ok(SandboxedChild::forked(host_end)),
@@ -79,7 +87,11 @@ pub(super) async fn spawn(
                 // start it. An end after the spec was read is not retried.
                 Answer::Failed(ToolsError::Io { source, .. })
                     if source.kind() == std::io::ErrorKind::ConnectionReset => {}
-                Answer::Failed(e) => return Err(e),
+                Answer::Failed(e) => {
+                    // No answer in time (a stuck holder): later calls do not wait on it.
+                    holder.gone.store(true, Ordering::Relaxed);
+                    return Err(e);
+                }
                 Answer::Refused(line) => {
                     return Err(unavailable(
                         mode,
@@ -142,6 +154,26 @@ pub(super) async fn spawn(
                     )
                 }),
             ))
+        }
+    }
+}
+
+/// While a call waits for the launcher its session's holder forks: if the wait is given up
+/// (the call timed out or was cancelled) after [`SLOW_HOLDER`], the holder is taken as stuck
+/// and later calls start their own launchers.
+struct SlowHolder<'a> {
+    holder: &'a SessionHolder,
+    since: std::time::Instant,
+}
+
+/// How long a call may wait for a launcher forked by its session's holder before, given up,
+/// it marks the holder as stuck (a fork and the launcher's setup take ~1 ms).
+const SLOW_HOLDER: Duration = Duration::from_secs(1);
+
+impl Drop for SlowHolder<'_> {
+    fn drop(&mut self) {
+        if self.since.elapsed() >= SLOW_HOLDER {
+            self.holder.gone.store(true, Ordering::Relaxed);
         }
     }
 }
@@ -234,32 +266,6 @@ fn refusal(line: &str, ended: impl FnOnce() -> String) -> String {
     }
 }
 
-/// The command's environment for the spec: every name and value must be UTF-8 (the spec is
-/// JSON).
-fn utf8_env(
-    mode: SandboxMode,
-    env: Vec<(OsString, OsString)>,
-) -> Result<Vec<[String; 2]>, ToolsError> {
-    env.into_iter()
-        .map(
-            |(name, value)| match (name.into_string(), value.into_string()) {
-                (Ok(name), Ok(value)) => Ok([name, value]),
-                (Ok(name), Err(_)) => Err(unavailable(
-                    mode,
-                    format!("the value of the environment variable {name} is not UTF-8"),
-                )),
-                (Err(name), _) => Err(unavailable(
-                    mode,
-                    format!(
-                        "the environment variable name {} is not UTF-8",
-                        name.to_string_lossy()
-                    ),
-                )),
-            },
-        )
-        .collect()
-}
-
 /// What a command in `workspace` must not change of keel's own (see
 /// [`Launcher::own_files`]): the directory of each file, when it lies inside the workspace
 /// (so nothing can be planted, renamed or replaced there: a launcher missing beside keel
@@ -282,8 +288,7 @@ fn protected(launcher: &Launcher, workspace: &Path) -> Vec<std::path::PathBuf> {
 /// A sandbox's session holder (`__sandbox session`, see `launch.rs`): a launcher, keel's child,
 /// in the user and network namespaces every command of the sandbox uses, which forks a stage 1
 /// for each call sent on its socket. It exits when the socket closes (the sandbox and all its
-/// clones are gone) and is killed when this is dropped; the launchers it forked run on until
-/// their calls end.
+/// clones are gone; a task reaps it); the launchers it forked run on until their calls end.
 #[derive(Debug)]
 pub(super) struct SessionHolder {
     /// The holder's user and network namespaces, for a launcher started the usual way (the
@@ -291,11 +296,9 @@ pub(super) struct SessionHolder {
     namespaces: Arc<launch::SharedNetwork>,
     /// Keel's end of the holder's standard input.
     control: tokio::net::UnixStream,
-    /// Set once a call could not go through the holder (it died): later calls start their own
-    /// launchers.
+    /// Set once a call could not go through the holder (it died, or did not answer in time):
+    /// later calls start their own launchers.
     gone: AtomicBool,
-    /// The holder itself (killed on drop).
-    _process: tokio::process::Child,
 }
 
 /// The sandbox's session holder, started at the first call; `None` when it could not be
@@ -373,11 +376,14 @@ async fn hold_session(launcher: &Launcher) -> std::io::Result<SessionHolder> {
         net: open("net")?,
     });
     control.set_nonblocking(true)?;
+    // Reaped as soon as it ends (it exits when `control` closes; killed with the runtime).
+    tokio::spawn(async move {
+        let _ = child.wait().await;
+    });
     Ok(SessionHolder {
         namespaces,
         control: tokio::net::UnixStream::from_std(control)?,
         gone: AtomicBool::new(false),
-        _process: child,
     })
 }
 
