@@ -59,12 +59,13 @@ pub enum ToolsError {
         /// What is wrong with it.
         problem: FileProblem,
     },
-    /// The requested sandbox cannot be enforced on this kernel; nothing was run.
-    #[error("sandbox `{mode}` is unavailable on this system: {reason}")]
+    /// The requested sandbox cannot be set up (a layer the kernel lacks, a missing or
+    /// mismatched launcher: `reason` names it); nothing was run.
+    #[error("sandbox `{mode}` is unavailable: {reason}")]
     SandboxUnavailable {
         /// The requested mode (`read_only` or `workspace_write`).
         mode: String,
-        /// What the kernel lacks.
+        /// What is missing: the kernel's layer, or the launcher's problem.
         reason: String,
     },
     /// An artifact could not be stored or read.

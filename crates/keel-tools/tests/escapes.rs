@@ -950,7 +950,7 @@ fn a_missing_namespace_fails_the_command_naming_the_layer() {
     let r = s.run(WW, &script);
     assert!(r.has("inner 125"), "{r:?}");
     assert!(
-        r.has("sandbox `workspace_write` is unavailable on this system: user namespace: "),
+        r.has("sandbox `workspace_write` is unavailable: user namespace: "),
         "{r:?}"
     );
     assert!(!s.path("ran").exists(), "the command ran");

@@ -55,20 +55,48 @@ impl Launcher {
     fn held_open(path: &Path) -> Option<Self> {
         use std::os::fd::{AsRawFd, OwnedFd};
         use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-        let file = std::fs::OpenOptions::new()
+        let skip = |why: String| {
+            let _ = SKIPPED.set(format!("{}: {why}", path.display()));
+            None
+        };
+        let file = match std::fs::OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_PATH | libc::O_NONBLOCK)
             .open(path)
-            .ok()?;
-        let meta = file.metadata().ok()?;
-        let euid = rustix::process::geteuid().as_raw();
-        if !meta.is_file()
-            || meta.mode() & 0o111 == 0
-            || meta.mode() & 0o022 != 0
-            || meta.nlink() != 1
-            || (meta.uid() != euid && meta.uid() != 0)
         {
-            return None;
+            Ok(file) => file,
+            Err(e) => return skip(e.to_string()),
+        };
+        let meta = match file.metadata() {
+            Ok(meta) => meta,
+            Err(e) => return skip(e.to_string()),
+        };
+        let euid = rustix::process::geteuid().as_raw();
+        let refused = if !meta.is_file() {
+            Some("not a regular file".to_owned())
+        } else if meta.mode() & 0o111 == 0 {
+            Some("not executable".to_owned())
+        } else if meta.mode() & 0o022 != 0 {
+            Some(format!(
+                "writable by its group or others (mode {:o})",
+                meta.mode() & 0o7777
+            ))
+        } else if meta.nlink() != 1 {
+            Some(format!(
+                "it has {} hard links (a build tree's `deps/` copy?): install it, e.g. with \
+                 `cargo install`",
+                meta.nlink()
+            ))
+        } else if meta.uid() != euid && meta.uid() != 0 {
+            Some(format!(
+                "owned by uid {}, neither this user nor root",
+                meta.uid()
+            ))
+        } else {
+            None
+        };
+        if let Some(why) = refused {
+            return skip(why);
         }
         let origin = std::fs::canonicalize(path).ok();
         // Kept open (close-on-exec) for the life of the process: the path names it.
@@ -87,6 +115,12 @@ impl Launcher {
     /// The program.
     pub fn program(&self) -> &Path {
         &self.program
+    }
+
+    /// The launcher's file as people know it, for messages: its own path when it is held open
+    /// (the program is then `/proc/self/fd/N`), else the program.
+    pub fn shown(&self) -> &Path {
+        self.origin.as_deref().unwrap_or(&self.program)
     }
 
     /// The files a confined command must not replace when they lie in its workspace: the
@@ -113,6 +147,26 @@ impl Launcher {
 }
 
 pub(super) static DEFAULT_LAUNCHER: OnceLock<Launcher> = OnceLock::new();
+
+/// Why [`Launcher::beside_this_program`] did not use the file it looked at (`PATH: why`), told
+/// once in the log at the first confined command ([`log_skipped_launcher`]): at start-up the
+/// log is not set up yet.
+static SKIPPED: OnceLock<String> = OnceLock::new();
+
+/// Logs (info) why the launcher beside the program was not used, once per process, if it was
+/// not.
+pub(super) fn log_skipped_launcher() {
+    static LOGGED: std::sync::Once = std::sync::Once::new();
+    if let Some(why) = SKIPPED.get() {
+        LOGGED.call_once(|| {
+            tracing::info!(
+                launcher = %why,
+                "the sandbox launcher beside this program is not used; the program runs itself \
+                 as the launcher instead (~1 ms more a launcher start)"
+            );
+        });
+    }
+}
 
 /// Registers the launcher every [`Sandbox`] of this process uses unless it was given its own
 /// ([`Sandbox::with_launcher`]). The first registration wins; returns whether this one did.

@@ -550,6 +550,7 @@ impl Sandbox {
                         .into(),
                 )
             })?;
+        launcher::log_skipped_launcher();
         imp::spawn(self, launcher, invocation, workspace, env).await
     }
 
@@ -608,7 +609,7 @@ fn unavailable(mode: SandboxMode, reason: String) -> ToolsError {
     tracing::error!(
         sandbox = mode.as_str(),
         %reason,
-        "SANDBOX UNAVAILABLE: refusing to run a command under a sandbox this system cannot enforce"
+        "SANDBOX UNAVAILABLE: refusing to run a command under a sandbox that cannot be set up"
     );
     ToolsError::SandboxUnavailable {
         mode: mode.as_str().to_owned(),

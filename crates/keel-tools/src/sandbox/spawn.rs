@@ -131,7 +131,7 @@ pub(super) async fn spawn(
             mode,
             format!(
                 "cannot start the sandbox launcher {}: {e}",
-                launcher.program().display()
+                launcher.shown().display()
             ),
         )
     })?;
@@ -149,7 +149,7 @@ pub(super) async fn spawn(
                 refusal(&line, || {
                     format!(
                         "the sandbox launcher {} exited ({}) before starting the command",
-                        launcher.program().display(),
+                        launcher.shown().display(),
                         status.map_or_else(|| "status unknown".to_owned(), |s| s.to_string())
                     )
                 }),
