@@ -222,7 +222,10 @@ fn hold_session(build: &OsString) -> ! {
         };
         match super::fds::fork_single_threaded() {
             Ok(None) => {
+                // Nothing of the holder's stays in the call's launcher: its socket to keel and
+                // the pidfds of the other calls' launchers go.
                 drop(control);
+                calls.clear();
                 let taken = rustix::stdio::dup2_stdin(&lifeline)
                     .and_then(|()| rustix::stdio::dup2_stdout(&output))
                     .and_then(|()| rustix::stdio::dup2_stderr(&error));
