@@ -2,7 +2,7 @@
 //! [`super`] for what it builds).
 //!
 //! `PROGRAM __sandbox 1` is **stage 1**, started by the host (or forked for the call by the
-//! sandbox's session holder, `PROGRAM __sandbox session`, see [`hold_session`], already in the
+//! sandbox's session holder, `PROGRAM __sandbox session`, see [`super::holder`], already in the
 //! session's user and network namespaces) with a socket as its standard input
 //! (the host's end is the *lifeline*) and the command's output pipes as standard output and
 //! error. The host writes the [`LaunchSpec`] (what to hide, where the workspace is, the command
@@ -41,7 +41,7 @@ use rustix::process::{Pid, Signal, WaitOptions, WaitStatus};
 use super::{LAUNCHER_ARG, LaunchSpec, SandboxMode};
 
 /// Exit code of a launcher that could not set the sandbox up (nothing ran).
-const SETUP_FAILED: i32 = 125;
+pub(super) const SETUP_FAILED: i32 = 125;
 
 /// Longest spec line read from the previous stage, bytes.
 const MAX_SPEC_BYTES: usize = 16 * 1024 * 1024;
@@ -67,7 +67,9 @@ pub(super) fn main(args: Vec<OsString>) -> ! {
     // Before anything else: nothing the host left open reaches stage 2 or the command.
     let cloexec = super::fds::close_others_on_exec();
     match args.as_slice() {
-        [stage, build] if stage == SESSION_STAGE => hold_session(build),
+        [stage, build] if stage == super::holder::SESSION_STAGE => {
+            super::holder::hold_session(build)
+        }
         [stage] if stage == "1" => {}
         _ => {
             eprintln!(
@@ -84,7 +86,7 @@ pub(super) fn main(args: Vec<OsString>) -> ! {
 }
 
 /// The channel to keel: standard input (a socket).
-fn host_channel() -> UnixStream {
+pub(super) fn host_channel() -> UnixStream {
     match std::io::stdin().as_fd().try_clone_to_owned() {
         Ok(fd) => UnixStream::from(fd),
         Err(e) => {
@@ -96,7 +98,7 @@ fn host_channel() -> UnixStream {
 
 /// Stage 1 of one call: reads the spec from `host` (the lifeline), takes the session's
 /// namespaces when the spec says they follow, and goes on as [`stage1`].
-fn run_call(mut host: UnixStream, namespaces: Namespaces) -> ! {
+pub(super) fn run_call(mut host: UnixStream, namespaces: Namespaces) -> ! {
     let spec = match read_spec(&mut host) {
         Ok(spec) => spec,
         Err(e) => report_and_exit(&mut host, &e),
@@ -118,7 +120,7 @@ fn run_call(mut host: UnixStream, namespaces: Namespaces) -> ! {
 
 /// The user and network namespaces stage 1 starts from.
 #[derive(Debug)]
-enum Namespaces {
+pub(super) enum Namespaces {
     /// A new user namespace, and a new network namespace unless the spec allows the network.
     New,
     /// The session's, entered with `setns` (sent by the host after the spec).
@@ -127,17 +129,7 @@ enum Namespaces {
     Session,
 }
 
-/// The argument (after `__sandbox`) that makes the launcher a session holder
-/// ([`hold_session`]); the next one is [`session_build`].
-pub(super) const SESSION_STAGE: &str = "session";
-
-/// What a session holder must be started with after [`SESSION_STAGE`]: the spec format and the
-/// build it serves (a holder of another build refuses to start, as stage 1 refuses a spec).
-pub(super) fn session_build() -> String {
-    format!("{}:{}", super::LAUNCH_SPEC_FORMAT, super::LAUNCHER_BUILD)
-}
-
-/// The session's network namespace, made once by a holder ([`hold_network_namespace`]) and
+/// The session's network namespace, made once by the session holder ([`super::holder`]) and
 /// entered by each command's stage 1: the user namespace that owns it and the namespace itself.
 #[derive(Debug)]
 pub(super) struct SharedNetwork {
@@ -145,157 +137,11 @@ pub(super) struct SharedNetwork {
     pub(super) net: std::os::fd::OwnedFd,
 }
 
-/// `__sandbox session FORMAT:BUILD`, the **session holder**: enters a new user namespace
-/// (mapping its own uid and gid) and a new network namespace in it (only a loopback interface,
-/// down), says `ready` on standard output and serves the session's calls. The host opens
-/// `/proc/<pid>/ns/{user,net}` meanwhile (those descriptors keep both namespaces alive,
-/// whatever becomes of this process, for launchers started the usual way to enter).
-///
-/// Standard input is a socket from the host. Each message on it is one byte carrying three
-/// descriptors (`SCM_RIGHTS`): a call's lifeline and its output and error. For each, the holder
-/// forks a stage 1 that takes them as its standard input, output and error and goes on as a
-/// launcher started for that call would, from the namespaces it is already in: no `execve` of
-/// the launcher (its loader and runtime start, ~0.9 ms a call on a VM where `cpuid` traps to the
-/// hypervisor), no `setns`. A message with other than three descriptors is dropped. The holder
-/// reaps the stage 1s it forked, and exits when the socket closes (the host dropped the
-/// sandbox, or died). It runs nothing else and holds nothing of the host's: a confined command
-/// (in PID namespaces of its own) cannot see or signal it. Never returns.
-fn hold_session(build: &OsString) -> ! {
-    let mut out = std::io::stdout();
-    if build.to_str() != Some(session_build().as_str()) {
-        let _ = writeln!(
-            out,
-            "error launcher: this launcher serves {}, the host {}: install keel and its \
-             launcher from the same build",
-            session_build(),
-            build.to_string_lossy()
-        );
-        std::process::exit(SETUP_FAILED);
-    }
-    let made = enter_user_namespace().and_then(|()| {
-        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET).map_err(fail("network namespace"))
-    });
-    match made {
-        Ok(()) => {
-            let _ = out.write_all(b"ready\n").and_then(|()| out.flush());
-        }
-        Err(e) => {
-            let _ = writeln!(out, "error {}: {}", e.layer, e.detail.replace('\n', " "));
-            std::process::exit(SETUP_FAILED);
-        }
-    }
-    let control = host_channel();
-    // The stage 1s forked and not yet reaped, each with a pidfd that becomes readable when it
-    // ends: the holder reaps them as they end, not only at the next call.
-    let mut calls: Vec<(Pid, std::os::fd::OwnedFd)> = Vec::new();
-    loop {
-        let call_arrived = {
-            let mut fds: Vec<PollFd<'_>> = std::iter::once(PollFd::new(&control, PollFlags::IN))
-                .chain(calls.iter().map(|(_, fd)| PollFd::new(fd, PollFlags::IN)))
-                .collect();
-            match rustix::event::poll(&mut fds, None) {
-                Ok(_) => {}
-                Err(rustix::io::Errno::INTR) => continue,
-                Err(_) => std::process::exit(SETUP_FAILED),
-            }
-            let ended: Vec<bool> = fds[1..].iter().map(|f| !f.revents().is_empty()).collect();
-            let arrived = !fds[0].revents().is_empty();
-            drop(fds);
-            let mut ended = ended.into_iter();
-            calls.retain(|_| !ended.next().unwrap_or(false));
-            arrived
-        };
-        reap_finished_calls();
-        if !call_arrived {
-            continue;
-        }
-        let fds = match receive_fds::<3>(&control) {
-            Ok(Some(fds)) => fds,
-            Ok(None) => std::process::exit(0),
-            Err(_) => continue,
-        };
-        let mut fds = fds.into_iter();
-        let (Some(lifeline), Some(output), Some(error), None) =
-            (fds.next(), fds.next(), fds.next(), fds.next())
-        else {
-            continue;
-        };
-        match super::fds::fork_single_threaded() {
-            Ok(None) => {
-                // Nothing of the holder's stays in the call's launcher: its socket to keel and
-                // the pidfds of the other calls' launchers go.
-                drop(control);
-                calls.clear();
-                let taken = rustix::stdio::dup2_stdin(&lifeline)
-                    .and_then(|()| rustix::stdio::dup2_stdout(&output))
-                    .and_then(|()| rustix::stdio::dup2_stderr(&error));
-                drop((lifeline, output, error));
-                let mut host = host_channel();
-                if let Err(e) = taken {
-                    report_and_exit(&mut host, &fail("launcher (taking the call's channels)")(e));
-                }
-                run_call(host, Namespaces::Session)
-            }
-            Ok(Some(pid)) => {
-                drop((lifeline, output, error));
-                if let Ok(fd) =
-                    rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty())
-                {
-                    calls.push((pid, fd));
-                }
-            }
-            // The call's lifeline closes with these: the host hears the launcher is gone.
-            Err(_) => drop((lifeline, output, error)),
-        }
-    }
-}
-
-/// Reaps the stage 1s of a session holder that have ended, without waiting.
-fn reap_finished_calls() {
-    while let Ok(Some(_)) = rustix::process::wait(WaitOptions::NOHANG) {}
-}
-
-/// One message from `stream`: its descriptors (close-on-exec; at most `N` kept, the rest
-/// closed). `None` at the stream's end.
-fn receive_fds<const N: usize>(
-    stream: &UnixStream,
-) -> std::io::Result<Option<Vec<std::os::fd::OwnedFd>>> {
-    use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
-    // Room for more than `N`, so that a message with too many is still read whole (and refused).
-    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(8))];
-    let mut byte = [0u8; 1];
-    loop {
-        let mut control = RecvAncillaryBuffer::new(&mut space);
-        let got = rustix::net::recvmsg(
-            stream,
-            &mut [std::io::IoSliceMut::new(&mut byte)],
-            &mut control,
-            RecvFlags::CMSG_CLOEXEC,
-        );
-        match got {
-            Err(rustix::io::Errno::INTR) => continue,
-            Err(e) => return Err(e.into()),
-            Ok(m) if m.bytes == 0 => return Ok(None),
-            Ok(_) => {}
-        }
-        let mut fds = Vec::new();
-        for message in control.drain() {
-            if let RecvAncillaryMessage::ScmRights(received) = message {
-                fds.extend(received);
-            }
-        }
-        if fds.len() > N {
-            fds.clear();
-        }
-        return Ok(Some(fds));
-    }
-}
-
 /// Receives the shared network namespace's two descriptors, which the host sends after the
 /// spec line as one byte with `SCM_RIGHTS` (user namespace first).
 fn receive_namespaces(stream: &UnixStream) -> Setup<SharedNetwork> {
     let layer = "network namespace (receiving the session's)";
-    match receive_fds::<2>(stream) {
+    match super::holder::receive_fds::<2>(stream) {
         Err(e) => Err(fail(layer)(e)),
         Ok(None) => Err(fail(layer)("the channel closed before they were sent")),
         Ok(Some(fds)) => {
@@ -371,7 +217,7 @@ fn send(stream: &mut UnixStream, line: &str) {
     let _ = stream.write_all(format!("{line}\n").as_bytes());
 }
 
-fn report_and_exit(stream: &mut UnixStream, e: &LayerError) -> ! {
+pub(super) fn report_and_exit(stream: &mut UnixStream, e: &LayerError) -> ! {
     send(
         stream,
         &format!("error {}: {}", e.layer, e.detail.replace('\n', " ")),
@@ -535,7 +381,7 @@ fn end_like(last: Option<&str>, status: Option<std::process::ExitStatus>) -> ! {
 }
 
 /// A new user namespace mapping this process's uid and gid to themselves (no other groups).
-fn enter_user_namespace() -> Setup {
+pub(super) fn enter_user_namespace() -> Setup {
     use nix::sched::{CloneFlags, unshare};
     let uid = rustix::process::getuid().as_raw();
     let gid = rustix::process::getgid().as_raw();

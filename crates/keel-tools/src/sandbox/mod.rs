@@ -120,6 +120,8 @@ mod fds;
 #[cfg(target_os = "linux")]
 mod filter;
 #[cfg(target_os = "linux")]
+mod holder;
+#[cfg(target_os = "linux")]
 mod launch;
 #[cfg(target_os = "linux")]
 mod root;

@@ -14,7 +14,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::{
     EnvText, Invocation, LAUNCHER_ARG, LaunchSpec, Launcher, SETUP_TIMEOUT_MS, Sandbox,
-    SandboxMode, SandboxedChild, launch, unavailable,
+    SandboxMode, SandboxedChild, holder, launch, unavailable,
 };
 use crate::error::ToolsError;
 
@@ -331,8 +331,8 @@ async fn hold_session(launcher: &Launcher) -> std::io::Result<SessionHolder> {
     let mut command = tokio::process::Command::new(launcher.program());
     command
         .arg(LAUNCHER_ARG)
-        .arg(launch::SESSION_STAGE)
-        .arg(launch::session_build())
+        .arg(holder::SESSION_STAGE)
+        .arg(holder::session_build())
         .current_dir("/")
         .env_clear()
         .stdin(Stdio::from(OwnedFd::from(holder_end)))
