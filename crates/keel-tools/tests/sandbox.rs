@@ -361,10 +361,15 @@ fn children_where(parent: u32, keep: impl Fn(&str) -> bool) -> Vec<(u32, char)> 
 #[tokio::test]
 async fn a_sandboxs_commands_go_through_one_holder_and_outlive_it() {
     let f = fixture(SandboxMode::WorkspaceWrite);
-    let probe = json!({"command": "readlink /proc/self/ns/net; touch /var/tmp/keel-holder-escape-$$ 2>/dev/null && echo escaped || echo confined"});
+    // PID 1 of a command is its launcher's stage 2: forked by the holder, it has the holder's
+    // command line (`__sandbox session …`); started for the call, `__sandbox 1`.
+    let probe = json!({"command": "readlink /proc/self/ns/net; echo \"pid1=$(tr '\\0' ' ' < /proc/1/cmdline)\"; touch /var/tmp/keel-holder-escape-$$ 2>/dev/null && echo escaped || echo confined"});
+    let forked =
+        |content: &str| content.contains("pid1=") && content.contains("__sandbox session ");
     let first = f.call("shell", probe.clone()).await;
     assert_eq!(first.status, Succeeded, "{}", first.content);
     assert!(first.content.contains("confined"), "{}", first.content);
+    assert!(forked(&first.content), "{}", first.content);
     let net = first.content.lines().next().unwrap().to_owned();
     assert!(net.starts_with("net:["), "{}", first.content);
     for _ in 0..20 {
@@ -375,11 +380,12 @@ async fn a_sandboxs_commands_go_through_one_holder_and_outlive_it() {
             "{}",
             r.content
         );
+        assert!(forked(&r.content), "{}", r.content);
     }
     let held = holders_in(&net);
     assert_eq!(held.len(), 1, "one holder for the sandbox: {held:?}");
     let holder = held[0].0;
-    // What the holder forked is reaped at its next call: at most the last one is left.
+    // What the holder forked is reaped as it ends: at most the last one may be ending now.
     let zombies: Vec<_> = children_where(holder, |_| true)
         .into_iter()
         .filter(|(_, state)| *state == 'Z')
@@ -397,6 +403,11 @@ async fn a_sandboxs_commands_go_through_one_holder_and_outlive_it() {
         after.content
     );
     assert!(after.content.contains("confined"), "{}", after.content);
+    assert!(
+        !forked(&after.content) && after.content.contains("__sandbox 1"),
+        "{}",
+        after.content
+    );
 }
 
 /// A confined command cancelled mid-run (its launcher forked by the session's holder, so not a
