@@ -5,20 +5,16 @@
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-/// Decodes `bytes` as `T`: a body of only whitespace reads as `{}`; a number written with a
-/// zero fraction (`3.0`) is taken where an integer is expected (JSON Schema counts it as an
-/// integer, serde does not).
+/// Decodes `bytes` as `T`; a number written with a zero fraction (`3.0`) is taken where an
+/// integer is expected (JSON Schema counts it as an integer, serde does not). A body of only
+/// whitespace is not JSON here: the server reads it as `{}` before this only where the
+/// operation's body is optional.
 ///
 /// # Errors
 /// serde_json's error of the first attempt (its `classify()` tells bad JSON from a body that
 /// does not fit `T`) when the body is not JSON or does not fit `T` even with such numbers made
 /// integers.
 pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, serde_json::Error> {
-    let bytes: &[u8] = if bytes.iter().all(u8::is_ascii_whitespace) {
-        b"{}"
-    } else {
-        bytes
-    };
     match serde_json::from_slice::<T>(bytes) {
         // Retry with integral floats made integers, keeping the first error when that does
         // not help.

@@ -27,8 +27,7 @@ fn round_trip<T: Serialize + DeserializeOwned>(what: &str, body: &[u8]) {
 /// The `/v1` request bodies ([`keel_api`]'s `*Request` types): the first byte picks the type,
 /// the rest is the JSON body.
 ///
-/// Invariants: deserialization as the server decodes a body (whitespace as `{}`, integral
-/// floats as integers) answers (a body or an error), never panics; an accepted body
+/// Invariants: deserialization as the server decodes a body (integral floats as integers) answers (a body or an error), never panics; an accepted body
 /// round-trips through its JSON form; any JSON body has a canonical hash (the idempotency
 /// record's `request_hash`), the same for the body written again.
 pub fn api_request(data: &[u8]) {

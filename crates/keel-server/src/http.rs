@@ -1,6 +1,7 @@
-//! HTTP semantics every operation shares: JSON bodies ([`JsonBody`]: 415 for another media
-//! type, 413 past the limit, 400 for what is not JSON, 422 naming the field for a value that
-//! does not fit, unknown fields included), `ETag` and `If-Match` ([`etag`], [`check_if_match`]:
+//! HTTP semantics every operation shares: JSON bodies ([`JsonBody`], [`OptionalJsonBody`]: 415
+//! for another media type, 413 past the limit, 400 for what is not JSON or is empty where the
+//! body is required, 422 naming the field for a value that does not fit, unknown fields
+//! included), `ETag` and `If-Match` ([`etag`], [`check_if_match`]:
 //! 428 without, 412 on a mismatch), `Idempotency-Key` on every POST ([`idempotency`]), the
 //! problem+json fallbacks for unknown routes and methods, and response counting.
 
@@ -31,37 +32,75 @@ pub const IDEMPOTENCY_STALE: Duration = Duration::from_secs(600);
 /// The header that marks a replayed response.
 pub const REPLAYED: &str = "idempotent-replayed";
 
-/// A JSON request body of type `T` (an empty body reads as `{}`).
+/// A required JSON request body of type `T` (the operation's `requestBody` is `required`): an
+/// empty body, or one of only whitespace, is 400 naming `body`.
 #[derive(Debug)]
 pub struct JsonBody<T>(pub T);
+
+/// An optional JSON request body of type `T` (the operation's `requestBody` is not
+/// `required`, as `content = Option<T>` writes it): an empty body, or one of only whitespace,
+/// reads as `{}`.
+#[derive(Debug)]
+pub struct OptionalJsonBody<T>(pub T);
 
 impl<T: DeserializeOwned + utoipa::ToSchema> FromRequest<Shared> for JsonBody<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &Shared) -> Result<Self, Self::Rejection> {
-        if let Some(ct) = req.headers().get(header::CONTENT_TYPE) {
-            let ct = ct.to_str().unwrap_or("?");
-            let essence = ct
-                .split(';')
-                .next()
-                .unwrap_or("")
-                .trim()
-                .to_ascii_lowercase();
-            if essence != "application/json" && !essence.ends_with("+json") {
-                return Err(ApiError::unsupported_media_type(ct));
-            }
-        }
-        let limit = state.config.body_limit_bytes;
-        let bytes = Bytes::from_request(req, state).await.map_err(|r| {
-            if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::too_large(limit)
-            } else {
-                ApiError::bad_request("body", format!("the body could not be read: {r}"))
-            }
-        })?;
-        let doc = state.openapi.get().map_or("{}", String::as_str);
-        state.body_schemas.decode(doc, &bytes).map(JsonBody)
+        read_body(req, state, false).await.map(JsonBody)
     }
+}
+
+impl<T: DeserializeOwned + utoipa::ToSchema> FromRequest<Shared> for OptionalJsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &Shared) -> Result<Self, Self::Rejection> {
+        read_body(req, state, true).await.map(OptionalJsonBody)
+    }
+}
+
+/// Reads a request body as `T`: 415 for another media type, 413 past the limit, 400 for an
+/// empty body where it is required (`optional` false; else it reads as `{}`), then
+/// [`BodySchemas::decode`].
+async fn read_body<T: DeserializeOwned + utoipa::ToSchema>(
+    req: Request,
+    state: &Shared,
+    optional: bool,
+) -> Result<T, ApiError> {
+    if let Some(ct) = req.headers().get(header::CONTENT_TYPE) {
+        let ct = ct.to_str().unwrap_or("?");
+        let essence = ct
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
+        if essence != "application/json" && !essence.ends_with("+json") {
+            return Err(ApiError::unsupported_media_type(ct));
+        }
+    }
+    let limit = state.config.body_limit_bytes;
+    let mut bytes = Bytes::from_request(req, state).await.map_err(|r| {
+        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::too_large(limit)
+        } else {
+            ApiError::bad_request("body", format!("the body could not be read: {r}"))
+        }
+    })?;
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        if !optional {
+            return Err(ApiError::bad_request(
+                "body",
+                format!(
+                    "the body is empty; this operation needs a JSON object ({}, see /openapi.json)",
+                    T::name()
+                ),
+            ));
+        }
+        bytes = Bytes::from_static(b"{}");
+    }
+    let doc = state.openapi.get().map_or("{}", String::as_str);
+    state.body_schemas.decode(doc, &bytes)
 }
 
 /// Validators of request bodies, compiled once per schema from the document the server

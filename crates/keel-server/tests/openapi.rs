@@ -127,6 +127,14 @@ async fn request_bodies_deny_unknown_fields_and_errors_are_documented_problems()
                 .unwrap_or_else(|| panic!("{method} {path}: no operationId"));
             assert!(ids.insert(id.to_owned()), "operationId {id} twice");
             if let Some(content) = op["requestBody"]["content"].as_object() {
+                // Only these take an empty body (as `{}`, `OptionalJsonBody`); every other body
+                // is required, and an empty one is 400 (`JsonBody`).
+                let optional = ["close_session", "cancel_turn", "cancel_tool_call"];
+                assert_eq!(
+                    op["requestBody"]["required"].as_bool().unwrap_or(false),
+                    !optional.contains(&id),
+                    "{id}: requestBody.required"
+                );
                 for (ct, media) in content {
                     assert_eq!(ct, "application/json", "{id}");
                     closed(&doc, &media["schema"], id, &mut BTreeSet::new());

@@ -514,11 +514,46 @@ async fn malformed_requests_get_4xx_problems_naming_the_fault(b: Backend) {
             &[("content-type", "application/json")],
         )
         .await;
-    assert_eq!(
-        r.status,
-        StatusCode::UNPROCESSABLE_ENTITY,
-        "an empty body reads as {{}}"
-    );
+    check(&r, StatusCode::BAD_REQUEST, "body");
+    // An empty (or whitespace) body where the body is required is 400 before the If-Match
+    // precondition is judged (schemathesis seed 31053111: ' ' with a stale ETag got 412);
+    // where it is optional (cancel, close) it reads as `{}` and the operation goes on.
+    for body in ["", " ", "\n\t "] {
+        let res = s
+            .http
+            .patch(format!("{}/v1/sessions/{session}", s.base))
+            .bearer_auth(&s.operator)
+            .header("content-type", "application/json")
+            .header("if-match", "\"hxw\\\"")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(res.status(), StatusCode::BAD_REQUEST, "{body:?}");
+        let problem: serde_json::Value = res.json().await.unwrap();
+        assert_eq!(problem["field"], "body", "{problem}");
+        assert!(
+            problem["detail"]
+                .as_str()
+                .unwrap()
+                .contains("UpdateSessionRequest"),
+            "{problem}"
+        );
+        let res = s
+            .http
+            .post(format!("{}/v1/sessions/{session}/cancel", s.base))
+            .bearer_auth(&s.operator)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            res.status(),
+            StatusCode::CONFLICT,
+            "{body:?}: no turn to cancel"
+        );
+    }
     let res = s
         .http
         .post(format!("{}{turns}", s.base))

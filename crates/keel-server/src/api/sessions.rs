@@ -24,7 +24,7 @@ use super::{Folded, P, Q, TurnEnd, fold, next_cursor, page_limit, session_id};
 use crate::auth::Caller;
 use crate::config::permission_rank;
 use crate::error::{ApiError, Problem};
-use crate::http::{JsonBody, check_if_match, etag};
+use crate::http::{JsonBody, OptionalJsonBody, check_if_match, etag};
 use crate::state::Shared;
 use crate::types::{
     CancelRequest, CancelledBody, CloseRequest, CommandBody, CreateSessionRequest, Kernel,
@@ -249,7 +249,7 @@ pub async fn update_session(
     params(("session_id" = String, Path, description = "The session"),
         ("If-Match" = String, Header, description = "The session's ETag"),
         ("Idempotency-Key" = Option<String>, Header, pattern = r"^[!-~]{1,255}$", description = "Replays the first response of this key for 24 h")),
-    request_body(content = CloseRequest, description = "Optional, empty"),
+    request_body(content = Option<CloseRequest>, description = "Optional, empty"),
     responses(
         (status = 200, description = "Closed", body = SessionBody, headers(("ETag" = String, description = "The session's version"))),
         (status = 400, description = "Malformed", body = Problem, content_type = "application/problem+json"),
@@ -268,7 +268,7 @@ pub async fn close_session(
     Extension(caller): Extension<Caller>,
     P(id): P<String>,
     headers: HeaderMap,
-    JsonBody(_body): JsonBody<CloseRequest>,
+    OptionalJsonBody(_body): OptionalJsonBody<CloseRequest>,
 ) -> Result<Response, ApiError> {
     let tenant = caller.tenant_as(Role::Operator)?;
     let session = session_id(&id)?;

@@ -223,7 +223,7 @@ pub async fn get_turn(
 #[utoipa::path(post, path = "/v1/sessions/{session_id}/cancel", tag = "sessions", operation_id = "cancel_turn",
     params(("session_id" = String, Path, description = "The session"),
         ("Idempotency-Key" = Option<String>, Header, pattern = r"^[!-~]{1,255}$", description = "Replays the first response of this key for 24 h")),
-    request_body(content = CancelRequest, description = "Optional, empty"),
+    request_body(content = Option<CancelRequest>, description = "Optional, empty"),
     responses(
         (status = 202, description = "Cancellation journaled", body = CancelledBody),
         (status = 400, description = "Malformed", body = Problem, content_type = "application/problem+json"),
@@ -239,7 +239,7 @@ pub async fn cancel_turn(
     State(state): State<Shared>,
     Extension(caller): Extension<Caller>,
     P(id): P<String>,
-    JsonBody(_body): JsonBody<CancelRequest>,
+    OptionalJsonBody(_body): OptionalJsonBody<CancelRequest>,
 ) -> Result<Response, ApiError> {
     let tenant = caller.tenant_as(Role::Operator)?;
     let session = session_id(&id)?;
@@ -263,7 +263,7 @@ pub async fn cancel_turn(
 #[utoipa::path(post, path = "/v1/sessions/{session_id}/tool_calls/{tool_call_id}/cancel", tag = "sessions", operation_id = "cancel_tool_call",
     params(("session_id" = String, Path, description = "The session"), ("tool_call_id" = String, Path, description = "The call"),
         ("Idempotency-Key" = Option<String>, Header, pattern = r"^[!-~]{1,255}$", description = "Replays the first response of this key for 24 h")),
-    request_body(content = CancelRequest, description = "Optional, empty"),
+    request_body(content = Option<CancelRequest>, description = "Optional, empty"),
     responses(
         (status = 202, description = "Cancelled", body = CancelledBody),
         (status = 400, description = "Malformed", body = Problem, content_type = "application/problem+json"),
@@ -279,7 +279,7 @@ pub async fn cancel_tool_call(
     State(state): State<Shared>,
     Extension(caller): Extension<Caller>,
     P((id, call)): P<(String, String)>,
-    JsonBody(_body): JsonBody<CancelRequest>,
+    OptionalJsonBody(_body): OptionalJsonBody<CancelRequest>,
 ) -> Result<Response, ApiError> {
     let tenant = caller.tenant_as(Role::Operator)?;
     let session = session_id(&id)?;
