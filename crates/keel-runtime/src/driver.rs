@@ -11,7 +11,8 @@
 //! before a side effect is dispatched (its intent: `effect.prepared` + `effect.dispatched` +
 //! `tool_call.started`, with the step's proposal and validation when they are still staged);
 //! after a side effect's outcome (merged into the next dispatch's commit or the step's end);
-//! when a step's calls have all finished (`turn.sampling`: a read-only step is one commit);
+//! when a step's calls have all finished (`turn.sampling`: a read-only step is one commit; made
+//! while the next step's model request goes out when that comes next, see [`Runner::run`]);
 //! before waiting on a human; when the turn finishes; when the session goes idle. A crash
 //! loses at most the staged part of the current step, which the planner then plans again
 //! (a read-only call re-runs, a model step re-samples from the same scripted position).
@@ -419,17 +420,46 @@ impl Runner {
         *lock(&self.step_tools) = tools;
     }
 
+    /// Whether anything between a step's end and the next step's model request can wait for
+    /// long or needs the step's end durable: the tenant's daily budget reserves the next step
+    /// against usage the step's end writes ([`Self::reserve_step`]), the release's MCP servers
+    /// are asked for their tools ([`Self::refresh_tools`]), the tenant has a token rate to
+    /// wait for ([`Self::admit`]). Then the step's end commits at once, not overlapped with
+    /// the next request.
+    fn waits_before_sampling(&self) -> bool {
+        let daily = self.config.tenant_daily_budget;
+        daily.max_tokens.is_some()
+            || daily.max_cost_usd.is_some()
+            || !self.release.definition.mcp_servers.is_empty()
+            || self
+                .rt
+                .options
+                .token_rate
+                .as_ref()
+                .is_some_and(|r| r.limit(self.tenant).is_some())
+    }
+
     pub(crate) async fn run(self: Arc<Self>) -> Result<Ended> {
         self.refresh_tools().await;
         // The active turn's wall-clock timer: cancels everything below the turn when it passes.
         let mut timer: Option<(TurnId, AbortOnDrop)> = None;
         let _checkpoints = self.start_checkpoints();
+        // The finished step's `turn.sampling` commit is owed (see `Next::EnterPhase` below).
+        let mut sampling_owed = false;
         loop {
             if self.lost.is_cancelled() {
                 return Err(self.lease_lost());
             }
             let next = Box::pin(self.plan()).await?;
-            if self.pending_outcome.load(Ordering::SeqCst)
+            // The owed commit overlaps the next step's model request, and only that: anything
+            // else the planner asks first (a hook, compaction, the turn's end) finds it made.
+            let owed = std::mem::take(&mut sampling_owed);
+            let overlap = owed && matches!(next, Next::SampleStep { .. });
+            if owed && !overlap {
+                Box::pin(self.commit("turn.sampling")).await?;
+            }
+            if !overlap
+                && self.pending_outcome.load(Ordering::SeqCst)
                 && !matches!(
                     next,
                     Next::Dispatch { .. }
@@ -503,8 +533,18 @@ impl Runner {
                     if phase == TurnStatus::Sampling
                         && (had_staged || self.pending_outcome.load(Ordering::SeqCst))
                     {
-                        // The step's calls all have results: the step is one commit.
-                        Box::pin(self.commit("turn.sampling")).await?;
+                        // The step's calls all have results: the step is one commit, made
+                        // while the next step's request goes out (`Runner::sample`) when that
+                        // comes next and nothing waits before it, else at once or before
+                        // whatever comes next (above). A crash before it
+                        // loses what a crash before the commit always lost: the staged
+                        // results (a side effect's outcome is then reconciled as
+                        // `outcome_unknown`) and a model request, sampled again.
+                        if self.waits_before_sampling() {
+                            Box::pin(self.commit("turn.sampling")).await?;
+                        } else {
+                            sampling_owed = true;
+                        }
                     }
                     if phase == TurnStatus::Sampling {
                         self.skip_compaction.store(false, Ordering::SeqCst);
@@ -512,13 +552,13 @@ impl Runner {
                 }
                 Next::SampleStep { turn } => {
                     Box::pin(self.refresh_tools()).await;
-                    Box::pin(self.clone().sample(turn, StepId::new(), 1)).await?;
+                    Box::pin(self.clone().sample(turn, StepId::new(), 1, overlap)).await?;
                 }
                 Next::ResampleStep {
                     turn,
                     step,
                     attempt,
-                } => Box::pin(self.clone().sample(turn, step, attempt)).await?,
+                } => Box::pin(self.clone().sample(turn, step, attempt, false)).await?,
                 Next::Compact { turn, aggressive } => {
                     Box::pin(self.compact(turn, aggressive)).await?
                 }

@@ -74,11 +74,16 @@ impl Runner {
     /// the model, stages the step's events (retries and fallbacks are attempts of the same step),
     /// journals each proposed call as its arguments complete and starts allowed read-only ones at
     /// once. A cancelled or timed-out stream stages nothing more: the planner ends the turn.
+    ///
+    /// With `overlap`, what is staged (the finished step's results, this step's start) commits
+    /// while the request goes out: nothing of the answer is handled before it is durable, and
+    /// a failed commit drops the request.
     pub(crate) async fn sample(
         self: Arc<Self>,
         turn: TurnId,
         step: StepId,
         first_attempt: u32,
+        overlap: bool,
     ) -> Result<()> {
         let snapshot = Box::pin(self.step_snapshot()).await?;
         let turn_token = self.turn_token();
@@ -176,6 +181,23 @@ impl Runner {
         let mut reasoning_out = StreamRedactor::new(self.redactor.clone());
         let mut args_out: HashMap<String, StreamRedactor> = HashMap::new();
         let far = tokio::time::Instant::now() + Duration::from_secs(365 * 24 * 3600);
+        // The stream's first event, when it came while the overlapped commit was made.
+        let mut early: Option<Option<StreamEvent>> = None;
+        if overlap {
+            let commit = self.commit("turn.sampling");
+            tokio::pin!(commit);
+            let first = stream.next();
+            tokio::pin!(first);
+            loop {
+                tokio::select! {
+                    r = &mut commit => {
+                        r?;
+                        break;
+                    }
+                    ev = &mut first, if early.is_none() => early = Some(ev),
+                }
+            }
+        }
         let outcome: std::result::Result<String, ProviderError> = loop {
             let deadline = [
                 if streaming {
@@ -190,12 +212,16 @@ impl Runner {
             .flatten()
             .min()
             .unwrap_or(far);
-            let ev = tokio::select! {
-                ev = stream.next() => ev,
+            let ev = if let Some(ev) = early.take() {
+                ev
+            } else {
+                tokio::select! {
+                    ev = stream.next() => ev,
                 () = tokio::time::sleep_until(deadline) => {
                     timed_out = Some(if turn_deadline == Some(deadline) { "turn" } else { "model" });
                     step_token.cancel();
                     continue;
+                }
                 }
             };
             let Some(ev) = ev else {

@@ -138,7 +138,59 @@ async fn an_approved_call_is_at_most_three_commits(b: Backend) {
     assert!(n - base < 3, "an approved read cost {} commits", n - base);
 }
 
+/// A step's end (its calls' results, `turn.sampling`) commits while the next step's request is
+/// out, never after its answer: with step 2's answer held for 3 s and no checkpoint in the
+/// test's time, the store holds step 1's outcome and step 2's start while the run still waits
+/// on the model.
+async fn a_steps_end_is_durable_while_the_next_request_is_out(b: Backend) {
+    let db = db(b).await;
+    let lines = [
+        json!({"tool_calls": [call("counter", json!({"label": "a"}))]}),
+        json!({"text": "done", "delay_ms": 3000}),
+    ];
+    let rt = Runtime::new(
+        db.store.clone(),
+        scripted(&lines),
+        registry(),
+        RuntimeOptions {
+            checkpoint_after: Duration::from_secs(3600),
+            ..RuntimeOptions::default()
+        },
+    );
+    let ws = workspace();
+    let tenant = TenantId::new();
+    let mut cfg = config(ws.path());
+    cfg.permission_mode = PermissionMode::Bypass;
+    let session = rt
+        .create_session(tenant, &release(&[], Budget::default()), cfg)
+        .await
+        .unwrap();
+    rt.submit(tenant, session, "go").await.unwrap();
+    let run = tokio::spawn(async move { rt.run(tenant, session).await.unwrap() });
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let types = loop {
+        let evs = db.store.read(tenant, session, 1, None).await.unwrap();
+        let types: Vec<&str> = evs.iter().map(keel_core::Event::type_name).collect();
+        if types.iter().filter(|t| **t == "step.started").count() == 2 {
+            break types;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{types:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert!(!run.is_finished(), "step 2's answer is still held");
+    for t in [
+        "effect.committed",
+        "tool_call.finished",
+        "turn.phase_changed",
+    ] {
+        assert!(types.contains(&t), "{t} is durable: {types:?}");
+    }
+    let out = run.await.unwrap();
+    assert_eq!(out.turns[0].final_text, "done");
+}
+
 on_both!(
+    a_steps_end_is_durable_while_the_next_request_is_out,
     a_read_only_step_is_one_commit,
     a_side_effecting_step_is_two_commits,
     three_side_effecting_calls_are_at_most_four_commits,
