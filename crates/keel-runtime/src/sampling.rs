@@ -24,7 +24,7 @@ use serde_json::Value;
 use crate::admission::{Admission, used_tokens};
 use crate::context::{ContextSnapshot, project};
 use crate::driver::{Runner, finished_item, lock, phase_item};
-use crate::error::Result;
+use crate::error::{Result, RuntimeError};
 use crate::journal::Journal;
 use crate::redact::StreamRedactor;
 use crate::subscribe::DeltaKind;
@@ -70,6 +70,15 @@ impl Runner {
         self.project(&j)
     }
 
+    /// `e`, after committing what is staged when the step was to commit it with its request
+    /// (`overlap`): an error before the request does not drop the last step's results.
+    async fn commit_owed(&self, overlap: bool, e: RuntimeError) -> RuntimeError {
+        if overlap && let Err(c) = Box::pin(self.commit("turn.sampling")).await {
+            tracing::warn!(session = %self.session, "committing the last step's end: {c}");
+        }
+        e
+    }
+
     /// Samples step `step` of `turn` as attempt `first_attempt` on a frozen snapshot: streams
     /// the model, stages the step's events (retries and fallbacks are attempts of the same step),
     /// journals each proposed call as its arguments complete and starts allowed read-only ones at
@@ -85,7 +94,10 @@ impl Runner {
         first_attempt: u32,
         overlap: bool,
     ) -> Result<()> {
-        let snapshot = Box::pin(self.step_snapshot()).await?;
+        let snapshot = match Box::pin(self.step_snapshot()).await {
+            Ok(s) => s,
+            Err(e) => return Err(self.commit_owed(overlap, e).await),
+        };
         let turn_token = self.turn_token();
         let position = self.read(|j| j.proj.position).await;
         let mut request: ModelRequest = snapshot.request(RequestPurpose::Step, position);
@@ -94,9 +106,15 @@ impl Runner {
         // turn loop plans it again (the turn ends, or the drained run stops before it).
         let projected =
             self.projected_tokens(snapshot.estimated_tokens, request.sampling.max_tokens);
-        let mut reservation = match Box::pin(self.admit(projected, &turn_token)).await? {
-            Admission::Admitted(r) => r,
-            Admission::Stopped => return Ok(()),
+        let mut reservation = match Box::pin(self.admit(projected, &turn_token)).await {
+            Ok(Admission::Admitted(r)) => r,
+            Ok(Admission::Stopped) => {
+                if overlap {
+                    Box::pin(self.commit("turn.sampling")).await?;
+                }
+                return Ok(());
+            }
+            Err(e) => return Err(self.commit_owed(overlap, e).await),
         };
         let _timing = crate::telemetry::StepTimer::start(&self.rt.options.metrics);
         self.skip_compaction
@@ -114,13 +132,16 @@ impl Runner {
             .first()
             .map_or_else(|| self.model.model().to_owned(), |m| (*m).to_owned());
         let mut attempt = first_attempt;
-        Box::pin(self.stage(vec![(
+        if let Err(e) = Box::pin(self.stage(vec![(
             Correlation::step(turn, step, attempt),
             EventBody::StepStarted {
                 model: model.clone(),
             },
         )]))
-        .await?;
+        .await
+        {
+            return Err(self.commit_owed(overlap, e).await);
+        }
         let step_token = turn_token.child_token();
         request.cancel = step_token.clone();
         request.timeouts = self.model_timeouts();
