@@ -2,8 +2,19 @@
 //! media type and size checks and before its JSON Schema validation), so the server and the
 //! fuzz target (`keel-fuzz` `api_request`) decode exactly the same way.
 
-use serde::de::DeserializeOwned;
+use std::collections::HashSet;
+use std::fmt;
+
+use serde::de::{self, DeserializeOwned, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
+
+/// Whether `bytes` hold no JSON at all: empty, or only JSON's whitespace (space, tab, line feed,
+/// carriage return: RFC 8259 §2; a form feed or a vertical tab is not whitespace there).
+pub fn is_blank(bytes: &[u8]) -> bool {
+    bytes
+        .iter()
+        .all(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
+}
 
 /// Decodes `bytes` as `T`; a number written with a zero fraction (`3.0`) is taken where an
 /// integer is expected (JSON Schema counts it as an integer, serde does not). A body of only
@@ -23,6 +34,8 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, serde_json::Error>
                 return Err(e);
             };
             if integral_floats_to_integers(&mut v) {
+                // `Value` keeps only the last of a key given twice; the bytes must not.
+                serde_json::from_slice::<NoDuplicateKeys>(bytes)?;
                 serde_json::from_value::<T>(v).map_err(|_| e)
             } else {
                 Err(e)
@@ -59,5 +72,109 @@ fn integral_floats_to_integers(v: &mut Value) -> bool {
             .values_mut()
             .fold(false, |any, v| integral_floats_to_integers(v) | any),
         _ => false,
+    }
+}
+
+/// Any JSON value whose objects name no key twice; a key given twice is the error
+/// ``duplicate field `KEY` `` (serde's wording for a struct's field). Read from the bytes, since
+/// `serde_json::Value` keeps only the last of duplicate keys.
+struct NoDuplicateKeys;
+
+impl<'de> de::Deserialize<'de> for NoDuplicateKeys {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(NoDuplicateKeys)
+    }
+}
+
+impl<'de> Visitor<'de> for NoDuplicateKeys {
+    type Value = NoDuplicateKeys;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<Self, E> {
+        Ok(self)
+    }
+
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<Self, E> {
+        Ok(self)
+    }
+
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<Self, E> {
+        Ok(self)
+    }
+
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<Self, E> {
+        Ok(self)
+    }
+
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<Self, E> {
+        Ok(self)
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<Self, E> {
+        Ok(self)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self, A::Error> {
+        while seq.next_element::<NoDuplicateKeys>()?.is_some() {}
+        Ok(self)
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self, A::Error> {
+        let mut seen = HashSet::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if !seen.insert(key.clone()) {
+                return Err(de::Error::custom(format_args!("duplicate field `{key}`")));
+            }
+            map.next_value::<NoDuplicateKeys>()?;
+        }
+        Ok(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Body {
+        #[allow(dead_code)]
+        a: u64,
+        #[allow(dead_code)]
+        b: Option<u64>,
+    }
+
+    #[test]
+    fn an_integral_float_is_an_integer_but_a_key_twice_is_still_refused() {
+        assert!(decode::<Body>(br#"{"a": 3.0}"#).is_ok());
+        for body in [
+            &br#"{"a": 1, "a": 2, "b": 3.0}"#[..],
+            br#"{"b": 3.0, "a": 1, "a": 2}"#,
+        ] {
+            let e = decode::<Body>(body).unwrap_err();
+            assert!(e.to_string().contains("duplicate field `a`"), "{e}");
+        }
+        // Refused too, for the float that the last `a` (read through `Value`) no longer has.
+        assert!(decode::<Body>(br#"{"a": 1.0, "a": 2}"#).is_err());
+        assert!(decode::<Body>(br#"{"a": 1.5}"#).is_err());
+    }
+
+    #[test]
+    fn only_json_whitespace_is_blank() {
+        assert!(is_blank(b""));
+        assert!(is_blank(b" \t\r\n"));
+        for b in [
+            &b"\x0c"[..],
+            b"\x0b",
+            b"\xc2\xa0",
+            b"\xef\xbb\xbf",
+            b"\0",
+            b"{}",
+        ] {
+            assert!(!is_blank(b), "{b:?}");
+        }
     }
 }

@@ -33,13 +33,14 @@ pub const IDEMPOTENCY_STALE: Duration = Duration::from_secs(600);
 pub const REPLAYED: &str = "idempotent-replayed";
 
 /// A required JSON request body of type `T` (the operation's `requestBody` is `required`): an
-/// empty body, or one of only whitespace, is 400 naming `body`.
+/// empty body, or one of only JSON's whitespace ([`keel_api::body::is_blank`]), is 400 naming
+/// `body`.
 #[derive(Debug)]
 pub struct JsonBody<T>(pub T);
 
 /// An optional JSON request body of type `T` (the operation's `requestBody` is not
-/// `required`, as `content = Option<T>` writes it): an empty body, or one of only whitespace,
-/// reads as `{}`.
+/// `required`, as `content = Option<T>` writes it: the body or `null`): an empty body, one of
+/// only JSON's whitespace, or `null` reads as `{}`.
 #[derive(Debug)]
 pub struct OptionalJsonBody<T>(pub T);
 
@@ -87,7 +88,11 @@ async fn read_body<T: DeserializeOwned + utoipa::ToSchema>(
             ApiError::bad_request("body", format!("the body could not be read: {r}"))
         }
     })?;
-    if bytes.iter().all(u8::is_ascii_whitespace) {
+    // An optional body may be absent: no bytes, JSON's whitespace, or `null` (what
+    // `/openapi.json` allows for it).
+    let absent = keel_api::body::is_blank(&bytes)
+        || (optional && serde_json::from_slice::<Value>(&bytes).is_ok_and(|v| v.is_null()));
+    if absent {
         if !optional {
             return Err(ApiError::bad_request(
                 "body",
@@ -262,6 +267,12 @@ pub fn check_if_match(headers: &HeaderMap, version: u64) -> Result<(), ApiError>
 /// The hash an idempotency record binds: of the canonical JSON when the body is JSON (so key
 /// order and spacing do not matter), else of the bytes.
 pub fn request_hash(bytes: &[u8]) -> String {
+    // No body hashes as `{}`, which an optional body reads as ([`OptionalJsonBody`]).
+    let bytes: &[u8] = if keel_api::body::is_blank(bytes) {
+        b"{}"
+    } else {
+        bytes
+    };
     match serde_json::from_slice::<serde_json::Value>(bytes) {
         Ok(v) => keel_core::canonical::content_hash(&v),
         Err(_) => format!("sha256:{}", hex::encode(Sha256::digest(bytes))),

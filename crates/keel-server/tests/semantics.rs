@@ -554,6 +554,69 @@ async fn malformed_requests_get_4xx_problems_naming_the_fault(b: Backend) {
             "{body:?}: no turn to cancel"
         );
     }
+    // Attack pass of 2026-12-06: `null` is what the document allows for an optional body (read
+    // as `{}`); a form feed is not JSON's whitespace; no body and `{}` are one request to an
+    // Idempotency-Key (both read as `{}`).
+    let cancel = format!("{}/v1/sessions/{session}/cancel", s.base);
+    let send = |body: &'static str, key: Option<&'static str>| {
+        let mut req = s
+            .http
+            .post(&cancel)
+            .bearer_auth(&s.operator)
+            .header("content-type", "application/json")
+            .body(body);
+        if let Some(k) = key {
+            req = req.header("idempotency-key", k);
+        }
+        req.send()
+    };
+    assert_eq!(
+        send("null", None).await.unwrap().status(),
+        StatusCode::CONFLICT
+    );
+    let res = send("\u{c}", None).await.unwrap();
+    assert_eq!(res.status(), StatusCode::BAD_REQUEST);
+    let problem: serde_json::Value = res.json().await.unwrap();
+    assert!(
+        problem["detail"].as_str().unwrap().contains("not JSON"),
+        "{problem}"
+    );
+    let first = send("", Some("empty-then-object")).await.unwrap();
+    assert_eq!(first.status(), StatusCode::CONFLICT);
+    for body in ["{}", " "] {
+        let again = send(body, Some("empty-then-object")).await.unwrap();
+        assert_eq!(again.status(), StatusCode::CONFLICT, "{body:?}");
+        assert_eq!(
+            again.headers()["idempotent-replayed"],
+            "true",
+            "{body:?} replays the first answer"
+        );
+    }
+    // A key given twice is refused also when an integral float makes the body be read again
+    // (through `serde_json::Value`, which keeps only the last of duplicate keys).
+    let r = s
+        .call(
+            "PATCH",
+            &format!("/v1/sessions/{session}"),
+            Some(&s.operator),
+            None,
+            &[("if-match", "*")],
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    let res = s
+        .http
+        .patch(format!("{}/v1/sessions/{session}", s.base))
+        .bearer_auth(&s.operator)
+        .header("content-type", "application/json")
+        .header("if-match", "*")
+        .body(r#"{"settings": {"approval_ttl_ms": 3000, "approval_ttl_ms": 4000, "tool_timeout_ms": 5000.0}}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(res.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let problem: serde_json::Value = res.json().await.unwrap();
+    assert_eq!(problem["field"], "approval_ttl_ms", "{problem}");
     let res = s
         .http
         .post(format!("{}{turns}", s.base))
