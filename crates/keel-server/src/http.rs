@@ -286,7 +286,11 @@ fn valid_key(key: &str) -> bool {
 /// Middleware on every authenticated route: a POST with `Idempotency-Key` runs once per
 /// (tenant, principal, route, key) for 24 h. The same key and body replay the first response
 /// (marked `Idempotent-Replayed: true`); another body is 422; while the first still runs,
-/// 409. A response of 500 or above is not kept (the key may be used again).
+/// 409. Only a success (2xx) is kept: a refusal (4xx: validation, a precondition, a conflict)
+/// changed nothing and a 5xx may not have finished, so the key may be used again — with a
+/// corrected request — as Stripe's idempotent requests do
+/// (<https://docs.stripe.com/api/idempotent_requests>: "no idempotent result is saved" for a
+/// request that failed validation or conflicted).
 pub async fn idempotency(State(state): State<Shared>, req: Request, next: Next) -> Response {
     if req.method() != Method::POST || keel_core::mechanisms::is_off(Mechanism::IdempotencyKey) {
         return next.run(req).await;
@@ -345,7 +349,7 @@ pub async fn idempotency(State(state): State<Shared>, req: Request, next: Next) 
                     return ApiError::internal(&e).into_response();
                 }
             };
-            if parts.status.is_server_error() {
+            if !parts.status.is_success() {
                 if let Err(e) = store.idempotency_abandon(&ikey, &hash).await {
                     tracing::warn!("idempotency record not abandoned: {e}");
                 }
@@ -437,7 +441,11 @@ mod tests {
         let e = parse_json::<B>(b"{\"input\": \"x\", \"extra\": 1}").unwrap_err();
         assert_eq!(e.status, StatusCode::UNPROCESSABLE_ENTITY);
         assert_eq!(e.problem.field.as_deref(), Some("extra"));
+        // No body is not JSON here; `JsonBody` refuses it first, `OptionalJsonBody` reads `{}`.
         let e = parse_json::<B>(b"").unwrap_err();
+        assert_eq!(e.status, StatusCode::BAD_REQUEST);
+        assert_eq!(e.problem.field.as_deref(), Some("body"));
+        let e = parse_json::<B>(b"{}").unwrap_err();
         assert_eq!(e.problem.field.as_deref(), Some("input"));
         let e = parse_json::<B>(b"{nope").unwrap_err();
         assert_eq!(e.status, StatusCode::BAD_REQUEST);
@@ -445,6 +453,8 @@ mod tests {
             request_hash(b"{\"a\": 1, \"b\": 2}"),
             request_hash(b"{\"b\":2,\"a\":1}")
         );
+        assert_eq!(request_hash(b""), request_hash(b" {}\n"));
+        assert_ne!(request_hash(b"\x0c"), request_hash(b"{}"));
     }
 
     #[test]

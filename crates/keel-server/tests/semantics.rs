@@ -581,11 +581,29 @@ async fn malformed_requests_get_4xx_problems_naming_the_fault(b: Backend) {
         problem["detail"].as_str().unwrap().contains("not JSON"),
         "{problem}"
     );
-    let first = send("", Some("empty-then-object")).await.unwrap();
-    assert_eq!(first.status(), StatusCode::CONFLICT);
+    // A refusal is not kept (nothing was done): the same key answers again, not replayed.
+    for body in ["", "{}"] {
+        let r = send(body, Some("refused")).await.unwrap();
+        assert_eq!(r.status(), StatusCode::CONFLICT, "{body:?}");
+        assert!(r.headers().get("idempotent-replayed").is_none(), "{body:?}");
+    }
+    let other = idle_session(&s).await;
+    let close = format!("{}/v1/sessions/{other}/close", s.base);
+    let closing = |body: &'static str| {
+        s.http
+            .post(&close)
+            .bearer_auth(&s.operator)
+            .header("content-type", "application/json")
+            .header("if-match", "*")
+            .header("idempotency-key", "empty-then-object")
+            .body(body)
+            .send()
+    };
+    let first = closing("").await.unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
     for body in ["{}", " "] {
-        let again = send(body, Some("empty-then-object")).await.unwrap();
-        assert_eq!(again.status(), StatusCode::CONFLICT, "{body:?}");
+        let again = closing(body).await.unwrap();
+        assert_eq!(again.status(), StatusCode::OK, "{body:?}");
         assert_eq!(
             again.headers()["idempotent-replayed"],
             "true",
