@@ -4,7 +4,7 @@
 # $XDG_DATA_HOME/keel (~/.local/share/keel). Extra arguments go to `keel run`, e.g.
 # `examples/demo/run.sh --output jsonl`.
 #
-# Which keel: $KEEL if set, else `keel` on PATH (e.g. after `cargo install --path crates/keel`),
+# Which keel: $KEEL if set, else `keel` on PATH (e.g. after `cargo install --locked --path crates/keel`),
 # else a debug build of this checkout (a few minutes the first time): `keel` and the sandbox
 # launcher beside it, built together (a launcher of another build refuses to run anything).
 set -euo pipefail

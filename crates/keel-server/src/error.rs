@@ -183,7 +183,7 @@ impl ApiError {
             "precondition-failed",
             "Precondition failed",
             format!(
-                "If-Match {given} does not match the session's current version \"{current}\"; read the session again and retry with its ETag"
+                "If-Match {given} does not match the session's ETag \"{current}\" (an entity tag is quoted); read the session again and retry with its ETag"
             ),
         )
         .field("if-match")
