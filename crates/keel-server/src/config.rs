@@ -13,6 +13,7 @@
 //! max_permission_mode = "accept_edits"  # ceiling: read_only < default < accept_edits < bypass
 //! allow_sandbox_off = false             # sessions may not ask for sandbox = "off"
 //! body_limit_bytes = 1048576            # larger request bodies get 413
+//! body_read_timeout_ms = 30000          # a body not all there after this gets 408
 //! max_streams_per_key = 100             # concurrent SSE streams per API key; more get 429
 //! tenant_stream_page = 1000            # sessions per store read of GET /v1/events (1..1000)
 //! allow_script_models = false           # releases may name script:PATH models (tests, demos)
@@ -133,6 +134,10 @@ pub struct ServerConfig {
     pub allow_sandbox_off: bool,
     /// Largest request body, bytes.
     pub body_limit_bytes: usize,
+    /// How long a request's body may take to arrive once its headers have, ms (≥ 1): a client
+    /// that announces a body and sends it slowly or never gets 408 (RFC 9110 §15.5.9) and its
+    /// connection back, instead of holding it open.
+    pub body_read_timeout_ms: u64,
     /// Most concurrent SSE streams one API key may hold.
     pub max_streams_per_key: usize,
     /// Whether releases may name `script:PATH` models (a file on the server: tests and demos).
@@ -323,6 +328,7 @@ impl Default for ServerConfig {
             max_permission_mode: PermissionMode::AcceptEdits,
             allow_sandbox_off: false,
             body_limit_bytes: 1024 * 1024,
+            body_read_timeout_ms: 30_000,
             max_streams_per_key: 100,
             allow_script_models: false,
             release_mcp_stdio: false,
@@ -389,6 +395,11 @@ impl ServerConfig {
         }
         for root in &self.workspace_roots {
             canonical_root(root)?;
+        }
+        if self.body_read_timeout_ms == 0 {
+            return Err(ServerError::Config(
+                "body_read_timeout_ms: must be at least 1".to_owned(),
+            ));
         }
         self.scheduler.check()?;
         Ok(addr)

@@ -211,6 +211,18 @@ impl ApiError {
         .limit("body_limit_bytes")
     }
 
+    /// 408: the request's body did not all arrive within `ms` of its headers (RFC 9110
+    /// §15.5.9), naming the limit `body_read_timeout_ms`.
+    pub fn body_timeout(ms: u64) -> Self {
+        Self::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "request-timeout",
+            "Request timeout",
+            format!("the request body did not arrive within {ms} ms"),
+        )
+        .limit("body_read_timeout_ms")
+    }
+
     /// 415: a body that is not JSON.
     pub fn unsupported_media_type(got: &str) -> Self {
         Self::new(

@@ -1,8 +1,8 @@
 //! HTTP semantics every operation shares: JSON bodies ([`JsonBody`], [`OptionalJsonBody`]: 415
-//! for another media type, 413 past the limit, 400 for what is not JSON or is empty where the
-//! body is required, 422 naming the field for a value that does not fit, unknown fields
-//! included), `ETag` and `If-Match` ([`etag`], [`check_if_match`]:
-//! 428 without, 412 on a mismatch), `Idempotency-Key` on every POST ([`idempotency`]), the
+//! for another media type, 413 past the limit, 408 for one that does not arrive within
+//! `body_read_timeout_ms`, 400 for what is not JSON or is empty where the body is required,
+//! 422 naming the field for a value that does not fit, unknown fields included), `ETag` and
+//! `If-Match` ([`etag`], [`check_if_match`]: 428 without, 412 on a mismatch), `Idempotency-Key` on every POST ([`idempotency`]), the
 //! problem+json fallbacks for unknown routes and methods, and response counting.
 
 use keel_core::mechanisms::Mechanism;
@@ -81,13 +81,18 @@ async fn read_body<T: DeserializeOwned + utoipa::ToSchema>(
         }
     }
     let limit = state.config.body_limit_bytes;
-    let mut bytes = Bytes::from_request(req, state).await.map_err(|r| {
-        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::too_large(limit)
-        } else {
-            ApiError::bad_request("body", format!("the body could not be read: {r}"))
-        }
-    })?;
+    let wait = state.config.body_read_timeout_ms;
+    let mut bytes =
+        tokio::time::timeout(Duration::from_millis(wait), Bytes::from_request(req, state))
+            .await
+            .map_err(|_| ApiError::body_timeout(wait))?
+            .map_err(|r| {
+                if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                    ApiError::too_large(limit)
+                } else {
+                    ApiError::bad_request("body", format!("the body could not be read: {r}"))
+                }
+            })?;
     // An optional body may be absent: no bytes, JSON's whitespace, or `null` (what
     // `/openapi.json` allows for it).
     let absent = keel_api::body::is_blank(&bytes)
@@ -135,7 +140,7 @@ impl BodySchemas {
         let body: Value = parse_json(bytes)?;
         let validator = self.validator(doc, &T::name())?;
         if let Some(e) = validator.iter_errors(&body).next() {
-            return Err(schema_error(&e));
+            return Err(schema_error(&e, &body));
         }
         // From the bytes, not from `body`: a JSON object keeps only the last of duplicate keys,
         // and serde refuses a field given twice (fuzz finding of 2026-12-05, `api_body_schema`:
@@ -174,7 +179,10 @@ impl BodySchemas {
 /// or unknown property itself for `required` and `additionalProperties`). A `oneOf` (how the
 /// document spells a nullable object) names the field inside the branch that failed for a
 /// reason other than its type (`settings.turn_budget.max_tokens`, not `settings.turn_budget`).
-fn schema_error(e: &jsonschema::ValidationError<'_>) -> ApiError {
+/// `body` is the instance validated: an object whose schema has no properties at all
+/// (`CloseRequest`, `CancelRequest`) fails `additionalProperties: false` as a `false` schema at
+/// the object, naming no property, so the first key of that object is named.
+fn schema_error(e: &jsonschema::ValidationError<'_>, body: &Value) -> ApiError {
     use jsonschema::error::ValidationErrorKind as K;
     if let K::OneOfNotValid { context } = e.kind()
         && let Some(inner) = context
@@ -183,7 +191,7 @@ fn schema_error(e: &jsonschema::ValidationError<'_>) -> ApiError {
             .filter(|d| !matches!(d.kind(), K::Type { .. }))
             .max_by_key(|d| d.instance_path().as_str().len())
     {
-        return schema_error(inner);
+        return schema_error(inner, body);
     }
     let path: Vec<String> = e
         .instance_path()
@@ -196,6 +204,10 @@ fn schema_error(e: &jsonschema::ValidationError<'_>) -> ApiError {
     let child = match e.kind() {
         K::Required { property } => property.as_str().map(str::to_owned),
         K::AdditionalProperties { unexpected } => unexpected.first().cloned(),
+        K::FalseSchema if e.schema_path().as_str().ends_with("/additionalProperties") => body
+            .pointer(e.instance_path().as_str())
+            .and_then(Value::as_object)
+            .and_then(|o| o.keys().next().cloned()),
         _ => None,
     };
     if let Some(c) = child {
@@ -314,10 +326,13 @@ pub async fn idempotency(State(state): State<Shared>, req: Request, next: Next) 
         return next.run(req).await;
     };
     let limit = state.config.body_limit_bytes;
+    let wait = state.config.body_read_timeout_ms;
     let (parts, body) = req.into_parts();
-    let bytes = match axum::body::to_bytes(body, limit).await {
-        Ok(b) => b,
-        Err(_) => return ApiError::too_large(limit).into_response(),
+    let read = axum::body::to_bytes(body, limit);
+    let bytes = match tokio::time::timeout(Duration::from_millis(wait), read).await {
+        Ok(Ok(b)) => b,
+        Ok(Err(_)) => return ApiError::too_large(limit).into_response(),
+        Err(_) => return ApiError::body_timeout(wait).into_response(),
     };
     let hash = request_hash(&bytes);
     let ikey = IdempotencyKey {

@@ -24,6 +24,7 @@ on_both!(
     memory_and_artifacts_read_back_what_was_written,
     patch_re_pins_the_release_between_turns_journaled_with_the_caller,
     a_release_names_mcp_servers_the_host_checks,
+    a_body_that_never_arrives_gets_408_and_gives_the_connection_back,
 );
 
 async fn idle_session(s: &TestServer) -> String {
@@ -574,6 +575,11 @@ async fn malformed_requests_get_4xx_problems_naming_the_fault(b: Backend) {
         send("null", None).await.unwrap().status(),
         StatusCode::CONFLICT
     );
+    // An unknown field of a body without fields is named, like any other unknown field.
+    let res = send(r#"{"x": 1}"#, None).await.unwrap();
+    assert_eq!(res.status(), StatusCode::UNPROCESSABLE_ENTITY);
+    let problem: serde_json::Value = res.json().await.unwrap();
+    assert_eq!(problem["field"], "x", "{problem}");
     let res = send("\u{c}", None).await.unwrap();
     assert_eq!(res.status(), StatusCode::BAD_REQUEST);
     let problem: serde_json::Value = res.json().await.unwrap();
@@ -1426,4 +1432,41 @@ async fn a_release_names_mcp_servers_the_host_checks(b: Backend) {
     let id2 = lit.body["release_id"].as_str().unwrap().to_owned();
     let shown = s.get(&format!("/v1/releases/{id2}"), &s.viewer).await;
     assert!(!shown.body.to_string().contains("s3cr3t"), "{shown:?}");
+}
+
+/// A client that announces a body (`Content-Length: 10`) and sends none gets 408 naming
+/// `body_read_timeout_ms` once it passes, with and without an `Idempotency-Key` (whose
+/// middleware reads the body first), and the server closes the connection (attack pass of
+/// 2026-12-06: 1,200 such requests stayed open indefinitely). A timeout of 0 is refused.
+async fn a_body_that_never_arrives_gets_408_and_gives_the_connection_back(b: Backend) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let zero = keel_server::ServerConfig {
+        body_read_timeout_ms: 0,
+        ..keel_server::ServerConfig::default()
+    };
+    let e = zero.check().unwrap_err().to_string();
+    assert!(e.contains("body_read_timeout_ms"), "{e}");
+    let s = start_with(b, |c| c.body_read_timeout_ms = 300).await;
+    let session = idle_session(&s).await;
+    let addr = s.base.trim_start_matches("http://").to_owned();
+    for key in ["", "idempotency-key: slow\r\n"] {
+        let mut tcp = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        let head = format!(
+            "POST /v1/sessions/{session}/turns HTTP/1.1\r\nhost: {addr}\r\nauthorization: Bearer {}\r\ncontent-type: application/json\r\ncontent-length: 10\r\n{key}\r\n",
+            s.operator
+        );
+        tcp.write_all(head.as_bytes()).await.unwrap();
+        let mut answer = Vec::new();
+        // 10x the limit: the answer and the close must come well before.
+        tokio::time::timeout(
+            std::time::Duration::from_secs(3),
+            tcp.read_to_end(&mut answer),
+        )
+        .await
+        .expect("the server answers and closes within 10x the limit")
+        .unwrap();
+        let text = String::from_utf8_lossy(&answer);
+        assert!(text.starts_with("HTTP/1.1 408"), "{key:?}: {text}");
+        assert!(text.contains("body_read_timeout_ms"), "{key:?}: {text}");
+    }
 }

@@ -42,6 +42,7 @@ fn tenant_id(text: &str) -> Result<TenantId, ApiError> {
         (status = 403, description = "Not a system key", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "Name in use, or the same key in flight", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body too large", body = Problem, content_type = "application/problem+json"),
+        (status = 408, description = "The body did not arrive within `body_read_timeout_ms`", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "Not JSON", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid field, or the key reused with another body", body = Problem, content_type = "application/problem+json"),
     ))]
@@ -154,6 +155,7 @@ async fn created_key(state: &Shared, spec: KeySpec) -> Result<Response, ApiError
         (status = 404, description = "No such tenant", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The same key in flight", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body too large", body = Problem, content_type = "application/problem+json"),
+        (status = 408, description = "The body did not arrive within `body_read_timeout_ms`", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "Not JSON", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid field, or the key reused with another body", body = Problem, content_type = "application/problem+json"),
     ))]
@@ -180,6 +182,7 @@ pub async fn create_tenant_key(
         (status = 403, description = "Not an admin", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The same key in flight", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body too large", body = Problem, content_type = "application/problem+json"),
+        (status = 408, description = "The body did not arrive within `body_read_timeout_ms`", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "Not JSON", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid field, or the key reused with another body", body = Problem, content_type = "application/problem+json"),
     ))]
@@ -233,6 +236,7 @@ pub async fn list_keys(
         (status = 404, description = "No such key", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The key making the request (revoke it with another admin key or `keel keys revoke`), or the same Idempotency-Key in flight", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body too large", body = Problem, content_type = "application/problem+json"),
+        (status = 408, description = "The body did not arrive within `body_read_timeout_ms`", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "The key reused with another body", body = Problem, content_type = "application/problem+json"),
     ))]
 pub async fn revoke_key(

@@ -168,6 +168,7 @@ pub async fn get_approval(
         (status = 404, description = "No such approval", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "Another hash, decided otherwise, expired, or withdrawn with its ended turn; or the same key in flight", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body too large", body = Problem, content_type = "application/problem+json"),
+        (status = 408, description = "The body did not arrive within `body_read_timeout_ms`", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "Not JSON", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid field, or the key reused with another body", body = Problem, content_type = "application/problem+json"),
     ))]
@@ -247,6 +248,7 @@ pub async fn list_effects(
         (status = 404, description = "No such session", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The effect is not outcome_unknown, or the same key in flight", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body too large", body = Problem, content_type = "application/problem+json"),
+        (status = 408, description = "The body did not arrive within `body_read_timeout_ms`", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "Not JSON", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid field, or the key reused with another body", body = Problem, content_type = "application/problem+json"),
     ))]

@@ -84,6 +84,7 @@ fn shown_server(mut server: serde_json::Value) -> serde_json::Value {
         (status = 403, description = "Not an admin", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The same key in flight", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body too large", body = Problem, content_type = "application/problem+json"),
+        (status = 408, description = "The body did not arrive within `body_read_timeout_ms`", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "Not JSON", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid field (an unknown tool, a model the server does not serve, a rule that does not parse, an MCP server entry that is malformed or a stdio server this host does not allow, an agent with a bad name, an unknown tool or a route the server does not serve: `agents`), or the key reused with another body", body = Problem, content_type = "application/problem+json"),
     ))]
@@ -555,6 +556,7 @@ pub async fn get_memory(
         (status = 401, description = "No valid key", body = Problem, content_type = "application/problem+json"),
         (status = 403, description = "Not an operator", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body too large", body = Problem, content_type = "application/problem+json"),
+        (status = 408, description = "The body did not arrive within `body_read_timeout_ms`", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "Not JSON", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid field: `value` over the memory size limit (`limit`: `max_value_bytes`) or holding a secret", body = Problem, content_type = "application/problem+json"),
     ))]

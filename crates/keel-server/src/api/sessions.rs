@@ -52,6 +52,7 @@ pub use turns::*;
         (status = 404, description = "No such release", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The same key in flight", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body too large", body = Problem, content_type = "application/problem+json"),
+        (status = 408, description = "The body did not arrive within `body_read_timeout_ms`", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "Not JSON", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid field, or the key reused with another body", body = Problem, content_type = "application/problem+json"),
     ))]
@@ -183,6 +184,7 @@ pub async fn get_session(
         (status = 409, description = "A turn runs (or, to re-pin, is active at all), or the session is closed", body = Problem, content_type = "application/problem+json"),
         (status = 412, description = "If-Match names another version", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body too large", body = Problem, content_type = "application/problem+json"),
+        (status = 408, description = "The body did not arrive within `body_read_timeout_ms`", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "Not JSON", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid field", body = Problem, content_type = "application/problem+json"),
         (status = 428, description = "If-Match missing", body = Problem, content_type = "application/problem+json"),
@@ -259,6 +261,7 @@ pub async fn update_session(
         (status = 409, description = "A turn is open, or the same key in flight", body = Problem, content_type = "application/problem+json"),
         (status = 412, description = "If-Match names another version", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body too large", body = Problem, content_type = "application/problem+json"),
+        (status = 408, description = "The body did not arrive within `body_read_timeout_ms`", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "Not JSON", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid field, or the key reused with another body", body = Problem, content_type = "application/problem+json"),
         (status = 428, description = "If-Match missing", body = Problem, content_type = "application/problem+json"),

@@ -23,6 +23,7 @@ use super::*;
         (status = 404, description = "No such session", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "Refused (reject while a turn runs, a closed session), or the same key in flight", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body too large", body = Problem, content_type = "application/problem+json"),
+        (status = 408, description = "The body did not arrive within `body_read_timeout_ms`", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "Not JSON", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid field, or the key reused with another body", body = Problem, content_type = "application/problem+json"),
         (status = 429, description = "Too many queued turns (the tenant's or the service's); retry after `Retry-After` seconds", body = Problem, content_type = "application/problem+json", headers(("Retry-After" = String, description = "Seconds to wait"))),
@@ -232,6 +233,7 @@ pub async fn get_turn(
         (status = 404, description = "No such session", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "No turn to cancel, or the same key in flight", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body too large", body = Problem, content_type = "application/problem+json"),
+        (status = 408, description = "The body did not arrive within `body_read_timeout_ms`", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "Not JSON", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid field, or the key reused with another body", body = Problem, content_type = "application/problem+json"),
     ))]
@@ -272,6 +274,7 @@ pub async fn cancel_turn(
         (status = 404, description = "No such session", body = Problem, content_type = "application/problem+json"),
         (status = 409, description = "The call is not running, or the same key in flight", body = Problem, content_type = "application/problem+json"),
         (status = 413, description = "Body too large", body = Problem, content_type = "application/problem+json"),
+        (status = 408, description = "The body did not arrive within `body_read_timeout_ms`", body = Problem, content_type = "application/problem+json"),
         (status = 415, description = "Not JSON", body = Problem, content_type = "application/problem+json"),
         (status = 422, description = "Invalid field, or the key reused with another body", body = Problem, content_type = "application/problem+json"),
     ))]
