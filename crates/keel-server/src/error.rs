@@ -415,8 +415,16 @@ impl From<RuntimeError> for ApiError {
             RuntimeError::InvalidInput(m) => ApiError::invalid("body", m),
             // Refused by the input pipeline (unknown command, `/resume`, a bad `@path`).
             RuntimeError::Input(m) => ApiError::invalid("input", format!("input: {m}")),
-            RuntimeError::SessionBusy { session, .. }
-            | RuntimeError::LeaseLost { session }
+            // Without the holder's name (a worker's host and process are not the caller's
+            // business), and with what to do about it.
+            RuntimeError::SessionBusy { session, owner } => {
+                tracing::debug!(%session, %owner, "refused: the session is being run");
+                ApiError::conflict(format!(
+                    "session {session} is being run by a worker; cancel its turn (POST /v1/sessions/{session}/cancel) or wait for it to finish"
+                ))
+                .id(session.to_string())
+            }
+            RuntimeError::LeaseLost { session }
             | RuntimeError::TurnActive { session, .. }
             | RuntimeError::TurnInProgress { session, .. }
             | RuntimeError::NoActiveTurn { session }

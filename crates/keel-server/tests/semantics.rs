@@ -25,6 +25,7 @@ on_both!(
     patch_re_pins_the_release_between_turns_journaled_with_the_caller,
     a_release_names_mcp_servers_the_host_checks,
     a_body_that_never_arrives_gets_408_and_gives_the_connection_back,
+    closing_a_session_whose_turn_runs_says_to_cancel_it_and_names_no_worker,
 );
 
 async fn idle_session(s: &TestServer) -> String {
@@ -1469,4 +1470,54 @@ async fn a_body_that_never_arrives_gets_408_and_gives_the_connection_back(b: Bac
         assert!(text.starts_with("HTTP/1.1 408"), "{key:?}: {text}");
         assert!(text.contains("body_read_timeout_ms"), "{key:?}: {text}");
     }
+}
+
+/// Closing a session while the server's worker runs its turn is 409 saying what to do (cancel
+/// the turn), without the worker's host and process (new-user pass of 2026-12-06: the detail
+/// named `keel-serve-2@vm:30241/pidns:…` and said to wait for the lease to expire).
+async fn closing_a_session_whose_turn_runs_says_to_cancel_it_and_names_no_worker(b: Backend) {
+    let s = start(b).await;
+    let release = s
+        .release("slow", &[json!({"delay_ms": 3000, "text": "done"})], &[])
+        .await;
+    let session = s.session(&release, json!({})).await.body["session_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let turns = format!("/v1/sessions/{session}/turns");
+    let r = s.post(&turns, &s.operator, &json!({"input": "go"})).await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{r:?}");
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    let r = loop {
+        let r = s
+            .call(
+                "POST",
+                &format!("/v1/sessions/{session}/close"),
+                Some(&s.operator),
+                None,
+                &[("if-match", "*")],
+            )
+            .await;
+        if r.status == StatusCode::CONFLICT
+            && r.body["detail"]
+                .as_str()
+                .unwrap_or("")
+                .contains("being run")
+        {
+            break r;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{r:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    };
+    let detail = r.body["detail"].as_str().unwrap();
+    assert!(detail.contains("/cancel"), "{detail}");
+    assert!(!detail.contains('@') && !detail.contains("pid"), "{detail}");
+    let r = s
+        .post(
+            &format!("/v1/sessions/{session}/cancel"),
+            &s.operator,
+            &json!({}),
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::ACCEPTED, "{r:?}");
 }
