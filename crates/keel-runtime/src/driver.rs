@@ -536,10 +536,10 @@ impl Runner {
                         // The step's calls all have results: the step is one commit, made
                         // while the next step's request goes out (`Runner::sample`) when that
                         // comes next and nothing waits before it, else at once or before
-                        // whatever comes next (above). A crash before it
-                        // loses what a crash before the commit always lost: the staged
-                        // results (a side effect's outcome is then reconciled as
-                        // `outcome_unknown`) and a model request, sampled again.
+                        // whatever comes next (above). A crash before it loses what a crash
+                        // before the commit always lost: the staged results (a side effect's
+                        // outcome is then reconciled as `outcome_unknown`) and a model
+                        // request, sampled again.
                         if self.waits_before_sampling() {
                             Box::pin(self.commit("turn.sampling")).await?;
                         } else {

@@ -2,7 +2,8 @@
 //! for another media type, 413 past the limit, 408 for one that does not arrive within
 //! `body_read_timeout_ms`, 400 for what is not JSON or is empty where the body is required,
 //! 422 naming the field for a value that does not fit, unknown fields included), `ETag` and
-//! `If-Match` ([`etag`], [`check_if_match`]: 428 without, 412 on a mismatch), `Idempotency-Key` on every POST ([`idempotency`]), the
+//! `If-Match` ([`etag`], [`check_if_match`]: 428 without, 412 on a mismatch),
+//! `Idempotency-Key` on every POST ([`idempotency`]), the
 //! problem+json fallbacks for unknown routes and methods, and response counting.
 
 use keel_core::mechanisms::Mechanism;
