@@ -7,13 +7,13 @@
 
 use std::time::Duration;
 
-use keel_core::{ApprovalDecision, Budget, SessionStatus, TenantId};
+use keel_core::{ApprovalDecision, Budget, SessionId, SessionStatus, TenantId};
 use keel_runtime::{PendingAction, Runtime, RuntimeOptions};
 use keel_store::Store;
 use keel_tools::policy::PermissionMode;
 use serde_json::{Value, json};
 
-use crate::common::{Backend, call, config, db, registry, release, scripted, workspace};
+use crate::common::{Backend, Db, call, config, db, registry, release, scripted, workspace};
 use crate::on_both;
 
 fn commits(store: &dyn Store) -> u64 {
@@ -21,10 +21,15 @@ fn commits(store: &dyn Store) -> u64 {
     c.journal + c.tables
 }
 
-/// Runs one turn of `lines` to its end (deciding every approval with `allow_once`); returns the
-/// commits it cost, excluding the humans' own decisions.
-async fn turn_commits(b: Backend, lines: &[Value], mode: PermissionMode, ask: &[&str]) -> u64 {
-    let db = db(b).await;
+/// A runtime on `db` whose checkpoints never come in a test's time (so only the phase rules
+/// commit), and a session of it in `mode` with `ask` rules, its turn `go` submitted. The
+/// workspace lives as long as the returned directory.
+async fn submitted(
+    db: &Db,
+    lines: &[Value],
+    mode: PermissionMode,
+    ask: &[&str],
+) -> (Runtime, TenantId, SessionId, tempfile::TempDir) {
     let rt = Runtime::new(
         db.store.clone(),
         scripted(lines),
@@ -44,6 +49,14 @@ async fn turn_commits(b: Backend, lines: &[Value], mode: PermissionMode, ask: &[
         .await
         .unwrap();
     rt.submit(tenant, session, "go").await.unwrap();
+    (rt, tenant, session, ws)
+}
+
+/// Runs one turn of `lines` to its end (deciding every approval with `allow_once`); returns the
+/// commits it cost, excluding the humans' own decisions.
+async fn turn_commits(b: Backend, lines: &[Value], mode: PermissionMode, ask: &[&str]) -> u64 {
+    let db = db(b).await;
+    let (rt, tenant, session, _ws) = submitted(&db, lines, mode, ask).await;
     let before = commits(db.store.as_ref());
     let mut human = 0;
     loop {
@@ -148,24 +161,7 @@ async fn a_steps_end_is_durable_while_the_next_request_is_out(b: Backend) {
         json!({"tool_calls": [call("counter", json!({"label": "a"}))]}),
         json!({"text": "done", "delay_ms": 3000}),
     ];
-    let rt = Runtime::new(
-        db.store.clone(),
-        scripted(&lines),
-        registry(),
-        RuntimeOptions {
-            checkpoint_after: Duration::from_secs(3600),
-            ..RuntimeOptions::default()
-        },
-    );
-    let ws = workspace();
-    let tenant = TenantId::new();
-    let mut cfg = config(ws.path());
-    cfg.permission_mode = PermissionMode::Bypass;
-    let session = rt
-        .create_session(tenant, &release(&[], Budget::default()), cfg)
-        .await
-        .unwrap();
-    rt.submit(tenant, session, "go").await.unwrap();
+    let (rt, tenant, session, _ws) = submitted(&db, &lines, PermissionMode::Bypass, &[]).await;
     let run = tokio::spawn(async move { rt.run(tenant, session).await.unwrap() });
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     let types = loop {
