@@ -12,6 +12,32 @@ fn every_builtin_pattern_compiles_once_and_is_shared() {
     for (x, y) in a.patterns.iter().zip(&b.patterns) {
         assert!(Arc::ptr_eq(x, y), "one compiled regex per built-in pattern");
     }
+    assert_eq!(BUILTIN_SET.as_ref().map(RegexSet::len), Some(BUILTIN.len()));
+}
+
+#[test]
+fn the_builtin_set_finds_every_span_each_pattern_finds() {
+    let r = Redactor::with_values(&["tok_[0-9]{4}".to_owned()], &[]).unwrap();
+    let texts = [
+        "nothing here",
+        "sk-ant-api03-abcdefghijklmnopqrstuvwxyz and sk-proj-ABCDEFGHIJKLMNOPQRSTUV",
+        "ghp_abcdefghijklmnopqrstuvwxyz0123 github_pat_abcdefghijklmnopqrstuvwx",
+        "AKIAABCDEFGHIJKLMNOP xoxb-1234567890-abc authorization: BEARER abcdefghijklmnop==",
+        "tok_1234 sk-abcdefghijklmnopqrstuvwx tok_5678 gho_abcdefghijklmnopqrstuvwx",
+        "é sk-ant-ééé AKIA1234 bearer short",
+    ];
+    for text in texts {
+        let mut by_set = Vec::new();
+        r.plain_spans(text, &mut by_set);
+        let mut by_each: Vec<Range<usize>> = r
+            .patterns
+            .iter()
+            .flat_map(|re| re.find_iter(text).map(|m| m.range()))
+            .collect();
+        by_set.sort_by_key(|s| (s.start, s.end));
+        by_each.sort_by_key(|s| (s.start, s.end));
+        assert_eq!(by_set, by_each, "{text}");
+    }
 }
 
 #[test]
