@@ -6,6 +6,9 @@
 //! targets (≤ 25 ms cold start; ≤ 30 MB peak RSS, flat in session length). Exits 0 whatever the
 //! figures.
 //!
+//! `KEEL_BENCH_KEEL=/path/a/keel,/path/b/keel` measures those executables instead of this
+//! build's, one run of each in turn (side by side in one run: before / after a change).
+//!
 //! `cargo bench -p keel --bench coldstart`
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
@@ -19,7 +22,7 @@ fn median(v: &mut [f64]) -> f64 {
 }
 
 /// One `keel run` of a script of `steps` model responses: (wall ms, peak RSS MB).
-fn run_once(dir: &std::path::Path, steps: usize) -> (f64, f64) {
+fn run_once(keel: &str, dir: &std::path::Path, steps: usize) -> (f64, f64) {
     let ws = tempfile::tempdir_in(dir).unwrap();
     let home = tempfile::tempdir_in(dir).unwrap();
     std::fs::write(ws.path().join("README.md"), "hello\n").unwrap();
@@ -40,7 +43,7 @@ fn run_once(dir: &std::path::Path, steps: usize) -> (f64, f64) {
         .arg("%M")
         .arg("-o")
         .arg(&rss_file)
-        .arg(env!("CARGO_BIN_EXE_keel"))
+        .arg(keel)
         .arg("run")
         .arg("--model")
         .arg(format!("script:{}", script.display()))
@@ -99,16 +102,35 @@ fn main() {
         "keel run, fresh process and SQLite store in {}, scripted model, {runs} runs each",
         dir.display()
     );
-    // Warm the page cache for the binary.
-    let _ = run_once(&dir, 1);
+    let bins: Vec<String> = std::env::var("KEEL_BENCH_KEEL").map_or_else(
+        |_| vec![env!("CARGO_BIN_EXE_keel").to_owned()],
+        |v| v.split(',').map(str::to_owned).collect(),
+    );
+    // Warm the page cache for the binaries.
+    for keel in &bins {
+        let _ = run_once(keel, &dir, 1);
+    }
     for steps in [1, 400] {
-        let (mut ms, mut mb): (Vec<f64>, Vec<f64>) =
-            (0..runs).map(|_| run_once(&dir, steps)).unzip();
-        let max_mb = mb.iter().copied().fold(0.0, f64::max);
-        println!(
-            "  {steps:>3} step(s): wall p50 {:.1} ms   (target for 1 step: <= 25 ms); peak RSS p50 {:.1} MB, max {max_mb:.1} MB   (target: <= 30 MB, flat)",
-            median(&mut ms),
-            median(&mut mb)
-        );
+        let mut figures: Vec<(Vec<f64>, Vec<f64>)> = vec![(Vec::new(), Vec::new()); bins.len()];
+        for _ in 0..runs {
+            for (keel, (ms, mb)) in bins.iter().zip(&mut figures) {
+                let (t, m) = run_once(keel, &dir, steps);
+                ms.push(t);
+                mb.push(m);
+            }
+        }
+        for (keel, (mut ms, mut mb)) in bins.iter().zip(figures) {
+            let max_mb = mb.iter().copied().fold(0.0, f64::max);
+            let name = if bins.len() > 1 {
+                format!("{keel}: ")
+            } else {
+                String::new()
+            };
+            println!(
+                "  {name}{steps:>3} step(s): wall p50 {:.1} ms   (target for 1 step: <= 25 ms); peak RSS p50 {:.1} MB, max {max_mb:.1} MB   (target: <= 30 MB, flat)",
+                median(&mut ms),
+                median(&mut mb)
+            );
+        }
     }
 }
