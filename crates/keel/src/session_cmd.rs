@@ -331,7 +331,17 @@ async fn converse(
 }
 
 /// Deletes `session` when it never had a turn (see [`converse`]); a failure is only logged.
+/// The session's row answers first: a session whose status moved on from `created` had a turn,
+/// and its journal (every event of the run) is not read again to say so.
 async fn discard_if_empty(p: &Prepared, session: keel_core::SessionId) {
+    if p.runtime
+        .store()
+        .get_session(p.tenant, session)
+        .await
+        .is_ok_and(|r| r.status != SessionStatus::Created)
+    {
+        return;
+    }
     let empty = match p.runtime.view(p.tenant, session).await {
         Ok(view) => view.state.turn_order.is_empty() && view.state.status == SessionStatus::Created,
         Err(_) => false,

@@ -263,22 +263,46 @@ pub async fn result_of(p: &Prepared, driven: &Driven) -> ResultLine {
             }
         }
     }
-    r.over_limits = over_limits(p, &r).await;
+    r.over_limits = over_limits(p, &r, view.as_ref().map(|v| &v.state)).await;
     r
 }
 
 /// The turn limits (`tokens`, `cost`) the result's totals ended above: the session's effective
 /// per-turn budget (its settings over its release's). Limits are checked before each step, so
-/// the step that crosses one finishes.
-pub(super) async fn over_limits(p: &Prepared, r: &ResultLine) -> Vec<keel_core::BudgetLimit> {
-    let Ok(pinned) = pinned(p.runtime.store(), p.session).await else {
-        return Vec::new();
+/// the step that crosses one finishes. `state` is the session's folded journal when the caller
+/// has read it (its pinned settings and release are taken from there: the journal is not read
+/// a second time); without it, [`pinned`] reads them.
+pub(super) async fn over_limits(
+    p: &Prepared,
+    r: &ResultLine,
+    state: Option<&keel_core::SessionState>,
+) -> Vec<keel_core::BudgetLimit> {
+    let from_state = match state {
+        Some(s) => match (
+            serde_json::from_value::<SessionConfig>(s.config.clone()),
+            s.release_id.as_ref(),
+        ) {
+            (Ok(config), Some(release)) => p
+                .runtime
+                .store()
+                .get_release(p.tenant, release)
+                .await
+                .ok()
+                .map(|release| (config.turn_budget, release.definition.budget)),
+            _ => None,
+        },
+        None => None,
     };
-    limits_over(
-        pinned.config.turn_budget,
-        Some(pinned.release.definition.budget),
-        r,
-    )
+    let (turn, release) = match from_state {
+        Some(budgets) => budgets,
+        None => {
+            let Ok(pinned) = pinned(p.runtime.store(), p.session).await else {
+                return Vec::new();
+            };
+            (pinned.config.turn_budget, pinned.release.definition.budget)
+        }
+    };
+    limits_over(turn, Some(release), r)
 }
 
 /// The limits (`tokens`, `cost`) of a per-turn budget — the session's `turn`, falling back to
