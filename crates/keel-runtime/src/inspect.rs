@@ -28,14 +28,14 @@ impl Runtime {
         let _ = rec;
         let sender = self.inner.hub.sender(session);
         let deltas = (sender.subscribe(), sender.tail.clone());
-        let redactor = self.redactor(tenant, session).await?;
+        let redactor = self.shared_redactor(tenant, session).await?;
         Ok(Subscription::new(
             self.inner.store.clone(),
             tenant,
             session,
             from_seq,
             deltas,
-            Arc::new(redactor),
+            redactor,
         ))
     }
 

@@ -45,6 +45,11 @@ pub struct Journal {
     pub(crate) durable: u64,
     /// Events applied to the state but not yet in the store, oldest first.
     staged: Vec<Event>,
+    /// The redactor every staged event's body went through, when it was one and the same for
+    /// all of them (`None` when nothing is staged or when the redactor changed while staging):
+    /// handed with the committed events to this process's subscribers, whose own redactor
+    /// then need not go over the bodies again (see [`crate::subscribe::CommittedTail`]).
+    staged_by: Option<Arc<Redactor>>,
     /// Side rows that commit with the staged events.
     pub(crate) extras: AppendExtras,
     /// When the oldest staged event was staged.
@@ -97,6 +102,7 @@ impl Journal {
             closed: false,
             durable: 0,
             staged: Vec::new(),
+            staged_by: None,
             extras: AppendExtras::default(),
             staged_since: None,
             staging: Arc::default(),
@@ -237,6 +243,13 @@ impl Journal {
         if self.staged.is_empty() {
             self.staged_since = Some(std::time::Instant::now());
             self.staging.notify_one();
+            self.staged_by = Some(self.redactor.clone());
+        } else if self
+            .staged_by
+            .as_ref()
+            .is_some_and(|r| !Arc::ptr_eq(r, &self.redactor))
+        {
+            self.staged_by = None;
         }
         self.staged.extend(events);
         Ok(self.state.version)
@@ -288,7 +301,7 @@ impl Journal {
         match r {
             Ok(v) => {
                 if let Some(a) = appending {
-                    a.committed(&self.staged);
+                    a.committed(&self.staged, self.staged_by.take());
                 }
                 self.durable = v;
                 self.staged.clear();

@@ -285,6 +285,24 @@ impl Runtime {
     /// Store errors; [`RuntimeError::Config`] for a config this build cannot read (its secret
     /// patterns must not be dropped silently).
     pub async fn redactor(&self, tenant: TenantId, session: SessionId) -> Result<Redactor> {
+        Ok(self
+            .shared_redactor(tenant, session)
+            .await?
+            .as_ref()
+            .clone())
+    }
+
+    /// [`Runtime::redactor`] as the one shared instance this process redacts the session's
+    /// journal with (`crate::secrets::shared_redactor`): a subscription holding it knows the
+    /// bodies of the events this process commits went through it already.
+    ///
+    /// # Errors
+    /// As [`Runtime::redactor`].
+    pub(crate) async fn shared_redactor(
+        &self,
+        tenant: TenantId,
+        session: SessionId,
+    ) -> Result<Arc<Redactor>> {
         let first = self.inner.store.read(tenant, session, 1, Some(1)).await?;
         let config = match first.first().map(|e| &e.body) {
             Some(EventBody::SessionCreated { config, .. }) => Some(
@@ -301,9 +319,7 @@ impl Runtime {
             .inner
             .session_secrets(tenant, session, config.as_ref())
             .await?
-            .redactor
-            .as_ref()
-            .clone())
+            .redactor)
     }
 }
 

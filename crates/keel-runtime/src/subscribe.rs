@@ -148,6 +148,9 @@ pub(crate) struct CommittedTail {
 struct TailState {
     /// Consecutive by `seq`, oldest first.
     events: VecDeque<Event>,
+    /// The redactor every kept event's body went through when the journal staged it, if one
+    /// did for all of them (see [`Appending::committed`]).
+    redacted_by: Option<Arc<Redactor>>,
     /// Appends of this process to the session begun and not yet ended.
     in_flight: usize,
     /// Live [`Subscription`]s of the session in this process; the events are dropped when the
@@ -186,15 +189,22 @@ impl CommittedTail {
         st.subscribers = st.subscribers.saturating_sub(1);
         if st.subscribers == 0 {
             st.events = VecDeque::new();
+            st.redacted_by = None;
         }
     }
 
-    /// The kept events from `seq` on, if `seq` is kept.
-    fn events_since(&self, seq: u64) -> Option<Vec<Event>> {
+    /// The kept events from `seq` on, if `seq` is kept, with the redactor their bodies went
+    /// through (if one did for all of them).
+    fn events_since(&self, seq: u64) -> Option<(Vec<Event>, Option<Arc<Redactor>>)> {
         let st = self.state();
         let first = st.events.front()?.seq;
         let skip = usize::try_from(seq.checked_sub(first)?).ok()?;
-        (skip < st.events.len()).then(|| st.events.iter().skip(skip).cloned().collect())
+        (skip < st.events.len()).then(|| {
+            (
+                st.events.iter().skip(skip).cloned().collect(),
+                st.redacted_by.clone(),
+            )
+        })
     }
 
     /// Whether an append that may hold `seq` is under way: one is, and the tail does not
@@ -207,8 +217,10 @@ impl CommittedTail {
 
 impl Appending {
     /// The append committed `events` (consecutive, in journal order): they are kept, after the
-    /// ones before them; events that do not follow the kept ones replace them.
-    pub(crate) fn committed(self, events: &[Event]) {
+    /// ones before them; events that do not follow the kept ones replace them. `redacted_by`
+    /// is the redactor every one of their bodies went through when staged, if one did: the
+    /// kept events keep it only while every one of them went through the same one.
+    pub(crate) fn committed(self, events: &[Event], redacted_by: Option<Arc<Redactor>>) {
         let Some(first) = events.first() else {
             return;
         };
@@ -220,6 +232,11 @@ impl Appending {
         {
             st.events.clear();
         }
+        st.redacted_by = match (st.events.is_empty(), &st.redacted_by, redacted_by) {
+            (true, _, by) => by,
+            (false, Some(kept), Some(by)) if Arc::ptr_eq(kept, &by) => Some(by),
+            _ => None,
+        };
         st.events.extend(events.iter().cloned());
         let excess = st.events.len().saturating_sub(TAIL_EVENTS);
         st.events.drain(..excess);
@@ -362,6 +379,17 @@ impl Subscription {
         self.redactor.redact_typed(ev)
     }
 
+    /// [`Subscription::redact_event`] for an event whose body this very redactor already
+    /// redacted when the journal staged it (redacting is idempotent: a second pass over the
+    /// body finds nothing): only the envelope's correlation, which staging does not redact (a
+    /// tool call id is the model's string), is looked at, and the event goes through the full
+    /// redaction when it holds a secret.
+    fn redact_envelope(&self, ev: Event) -> Event {
+        let clean = serde_json::to_string(&ev.correlation)
+            .is_ok_and(|text| !self.redactor.holds_secret(&text));
+        if clean { ev } else { self.redact_event(ev) }
+    }
+
     fn redact_delta(&self, mut d: Delta) -> Delta {
         match &mut d.kind {
             DeltaKind::Text { text } | DeltaKind::Reasoning { text } => {
@@ -428,18 +456,24 @@ impl Subscription {
     /// [`CommittedTail`] when it holds them (waiting for an append of this process that may
     /// bring them to end), otherwise from the journal (at most 256).
     async fn read_durable(&mut self) -> Result<bool> {
-        let events = match self.take_from_tail().await {
-            Some(events) => events,
-            None => {
+        let (events, redacted_by) = match self.take_from_tail().await {
+            Some(kept) => kept,
+            None => (
                 self.store
                     .read(self.tenant, self.session, self.next_seq, Some(256))
-                    .await?
-            }
+                    .await?,
+                None,
+            ),
         };
+        let bodies_redacted = redacted_by.is_some_and(|r| Arc::ptr_eq(&r, &self.redactor));
         let got = !events.is_empty();
         for ev in events {
             self.next_seq = ev.seq + 1;
-            let ev = self.redact_event(ev);
+            let ev = if bodies_redacted {
+                self.redact_envelope(ev)
+            } else {
+                self.redact_event(ev)
+            };
             self.buffered.push_back(SubscriptionItem::Event {
                 event: Box::new(ev),
             });
@@ -450,7 +484,7 @@ impl Subscription {
     /// The committed events from `next_seq` on, if this process's tail of the session holds
     /// them, or gets them when an append of this process under way ends within
     /// [`TAIL_WAIT`].
-    async fn take_from_tail(&self) -> Option<Vec<Event>> {
+    async fn take_from_tail(&self) -> Option<(Vec<Event>, Option<Arc<Redactor>>)> {
         let deadline = tokio::time::Instant::now() + self.tail_wait;
         loop {
             let ended = self.tail.changed.notified();
@@ -575,6 +609,17 @@ mod tests {
         from_seq: u64,
         tail: Arc<CommittedTail>,
     ) -> Subscription {
+        let redactor = Arc::new(Redactor::with_values(&[], &[]).unwrap());
+        subscription_with(dir, session, from_seq, tail, redactor).await
+    }
+
+    async fn subscription_with(
+        dir: &tempfile::TempDir,
+        session: SessionId,
+        from_seq: u64,
+        tail: Arc<CommittedTail>,
+        redactor: Arc<Redactor>,
+    ) -> Subscription {
         let store = SqlStore::open_sqlite(&dir.path().join("k.db"))
             .await
             .unwrap();
@@ -586,7 +631,7 @@ mod tests {
             session,
             from_seq,
             (rx, tail),
-            Arc::new(Redactor::with_values(&[], &[]).unwrap()),
+            redactor,
         )
     }
 
@@ -606,21 +651,22 @@ mod tests {
     fn the_tail_keeps_the_last_consecutive_committed_events() {
         let s = SessionId::new();
         let tail = Arc::new(CommittedTail::default());
-        tail.begin().committed(&events(s, 1..=3));
-        tail.begin().committed(&events(s, 4..=5));
-        assert_eq!(tail.events_since(2).unwrap().len(), 4);
+        tail.begin().committed(&events(s, 1..=3), None);
+        tail.begin().committed(&events(s, 4..=5), None);
+        assert_eq!(tail.events_since(2).unwrap().0.len(), 4);
         assert!(tail.events_since(6).is_none() && tail.events_since(0).is_none());
         drop(tail.begin());
-        tail.begin().committed(&events(s, 9..=10));
+        tail.begin().committed(&events(s, 9..=10), None);
         assert!(
             tail.events_since(4).is_none(),
             "a gap replaces what was kept"
         );
-        assert_eq!(tail.events_since(9).unwrap().len(), 2);
-        tail.begin().committed(&events(s, 11..=100));
+        assert_eq!(tail.events_since(9).unwrap().0.len(), 2);
+        tail.begin().committed(&events(s, 11..=100), None);
         assert_eq!(
             tail.events_since(100 - TAIL_EVENTS as u64 + 1)
                 .unwrap()
+                .0
                 .len(),
             TAIL_EVENTS
         );
@@ -640,7 +686,7 @@ mod tests {
         assert!(tail.watched());
         // Far longer than the test takes: the waits below end with the append, not the bound.
         sub.tail_wait = Duration::from_secs(60);
-        tail.begin().committed(&events(s, 5..=7));
+        tail.begin().committed(&events(s, 5..=7), None);
         let mut got = Vec::new();
         for _ in 0..3 {
             got.push(
@@ -659,7 +705,7 @@ mod tests {
         });
         tokio::time::sleep(Duration::from_millis(100)).await;
         assert!(!waiting.is_finished(), "waits for the append under way");
-        appending.committed(&events(s, 8..=9));
+        appending.committed(&events(s, 8..=9), None);
         let (item, mut sub) = waiting.await.unwrap();
         let next = sub
             .next_timeout(Duration::from_secs(5))
@@ -700,5 +746,94 @@ mod tests {
             !tail.watched() && tail.events_since(9).is_none(),
             "the events go with the last subscriber"
         );
+    }
+
+    /// Events this process committed reach a subscriber redacted by the subscriber's own
+    /// redactor: their bodies are not gone over again only when that very redactor staged all
+    /// of them, and the envelope (a model's tool call id) is looked at always.
+    #[tokio::test]
+    async fn tail_events_are_redacted_again_unless_the_subscribers_redactor_staged_them() {
+        const SECRET: &str = "sk-abcdefghijklmnopqrstuvwxyz012345";
+        let dir = tempfile::tempdir().unwrap();
+        let s = SessionId::new();
+        let mine = Arc::new(Redactor::with_values(&[], &[]).unwrap());
+        let other = Arc::new(Redactor::with_values(&[], &[]).unwrap());
+        let event = |seq: u64, call: Option<&str>| {
+            let corr = Correlation {
+                tool_call_id: call.map(|c| keel_core::ToolCallId(c.to_owned())),
+                ..Correlation::default()
+            };
+            Event::new(
+                s,
+                seq,
+                Utc::now(),
+                corr,
+                EventBody::TurnQueued {
+                    input: format!("input {SECRET}"),
+                    compiled: None,
+                },
+            )
+        };
+        let text = |item: SubscriptionItem| serde_json::to_string(&item).unwrap();
+        let tail = Arc::new(CommittedTail::default());
+        let mut sub = subscription_with(&dir, s, 1, tail.clone(), mine.clone()).await;
+        tail.begin()
+            .committed(&[event(1, None)], Some(other.clone()));
+        tail.begin()
+            .committed(&[event(2, None)], Some(mine.clone()));
+        assert!(
+            tail.events_since(1).unwrap().1.is_none(),
+            "kept events staged by two redactors name neither"
+        );
+        for _ in 1..=2 {
+            let got = text(
+                sub.next_timeout(Duration::from_secs(5))
+                    .await
+                    .unwrap()
+                    .unwrap(),
+            );
+            assert!(
+                !got.contains(SECRET),
+                "not all staged by its redactor: {got}"
+            );
+            assert!(got.contains(crate::redact::REDACTED), "{got}");
+        }
+
+        // Staged by the subscriber's own redactor: the body went through it already, so it is
+        // handed on as it was committed (a staged body never holds what the redactor finds;
+        // this one does only to show the body is not gone over twice) ...
+        let tail = Arc::new(CommittedTail::default());
+        let mut sub = subscription_with(&dir, s, 1, tail.clone(), mine.clone()).await;
+        tail.begin()
+            .committed(&[event(1, None)], Some(mine.clone()));
+        let first = text(
+            sub.next_timeout(Duration::from_secs(5))
+                .await
+                .unwrap()
+                .unwrap(),
+        );
+        assert!(first.contains(SECRET), "{first}");
+        // ... but an envelope holding a secret sends the event through the whole redaction.
+        tail.begin()
+            .committed(&[event(2, Some(SECRET))], Some(mine.clone()));
+        let second = text(
+            sub.next_timeout(Duration::from_secs(5))
+                .await
+                .unwrap()
+                .unwrap(),
+        );
+        assert!(!second.contains(SECRET), "{second}");
+        // Another redactor's: gone over again.
+        let tail = Arc::new(CommittedTail::default());
+        let mut sub = subscription_with(&dir, s, 1, tail.clone(), mine.clone()).await;
+        tail.begin()
+            .committed(&[event(1, None)], Some(other.clone()));
+        let first = text(
+            sub.next_timeout(Duration::from_secs(5))
+                .await
+                .unwrap()
+                .unwrap(),
+        );
+        assert!(!first.contains(SECRET), "{first}");
     }
 }
