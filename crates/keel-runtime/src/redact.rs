@@ -25,7 +25,7 @@
 //! whole escaped spelling.
 
 use std::ops::Range;
-use std::sync::{Arc, LazyLock};
+use std::sync::{Arc, LazyLock, OnceLock};
 
 use async_trait::async_trait;
 use regex::{Regex, RegexSet};
@@ -55,23 +55,28 @@ const BUILTIN: &[&str] = &[
     r"(?i)bearer\s+[A-Za-z0-9._~+/\-]{16,}=*",
 ];
 
-/// [`BUILTIN`], compiled once per process and shared by every redactor: a session's run
-/// builds its redactor, and compiling these (and warming each one's lazy DFA afresh: a cloned
-/// or new `Regex` starts with an empty search cache) cost a third of a worker's CPU while it
-/// took 200 sessions over (issue 16's recovery bench, debug build). The patterns are constant
-/// and valid (a test checks every one compiles).
-static BUILTIN_COMPILED: LazyLock<Vec<Arc<Regex>>> = LazyLock::new(|| {
-    BUILTIN
-        .iter()
-        .filter_map(|p| Regex::new(p).ok().map(Arc::new))
-        .collect()
-});
-
-/// [`BUILTIN`] as one set: a single pass over a text says which of the built-in patterns occur
-/// in it, and only those are searched for their places (most texts hold none: one scan instead
-/// of one per pattern). Indices are [`BUILTIN`]'s, which are [`BUILTIN_COMPILED`]'s (every
-/// pattern compiles; a test checks it).
+/// [`BUILTIN`] as one set, compiled once per process and shared by every redactor: a single
+/// pass over a text says which of the built-in patterns occur in it (most texts hold none: one
+/// scan instead of one per pattern), and only those are searched for their places, each with
+/// its own regex ([`builtin`]). Compiling per session (and warming each regex's lazy DFA
+/// afresh: a new `Regex` starts with an empty search cache) cost a third of a worker's CPU
+/// while it took 200 sessions over (issue 16's recovery bench, debug build). The patterns are
+/// constant and valid (a test checks every one compiles).
 static BUILTIN_SET: LazyLock<Option<RegexSet>> = LazyLock::new(|| RegexSet::new(BUILTIN).ok());
+
+/// One regex per [`BUILTIN`] pattern, compiled the first time the set finds that pattern in a
+/// text (most processes never need most of them: compiling all seven at start-up was an eighth
+/// of `keel run`'s instructions before its first step).
+static BUILTIN_ONE: [OnceLock<Option<Regex>>; BUILTIN.len()] =
+    [const { OnceLock::new() }; BUILTIN.len()];
+
+/// The regex of built-in pattern `i` (`None` past the end; every pattern compiles).
+fn builtin(i: usize) -> Option<&'static Regex> {
+    BUILTIN_ONE
+        .get(i)?
+        .get_or_init(|| BUILTIN.get(i).and_then(|p| Regex::new(p).ok()))
+        .as_ref()
+}
 
 /// The password of a URL's userinfo (`postgres://user:PASSWORD@host/db`, RFC 3986 §3.2.1):
 /// group 1 is redacted, the scheme, user and host stay readable. Searched only in text holding
@@ -89,7 +94,8 @@ pub const PROVIDER_KEY_ENV: &[&str] = &["OPENAI_API_KEY", "ANTHROPIC_API_KEY"];
 /// A compiled set of secret patterns and literal values.
 #[derive(Debug, Clone)]
 pub struct Redactor {
-    /// The built-in patterns (shared, see [`BUILTIN_COMPILED`]), then the configured ones.
+    /// The configured patterns (the built-in ones are shared by every redactor: see
+    /// [`BUILTIN_SET`]).
     patterns: Vec<Arc<Regex>>,
     literals: Vec<String>,
 }
@@ -115,7 +121,7 @@ impl Redactor {
     /// # Errors
     /// [`RuntimeError::InvalidInput`] naming a pattern that does not compile.
     pub fn with_values(patterns: &[String], values: &[String]) -> Result<Self> {
-        let mut compiled = BUILTIN_COMPILED.clone();
+        let mut compiled = Vec::with_capacity(patterns.len());
         for p in patterns {
             compiled.push(Arc::new(Regex::new(p).map_err(|e| {
                 RuntimeError::InvalidInput(format!("secret pattern {p:?} does not compile: {e}"))
@@ -145,10 +151,7 @@ impl Redactor {
     /// `values`: the same configured patterns in the same order, and the same set of literal
     /// values (values under 6 bytes ignored, as it ignores them).
     pub(crate) fn is_built_from(&self, patterns: &[String], values: &[String]) -> bool {
-        let configured = self
-            .patterns
-            .get(BUILTIN_COMPILED.len()..)
-            .unwrap_or_default();
+        let configured = &self.patterns;
         if configured.len() != patterns.len()
             || configured
                 .iter()
@@ -205,24 +208,17 @@ impl Redactor {
                     .map(|(i, m)| i..i + m.len()),
             );
         }
-        // `patterns` starts with the built-in ones (see `with_values`).
-        let (builtin, configured) = self
-            .patterns
-            .split_at(BUILTIN_COMPILED.len().min(self.patterns.len()));
+        let mut search = |re: &Regex| out.extend(re.find_iter(text).map(|m| m.range()));
         match BUILTIN_SET.as_ref() {
-            Some(set) if set.len() == builtin.len() => {
-                for re in set.matches(text).iter().filter_map(|i| builtin.get(i)) {
-                    out.extend(re.find_iter(text).map(|m| m.range()));
-                }
-            }
-            _ => {
-                for re in builtin {
-                    out.extend(re.find_iter(text).map(|m| m.range()));
-                }
-            }
+            Some(set) => set
+                .matches(text)
+                .iter()
+                .filter_map(builtin)
+                .for_each(&mut search),
+            None => (0..BUILTIN.len()).filter_map(builtin).for_each(&mut search),
         }
-        for re in configured {
-            out.extend(re.find_iter(text).map(|m| m.range()));
+        for re in &self.patterns {
+            search(re);
         }
         if text.contains("://")
             && let Some(re) = URL_PASSWORD.as_ref()

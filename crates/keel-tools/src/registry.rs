@@ -7,7 +7,7 @@
 //! model can read and fix.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use futures_util::FutureExt;
 
@@ -68,7 +68,20 @@ pub enum Dispatch {
 struct Entry {
     tool: Arc<dyn Tool>,
     spec: ToolSpec,
-    validator: jsonschema::Validator,
+    /// The schema's validator: compiled when the tool is registered, except for the built-in
+    /// tools, whose schemas are constant (a test compiles every one) and are compiled the first
+    /// time a call of the tool is validated — compiling all of them was an eighth of a
+    /// one-step `keel run`'s instructions, and a run uses few of them. The error is the
+    /// compiler's message.
+    validator: OnceLock<Result<jsonschema::Validator, String>>,
+}
+
+impl Entry {
+    fn validator(&self) -> &Result<jsonschema::Validator, String> {
+        self.validator.get_or_init(|| {
+            jsonschema::validator_for(&self.spec.input_schema).map_err(|e| e.to_string())
+        })
+    }
 }
 
 /// The set of tools a session can use. Cloning is cheap (the compiled entries are shared).
@@ -138,7 +151,7 @@ impl ToolRegistry {
     pub fn with_builtins() -> Result<Self, ToolsError> {
         let mut registry = Self::new();
         for tool in builtin_tools() {
-            registry.register(tool)?;
+            registry.add(tool, false)?;
         }
         Ok(registry)
     }
@@ -148,6 +161,12 @@ impl ToolRegistry {
     /// Errors: [`ToolsError::DuplicateTool`] if the name is taken; [`ToolsError::InvalidSchema`] if
     /// the schema does not compile, is not an object schema, or lacks `additionalProperties: false`.
     pub fn register(&mut self, tool: Arc<dyn Tool>) -> Result<(), ToolsError> {
+        self.add(tool, true)
+    }
+
+    /// [`ToolRegistry::register`]; with `compile` false the schema's validator is compiled at
+    /// the first validation instead (built-in tools only: see `Entry::validator`).
+    fn add(&mut self, tool: Arc<dyn Tool>, compile: bool) -> Result<(), ToolsError> {
         let name = tool.name().to_owned();
         if self.entries.contains_key(&name) {
             return Err(ToolsError::DuplicateTool { name });
@@ -165,7 +184,12 @@ impl ToolRegistry {
                 "the schema must set \"additionalProperties\": false".into(),
             ));
         }
-        let validator = jsonschema::validator_for(&schema).map_err(|e| invalid(e.to_string()))?;
+        let validator = OnceLock::new();
+        if compile {
+            let compiled =
+                jsonschema::validator_for(&schema).map_err(|e| invalid(e.to_string()))?;
+            let _ = validator.set(Ok(compiled));
+        }
         let spec = ToolSpec {
             name: name.clone(),
             description: tool.description().to_owned(),
@@ -254,8 +278,16 @@ impl ToolRegistry {
             Value::Null => Value::Object(serde_json::Map::new()),
             other => other.clone(),
         };
-        let problems: Vec<String> = entry
-            .validator
+        let validator = match entry.validator() {
+            Ok(v) => v,
+            Err(e) => {
+                return Err(reject(format!(
+                    "The `{}` tool cannot check its arguments: its input schema does not compile ({e}).",
+                    call.name
+                )));
+            }
+        };
+        let problems: Vec<String> = validator
             .iter_errors(&arguments)
             .map(|e| {
                 let at = e

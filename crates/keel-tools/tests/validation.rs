@@ -196,3 +196,20 @@ fn builtin_effect_classes_and_parallel_safety() {
         ]
     );
 }
+
+/// The built-in tools' validators are compiled at their first use, not at registration: every
+/// built-in schema must compile (a registered third-party tool's is compiled at once, and a
+/// schema that does not compile is refused there).
+#[test]
+fn every_builtin_tool_schema_compiles() {
+    let registry = ToolRegistry::with_builtins().unwrap();
+    let specs = registry.specs();
+    assert!(specs.iter().any(|s| s.name == "shell"), "{specs:?}");
+    for spec in specs {
+        assert!(
+            jsonschema::validator_for(&spec.input_schema).is_ok(),
+            "{}",
+            spec.name
+        );
+    }
+}
