@@ -171,8 +171,8 @@ impl Runtime {
             // agents are offered it (see `crate::pinned::tool_enabled`).
             let mut tools = tools;
             if tools.get(crate::subagents::SPAWN_AGENT).is_none()
-                && let Err(e) =
-                    tools.register(Arc::new(crate::subagents::SpawnAgent::new(weak.clone())))
+                && let Err(e) = tools
+                    .register_constant(Arc::new(crate::subagents::SpawnAgent::new(weak.clone())))
             {
                 tracing::warn!("spawn_agent not registered: {e}");
             }

@@ -730,3 +730,17 @@ async fn result_of(
     };
     Ok(out.with_details(details))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `Runtime::new` registers the tool without compiling its schema
+    /// (`ToolRegistry::register_constant`): the schema must compile.
+    #[test]
+    fn the_tools_input_schema_compiles() {
+        let mut tools = keel_tools::ToolRegistry::new();
+        let registered = tools.register(std::sync::Arc::new(SpawnAgent::new(Weak::new())));
+        assert!(registered.is_ok(), "{registered:?}");
+    }
+}

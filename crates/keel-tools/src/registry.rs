@@ -164,6 +164,16 @@ impl ToolRegistry {
         self.add(tool, true)
     }
 
+    /// [`ToolRegistry::register`] for a tool whose input schema is a constant of this build (a
+    /// runtime's own tool): its validator is compiled at the first validation of a call, not
+    /// now. A test of the tool must compile its schema; one that does not compile makes every
+    /// call of the tool a `rejected` result saying so.
+    ///
+    /// Errors: as [`ToolRegistry::register`], but for a schema that does not compile.
+    pub fn register_constant(&mut self, tool: Arc<dyn Tool>) -> Result<(), ToolsError> {
+        self.add(tool, false)
+    }
+
     /// [`ToolRegistry::register`]; with `compile` false the schema's validator is compiled at
     /// the first validation instead (built-in tools only: see `Entry::validator`).
     fn add(&mut self, tool: Arc<dyn Tool>, compile: bool) -> Result<(), ToolsError> {
