@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use chrono::Utc;
 use keel_core::{
-    ApprovalId, Correlation, EffectStatus, EventBody, OperationKey, PrincipalId, Release,
+    ApprovalId, Budget, Correlation, EffectStatus, EventBody, OperationKey, PrincipalId, Release,
     SessionId, SessionState, SessionStatus, TenantId, ToolCallId, ToolCallStatus,
 };
 use keel_model::ModelClient;
@@ -123,6 +123,11 @@ pub struct RunOutcome {
     /// next continues the turn where it stopped. False when the run ended on its own (idle,
     /// `requires_action`, closed), drain or not.
     pub drained: bool,
+    /// The per-turn budget the session's turns run under when the run ended: its settings'
+    /// `turn_budget` over its release's budget, limit by limit (what the runner checks before
+    /// each step). `None` when the outcome was not made by a run (a host following another
+    /// process's run).
+    pub turn_budget: Option<Budget>,
 }
 
 /// A session's state as folded from its journal.
@@ -531,6 +536,7 @@ impl Runtime {
                 reason: "the journal has no session.created".into(),
             })?;
         let release = self.inner.store.get_release(tenant, &release_id).await?;
+        let release_budget = release.definition.budget;
         let redactor = journal.redactor.clone();
         // Who created the session (its tool calls' `SessionScope::creator`, whose per-user
         // memory they use): the principal of `session.created`, the journal's first event.
@@ -603,8 +609,12 @@ impl Runtime {
         } else {
             Vec::new()
         };
-        let link = j.config().ok().and_then(|c| c.subagent);
+        let config = j.config().ok();
         drop(j);
+        let turn_budget = config
+            .as_ref()
+            .map(|c| crate::config::merge_budget(release_budget, c.turn_budget));
+        let link = config.and_then(|c| c.subagent);
         if let Some(link) = link
             && ended.status != SessionStatus::RequiresAction
         {
@@ -619,6 +629,7 @@ impl Runtime {
             turns: ended.turns,
             pending,
             drained: ended.drained,
+            turn_budget,
         })
     }
     async fn pending_of(&self, j: &mut Journal) -> Result<Vec<PendingAction>> {

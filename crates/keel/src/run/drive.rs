@@ -101,6 +101,7 @@ pub(super) async fn run_or_follow(p: &Prepared) -> keel_runtime::Result<RunOutco
                 turns: view.turns.clone(),
                 pending,
                 drained: false,
+                turn_budget: None,
             });
         }
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
@@ -198,7 +199,22 @@ pub async fn result_of(p: &Prepared, driven: &Driven) -> ResultLine {
     let mut r = ResultLine::startup_failure(String::new(), elapsed);
     r.session_id = Some(p.session);
     r.error = None;
-    let view = p.runtime.view(p.tenant, p.session).await.ok();
+    // A run that finished on its own answers everything the line says (its turn, the budget it
+    // ran under); otherwise the session's journal is read (once).
+    let answered = match driven {
+        Driven::Finished(o) => {
+            p.continues
+                && o.status != SessionStatus::RequiresAction
+                && o.turn_budget.is_some()
+                && finished_turn(p, o).is_some()
+        }
+        _ => false,
+    };
+    let view = if answered {
+        None
+    } else {
+        p.runtime.view(p.tenant, p.session).await.ok()
+    };
     let turn_stats = |turn: Option<TurnId>, r: &mut ResultLine| {
         if let Some(t) = turn.and_then(|t| view.as_ref().and_then(|v| v.state.turns.get(&t))) {
             r.usage = t.usage;
@@ -239,10 +255,7 @@ pub async fn result_of(p: &Prepared, driven: &Driven) -> ResultLine {
             turn_stats(view.as_ref().and_then(|v| v.state.active_turn), &mut r);
         }
         Driven::Finished(o) => {
-            let finished = p
-                .turn
-                .and_then(|t| o.turns.iter().find(|x| x.turn_id == t))
-                .or(o.turns.last())
+            let finished = finished_turn(p, o)
                 .cloned()
                 .or_else(|| view.as_ref().and_then(|v| v.turns.last().cloned()));
             match finished {
@@ -263,8 +276,23 @@ pub async fn result_of(p: &Prepared, driven: &Driven) -> ResultLine {
             }
         }
     }
-    r.over_limits = over_limits(p, &r, view.as_ref().map(|v| &v.state)).await;
+    r.over_limits = if let Driven::Finished(o) = driven
+        && view.is_none()
+        && let Some(budget) = o.turn_budget
+    {
+        limits_over(budget, None, &r)
+    } else {
+        over_limits(p, &r, view.as_ref().map(|v| &v.state)).await
+    };
     r
+}
+
+/// The turn of this invocation among those `o`'s run finished (the one it submitted, else the
+/// last one).
+fn finished_turn<'a>(p: &Prepared, o: &'a RunOutcome) -> Option<&'a keel_runtime::TurnOutcome> {
+    p.turn
+        .and_then(|t| o.turns.iter().find(|x| x.turn_id == t))
+        .or(o.turns.last())
 }
 
 /// The turn limits (`tokens`, `cost`) the result's totals ended above: the session's effective
