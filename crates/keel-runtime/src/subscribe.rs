@@ -381,12 +381,27 @@ impl Subscription {
 
     /// [`Subscription::redact_event`] for an event whose body this very redactor already
     /// redacted when the journal staged it (redacting is idempotent: a second pass over the
-    /// body finds nothing): only the envelope's correlation, which staging does not redact (a
-    /// tool call id is the model's string), is looked at, and the event goes through the full
-    /// redaction when it holds a secret.
+    /// body finds nothing): only the envelope's free-text ids — the tool call id (the model's
+    /// string, which staging does not redact) and the operation key made from it — are looked
+    /// at, each on its own as the full redaction looks at every string, and the event goes
+    /// through the full redaction when one holds a secret. (The other ids are UUIDs.)
     fn redact_envelope(&self, ev: Event) -> Event {
-        let clean = serde_json::to_string(&ev.correlation)
-            .is_ok_and(|text| !self.redactor.holds_secret(&text));
+        // Every field named: a new one must be placed here (a free-text one checked).
+        let keel_core::Correlation {
+            turn_id: _,
+            step_id: _,
+            attempt: _,
+            tool_call_id,
+            operation_key,
+            parent_session_id: _,
+            approval_id: _,
+            principal_id: _,
+        } = &ev.correlation;
+        let clean = tool_call_id
+            .iter()
+            .map(|id| id.0.as_str())
+            .chain(operation_key.iter().map(|k| k.0.as_str()))
+            .all(|text| !self.redactor.holds_secret(text));
         if clean { ev } else { self.redact_event(ev) }
     }
 
@@ -395,12 +410,19 @@ impl Subscription {
             DeltaKind::Text { text } | DeltaKind::Reasoning { text } => {
                 *text = self.redactor.redact_str(text);
             }
-            DeltaKind::ToolArguments { delta, .. } => *delta = self.redactor.redact_str(delta),
-            DeltaKind::ToolProgress { progress, .. } => match progress {
-                ToolProgress::Output { text } | ToolProgress::Status { text } => {
-                    *text = self.redactor.redact_str(text);
+            // The call id is the model's string, as in the journal's events.
+            DeltaKind::ToolArguments { call_id, delta } => {
+                *call_id = self.redactor.redact_str(call_id);
+                *delta = self.redactor.redact_str(delta);
+            }
+            DeltaKind::ToolProgress { call_id, progress } => {
+                *call_id = self.redactor.redact_str(call_id);
+                match progress {
+                    ToolProgress::Output { text } | ToolProgress::Status { text } => {
+                        *text = self.redactor.redact_str(text);
+                    }
                 }
-            },
+            }
             // Numbers only.
             DeltaKind::TokenRateWait { .. } => {}
         }
@@ -748,6 +770,12 @@ mod tests {
         );
     }
 
+    /// The next item of `sub` as JSON text.
+    async fn next_text(sub: &mut Subscription) -> String {
+        let item = sub.next_timeout(Duration::from_secs(5)).await.unwrap();
+        serde_json::to_string(&item.unwrap()).unwrap()
+    }
+
     /// Events this process committed reach a subscriber redacted by the subscriber's own
     /// redactor: their bodies are not gone over again only when that very redactor staged all
     /// of them, and the envelope (a model's tool call id) is looked at always.
@@ -774,7 +802,6 @@ mod tests {
                 },
             )
         };
-        let text = |item: SubscriptionItem| serde_json::to_string(&item).unwrap();
         let tail = Arc::new(CommittedTail::default());
         let mut sub = subscription_with(&dir, s, 1, tail.clone(), mine.clone()).await;
         tail.begin()
@@ -786,12 +813,7 @@ mod tests {
             "kept events staged by two redactors name neither"
         );
         for _ in 1..=2 {
-            let got = text(
-                sub.next_timeout(Duration::from_secs(5))
-                    .await
-                    .unwrap()
-                    .unwrap(),
-            );
+            let got = next_text(&mut sub).await;
             assert!(
                 !got.contains(SECRET),
                 "not all staged by its redactor: {got}"
@@ -806,34 +828,53 @@ mod tests {
         let mut sub = subscription_with(&dir, s, 1, tail.clone(), mine.clone()).await;
         tail.begin()
             .committed(&[event(1, None)], Some(mine.clone()));
-        let first = text(
-            sub.next_timeout(Duration::from_secs(5))
-                .await
-                .unwrap()
-                .unwrap(),
-        );
+        let first = next_text(&mut sub).await;
         assert!(first.contains(SECRET), "{first}");
-        // ... but an envelope holding a secret sends the event through the whole redaction.
-        tail.begin()
-            .committed(&[event(2, Some(SECRET))], Some(mine.clone()));
-        let second = text(
-            sub.next_timeout(Duration::from_secs(5))
-                .await
-                .unwrap()
-                .unwrap(),
-        );
-        assert!(!second.contains(SECRET), "{second}");
+        // ... but an envelope holding a secret sends the event through the whole redaction,
+        // however deep its spelling is escaped: each id is looked at on its own (serialized
+        // together, one level of escaping went to the serialization, and a secret escaped
+        // three levels deep in a call id passed).
+        let deep = format!("\\\\\\\\u0073{}", &SECRET[1..]);
+        assert!(mine.holds_secret(&deep), "{deep}");
+        for (seq, id) in [(2, SECRET), (3, deep.as_str())] {
+            tail.begin()
+                .committed(&[event(seq, Some(id))], Some(mine.clone()));
+            let got = next_text(&mut sub).await;
+            assert!(!got.contains(&SECRET[1..]), "{got}");
+        }
         // Another redactor's: gone over again.
         let tail = Arc::new(CommittedTail::default());
         let mut sub = subscription_with(&dir, s, 1, tail.clone(), mine.clone()).await;
         tail.begin()
             .committed(&[event(1, None)], Some(other.clone()));
-        let first = text(
-            sub.next_timeout(Duration::from_secs(5))
-                .await
-                .unwrap()
-                .unwrap(),
-        );
+        let first = next_text(&mut sub).await;
         assert!(!first.contains(SECRET), "{first}");
+    }
+
+    /// A delta's call id is the model's string: redacted like its text.
+    #[tokio::test]
+    async fn a_deltas_call_id_is_redacted() {
+        const SECRET: &str = "sk-abcdefghijklmnopqrstuvwxyz012345";
+        let dir = tempfile::tempdir().unwrap();
+        let s = SessionId::new();
+        let sub = subscription(&dir, s, 1, Arc::new(CommittedTail::default())).await;
+        for kind in [
+            DeltaKind::ToolArguments {
+                call_id: SECRET.into(),
+                delta: "{}".into(),
+            },
+            DeltaKind::ToolProgress {
+                call_id: SECRET.into(),
+                progress: ToolProgress::Status { text: "ok".into() },
+            },
+        ] {
+            let d = sub.redact_delta(Delta {
+                session_id: s,
+                after_seq: 1,
+                kind,
+            });
+            let text = serde_json::to_string(&d).unwrap();
+            assert!(!text.contains(SECRET), "{text}");
+        }
     }
 }
