@@ -655,9 +655,9 @@ pub fn print_summary(s: &Value, json_out: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `keel sessions events`: the journal as JSON lines from `from_seq`; with `follow`, keeps
-/// printing new events as they are appended until the session is closed (or the process is
-/// interrupted).
+/// `keel sessions events`: the journal as JSON lines from `from_seq`, each event redacted by
+/// `redactor` (the session's: see `Runtime::redactor`); with `follow`, keeps printing new
+/// events as they are appended until the session is closed (or the process is interrupted).
 ///
 /// # Errors
 /// Store errors; a closed standard output.
@@ -666,6 +666,7 @@ pub async fn events(
     session: SessionId,
     from_seq: u64,
     follow: bool,
+    redactor: &keel_runtime::Redactor,
 ) -> anyhow::Result<()> {
     let tenant = local_tenant();
     get_session(store, session).await?;
@@ -675,8 +676,9 @@ pub async fn events(
         let mut closed = false;
         {
             let mut out = std::io::stdout().lock();
-            for event in &batch {
-                writeln!(out, "{}", serde_json::to_string(event)?)?;
+            for event in batch.iter().cloned() {
+                let event = redactor.redact_typed(event);
+                writeln!(out, "{}", serde_json::to_string(&event)?)?;
                 next = event.seq + 1;
                 closed |= matches!(
                     event.body,

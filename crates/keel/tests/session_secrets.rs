@@ -129,7 +129,44 @@ on_both!(
     a_provider_key_read_through_an_api_key_env_added_later_is_redacted,
     a_deny_reason_holding_a_configured_secret_value_is_redacted,
     a_secret_in_truncated_raw_arguments_is_redacted_in_every_escaped_spelling,
+    sessions_events_redacts_a_secret_learned_after_it_was_journaled,
 );
+
+/// F. The model says a value no process knew to be secret yet; then the user config makes it
+/// a secret `[env]` value. `keel sessions events` prints the journal redacted by what is
+/// secret now (it printed the stored events as they were).
+fn sessions_events_redacts_a_secret_learned_after_it_was_journaled(store: Store) {
+    const LATER: &str = "later-secret-value-0123456789";
+    let env = Env::new();
+    env.write(
+        "script.jsonl",
+        &serde_json::json!({"text": format!("the value is {LATER}")}).to_string(),
+    );
+    let run = keel(&env, &store, &["run"])
+        .args(["--workspace", "ws", "--model", "script:script.jsonl"])
+        .args(["--output", "jsonl", "say it"])
+        .output()
+        .unwrap();
+    let result = check_stream(&jsonl_lines(&run.stdout));
+    assert_eq!(result["terminal_reason"], "completed", "{}", stderr(&run));
+    let session = result["session_id"].as_str().unwrap().to_owned();
+    let before = keel(&env, &store, &["sessions", "events", &session])
+        .output()
+        .unwrap();
+    assert!(before.status.success(), "{}", stderr(&before));
+    assert!(stdout(&before).contains(LATER), "not a secret yet");
+    env.write(
+        "config/keel/keel.toml",
+        &format!("[env]\nLATER = {{ value = \"{LATER}\", secret = true }}\n"),
+    );
+    let after = keel(&env, &store, &["sessions", "events", &session])
+        .output()
+        .unwrap();
+    assert!(after.status.success(), "{}", stderr(&after));
+    let shown = stdout(&after);
+    assert!(!shown.contains(LATER), "{shown}");
+    assert!(shown.contains("the value is [REDACTED]"), "{shown}");
+}
 
 /// D. `ANTHROPIC_API_KEY` is set for the run, whose write (waiting on approval) names a file
 /// after it; the approval and the resume run without it. The exact arguments run, and neither

@@ -62,7 +62,13 @@ pub fn run_local(global: GlobalArgs, command: Command) -> anyhow::Result<ExitCod
                         from,
                     } => {
                         let id = crate::sessions::parse_session(&session)?;
-                        crate::sessions::events(&store, id, from, follow).await?;
+                        // What this process knows to be secret now (the session's sealed
+                        // values, the configured secret variables) is redacted from every
+                        // event, also those journaled before it was known.
+                        let redactor = crate::run::bare_runtime(store.clone(), &config)?
+                            .redactor(crate::store::local_tenant(), id)
+                            .await?;
+                        crate::sessions::events(&store, id, from, follow, &redactor).await?;
                     }
                 }
                 Ok(ExitCode::SUCCESS)
