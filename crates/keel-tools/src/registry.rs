@@ -68,11 +68,11 @@ pub enum Dispatch {
 struct Entry {
     tool: Arc<dyn Tool>,
     spec: ToolSpec,
-    /// The schema's validator: compiled when the tool is registered, except for the built-in
-    /// tools, whose schemas are constant (a test compiles every one) and are compiled the first
-    /// time a call of the tool is validated — compiling all of them was an eighth of a
-    /// one-step `keel run`'s instructions, and a run uses few of them. The error is the
-    /// compiler's message.
+    /// The schema's validator: compiled when the tool is registered, except for tools whose
+    /// schema is a constant of this build (the built-in tools, `register_constant`'s; tests
+    /// compile each), compiled the first time a call of the tool is validated — compiling all
+    /// of them was an eighth of a one-step `keel run`'s instructions, and a run uses few of
+    /// them. The error is the compiler's message.
     validator: OnceLock<Result<jsonschema::Validator, String>>,
 }
 
@@ -175,7 +175,7 @@ impl ToolRegistry {
     }
 
     /// [`ToolRegistry::register`]; with `compile` false the schema's validator is compiled at
-    /// the first validation instead (built-in tools only: see `Entry::validator`).
+    /// the first validation instead (constant schemas only: see `Entry::validator`).
     fn add(&mut self, tool: Arc<dyn Tool>, compile: bool) -> Result<(), ToolsError> {
         let name = tool.name().to_owned();
         if self.entries.contains_key(&name) {
