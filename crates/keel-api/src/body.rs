@@ -45,6 +45,23 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, serde_json::Error>
     }
 }
 
+/// The first key an object of `bytes` names twice (at any depth), when `bytes` are JSON and
+/// one does: `serde_json::Value` (and so every reader that goes through it) keeps only the last
+/// of duplicate keys, so a reader that must refuse them asks this of the bytes. Shared by the
+/// server's bodies (through [`decode`]) and `keel acp`'s JSON-RPC lines.
+pub fn duplicate_key(bytes: &[u8]) -> Option<String> {
+    let e = serde_json::from_slice::<NoDuplicateKeys>(bytes).err()?;
+    let text = e.to_string();
+    // NoDuplicateKeys' message, then serde_json's " at line L column C".
+    let (key, _) = text
+        .strip_prefix(DUPLICATE_FIELD)?
+        .rsplit_once("` at line ")?;
+    Some(key.to_owned())
+}
+
+/// How [`NoDuplicateKeys`]' error starts (serde's wording for a struct's field given twice).
+const DUPLICATE_FIELD: &str = "duplicate field `";
+
 /// Rewrites every float with a zero fractional part that fits an `i64`/`u64` as that
 /// integer; whether any changed.
 fn integral_floats_to_integers(v: &mut Value) -> bool {
@@ -126,7 +143,7 @@ impl<'de> Visitor<'de> for NoDuplicateKeys {
         let mut seen = HashSet::new();
         while let Some(key) = map.next_key::<String>()? {
             if !seen.insert(key.clone()) {
-                return Err(de::Error::custom(format_args!("duplicate field `{key}`")));
+                return Err(de::Error::custom(format_args!("{DUPLICATE_FIELD}{key}`")));
             }
             map.next_value::<NoDuplicateKeys>()?;
         }
@@ -176,5 +193,16 @@ mod tests {
         ] {
             assert!(!is_blank(b), "{b:?}");
         }
+    }
+
+    #[test]
+    fn duplicate_key_names_the_first_key_given_twice_at_any_depth() {
+        assert_eq!(duplicate_key(br#"{"a": 1, "a": 2}"#).as_deref(), Some("a"));
+        assert_eq!(
+            duplicate_key(br#"{"x": [{"b`c": 1, "b`c": 2}], "a": 1}"#).as_deref(),
+            Some("b`c")
+        );
+        assert_eq!(duplicate_key(br#"{"a": {"a": 1}, "b": [1, 1]}"#), None);
+        assert_eq!(duplicate_key(b"{\"a\": "), None, "not JSON: no key to name");
     }
 }

@@ -42,60 +42,7 @@ fn known_method(method: &str) -> bool {
 
 /// The first key an object of `line` holds twice (at any depth), when one does.
 fn duplicate_key(line: &str) -> Option<String> {
-    use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
-    /// A JSON value read only to find a repeated key; `Err` carries it.
-    struct NoDup;
-    struct V;
-    const DUP: &str = "keel-duplicate-key:";
-    impl<'de> Visitor<'de> for V {
-        type Value = NoDup;
-        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-            f.write_str("any JSON value")
-        }
-        fn visit_bool<E>(self, _: bool) -> Result<NoDup, E> {
-            Ok(NoDup)
-        }
-        fn visit_i64<E>(self, _: i64) -> Result<NoDup, E> {
-            Ok(NoDup)
-        }
-        fn visit_u64<E>(self, _: u64) -> Result<NoDup, E> {
-            Ok(NoDup)
-        }
-        fn visit_f64<E>(self, _: f64) -> Result<NoDup, E> {
-            Ok(NoDup)
-        }
-        fn visit_str<E>(self, _: &str) -> Result<NoDup, E> {
-            Ok(NoDup)
-        }
-        fn visit_unit<E>(self) -> Result<NoDup, E> {
-            Ok(NoDup)
-        }
-        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<NoDup, A::Error> {
-            while seq.next_element::<NoDup>()?.is_some() {}
-            Ok(NoDup)
-        }
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<NoDup, A::Error> {
-            let mut seen = HashSet::new();
-            while let Some(key) = map.next_key::<String>()? {
-                if !seen.insert(key.clone()) {
-                    return Err(serde::de::Error::custom(format!("{DUP}{key}")));
-                }
-                map.next_value::<NoDup>()?;
-            }
-            Ok(NoDup)
-        }
-    }
-    impl<'de> Deserialize<'de> for NoDup {
-        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-            d.deserialize_any(V)
-        }
-    }
-    let e = serde_json::from_str::<NoDup>(line).err()?;
-    let text = e.to_string();
-    let rest = text.split_once(DUP)?.1;
-    // serde_json appends " at line L column C".
-    let key = rest.rsplit_once(" at line ").map_or(rest, |(k, _)| k);
-    Some(key.to_owned())
+    keel_api::body::duplicate_key(line.as_bytes())
 }
 
 /// The JSON-RPC 2.0 error for a line that is not a well-formed message, or `None` when the line
