@@ -1,8 +1,13 @@
-//! The seccomp filters a confined command runs under (installed by the launcher's second stage
+//! The seccomp filter a confined command runs under (installed by the launcher's second stage
 //! after `no_new_privs`; inherited by everything the command starts, never removable).
 //!
-//! Three filters are stacked (the kernel applies the strictest answer):
-//! 1. **EPERM** for:
+//! Three programs are compiled and **chained into one filter** (one `seccomp(2)` install and
+//! one program run per system call instead of three; [`chain`]), in this order, the first
+//! answer that is not "allow" being the filter's:
+//! 1. **Kill** (x86_64): any x32 system call number (`nr & 0x40000000`). First, so that the
+//!    chain answers as three stacked filters would (the kernel takes the strictest answer of a
+//!    stack, and killing is stricter than any error): no x32 number matches the rules below.
+//! 2. **EPERM** for:
 //!    - `socket` of any family but `AF_UNIX` (and `AF_INET`, `AF_INET6` when the network is
 //!      shared, plus `AF_NETLINK` with protocol `NETLINK_ROUTE` only, which lets `getifaddrs`
 //!      and name lookups read the interfaces; changing them needs `CAP_NET_ADMIN` over the host's
@@ -23,12 +28,13 @@
 //!      `finit_module`, `delete_module`, `reboot`, `swapon`, `swapoff`, `acct`.
 //!    - `ioctl(TIOCSTI)` (pushing keystrokes into a terminal) and `ioctl(TIOCLINUX)`.
 //!    - `mknod`/`mknodat` of a character or block device (FIFOs and sockets stay allowed).
-//! 2. **ENOSYS** for `clone3`, whose flags live in memory the filter cannot read: libc falls
-//!    back to `clone`, which filter 1 checks.
-//! 3. **Kill** (x86_64): any x32 system call number (`nr & 0x40000000`).
+//! 3. **ENOSYS** for `clone3`, whose flags live in memory the filter cannot read: libc falls
+//!    back to `clone`, which program 2 checks.
 //!
-//! Every filter first checks the architecture and kills the process for any other: on x86_64,
-//! 32-bit calls through `int 0x80` (`socketcall` included) never run.
+//! Programs 2 and 3 first check the architecture and kill the process for any other: on
+//! x86_64, 32-bit calls through `int 0x80` (`socketcall` included) never run. The programs are
+//! compiled once per launcher process ([`prepare`]: a session's holder compiles them before it
+//! forks the calls' launchers, which inherit them).
 
 use std::collections::BTreeMap;
 
@@ -57,7 +63,7 @@ fn compile(rules: Rules, action: SeccompAction) -> Result<BpfProgram, String> {
     BpfProgram::try_from(filter).map_err(|e| e.to_string())
 }
 
-/// Filter 1: the calls that fail with EPERM.
+/// Program 2: the calls that fail with EPERM.
 fn eperm_rules(network: bool) -> Result<Rules, String> {
     let mut rules = Rules::new();
     let mut allowed = vec![libc::AF_UNIX];
@@ -173,14 +179,13 @@ fn eperm_rules(network: bool) -> Result<Rules, String> {
     Ok(rules)
 }
 
-/// Filter 3 on x86_64: kill any x32 system call (`nr & __X32_SYSCALL_BIT`).
+/// Program 1 on x86_64: kill any x32 system call (`nr & __X32_SYSCALL_BIT`).
 #[cfg(target_arch = "x86_64")]
 fn x32_filter() -> BpfProgram {
     use seccompiler::sock_filter;
     // BPF_LD | BPF_W | BPF_ABS (0x00 | 0x00 | 0x20).
     const BPF_LD_W_ABS: u16 = 0x20;
     const BPF_JMP_JSET_K: u16 = 0x05 | 0x40;
-    const BPF_RET_K: u16 = 0x06;
     const X32_SYSCALL_BIT: u32 = 0x4000_0000;
     vec![
         // A = seccomp_data.nr (offset 0)
@@ -212,21 +217,140 @@ fn x32_filter() -> BpfProgram {
     ]
 }
 
-/// Installs the filters on the calling thread (and so on everything it starts later).
-/// `no_new_privs` must be set.
+/// Classic BPF opcodes `chain` reads and writes (`linux/bpf_common.h`).
+const BPF_RET_K: u16 = 0x06;
+const BPF_JMP_JA: u16 = 0x05;
+
+/// One program that answers as `programs` run in order, the first answer other than
+/// `SECCOMP_RET_ALLOW` winning: every "return allow" of a program but the last becomes a jump to
+/// the next program's first instruction (`BPF_JA`, whose 32-bit offset reaches anywhere in a
+/// filter; conditional jumps stay inside their own program). Each program must begin by
+/// loading what it tests (seccompiler's programs load the architecture first; program 1 loads
+/// the number), since the accumulator is not reset between them.
+fn chain(programs: Vec<BpfProgram>) -> BpfProgram {
+    let count = programs.len();
+    let mut out = Vec::with_capacity(programs.iter().map(Vec::len).sum());
+    for (index, program) in programs.into_iter().enumerate() {
+        let len = program.len();
+        for (i, mut instruction) in program.into_iter().enumerate() {
+            let allows = instruction.code == BPF_RET_K && instruction.k == libc::SECCOMP_RET_ALLOW;
+            if allows && index + 1 < count {
+                instruction = seccompiler::sock_filter {
+                    code: BPF_JMP_JA,
+                    jt: 0,
+                    jf: 0,
+                    // From the next instruction to this program's end.
+                    k: (len - i - 1) as u32,
+                };
+            }
+            out.push(instruction);
+        }
+    }
+    out
+}
+
+/// The chained filter for `network` (see the module docs).
 ///
-/// Errors: what failed (an unsupported architecture, a kernel without seccomp filters).
-pub(super) fn install(network: bool) -> Result<(), String> {
+/// Errors: an unsupported architecture, or a rule seccompiler refuses.
+fn build(network: bool) -> Result<BpfProgram, String> {
     let eperm = compile(
         eperm_rules(network)?,
         SeccompAction::Errno(libc::EPERM as u32),
     )?;
+    #[cfg(target_arch = "x86_64")]
+    let programs = vec![x32_filter(), eperm, clone3_program()?];
+    #[cfg(not(target_arch = "x86_64"))]
+    let programs = vec![eperm, clone3_program()?];
+    Ok(chain(programs))
+}
+
+/// Program 3: `clone3` fails with ENOSYS.
+fn clone3_program() -> Result<BpfProgram, String> {
     let mut clone3 = Rules::new();
     clone3.insert(libc::SYS_clone3, Vec::new());
-    let enosys = compile(clone3, SeccompAction::Errno(libc::ENOSYS as u32))?;
-    seccompiler::apply_filter(&eperm).map_err(|e| e.to_string())?;
-    seccompiler::apply_filter(&enosys).map_err(|e| e.to_string())?;
-    #[cfg(target_arch = "x86_64")]
-    seccompiler::apply_filter(&x32_filter()).map_err(|e| e.to_string())?;
-    Ok(())
+    compile(clone3, SeccompAction::Errno(libc::ENOSYS as u32))
+}
+
+/// The filters of this process, compiled at first use: `[without network, with network]`.
+static PROGRAMS: [std::sync::OnceLock<Result<BpfProgram, String>>; 2] =
+    [std::sync::OnceLock::new(), std::sync::OnceLock::new()];
+
+fn program(network: bool) -> &'static Result<BpfProgram, String> {
+    PROGRAMS[usize::from(network)].get_or_init(|| build(network))
+}
+
+/// Compiles the filter for `network` now, so that processes forked later (a session holder's
+/// calls) inherit it compiled.
+pub(super) fn prepare(network: bool) {
+    let _ = program(network);
+}
+
+/// Installs the filter on the calling thread (and so on everything it starts later).
+/// `no_new_privs` must be set.
+///
+/// Errors: what failed (an unsupported architecture, a kernel without seccomp filters).
+pub(super) fn install(network: bool) -> Result<(), String> {
+    let program = program(network).as_ref().map_err(Clone::clone)?;
+    seccompiler::apply_filter(program).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ret(k: u32) -> seccompiler::sock_filter {
+        seccompiler::sock_filter {
+            code: BPF_RET_K,
+            jt: 0,
+            jf: 0,
+            k,
+        }
+    }
+
+    #[test]
+    fn chaining_turns_each_allow_but_the_last_programs_into_a_jump_to_the_next_program() {
+        let kill = libc::SECCOMP_RET_KILL_PROCESS;
+        let allow = libc::SECCOMP_RET_ALLOW;
+        let first = vec![ret(allow), ret(kill), ret(allow)];
+        let second = vec![ret(allow)];
+        let chained = chain(vec![first, second]);
+        let codes: Vec<(u16, u32)> = chained.iter().map(|i| (i.code, i.k)).collect();
+        // Instruction 0 jumps over 1 and 2 to 3; instruction 2 jumps over nothing to 3.
+        assert_eq!(
+            codes,
+            [
+                (BPF_JMP_JA, 2),
+                (BPF_RET_K, kill),
+                (BPF_JMP_JA, 0),
+                (BPF_RET_K, allow)
+            ]
+        );
+    }
+
+    #[test]
+    fn only_the_last_program_of_the_chained_filter_allows() {
+        let last_program = clone3_program().expect("compiles").len();
+        for network in [false, true] {
+            let program = build(network).expect("the filter compiles");
+            let last = program.len();
+            let allows: Vec<usize> = (0..last)
+                .filter(|&i| {
+                    program[i].code == BPF_RET_K && program[i].k == libc::SECCOMP_RET_ALLOW
+                })
+                .collect();
+            assert!(!allows.is_empty(), "network={network}");
+            assert!(
+                allows.iter().all(|&i| i >= last - last_program),
+                "network={network}: an allow before the last program: {allows:?}"
+            );
+            for (i, ins) in program.iter().enumerate() {
+                if ins.code == BPF_JMP_JA {
+                    assert!(
+                        i + 1 + (ins.k as usize) < last,
+                        "jump {i} out of the filter"
+                    );
+                }
+            }
+        }
+    }
 }

@@ -63,6 +63,8 @@ pub(super) fn hold_session(build: &OsString) -> ! {
             std::process::exit(SETUP_FAILED);
         }
     }
+    // The calls' launchers inherit the seccomp filter compiled.
+    super::filter::prepare(false);
     let control = host_channel();
     // The stage 1s forked and not yet reaped, each with a pidfd that becomes readable when it
     // ends: the holder reaps them as they end, not only at the next call.
