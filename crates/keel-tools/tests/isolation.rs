@@ -263,7 +263,7 @@ fn the_sandboxs_first_process_keeps_no_descriptor_of_its_host() {
     let marker = ws.join("started");
     let spec = serde_json::json!({
         // keel_tools::sandbox's LAUNCH_SPEC_FORMAT.
-        "format": 4,
+        "format": 5,
         "build": keel_tools::sandbox::LAUNCHER_BUILD,
         "command": ["bash", "-c", format!("touch {}; sleep 30", marker.display())],
         "mode": "workspace_write",
@@ -275,6 +275,7 @@ fn the_sandboxs_first_process_keeps_no_descriptor_of_its_host() {
         "protect": [],
         "shared_network": false,
         "env": [["PATH", "/usr/bin:/bin"]],
+        "root": "fresh",
     });
     let (mut ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
     let mut launcher = Command::new(crate::escapes::binary(Who::Root));
@@ -373,15 +374,15 @@ fn a_non_utf8_environment_variable_reaches_a_confined_command_intact() {
 #[test]
 fn a_session_holder_of_another_build_refuses_to_start() {
     let out = Command::new(crate::escapes::binary(Who::Root))
-        .args(["__sandbox", "session", "3:0.0.0-0000000000000000"])
+        .args(["__sandbox", "session", "4:0.0.0-0000000000000000"])
         .stdin(Stdio::null())
         .output()
         .unwrap();
     let said = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(125), "{said}");
     assert!(
-        said.starts_with("error launcher: this launcher serves 4:")
-            && said.contains("the host 3:0.0.0-0000000000000000"),
+        said.starts_with("error launcher: this launcher serves 5:")
+            && said.contains("the host 4:0.0.0-0000000000000000"),
         "{said}"
     );
 }
@@ -410,6 +411,7 @@ fn a_launcher_refuses_a_spec_of_another_build_and_runs_nothing() {
             "protect": [],
             "shared_network": false,
             "env": [["PATH", "/usr/bin:/bin"]],
+            "root": "fresh",
         });
         if let Some((name, value)) = extra {
             v[name] = serde_json::Value::Bool(value);
@@ -418,20 +420,20 @@ fn a_launcher_refuses_a_spec_of_another_build_and_runs_nothing() {
     };
     for (spec, why) in [
         (
-            spec(3, None),
-            "the spec's format is 3, this launcher reads 4",
+            spec(4, None),
+            "the spec's format is 4, this launcher reads 5",
         ),
         (
-            spec(5, None),
-            "the spec's format is 5, this launcher reads 4",
+            spec(6, None),
+            "the spec's format is 6, this launcher reads 5",
         ),
         (
-            spec(4, Some(("share_pid", true))),
+            spec(5, Some(("share_pid", true))),
             "unknown field `share_pid`",
         ),
         (
             {
-                let mut v = spec(4, None);
+                let mut v = spec(5, None);
                 v["build"] = serde_json::Value::from("0.0.0-0000000000000000");
                 v
             },

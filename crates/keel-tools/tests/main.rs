@@ -14,6 +14,7 @@ mod own_files;
 mod replay;
 mod sandbox;
 mod search_tools;
+mod session_root;
 mod shell;
 mod shell_policy;
 mod special_files;

@@ -136,11 +136,48 @@ fn reap_finished_calls() {
     while let Ok(Some(_)) = rustix::process::wait(WaitOptions::NOHANG) {}
 }
 
+/// Sends `fds` on `stream` as one message: the byte `tag` with `SCM_RIGHTS` (at most three).
+pub(super) fn send_fds(
+    stream: impl std::os::fd::AsFd,
+    tag: u8,
+    fds: &[std::os::fd::BorrowedFd<'_>],
+) -> std::io::Result<()> {
+    use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+    let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(3))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    if !control.push(SendAncillaryMessage::ScmRights(fds)) {
+        return Err(std::io::Error::other(
+            "too many descriptors for one message",
+        ));
+    }
+    loop {
+        match rustix::net::sendmsg(
+            &stream,
+            &[std::io::IoSlice::new(&[tag])],
+            &mut control,
+            SendFlags::NOSIGNAL,
+        ) {
+            Err(rustix::io::Errno::INTR) => {}
+            done => return done.map(drop).map_err(std::io::Error::from),
+        }
+    }
+}
+
 /// One message from `stream`: its descriptors (close-on-exec; at most `N` kept, the rest
 /// closed). `None` at the stream's end.
 pub(super) fn receive_fds<const N: usize>(
     stream: &UnixStream,
 ) -> std::io::Result<Option<Vec<std::os::fd::OwnedFd>>> {
+    Ok(receive_message::<N>(stream)?.map(|(_, fds)| fds))
+}
+
+/// One message from `stream`: its first byte and its descriptors (close-on-exec; at most `N`
+/// kept, the rest closed: a message with more has none). `None` at the stream's end. An
+/// interrupted call is retried; any other error (`WouldBlock` on a non-blocking socket
+/// included) is returned.
+pub(super) fn receive_message<const N: usize>(
+    stream: impl std::os::fd::AsFd,
+) -> std::io::Result<Option<(u8, Vec<std::os::fd::OwnedFd>)>> {
     use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
     // Room for more than `N`, so that a message with too many is still read whole (and refused).
     let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(8))];
@@ -148,7 +185,7 @@ pub(super) fn receive_fds<const N: usize>(
     loop {
         let mut control = RecvAncillaryBuffer::new(&mut space);
         let got = rustix::net::recvmsg(
-            stream,
+            &stream,
             &mut [std::io::IoSliceMut::new(&mut byte)],
             &mut control,
             RecvFlags::CMSG_CLOEXEC,
@@ -168,6 +205,6 @@ pub(super) fn receive_fds<const N: usize>(
         if fds.len() > N {
             fds.clear();
         }
-        return Ok(Some(fds));
+        return Ok(Some((byte[0], fds)));
     }
 }

@@ -38,7 +38,8 @@ use std::process::{Command, Stdio};
 use rustix::event::{PollFd, PollFlags};
 use rustix::process::{Pid, Signal, WaitOptions, WaitStatus};
 
-use super::{LAUNCHER_ARG, LaunchSpec, SandboxMode};
+use super::root::Layout;
+use super::{LAUNCHER_ARG, LaunchSpec, RootUse, SandboxMode};
 
 /// Exit code of a launcher that could not set the sandbox up (nothing ran).
 pub(super) const SETUP_FAILED: i32 = 125;
@@ -115,7 +116,79 @@ pub(super) fn run_call(mut host: UnixStream, namespaces: Namespaces) -> ! {
         (false, namespaces) => namespaces,
         (true, shared @ Namespaces::Shared(_)) => shared,
     };
-    stage1(host, &spec, namespaces)
+    let root = match (spec.root, &namespaces) {
+        (RootUse::Fresh, _) => SessionRoot::None,
+        (RootUse::Build, Namespaces::Session) => SessionRoot::Build,
+        (RootUse::Enter, Namespaces::Session) => match receive_root(&host) {
+            Ok(ns) => SessionRoot::Enter(ns),
+            Err(e) => report_and_exit(&mut host, &e),
+        },
+        (RootUse::Build | RootUse::Enter, _) => report_and_exit(
+            &mut host,
+            &fail("mount namespace")("a session root outside the session's holder"),
+        ),
+    };
+    stage1(host, &spec, namespaces, root)
+}
+
+/// Where stage 1 takes the call's root from (see `root.rs`, **Session roots**).
+#[derive(Debug)]
+enum SessionRoot {
+    /// Stage 2 builds one for the call.
+    None,
+    /// Stage 1 builds the session's, sends its mount namespace to the host, and copies it.
+    Build,
+    /// Stage 1 enters the session's (sent by the host), checks it and copies it.
+    Enter(std::os::fd::OwnedFd),
+}
+
+/// The line stage 1 answers when the session root it was sent is stale ([`super::root::is_current`]):
+/// nothing ran, and the host builds the call's root another way.
+pub(super) const STALE_ROOT: &str = "stale";
+
+/// Receives the session root's mount namespace, which the host sends after the spec line as
+/// one byte with `SCM_RIGHTS`.
+fn receive_root(stream: &UnixStream) -> Setup<std::os::fd::OwnedFd> {
+    let layer = "mount namespace (receiving the session's root)";
+    match super::holder::receive_fds::<1>(stream) {
+        Err(e) => Err(fail(layer)(e)),
+        Ok(None) => Err(fail(layer)("the channel closed before it was sent")),
+        Ok(Some(fds)) => fds
+            .into_iter()
+            .next()
+            .ok_or_else(|| fail(layer)("expected one descriptor")),
+    }
+}
+
+/// Stage 1 with [`SessionRoot::Build`]: a new mount namespace holding the session's root
+/// ([`Layout::Session`]), sent to the host (one byte `r` with `SCM_RIGHTS`) once it is built.
+fn build_session_root(host: &UnixStream, spec: &LaunchSpec) -> Setup {
+    let layer = "mount namespace (the session's root)";
+    if !super::root::reports_mount_roots() {
+        return Err(fail(layer)(
+            "this kernel does not report mount points (statx, Linux 5.8)",
+        ));
+    }
+    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNS).map_err(fail("mount namespace"))?;
+    let ns = File::open("/proc/self/ns/mnt").map_err(fail(layer))?;
+    super::root::build_root(spec, Layout::Session)?;
+    super::holder::send_fds(host, b'r', &[ns.as_fd()]).map_err(fail(layer))
+}
+
+/// Stage 1 with [`SessionRoot::Enter`]: into the session's root, if it is still current.
+fn enter_session_root(host: &mut UnixStream, spec: &LaunchSpec, ns: &std::os::fd::OwnedFd) {
+    use rustix::thread::{LinkNameSpaceType, move_into_link_name_space};
+    let view = super::root::host_view(spec);
+    if let Err(e) = move_into_link_name_space(ns.as_fd(), Some(LinkNameSpaceType::Mount)) {
+        report_and_exit(
+            host,
+            &fail("mount namespace (entering the session's root)")(e),
+        );
+    }
+    if !super::root::is_current(&view) {
+        send(host, STALE_ROOT);
+        std::process::exit(SETUP_FAILED);
+    }
 }
 
 /// The user and network namespaces stage 1 starts from.
@@ -228,7 +301,16 @@ pub(super) fn report_and_exit(stream: &mut UnixStream, e: &LayerError) -> ! {
 // ---------------------------------------------------------------------------------------------
 // Stage 1
 
-fn stage1(mut host: UnixStream, spec: &LaunchSpec, namespaces: Namespaces) -> ! {
+fn stage1(mut host: UnixStream, spec: &LaunchSpec, namespaces: Namespaces, root: SessionRoot) -> ! {
+    match root {
+        SessionRoot::None => {}
+        SessionRoot::Build => {
+            if let Err(e) = build_session_root(&host, spec) {
+                report_and_exit(&mut host, &e);
+            }
+        }
+        SessionRoot::Enter(ns) => enter_session_root(&mut host, spec, &ns),
+    }
     if let Err(e) = enter_namespaces(spec, namespaces) {
         report_and_exit(&mut host, &e);
     }
@@ -546,7 +628,11 @@ fn describe(status: WaitStatus) -> String {
 /// applied (`full`, `partial`, `none`).
 fn confine(spec: &LaunchSpec) -> Setup<&'static str> {
     rustix::process::setsid().map_err(fail("new session (setsid)"))?;
-    super::root::build_root(spec)?;
+    if spec.root == RootUse::Fresh {
+        super::root::build_root(spec, Layout::Call)?;
+    } else {
+        super::root::per_call(spec)?;
+    }
     std::env::set_current_dir(&spec.workdir).map_err(|e| LayerError {
         layer: "working directory",
         detail: format!("{}: {e}", spec.workdir.display()),

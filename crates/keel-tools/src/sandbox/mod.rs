@@ -19,7 +19,10 @@
 //!   a minimal `/dev`
 //!   (`null`, `zero`, `full`, `random`, `urandom`, `tty`, a private `devpts`, `shm`; no `kmsg`, no
 //!   disks, no loop devices); a fresh `/proc` showing only the command's PID namespace, with
-//!   `/proc/sys`, `/proc/sysrq-trigger`, `/proc/irq` and `/proc/bus` read-only.
+//!   `/proc/sys`, `/proc/sysrq-trigger`, `/proc/irq` and `/proc/bus` read-only. Through the
+//!   session holder this root is built once per session and copied for each call, which gets
+//!   its own `/tmp`, `/run`, `/var/run`, `/dev/shm`, `devpts` and `/proc`; a call checks the
+//!   kept root is still what a fresh build would give first (`root.rs`, **Session roots**).
 //! - **Processes**: the launcher's second stage is PID 1 of the namespace; when the command ends it
 //!   exits and the kernel kills everything left in the namespace (background jobs, `setsid`
 //!   daemons). The command sees no process outside (keel's `/proc/<pid>/environ`, `kill`). The
@@ -32,7 +35,7 @@
 //!   fatal): read and execute everywhere, write only in the workspace (`workspace_write`), the
 //!   private temp dir, `/tmp`, `/dev/shm` and the character devices above; abstract Unix sockets
 //!   and signals scoped to the sandbox (ABI 6).
-//! - **seccomp** (see `filter.rs`): `socket` only for `AF_UNIX` (plus `AF_INET`/`AF_INET6`, and
+//! - **seccomp** (see `filter.rs`; one filter): `socket` only for `AF_UNIX` (plus `AF_INET`/`AF_INET6`, and
 //!   `AF_NETLINK` with `NETLINK_ROUTE` only, when the network is shared); `socketpair` only
 //!   `AF_UNIX`; `io_uring_*`, namespace creation, keyrings, `bpf`, `perf_event_open`,
 //!   `userfaultfd`, mount calls, `open_by_handle_at`, `syslog`, `TIOCSTI` and device `mknod` fail
@@ -375,6 +378,9 @@ pub struct Sandbox {
     /// as good as the shared ones: an empty network, loopback down).
     #[cfg(target_os = "linux")]
     held_network: Arc<tokio::sync::OnceCell<Option<Arc<imp::SessionHolder>>>>,
+    /// The session roots its holder's launchers built (`root.rs`, **Session roots**).
+    #[cfg(target_os = "linux")]
+    held_roots: Arc<imp::SessionRoots>,
 }
 
 impl Sandbox {
@@ -400,6 +406,8 @@ impl Sandbox {
             launcher: None,
             #[cfg(target_os = "linux")]
             held_network: Arc::default(),
+            #[cfg(target_os = "linux")]
+            held_roots: Arc::default(),
         })
     }
 
@@ -621,7 +629,7 @@ fn unavailable(mode: SandboxMode, reason: String) -> ToolsError {
 
 /// The format of [`LaunchSpec`]: a launcher from another build (a `keel-sandbox-launcher` not
 /// installed with this `keel`) refuses a spec of another format, and any field it does not know.
-const LAUNCH_SPEC_FORMAT: u32 = 4;
+const LAUNCH_SPEC_FORMAT: u32 = 5;
 
 /// The build of this crate a launcher and its host must share (crate version and a hash of its
 /// sources, set by `build.rs`): a launcher refuses a spec of another build, so a stale
@@ -662,6 +670,24 @@ struct LaunchSpec {
     protect: Vec<PathBuf>,
     /// The command's environment (name, value): the launcher itself runs with none.
     env: Vec<[EnvText; 2]>,
+    /// Where the call's root comes from (format 5).
+    root: RootUse,
+}
+
+/// How a launcher gets a call's root (`root.rs`, **Session roots**). `Build` and `Enter` only
+/// for a stage 1 its session's holder forked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum RootUse {
+    /// Stage 2 builds a root for this call alone.
+    Fresh,
+    /// Stage 1 builds the session's root in a new mount namespace, sends that namespace to the
+    /// host (one byte `r` with `SCM_RIGHTS`) before any other answer, then goes on as `Enter`.
+    Build,
+    /// The host sends the session root's mount namespace after the spec line (one byte with
+    /// `SCM_RIGHTS`); stage 1 enters it, answers `stale` (nothing runs) unless it is still
+    /// what a fresh build would give, and copies it for the call.
+    Enter,
 }
 
 /// An environment variable's name or value in a [`LaunchSpec`]: a JSON string when it is

@@ -4,6 +4,16 @@
 //! the host hides covered (with every ancestor of a hidden path inside the workspace pinned, so
 //! a command cannot rename it away from the path the next call hides), a minimal `/dev` and a
 //! fresh `/proc`.
+//!
+//! **Session roots.** Built for every call ([`Layout::Call`]), the root costs ~40 mount calls,
+//! two `pivot_root`s and the detach of the host's old root, whose RCU grace period waits for
+//! the other CPUs (0.07 ms on a quiet machine, milliseconds on a busy one). A session's holder
+//! instead has one stage 1 build it once ([`Layout::Session`]: everything but `/proc`) in a
+//! mount namespace keel keeps by descriptor; each later call enters that namespace, checks it
+//! is still what a fresh build would give ([`is_current`]), copies it (`unshare`) and makes only
+//! what must be new for every call ([`per_call`]): empty tmpfs over `/tmp`, `/run`, `/var/run`
+//! and `/dev/shm` (the workspace and private temp dir moved back over them where they lie
+//! beneath), a private `devpts` and a `/proc` of the call's PID namespace.
 
 use std::ffi::OsString;
 use std::fs::File;
@@ -37,7 +47,19 @@ fn mount_err(what: &str, path: &Path) -> impl FnOnce(rustix::io::Errno) -> Layer
     }
 }
 
-pub(super) fn build_root(spec: &LaunchSpec) -> Setup {
+/// What [`build_root`] builds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Layout {
+    /// A root for one call, `/proc` included (stage 2, PID 1 of the call's PID namespace).
+    Call,
+    /// A session's root (stage 1, before the call's PID namespace exists): everything but
+    /// `/proc`, which [`per_call`] mounts for each call.
+    Session,
+}
+
+/// Builds the new root described by `spec` in the calling process's (new, private) mount
+/// namespace and makes it the process's root, the host's root detached.
+pub(super) fn build_root(spec: &LaunchSpec, layout: Layout) -> Setup {
     let root = Path::new("/");
     // Nothing we mount propagates back to the host.
     rustix::mount::mount_change(
@@ -115,7 +137,9 @@ pub(super) fn build_root(spec: &LaunchSpec) -> Setup {
         .map_err(mount_err("hiding", &cover))?;
     }
     build_dev()?;
-    mount_proc()?;
+    if layout == Layout::Call {
+        mount_proc(&at(NEW, Path::new("/proc")))?;
+    }
 
     // Into the new root; the staging root and the host's old root go away.
     std::env::set_current_dir(new).map_err(fail("mount namespace (entering the new root)"))?;
@@ -152,16 +176,8 @@ fn bind_dir(path: &Path, recursive: bool, flags: MountFlags) -> Setup {
 /// else in those directories stays as writable as the workspace; only a rename *across* a
 /// pinned directory's edge becomes a copy (`EXDEV`, which `mv` handles).
 fn pin_ancestors(workspace: &Path, hidden: &[&PathBuf], flags: MountFlags) -> Setup {
-    let mut dirs = std::collections::BTreeSet::new();
-    for path in hidden {
-        let mut dir = path.parent();
-        while let Some(d) = dir.filter(|d| *d != workspace && d.starts_with(workspace)) {
-            dirs.insert(d.to_path_buf());
-            dir = d.parent();
-        }
-    }
     // Outermost first: a path sorts before the paths beneath it.
-    for dir in dirs {
+    for dir in pinned_dirs(workspace, hidden) {
         let target = at(NEW, &dir);
         if !std::fs::symlink_metadata(&target).is_ok_and(|m| m.is_dir()) {
             continue;
@@ -171,6 +187,20 @@ fn pin_ancestors(workspace: &Path, hidden: &[&PathBuf], flags: MountFlags) -> Se
         remount_tree(&target, flags)?;
     }
     Ok(())
+}
+
+/// The directories strictly between `workspace` and each of `hidden` (those inside it), sorted
+/// (outermost first).
+fn pinned_dirs(workspace: &Path, hidden: &[&PathBuf]) -> std::collections::BTreeSet<PathBuf> {
+    let mut dirs = std::collections::BTreeSet::new();
+    for path in hidden {
+        let mut dir = path.parent();
+        while let Some(d) = dir.filter(|d| *d != workspace && d.starts_with(workspace)) {
+            dirs.insert(d.to_path_buf());
+            dir = d.parent();
+        }
+    }
+    dirs
 }
 
 /// Covers `path` (canonical) in the new root: a directory with an empty tmpfs (returned: the
@@ -256,15 +286,7 @@ fn build_dev() -> Setup {
         .map_err(mount_err("mounting a tmpfs on", &shm))?;
     let pts = dev.join("pts");
     std::fs::create_dir(&pts).map_err(fail("mount namespace (/dev/pts)"))?;
-    // Optional: a private pseudo-terminal instance (some kernels refuse it in a user namespace).
-    let options = std::ffi::CString::new("newinstance,ptmxmode=0666,mode=620").unwrap_or_default();
-    let _ = rustix::mount::mount(
-        "devpts",
-        &pts,
-        "devpts",
-        MountFlags::NOSUID | MountFlags::NOEXEC,
-        options.as_c_str(),
-    );
+    mount_devpts(&pts);
     let _ = std::fs::set_permissions(&dev, std::fs::Permissions::from_mode(0o755));
     remount_one(
         &dev,
@@ -273,13 +295,26 @@ fn build_dev() -> Setup {
     .map_err(mount_err("remounting", &dev))
 }
 
-/// A /proc of the new PID namespace, with the parts that change the kernel read-only (uid 0 of
-/// a user namespace that maps host root may write sysctls and the sysrq trigger otherwise).
-fn mount_proc() -> Setup {
-    let proc = at(NEW, Path::new("/proc"));
+/// A private pseudo-terminal instance at `pts`; optional (some kernels refuse it in a user
+/// namespace).
+fn mount_devpts(pts: &Path) {
+    let options = std::ffi::CString::new("newinstance,ptmxmode=0666,mode=620").unwrap_or_default();
+    let _ = rustix::mount::mount(
+        "devpts",
+        pts,
+        "devpts",
+        MountFlags::NOSUID | MountFlags::NOEXEC,
+        options.as_c_str(),
+    );
+}
+
+/// A /proc of the new PID namespace at `proc`, with the parts that change the kernel read-only
+/// (uid 0 of a user namespace that maps host root may write sysctls and the sysrq trigger
+/// otherwise).
+fn mount_proc(proc: &Path) -> Setup {
     rustix::mount::mount(
         "proc",
-        &proc,
+        proc,
         "proc",
         MountFlags::NOSUID | MountFlags::NODEV | MountFlags::NOEXEC,
         None,
@@ -301,6 +336,137 @@ fn mount_proc() -> Setup {
         .map_err(mount_err("remounting", &path))?;
     }
     Ok(())
+}
+
+// --- session roots ---------------------------------------------------------------------------
+
+/// The places a session root must still have as a fresh build would: every path a build
+/// mounts on (the workspace, the private temp dir, the hidden and protected paths, the pinned
+/// directories), each with whether the host has it now. Read by stage 1 in the host's mount
+/// namespace, before it enters the session's.
+pub(super) fn host_view(spec: &LaunchSpec) -> Vec<(PathBuf, bool)> {
+    let inside: Vec<&PathBuf> = spec
+        .hide
+        .iter()
+        .filter(|p| p.starts_with(&spec.workspace))
+        .chain(&spec.protect)
+        .collect();
+    let mut view = vec![(spec.workspace.clone(), true), (spec.temp.clone(), true)];
+    for path in &spec.hide {
+        view.push((path.clone(), std::fs::symlink_metadata(path).is_ok()));
+    }
+    for path in &spec.protect {
+        let here = std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir() || m.is_file());
+        view.push((path.clone(), here));
+    }
+    for dir in pinned_dirs(&spec.workspace, &inside) {
+        let here = std::fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir());
+        view.push((dir, here));
+    }
+    view
+}
+
+/// Whether the session root this process is in (after `setns`) is what a fresh build would
+/// give for `view` ([`host_view`]): each path the host has is a mount point (its cover, pin or
+/// bind is still attached) and each it lacks is not one. The kernel detaches a mount whose
+/// mount point the host deletes or renames over (a store's `-journal` deleted and made again,
+/// a config file replaced), and a path that appeared since the build was never covered: either
+/// way the session's root is stale, and the call is built fresh. Uses `statx`'s
+/// `STATX_ATTR_MOUNT_ROOT` (Linux 5.8); where the kernel does not report it, no root is current.
+pub(super) fn is_current(view: &[(PathBuf, bool)]) -> bool {
+    view.iter().all(|(path, here)| match mount_root(path) {
+        Some(root) => root == *here,
+        None => false,
+    })
+}
+
+/// Whether `path` (not followed) is the root of a mount: `Some(false)` when it is missing,
+/// `None` when the kernel does not say.
+fn mount_root(path: &Path) -> Option<bool> {
+    use rustix::fs::{AtFlags, StatxAttributes, StatxFlags};
+    match rustix::fs::statx(
+        rustix::fs::CWD,
+        path,
+        AtFlags::SYMLINK_NOFOLLOW,
+        StatxFlags::BASIC_STATS,
+    ) {
+        Ok(st) if st.stx_attributes_mask.contains(StatxAttributes::MOUNT_ROOT) => {
+            Some(st.stx_attributes.contains(StatxAttributes::MOUNT_ROOT))
+        }
+        Ok(_) => None,
+        Err(rustix::io::Errno::NOENT | rustix::io::Errno::NOTDIR) => Some(false),
+        Err(_) => None,
+    }
+}
+
+/// Whether this kernel says which paths are mount points ([`is_current`] needs it).
+pub(super) fn reports_mount_roots() -> bool {
+    mount_root(Path::new("/")).is_some()
+}
+
+/// In a copy of a session root (stage 2, PID 1 of the call's PID namespace): the mounts every
+/// call gets new. Empty tmpfs over `/tmp`, `/run` and `/var/run` (where they are directories,
+/// as [`build_root`] decides) with the workspace and the private temp dir, where they lie
+/// beneath, cloned (`open_tree`, with everything mounted in them) and moved back over the
+/// empty tmpfs at their paths; an empty `/dev/shm`; a private `devpts` (optional, as in a fresh
+/// build); a `/proc` of the call's PID namespace.
+pub(super) fn per_call(spec: &LaunchSpec) -> Setup {
+    use rustix::mount::{MoveMountFlags, OpenTreeFlags};
+    let grafts: Vec<&PathBuf> = [&spec.workspace, &spec.temp]
+        .into_iter()
+        .filter(|p| {
+            let other = if *p == &spec.workspace {
+                &spec.temp
+            } else {
+                &spec.workspace
+            };
+            // The outermost of the two: one nested in the other moves with it.
+            !(p.starts_with(other) && *p != other)
+        })
+        .collect();
+    for (dir, mode) in [("/tmp", "1777"), ("/run", "0755"), ("/var/run", "0755")] {
+        let dir = Path::new(dir);
+        if !std::fs::symlink_metadata(dir).is_ok_and(|m| m.is_dir()) {
+            continue;
+        }
+        let mut moved = Vec::new();
+        for graft in grafts.iter().filter(|g| g.starts_with(dir)) {
+            let tree = rustix::mount::open_tree(
+                rustix::fs::CWD,
+                graft.as_path(),
+                OpenTreeFlags::OPEN_TREE_CLONE
+                    | OpenTreeFlags::AT_RECURSIVE
+                    | OpenTreeFlags::OPEN_TREE_CLOEXEC,
+            )
+            .map_err(mount_err("cloning", graft))?;
+            moved.push((graft, tree));
+        }
+        mount_tmpfs(
+            dir,
+            MountFlags::NOSUID | MountFlags::NODEV,
+            &format!("mode={mode}"),
+        )
+        .map_err(mount_err("mounting a tmpfs on", dir))?;
+        for (graft, tree) in moved {
+            std::fs::create_dir_all(graft).map_err(|e| LayerError {
+                layer: "mount namespace",
+                detail: format!("creating the mount point {}: {e}", graft.display()),
+            })?;
+            rustix::mount::move_mount(
+                &tree,
+                "",
+                rustix::fs::CWD,
+                graft.as_path(),
+                MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH,
+            )
+            .map_err(mount_err("moving back", graft))?;
+        }
+    }
+    let shm = Path::new("/dev/shm");
+    mount_tmpfs(shm, MountFlags::NOSUID | MountFlags::NODEV, "mode=1777")
+        .map_err(mount_err("mounting a tmpfs on", shm))?;
+    mount_devpts(Path::new("/dev/pts"));
+    mount_proc(Path::new("/proc"))
 }
 
 /// Remounts the bind mount at `target` with `flags` added to the flags it has (which the

@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::{
-    EnvText, Invocation, LAUNCHER_ARG, LaunchSpec, Launcher, SETUP_TIMEOUT_MS, Sandbox,
+    EnvText, Invocation, LAUNCHER_ARG, LaunchSpec, Launcher, RootUse, SETUP_TIMEOUT_MS, Sandbox,
     SandboxMode, SandboxedChild, holder, launch, unavailable,
 };
 use crate::error::ToolsError;
@@ -47,6 +47,7 @@ pub(super) async fn spawn(
         hide: Vec::new(),
         protect: Vec::new(),
         shared_network: false,
+        root: RootUse::Fresh,
         env: env
             .into_iter()
             .map(|(name, value)| [EnvText::new(name), EnvText::new(value)])
@@ -65,28 +66,68 @@ pub(super) async fn spawn(
     // Through the session's holder, which forks a launcher for the call; when it is gone, by
     // starting one, which enters the session's namespaces.
     if let Some(holder) = session.as_ref().filter(|h| !h.gone.load(Ordering::Relaxed)) {
-        let (mut host_end, launcher_end) = lifeline()?;
-        let fds = [
-            launcher_end.as_fd(),
-            invocation.stdout.as_fd(),
-            invocation.stderr.as_fd(),
-        ];
-        if send_fds(&holder.control, &fds).await.is_ok() {
+        let key = RootKey::of(&spec);
+        let mut held = key.as_ref().and_then(|k| sandbox.held_roots.find(k));
+        let mut root = match (&key, &held) {
+            (None, _) => RootUse::Fresh,
+            (Some(_), Some(_)) => RootUse::Enter,
+            (Some(_), None) => RootUse::Build,
+        };
+        loop {
+            let (mut host_end, launcher_end) = lifeline()?;
+            let fds = [
+                launcher_end.as_fd(),
+                invocation.stdout.as_fd(),
+                invocation.stderr.as_fd(),
+            ];
+            if send_fds(&holder.control, &fds).await.is_err() {
+                break;
+            }
             drop(launcher_end);
             let waiting = SlowHolder {
                 holder,
                 since: std::time::Instant::now(),
             };
-            let answer = start(&mut host_end, &spec, None).await;
+            let spec = LaunchSpec {
+                root,
+                ..spec.clone()
+            };
+            let ns = held.as_ref().filter(|_| root == RootUse::Enter);
+            let after: Vec<_> = ns.iter().map(|fd| fd.as_fd()).collect();
+            let answer = start(&mut host_end, &spec, &after).await;
             std::mem::forget(waiting);
             match answer {
                 // Only the forked launcher holds the command's output from here.
-                Answer::Ready => return Ok(SandboxedChild::forked(host_end)),
+                Answer::Ready(built) => {
+                    if let (Some(key), Some(ns)) = (key, built) {
+                        sandbox.held_roots.keep(key, ns);
+                    }
+                    return Ok(SandboxedChild::forked(host_end));
+                }
+                // Nothing ran: the session's root is stale (rebuilt), or it could not be built
+                // or entered (this sandbox's calls build their roots fresh from now on, and a
+                // real failure shows again, reported, in the fresh build).
+                Answer::Refused(line) if root != RootUse::Fresh => {
+                    if let Some(key) = &key {
+                        sandbox.held_roots.forget(key);
+                    }
+                    held = None;
+                    root = if root == RootUse::Enter && line == launch::STALE_ROOT {
+                        RootUse::Build
+                    } else {
+                        tracing::debug!(answer = %line, "no session root: each call builds its own");
+                        sandbox.held_roots.give_up();
+                        RootUse::Fresh
+                    };
+                }
                 // Reset: the launcher's end closed with the spec unread in it (the holder died
                 // with the call queued): nothing ran, and a launcher of the call's own may
                 // start it. An end after the spec was read is not retried.
                 Answer::Failed(ToolsError::Io { source, .. })
-                    if source.kind() == std::io::ErrorKind::ConnectionReset => {}
+                    if source.kind() == std::io::ErrorKind::ConnectionReset =>
+                {
+                    break;
+                }
                 Answer::Failed(e) => {
                     // No answer in time (a stuck holder): later calls do not wait on it.
                     holder.gone.store(true, Ordering::Relaxed);
@@ -136,8 +177,12 @@ pub(super) async fn spawn(
         )
     })?;
     drop(command);
-    match start(&mut host_end, &spec, shared).await {
-        Answer::Ready => Ok(SandboxedChild::new(child, Some(host_end))),
+    let after: Vec<_> = shared
+        .iter()
+        .flat_map(|ns| [ns.user.as_fd(), ns.net.as_fd()])
+        .collect();
+    match start(&mut host_end, &spec, &after).await {
+        Answer::Ready(_) => Ok(SandboxedChild::new(child, Some(host_end))),
         Answer::Failed(e) => {
             let _ = child.start_kill();
             Err(e)
@@ -192,20 +237,23 @@ fn lifeline() -> Result<(tokio::net::UnixStream, std::os::unix::net::UnixStream)
 
 /// How a launcher answered the spec.
 enum Answer {
-    /// `ready`: the command runs.
-    Ready,
+    /// `ready`: the command runs; with the session root's mount namespace when the spec asked
+    /// the launcher to build it ([`RootUse::Build`]).
+    Ready(Option<OwnedFd>),
     /// Another line (`error LAYER: DETAIL`), or none (empty: the launcher ended).
     Refused(String),
     /// No answer within [`SETUP_TIMEOUT_MS`], or the channel failed.
     Failed(ToolsError),
 }
 
-/// Sends `spec` (and, when given, the session's namespaces) on the launcher's lifeline and
-/// reads its first answer.
+/// Sends `spec` and then `after` (the session's namespaces, or its root's mount namespace:
+/// one byte with `SCM_RIGHTS`, when not empty) on the launcher's lifeline and reads its first
+/// answer: for [`RootUse::Build`], the session root's namespace first (or the start of a
+/// refusal), then the answer line.
 async fn start(
     host_end: &mut tokio::net::UnixStream,
     spec: &LaunchSpec,
-    shared: Option<&Arc<launch::SharedNetwork>>,
+    after: &[std::os::fd::BorrowedFd<'_>],
 ) -> Answer {
     let mode = spec.mode;
     let mut line = match serde_json::to_string(spec) {
@@ -217,13 +265,25 @@ async fn start(
     line.push('\n');
     // A launcher that died already shows as an early end of its answer below.
     let _ = host_end.write_all(line.as_bytes()).await;
-    if let Some(ns) = shared {
-        let _ = send_fds(host_end, &[ns.user.as_fd(), ns.net.as_fd()]).await;
+    if !after.is_empty() {
+        let _ = send_fds(host_end, after).await;
     }
-    let answer =
-        tokio::time::timeout(Duration::from_millis(SETUP_TIMEOUT_MS), read_line(host_end)).await;
-    let line = match answer {
-        Ok(Ok(line)) => line,
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(SETUP_TIMEOUT_MS);
+    let answer = tokio::time::timeout_at(deadline, async {
+        let mut built = None;
+        let mut first = None;
+        if spec.root == RootUse::Build {
+            match receive_message(host_end).await? {
+                Some((b'r', mut fds)) if fds.len() == 1 => built = fds.pop(),
+                Some((byte, _)) => first = Some(byte),
+                None => return Ok((None, String::new())),
+            }
+        }
+        read_line(host_end, first).await.map(|line| (built, line))
+    })
+    .await;
+    let (built, line) = match answer {
+        Ok(Ok(answer)) => answer,
         Ok(Err(source)) => {
             return Answer::Failed(ToolsError::Io {
                 context: "talking to the sandbox launcher".into(),
@@ -249,7 +309,7 @@ async fn start(
             "Landlock is not (fully) available on this kernel: the sandbox runs without this extra layer (namespaces, read-only mounts, dropped capabilities and seccomp still apply)"
         );
     }
-    Answer::Ready
+    Answer::Ready(built)
 }
 
 /// Why a launcher did not start the command, from its answer `line`; `ended` says it when
@@ -283,6 +343,85 @@ fn protected(launcher: &Launcher, workspace: &Path) -> Vec<std::path::PathBuf> {
         }
     }
     out
+}
+
+/// What a session root is built from: a call whose spec has the same may use it.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct RootKey {
+    mode: SandboxMode,
+    workspace: std::path::PathBuf,
+    temp: std::path::PathBuf,
+    hide: Vec<std::path::PathBuf>,
+    protect: Vec<std::path::PathBuf>,
+}
+
+impl RootKey {
+    /// `spec`'s key; `None` where a session root cannot serve it: a workspace or private temp
+    /// dir that is `/` or lies in `/dev` or `/proc` (which every call makes anew).
+    fn of(spec: &LaunchSpec) -> Option<Self> {
+        let odd = |p: &Path| p == Path::new("/") || p.starts_with("/dev") || p.starts_with("/proc");
+        if odd(&spec.workspace) || odd(&spec.temp) {
+            return None;
+        }
+        Some(Self {
+            mode: spec.mode,
+            workspace: spec.workspace.clone(),
+            temp: spec.temp.clone(),
+            hide: spec.hide.clone(),
+            protect: spec.protect.clone(),
+        })
+    }
+}
+
+/// Most session roots a sandbox keeps (a server's sandbox may serve several workspaces); the
+/// oldest goes first.
+const MAX_ROOTS: usize = 8;
+
+/// The session roots of a sandbox and its clones (`root.rs`, **Session roots**): mount
+/// namespaces built by a stage 1 of the session's holder, kept by descriptor (which keeps each
+/// namespace alive; they go with the last clone of the sandbox).
+#[derive(Debug, Default)]
+pub(super) struct SessionRoots {
+    held: std::sync::Mutex<Vec<(RootKey, Arc<OwnedFd>)>>,
+    /// Set once a root could not be built or entered: every later call builds its own.
+    off: AtomicBool,
+}
+
+impl SessionRoots {
+    fn held(&self) -> std::sync::MutexGuard<'_, Vec<(RootKey, Arc<OwnedFd>)>> {
+        self.held
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The root built for `key`, if any and if roots are still used.
+    fn find(&self, key: &RootKey) -> Option<Arc<OwnedFd>> {
+        if self.off.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.held()
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, ns)| Arc::clone(ns))
+    }
+
+    fn keep(&self, key: RootKey, ns: OwnedFd) {
+        let mut held = self.held();
+        held.retain(|(k, _)| *k != key);
+        if held.len() >= MAX_ROOTS {
+            held.remove(0);
+        }
+        held.push((key, Arc::new(ns)));
+    }
+
+    fn forget(&self, key: &RootKey) {
+        self.held().retain(|(k, _)| k != key);
+    }
+
+    fn give_up(&self) {
+        self.off.store(true, Ordering::Relaxed);
+        self.held().clear();
+    }
 }
 
 /// A sandbox's session holder (`__sandbox session`, see `launch.rs`): a launcher, keel's child,
@@ -392,24 +531,9 @@ async fn send_fds(
     stream: &tokio::net::UnixStream,
     fds: &[std::os::fd::BorrowedFd<'_>],
 ) -> std::io::Result<()> {
-    use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
     stream
         .async_io(tokio::io::Interest::WRITABLE, || {
-            let mut space = [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(3))];
-            let mut control = SendAncillaryBuffer::new(&mut space);
-            if !control.push(SendAncillaryMessage::ScmRights(fds)) {
-                return Err(std::io::Error::other(
-                    "too many descriptors for one message",
-                ));
-            }
-            rustix::net::sendmsg(
-                stream,
-                &[std::io::IoSlice::new(b"n")],
-                &mut control,
-                SendFlags::NOSIGNAL,
-            )
-            .map(drop)
-            .map_err(std::io::Error::from)
+            holder::send_fds(stream, b'n', fds)
         })
         .await
 }
@@ -429,9 +553,30 @@ fn hidden_paths(sandbox: &Sandbox, workspace: &Path) -> Vec<std::path::PathBuf> 
     hide
 }
 
-/// One line (without its newline; empty at end of stream), at most 64 KiB.
-async fn read_line(stream: &mut tokio::net::UnixStream) -> std::io::Result<String> {
+/// One message (a byte and at most one descriptor) from a launcher's lifeline: see
+/// [`holder::receive_message`].
+async fn receive_message(
+    stream: &tokio::net::UnixStream,
+) -> std::io::Result<Option<(u8, Vec<OwnedFd>)>> {
+    stream
+        .async_io(tokio::io::Interest::READABLE, || {
+            holder::receive_message::<1>(stream)
+        })
+        .await
+}
+
+/// One line (without its newline; empty at end of stream), at most 64 KiB, that begins with
+/// `first` when given (a byte read already).
+async fn read_line(
+    stream: &mut tokio::net::UnixStream,
+    first: Option<u8>,
+) -> std::io::Result<String> {
     let mut buf = Vec::new();
+    match first {
+        Some(b'\n') => return Ok(String::new()),
+        Some(byte) => buf.push(byte),
+        None => {}
+    }
     let mut byte = [0u8; 1];
     while buf.len() < 64 * 1024 {
         match stream.read(&mut byte).await? {
