@@ -71,6 +71,11 @@ async fn what_the_host_hides_stays_hidden_when_the_host_replaces_it_between_call
         second.contains("tmp-mounts=2"),
         "the second call copies the session's root: {second}"
     );
+    assert_eq!(
+        sandbox.session_roots_built(),
+        1,
+        "the second call reused the first's root"
+    );
     // The host replaces all three (as SQLite does its journal, an editor a config file).
     std::fs::remove_file(&journal).unwrap();
     std::fs::write(&journal, "SECRET-FOUR").unwrap();
@@ -86,6 +91,64 @@ async fn what_the_host_hides_stays_hidden_when_the_host_replaces_it_between_call
             "call {call} after the change: {out}"
         );
     }
+    assert_eq!(
+        sandbox.session_roots_built(),
+        2,
+        "the stale root was built again once, then reused"
+    );
+}
+
+/// keel's own layout: its data directory hidden, and in it the store's files hidden too (each
+/// beneath the directory's cover, so not covered on its own), the config directory, a
+/// workspace elsewhere. The session's root stays current call after call: one build.
+#[tokio::test]
+async fn hidden_paths_beneath_a_hidden_directory_keep_the_session_root_current() {
+    register_launcher();
+    let home = tempfile::tempdir_in("/var/tmp").unwrap();
+    let home = std::fs::canonicalize(home.path()).unwrap();
+    let data = home.join(".local/share/keel");
+    let config = home.join(".config/keel");
+    std::fs::create_dir_all(&data).unwrap();
+    std::fs::create_dir_all(&config).unwrap();
+    let mut hide = vec![data.clone(), config];
+    for suffix in ["", "-wal", "-shm", "-journal"] {
+        let file = data.join(format!("keel.db{suffix}"));
+        std::fs::write(&file, "SECRET-STORE").unwrap();
+        hide.push(file);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let ws = std::fs::canonicalize(dir.path()).unwrap();
+    let sandbox = Sandbox::new(SandboxMode::WorkspaceWrite)
+        .unwrap()
+        .hiding(&hide);
+    let probe = format!("cat '{}/keel.db' 2>&1; echo end", data.display());
+    for call in 0..4 {
+        let out = run(&sandbox, &ws, &probe).await;
+        assert!(!out.contains("SECRET"), "call {call}: {out}");
+    }
+    assert_eq!(sandbox.session_roots_built(), 1);
+}
+
+/// The host moves the workspace (under `/tmp`, where the session root's bind of it sits in the
+/// build's own tmpfs and so stays attached) away and makes another at its path: the next call
+/// works in the new one, as with a root built for it.
+#[tokio::test]
+async fn a_workspace_the_host_replaces_is_not_reused() {
+    register_launcher();
+    let dir = tempfile::tempdir().unwrap();
+    let base = std::fs::canonicalize(dir.path()).unwrap();
+    let ws = base.join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    std::fs::write(ws.join("marker"), "OLD\n").unwrap();
+    let sandbox = Sandbox::new(SandboxMode::WorkspaceWrite).unwrap();
+    let probe = "cat marker; echo made > out";
+    assert_eq!(run(&sandbox, &ws, probe).await, "OLD\n");
+    std::fs::rename(&ws, base.join("ws.old")).unwrap();
+    std::fs::create_dir(&ws).unwrap();
+    std::fs::write(ws.join("marker"), "NEW\n").unwrap();
+    assert_eq!(run(&sandbox, &ws, probe).await, "NEW\n");
+    assert_eq!(std::fs::read_to_string(ws.join("out")).unwrap(), "made\n");
+    assert_eq!(sandbox.session_roots_built(), 2);
 }
 
 /// A path the host hides that did not exist when the session's root was built (keel's store

@@ -22,7 +22,8 @@
 //!    - `keyctl`, `add_key`, `request_key` (kernel keyrings are not namespaced).
 //!    - `bpf`, `perf_event_open`, `userfaultfd` (kernel attack surface, exploitation aids).
 //!    - `mount`, `umount2`, `pivot_root`, `chroot`, `open_tree`, `move_mount`, `fsopen`,
-//!      `fsconfig`, `fsmount`, `fspick`, `mount_setattr` (the capabilities are gone anyway).
+//!      `fsconfig`, `fsmount`, `fspick`, `mount_setattr`, `open_tree_attr` (the capabilities
+//!      are gone anyway).
 //!    - `open_by_handle_at`, `name_to_handle_at` (opening by handle escapes bind mounts),
 //!      `syslog` (the kernel log), `kexec_load`, `kexec_file_load`, `init_module`,
 //!      `finit_module`, `delete_module`, `reboot`, `swapon`, `swapoff`, `acct`.
@@ -62,6 +63,10 @@ fn compile(rules: Rules, action: SeccompAction) -> Result<BpfProgram, String> {
         .map_err(|e| e.to_string())?;
     BpfProgram::try_from(filter).map_err(|e| e.to_string())
 }
+
+/// `open_tree_attr(2)` (Linux 6.15; one number on every architecture but alpha), which the
+/// `libc` crate does not name yet.
+const SYS_OPEN_TREE_ATTR: i64 = 467;
 
 /// Program 2: the calls that fail with EPERM.
 fn eperm_rules(network: bool) -> Result<Rules, String> {
@@ -160,6 +165,7 @@ fn eperm_rules(network: bool) -> Result<Rules, String> {
         libc::SYS_fsmount,
         libc::SYS_fspick,
         libc::SYS_mount_setattr,
+        SYS_OPEN_TREE_ATTR,
         libc::SYS_open_by_handle_at,
         libc::SYS_name_to_handle_at,
         libc::SYS_syslog,

@@ -411,6 +411,22 @@ impl Sandbox {
         })
     }
 
+    /// How many session roots this sandbox and its clones have built (`root.rs`, **Session
+    /// roots**): 1 for a session whose confined calls all used the first call's root, more when
+    /// the host changed what a root is built from (a root found stale is built again), 0 in
+    /// `off` mode, with the network, or where roots are not used. For tests and benchmarks.
+    #[must_use]
+    pub fn session_roots_built(&self) -> u64 {
+        #[cfg(target_os = "linux")]
+        {
+            self.held_roots.built()
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            0
+        }
+    }
+
     /// The same sandbox sharing the host's network namespace (`true`): `AF_INET`/`AF_INET6`
     /// sockets are allowed and reach whatever the host reaches, its loopback services included.
     /// Every other layer stays. No effect in `off` mode.

@@ -340,49 +340,92 @@ fn mount_proc(proc: &Path) -> Setup {
 
 // --- session roots ---------------------------------------------------------------------------
 
-/// The places a session root must still have as a fresh build would: every path a build
-/// mounts on (the workspace, the private temp dir, the hidden and protected paths, the pinned
-/// directories), each with whether the host has it now. Read by stage 1 in the host's mount
-/// namespace, before it enters the session's.
-pub(super) fn host_view(spec: &LaunchSpec) -> Vec<(PathBuf, bool)> {
+/// What a session root must still show for one path, as a fresh build would (read by stage 1
+/// in the host's mount namespace, before it enters the session's: [`host_view`]).
+#[derive(Debug)]
+pub(super) enum Expect {
+    /// A path the host hides: covered (a mount point), or not there at all (beneath another
+    /// cover, in a scratch tmpfs, or gone from the host). Never the host's file itself, which
+    /// is what shows when the kernel detached the cover (the host deleted or renamed over it).
+    Hidden(PathBuf),
+    /// A path the build binds from the host (the workspace, the private temp dir, a protected
+    /// path, a pinned directory): with the host's file now (device, inode), the root must have
+    /// that very file bound there, not deleted (a bind whose mount point lies in a tmpfs of the
+    /// build stays attached when the host moves the directory away and makes another); with
+    /// `None` (the host has nothing there to bind), the root must have no mount there.
+    Bound(PathBuf, Option<(u64, u64)>),
+}
+
+/// What [`is_current`] checks for `spec`: every path a build mounts on.
+pub(super) fn host_view(spec: &LaunchSpec) -> Vec<Expect> {
+    let file = |path: &Path, dir_only: bool| {
+        std::fs::symlink_metadata(path)
+            .ok()
+            .filter(|m| m.is_dir() || (!dir_only && m.is_file()))
+            .map(|m| {
+                use std::os::unix::fs::MetadataExt;
+                (m.dev(), m.ino())
+            })
+    };
     let inside: Vec<&PathBuf> = spec
         .hide
         .iter()
         .filter(|p| p.starts_with(&spec.workspace))
         .chain(&spec.protect)
         .collect();
-    let mut view = vec![(spec.workspace.clone(), true), (spec.temp.clone(), true)];
-    for path in &spec.hide {
-        view.push((path.clone(), std::fs::symlink_metadata(path).is_ok()));
-    }
+    let mut view = vec![
+        Expect::Bound(spec.workspace.clone(), file(&spec.workspace, true)),
+        Expect::Bound(spec.temp.clone(), file(&spec.temp, true)),
+    ];
+    view.extend(spec.hide.iter().cloned().map(Expect::Hidden));
     for path in &spec.protect {
-        let here = std::fs::symlink_metadata(path).is_ok_and(|m| m.is_dir() || m.is_file());
-        view.push((path.clone(), here));
+        view.push(Expect::Bound(path.clone(), file(path, false)));
     }
     for dir in pinned_dirs(&spec.workspace, &inside) {
-        let here = std::fs::symlink_metadata(&dir).is_ok_and(|m| m.is_dir());
-        view.push((dir, here));
+        let here = file(&dir, true);
+        view.push(Expect::Bound(dir, here));
     }
     view
 }
 
 /// Whether the session root this process is in (after `setns`) is what a fresh build would
-/// give for `view` ([`host_view`]): each path the host has is a mount point (its cover, pin or
-/// bind is still attached) and each it lacks is not one. The kernel detaches a mount whose
-/// mount point the host deletes or renames over (a store's `-journal` deleted and made again,
-/// a config file replaced), and a path that appeared since the build was never covered: either
-/// way the session's root is stale, and the call is built fresh. Uses `statx`'s
+/// give for `view` ([`host_view`]). The kernel detaches a mount whose mount point the host
+/// deletes or renames over (a store's `-journal` deleted and made again, a config file
+/// replaced), a bind whose mount point lies in a tmpfs of the build survives the host moving
+/// its directory away, and a path that appeared since the build was never covered or bound:
+/// any of these and the session's root is stale, and the call is built fresh. Uses `statx`'s
 /// `STATX_ATTR_MOUNT_ROOT` (Linux 5.8); where the kernel does not report it, no root is current.
-pub(super) fn is_current(view: &[(PathBuf, bool)]) -> bool {
-    view.iter().all(|(path, here)| match mount_root(path) {
-        Some(root) => root == *here,
-        None => false,
+pub(super) fn is_current(view: &[Expect]) -> bool {
+    view.iter().all(|expect| match expect {
+        Expect::Hidden(path) => match in_root(path) {
+            Some(seen) => seen.is_none_or(|s| s.mount_root),
+            None => false,
+        },
+        Expect::Bound(path, None) => match in_root(path) {
+            Some(seen) => seen.is_none_or(|s| !s.mount_root),
+            None => false,
+        },
+        Expect::Bound(path, Some(host)) => matches!(
+            in_root(path),
+            Some(Some(s)) if s.mount_root && s.links > 0 && s.id == *host
+        ),
     })
 }
 
-/// Whether `path` (not followed) is the root of a mount: `Some(false)` when it is missing,
-/// `None` when the kernel does not say.
-fn mount_root(path: &Path) -> Option<bool> {
+/// A path in this process's root, as [`in_root`] reads it.
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    /// Whether it is the root of a mount.
+    mount_root: bool,
+    /// Its link count (0: deleted).
+    links: u32,
+    /// (device, inode).
+    id: (u64, u64),
+}
+
+/// `path` (not followed) in this process's root; `Some(None)` when it is missing, `None` when
+/// the kernel does not report mount roots (or another error).
+fn in_root(path: &Path) -> Option<Option<Seen>> {
     use rustix::fs::{AtFlags, StatxAttributes, StatxFlags};
     match rustix::fs::statx(
         rustix::fs::CWD,
@@ -391,17 +434,22 @@ fn mount_root(path: &Path) -> Option<bool> {
         StatxFlags::BASIC_STATS,
     ) {
         Ok(st) if st.stx_attributes_mask.contains(StatxAttributes::MOUNT_ROOT) => {
-            Some(st.stx_attributes.contains(StatxAttributes::MOUNT_ROOT))
+            let dev = rustix::fs::makedev(st.stx_dev_major, st.stx_dev_minor);
+            Some(Some(Seen {
+                mount_root: st.stx_attributes.contains(StatxAttributes::MOUNT_ROOT),
+                links: st.stx_nlink,
+                id: (dev, st.stx_ino),
+            }))
         }
         Ok(_) => None,
-        Err(rustix::io::Errno::NOENT | rustix::io::Errno::NOTDIR) => Some(false),
+        Err(rustix::io::Errno::NOENT | rustix::io::Errno::NOTDIR) => Some(None),
         Err(_) => None,
     }
 }
 
 /// Whether this kernel says which paths are mount points ([`is_current`] needs it).
 pub(super) fn reports_mount_roots() -> bool {
-    mount_root(Path::new("/")).is_some()
+    in_root(Path::new("/")).is_some()
 }
 
 /// In a copy of a session root (stage 2, PID 1 of the call's PID namespace): the mounts every

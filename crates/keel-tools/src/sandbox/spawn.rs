@@ -73,6 +73,8 @@ pub(super) async fn spawn(
             (Some(_), Some(_)) => RootUse::Enter,
             (Some(_), None) => RootUse::Build,
         };
+        // Set when the call fell back from the session's root to one of its own.
+        let mut fell_back = false;
         loop {
             let (mut host_end, launcher_end) = lifeline()?;
             let fds = [
@@ -102,11 +104,16 @@ pub(super) async fn spawn(
                     if let (Some(key), Some(ns)) = (key, built) {
                         sandbox.held_roots.keep(key, ns);
                     }
+                    if fell_back {
+                        // The session's root failed where a root of the call's own works.
+                        tracing::debug!("no session root: each call builds its own");
+                        sandbox.held_roots.give_up();
+                    }
                     return Ok(SandboxedChild::forked(host_end));
                 }
-                // Nothing ran: the session's root is stale (rebuilt), or it could not be built
-                // or entered (this sandbox's calls build their roots fresh from now on, and a
-                // real failure shows again, reported, in the fresh build).
+                // Nothing ran: the session's root is stale (rebuilt), or the call could not
+                // start on it (started again on a root of its own: a failure of the call's,
+                // such as a missing working directory, shows again there and is reported).
                 Answer::Refused(line) if root != RootUse::Fresh => {
                     if let Some(key) = &key {
                         sandbox.held_roots.forget(key);
@@ -115,8 +122,8 @@ pub(super) async fn spawn(
                     root = if root == RootUse::Enter && line == launch::STALE_ROOT {
                         RootUse::Build
                     } else {
-                        tracing::debug!(answer = %line, "no session root: each call builds its own");
-                        sandbox.held_roots.give_up();
+                        tracing::debug!(answer = %line, "the call did not start on the session's root");
+                        fell_back = true;
                         RootUse::Fresh
                     };
                 }
@@ -383,8 +390,11 @@ const MAX_ROOTS: usize = 8;
 #[derive(Debug, Default)]
 pub(super) struct SessionRoots {
     held: std::sync::Mutex<Vec<(RootKey, Arc<OwnedFd>)>>,
-    /// Set once a root could not be built or entered: every later call builds its own.
+    /// Set once a call failed on a session root and started on one of its own: every later
+    /// call builds its own.
     off: AtomicBool,
+    /// How many roots were built and kept.
+    built: std::sync::atomic::AtomicU64,
 }
 
 impl SessionRoots {
@@ -405,7 +415,13 @@ impl SessionRoots {
             .map(|(_, ns)| Arc::clone(ns))
     }
 
+    /// How many roots were built and kept.
+    pub(super) fn built(&self) -> u64 {
+        self.built.load(Ordering::Relaxed)
+    }
+
     fn keep(&self, key: RootKey, ns: OwnedFd) {
+        self.built.fetch_add(1, Ordering::Relaxed);
         let mut held = self.held();
         held.retain(|(k, _)| *k != key);
         if held.len() >= MAX_ROOTS {
