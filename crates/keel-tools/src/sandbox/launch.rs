@@ -546,16 +546,23 @@ fn stage2(mut up: UnixStream, spec: &LaunchSpec) -> ! {
     let Some((program, args)) = spec.command.split_first() else {
         report_and_exit(&mut up, &fail("command")("no command given"));
     };
+    let env: Vec<(OsString, OsString)> = spec
+        .env
+        .iter()
+        .map(|[name, value]| (name.to_os(), value.to_os()))
+        .collect();
+    // Found on the command's `PATH` here, so that the standard library starts it with
+    // `posix_spawn` (a `vfork`: no copy of this process's memory, no `execve` tried in each
+    // `PATH` directory); argv[0] stays as given.
+    let found = super::on_path(program, &env);
     let devnull = File::open("/dev/null");
     let spawned = devnull.and_then(|null| {
-        Command::new(program)
+        use std::os::unix::process::CommandExt;
+        Command::new(&found)
+            .arg0(program)
             .args(args)
             .env_clear()
-            .envs(
-                spec.env
-                    .iter()
-                    .map(|[name, value]| (name.to_os(), value.to_os())),
-            )
+            .envs(env)
             .stdin(Stdio::from(null))
             .spawn()
     });
