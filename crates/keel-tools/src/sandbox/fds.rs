@@ -17,8 +17,8 @@
 //! for the sandbox's own processes the launcher's marking and stage 2's closing remain.
 //!
 //! This is the one module of keel-tools with `unsafe` code: marking a descriptor by number has
-//! no safe API; nor has the launcher's [`fork_single_threaded`], the launcher's [`die_of`] or
-//! [`mount_setattr_recursive`].
+//! no safe API; nor has the launcher's [`fork_single_threaded`], the launcher's [`die_of`] and
+//! [`exit_now`], or [`mount_setattr_recursive`].
 #![allow(unsafe_code)]
 
 /// Marks every descriptor from 3 up close-on-exec: `close_range(3, ~0, CLOSE_RANGE_CLOEXEC)`,
@@ -190,4 +190,12 @@ pub(crate) fn mount_setattr_recursive(path: &std::path::Path, set: u64) -> std::
     } else {
         Err(std::io::Error::last_os_error())
     }
+}
+
+/// `_exit(2)`: ends the process with `code` without running its exit handlers (see
+/// `launch::exit_now`).
+pub(crate) fn exit_now(code: i32) -> ! {
+    // SAFETY: `_exit` never returns and reads no memory of the process; skipping the exit
+    // handlers and destructors is its purpose, and nothing the launcher wrote is buffered.
+    unsafe { libc::_exit(code) }
 }
