@@ -255,14 +255,107 @@ fn chain(programs: Vec<BpfProgram>) -> BpfProgram {
     out
 }
 
+/// More classic BPF opcodes: load a word of `seccomp_data`, and the conditional jumps.
+const BPF_LD_W_ABS: u16 = 0x20;
+const BPF_JMP_JGE_K: u16 = 0x05 | 0x30;
+const BPF_JMP_JGT_K: u16 = 0x05 | 0x20;
+
+/// `program` (seccompiler's, whose mismatch action is "allow") with an **index** of the
+/// system call numbers its rules name inserted right after it loads the number: a binary search
+/// over the numbers' ranges that returns "allow" at once for a number no rule names and falls
+/// into seccompiler's rules for one that a rule names. The answer for every call is unchanged
+/// (a number no rule names reaches seccompiler's final "allow" anyway); what changes is that
+/// such a number runs ~8 instructions instead of two per rule, which the kernel does for every
+/// system call number when it installs the filter (`seccomp_cache_prepare` emulates the filter
+/// to find the calls it always allows, with interrupts off: ~0.17 ms a call in the profile
+/// of 100 sandboxed calls). `program` is returned as it is when its layout is not the one
+/// expected (no load of the number, a jump crossing the insertion point, an offset the 8-bit
+/// conditional jumps cannot hold).
+fn with_index(program: BpfProgram, numbers: &[i64]) -> BpfProgram {
+    let Some(load) = program
+        .iter()
+        .position(|i| i.code == BPF_LD_W_ABS && i.k == 0)
+    else {
+        return program;
+    };
+    // Nothing before the load may jump past it.
+    let crosses = program[..load].iter().enumerate().any(|(at, i)| {
+        let class = i.code & 0x07;
+        let jumps = class == 0x05;
+        let far = if i.code == BPF_JMP_JA {
+            i.k as usize
+        } else {
+            usize::from(i.jt.max(i.jf))
+        };
+        jumps && at + 1 + far > load
+    });
+    if crosses {
+        return program;
+    }
+    let mut sorted: Vec<u32> = numbers
+        .iter()
+        .filter_map(|&n| u32::try_from(n).ok())
+        .collect();
+    sorted.sort_unstable();
+    sorted.dedup();
+    if sorted.len() != numbers.len() {
+        return program;
+    }
+    let mut ranges: Vec<(u32, u32)> = Vec::new();
+    for n in sorted {
+        match ranges.last_mut() {
+            Some((_, hi)) if *hi + 1 == n => *hi = n,
+            _ => ranges.push((n, n)),
+        }
+    }
+    let Some(index) = index(&ranges) else {
+        return program;
+    };
+    let mut out = program;
+    out.splice(load + 1..load + 1, index);
+    out
+}
+
+/// The code that returns "allow" for a number (in the accumulator) outside `ranges` (sorted,
+/// disjoint) and falls off its end for one inside; `None` when an offset does not fit.
+fn index(ranges: &[(u32, u32)]) -> Option<Vec<seccompiler::sock_filter>> {
+    let insn = |code, jt, jf, k| seccompiler::sock_filter { code, jt, jf, k };
+    let allow = insn(BPF_RET_K, 0, 0, libc::SECCOMP_RET_ALLOW);
+    match ranges {
+        [] => Some(vec![allow]),
+        [(lo, hi)] => Some(vec![
+            // Below: allow.
+            insn(BPF_JMP_JGE_K, 0, 2, *lo),
+            // Above: allow; inside: off the end.
+            insn(BPF_JMP_JGT_K, 1, 0, *hi),
+            insn(BPF_JMP_JA, 0, 0, 1),
+            allow,
+        ]),
+        _ => {
+            let (low, high) = ranges.split_at(ranges.len() / 2);
+            let high_code = index(high)?;
+            let low_code = index(low)?;
+            // From the comparison: over the high half's code and the jump after it.
+            let skip = u8::try_from(high_code.len() + 1).ok()?;
+            let mut code = vec![insn(BPF_JMP_JGE_K, 0, skip, high[0].0)];
+            code.extend(high_code);
+            code.push(insn(BPF_JMP_JA, 0, 0, u32::try_from(low_code.len()).ok()?));
+            code.extend(low_code);
+            Some(code)
+        }
+    }
+}
+
 /// The chained filter for `network` (see the module docs).
 ///
 /// Errors: an unsupported architecture, or a rule seccompiler refuses.
 fn build(network: bool) -> Result<BpfProgram, String> {
-    let eperm = compile(
-        eperm_rules(network)?,
-        SeccompAction::Errno(libc::EPERM as u32),
-    )?;
+    let rules = eperm_rules(network)?;
+    let numbers: Vec<i64> = rules.keys().copied().collect();
+    let eperm = with_index(
+        compile(rules, SeccompAction::Errno(libc::EPERM as u32))?,
+        &numbers,
+    );
     #[cfg(target_arch = "x86_64")]
     let programs = vec![x32_filter(), eperm, clone3_program()?];
     #[cfg(not(target_arch = "x86_64"))]
@@ -331,6 +424,106 @@ mod tests {
                 (BPF_RET_K, allow)
             ]
         );
+    }
+
+    /// Runs `program` on one `seccomp_data` (number, architecture, six arguments) the way the
+    /// kernel does, for the instructions seccompiler and this module emit; panics on another.
+    fn run(program: &[seccompiler::sock_filter], nr: u32, arch: u32, args: [u64; 6]) -> u32 {
+        let mut a: u32 = 0;
+        let mut pc = 0usize;
+        loop {
+            let i = &program[pc];
+            pc += 1;
+            match i.code {
+                BPF_LD_W_ABS => {
+                    a = match i.k {
+                        0 => nr,
+                        4 => arch,
+                        k if (16..64).contains(&k) => {
+                            let arg = args[((k - 16) / 8) as usize];
+                            if (k - 16) % 8 == 0 {
+                                arg as u32
+                            } else {
+                                (arg >> 32) as u32
+                            }
+                        }
+                        k => panic!("load of offset {k}"),
+                    }
+                }
+                BPF_RET_K => return i.k,
+                BPF_JMP_JA => pc += i.k as usize,
+                0x54 => a &= i.k, // BPF_ALU | BPF_AND | BPF_K
+                code if code & 0x07 == 0x05 => {
+                    let taken = match code & 0xf0 {
+                        0x10 => a == i.k,
+                        0x20 => a > i.k,
+                        0x30 => a >= i.k,
+                        0x40 => a & i.k != 0,
+                        other => panic!("jump {other:#x}"),
+                    };
+                    pc += usize::from(if taken { i.jt } else { i.jf });
+                }
+                code => panic!("instruction {code:#x}"),
+            }
+        }
+    }
+
+    // `Ioctl` is `c_ulong` or `c_int` depending on the target.
+    #[allow(clippy::unnecessary_cast)]
+    #[test]
+    fn the_index_changes_no_answer_for_any_call_number_architecture_or_argument() {
+        let x86_64 = 0xc000_003e_u32; // AUDIT_ARCH_X86_64
+        let i386 = 0x4000_0003_u32; // AUDIT_ARCH_I386
+        let aarch64 = 0xc000_00b7_u32; // AUDIT_ARCH_AARCH64
+        let values: Vec<u64> = (0u64..64)
+            .chain([
+                libc::TIOCSTI as u64,
+                libc::TIOCLINUX as u64,
+                libc::S_IFCHR as u64 | 0o644,
+                libc::S_IFBLK as u64 | 0o600,
+                libc::S_IFIFO as u64 | 0o600,
+                libc::CLONE_NEWUSER as u64 | libc::SIGCHLD as u64,
+                libc::CLONE_NEWNS as u64,
+                libc::CLONE_NEWNET as u64,
+                libc::CLONE_VM as u64 | libc::CLONE_THREAD as u64,
+                libc::AF_INET as u64 | (1 << 32),
+                u64::MAX,
+            ])
+            .collect();
+        for network in [false, true] {
+            let rules = eperm_rules(network).unwrap();
+            let numbers: Vec<i64> = rules.keys().copied().collect();
+            let plain = compile(rules, SeccompAction::Errno(libc::EPERM as u32)).unwrap();
+            let indexed = with_index(plain.clone(), &numbers);
+            assert!(
+                indexed.len() > plain.len(),
+                "the index was inserted (network={network})"
+            );
+            let chained_plain = chain(vec![x32_filter(), plain.clone(), clone3_program().unwrap()]);
+            let chained = chain(vec![
+                x32_filter(),
+                indexed.clone(),
+                clone3_program().unwrap(),
+            ]);
+            for nr in (0u32..600).chain([0x4000_0000 | 41, 0x4000_0000 | 272, u32::MAX]) {
+                for arch in [x86_64, i386, aarch64] {
+                    for (n, &v) in values.iter().enumerate() {
+                        let w = values[(n * 7 + 3) % values.len()];
+                        let args = [v, w, v, w, v, w];
+                        assert_eq!(
+                            run(&plain, nr, arch, args),
+                            run(&indexed, nr, arch, args),
+                            "nr {nr} arch {arch:#x} args {args:?} (network={network})"
+                        );
+                        assert_eq!(
+                            run(&chained_plain, nr, arch, args),
+                            run(&chained, nr, arch, args),
+                            "chained: nr {nr} arch {arch:#x} args {args:?} (network={network})"
+                        );
+                    }
+                }
+            }
+        }
     }
 
     #[test]
