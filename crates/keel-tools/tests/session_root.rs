@@ -10,6 +10,10 @@ use keel_tools::sandbox::{Invocation, Sandbox, SandboxMode};
 
 use crate::common::register_launcher;
 
+/// Held by every test here: one of them mounts and unmounts on the host, which makes every
+/// sandbox's kept root be built again, and the others count builds.
+static HOST_MOUNTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Runs `command` with bash under `sandbox` in `ws`; its output and error.
 async fn run(sandbox: &Sandbox, ws: &Path, command: &str) -> String {
     let (mut reader, writer) = std::io::pipe().unwrap();
@@ -42,6 +46,7 @@ const TMP_MOUNTS: &str =
 /// the next call must not copy that root — it builds a fresh one, and sees neither secret.
 #[tokio::test]
 async fn what_the_host_hides_stays_hidden_when_the_host_replaces_it_between_calls() {
+    let _mounts = HOST_MOUNTS.lock().await;
     register_launcher();
     let dir = tempfile::tempdir().unwrap();
     let ws = std::fs::canonicalize(dir.path()).unwrap();
@@ -103,6 +108,7 @@ async fn what_the_host_hides_stays_hidden_when_the_host_replaces_it_between_call
 /// workspace elsewhere. The session's root stays current call after call: one build.
 #[tokio::test]
 async fn hidden_paths_beneath_a_hidden_directory_keep_the_session_root_current() {
+    let _mounts = HOST_MOUNTS.lock().await;
     register_launcher();
     let home = tempfile::tempdir_in("/var/tmp").unwrap();
     let home = std::fs::canonicalize(home.path()).unwrap();
@@ -134,6 +140,7 @@ async fn hidden_paths_beneath_a_hidden_directory_keep_the_session_root_current()
 /// works in the new one, as with a root built for it.
 #[tokio::test]
 async fn a_workspace_the_host_replaces_is_not_reused() {
+    let _mounts = HOST_MOUNTS.lock().await;
     register_launcher();
     let dir = tempfile::tempdir().unwrap();
     let base = std::fs::canonicalize(dir.path()).unwrap();
@@ -155,6 +162,7 @@ async fn a_workspace_the_host_replaces_is_not_reused() {
 /// made after the first command) is hidden from the next call.
 #[tokio::test]
 async fn a_hidden_path_made_after_the_first_call_is_hidden_from_the_next() {
+    let _mounts = HOST_MOUNTS.lock().await;
     register_launcher();
     let dir = tempfile::tempdir().unwrap();
     let ws = std::fs::canonicalize(dir.path()).unwrap();
@@ -176,6 +184,7 @@ async fn a_hidden_path_made_after_the_first_call_is_hidden_from_the_next() {
 /// them; eight calls at once each get their own `/tmp`.
 #[tokio::test]
 async fn every_call_gets_empty_scratch_places_and_the_same_workspace() {
+    let _mounts = HOST_MOUNTS.lock().await;
     register_launcher();
     let dir = tempfile::tempdir().unwrap();
     let ws = std::fs::canonicalize(dir.path()).unwrap();
@@ -203,4 +212,68 @@ async fn every_call_gets_empty_scratch_places_and_the_same_workspace() {
         })
         .count();
     assert_eq!(made, 9, "every call wrote to the workspace");
+}
+
+/// Unmounts a mount the test made on the host, whatever the test's outcome.
+struct Mounted(std::path::PathBuf);
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// The host unmounts a disk (here a tmpfs) between two calls: the second call must not find it
+/// still there through the session's root, which copied the host's mounts when it was built;
+/// the changed mount table makes the root be built again.
+#[tokio::test]
+async fn a_disk_the_host_unmounts_between_calls_is_gone_from_the_next() {
+    let _mounts = HOST_MOUNTS.lock().await;
+    register_launcher();
+    let base = tempfile::tempdir_in("/var/tmp").unwrap();
+    let point = std::fs::canonicalize(base.path()).unwrap().join("disk");
+    std::fs::create_dir(&point).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "tmpfs"])
+        .arg(&point)
+        .status()
+        .unwrap();
+    assert!(
+        mounted.success(),
+        "mounting a tmpfs (the tests run as root)"
+    );
+    let guard = Mounted(point.clone());
+    std::fs::write(point.join("file"), "ON-THE-DISK").unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ws = std::fs::canonicalize(dir.path()).unwrap();
+    let sandbox = Sandbox::new(SandboxMode::WorkspaceWrite).unwrap();
+    let probe = format!("cat '{}' 2>&1; echo end", point.join("file").display());
+    assert!(run(&sandbox, &ws, &probe).await.contains("ON-THE-DISK"));
+    assert!(run(&sandbox, &ws, &probe).await.contains("ON-THE-DISK"));
+    assert_eq!(sandbox.session_roots_built(), 1);
+    drop(guard);
+    let out = run(&sandbox, &ws, &probe).await;
+    assert!(!out.contains("ON-THE-DISK"), "{out}");
+    assert_eq!(sandbox.session_roots_built(), 2);
+}
+
+/// A `bash` earlier on the command's `PATH` that the confined command may not execute (no
+/// execute bit for its user) is passed over, as `execvp` passes over it: the next one runs.
+#[tokio::test]
+async fn a_program_on_path_the_command_cannot_execute_is_passed_over() {
+    use std::os::unix::fs::PermissionsExt;
+    let _mounts = HOST_MOUNTS.lock().await;
+    register_launcher();
+    let bin = tempfile::tempdir_in("/var/tmp").unwrap();
+    let fake = bin.path().join("bash");
+    std::fs::write(&fake, "#!/bin/sh\necho FAKE\n").unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o001)).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let ws = std::fs::canonicalize(dir.path()).unwrap();
+    let path = format!("{}:/usr/bin:/bin", bin.path().display());
+    let sandbox = Sandbox::new(SandboxMode::WorkspaceWrite)
+        .unwrap()
+        .setting(&[("PATH".to_owned(), path)]);
+    let out = run(&sandbox, &ws, "echo real").await;
+    assert_eq!(out, "real\n");
 }

@@ -92,11 +92,12 @@ use crate::error::ToolsError;
 /// `program` found on the `PATH` of `env` (the child's environment) when it is a bare name:
 /// the standard library starts a child with `posix_spawn` only for a program given as a path
 /// when the child's environment sets `PATH` (it searches that `PATH` itself after a `fork`
-/// otherwise). The first executable regular file wins, as `execvp` picks it; a name found
-/// nowhere or after a relative `PATH` entry, or an environment without `PATH`, is left as it
-/// is (the standard library then searches, or reports it missing, as before).
+/// otherwise). The first regular file this process may execute (`access(X_OK)`: a file whose
+/// execute bits exclude the caller, as a sandboxed command without capabilities, is passed
+/// over as `execvp` passes over `EACCES`) wins; a name found nowhere or after a relative
+/// `PATH` entry, or an environment without `PATH`, is left as it is (the standard library then
+/// searches, or reports it missing, as before).
 fn on_path(program: &str, env: &[(OsString, OsString)]) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
     if program.contains('/') || program.is_empty() {
         return PathBuf::from(program);
     }
@@ -109,8 +110,8 @@ fn on_path(program: &str, env: &[(OsString, OsString)]) -> PathBuf {
             break;
         }
         let candidate = dir.join(program);
-        if std::fs::metadata(&candidate)
-            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        if std::fs::metadata(&candidate).is_ok_and(|m| m.is_file())
+            && rustix::fs::access(&candidate, rustix::fs::Access::EXEC_OK).is_ok()
         {
             return candidate;
         }

@@ -68,6 +68,9 @@ pub(super) async fn spawn(
     if let Some(holder) = session.as_ref().filter(|h| !h.gone.load(Ordering::Relaxed)) {
         let key = RootKey::of(&spec);
         let mut held = key.as_ref().and_then(|k| sandbox.held_roots.find(k));
+        // Opened before a root is built: it reports any change of this process's mount table
+        // from then on (a root copies the host's mounts as they were when it was built).
+        let mut mounts = None;
         let mut root = match (&key, &held) {
             (None, _) => RootUse::Fresh,
             (Some(_), Some(_)) => RootUse::Enter,
@@ -90,6 +93,9 @@ pub(super) async fn spawn(
                 holder,
                 since: std::time::Instant::now(),
             };
+            if root == RootUse::Build {
+                mounts = MountTable::watch();
+            }
             let spec = LaunchSpec {
                 root,
                 ..spec.clone()
@@ -101,8 +107,8 @@ pub(super) async fn spawn(
             match answer {
                 // Only the forked launcher holds the command's output from here.
                 Answer::Ready(built) => {
-                    if let (Some(key), Some(ns)) = (key, built) {
-                        sandbox.held_roots.keep(key, ns);
+                    if let (Some(key), Some(ns), Some(mounts)) = (key, built, mounts) {
+                        sandbox.held_roots.keep(key, ns, mounts);
                     }
                     if fell_back {
                         // The session's root failed where a root of the call's own works.
@@ -380,6 +386,36 @@ impl RootKey {
     }
 }
 
+/// The host's mount table as a session root saw it: `/proc/self/mountinfo` kept open, which
+/// `poll(2)` reports readable-with-priority once the mount namespace changed since it was
+/// opened (a mount or unmount anywhere: a root still holding an unmounted disk must not serve
+/// another call, and one missing a new mount would not match a fresh build).
+#[derive(Debug)]
+pub(super) struct MountTable(std::fs::File);
+
+impl MountTable {
+    /// Opens the table; `None` when it cannot be read (no session root is kept then).
+    fn watch() -> Option<Self> {
+        std::fs::File::open("/proc/self/mountinfo").ok().map(Self)
+    }
+
+    /// Whether the mount table changed since [`Self::watch`] (or this cannot tell).
+    fn changed(&self) -> bool {
+        use rustix::event::{PollFd, PollFlags};
+        let mut fds = [PollFd::new(&self.0, PollFlags::PRI)];
+        let zero = rustix::time::Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        match rustix::event::poll(&mut fds, Some(&zero)) {
+            Ok(_) => fds[0]
+                .revents()
+                .intersects(PollFlags::PRI | PollFlags::ERR | PollFlags::NVAL),
+            Err(_) => true,
+        }
+    }
+}
+
 /// Most session roots a sandbox keeps (a server's sandbox may serve several workspaces); the
 /// oldest goes first.
 const MAX_ROOTS: usize = 8;
@@ -389,7 +425,7 @@ const MAX_ROOTS: usize = 8;
 /// namespace alive; they go with the last clone of the sandbox).
 #[derive(Debug, Default)]
 pub(super) struct SessionRoots {
-    held: std::sync::Mutex<Vec<(RootKey, Arc<OwnedFd>)>>,
+    held: std::sync::Mutex<Vec<HeldRoot>>,
     /// Set once a call failed on a session root and started on one of its own: every later
     /// call builds its own.
     off: AtomicBool,
@@ -397,22 +433,32 @@ pub(super) struct SessionRoots {
     built: std::sync::atomic::AtomicU64,
 }
 
+/// One kept root: what it was built from, its mount namespace, the host's mount table since.
+#[derive(Debug)]
+struct HeldRoot {
+    key: RootKey,
+    ns: Arc<OwnedFd>,
+    mounts: MountTable,
+}
+
 impl SessionRoots {
-    fn held(&self) -> std::sync::MutexGuard<'_, Vec<(RootKey, Arc<OwnedFd>)>> {
+    fn held(&self) -> std::sync::MutexGuard<'_, Vec<HeldRoot>> {
         self.held
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// The root built for `key`, if any and if roots are still used.
+    /// The root built for `key`, if any, if roots are still used and if the host's mount table
+    /// has not changed since it was built (roots built before a change are dropped).
     fn find(&self, key: &RootKey) -> Option<Arc<OwnedFd>> {
         if self.off.load(Ordering::Relaxed) {
             return None;
         }
-        self.held()
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, ns)| Arc::clone(ns))
+        let mut held = self.held();
+        held.retain(|root| !root.mounts.changed());
+        held.iter()
+            .find(|root| root.key == *key)
+            .map(|root| Arc::clone(&root.ns))
     }
 
     /// How many roots were built and kept.
@@ -420,18 +466,22 @@ impl SessionRoots {
         self.built.load(Ordering::Relaxed)
     }
 
-    fn keep(&self, key: RootKey, ns: OwnedFd) {
+    fn keep(&self, key: RootKey, ns: OwnedFd, mounts: MountTable) {
         self.built.fetch_add(1, Ordering::Relaxed);
         let mut held = self.held();
-        held.retain(|(k, _)| *k != key);
+        held.retain(|root| root.key != key);
         if held.len() >= MAX_ROOTS {
             held.remove(0);
         }
-        held.push((key, Arc::new(ns)));
+        held.push(HeldRoot {
+            key,
+            ns: Arc::new(ns),
+            mounts,
+        });
     }
 
     fn forget(&self, key: &RootKey) {
-        self.held().retain(|(k, _)| k != key);
+        self.held().retain(|root| root.key != *key);
     }
 
     fn give_up(&self) {
