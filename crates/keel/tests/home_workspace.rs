@@ -281,3 +281,58 @@ fn a_confined_command_cannot_replace_keel_or_its_launcher_in_the_workspace() {
     assert!(!shown[0].contains("other=0"), "{}", shown[0]);
     assert!(!launcher.exists(), "a launcher was planted beside keel");
 }
+
+#[test]
+fn a_confined_command_cannot_plant_a_launcher_beside_keel_in_the_workspaces_top_directory() {
+    // keel copied into the top directory of the project it works in, without its launcher
+    // (keel runs itself as the launcher then). Only files can be protected there, not the
+    // directory: keel holds the launcher's place with an empty file no command may replace,
+    // so that no later keel runs a planted launcher outside the sandbox (found by the attack
+    // pass: an ELF launcher planted there ran unconfined at the next `keel run`).
+    let env = Env::new();
+    let keel = env.path("keel");
+    let launcher = env.path("keel-sandbox-launcher");
+    std::fs::copy(env!("CARGO_BIN_EXE_keel"), &keel).unwrap();
+    let plant = "cp /bin/true keel-sandbox-launcher; echo cp=$?; \
+                 rm -f keel-sandbox-launcher; echo rm=$?; \
+                 mv keel-sandbox-launcher .away; echo mv=$?; \
+                 chmod 755 keel-sandbox-launcher; echo chmod=$?; echo end";
+    let script = [
+        call("shell", json!({"command": plant})),
+        json!({"text": "done"}).to_string(),
+    ];
+    env.write("script.jsonl", &script.join("\n"));
+    let run = || {
+        env.keel_at(&keel)
+            .stdin(std::process::Stdio::null())
+            .args(["run", "--workspace", ".", "--model", "script:script.jsonl"])
+            .args(["--output", "jsonl", "--permission-mode", "bypass", "go"])
+            .output()
+            .unwrap()
+    };
+    let out = run();
+    let shown = outputs(&out);
+    assert_eq!(shown.len(), 1, "{shown:?} {}", stderr(&out));
+    for refused in ["cp=0", "rm=0", "mv=0", "chmod=0"] {
+        assert!(!shown[0].contains(refused), "{refused}: {}", shown[0]);
+    }
+    assert!(shown[0].contains("end"), "{}", shown[0]);
+    let held = std::fs::metadata(&launcher).unwrap();
+    assert_eq!(held.len(), 0, "the launcher's place stays empty");
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&held.permissions()) & 0o777,
+        0
+    );
+    // The next keel does not take the empty file for a launcher: its commands run confined.
+    env.write(
+        "script.jsonl",
+        &[
+            call("shell", json!({"command": "echo second"})),
+            json!({"text": "done"}).to_string(),
+        ]
+        .join("\n"),
+    );
+    let again = run();
+    assert!(again.status.success(), "{}", stderr(&again));
+    assert!(outputs(&again)[0].contains("second"), "{}", stderr(&again));
+}

@@ -47,7 +47,11 @@ impl Launcher {
     /// It is opened `O_PATH` (a FIFO of that name cannot block start-up).
     pub fn beside_this_program(name: &str) -> Option<Self> {
         let exe = std::fs::read_link("/proc/self/exe").ok()?;
-        Self::held_open(&exe.parent()?.join(name))
+        let path = exe.parent()?.join(name);
+        if let Some(dir) = path.parent().and_then(|d| std::fs::canonicalize(d).ok()) {
+            let _ = LOOKED_FOR.set(dir.join(name));
+        }
+        Self::held_open(&path)
     }
 
     /// [`Launcher::beside_this_program`]'s checks and hold on the file at `path`.
@@ -124,11 +128,11 @@ impl Launcher {
     }
 
     /// The files a confined command must not replace when they lie in its workspace: the
-    /// running program (`/proc/self/exe`) and this launcher's own file. A command that could
-    /// swap either would run its code outside the sandbox the next time keel starts one
-    /// (keel runs the launcher from the directory of its own executable, and a launcher that
-    /// is missing there could be planted: the sandbox covers their directories). Canonical
-    /// paths.
+    /// running program (`/proc/self/exe`), this launcher's own file, and the file
+    /// [`Launcher::beside_this_program`] looked for, whether it found a launcher there or not.
+    /// A command that could swap or plant one would run its code outside the sandbox the next
+    /// time keel starts one (keel runs the launcher from the directory of its own executable).
+    /// Canonical paths.
     pub(super) fn own_files(&self) -> Vec<PathBuf> {
         // Resolved once: every sandboxed call asks, and the running program's path does not
         // change while it runs.
@@ -142,9 +146,17 @@ impl Launcher {
         if let Some(origin) = self.origin.as_ref().filter(|o| !files.contains(o)) {
             files.push(origin.clone());
         }
+        if let Some(looked) = LOOKED_FOR.get().filter(|l| !files.contains(l)) {
+            files.push(looked.clone());
+        }
         files
     }
 }
+
+/// Where [`Launcher::beside_this_program`] looked for the launcher (canonical directory): a
+/// file of keel's own even when it is missing or refused, since the next keel to start would
+/// run what a confined command planted there ([`Launcher::own_files`]).
+static LOOKED_FOR: OnceLock<PathBuf> = OnceLock::new();
 
 pub(super) static DEFAULT_LAUNCHER: OnceLock<Launcher> = OnceLock::new();
 

@@ -348,7 +348,10 @@ fn protected(launcher: &Launcher, workspace: &Path) -> Vec<std::path::PathBuf> {
     for file in launcher.own_files() {
         let path = match file.parent() {
             Some(dir) if dir != workspace && dir.starts_with(workspace) => dir.to_path_buf(),
-            _ if file.starts_with(workspace) => file,
+            _ if file.starts_with(workspace) => {
+                hold_place(&file);
+                file
+            }
             _ => continue,
         };
         if !out.contains(&path) {
@@ -487,6 +490,34 @@ impl SessionRoots {
     fn give_up(&self) {
         self.off.store(true, Ordering::Relaxed);
         self.held().clear();
+    }
+}
+
+/// Makes `file` (one of keel's own, in the workspace's top directory, where only the file
+/// itself can be protected) exist when it does not: empty, mode 000, so that the sandbox binds
+/// it read-only and no confined command can plant a launcher at that name, which the next keel
+/// would run outside the sandbox ([`Launcher::beside_this_program`] refuses a file without an
+/// execute bit, and keel then starts itself as the launcher). Logged once.
+fn hold_place(file: &Path) {
+    use std::os::unix::fs::OpenOptionsExt;
+    static TOLD: AtomicBool = AtomicBool::new(false);
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o000)
+        .open(file)
+    {
+        Ok(_) if !TOLD.swap(true, Ordering::Relaxed) => tracing::info!(
+            file = %file.display(),
+            "made an empty, non-executable file where keel looks for its sandbox launcher, \
+             inside the workspace: a confined command cannot plant a launcher there"
+        ),
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => tracing::warn!(
+            file = %file.display(),
+            "could not hold the sandbox launcher's place in the workspace: {e}"
+        ),
     }
 }
 
