@@ -578,3 +578,41 @@ fn the_launchers_command_line_and_environment_show_nothing_of_the_spec() {
         }
     }
 }
+
+/// The workspace is `$HOME` and keel's config directory is a dotfiles link inside it
+/// (`.config/keel -> ../dotfiles/keel`): the sandbox covers what the link points to, and a
+/// command must not replace the link with a directory of its own either — a `keel.toml` with
+/// hooks there would run outside the sandbox at the next keel start (found by the attack pass).
+#[tokio::test]
+async fn a_link_on_the_way_to_a_hidden_path_cannot_be_replaced() {
+    crate::common::register_launcher();
+    let dir = tempfile::tempdir().unwrap();
+    let home = std::fs::canonicalize(dir.path()).unwrap();
+    std::fs::create_dir_all(home.join("dotfiles/keel")).unwrap();
+    std::fs::write(home.join("dotfiles/keel/keel.toml"), "SECRET-CONFIG").unwrap();
+    std::fs::create_dir(home.join(".config")).unwrap();
+    std::os::unix::fs::symlink("../dotfiles/keel", home.join(".config/keel")).unwrap();
+    let sandbox =
+        keel_tools::sandbox::Sandbox::new(keel_tools::sandbox::SandboxMode::WorkspaceWrite)
+            .unwrap()
+            .hiding(&[home.join(".config/keel")]);
+    let swap = "cat .config/keel/keel.toml; rm .config/keel; echo rm=$?; \
+                mv .config/keel .config/old; echo mv=$?; \
+                mkdir -p .config/keel 2>/dev/null; echo hooks > .config/keel/keel.toml; echo write=$?; \
+                mv .config .config2; echo mvdir=$?; echo made > elsewhere; echo other=$?";
+    let out = crate::session_root::run(&sandbox, &home, swap).await;
+    assert!(!out.contains("SECRET-CONFIG"), "{out}");
+    for refused in ["rm=0", "mv=0", "write=0", "mvdir=0"] {
+        assert!(!out.contains(refused), "{refused}: {out}");
+    }
+    assert!(
+        out.contains("other=0"),
+        "the rest of the workspace stays writable: {out}"
+    );
+    assert!(
+        std::fs::symlink_metadata(home.join(".config/keel"))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+}

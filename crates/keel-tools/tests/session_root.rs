@@ -15,7 +15,7 @@ use crate::common::register_launcher;
 static HOST_MOUNTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// Runs `command` with bash under `sandbox` in `ws`; its output and error.
-async fn run(sandbox: &Sandbox, ws: &Path, command: &str) -> String {
+pub(crate) async fn run(sandbox: &Sandbox, ws: &Path, command: &str) -> String {
     let (mut reader, writer) = std::io::pipe().unwrap();
     let mut child = sandbox
         .spawn(

@@ -55,7 +55,10 @@ pub(super) async fn spawn(
     };
     let spec = LaunchSpec {
         hide: hidden_paths(sandbox, &spec.workspace),
-        protect: protected(launcher, &spec.workspace),
+        protect: protected(launcher, &spec.workspace)
+            .into_iter()
+            .chain(links_to_hidden(sandbox, &spec.workspace))
+            .collect(),
         ..spec
     };
     let session = if sandbox.network {
@@ -660,6 +663,43 @@ async fn receive_message(
             holder::receive_message::<1>(stream)
         })
         .await
+}
+
+/// The directories in the workspace (not the workspace itself) that hold a symbolic link on
+/// the way to a path the host hides as it named it (a dotfiles setup's `~/.config/keel ->
+/// ../dotfiles/keel` with the workspace at `$HOME`), canonical. The sandbox covers what the
+/// link points to, but a command could replace the link itself with a directory of its own —
+/// a `keel.toml` with hooks that the next keel, reading its config through that name, would
+/// run outside the sandbox — so each such directory is protected (read-only to commands, like
+/// keel's own directories). A link directly in the workspace's top directory cannot be
+/// protected so (the workspace would be read-only); SECURITY.md says so.
+fn links_to_hidden(sandbox: &Sandbox, workspace: &Path) -> Vec<std::path::PathBuf> {
+    let mut out: Vec<std::path::PathBuf> = Vec::new();
+    for path in sandbox.hidden.iter().filter(|p| p.is_absolute()) {
+        let mut at = std::path::PathBuf::from("/");
+        for part in path.components().skip(1) {
+            let next = at.join(part);
+            let Ok(meta) = std::fs::symlink_metadata(&next) else {
+                break;
+            };
+            if meta.file_type().is_symlink() {
+                if let Ok(dir) = std::fs::canonicalize(&at)
+                    && dir != workspace
+                    && dir.starts_with(workspace)
+                    && !out.contains(&dir)
+                {
+                    out.push(dir);
+                }
+                match std::fs::canonicalize(&next) {
+                    Ok(real) => at = real,
+                    Err(_) => break,
+                }
+            } else {
+                at = next;
+            }
+        }
+    }
+    out
 }
 
 /// One line (without its newline; empty at end of stream), at most 64 KiB, that begins with
