@@ -9,7 +9,7 @@
 //!   `nosuid`, `nodev`); the workspace bound read-write (`workspace_write`) or read-only
 //!   (`read_only`); empty tmpfs over `/tmp`, `/run`, `/var/run` (when it is not a symlink) and
 //!   `/dev/shm`, so other services' sockets (a local PostgreSQL's, keel's own) are unreachable;
-//!   the sandbox's private temp dir bound read-write at its own path (`$TMPDIR`, kept across the
+//!   the sandbox's private temp dir (mode 0700) bound read-write at its own path (`$TMPDIR`, kept across the
 //!   calls of one [`Sandbox`], while `/tmp` is empty at every call); the paths the host names
 //!   with [`Sandbox::hiding`] (keel's data and config directories, its store and seal key)
 //!   covered by an empty read-only tmpfs (directories) or `/dev/null` (files), with every
@@ -53,10 +53,10 @@
 //! sandbox's: made at the sandbox's first confined command by the sandbox's **session holder**
 //! (`__sandbox session`: a launcher that makes a new user namespace and, owned by it, a new
 //! network namespace with only a loopback interface, down), which lives as long as the
-//! [`Sandbox`] (keel makes one per session run). For each command keel sends the holder the
-//! command's lifeline, output and error (`SCM_RIGHTS`); the holder forks a stage 1 for it,
-//! which goes on as a launcher started for the command would, already in those namespaces: no
-//! launcher `execve` per command (~0.9 ms a call on a VM), no namespace made per command (~0.5
+//! [`Sandbox`] (keel makes one each time it drives a session: a turn, until it ends or waits
+//! for an approval). For each command keel sends the holder the command's lifeline, output
+//! and error (`SCM_RIGHTS`); the holder forks a stage 1 for it, which goes on as a launcher
+//! started for the command would, already in those namespaces: no launcher `execve` per command (~0.9 ms a call on a VM), no namespace made per command (~0.5
 //! ms, and as much again in the kernel's deferred teardown). A confined command cannot reach
 //! the holder (it sees only its own PID namespace) and the holder runs nothing but stage 1s.
 //! When the holder is gone, each command starts its own launcher, which enters the same
@@ -390,11 +390,20 @@ impl Sandbox {
     ///
     /// Errors: [`ToolsError::Io`] when the temp dir cannot be created.
     pub fn new(mode: SandboxMode) -> Result<Self, ToolsError> {
-        let temp = tempfile::Builder::new()
-            .prefix("keel-sandbox-")
-            .tempdir()
+        let parent = std::env::temp_dir();
+        let mut builder = tempfile::Builder::new();
+        builder.prefix("keel-sandbox-");
+        // Private: what a command writes there is no other local user's to read.
+        #[cfg(unix)]
+        builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700));
+        let temp = builder
+            .tempdir_in(&parent)
             .map_err(|source| ToolsError::Io {
-                context: "creating the sandbox's private temp dir".into(),
+                context: format!(
+                    "creating the sandbox's private temp dir in {} (the system temp dir: \
+                     $TMPDIR, else /tmp)",
+                    parent.display()
+                ),
                 source,
             })?;
         Ok(Self {
