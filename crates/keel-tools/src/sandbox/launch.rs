@@ -14,7 +14,9 @@
 //! Stage 1 is single-threaded (the kernel refuses a user namespace to any other process), so
 //! stage 2 goes on from the fork with the spec stage 1 read and every capability of the new
 //! user namespace: no second `execve` of the launcher (one was ~3 ms of every sandboxed call).
-//! Stage 2 builds the new root (`root.rs`), drops every privilege, installs Landlock and
+//! Stage 2 builds the new root (`root.rs`; through the session's holder, stage 1 enters, checks
+//! and copies the session's root instead — building it first when the spec says so — and stage
+//! 2 mounts only what every call gets new), drops every privilege, installs Landlock and
 //! seccomp, spawns the command, reaps every process of the namespace as its PID 1 and exits
 //! with the command's status when the command ends, which ends everything else in the
 //! namespace. Stage 1 marks every descriptor from 3 up close-on-exec first and stage 2 closes
