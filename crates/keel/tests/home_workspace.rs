@@ -236,14 +236,7 @@ fn a_confined_command_cannot_replace_keel_or_its_launcher_in_the_workspace() {
         json!({"text": "done"}).to_string(),
     ];
     env.write("script.jsonl", &script.join("\n"));
-    let run = || {
-        env.keel_at(&keel)
-            .stdin(std::process::Stdio::null())
-            .args(["run", "--workspace", ".", "--model", "script:script.jsonl"])
-            .args(["--output", "jsonl", "--permission-mode", "bypass", "go"])
-            .output()
-            .unwrap()
-    };
+    let run = || run_script_with(&env, &keel);
     let out = run();
     let shown = outputs(&out);
     assert_eq!(shown.len(), 2, "{shown:?} {}", stderr(&out));
@@ -302,14 +295,7 @@ fn a_confined_command_cannot_plant_a_launcher_beside_keel_in_the_workspaces_top_
         json!({"text": "done"}).to_string(),
     ];
     env.write("script.jsonl", &script.join("\n"));
-    let run = || {
-        env.keel_at(&keel)
-            .stdin(std::process::Stdio::null())
-            .args(["run", "--workspace", ".", "--model", "script:script.jsonl"])
-            .args(["--output", "jsonl", "--permission-mode", "bypass", "go"])
-            .output()
-            .unwrap()
-    };
+    let run = || run_script_with(&env, &keel);
     let out = run();
     let shown = outputs(&out);
     assert_eq!(shown.len(), 1, "{shown:?} {}", stderr(&out));
@@ -335,4 +321,15 @@ fn a_confined_command_cannot_plant_a_launcher_beside_keel_in_the_workspaces_top_
     let again = run();
     assert!(again.status.success(), "{}", stderr(&again));
     assert!(outputs(&again)[0].contains("second"), "{}", stderr(&again));
+}
+
+/// `keel` (a copy at `keel`) running `script.jsonl` in `env` as its workspace, headless and in
+/// `bypass` mode.
+fn run_script_with(env: &Env, keel: &std::path::Path) -> std::process::Output {
+    env.keel_at(keel)
+        .stdin(std::process::Stdio::null())
+        .args(["run", "--workspace", ".", "--model", "script:script.jsonl"])
+        .args(["--output", "jsonl", "--permission-mode", "bypass", "go"])
+        .output()
+        .unwrap()
 }
