@@ -6,6 +6,14 @@
 //! whose checksum or name differs from this build's, or a gap in the history
 //! (`MigrationMismatch`). Concurrent openers serialize on `BEGIN IMMEDIATE` (SQLite) or an
 //! advisory transaction lock (PostgreSQL).
+//!
+//! **A fresh SQLite database** (no table but `keel_migrations`, nothing recorded) is given the
+//! schema the migrations would leave in one script, [`SQLITE_SCHEMA`], and every migration is
+//! recorded as applied, in the same transaction. Replaying the history (tables rebuilt, columns
+//! added with `ALTER TABLE`, each of which makes SQLite parse the whole schema again) was half
+//! of a first `keel run`'s instructions (docs/BENCHMARKS.md, "Cold start: …"). The script is
+//! generated from the migrations, and a test checks that both paths leave the same database:
+//! schema, rows (the FTS5 index's shadow tables included) and the migrations recorded.
 
 use keel_core::canonical::content_hash;
 use serde_json::Value;
@@ -104,6 +112,21 @@ pub(crate) const MIGRATIONS: &[Migration] = &[
     },
 ];
 
+/// The schema every migration of [`MIGRATIONS`] leaves in an SQLite database, as SQLite records
+/// it (`sqlite_master.sql` in creation order, without `keel_migrations`, SQLite's automatic
+/// indexes and the shadow tables the FTS5 table makes itself). Generated, never edited:
+/// `KEEL_BLESS=1 cargo test -p keel-store fresh_sqlite` rewrites it after a migration is added.
+pub(crate) const SQLITE_SCHEMA: &str = include_str!("../../migrations/schema.sqlite.sql");
+
+/// How [`migrate`] brings a fresh SQLite database to the latest schema.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Fresh {
+    /// [`SQLITE_SCHEMA`] in one script (what opening a store does).
+    Squashed,
+    /// Every migration in turn, as for a database that has some (tests compare the two).
+    Replayed,
+}
+
 fn checksum(m: &Migration, dialect: Dialect) -> String {
     content_hash(&Value::String(m.sql_for(dialect).to_owned()))
 }
@@ -113,7 +136,7 @@ fn checksum(m: &Migration, dialect: Dialect) -> String {
 /// (Statements run through `Executor::execute`, not `sqlx::raw_sql`: the latter makes the future
 /// fail `Send` for a borrowed connection, so a store could not be opened inside `tokio::spawn`.)
 pub(crate) async fn run(mut conn: AnyConnection, dialect: Dialect) -> Result<AnyConnection> {
-    migrate(&mut conn, dialect).await?;
+    migrate(&mut conn, dialect, Fresh::Squashed).await?;
     Ok(conn)
 }
 
@@ -136,7 +159,7 @@ pub(crate) async fn setup_postgres(
         }
     }
     let setup = match setup {
-        Ok(()) => migrate(&mut conn, Dialect::Postgres).await,
+        Ok(()) => migrate(&mut conn, Dialect::Postgres, Fresh::Replayed).await,
         Err(e) => Err(e.into()),
     };
     let unlock = conn
@@ -148,7 +171,11 @@ pub(crate) async fn setup_postgres(
     Ok(())
 }
 
-async fn migrate(conn: &mut AnyConnection, dialect: Dialect) -> Result<()> {
+pub(crate) async fn migrate(
+    conn: &mut AnyConnection,
+    dialect: Dialect,
+    fresh: Fresh,
+) -> Result<()> {
     conn.execute(
         "CREATE TABLE IF NOT EXISTS keel_migrations (\
            version BIGINT PRIMARY KEY, name TEXT NOT NULL, checksum TEXT NOT NULL, applied_at BIGINT NOT NULL)",
@@ -201,6 +228,19 @@ async fn migrate(conn: &mut AnyConnection, dialect: Dialect) -> Result<()> {
         applied_versions.push(version);
     }
     let highest_applied = applied_versions.last().copied().unwrap_or(0);
+    let squash = fresh == Fresh::Squashed
+        && dialect == Dialect::Sqlite
+        && applied.is_empty()
+        && sqlx::query(
+            "SELECT count(*) AS n FROM sqlite_master WHERE tbl_name <> 'keel_migrations'",
+        )
+        .fetch_one(&mut *tx)
+        .await?
+        .try_get::<i64, _>("n")?
+            == 0;
+    if squash {
+        tx.execute(SQLITE_SCHEMA).await?;
+    }
     for m in MIGRATIONS {
         if applied_versions.contains(&m.version) {
             continue;
@@ -214,8 +254,10 @@ async fn migrate(conn: &mut AnyConnection, dialect: Dialect) -> Result<()> {
                 ),
             });
         }
-        let sql = m.sql_for(dialect).replace("{blob}", dialect.blob_type());
-        tx.execute(sql.as_str()).await?;
+        if !squash {
+            let sql = m.sql_for(dialect).replace("{blob}", dialect.blob_type());
+            tx.execute(sql.as_str()).await?;
+        }
         sqlx::query(&dialect.sql(
             "INSERT INTO keel_migrations (version, name, checksum, applied_at) VALUES (?, ?, ?, ?)",
         ))
@@ -228,4 +270,173 @@ async fn migrate(conn: &mut AnyConnection, dialect: Dialect) -> Result<()> {
     }
     tx.commit().await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rusqlite::types::Value as Cell;
+    use std::path::Path;
+
+    async fn connect(path: &Path) -> AnyConnection {
+        sqlx::any::install_default_drivers();
+        AnyConnection::connect(&format!("sqlite://{}?mode=rwc", path.display()))
+            .await
+            .unwrap()
+    }
+
+    async fn migrated(path: &Path, fresh: Fresh) {
+        let mut conn = connect(path).await;
+        migrate(&mut conn, Dialect::Sqlite, fresh).await.unwrap();
+        conn.close().await.unwrap();
+    }
+
+    /// The script [`SQLITE_SCHEMA`] holds, made from the database at `path`.
+    fn schema_script(path: &Path) -> String {
+        let db = rusqlite::Connection::open(path).unwrap();
+        let shadow: Vec<String> = db
+            .prepare("SELECT name FROM pragma_table_list WHERE type = 'shadow'")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .map(|r| r.unwrap())
+            .collect();
+        let mut script = format!(
+            "-- Generated from migrations 1-{} by `KEEL_BLESS=1 cargo test -p keel-store fresh_sqlite`:\n\
+             -- do not edit. The schema they leave in an SQLite database, which a fresh database is\n\
+             -- given in one script (src/sql/migrations.rs, `SQLITE_SCHEMA`).\n",
+            MIGRATIONS.len()
+        );
+        let mut rows = db
+            .prepare(
+                "SELECT name, sql FROM sqlite_master WHERE sql IS NOT NULL \
+                 AND tbl_name <> 'keel_migrations' ORDER BY rowid",
+            )
+            .unwrap();
+        let rows = rows
+            .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, String>(1)?)))
+            .unwrap();
+        for row in rows {
+            let (name, sql) = row.unwrap();
+            if !shadow.contains(&name) {
+                script.push('\n');
+                script.push_str(&sql);
+                script.push_str(";\n");
+            }
+        }
+        script
+    }
+
+    /// The schema and every row of the database at `path` (of `keel_migrations` all but the
+    /// time each was applied), as text.
+    fn contents(path: &Path) -> Vec<String> {
+        let db = rusqlite::Connection::open(path).unwrap();
+        let mut out = Vec::new();
+        let mut tables = Vec::new();
+        let mut stmt = db
+            .prepare("SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name")
+            .unwrap();
+        let mut rows = stmt.query([]).unwrap();
+        while let Some(r) = rows.next().unwrap() {
+            let kind: String = r.get(0).unwrap();
+            let name: String = r.get(1).unwrap();
+            let sql: Option<String> = r.get(3).unwrap();
+            out.push(format!(
+                "{kind} {name} {} {sql:?}",
+                r.get::<_, String>(2).unwrap()
+            ));
+            if kind == "table" && !sql.unwrap_or_default().starts_with("CREATE VIRTUAL") {
+                tables.push(name);
+            }
+        }
+        for table in tables {
+            let columns = if table == "keel_migrations" {
+                "version, name, checksum".to_owned()
+            } else {
+                "*".to_owned()
+            };
+            let mut stmt = db
+                .prepare(&format!("SELECT {columns} FROM \"{table}\" ORDER BY 1"))
+                .unwrap();
+            let n = stmt.column_count();
+            let mut rows = stmt.query([]).unwrap();
+            while let Some(r) = rows.next().unwrap() {
+                let mut cells: Vec<Cell> = (0..n).map(|i| r.get(i).unwrap()).collect();
+                // The FTS5 index's averages record (row 1: row count and tokens per column,
+                // varints): a new index leaves it empty, the rebuild migration 10 runs writes
+                // the zeros; FTS5 reads an empty record as zeros.
+                if table == "memory_fts_data"
+                    && cells[0] == Cell::Integer(1)
+                    && let Cell::Blob(b) = &mut cells[1]
+                {
+                    b.retain(|&x| x != 0);
+                }
+                out.push(format!("{table}: {cells:?}"));
+            }
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn a_fresh_sqlite_database_gets_what_replaying_the_migrations_makes() {
+        let dir = tempfile::tempdir().unwrap();
+        let (replayed, squashed) = (dir.path().join("r.db"), dir.path().join("s.db"));
+        migrated(&replayed, Fresh::Replayed).await;
+        let script = schema_script(&replayed);
+        if std::env::var_os("KEEL_BLESS").is_some() {
+            let file = Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations/schema.sqlite.sql");
+            std::fs::write(file, &script).unwrap();
+        } else {
+            assert_eq!(
+                SQLITE_SCHEMA, script,
+                "migrations/schema.sqlite.sql is not what the migrations make: \
+                 `KEEL_BLESS=1 cargo test -p keel-store fresh_sqlite` rewrites it"
+            );
+        }
+        migrated(&squashed, Fresh::Squashed).await;
+        // The script ran, not the migrations: only migration 10's rebuild writes the FTS5
+        // averages record (normalized away in `contents`).
+        let averages = |path: &Path| -> Vec<u8> {
+            rusqlite::Connection::open(path)
+                .unwrap()
+                .query_row("SELECT block FROM memory_fts_data WHERE id = 1", [], |r| {
+                    r.get(0)
+                })
+                .unwrap()
+        };
+        assert_eq!(
+            (averages(&replayed), averages(&squashed)),
+            (vec![0; 3], vec![])
+        );
+        let (r, s) = (contents(&replayed), contents(&squashed));
+        assert!(r.iter().any(|l| l.starts_with("keel_migrations: ")));
+        assert_eq!(r, s);
+        // Opening the squashed database again finds every migration recorded, checksums equal.
+        migrated(&squashed, Fresh::Squashed).await;
+        assert_eq!(contents(&squashed), s);
+    }
+
+    #[tokio::test]
+    async fn a_database_with_other_tables_is_migrated_step_by_step() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("k.db");
+        rusqlite::Connection::open(&path)
+            .unwrap()
+            .execute_batch("CREATE TABLE someone_elses (x INTEGER)")
+            .unwrap();
+        migrated(&path, Fresh::Squashed).await;
+        let db = rusqlite::Connection::open(&path).unwrap();
+        let recorded: i64 = db
+            .query_row("SELECT count(*) FROM keel_migrations", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(recorded, MIGRATIONS.len() as i64);
+        let tables: i64 = db
+            .query_row(
+                "SELECT count(*) FROM sqlite_master WHERE name IN ('someone_elses', 'events', 'memory_fts')",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(tables, 3);
+    }
 }
