@@ -45,6 +45,59 @@ fn the_builtin_set_finds_every_span_each_pattern_finds() {
 }
 
 #[test]
+fn every_builtin_match_begins_with_a_prefix_the_prefilter_finds() {
+    assert!(BUILTIN_PREFILTER.is_some());
+    // Each pattern's literal start, every spelling its class allows, in several cases.
+    let samples = [
+        "sk-ant-abcdefghijklmnopqrstuvwxyz",
+        "sk-proj-ABCDEFGHIJKLMNOPQRSTUVWX",
+        "sk-ABCDEFGHIJKLMNOPQRSTUVWX",
+        "ghp_abcdefghijklmnopqrstuvwxyz",
+        "gho_abcdefghijklmnopqrstuvwxyz",
+        "ghu_abcdefghijklmnopqrstuvwxyz",
+        "ghs_abcdefghijklmnopqrstuvwxyz",
+        "ghr_abcdefghijklmnopqrstuvwxyz",
+        "github_pat_abcdefghijklmnopqrstuvwxyz",
+        "AKIAABCDEFGHIJKLMNOP",
+        "xoxa-1234567890",
+        "xoxb-1234567890",
+        "xoxp-1234567890",
+        "xoxr-1234567890",
+        "xoxs-1234567890",
+        "bearer abcdefghijklmnopq",
+        "BEARER abcdefghijklmnopq",
+        "BeArEr\tabcdefghijklmnopq==",
+    ];
+    for sample in samples {
+        let text = format!("say {sample} once");
+        let matched: Vec<usize> = (0..BUILTIN.len())
+            .filter(|&i| builtin(i).unwrap().is_match(&text))
+            .collect();
+        assert!(!matched.is_empty(), "{sample} is a sample of a pattern");
+        assert!(may_hold_builtin(&text), "{sample}");
+        for i in matched {
+            for m in builtin(i).unwrap().find_iter(&text) {
+                let found = m.as_str().to_ascii_lowercase();
+                assert!(
+                    BUILTIN_PREFIXES.iter().any(|p| found.starts_with(p)),
+                    "pattern {i}'s match {found} begins with no prefix"
+                );
+            }
+        }
+    }
+    // Every pattern has a sample above.
+    for (i, pattern) in BUILTIN.iter().enumerate() {
+        assert!(
+            samples.iter().any(|s| builtin(i).unwrap().is_match(s)),
+            "no sample of {pattern}"
+        );
+    }
+    for clean in ["nothing here", "a high, thorough task", "skip ghost xo"] {
+        assert!(!may_hold_builtin(clean), "{clean}");
+    }
+}
+
+#[test]
 fn builtin_patterns_and_configured_ones_are_redacted() {
     let r = Redactor::new(&["tok_[0-9]{4}".into()], &[]).unwrap();
     let s = r.redact_str(
