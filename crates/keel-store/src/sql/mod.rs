@@ -187,14 +187,26 @@ fn acquire_binds(
     tenant: TenantId,
     session: SessionId,
 ) -> Vec<Bind> {
-    vec![
+    acquire_binds_of(owner, ttl, now, tenant, &[session])
+}
+
+/// The binds of [`ACQUIRE_LEASE`] (one session) or [`ACQUIRE_LEASES`] (the `IN` list's).
+fn acquire_binds_of(
+    owner: &str,
+    ttl: Duration,
+    now: i64,
+    tenant: TenantId,
+    sessions: &[SessionId],
+) -> Vec<Bind> {
+    let mut binds = vec![
         Bind::Text(owner.to_owned()),
         Bind::Int(expires_ms(now, ttl)),
         Bind::Int(now_ms()),
         Bind::Int(now),
         Bind::Text(tenant.to_string()),
-        Bind::Text(session.to_string()),
-    ]
+    ];
+    binds.extend(sessions.iter().map(|s| Bind::Text(s.to_string())));
+    binds
 }
 
 /// A store over SQLite or PostgreSQL. Cheap to clone.
@@ -707,13 +719,27 @@ impl SqlStore {
     }
 }
 
-/// Takes a free or expired lease, bumping the epoch (binds: owner, expires_at, updated_at, now,
-/// tenant, session): the one acquisition rule of [`Store::acquire_lease`] and
-/// [`Store::claim_sessions`].
-const ACQUIRE_LEASE: &str = "UPDATE sessions SET lease_owner = ?, lease_epoch = lease_epoch + 1, \
-     lease_expires_at = ?, updated_at = ? \
-     WHERE (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= ?) \
-     AND tenant_id = ? AND session_id = ? RETURNING lease_epoch, lease_expires_at";
+/// The one acquisition rule of [`Store::acquire_lease`] and [`Store::claim_sessions`]: takes
+/// free or expired leases of a tenant's sessions, bumping each epoch (binds: owner, expires_at,
+/// updated_at, now, tenant); the statements below add which sessions.
+macro_rules! acquire_leases {
+    () => {
+        "UPDATE sessions SET lease_owner = ?, lease_epoch = lease_epoch + 1, \
+         lease_expires_at = ?, updated_at = ? \
+         WHERE (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= ?) \
+         AND tenant_id = ?"
+    };
+}
+
+/// Takes one session's lease ([`acquire_leases`]; binds: those and the session).
+const ACQUIRE_LEASE: &str = concat!(
+    acquire_leases!(),
+    " AND session_id = ? RETURNING lease_epoch, lease_expires_at"
+);
+
+/// Takes several sessions' leases in one statement ([`acquire_leases`]): followed by
+/// ` AND session_id IN (?, …) RETURNING session_id, lease_epoch, lease_expires_at`.
+const ACQUIRE_LEASES: &str = acquire_leases!();
 
 /// A PostgreSQL pool of at most `max` connections, each set to commit durably and to search
 /// the store's schema (`search_path`: its `SET` statement) when opened.

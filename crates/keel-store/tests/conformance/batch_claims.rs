@@ -168,3 +168,35 @@ pub async fn concurrent_batch_claimers_never_claim_a_session_twice(h: &Harness) 
     assert_eq!(claimed.len(), 40, "every session claimed exactly once");
     assert_eq!(distinct, made);
 }
+
+/// The scheduler's largest round (`keel_runtime::scheduler::MAX_CLAIM_BATCH`, 1,000): every
+/// picked lease is taken by one statement over the picked ids, within both backends' limits
+/// on a statement's parameters.
+pub async fn a_claim_round_takes_a_thousand_sessions_at_once(h: &Harness) {
+    let t = TenantId::new();
+    let mut made = HashSet::new();
+    for _ in 0..1001 {
+        made.insert(runnable(&h.store, t, 0, 1).await.id);
+    }
+    let round = h
+        .store
+        .claim_sessions(t, "w", TTL, Utc::now(), SCHEMA, u64::MAX, 1000)
+        .await
+        .unwrap();
+    assert_eq!(round.len(), 1000);
+    let claimed: HashSet<SessionId> = ids(&round).into_iter().collect();
+    assert_eq!(claimed.len(), 1000, "no session twice");
+    assert!(claimed.is_subset(&made));
+    assert!(round.iter().all(|c| c.lease.epoch == LeaseEpoch(2)));
+    let some = round[517].lease.session_id;
+    let rec = h.store.get_session(t, some).await.unwrap();
+    assert_eq!(rec.lease_epoch, LeaseEpoch(2));
+    assert_eq!(rec.lease.unwrap().owner, "w");
+    let rest = h
+        .store
+        .claim_sessions(t, "w", TTL, Utc::now(), SCHEMA, u64::MAX, 1000)
+        .await
+        .unwrap();
+    assert_eq!(ids(&rest).len(), 1);
+    assert!(!claimed.contains(&rest[0].lease.session_id));
+}
