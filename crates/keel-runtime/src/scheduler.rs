@@ -553,10 +553,14 @@ async fn yield_to_starved(
     Ok(())
 }
 
-/// Most sessions one claim round takes: the free slots, up to this many. Bounds the length
-/// of a round's transactions (one lease statement per session) and how long claimed sessions
-/// wait for their runs to start.
-pub const MAX_CLAIM_BATCH: usize = 100;
+/// Most sessions one claim round takes: the free slots, up to this many. A round takes its
+/// leases with one statement per tenant, so a larger round costs little more than a small
+/// one, while every round waits behind the running sessions for the worker's threads: a
+/// worker taking over 1,000 sessions in rounds of 100 took 3 s for it, the runs it had
+/// already started delaying each next round (docs/BENCHMARKS.md, "Cold start and take-over").
+/// Bounds the statement's parameters (SQLite allows 32,766) and how long claimed sessions wait
+/// for their runs to start.
+pub const MAX_CLAIM_BATCH: usize = 1000;
 
 /// Starts the run of `claim` in a slot (`permit`): records it in flight, runs it, reports it
 /// and gives the session back.

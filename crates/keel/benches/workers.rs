@@ -99,6 +99,16 @@ fn recovery() {
     let t0_ms = now_ms();
     let new: Proc = c.worker(n);
     let up = t0.elapsed();
+    // When the dead worker's leases expire, from the new worker's spawn (Unix ms in the rows):
+    // the part of the take-over that is waiting out the TTL.
+    let expiry = |f: &str| {
+        c.count(&format!(
+            "SELECT {f}(lease_expires_at)::text FROM sessions WHERE lease_owner IS NOT NULL"
+        )) as i64
+            - t0_ms
+    };
+    let (first_expiry, last_expiry) = (expiry("min"), expiry("max"));
+    let mut first = None;
     let mut half = None;
     let mut resumed_at = None;
     let deadline_s = (ttl / 1000) + 600;
@@ -109,6 +119,9 @@ fn recovery() {
              (SELECT session_id FROM events WHERE type = 'turn.finished' AND ts >= {t0_ms})"
         ));
         let resumed = held.iter().filter(|s| mine.contains(*s)).count() as u64 + idle;
+        if first.is_none() && resumed > 0 {
+            first = Some(t0.elapsed());
+        }
         if half.is_none() && resumed * 2 >= held.len() as u64 {
             half = Some(t0.elapsed());
         }
@@ -132,8 +145,12 @@ fn recovery() {
         )
     };
     println!(
-        "  new worker: up (serving /metrics) {:.2} s after its spawn; half resumed {}; all {} resumed {}   (target: <= 5 s, lease TTL {ttl} ms included)",
+        "  new worker: up (serving /metrics) {:.2} s after its spawn; the dead worker's leases expired {:.2}-{:.2} s after it; \
+         first resumed {}; half {}; all {} resumed {}   (target: <= 5 s, lease TTL {ttl} ms included)",
         up.as_secs_f64(),
+        first_expiry as f64 / 1e3,
+        last_expiry as f64 / 1e3,
+        secs(first),
         secs(half),
         held.len(),
         secs(resumed_at)
