@@ -293,9 +293,10 @@ pub trait Store: Send + Sync + 'static {
 
     /// Claims up to `limit` of `tenant`'s claimable sessions in one transaction, as
     /// [`Store::claim_session`] claims one: in its order (priority, then the longest runnable,
-    /// then due timers and intents), each lease taken with the same statement and fencing rule
-    /// (epoch bumped), rows locked by another claimer skipped (`FOR UPDATE SKIP LOCKED … LIMIT
-    /// limit` on PostgreSQL; SQLite's one writer serializes), and never taking the tenant past
+    /// then due timers and intents), each lease taken by the same rule and fencing (epoch
+    /// bumped; the round's leases in one statement per 1,024 sessions), rows locked by another
+    /// claimer skipped (`FOR UPDATE SKIP LOCKED … LIMIT limit` on PostgreSQL; SQLite's one
+    /// writer serializes), and never taking the tenant past
     /// `max_leased` live leases (the count and the claims are one atomic step, as there). The
     /// claims in claim order; empty when nothing is claimable, the tenant is at its limit, or
     /// `limit` is 0. A worker with `k` free slots claims them in one round trip instead of

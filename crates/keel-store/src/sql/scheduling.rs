@@ -27,6 +27,10 @@ use crate::error::{Result, StoreError};
 use crate::scheduling::{Claim, TenantBacklog, TokenWindow};
 use crate::types::Lease;
 
+/// Most leases one statement of a claim takes (the IN list's width; SQLite allows 32,766
+/// parameters): a claim of more takes them in several statements, same transaction.
+const CLAIM_CHUNK: usize = 1024;
+
 /// Sessions (`s`) with work at a time: the candidates of every tenant (binds: now).
 const CANDIDATES: &str = "(s.tenant_id, s.session_id) IN (\
      SELECT tenant_id, session_id FROM sessions WHERE runnable = 1 \
@@ -225,27 +229,33 @@ impl SqlStore {
                 row.try_get::<Option<i64>, _>("runnable_since")?,
             ));
         }
-        let marks = vec!["?"; sessions.len()].join(", ");
-        let sql = format!(
-            "{ACQUIRE_LEASES} AND session_id IN ({marks}) \
-             RETURNING session_id, lease_epoch, lease_expires_at"
-        );
-        let sql = self.sql(&sql);
         // Not earlier than `now`: FREE's condition implies the acquisition's.
-        let binds = acquire_binds_of(owner, ttl, at().max(now), tenant, &sessions);
-        let taken = batch::bind_all(sqlx::query(&sql), binds)
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(|e| self.located(e.into()))?;
-        let mut taken: std::collections::HashMap<String, (i64, i64)> = taken
-            .iter()
-            .map(|r| {
-                Ok((
-                    r.try_get("session_id")?,
-                    (r.try_get("lease_epoch")?, r.try_get("lease_expires_at")?),
-                ))
-            })
-            .collect::<Result<_>>()?;
+        let now = at().max(now);
+        let mut taken = std::collections::HashMap::with_capacity(sessions.len());
+        for chunk in sessions.chunks(CLAIM_CHUNK) {
+            // The IN list padded to a power of two with the chunk's last id (a repeat matches
+            // nothing more): a few statement texts for the prepared-statement cache, not one
+            // per round size.
+            let width = chunk.len().next_power_of_two().min(CLAIM_CHUNK);
+            let marks = vec!["?"; width].join(", ");
+            let sql = format!(
+                "{ACQUIRE_LEASES} AND session_id IN ({marks}) \
+                 RETURNING session_id, lease_epoch, lease_expires_at"
+            );
+            let sql = self.sql(&sql);
+            let mut ids = chunk.to_vec();
+            ids.resize(width, chunk[chunk.len() - 1]);
+            let binds = acquire_binds_of(owner, ttl, now, tenant, &ids);
+            let rows = batch::bind_all(sqlx::query(&sql), binds)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(|e| self.located(e.into()))?;
+            for r in rows {
+                let id: String = r.try_get("session_id")?;
+                let lease: (i64, i64) = (r.try_get("lease_epoch")?, r.try_get("lease_expires_at")?);
+                taken.insert(id, lease);
+            }
+        }
         let mut claims = Vec::with_capacity(picked.len());
         for (session, (id, previous, runnable, since)) in sessions.into_iter().zip(rows) {
             let Some((epoch, expires)) = taken.remove(&id) else {

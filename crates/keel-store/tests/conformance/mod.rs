@@ -102,7 +102,7 @@ conformance!(
     concurrent_claimers_never_claim_a_session_twice,
     concurrent_claimers_never_take_a_tenant_past_its_session_limit,
     batch_claims_take_up_to_k_in_claim_order_within_the_limit,
-    a_claim_round_takes_a_thousand_sessions_at_once,
+    a_claim_of_over_a_thousand_sessions_takes_every_lease,
     expired_leases_are_taken_over_in_one_batch_with_their_epochs_bumped,
     concurrent_batch_claimers_never_claim_a_session_twice,
     renew_leases_renews_every_held_lease_in_one_statement_and_leaves_out_the_lost,
