@@ -131,6 +131,7 @@ mod launch;
 mod root;
 
 mod launcher;
+mod temps;
 use launcher::DEFAULT_LAUNCHER;
 pub use launcher::{Launcher, set_launcher};
 
@@ -392,7 +393,9 @@ impl Sandbox {
     pub fn new(mode: SandboxMode) -> Result<Self, ToolsError> {
         let parent = std::env::temp_dir();
         let mut builder = tempfile::Builder::new();
-        builder.prefix("keel-sandbox-");
+        let prefix = temps::prefix();
+        builder.prefix(&prefix);
+        temps::sweep_dead(&parent);
         // Private: what a command writes there is no other local user's to read.
         #[cfg(unix)]
         builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700));
