@@ -5,12 +5,13 @@
 //! A claim's candidates are the union of three small sets, each read through an index: sessions
 //! marked runnable (`sessions_runnable`), due wake-up times (`sessions_by_wake`) and sessions
 //! with intents (the intents' primary key); the lease, deferral and schema conditions filter
-//! those. The claim then takes every picked session's lease with one statement,
-//! [`super::ACQUIRE_LEASES`] (the rule of `acquire_lease`) over the picked ids, in the same
-//! transaction: the same fencing rule (epoch + 1, also for the same owner). A claim with a tenant limit first counts the tenant's live leases in that
-//! transaction, after taking the tenant's advisory lock on PostgreSQL ([`TENANT_CLAIM_LOCK`];
-//! SQLite's `BEGIN IMMEDIATE` already excludes other writers), so the count and the claim are
-//! one step for every claimer of the tenant.
+//! those. The claim then takes the picked sessions' leases with [`super::ACQUIRE_LEASES`] (the
+//! rule of `acquire_lease`) over their ids, one statement per [`CLAIM_CHUNK`], in the same
+//! transaction: the same fencing rule (epoch + 1, also for the same owner). A claim with a
+//! tenant limit first counts the tenant's live leases in that transaction, after taking the
+//! tenant's advisory lock on PostgreSQL ([`TENANT_CLAIM_LOCK`]; SQLite's `BEGIN IMMEDIATE`
+//! already excludes other writers), so the count and the claim are one step for every claimer
+//! of the tenant.
 
 use std::time::Duration;
 
@@ -215,8 +216,8 @@ impl SqlStore {
             tx.rollback().await?;
             return Ok(Vec::new());
         }
-        // Every picked session's lease in one statement (one round trip for the whole round,
-        // not one a session: a worker resuming 1,000 sessions made 1,000).
+        // The picked sessions' leases in one statement per CLAIM_CHUNK (a round trip for the
+        // round, not one a session: a worker resuming 1,000 sessions made 1,000).
         let mut rows = Vec::with_capacity(picked.len());
         let mut sessions = Vec::with_capacity(picked.len());
         for row in &picked {
