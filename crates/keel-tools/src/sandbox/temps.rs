@@ -44,6 +44,24 @@ pub(super) fn sweep_dead(parent: &Path) {
     });
 }
 
+/// Removes the directory tree at `path` with `rm -rf --one-file-system` (it does not follow
+/// symbolic links and copes with any depth), whether it is gone afterwards. Not
+/// `std::fs::remove_dir_all`: it recurses once per level, and a command had only to nest a few
+/// tens of thousands of directories in its `$TMPDIR` for the sweep's thread to overflow its
+/// stack and abort keel — every later keel, since the dir stayed (found by this session's
+/// attack pass).
+fn remove_tree(path: &Path) -> bool {
+    let removed = std::process::Command::new("rm")
+        .args(["-rf", "--one-file-system", "--"])
+        .arg(path)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    removed && std::fs::symlink_metadata(path).is_err()
+}
+
 /// [`sweep_dead`]'s work, now: how many dirs it removed.
 fn sweep_dead_now(parent: &Path, ns: u64) -> usize {
     use std::os::unix::fs::MetadataExt as _;
@@ -69,7 +87,7 @@ fn sweep_dead_now(parent: &Path, ns: u64) -> usize {
         if pid == me || !ours || Path::new("/proc").join(pid.to_string()).exists() {
             continue;
         }
-        if std::fs::remove_dir_all(&path).is_ok() {
+        if remove_tree(&path) {
             removed += 1;
         }
     }
@@ -120,6 +138,51 @@ mod tests {
         }
         live.kill().unwrap();
         live.wait().unwrap();
+    }
+
+    #[test]
+    fn a_dead_processs_dir_nested_deeper_than_a_threads_stack_is_removed() {
+        use rustix::fs::{Mode, OFlags, mkdirat, openat};
+        let parent = tempfile::tempdir().unwrap();
+        let ns = pid_namespace().unwrap();
+        let dead = {
+            let mut child = std::process::Command::new("true").spawn().unwrap();
+            let pid = child.id();
+            child.wait().unwrap();
+            pid
+        };
+        let top = parent
+            .path()
+            .join(format!("keel-sandbox-{ns}-{dead}-deep00"));
+        std::fs::create_dir(&top).unwrap();
+        // 60,000 levels: std's recursive removal overflowed a 2 MiB stack at ~36,000.
+        let mut dir = openat(
+            rustix::fs::CWD,
+            &top,
+            OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .unwrap();
+        for _ in 0..60_000 {
+            mkdirat(&dir, "a", Mode::RWXU).unwrap();
+            dir = openat(
+                &dir,
+                "a",
+                OFlags::DIRECTORY | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .unwrap();
+        }
+        drop(dir);
+        // On this thread (2 MiB stack, like the sweep's).
+        let removed = std::thread::spawn({
+            let parent = parent.path().to_owned();
+            move || sweep_dead_now(&parent, ns)
+        })
+        .join()
+        .unwrap();
+        assert_eq!(removed, 1);
+        assert!(!top.exists());
     }
 
     #[test]
