@@ -98,16 +98,17 @@ fn sweep_dead_now(parent: &Path, ns: u64) -> usize {
 mod tests {
     use super::*;
 
+    /// A parent dir, this process's PID namespace and the pid of a process that has exited.
+    fn setup() -> (tempfile::TempDir, u64, u32) {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        (tempfile::tempdir().unwrap(), pid_namespace().unwrap(), dead)
+    }
+
     #[test]
     fn the_dirs_of_dead_processes_of_this_namespace_are_removed_and_no_other() {
-        let parent = tempfile::tempdir().unwrap();
-        let ns = pid_namespace().unwrap();
-        let dead = {
-            let mut child = std::process::Command::new("true").spawn().unwrap();
-            let pid = child.id();
-            child.wait().unwrap();
-            pid
-        };
+        let (parent, ns, dead) = setup();
         let mut live = std::process::Command::new("sleep")
             .arg("30")
             .spawn()
@@ -143,14 +144,7 @@ mod tests {
     #[test]
     fn a_dead_processs_dir_nested_deeper_than_a_threads_stack_is_removed() {
         use rustix::fs::{Mode, OFlags, mkdirat, openat};
-        let parent = tempfile::tempdir().unwrap();
-        let ns = pid_namespace().unwrap();
-        let dead = {
-            let mut child = std::process::Command::new("true").spawn().unwrap();
-            let pid = child.id();
-            child.wait().unwrap();
-            pid
-        };
+        let (parent, ns, dead) = setup();
         let top = parent
             .path()
             .join(format!("keel-sandbox-{ns}-{dead}-deep00"));
