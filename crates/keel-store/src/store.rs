@@ -50,6 +50,25 @@ pub trait Store: Send + Sync + 'static {
     /// `Conflict` if the id exists.
     async fn create_session(&self, tenant: TenantId, new: NewSession) -> Result<SessionRecord>;
 
+    /// Creates a session row as [`Store::create_session`] does, with its lease already taken
+    /// by `owner` for `ttl` (epoch 1), in one write: a session created to be worked on at once
+    /// does not pay a second durable commit for its lease. The default creates the row, then
+    /// takes the lease ([`Store::acquire_lease`]).
+    ///
+    /// # Errors
+    /// `Conflict` if the id exists (nothing written).
+    async fn create_session_leased(
+        &self,
+        tenant: TenantId,
+        new: NewSession,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<Lease> {
+        let session = new.session_id;
+        self.create_session(tenant, new).await?;
+        self.acquire_lease(tenant, session, owner, ttl).await
+    }
+
     /// Reads a session's row.
     ///
     /// # Errors

@@ -848,7 +848,26 @@ impl Store for SqlStore {
     }
 
     async fn create_session(&self, tenant: TenantId, new: NewSession) -> Result<SessionRecord> {
-        self.session_create(tenant, new).await
+        let session = new.session_id;
+        self.session_create(tenant, new, None).await?;
+        self.session_get(tenant, session).await
+    }
+
+    async fn create_session_leased(
+        &self,
+        tenant: TenantId,
+        new: NewSession,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<Lease> {
+        let session = new.session_id;
+        let expires = self.session_create(tenant, new, Some((owner, ttl))).await?;
+        Ok(Lease {
+            session_id: session,
+            owner: owner.to_owned(),
+            epoch: LeaseEpoch(1),
+            expires_at: ms_to_time(expires),
+        })
     }
 
     async fn get_session(&self, tenant: TenantId, session: SessionId) -> Result<SessionRecord> {

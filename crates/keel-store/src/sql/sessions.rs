@@ -1,11 +1,14 @@
 //! Session rows: created with their release pinned, read, listed by page and filter, scheduled
 //! (`wake_at`) and deleted with everything they own. Same SQL on both backends.
 
+use std::time::Duration;
+
 use chrono::{DateTime, Utc};
 use keel_core::{LeaseEpoch, ReleaseId, SessionId, SessionStatus, StateMachine, TenantId};
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
+use super::rows::expires_ms;
 use super::{
     Commit, SqlStore, corrupt, non_negative, not_found, now_ms, parse_id, parse_json, time_col,
 };
@@ -58,23 +61,30 @@ pub(super) const SESSION_COLS: &str = "tenant_id, session_id, release_id, parent
     wake_at, lease_owner, lease_epoch, lease_expires_at, metadata, created_at, updated_at";
 
 impl SqlStore {
+    /// Inserts `new`'s row; with `lease = Some((owner, ttl))` the lease is taken in the same
+    /// statement (epoch 1). Returns the lease's expiry (Unix ms; 0 without one).
     pub(super) async fn session_create(
         &self,
         tenant: TenantId,
         new: NewSession,
-    ) -> Result<SessionRecord> {
+        lease: Option<(&str, Duration)>,
+    ) -> Result<i64> {
         let now = now_ms();
+        let expires = lease.map_or(0, |(_, ttl)| expires_ms(now, ttl));
         let mut conn = self.write_conn().await?;
         let done = sqlx::query(&self.sql(
             "INSERT INTO sessions (tenant_id, session_id, release_id, parent_session_id, status, version, \
-             lease_epoch, metadata, created_at, updated_at) VALUES (?, ?, ?, ?, ?, 0, 0, ?, ?, ?) \
-             ON CONFLICT DO NOTHING",
+             lease_owner, lease_epoch, lease_expires_at, metadata, created_at, updated_at) \
+             VALUES (?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
         ))
         .bind(tenant.to_string())
         .bind(new.session_id.to_string())
         .bind(new.release_id.0.clone())
         .bind(new.parent_session_id.map(|p| p.to_string()))
         .bind(SessionStatus::Created.as_str())
+        .bind(lease.map(|(owner, _)| owner.to_owned()))
+        .bind(i64::from(lease.is_some()))
+        .bind(lease.map(|_| expires))
         .bind(new.metadata.to_string())
         .bind(now)
         .bind(now)
@@ -88,7 +98,7 @@ impl SqlStore {
             )));
         }
         self.committed(Commit::Tables);
-        self.session_get(tenant, new.session_id).await
+        Ok(expires)
     }
 
     pub(super) async fn session_get(

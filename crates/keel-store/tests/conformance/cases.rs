@@ -270,6 +270,68 @@ pub async fn status_projection_follows_the_journal(h: &Harness) {
     );
 }
 
+/// `create_session_leased`: the row comes with the owner's lease at epoch 1 (as the first
+/// acquisition gives) in one commit, which fences appends and is released like any lease; a
+/// second creation under the id is refused and leaves the lease as it was.
+pub async fn create_session_leased_takes_the_lease_in_one_commit(h: &Harness) {
+    let t = tenant();
+    let id = SessionId::new();
+    let new = || NewSession {
+        session_id: id,
+        release_id: ReleaseId::from("sha256:abc"),
+        parent_session_id: None,
+        metadata: json!({}),
+    };
+    let before = h.store.commits();
+    let lease = h
+        .store
+        .create_session_leased(t, new(), "worker-a", Duration::from_secs(60))
+        .await
+        .unwrap();
+    let after = h.store.commits();
+    assert_eq!(
+        (after.tables - before.tables, after.leases - before.leases),
+        (1, 0),
+        "one commit"
+    );
+    assert_eq!((lease.session_id, lease.epoch), (id, LeaseEpoch(1)));
+    assert_eq!(lease.owner, "worker-a");
+    let rec = h.store.get_session(t, id).await.unwrap();
+    assert_eq!(rec.status, SessionStatus::Created);
+    assert_eq!(rec.lease_epoch, LeaseEpoch(1));
+    let info = rec.lease.unwrap();
+    assert_eq!(
+        (info.owner.as_str(), info.expires_at),
+        ("worker-a", lease.expires_at)
+    );
+    assert!(lease.expires_at > Utc::now() + ChronoDuration::seconds(50));
+    let again = h
+        .store
+        .create_session_leased(t, new(), "worker-b", Duration::from_secs(60))
+        .await;
+    assert!(matches!(again, Err(StoreError::Conflict(_))), "{again:?}");
+    assert!(matches!(
+        h.store
+            .acquire_lease(t, id, "worker-b", Duration::from_secs(5))
+            .await,
+        Err(StoreError::LeaseHeld { .. })
+    ));
+    let v = h
+        .store
+        .append(t, id, 0, lease.epoch, &events(id, 0, 1))
+        .await
+        .unwrap();
+    assert_eq!(v, 1);
+    h.store.release_lease(t, &lease).await.unwrap();
+    assert_eq!(h.store.get_session(t, id).await.unwrap().lease, None);
+    assert!(matches!(
+        h.store
+            .append(t, id, 1, lease.epoch, &events(id, 1, 1))
+            .await,
+        Err(StoreError::LeaseLost { .. })
+    ));
+}
+
 pub async fn lease_acquire_renew_release(h: &Harness) {
     let t = tenant();
     let f = session(&h.store, t).await;

@@ -38,6 +38,7 @@ macro_rules! conformance {
 conformance!(
     create_and_get_session,
     create_session_twice_conflicts,
+    create_session_leased_takes_the_lease_in_one_commit,
     append_and_read,
     append_cas,
     concurrent_appends_at_one_version_one_wins,

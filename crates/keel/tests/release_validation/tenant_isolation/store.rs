@@ -542,6 +542,20 @@ pub(super) async fn every_store_call_across_the_boundary(backend: Backend) {
         )
     );
     refused!(
+        "create_session_leased",
+        store.create_session_leased(
+            a,
+            NewSession {
+                session_id: o.session,
+                release_id: o.release.clone(),
+                parent_session_id: None,
+                metadata: json!({}),
+            },
+            "worker-a",
+            std::time::Duration::from_secs(60),
+        )
+    );
+    refused!(
         "insert_effect",
         store.insert_effect(
             a,
