@@ -243,11 +243,6 @@ pub(crate) async fn migrate(
     dialect: Dialect,
     fresh: Fresh,
 ) -> Result<()> {
-    conn.execute(
-        "CREATE TABLE IF NOT EXISTS keel_migrations (\
-           version BIGINT PRIMARY KEY, name TEXT NOT NULL, checksum TEXT NOT NULL, applied_at BIGINT NOT NULL)",
-    )
-    .await?;
     let mut tx = match dialect {
         Dialect::Sqlite => conn.begin_with("BEGIN IMMEDIATE").await?,
         Dialect::Postgres => conn.begin().await?,
@@ -256,6 +251,13 @@ pub(crate) async fn migrate(
         tx.execute("SELECT pg_advisory_xact_lock(hashtext(current_schema()))::text")
             .await?;
     }
+    // In the migration's transaction, under its lock: a fresh database's whole set-up is one
+    // commit (one fsync on SQLite, not two).
+    tx.execute(
+        "CREATE TABLE IF NOT EXISTS keel_migrations (\
+           version BIGINT PRIMARY KEY, name TEXT NOT NULL, checksum TEXT NOT NULL, applied_at BIGINT NOT NULL)",
+    )
+    .await?;
     let applied =
         sqlx::query("SELECT version, name, checksum FROM keel_migrations ORDER BY version")
             .fetch_all(&mut *tx)
@@ -308,6 +310,7 @@ pub(crate) async fn migrate(
     if squash {
         tx.execute(SQLITE_SCHEMA).await?;
     }
+    let mut recorded = Vec::new();
     for m in MIGRATIONS {
         if applied_versions.contains(&m.version) {
             continue;
@@ -325,15 +328,26 @@ pub(crate) async fn migrate(
             let sql = m.sql_for(dialect).replace("{blob}", dialect.blob_type());
             tx.execute(sql.as_str()).await?;
         }
-        sqlx::query(&dialect.sql(
-            "INSERT INTO keel_migrations (version, name, checksum, applied_at) VALUES (?, ?, ?, ?)",
-        ))
-        .bind(m.version)
-        .bind(m.name)
-        .bind(checksum(m, dialect).into_owned())
-        .bind(now_ms())
-        .execute(&mut *tx)
-        .await?;
+        recorded.push(m);
+    }
+    // The migrations applied, recorded by one statement (one round trip to the connection's
+    // worker, not one a migration).
+    if !recorded.is_empty() {
+        let rows = vec!["(?, ?, ?, ?)"; recorded.len()].join(", ");
+        let sql = format!(
+            "INSERT INTO keel_migrations (version, name, checksum, applied_at) VALUES {rows}"
+        );
+        let sql = dialect.sql(&sql);
+        let now = now_ms();
+        let mut insert = sqlx::query(&sql);
+        for m in recorded {
+            insert = insert
+                .bind(m.version)
+                .bind(m.name)
+                .bind(checksum(m, dialect).into_owned())
+                .bind(now);
+        }
+        insert.execute(&mut *tx).await?;
     }
     tx.commit().await?;
     Ok(())

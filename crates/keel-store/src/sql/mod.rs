@@ -291,6 +291,32 @@ impl std::ops::DerefMut for WriteConn {
     }
 }
 
+/// How many of an SQLite pool's readers [`warm_readers`] opens ahead of the first reads.
+const SQLITE_WARM_READERS: usize = 3;
+
+/// Opens [`SQLITE_WARM_READERS`] of `pool`'s readers now, each on a task of its own, and has
+/// each parse the schema (SQLite reads it at a connection's first statement: ~1.3 M
+/// instructions for 66 objects): a new process's first reads then find them idle instead of
+/// opening them on its critical path (a one-step `keel run` opened 3–4 as its reads came;
+/// docs/BENCHMARKS.md, "Cold start and take-over"). Each sqlx SQLite connection works on a
+/// thread of its own, so on a machine with a second core the opening overlaps the process's
+/// set-up. A reader that fails to open here is opened, or reported, by the read that needs it.
+fn warm_readers(pool: &AnyPool) {
+    for _ in 0..SQLITE_WARM_READERS {
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            match pool.acquire().await {
+                Ok(mut conn) => {
+                    if let Err(e) = conn.execute("SELECT 1 FROM sessions LIMIT 0").await {
+                        tracing::debug!("warming a reader: {e}");
+                    }
+                }
+                Err(e) => tracing::debug!("warming a reader: {e}"),
+            }
+        });
+    }
+}
+
 impl SqlStore {
     /// Opens (creating if needed) an SQLite database file and migrates it.
     ///
@@ -317,6 +343,7 @@ impl SqlStore {
             .connect_with(options)
             .await?;
         let writer = migrations::run(pool.acquire().await?.detach(), Dialect::Sqlite).await?;
+        warm_readers(&pool);
         let thread = SqliteWriter::start(path)?;
         let waiters = Arc::new(Waiters::default());
         let listener = Some(intent_poll::spawn(pool.clone(), waiters.clone()));
