@@ -325,6 +325,7 @@ impl Runtime {
             )
             .await
         };
+        let parked = matches!(held, Held::Parked(..));
         match held {
             Held::Local(g) => {
                 if let Some(a) = self.inner.active(session) {
@@ -333,7 +334,7 @@ impl Runtime {
                 drop(g);
                 r?;
             }
-            Held::Leased(j, lease, _gate) => {
+            Held::Leased(j, lease, _gate) | Held::Parked(j, lease, _gate) => {
                 // Nobody runs the session: end the turn now, under the lease already held (no
                 // other worker can slip in between), and nothing more.
                 drop(j);
@@ -350,7 +351,8 @@ impl Runtime {
                         .map(|_| ()),
                     Err(e) => Err(e),
                 };
-                if let Err(e) = self.inner.store.release_lease(tenant, &lease).await {
+                // A parked lease stays this process's (kept for its next operation).
+                if !parked && let Err(e) = self.inner.store.release_lease(tenant, &lease).await {
                     tracing::debug!(%session, "lease release: {e}");
                 }
                 finished?;

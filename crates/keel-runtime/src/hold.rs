@@ -1,5 +1,6 @@
-//! Holding a session's journal outside a run: from this process's running session, or under
-//! a short lease of its own (released by `unhold`).
+//! Holding a session's journal outside a run: from this process's running session, under the
+//! lease this process keeps for the session between its operations ([`Parked`]), or under a
+//! short lease of its own (released by `unhold`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, PoisonError, Weak};
@@ -7,6 +8,7 @@ use std::time::Duration;
 
 use keel_core::{SessionId, TenantId};
 use keel_store::Lease;
+use tokio_util::sync::CancellationToken;
 
 use crate::error::{Result, RuntimeError};
 use crate::journal::Journal;
@@ -14,19 +16,62 @@ use crate::lease;
 use crate::redact::Redactor;
 use crate::shared::Inner;
 
-/// The journal of a session, held either by a run in this process or under a short lease (and
-/// this process's gate of the session, see [`Gates`]).
+/// The journal of a session, held either by a run in this process, under the lease this
+/// process keeps for it ([`Parked`]: not released by `unhold`), or under a short lease (and, in
+/// the last two, this process's gate of the session, see [`Gates`]).
 pub(crate) enum Held {
     Local(tokio::sync::OwnedMutexGuard<Journal>),
     Leased(Box<Journal>, Lease, Gate),
+    Parked(Box<Journal>, Lease, Gate),
 }
 
 impl Held {
     pub(crate) fn journal(&mut self) -> &mut Journal {
         match self {
             Held::Local(g) => g,
-            Held::Leased(j, ..) => j,
+            Held::Leased(j, ..) | Held::Parked(j, ..) => j,
         }
+    }
+}
+
+/// The leases this process keeps for sessions between its own operations on them
+/// ([`crate::Runtime::create_session_held`]): a CLI run creates its session, queues the first
+/// turn and runs it under one lease instead of taking and giving back the session's lease
+/// three times (each a durable commit). Renewed by the runtime's [`crate::lease::LeaseKeeper`]
+/// while parked; [`crate::Runtime::run`] takes the parked lease over (and releases it when the
+/// run ends, as the lease it takes itself), [`crate::Runtime::release_held`] gives it back. A
+/// parked lease found lost (another worker took the session over after it expired) is dropped
+/// and the next hold takes the lease anew.
+#[derive(Default)]
+pub(crate) struct Parked(std::sync::Mutex<HashMap<SessionId, ParkedLease>>);
+
+struct ParkedLease {
+    lease: Lease,
+    lost: CancellationToken,
+    _kept: crate::lease::Kept,
+}
+
+impl Parked {
+    /// The parked lease of `session`, if any and not lost (a lost one is dropped).
+    fn get(&self, session: SessionId) -> Option<Lease> {
+        let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        match map.get(&session) {
+            Some(p) if !p.lost.is_cancelled() => Some(p.lease.clone()),
+            Some(_) => {
+                map.remove(&session);
+                None
+            }
+            None => None,
+        }
+    }
+    /// Removes `session`'s parked lease and returns it if it was not lost.
+    fn take(&self, session: SessionId) -> Option<Lease> {
+        let p = self
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&session)?;
+        (!p.lost.is_cancelled()).then_some(p.lease)
     }
 }
 
@@ -99,6 +144,9 @@ impl Inner {
         let Some(gate) = self.gates.enter(session, self.options.lease_wait).await else {
             return Ok(Err(self.owner.clone()));
         };
+        if let Some(lease) = self.parked.get(session) {
+            return self.hold_parked(tenant, session, lease, gate).await.map(Ok);
+        }
         let lease = match lease::acquire(
             &self.store,
             tenant,
@@ -137,6 +185,9 @@ impl Inner {
                 owner: self.owner.clone(),
             });
         };
+        if let Some(lease) = self.parked.get(session) {
+            return self.hold_parked(tenant, session, lease, gate).await;
+        }
         let lease = lease::acquire(
             &self.store,
             tenant,
@@ -152,6 +203,92 @@ impl Inner {
                 let _ = self.store.release_lease(tenant, &lease).await;
                 Err(e)
             }
+        }
+    }
+    /// Holds `session` under `lease`, which this process has just taken (a new session's):
+    /// after this process's holds queued before (none, for a new session). The lease is
+    /// released by `unhold`, also when loading the journal fails.
+    pub(crate) async fn hold_leased(
+        &self,
+        tenant: TenantId,
+        session: SessionId,
+        lease: Lease,
+    ) -> Result<Held> {
+        let gate = self.gates.enter(session, self.options.lease_wait).await;
+        let loaded = match gate {
+            Some(gate) => self
+                .load(tenant, session, &lease)
+                .await
+                .map(|j| Held::Leased(Box::new(j), lease.clone(), gate)),
+            None => Err(RuntimeError::SessionBusy {
+                session,
+                owner: self.owner.clone(),
+            }),
+        };
+        if loaded.is_err() {
+            let _ = self.store.release_lease(tenant, &lease).await;
+        }
+        loaded
+    }
+    /// Holds `session` under its parked lease (`gate` entered).
+    async fn hold_parked(
+        &self,
+        tenant: TenantId,
+        session: SessionId,
+        lease: Lease,
+        gate: Gate,
+    ) -> Result<Held> {
+        let j = self.load(tenant, session, &lease).await?;
+        Ok(Held::Parked(Box::new(j), lease, gate))
+    }
+    /// Parks `lease` (of `session`, this process's): kept and renewed until taken by a run
+    /// ([`Inner::unpark`]) or released ([`Inner::release_parked`]).
+    pub(crate) fn park(&self, tenant: TenantId, lease: Lease) {
+        let lost = CancellationToken::new();
+        let kept = self.leases.keep(tenant, lease.clone(), lost.clone());
+        let session = lease.session_id;
+        self.parked
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(
+                session,
+                ParkedLease {
+                    lease,
+                    lost,
+                    _kept: kept,
+                },
+            );
+    }
+    /// Takes `session`'s parked lease for a run, after the holds of this process that use it
+    /// (their gate); `Ok(None)` when none is parked (or it was lost).
+    ///
+    /// # Errors
+    /// [`RuntimeError::SessionBusy`] (this process) when a hold using the parked lease outlasts
+    /// the lease wait: the lease stays parked, and the hold goes on under it undisturbed.
+    pub(crate) async fn unpark(&self, session: SessionId) -> Result<Option<Lease>> {
+        if self.parked.get(session).is_none() {
+            return Ok(None);
+        }
+        let Some(_gate) = self.gates.enter(session, self.options.lease_wait).await else {
+            return Err(RuntimeError::SessionBusy {
+                session,
+                owner: self.owner.clone(),
+            });
+        };
+        Ok(self.parked.take(session))
+    }
+    /// Releases `session`'s parked lease, if any (after the holds of this process that use it;
+    /// one that outlasts the lease wait keeps it, which is then logged and left to them).
+    pub(crate) async fn release_parked(&self, tenant: TenantId, session: SessionId) {
+        match self.unpark(session).await {
+            Ok(Some(lease)) => {
+                if let Err(e) = self.store.release_lease(tenant, &lease).await {
+                    tracing::debug!(%session, "lease release: {e}");
+                }
+            }
+            Ok(None) => {}
+            Err(e) => tracing::debug!(%session, "held lease not released: {e}"),
         }
     }
     pub(crate) async fn unhold(&self, tenant: TenantId, held: Held) {

@@ -191,6 +191,7 @@ impl Runtime {
                 hub,
                 active: Mutex::new(HashMap::new()),
                 gates: crate::hold::Gates::default(),
+                parked: crate::hold::Parked::default(),
                 child_models: Mutex::new(HashMap::new()),
                 child_slots: Mutex::new(HashMap::new()),
                 spend: crate::spend::Pools::default(),
@@ -245,8 +246,36 @@ impl Runtime {
         release: &Release,
         config: SessionConfig,
     ) -> Result<SessionId> {
-        self.create_session_with_id(tenant, SessionId::new(), release, config)
+        self.create_session_with_id(tenant, SessionId::new(), release, config, false)
             .await
+    }
+
+    /// As [`Runtime::create_session`], and keeps the session's lease for this process
+    /// afterwards: the operations that follow here ([`Runtime::submit_prompt`], settings,
+    /// decisions, cancels) use it instead of taking and releasing the lease each (a durable
+    /// commit each way), and [`Runtime::run`] runs under it and releases it when it returns.
+    /// The lease is renewed while kept; give it back with [`Runtime::release_held`] when the
+    /// session will not be run here (until then no other worker can run it, and a process that
+    /// exits holding it leaves a lease other processes of this host take over at once and
+    /// remote workers after its TTL, as after a crash).
+    ///
+    /// # Errors
+    /// As [`Runtime::create_session`] (nothing is kept then).
+    pub async fn create_session_held(
+        &self,
+        tenant: TenantId,
+        release: &Release,
+        config: SessionConfig,
+    ) -> Result<SessionId> {
+        self.create_session_with_id(tenant, SessionId::new(), release, config, true)
+            .await
+    }
+
+    /// Gives back the lease [`Runtime::create_session_held`] kept for `session`, if it is still
+    /// kept (a run took it over, or it was lost: nothing to do). Errors of the store's release
+    /// are logged (the lease then expires after its TTL).
+    pub async fn release_held(&self, tenant: TenantId, session: SessionId) {
+        self.inner.release_parked(tenant, session).await;
     }
 
     /// As [`Runtime::create_session`], under the id `session`: a child session
@@ -258,6 +287,7 @@ impl Runtime {
         session: SessionId,
         release: &Release,
         config: SessionConfig,
+        keep_lease: bool,
     ) -> Result<SessionId> {
         config.validate()?;
         crate::pinned::check_settings_rules(&config, None)?;
@@ -265,8 +295,10 @@ impl Runtime {
         let store = &self.inner.store;
         store.put_release(tenant, release).await?;
         let parent = config.subagent.clone();
-        store
-            .create_session(
+        // The row is created with this process's lease on it (one commit, not two), held for
+        // `session.created`.
+        let lease = store
+            .create_session_leased(
                 tenant,
                 NewSession {
                     session_id: session,
@@ -274,9 +306,11 @@ impl Runtime {
                     parent_session_id: parent.as_ref().map(|p| p.parent_session_id),
                     metadata: serde_json::json!({"workspace": config.workspace}),
                 },
+                &self.inner.owner,
+                self.inner.options.lease_ttl,
             )
             .await?;
-        let mut held = self.inner.hold(tenant, session).await?;
+        let mut held = self.inner.hold_leased(tenant, session, lease).await?;
         let cfg = serde_json::to_value(&config)
             .map_err(|e| RuntimeError::InvalidInput(format!("config: {e}")))?;
         // The session's secrets (its patterns, the values this process knows) redact
@@ -308,7 +342,12 @@ impl Runtime {
                 )],
             )
             .await;
-        self.inner.unhold(tenant, held).await;
+        match held {
+            Held::Leased(_, lease, _gate) if keep_lease && r.is_ok() => {
+                self.inner.park(tenant, lease);
+            }
+            held => self.inner.unhold(tenant, held).await,
+        }
         r?;
         Ok(session)
     }
@@ -429,15 +468,20 @@ impl Runtime {
     /// [`Runtime::run`] on the caller's task.
     async fn run_here(&self, tenant: TenantId, session: SessionId) -> Result<RunOutcome> {
         let opts = &self.inner.options;
-        let lease = lease::acquire(
-            &self.inner.store,
-            tenant,
-            session,
-            &self.inner.owner,
-            opts.lease_ttl,
-            opts.lease_wait,
-        )
-        .await?;
+        let lease = match self.inner.unpark(session).await? {
+            Some(lease) => lease,
+            None => {
+                lease::acquire(
+                    &self.inner.store,
+                    tenant,
+                    session,
+                    &self.inner.owner,
+                    opts.lease_ttl,
+                    opts.lease_wait,
+                )
+                .await?
+            }
+        };
         let result = self
             .run_leased(tenant, session, &lease, false, CancellationToken::new())
             .await;

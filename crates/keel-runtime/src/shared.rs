@@ -169,6 +169,8 @@ pub(crate) struct Inner {
     pub(crate) active: Mutex<HashMap<SessionId, Arc<Active>>>,
     /// This process's queue per session for short holds of its lease.
     pub(crate) gates: crate::hold::Gates,
+    /// The leases this process keeps for sessions between its own operations on them.
+    pub(crate) parked: crate::hold::Parked,
     /// Child sessions' models by route ([`Inner::model_for`]).
     pub(crate) child_models: Mutex<HashMap<Vec<String>, Arc<dyn ModelClient>>>,
     /// Each parent session's slots for running children (`spawn_agent`), created on first use.

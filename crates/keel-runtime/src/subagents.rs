@@ -287,7 +287,7 @@ async fn run_child(
             let release = child_release(&view.release, def, agent);
             let config = child_config(&view, parent, &call, agent);
             match rt
-                .create_session_with_id(tenant, child, &release, config)
+                .create_session_with_id(tenant, child, &release, config, false)
                 .await
             {
                 Ok(_) | Err(RuntimeError::Store(StoreError::Conflict(_))) => {}

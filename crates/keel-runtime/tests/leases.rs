@@ -1,12 +1,14 @@
 //! Taking a session's lease (`keel_runtime::lease::acquire`, issue 13): a holder that is a dead
 //! process of this host and PID namespace is taken over at once; a holder in another PID
 //! namespace on a host of the same name (another container) is waited out, whatever its
-//! process id looks like here.
+//! process id looks like here. A session created held (`Runtime::create_session_held`) keeps
+//! one lease from its creation to the end of its first run.
 
 use std::time::{Duration, Instant};
 
-use keel_runtime::RuntimeError;
+use keel_core::{Budget, SessionStatus, TenantId, TurnStatus};
 use keel_runtime::lease::{self, LeaseOwner};
+use keel_runtime::{Runtime, RuntimeError, RuntimeOptions};
 use serde_json::json;
 
 use crate::common::*;
@@ -15,6 +17,8 @@ use crate::on_both;
 on_both!(
     a_worker_in_another_pid_namespace_keeps_its_lease_while_a_dead_local_one_loses_it,
     the_keeper_renews_every_lease_in_one_round_and_stops_a_run_whose_lease_was_taken,
+    a_session_created_held_is_queued_cancelled_and_run_under_one_lease,
+    a_held_lease_nothing_runs_is_given_back,
 );
 
 /// A process id that no process of this PID namespace has: beyond the kernel's `pid_max`.
@@ -190,4 +194,105 @@ async fn the_keeper_renews_every_lease_in_one_round_and_stops_a_run_whose_lease_
     assert_eq!(rec.lease.unwrap().owner, "other");
     drop(kept);
     assert!(keeper.is_empty());
+}
+
+/// A runtime (worker `name`, lease TTL 60 s: no renewal within a test) on `f`'s store with
+/// `lines` scripted.
+fn runtime_named(db: &Db, name: &str, lines: &[serde_json::Value]) -> Runtime {
+    Runtime::new(
+        db.store.clone(),
+        scripted(lines),
+        registry(),
+        RuntimeOptions {
+            worker_name: name.into(),
+            lease_ttl: Duration::from_secs(60),
+            lease_wait: Duration::from_millis(200),
+            ..RuntimeOptions::default()
+        },
+    )
+}
+
+/// `create_session_held`, two submits, a cancel of the first turn and the run: the session's
+/// lease comes with its row (in the row's commit) and is released once, at the run's end — one
+/// lease commit, where `create_session` and the same calls make nine (the release after the
+/// creation; a take and a release for each submit, the cancel and the run) — and no other
+/// worker can take the session meanwhile. Both turns end as they would without the held lease
+/// (the first aborted, the second completed), and the lease is free afterwards.
+async fn a_session_created_held_is_queued_cancelled_and_run_under_one_lease(b: Backend) {
+    let db = db(b).await;
+    let ws = workspace();
+    let tenant = TenantId::new();
+    let lines = [json!({"text": "done"})];
+    let leases = |db: &Db| db.store.commits().leases;
+    let mut counts = Vec::new();
+    for held in [true, false] {
+        let rt = runtime_named(&db, "held", &lines);
+        let before = leases(&db);
+        let rel = release(&[], Budget::default());
+        let session = if held {
+            rt.create_session_held(tenant, &rel, config(ws.path()))
+                .await
+        } else {
+            rt.create_session(tenant, &rel, config(ws.path())).await
+        }
+        .unwrap();
+        let first = rt.submit(tenant, session, "first").await.unwrap();
+        let second = rt.submit(tenant, session, "second").await.unwrap();
+        if held {
+            let other = runtime_named(&db, "other", &lines);
+            let e = other.run(tenant, session).await.unwrap_err();
+            assert!(matches!(e, RuntimeError::SessionBusy { .. }), "{e}");
+        }
+        assert_eq!(rt.cancel_turn(tenant, session).await.unwrap(), first);
+        let out = rt.run(tenant, session).await.unwrap();
+        assert_eq!(out.status, SessionStatus::Idle, "{out:?}");
+        let state = rt.view(tenant, session).await.unwrap().state;
+        assert_eq!(state.turns[&first].status, TurnStatus::Aborted);
+        assert_eq!(state.turns[&second].status, TurnStatus::Completed);
+        let rec = db.store.get_session(tenant, session).await.unwrap();
+        assert!(
+            rec.lease.is_none(),
+            "released at the run's end: {:?}",
+            rec.lease
+        );
+        rt.release_held(tenant, session).await;
+        counts.push(leases(&db) - before);
+    }
+    assert_eq!(counts, [1, 9], "lease commits held / not held");
+}
+
+/// A held lease no run takes (the host ran a command instead of a turn) is given back by
+/// `release_held` (a turn it queued under the lease kept), after which another worker runs the
+/// session at once; a second
+/// `release_held` does nothing.
+async fn a_held_lease_nothing_runs_is_given_back(b: Backend) {
+    let db = db(b).await;
+    let ws = workspace();
+    let tenant = TenantId::new();
+    let lines = [json!({"text": "done"})];
+    let rt = runtime_named(&db, "held", &lines);
+    let session = rt
+        .create_session_held(tenant, &release(&[], Budget::default()), config(ws.path()))
+        .await
+        .unwrap();
+    let rec = db.store.get_session(tenant, session).await.unwrap();
+    assert_eq!(rec.lease.map(|l| l.owner), Some(rt.owner().to_owned()));
+    let other = runtime_named(&db, "other", &lines);
+    rt.submit(tenant, session, "go").await.unwrap();
+    assert!(matches!(
+        other.run(tenant, session).await.unwrap_err(),
+        RuntimeError::SessionBusy { .. }
+    ));
+    rt.release_held(tenant, session).await;
+    rt.release_held(tenant, session).await;
+    assert!(
+        db.store
+            .get_session(tenant, session)
+            .await
+            .unwrap()
+            .lease
+            .is_none()
+    );
+    let out = other.run(tenant, session).await.unwrap();
+    assert_eq!(out.status, SessionStatus::Idle, "{out:?}");
 }

@@ -322,8 +322,11 @@ async fn converse(
     config: &Config,
     lines: &mut Option<Lines>,
 ) -> u8 {
+    let created = p.session;
     let mut started_here = fresh.then_some(p.session);
     let code = converse_in(&mut p, &mut started_here, mode, config, lines).await;
+    // The lease `prepare_run` kept, if no run took it (a command ran instead of a turn).
+    p.runtime.release_held(p.tenant, created).await;
     if let Some(session) = started_here {
         discard_if_empty(&p, session).await;
     }

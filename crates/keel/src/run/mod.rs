@@ -92,7 +92,10 @@ impl std::fmt::Debug for Prepared {
     }
 }
 
-/// Creates a session for `config` and journals `prompt` as its first turn.
+/// Creates a session for `config` and journals `prompt` as its first turn, keeping the
+/// session's lease for the run that follows ([`Runtime::create_session_held`]: one lease from
+/// creation to the first run's end); when the input is a command instead, or is refused, the
+/// lease is given back at once ([`Runtime::release_held`]).
 ///
 /// # Errors
 /// Model set-up (missing key, bad script), store and runtime errors.
@@ -108,7 +111,7 @@ pub async fn prepare_run(
     let runtime = runtime_with_mcp(config, store, model, &release).await?;
     let tenant = local_tenant();
     let session = runtime
-        .create_session(tenant, &release, session_config_of(config))
+        .create_session_held(tenant, &release, session_config_of(config))
         .await?;
     let mut p = Prepared {
         runtime,
@@ -123,12 +126,17 @@ pub async fn prepare_run(
     match crate::input::submit(&p, prompt, input).await {
         Ok(Ok(turn)) => p.turn = Some(turn),
         Ok(Err(command)) => {
+            // A command runs instead of a turn: nothing will run the session now (a command
+            // such as `/model` or `/resume` works through a runtime of its own), so the lease
+            // is given back before it runs.
+            p.runtime.release_held(tenant, session).await;
             p.continues = false;
             p.command = Some(command);
         }
         Err(e) => {
             // Refused before anything ran: the new session holds nothing but its creation
             // (as a run without a prompt, the refused input leaves no session).
+            p.runtime.release_held(tenant, session).await;
             let _ = p.runtime.store().delete_session(tenant, session).await;
             return Err(e);
         }
