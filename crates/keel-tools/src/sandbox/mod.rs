@@ -369,7 +369,7 @@ struct EnvPolicy {
 pub struct Sandbox {
     mode: SandboxMode,
     network: bool,
-    temp: Arc<tempfile::TempDir>,
+    temp: Arc<temps::PrivateTemp>,
     env: Arc<EnvPolicy>,
     hidden: Arc<[PathBuf]>,
     roots: Arc<[PathBuf]>,
@@ -412,7 +412,7 @@ impl Sandbox {
         Ok(Self {
             mode,
             network: false,
-            temp: Arc::new(temp),
+            temp: Arc::new(temps::PrivateTemp::new(temp)),
             env: Arc::new(EnvPolicy::default()),
             hidden: Arc::from(Vec::new()),
             roots: Arc::from(Vec::new()),
