@@ -83,19 +83,22 @@ pub async fn submit(
 /// Prints a command's answer: the text on standard output, or with `--output jsonl` one line
 /// `{"type":"command","command":NAME,"session_id":…,"output":TEXT}`.
 fn say(p: &Prepared, config: &Config, command: &Command, text: &str) {
-    if config.output == OutputFormat::Jsonl {
-        println!(
-            "{}",
-            serde_json::json!({
-                "type": "command",
-                "command": command.name(),
-                "session_id": p.session,
-                "output": text,
-            })
-        );
+    use std::io::Write as _;
+    let line = if config.output == OutputFormat::Jsonl {
+        serde_json::json!({
+            "type": "command",
+            "command": command.name(),
+            "session_id": p.session,
+            "output": text,
+        })
+        .to_string()
     } else {
-        println!("{text}");
-    }
+        text.to_owned()
+    };
+    // As the printers do: a reader that went away (`keel run /help | head -1`) is no reason
+    // to panic (`println!` does on a closed pipe) and leave the command's session behind.
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}").and_then(|()| out.flush());
 }
 
 /// Carries out `command` for the session of `p` (which `/clear`, `/model` and `/resume` replace

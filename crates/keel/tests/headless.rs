@@ -3,7 +3,9 @@
 
 use serde_json::Value;
 
-use crate::common::{Env, Running, check_stream, jsonl_lines, parse_lines, run_script, stderr};
+use crate::common::{
+    Env, Running, check_stream, jsonl_lines, parse_lines, run_script, stderr, stdout,
+};
 
 const ASK_WRITE: &str = r#"{"tool_calls":[{"name":"write_file","arguments":{"path":"a.txt","content":"hello"}}]}
 {"text":"wrote it"}
@@ -449,6 +451,25 @@ fn resume_with_a_prompt_while_another_process_runs_the_session_follows_it() {
         check_stream(&parse_lines(&lines))["final_text"],
         "first done"
     );
+}
+
+/// A bare `keel resume` (no prompt, text output) of a session another process runs says it
+/// follows that process, once, and ends with the turn like it.
+#[test]
+fn a_bare_resume_of_a_session_another_process_runs_says_it_follows_it() {
+    let env = Env::new();
+    let script = "{\"tool_calls\":[{\"name\":\"shell\",\"arguments\":{\"command\":\"sleep 2\"}}]}\n{\"text\":\"first done\"}\n";
+    let mut run = start_run(&env, script, &[]);
+    let session = session_of(&run.wait_for("session.created", 30));
+    run.wait_for("tool_call.started", 30);
+    let out = env.run(&["resume", &session, "--output", "text"]);
+    let all = format!("{}{}", stdout(&out), stderr(&out));
+    let note = format!("session {session} is running in another keel process");
+    assert_eq!(all.matches(&note).count(), 1, "{all}");
+    assert!(all.contains("first done"), "{all}");
+    assert_eq!(out.status.code(), Some(0), "{all}");
+    let (code, _) = run.finish(30);
+    assert_eq!(code, Some(0));
 }
 
 /// A dead primary (`openai:gpt-4o-mini` at a closed port) and a scripted fallback: the step

@@ -70,6 +70,38 @@ fn local_commands_answer_without_a_model_call() {
     );
 }
 
+/// A command's answer written to a reader that went away (`keel run /help | head -1`): keel
+/// neither panics (`println!` did on the closed pipe, exit 101 with a backtrace) nor leaves the
+/// run's session behind, and its lease is not left held.
+#[test]
+fn a_commands_answer_to_a_closed_pipe_neither_panics_nor_leaves_a_session() {
+    let env = Env::new();
+    env.write("ws/script.jsonl", "{\"text\":\"done\"}\n");
+    for command in ["/help", "/status"] {
+        let mut child = env
+            .keel()
+            .args([
+                "run",
+                "--workspace",
+                "ws",
+                "--model",
+                "script:script.jsonl",
+                command,
+            ])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let err = stderr(&out);
+        assert!(!err.contains("panicked"), "{command}: {err}");
+        assert_ne!(out.status.code(), Some(101), "{command}: {err}");
+    }
+    let list = stdout(&env.run(&["sessions", "list", "--json"]));
+    assert_eq!(list.lines().count(), 0, "no session left: {list}");
+}
+
 #[test]
 fn unknown_and_terminal_only_commands_are_refused_before_anything_runs() {
     let env = Env::new();

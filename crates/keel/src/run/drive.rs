@@ -58,8 +58,13 @@ pub(super) async fn run_elsewhere(p: &Prepared) -> bool {
 
 /// Runs the session; when another live process already runs it (a prompt given to `resume` was
 /// handed to it as a durable input), follows it instead until the turn ends or waits on a
-/// human, and takes over if that process goes away with work left.
-pub(super) async fn run_or_follow(p: &Prepared) -> keel_runtime::Result<RunOutcome> {
+/// human, and takes over if that process goes away with work left. Following is said once on
+/// `printer` (a note: text mode only).
+pub(super) async fn run_or_follow(
+    p: &Prepared,
+    printer: &SharedPrinter,
+) -> keel_runtime::Result<RunOutcome> {
+    let mut said = false;
     loop {
         if !run_elsewhere(p).await {
             return p.runtime.run(p.tenant, p.session).await;
@@ -103,6 +108,15 @@ pub(super) async fn run_or_follow(p: &Prepared) -> keel_runtime::Result<RunOutco
                 drained: false,
                 turn_budget: None,
             });
+        }
+        if !std::mem::replace(&mut said, true) {
+            tracing_note(
+                printer,
+                &format!(
+                    "↻ session {} is running in another keel process: following it here until its turn ends (Ctrl-C cancels the turn)",
+                    p.session
+                ),
+            );
         }
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
@@ -150,7 +164,7 @@ pub async fn drive(p: &Prepared, printer: &SharedPrinter) -> (Driven, u64) {
     };
     let (stop_tx, stop_rx) = watch::channel(None);
     let pump_task = tokio::spawn(pump(sub, printer.clone(), stop_rx));
-    let run = run_or_follow(p);
+    let run = run_or_follow(p, printer);
     tokio::pin!(run);
     // SIGTERM (a supervisor stopping keel) counts like Ctrl-C: the turn is cancelled and the run
     // still ends with its result.
