@@ -345,6 +345,7 @@ impl Runtime {
                             session,
                             &lease,
                             true,
+                            None,
                             tokio_util::sync::CancellationToken::new(),
                         )
                         .await

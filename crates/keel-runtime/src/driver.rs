@@ -103,6 +103,15 @@ pub(crate) struct Runner {
     /// Cancelled to drain the run ([`crate::Runtime::run_claimed`]): the loop stops before it
     /// starts more work (see [`starts_work`]); what runs finishes and commits first.
     pub(crate) drain: CancellationToken,
+    /// Not before this moment is an effect another run left `dispatched` declared
+    /// `outcome_unknown` (and so put to a reconcile or a human): set when the run's lease was
+    /// taken over from a holder that may still be alive (its lease expired: a worker cut off
+    /// from the store, or one whose clock is behind this one's). By then that holder has
+    /// renewed, found the lease lost and killed its tools, or fenced itself when its lease
+    /// lapsed (see `lease::LeaseKeeper`, "The fence") — the effect can no longer land after
+    /// someone looked and found it had not happened. `None`: the previous holder is gone (it
+    /// released the lease, or its process is dead).
+    pub(crate) settle_after: Option<tokio::time::Instant>,
     /// What a step's attempt used when the turn stopped it (cancelled, timed out): counted in
     /// the `step.failed` the turn's end journals for the step.
     pub(crate) unsettled_usage: Mutex<Option<UnsettledUsage>>,
@@ -266,6 +275,7 @@ impl Runner {
             finished: Mutex::new(Vec::new()),
             unsettled_usage: Mutex::new(None),
             finish_only: false,
+            settle_after: None,
             drain: CancellationToken::new(),
         })
     }
@@ -593,6 +603,15 @@ impl Runner {
                     sequential,
                 } => Box::pin(self.clone().rerun(turn, step, call, sequential)).await?,
                 Next::MarkOutcomeUnknown { key } => {
+                    if let Some(at) = self.settle_after
+                        && tokio::time::Instant::now() < at
+                    {
+                        tracing::info!(session = %self.session, %key, "an effect the previous holder dispatched: waiting out its lease before declaring it outcome_unknown");
+                        tokio::select! {
+                            () = tokio::time::sleep_until(at) => {}
+                            () = self.lost.cancelled() => return Err(self.lease_lost()),
+                        }
+                    }
                     self.stage(vec![(
                         Correlation::default().with_operation(key),
                         EventBody::EffectOutcomeUnknown {},

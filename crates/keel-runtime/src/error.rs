@@ -70,9 +70,14 @@ pub enum RuntimeError {
         /// The lease holder.
         owner: String,
     },
-    /// This worker lost the session's lease (it expired and another worker took over). The
-    /// session continues there; nothing this worker did after losing it was written.
-    #[error("session {session}: lease lost to another worker")]
+    /// This worker lost the session's lease: it expired and another worker took over, or it
+    /// lapsed — the store did not answer its renewals within the TTL, and the run stopped (its
+    /// tools killed) before another worker could take the session (`lease::LeaseKeeper`, "The
+    /// fence"). The session continues elsewhere, or with the next run here; nothing this worker
+    /// did after losing it was written.
+    #[error(
+        "session {session}: lease lost: another worker took the session over, or the lease lapsed because the store did not answer its renewals in time"
+    )]
     LeaseLost {
         /// The session.
         session: SessionId,

@@ -483,7 +483,14 @@ impl Runtime {
             }
         };
         let result = self
-            .run_leased(tenant, session, &lease, false, CancellationToken::new())
+            .run_leased(
+                tenant,
+                session,
+                &lease,
+                false,
+                None,
+                CancellationToken::new(),
+            )
             .await;
         if let Err(e) = self.inner.store.release_lease(tenant, &lease).await {
             tracing::debug!(%session, "lease release: {e}");
@@ -530,11 +537,38 @@ impl Runtime {
                 lease.session_id
             )));
         }
-        self.run_leased(tenant, session, lease, false, drain).await
+        self.run_leased(tenant, session, lease, false, None, drain)
+            .await
+    }
+
+    /// [`Runtime::run_claimed`] for a scheduler's `claim`, knowing whom it took the session
+    /// from: when it took over an expired lease of a holder that may still be alive
+    /// (`Claim::took_over`, not a dead process of this host), an effect that holder left
+    /// `dispatched` is declared `outcome_unknown` only once the lease TTL and a tenth have
+    /// passed since the run started — by then the holder has found the lease lost and killed
+    /// its tools, or fenced itself (see [`lease::LeaseKeeper`], "The fence"), even when its
+    /// clock and this worker's disagree. Nothing else waits.
+    ///
+    /// # Errors
+    /// As [`Runtime::run_claimed`].
+    pub async fn run_claim(
+        &self,
+        claim: &keel_store::Claim,
+        drain: CancellationToken,
+    ) -> Result<RunOutcome> {
+        let ttl = self.inner.options.lease_ttl;
+        let settle_after = claim
+            .took_over
+            .as_deref()
+            .filter(|prev| !lease::owner_is_dead_local_process(prev))
+            .map(|_| tokio::time::Instant::now() + ttl + ttl / 10);
+        let (tenant, lease) = (claim.tenant_id, &claim.lease);
+        self.run_leased(tenant, lease.session_id, lease, false, settle_after, drain)
+            .await
     }
     /// Runs the session under `lease` (held by this process). With `finish_only`, only ends
     /// the turns whose end is due (a cancellation) and stops before anything else: see
-    /// `Runner::finish_only`. Cancelling `drain` stops the loop at the next durable boundary
+    /// `Runner::finish_only`; `settle_after`: see `Runner::settle_after`. Cancelling `drain` stops the loop at the next durable boundary
     /// (see [`Runtime::run_claimed`]).
     pub(crate) async fn run_leased(
         &self,
@@ -542,6 +576,7 @@ impl Runtime {
         session: SessionId,
         lease: &Lease,
         finish_only: bool,
+        settle_after: Option<tokio::time::Instant>,
         drain: CancellationToken,
     ) -> Result<RunOutcome> {
         let lost = CancellationToken::new();
@@ -632,6 +667,7 @@ impl Runtime {
         ) {
             Ok(mut runner) => {
                 runner.finish_only = finish_only;
+                runner.settle_after = settle_after;
                 runner.drain = drain;
                 Box::pin(Arc::new(runner).run()).await
             }

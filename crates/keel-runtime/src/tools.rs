@@ -18,6 +18,7 @@ use keel_tools::policy::Policy;
 use keel_tools::tool::{StepSnapshot, ToolLimits};
 use keel_tools::{ToolCallRequest, ToolContext, ToolResult, ToolResultStatus, ValidatedCall};
 use serde_json::json;
+use tokio_util::sync::CancellationToken;
 
 use crate::authorize::{SEALED_UNAVAILABLE, map_status};
 use crate::driver::{Runner, finished_item, lock};
@@ -447,6 +448,12 @@ impl Runner {
             }
             // Intent before effect: durable before the tool runs.
             self.commit("tool.dispatched").await?;
+            // The commit may have come back after the lease lapsed (the store was unreachable
+            // past the TTL and answered late): another worker may take the session over at
+            // any moment now and find this effect `outcome_unknown`. It must not start.
+            if self.lost.is_cancelled() {
+                return Err(self.lease_lost());
+            }
         } else {
             self.stage(items).await?;
         }
@@ -461,14 +468,16 @@ impl Runner {
         tokio::pin!(fut);
         let grace = Duration::from_millis(self.rt.options.cancel_grace_ms);
         let mut timed_out = false;
+        // A tool stopped gets `grace` to end on its own — unless the lease is lost or lapsed:
+        // then it is dropped (killed) at once, before another worker can take the session over.
         let result: Option<ToolResult> = tokio::select! {
             r = &mut fut => Some(r),
             () = tokio::time::sleep_until(deadline) => {
                 timed_out = true;
                 token.cancel();
-                tokio::time::timeout(grace, &mut fut).await.ok()
+                settle(fut.as_mut(), grace, &self.lost).await
             }
-            () = token.cancelled() => tokio::time::timeout(grace, &mut fut).await.ok(),
+            () = token.cancelled() => settle(fut.as_mut(), grace, &self.lost).await,
         };
         self.active
             .tool_cancel
@@ -587,5 +596,19 @@ impl Runner {
             }
         }
         Ok(())
+    }
+}
+
+/// What a stopped tool's future gives within `grace`; `None` when it did not end in time, or
+/// at once when `lost` is cancelled (the lease is lost or lapsed: the caller drops — kills —
+/// the tool without waiting).
+async fn settle<F: std::future::Future>(
+    fut: std::pin::Pin<&mut F>,
+    grace: Duration,
+    lost: &CancellationToken,
+) -> Option<F::Output> {
+    tokio::select! {
+        r = tokio::time::timeout(grace, fut) => r.ok(),
+        () = lost.cancelled() => None,
     }
 }

@@ -464,6 +464,24 @@ impl Tool for SlowEffectTool {
     }
 }
 
+/// Simulates a worker that vanished while a side-effecting call was dispatched: the fixture's
+/// run is dropped mid-call (once `effect.dispatched` is journaled) and its lease taken over by
+/// `owner` for `ttl`; returns that lease.
+pub async fn vanish_mid_effect(f: &Fixture, owner: &str, ttl: Duration) -> keel_store::Lease {
+    let rt = f.rt.clone();
+    let (tenant, session) = (f.tenant, f.session);
+    let run = tokio::spawn(async move { rt.run(tenant, session).await });
+    wait_for_event(&f.db.store, f.tenant, f.session, "effect.dispatched").await;
+    run.abort();
+    let _ = run.await;
+    let rec = f.db.store.get_session(f.tenant, f.session).await.unwrap();
+    let holder = rec.lease.unwrap().owner;
+    f.db.store
+        .take_over_lease(f.tenant, f.session, &holder, rec.lease_epoch, owner, ttl)
+        .await
+        .unwrap()
+}
+
 /// Waits (≤ 20 s) until the session's journal has an event of type `ty`.
 pub async fn wait_for_event(
     store: &Arc<dyn Store>,

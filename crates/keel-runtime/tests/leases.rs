@@ -81,11 +81,12 @@ async fn a_worker_in_another_pid_namespace_keeps_its_lease_while_a_dead_local_on
     assert_eq!(got.unwrap().owner, lease::owner_string("me"));
 }
 
-/// `LeaseKeeper` (one heartbeat for every lease of a runtime): three leases taken a few
-/// milliseconds apart are renewed together, by one statement (one lease commit, the same
-/// expiry for all three), an expired one nobody took over included; a lease another worker
-/// took over is reported lost (its run's token cancelled) and is renewed no more; a lease
-/// whose `Kept` was dropped is renewed no more.
+/// `LeaseKeeper` (one heartbeat for every lease of a runtime): four leases taken a few
+/// milliseconds apart, kept when most of their TTL has gone (a run's slow set-up), are renewed
+/// together, by one statement (one lease commit, the same expiry for all four); a lease another
+/// worker took over is reported lost (its run's token cancelled) and is renewed no more; a
+/// lease whose `Kept` was dropped is renewed no more; a lease kept after it expired (another
+/// worker may have it) lapses at once: its run is stopped, never renewed.
 async fn the_keeper_renews_every_lease_in_one_round_and_stops_a_run_whose_lease_was_taken(
     b: Backend,
 ) {
@@ -121,8 +122,8 @@ async fn the_keeper_renews_every_lease_in_one_round_and_stops_a_run_whose_lease_
         leases.push(store.acquire_lease(f.tenant, *s, &me, ttl).await.unwrap());
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    // The last one has expired before it is kept: its holder still renews it.
-    tokio::time::sleep(ttl + Duration::from_millis(50)).await;
+    // Kept with about a third of their TTL left (more than the fence's tenth): all due.
+    tokio::time::sleep(ttl * 6 / 10).await;
     let keeper = lease::LeaseKeeper::new(store.clone(), ttl);
     let lost: Vec<_> = leases
         .iter()
@@ -194,6 +195,30 @@ async fn the_keeper_renews_every_lease_in_one_round_and_stops_a_run_whose_lease_
     assert_eq!(rec.lease.unwrap().owner, "other");
     drop(kept);
     assert!(keeper.is_empty());
+
+    // Kept after it expired: fenced at once, not renewed.
+    let mine = leases[1].clone();
+    let rec = store.get_session(f.tenant, mine.session_id).await.unwrap();
+    let expired = keel_store::Lease {
+        expires_at: rec.lease.unwrap().expires_at,
+        ..mine
+    };
+    tokio::time::sleep(ttl + Duration::from_millis(50)).await;
+    let lapsed = tokio_util::sync::CancellationToken::new();
+    let _kept = keeper.keep(f.tenant, expired.clone(), lapsed.clone());
+    tokio::time::timeout(ttl * 10, lapsed.cancelled())
+        .await
+        .expect("an expired lease kept was not fenced");
+    assert!(keeper.is_empty());
+    let rec = store
+        .get_session(f.tenant, expired.session_id)
+        .await
+        .unwrap();
+    assert_eq!(
+        rec.lease.unwrap().expires_at,
+        expired.expires_at,
+        "not renewed"
+    );
 }
 
 /// A runtime (worker `name`, lease TTL 60 s: no renewal within a test) on `f`'s store with

@@ -22,6 +22,7 @@ mod hooks;
 mod hung_probes;
 mod input;
 mod intents;
+mod lease_fence;
 mod leases;
 mod long_term_memory;
 mod memory;

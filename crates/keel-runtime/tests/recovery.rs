@@ -267,28 +267,9 @@ async fn a_worker_killed_at_every_append_recovers_without_duplicate_effects_post
 }
 
 /// Simulates a worker that vanished while a side-effecting call that cannot reconcile was
-/// dispatched: the run is dropped mid-call and its lease taken over.
+/// dispatched: the run is dropped mid-call and its lease taken over and given back.
 async fn vanish_mid_effect(f: &Fixture) {
-    let rt = f.rt.clone();
-    let (tenant, session) = (f.tenant, f.session);
-    let run = tokio::spawn(async move { rt.run(tenant, session).await });
-    wait_for_event(&f.db.store, f.tenant, f.session, "effect.dispatched").await;
-    run.abort();
-    let _ = run.await;
-    let rec = f.db.store.get_session(f.tenant, f.session).await.unwrap();
-    let holder = rec.lease.unwrap().owner;
-    let lease =
-        f.db.store
-            .take_over_lease(
-                f.tenant,
-                f.session,
-                &holder,
-                rec.lease_epoch,
-                "test",
-                Duration::from_secs(5),
-            )
-            .await
-            .unwrap();
+    let lease = crate::common::vanish_mid_effect(f, "test", Duration::from_secs(5)).await;
     f.db.store.release_lease(f.tenant, &lease).await.unwrap();
 }
 

@@ -49,7 +49,7 @@ impl ClaimRunner for ReleaseRunner {
                     };
                 }
             };
-            match rt.run_claimed(tenant, session, &claim.lease, drain).await {
+            match rt.run_claim(&claim, drain).await {
                 Ok(outcome) if outcome.drained => RunReport::Drained,
                 Ok(_) => RunReport::Done,
                 Err(RuntimeError::LeaseLost { .. }) => RunReport::LeaseLost,

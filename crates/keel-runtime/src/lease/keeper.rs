@@ -1,10 +1,11 @@
 //! [`LeaseKeeper`]: one heartbeat for every lease a runtime holds — one renewal statement per
-//! tenant per round ([`Store::renew_leases`]), not one per running session.
+//! tenant per round ([`Store::renew_leases`]), not one per running session — and the fence
+//! that stops a run before a lease it could not renew expires.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use keel_core::TenantId;
 use keel_store::{Lease, Store};
@@ -19,27 +20,47 @@ use super::renewal_due_in;
 /// run whose setup took most of the TTL is renewed at once); every lease due within the
 /// next sixth of the TTL is renewed with it, so leases taken at different moments fall into
 /// one round. A lease the store no longer has at its epoch (taken over, released) is lost:
-/// its run's `lost` token is cancelled and it is kept no more. An expired lease nobody took
-/// over is renewed (its epoch is still current). A round started by a lease being kept waits
-/// a sixtieth of the TTL (at most 50 ms) first, so the runs of one claim round starting at once
-/// are renewed together. A round that fails (the store is slow or
+/// its run's `lost` token is cancelled and it is kept no more. A round started by a lease being
+/// kept waits a sixtieth of the TTL (at most 50 ms) first, so the runs of one claim round
+/// starting at once are renewed together. A round that fails (the store is slow or
 /// unreachable) is retried after a twelfth of the TTL, while the leases may still be live.
 ///
-/// Its task starts with the first lease kept and ends when the keeper is dropped.
+/// **The fence.** The epoch fences the journal, not what a tool does outside it: a run still
+/// running a command when another worker takes its session over could finish the effect after
+/// the new owner found it `outcome_unknown` and a human (or a reconcile) saw it had not
+/// happened — and the effect would happen twice (the chaos trials caught it, 2026-12-07: a
+/// PostgreSQL outage longer than the TTL, the run's dispatch committed as the server came
+/// back, the command started, and another worker took the expired lease over). So the keeper
+/// also knows, on this process's monotonic clock, until when each lease is surely still its
+/// own: from when the request that granted or renewed it was *sent*, plus the TTL (the store
+/// reckons the expiry from when it ran the statement, which is later). A tenth of the TTL
+/// before that moment (at least 1 ms: room for the run's tools to be killed, and for a small
+/// skew between hosts' clocks), a lease not renewed since is *lapsed*: its `lost` token is
+/// cancelled — the run stops at once and its tools are killed, no grace — and it is kept no
+/// more, whether or not another worker takes it over later. A lease already that close to its
+/// expiry when it is kept lapses at once. The fence has its own task, so a renewal stuck on an
+/// unreachable store never holds it up.
+///
+/// Its tasks start with the first lease kept and end when the keeper is dropped.
 pub struct LeaseKeeper {
     store: Arc<dyn Store>,
     ttl: Duration,
     held: Mutex<HashMap<u64, Held>>,
     next_id: AtomicU64,
-    /// A lease was kept: the task looks again at when the next one is due.
+    /// A lease was kept: the renewal task looks again at when the next one is due.
     wake: Arc<Notify>,
-    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// A lease was kept: the fence task looks again at when the next one lapses.
+    fence_wake: Arc<Notify>,
+    tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 struct Held {
     tenant: TenantId,
     lease: Lease,
     lost: CancellationToken,
+    /// Until when (this process's monotonic clock) the lease is surely this process's: the
+    /// moment the request that granted or last renewed it was sent, plus the TTL.
+    valid_until: Instant,
 }
 
 impl std::fmt::Debug for LeaseKeeper {
@@ -68,7 +89,7 @@ impl Drop for Kept {
 
 impl Drop for LeaseKeeper {
     fn drop(&mut self) {
-        if let Some(t) = lock(&self.task).take() {
+        for t in lock(&self.tasks).drain(..) {
             t.abort();
         }
     }
@@ -83,30 +104,43 @@ impl LeaseKeeper {
             held: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(0),
             wake: Arc::new(Notify::new()),
-            task: Mutex::new(None),
+            fence_wake: Arc::new(Notify::new()),
+            tasks: Mutex::new(Vec::new()),
         })
     }
 
     /// Renews `lease` (of `tenant`) from now until the returned [`Kept`] is dropped; cancels
-    /// `lost` when the lease is found lost. Must be called within a Tokio runtime (the first
-    /// call starts the keeper's task).
+    /// `lost` when the lease is found lost, or when it lapses unrenewed (see **The fence** on
+    /// [`LeaseKeeper`]). Its validity is reckoned from its `expires_at` (in the lease clock, as
+    /// the store set it). Must be called within a Tokio runtime (the first call starts the
+    /// keeper's tasks).
     pub fn keep(self: &Arc<Self>, tenant: TenantId, lease: Lease, lost: CancellationToken) -> Kept {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let left = (lease.expires_at - super::lease_clock())
+            .to_std()
+            .unwrap_or(Duration::ZERO)
+            .min(self.ttl);
         lock(&self.held).insert(
             id,
             Held {
                 tenant,
                 lease,
                 lost,
+                valid_until: Instant::now() + left,
             },
         );
         {
-            let mut task = lock(&self.task);
-            if task.is_none() {
-                *task = Some(tokio::spawn(run(Arc::downgrade(self), self.wake.clone())));
+            let mut tasks = lock(&self.tasks);
+            if tasks.is_empty() {
+                tasks.push(tokio::spawn(run(Arc::downgrade(self), self.wake.clone())));
+                tasks.push(tokio::spawn(fence(
+                    Arc::downgrade(self),
+                    self.fence_wake.clone(),
+                )));
             }
         }
         self.wake.notify_one();
+        self.fence_wake.notify_one();
         Kept {
             keeper: Arc::downgrade(self),
             id,
@@ -125,6 +159,39 @@ impl LeaseKeeper {
 
     fn period(&self) -> Duration {
         (self.ttl / 3).max(Duration::from_millis(10))
+    }
+
+    /// How long before the end of its validity a lease not renewed lapses: a tenth of the TTL,
+    /// at least 1 ms.
+    fn fence_margin(&self) -> Duration {
+        (self.ttl / 10).max(Duration::from_millis(1))
+    }
+
+    /// When the first kept lease lapses (`None`: none kept).
+    fn next_lapse(&self) -> Option<Instant> {
+        let margin = self.fence_margin();
+        lock(&self.held)
+            .values()
+            .map(|h| h.valid_until.checked_sub(margin).unwrap_or(h.valid_until))
+            .min()
+    }
+
+    /// Fences every lease lapsed by now: cancels its run's `lost` token and keeps it no more.
+    fn fence_lapsed(&self) {
+        let margin = self.fence_margin();
+        let now = Instant::now();
+        lock(&self.held).retain(|_, h| {
+            if now + margin < h.valid_until {
+                return true;
+            }
+            tracing::warn!(
+                session = %h.lease.session_id,
+                "lease lapsed: not renewed within its TTL (the store did not answer in time): stopping the \
+                 session here, and its tools, before another worker can take it over"
+            );
+            h.lost.cancel();
+            false
+        });
     }
 
     /// Until the first kept lease is due (`None`: none kept).
@@ -152,6 +219,7 @@ impl LeaseKeeper {
         let mut failed = None;
         for (tenant, due) in by_tenant {
             let leases: Vec<Lease> = due.iter().map(|(_, l)| l.clone()).collect();
+            let sent = Instant::now();
             match self.store.renew_leases(tenant, &leases, self.ttl).await {
                 Ok(renewed) => {
                     let fresh: HashMap<_, _> = renewed
@@ -162,7 +230,10 @@ impl LeaseKeeper {
                     for (id, lease) in due {
                         let Some(h) = held.get_mut(&id) else { continue };
                         match fresh.get(&(lease.session_id, lease.epoch)) {
-                            Some(at) => h.lease.expires_at = *at,
+                            Some(at) => {
+                                h.lease.expires_at = *at;
+                                h.valid_until = sent + self.ttl;
+                            }
                             None => {
                                 tracing::warn!(session = %lease.session_id, "lease lost; stopping the session here");
                                 h.lost.cancel();
@@ -212,6 +283,29 @@ async fn run(keeper: Weak<LeaseKeeper>, wake: Arc<Notify>) {
             Ok(()) => Duration::ZERO,
             Err(_) => retry,
         };
+    }
+}
+
+/// The fence's task: sleeps until the first kept lease lapses (or a lease is kept), fences
+/// what lapsed, and ends when the keeper is gone. Apart from the renewals, so one waiting on
+/// an unreachable store does not hold it up.
+async fn fence(keeper: Weak<LeaseKeeper>, wake: Arc<Notify>) {
+    loop {
+        let Some(k) = keeper.upgrade() else { return };
+        let notified = wake.notified();
+        let until = k.next_lapse();
+        drop(k);
+        match until {
+            Some(at) => {
+                tokio::select! {
+                    () = notified => {}
+                    () = tokio::time::sleep_until(at.into()) => {}
+                }
+            }
+            None => notified.await,
+        }
+        let Some(k) = keeper.upgrade() else { return };
+        k.fence_lapsed();
     }
 }
 
