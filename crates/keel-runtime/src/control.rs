@@ -345,7 +345,6 @@ impl Runtime {
                             session,
                             &lease,
                             true,
-                            None,
                             tokio_util::sync::CancellationToken::new(),
                         )
                         .await

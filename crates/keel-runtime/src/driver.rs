@@ -392,6 +392,37 @@ impl Runner {
         *lock(&self.active.turn_cancel) = None;
     }
 
+    /// Waits until [`Runner::settle_after`] (if set and ahead) when the journal holds an effect
+    /// left `dispatched`: the holder this run took the session from may still be running it,
+    /// until it finds its lease lost or fences itself. Returns at once otherwise.
+    ///
+    /// # Errors
+    /// [`RuntimeError::LeaseLost`] when this run's lease is lost meanwhile.
+    pub(crate) async fn wait_out_previous_holder(&self) -> Result<()> {
+        let Some(at) = self.settle_after else {
+            return Ok(());
+        };
+        if tokio::time::Instant::now() >= at {
+            return Ok(());
+        }
+        let dispatched = self
+            .read(|j| {
+                j.state
+                    .effects
+                    .values()
+                    .any(|e| e.status == keel_core::EffectStatus::Dispatched)
+            })
+            .await;
+        if !dispatched {
+            return Ok(());
+        }
+        tracing::info!(session = %self.session, "an effect the previous holder dispatched: waiting out its lease before declaring it outcome_unknown");
+        tokio::select! {
+            () = tokio::time::sleep_until(at) => Ok(()),
+            () = self.lost.cancelled() => Err(self.lease_lost()),
+        }
+    }
+
     pub(crate) fn lease_lost(&self) -> RuntimeError {
         RuntimeError::LeaseLost {
             session: self.session,
@@ -603,15 +634,7 @@ impl Runner {
                     sequential,
                 } => Box::pin(self.clone().rerun(turn, step, call, sequential)).await?,
                 Next::MarkOutcomeUnknown { key } => {
-                    if let Some(at) = self.settle_after
-                        && tokio::time::Instant::now() < at
-                    {
-                        tracing::info!(session = %self.session, %key, "an effect the previous holder dispatched: waiting out its lease before declaring it outcome_unknown");
-                        tokio::select! {
-                            () = tokio::time::sleep_until(at) => {}
-                            () = self.lost.cancelled() => return Err(self.lease_lost()),
-                        }
-                    }
+                    self.wait_out_previous_holder().await?;
                     self.stage(vec![(
                         Correlation::default().with_operation(key),
                         EventBody::EffectOutcomeUnknown {},

@@ -48,7 +48,7 @@ pub(crate) struct Parked(std::sync::Mutex<HashMap<SessionId, ParkedLease>>);
 struct ParkedLease {
     lease: Lease,
     lost: CancellationToken,
-    _kept: crate::lease::Kept,
+    kept: crate::lease::Kept,
 }
 
 impl Parked {
@@ -56,7 +56,7 @@ impl Parked {
     fn get(&self, session: SessionId) -> Option<Lease> {
         let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         match map.get(&session) {
-            Some(p) if !p.lost.is_cancelled() => Some(p.lease.clone()),
+            Some(p) if !p.lost.is_cancelled() => Some(p.current()),
             Some(_) => {
                 map.remove(&session);
                 None
@@ -71,7 +71,15 @@ impl Parked {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .remove(&session)?;
-        (!p.lost.is_cancelled()).then_some(p.lease)
+        (!p.lost.is_cancelled()).then(|| p.current())
+    }
+}
+
+impl ParkedLease {
+    /// The lease with the expiry its last renewal gave it (what a run keeping it next reckons
+    /// its validity from: the copy parked at first would make it look about to lapse).
+    fn current(&self) -> Lease {
+        self.kept.lease().unwrap_or_else(|| self.lease.clone())
     }
 }
 
@@ -147,17 +155,21 @@ impl Inner {
         if let Some(lease) = self.parked.get(session) {
             return self.hold_parked(tenant, session, lease, gate).await.map(Ok);
         }
-        let lease = match lease::acquire(
+        let lease = match lease::acquire_noting(
             &self.store,
             tenant,
             session,
             &self.owner,
             self.options.lease_ttl,
             Duration::ZERO,
+            true,
         )
         .await
         {
-            Ok(l) => l,
+            Ok(a) => {
+                self.note_takeover(session, a.from_live.as_deref());
+                a.lease
+            }
             Err(RuntimeError::SessionBusy { owner, .. }) => return Ok(Err(owner)),
             Err(e) => return Err(e),
         };
@@ -188,15 +200,18 @@ impl Inner {
         if let Some(lease) = self.parked.get(session) {
             return self.hold_parked(tenant, session, lease, gate).await;
         }
-        let lease = lease::acquire(
+        let taken = lease::acquire_noting(
             &self.store,
             tenant,
             session,
             &self.owner,
             opts.lease_ttl,
             opts.lease_wait,
+            true,
         )
         .await?;
+        self.note_takeover(session, taken.from_live.as_deref());
+        let lease = taken.lease;
         match self.load(tenant, session, &lease).await {
             Ok(j) => Ok(Held::Leased(Box::new(j), lease, gate)),
             Err(e) => {
@@ -251,14 +266,7 @@ impl Inner {
             .0
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(
-                session,
-                ParkedLease {
-                    lease,
-                    lost,
-                    _kept: kept,
-                },
-            );
+            .insert(session, ParkedLease { lease, lost, kept });
     }
     /// Takes `session`'s parked lease for a run, after the holds of this process that use it
     /// (their gate); `Ok(None)` when none is parked (or it was lost).

@@ -144,10 +144,58 @@ pub async fn acquire(
     ttl: Duration,
     wait: Duration,
 ) -> Result<Lease> {
+    acquire_noting(store, tenant, session, owner, ttl, wait, false)
+        .await
+        .map(|a| a.lease)
+}
+
+/// A lease [`acquire_noting`] took, and whether it may have been taken from a live holder.
+#[derive(Debug, Clone)]
+pub struct Acquired {
+    /// The lease.
+    pub lease: Lease,
+    /// The holder whose lease this one replaced when that holder may still be alive: its
+    /// lease had expired (or was about to), and it is not a dead process of this host. Its
+    /// tools may still be running until it finds the lease lost or fences itself (see
+    /// [`LeaseKeeper`], "The fence"). `None`: the lease was free, or its holder is dead — or
+    /// the look was not asked for.
+    pub from_live: Option<String>,
+}
+
+/// As [`acquire`]; with `look`, it first reads who holds the lease (one read), so that a lease
+/// it then takes over at once — an expired one — names its holder in [`Acquired::from_live`]
+/// unless that holder is a dead process of this host.
+///
+/// # Errors
+/// As [`acquire`].
+pub async fn acquire_noting(
+    store: &Arc<dyn Store>,
+    tenant: TenantId,
+    session: SessionId,
+    owner: &str,
+    ttl: Duration,
+    wait: Duration,
+    look: bool,
+) -> Result<Acquired> {
+    let mut live = if look {
+        store
+            .get_session(tenant, session)
+            .await?
+            .lease
+            .map(|l| l.owner)
+            .filter(|h| !owner_is_dead_local_process(h))
+    } else {
+        None
+    };
     let deadline = tokio::time::Instant::now() + wait;
     loop {
         match store.acquire_lease(tenant, session, owner, ttl).await {
-            Ok(lease) => return Ok(lease),
+            Ok(lease) => {
+                return Ok(Acquired {
+                    lease,
+                    from_live: live,
+                });
+            }
             Err(StoreError::LeaseHeld {
                 owner: holder,
                 expires_at,
@@ -161,11 +209,18 @@ pub async fn acquire(
                     {
                         Ok(lease) => {
                             tracing::info!(%session, dead = %holder, "took over the lease of a dead worker");
-                            return Ok(lease);
+                            return Ok(Acquired {
+                                lease,
+                                from_live: None,
+                            });
                         }
                         Err(StoreError::LeaseLost { .. } | StoreError::LeaseHeld { .. }) => {}
                         Err(e) => return Err(e.into()),
                     }
+                }
+                if look {
+                    // Waited out: when it expires and is taken here, it was this holder's.
+                    live = Some(holder.clone());
                 }
                 let now = tokio::time::Instant::now();
                 if now >= deadline {

@@ -192,6 +192,7 @@ impl Runtime {
                 active: Mutex::new(HashMap::new()),
                 gates: crate::hold::Gates::default(),
                 parked: crate::hold::Parked::default(),
+                takeovers: Mutex::new(HashMap::new()),
                 child_models: Mutex::new(HashMap::new()),
                 child_slots: Mutex::new(HashMap::new()),
                 spend: crate::spend::Pools::default(),
@@ -471,26 +472,23 @@ impl Runtime {
         let lease = match self.inner.unpark(session).await? {
             Some(lease) => lease,
             None => {
-                lease::acquire(
+                let taken = lease::acquire_noting(
                     &self.inner.store,
                     tenant,
                     session,
                     &self.inner.owner,
                     opts.lease_ttl,
                     opts.lease_wait,
+                    true,
                 )
-                .await?
+                .await?;
+                self.inner
+                    .note_takeover(session, taken.from_live.as_deref());
+                taken.lease
             }
         };
         let result = self
-            .run_leased(
-                tenant,
-                session,
-                &lease,
-                false,
-                None,
-                CancellationToken::new(),
-            )
+            .run_leased(tenant, session, &lease, false, CancellationToken::new())
             .await;
         if let Err(e) = self.inner.store.release_lease(tenant, &lease).await {
             tracing::debug!(%session, "lease release: {e}");
@@ -537,17 +535,18 @@ impl Runtime {
                 lease.session_id
             )));
         }
-        self.run_leased(tenant, session, lease, false, None, drain)
-            .await
+        self.run_leased(tenant, session, lease, false, drain).await
     }
 
     /// [`Runtime::run_claimed`] for a scheduler's `claim`, knowing whom it took the session
     /// from: when it took over an expired lease of a holder that may still be alive
     /// (`Claim::took_over`, not a dead process of this host), an effect that holder left
     /// `dispatched` is declared `outcome_unknown` only once the lease TTL and a tenth have
-    /// passed since the run started — by then the holder has found the lease lost and killed
-    /// its tools, or fenced itself (see [`lease::LeaseKeeper`], "The fence"), even when its
-    /// clock and this worker's disagree. Nothing else waits.
+    /// passed since the claim — by then the holder has found the lease lost and killed its
+    /// tools, or fenced itself (see [`lease::LeaseKeeper`], "The fence"), even when its clock
+    /// and this worker's disagree. Nothing else waits. ([`Runtime::run`], a cancel and the
+    /// other operations that take a session's lease themselves note such a takeover the same
+    /// way.)
     ///
     /// # Errors
     /// As [`Runtime::run_claimed`].
@@ -556,19 +555,19 @@ impl Runtime {
         claim: &keel_store::Claim,
         drain: CancellationToken,
     ) -> Result<RunOutcome> {
-        let ttl = self.inner.options.lease_ttl;
-        let settle_after = claim
+        let (tenant, lease) = (claim.tenant_id, &claim.lease);
+        let live = claim
             .took_over
             .as_deref()
-            .filter(|prev| !lease::owner_is_dead_local_process(prev))
-            .map(|_| tokio::time::Instant::now() + ttl + ttl / 10);
-        let (tenant, lease) = (claim.tenant_id, &claim.lease);
-        self.run_leased(tenant, lease.session_id, lease, false, settle_after, drain)
+            .filter(|prev| !lease::owner_is_dead_local_process(prev));
+        self.inner.note_takeover(lease.session_id, live);
+        self.run_claimed(tenant, lease.session_id, lease, drain)
             .await
     }
     /// Runs the session under `lease` (held by this process). With `finish_only`, only ends
     /// the turns whose end is due (a cancellation) and stops before anything else: see
-    /// `Runner::finish_only`; `settle_after`: see `Runner::settle_after`. Cancelling `drain` stops the loop at the next durable boundary
+    /// `Runner::finish_only`. A takeover noted for the session (`Inner::note_takeover`) sets
+    /// `Runner::settle_after`. Cancelling `drain` stops the loop at the next durable boundary
     /// (see [`Runtime::run_claimed`]).
     pub(crate) async fn run_leased(
         &self,
@@ -576,7 +575,6 @@ impl Runtime {
         session: SessionId,
         lease: &Lease,
         finish_only: bool,
-        settle_after: Option<tokio::time::Instant>,
         drain: CancellationToken,
     ) -> Result<RunOutcome> {
         let lost = CancellationToken::new();
@@ -667,7 +665,7 @@ impl Runtime {
         ) {
             Ok(mut runner) => {
                 runner.finish_only = finish_only;
-                runner.settle_after = settle_after;
+                runner.settle_after = self.inner.settle_after(session);
                 runner.drain = drain;
                 Box::pin(Arc::new(runner).run()).await
             }

@@ -180,9 +180,45 @@ pub(crate) struct Inner {
     /// Per top-level session: the slots of its live descendants
     /// ([`crate::config::SubagentOptions::max_descendants`]).
     pub(crate) descendant_slots: Mutex<HashMap<SessionId, Arc<tokio::sync::Semaphore>>>,
+    /// Sessions whose lease this process took over from a holder that may still be alive, and
+    /// until when an effect that holder left `dispatched` must not be declared
+    /// `outcome_unknown` here ([`Inner::note_takeover`]).
+    pub(crate) takeovers: Mutex<HashMap<SessionId, tokio::time::Instant>>,
 }
 
 impl Inner {
+    /// Notes that this process took `session`'s lease just now, from `from_live` (a holder
+    /// that may still be alive; `None`: the lease was free or its holder is dead): until the
+    /// lease TTL and a tenth have passed, no effect left `dispatched` is declared
+    /// `outcome_unknown` here — by then that holder has found the lease lost and killed its
+    /// tools, or fenced itself when it lapsed (`lease::LeaseKeeper`, "The fence"), whatever its
+    /// clock says.
+    pub(crate) fn note_takeover(&self, session: SessionId, from_live: Option<&str>) {
+        let Some(prev) = from_live else { return };
+        let ttl = self.options.lease_ttl;
+        let now = tokio::time::Instant::now();
+        tracing::info!(%session, previous = %prev, "took over a lease whose holder may be alive: its dispatched effects wait out its lease");
+        let mut map = self
+            .takeovers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        map.retain(|_, at| *at > now);
+        map.insert(session, now + ttl + ttl / 10);
+    }
+
+    /// Until when a `dispatched` effect of `session` must not be declared `outcome_unknown`
+    /// here (see [`Inner::note_takeover`]); `None` when that moment has passed or there was no
+    /// such takeover.
+    pub(crate) fn settle_after(&self, session: SessionId) -> Option<tokio::time::Instant> {
+        let now = tokio::time::Instant::now();
+        self.takeovers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&session)
+            .copied()
+            .filter(|at| *at > now)
+    }
+
     /// The handle of session `session` if this process runs it.
     pub(crate) fn active(&self, session: SessionId) -> Option<Arc<Active>> {
         self.active

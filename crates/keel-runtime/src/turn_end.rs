@@ -29,6 +29,9 @@ impl Runner {
             self.turn_token().cancel();
         }
         self.join_inflight().await;
+        // Dispatched effects become `outcome_unknown` below: not while a holder this run took
+        // the session from may still be running one.
+        self.wait_out_previous_holder().await?;
         let call_status = if reason == TerminalReason::Aborted {
             ToolCallStatus::Cancelled
         } else {

@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use keel_core::{Budget, EffectStatus};
+use keel_core::{Budget, EffectStatus, SessionStatus};
 use keel_runtime::{Runtime, RuntimeError, RuntimeOptions, lease};
 use serde_json::json;
 use sqlx::Connection;
@@ -21,6 +21,7 @@ on_both!(
     a_command_running_when_its_lease_lapses_is_killed_before_its_effect,
     an_effect_a_live_holder_dispatched_is_declared_unknown_only_after_its_lease,
     a_call_proposed_while_the_store_is_stalled_never_runs,
+    a_parked_lease_taken_by_a_run_late_is_not_taken_for_lapsed,
 );
 
 /// Lease TTL of these tests.
@@ -202,55 +203,103 @@ async fn stalled_run(
 }
 
 /// A session's run vanished mid-effect (dropped while `slow_effect` ran) and its lease is
-/// claimed by another worker as a takeover of an expired lease (`Claim::took_over`): when the
-/// previous holder may be alive (another host), the effect is declared `outcome_unknown` only
-/// once the TTL and a tenth have passed since the run started; when it is a dead process of
-/// this host, `took_over` names it and nothing waits for it (no lower bound asserted: a speed).
+/// left to a holder on another host (so it may be alive), expired. Whoever takes the session
+/// next — a worker's claim (`Runtime::run_claim`, `Claim::took_over` naming that holder), a
+/// `Runtime::run` (`keel resume`), a cancel (`cancel_turn`, which ends the turn itself) —
+/// declares the effect `outcome_unknown` only once the TTL and a tenth have passed since it
+/// took the lease. (A takeover from a dead process of this host waits for nothing: no lower
+/// bound asserted for it, that would be a speed.)
 async fn an_effect_a_live_holder_dispatched_is_declared_unknown_only_after_its_lease(b: Backend) {
     let lines = [
         json!({"tool_calls": [call("slow_effect", json!({"ms": 60_000}))]}),
         json!({"text": "done"}),
     ];
-    let elsewhere = "worker@another-host:1/pidns:1".to_owned();
-    let f = fixture_with(
-        b,
+    let elsewhere = "worker@another-host:1/pidns:1";
+    for way in ["claim", "run", "cancel"] {
+        let f = fixture_with(
+            b,
+            scripted(&lines),
+            &["slow_effect"],
+            Budget::default(),
+            |_| {},
+        )
+        .await;
+        f.rt.submit(f.tenant, f.session, "go").await.unwrap();
+        // The holder on another host, its lease expired.
+        vanish_mid_effect(&f, elsewhere, Duration::from_millis(20)).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let rt = short_lease_runtime(&f, "next", &lines);
+        let t = Instant::now();
+        match way {
+            "claim" => {
+                let lease =
+                    f.db.store
+                        .acquire_lease(f.tenant, f.session, rt.owner(), TTL)
+                        .await
+                        .unwrap();
+                let claim = keel_store::Claim {
+                    tenant_id: f.tenant,
+                    lease,
+                    took_over: Some(elsewhere.to_owned()),
+                    runnable_since: None,
+                };
+                let out = rt
+                    .run_claim(&claim, tokio_util::sync::CancellationToken::new())
+                    .await
+                    .unwrap();
+                assert_eq!(out.status, SessionStatus::RequiresAction, "{out:?}");
+            }
+            "run" => {
+                let out = rt.run(f.tenant, f.session).await.unwrap();
+                assert_eq!(out.status, SessionStatus::RequiresAction, "{out:?}");
+            }
+            _ => {
+                rt.cancel_turn(f.tenant, f.session).await.unwrap();
+            }
+        }
+        let took = t.elapsed();
+        let effects =
+            f.db.store
+                .list_effects(f.tenant, f.session, None)
+                .await
+                .unwrap();
+        assert_eq!(effects[0].status, EffectStatus::OutcomeUnknown, "{way}");
+        assert!(
+            took >= TTL + TTL / 10,
+            "{way}: declared outcome_unknown {} ms after taking the lease from a holder that may be alive",
+            took.as_millis()
+        );
+    }
+}
+
+/// A lease kept for a session created held (`create_session_held`: a `keel run`) is renewed
+/// while parked; a run that takes it over well past its first expiry reckons its validity from
+/// the last renewal, not from the expiry it was parked with: it runs to the end (before, it
+/// lapsed at once and the run ended `LeaseLost` on a healthy store).
+async fn a_parked_lease_taken_by_a_run_late_is_not_taken_for_lapsed(b: Backend) {
+    let db = db(b).await;
+    let ws = workspace();
+    let tenant = keel_core::TenantId::new();
+    let lines = [json!({"text": "done"})];
+    let rt = Runtime::new(
+        db.store.clone(),
         scripted(&lines),
-        &["slow_effect"],
-        Budget::default(),
-        |_| {},
-    )
-    .await;
-    f.rt.submit(f.tenant, f.session, "go").await.unwrap();
-    let taken = vanish_mid_effect(&f, "claimer", TTL).await;
-    let rt = short_lease_runtime(&f, "claimer", &lines);
-    let claim = keel_store::Claim {
-        tenant_id: f.tenant,
-        lease: taken,
-        took_over: Some(elsewhere),
-        runnable_since: None,
-    };
-    let t = Instant::now();
-    let out = rt
-        .run_claim(&claim, tokio_util::sync::CancellationToken::new())
+        registry(),
+        RuntimeOptions {
+            worker_name: "held".into(),
+            lease_ttl: TTL,
+            seal_key: deployment_key(),
+            ..RuntimeOptions::default()
+        },
+    );
+    let session = rt
+        .create_session_held(tenant, &release(&[], Budget::default()), config(ws.path()))
         .await
         .unwrap();
-    let took = t.elapsed();
-    assert_eq!(
-        out.status,
-        keel_core::SessionStatus::RequiresAction,
-        "{out:?}"
-    );
-    let effects =
-        f.db.store
-            .list_effects(f.tenant, f.session, None)
-            .await
-            .unwrap();
-    assert_eq!(effects[0].status, EffectStatus::OutcomeUnknown);
-    assert!(
-        took >= TTL + TTL / 10,
-        "declared outcome_unknown {} ms after a takeover from a holder that may be alive",
-        took.as_millis()
-    );
+    rt.submit(tenant, session, "go").await.unwrap();
+    tokio::time::sleep(TTL * 3).await;
+    let out = rt.run(tenant, session).await.unwrap();
+    assert_eq!(out.status, SessionStatus::Idle, "{out:?}");
 }
 
 /// The model takes 300 ms to propose a side-effecting `shell` call; meanwhile the store stops

@@ -213,8 +213,11 @@ pub mod limits {
     pub const MAX_WORKERS: usize = 1024;
     /// `concurrency`: sessions one worker runs at once.
     pub const MAX_CONCURRENCY: usize = 10_000;
-    /// `lease_ttl_ms`: shortest lease (heartbeats renew it every third), ms.
-    pub const MIN_LEASE_TTL_MS: u64 = 300;
+    /// `lease_ttl_ms`: shortest lease (heartbeats renew it every third), ms. A run whose
+    /// lease goes 0.9 of it without a renewal's answer stops (`keel_runtime::lease::LeaseKeeper`,
+    /// "The fence"): at 1 s that is a renewal answered ~570 ms late; at 300 ms (the earlier
+    /// floor) ~170 ms, which a loaded 2-core machine reached (a run fenced on a healthy store).
+    pub const MIN_LEASE_TTL_MS: u64 = 1_000;
     /// `lease_ttl_ms`: longest lease (a dead worker's sessions wait this long), ms: a day.
     pub const MAX_LEASE_TTL_MS: u64 = 86_400_000;
     /// `poll_ms`: longest poll interval (bounds how late a due timer is noticed), ms: an hour.
@@ -607,7 +610,7 @@ mod tests {
         refused("workers = 9223372036854775807", "workers");
         // A lease whose expiry overflows; a poll or drain of centuries.
         refused("lease_ttl_ms = 9223372036854775807", "lease_ttl_ms");
-        refused("lease_ttl_ms = 299", "lease_ttl_ms");
+        refused("lease_ttl_ms = 999", "lease_ttl_ms");
         refused("poll_ms = 9223372036854775807", "poll_ms");
         refused("drain_timeout_ms = 9223372036854775807", "drain_timeout_ms");
         // 0 is "no limit" only for tokens per minute: elsewhere it would accept turns that

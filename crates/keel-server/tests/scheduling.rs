@@ -270,13 +270,14 @@ async fn a_worker_counts_the_sessions_it_leaves_for_newer_schemas_in_its_metrics
 }
 
 /// The claim's lease and its heartbeats use the same `[scheduler] lease_ttl_ms`: with a short
-/// one (300 ms, the smallest allowed) a worker running a two-second command keeps the session —
-/// the other worker, polling every 50 ms, never takes a live lease over, so the command's effect
-/// is committed once, never made `outcome_unknown`.
+/// one (1 s, the smallest allowed) a worker running a three-second command keeps the session —
+/// the other worker, polling every 50 ms, never takes a live lease over, and the holder's fence
+/// never takes its own renewed lease for lapsed — so the command's effect is committed once,
+/// never made `outcome_unknown`.
 async fn a_short_lease_is_renewed_in_time_and_never_taken_from_a_live_worker(b: Backend) {
     let s = start_with(b, |c| {
         c.scheduler.workers = 2;
-        c.scheduler.lease_ttl_ms = 300;
+        c.scheduler.lease_ttl_ms = keel_server::config::limits::MIN_LEASE_TTL_MS;
         c.scheduler.poll_ms = 50;
         c.allow_sandbox_off = true;
         c.max_permission_mode = keel_tools::policy::PermissionMode::Bypass;
@@ -286,7 +287,7 @@ async fn a_short_lease_is_renewed_in_time_and_never_taken_from_a_live_worker(b: 
         .release(
             "slow",
             &[
-                json!({"tool_calls": [{"name": "shell", "arguments": {"command": "echo run >> runs.txt; sleep 2"}}]}),
+                json!({"tool_calls": [{"name": "shell", "arguments": {"command": "echo run >> runs.txt; sleep 3"}}]}),
                 json!({"text": "done"}),
             ],
             &["shell"],

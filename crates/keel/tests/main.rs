@@ -24,6 +24,7 @@ mod headless;
 mod home_workspace;
 mod input;
 mod interactive;
+mod lease_lapse;
 mod mcp;
 mod memory;
 mod model_parse;

@@ -79,6 +79,15 @@ pub struct Kept {
     id: u64,
 }
 
+impl Kept {
+    /// The lease as the keeper has it now: its `expires_at` moved by every renewal. `None`
+    /// once it is kept no more (lost, lapsed, or the keeper is gone).
+    pub fn lease(&self) -> Option<Lease> {
+        let k = self.keeper.upgrade()?;
+        lock(&k.held).get(&self.id).map(|h| h.lease.clone())
+    }
+}
+
 impl Drop for Kept {
     fn drop(&mut self) {
         if let Some(k) = self.keeper.upgrade() {

@@ -260,7 +260,19 @@ pub async fn result_of(p: &Prepared, driven: &Driven) -> ResultLine {
         }
         Driven::Error(e) => {
             r.terminal_reason = TerminalReason::Failed;
-            r.error = Some(crate::report::describe(e));
+            let mut error = crate::report::describe(e);
+            if matches!(
+                e.downcast_ref::<keel_runtime::RuntimeError>(),
+                Some(keel_runtime::RuntimeError::LeaseLost { .. })
+            ) {
+                // The turn did not fail: this process stopped running it (its tools killed),
+                // and what it committed stands.
+                error.push_str(&format!(
+                    ". The turn was not ended: `keel resume {}` continues it",
+                    p.session
+                ));
+            }
+            r.error = Some(error);
             turn_stats(p.turn, &mut r);
         }
         Driven::Finished(o) if o.status == SessionStatus::RequiresAction => {
