@@ -416,7 +416,12 @@ impl Runner {
         if !dispatched {
             return Ok(());
         }
-        tracing::info!(session = %self.session, "an effect the previous holder dispatched: waiting out its lease before declaring it outcome_unknown");
+        let left = at.saturating_duration_since(tokio::time::Instant::now());
+        tracing::warn!(
+            session = %self.session,
+            wait_ms = left.as_millis() as u64,
+            "the session was taken over from a holder that may still be running a tool: waiting out its lease before declaring what it dispatched outcome_unknown"
+        );
         tokio::select! {
             () = tokio::time::sleep_until(at) => Ok(()),
             () = self.lost.cancelled() => Err(self.lease_lost()),

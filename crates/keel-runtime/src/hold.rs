@@ -133,8 +133,9 @@ impl Inner {
         Ok(j)
     }
     /// Holds the session now if this process runs it or its lease is free (or a dead local
-    /// worker's), after the short holds of this process queued before (see [`Gates`]);
-    /// otherwise returns the live holder's owner string.
+    /// worker's, or expired and watched unchanged for the TTL and a tenth: see
+    /// [`lease::Takeover::Observed`]), after the short holds of this process queued before
+    /// (see [`Gates`]); otherwise returns the live holder's owner string.
     pub(crate) async fn hold_now(
         &self,
         tenant: TenantId,
@@ -155,21 +156,18 @@ impl Inner {
         if let Some(lease) = self.parked.get(session) {
             return self.hold_parked(tenant, session, lease, gate).await.map(Ok);
         }
-        let lease = match lease::acquire_noting(
+        let lease = match lease::acquire_as(
             &self.store,
             tenant,
             session,
             &self.owner,
             self.options.lease_ttl,
             Duration::ZERO,
-            true,
+            lease::Takeover::Observed,
         )
         .await
         {
-            Ok(a) => {
-                self.note_takeover(session, a.from_live.as_deref());
-                a.lease
-            }
+            Ok(l) => l,
             Err(RuntimeError::SessionBusy { owner, .. }) => return Ok(Err(owner)),
             Err(e) => return Err(e),
         };
@@ -200,18 +198,16 @@ impl Inner {
         if let Some(lease) = self.parked.get(session) {
             return self.hold_parked(tenant, session, lease, gate).await;
         }
-        let taken = lease::acquire_noting(
+        let lease = lease::acquire_as(
             &self.store,
             tenant,
             session,
             &self.owner,
             opts.lease_ttl,
             opts.lease_wait,
-            true,
+            lease::Takeover::Observed,
         )
         .await?;
-        self.note_takeover(session, taken.from_live.as_deref());
-        let lease = taken.lease;
         match self.load(tenant, session, &lease).await {
             Ok(j) => Ok(Held::Leased(Box::new(j), lease, gate)),
             Err(e) => {

@@ -144,58 +144,74 @@ pub async fn acquire(
     ttl: Duration,
     wait: Duration,
 ) -> Result<Lease> {
-    acquire_noting(store, tenant, session, owner, ttl, wait, false)
-        .await
-        .map(|a| a.lease)
+    acquire_as(store, tenant, session, owner, ttl, wait, Takeover::Now).await
 }
 
-/// A lease [`acquire_noting`] took, and whether it may have been taken from a live holder.
-#[derive(Debug, Clone)]
-pub struct Acquired {
-    /// The lease.
-    pub lease: Lease,
-    /// The holder whose lease this one replaced when that holder may still be alive: its
-    /// lease had expired (or was about to), and it is not a dead process of this host. Its
-    /// tools may still be running until it finds the lease lost or fences itself (see
-    /// [`LeaseKeeper`], "The fence"). `None`: the lease was free, or its holder is dead — or
-    /// the look was not asked for.
-    pub from_live: Option<String>,
+/// How [`acquire_as`] treats a lease that has expired while its holder may still be alive
+/// (not a dead process of this host, not this process's own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Takeover {
+    /// Taken at once, as any expired lease ([`acquire`]).
+    Now,
+    /// Taken only once it has stayed as it is — same holder, epoch and expiry — for the TTL and
+    /// a tenth, watched on this process's monotonic clock (whatever `wait` says): a holder
+    /// that is alive and reaches the store renews it meanwhile (whatever its clock: the
+    /// session is then busy), and one cut off from the store has fenced itself by then, its
+    /// tools killed (see [`LeaseKeeper`], "The fence"). Nothing is written while watching, so
+    /// a watcher that dies leaves nothing behind, and whoever takes the session after the
+    /// taker (which may release it at once: a short hold) owes the old holder no wait. For
+    /// `Runtime::run` (`keel resume`) and every short hold (submits, settings, decisions,
+    /// cancels, closes).
+    Observed,
 }
 
-/// As [`acquire`]; with `look`, it first reads who holds the lease (one read), so that a lease
-/// it then takes over at once — an expired one — names its holder in [`Acquired::from_live`]
-/// unless that holder is a dead process of this host.
+/// As [`acquire`], with what to do about an expired lease whose holder may be alive
+/// (`takeover`); reads the session's row first when that is not [`Takeover::Now`].
 ///
 /// # Errors
 /// As [`acquire`].
-pub async fn acquire_noting(
+pub async fn acquire_as(
     store: &Arc<dyn Store>,
     tenant: TenantId,
     session: SessionId,
     owner: &str,
     ttl: Duration,
     wait: Duration,
-    look: bool,
-) -> Result<Acquired> {
-    let mut live = if look {
-        store
-            .get_session(tenant, session)
-            .await?
-            .lease
-            .map(|l| l.owner)
-            .filter(|h| !owner_is_dead_local_process(h))
-    } else {
-        None
-    };
+    takeover: Takeover,
+) -> Result<Lease> {
     let deadline = tokio::time::Instant::now() + wait;
     loop {
-        match store.acquire_lease(tenant, session, owner, ttl).await {
-            Ok(lease) => {
-                return Ok(Acquired {
-                    lease,
-                    from_live: live,
-                });
+        if takeover != Takeover::Now {
+            let rec = store.get_session(tenant, session).await?;
+            if let Some(l) = rec.lease
+                && l.owner != owner
+                && l.expires_at <= lease_clock()
+                && !owner_is_dead_local_process(&l.owner)
+            {
+                let seen = (l.owner.clone(), l.expires_at, rec.lease_epoch);
+                tracing::warn!(
+                    %session,
+                    holder = %l.owner,
+                    wait_ms = (ttl + ttl / 10).as_millis() as u64,
+                    "the session's lease expired but its holder may still be running a tool: watching it for a lease TTL before taking it over"
+                );
+                tokio::time::sleep(ttl + ttl / 10).await;
+                let rec = store.get_session(tenant, session).await?;
+                let now_seen = rec.lease.map(|l| (l.owner, l.expires_at, rec.lease_epoch));
+                if now_seen.as_ref() != Some(&seen) {
+                    // Renewed (alive), released or taken: look again, within the wait.
+                    if tokio::time::Instant::now() >= deadline {
+                        return Err(RuntimeError::SessionBusy {
+                            session,
+                            owner: seen.0,
+                        });
+                    }
+                    continue;
+                }
             }
+        }
+        match store.acquire_lease(tenant, session, owner, ttl).await {
+            Ok(lease) => return Ok(lease),
             Err(StoreError::LeaseHeld {
                 owner: holder,
                 expires_at,
@@ -209,18 +225,11 @@ pub async fn acquire_noting(
                     {
                         Ok(lease) => {
                             tracing::info!(%session, dead = %holder, "took over the lease of a dead worker");
-                            return Ok(Acquired {
-                                lease,
-                                from_live: None,
-                            });
+                            return Ok(lease);
                         }
                         Err(StoreError::LeaseLost { .. } | StoreError::LeaseHeld { .. }) => {}
                         Err(e) => return Err(e.into()),
                     }
-                }
-                if look {
-                    // Waited out: when it expires and is taken here, it was this holder's.
-                    live = Some(holder.clone());
                 }
                 let now = tokio::time::Instant::now();
                 if now >= deadline {

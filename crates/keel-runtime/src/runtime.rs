@@ -472,19 +472,16 @@ impl Runtime {
         let lease = match self.inner.unpark(session).await? {
             Some(lease) => lease,
             None => {
-                let taken = lease::acquire_noting(
+                lease::acquire_as(
                     &self.inner.store,
                     tenant,
                     session,
                     &self.inner.owner,
                     opts.lease_ttl,
                     opts.lease_wait,
-                    true,
+                    lease::Takeover::Observed,
                 )
-                .await?;
-                self.inner
-                    .note_takeover(session, taken.from_live.as_deref());
-                taken.lease
+                .await?
             }
         };
         let result = self
@@ -544,9 +541,8 @@ impl Runtime {
     /// `dispatched` is declared `outcome_unknown` only once the lease TTL and a tenth have
     /// passed since the claim — by then the holder has found the lease lost and killed its
     /// tools, or fenced itself (see [`lease::LeaseKeeper`], "The fence"), even when its clock
-    /// and this worker's disagree. Nothing else waits. ([`Runtime::run`], a cancel and the
-    /// other operations that take a session's lease themselves note such a takeover the same
-    /// way.)
+    /// and this worker's disagree. Nothing else waits. ([`Runtime::run`] and the short
+    /// operations watch such a lease before they take it instead: see [`lease::Takeover`].)
     ///
     /// # Errors
     /// As [`Runtime::run_claimed`].

@@ -188,11 +188,11 @@ pub(crate) struct Inner {
 
 impl Inner {
     /// Notes that this process took `session`'s lease just now, from `from_live` (a holder
-    /// that may still be alive; `None`: the lease was free or its holder is dead): until the
-    /// lease TTL and a tenth have passed, no effect left `dispatched` is declared
-    /// `outcome_unknown` here — by then that holder has found the lease lost and killed its
-    /// tools, or fenced itself when it lapsed (`lease::LeaseKeeper`, "The fence"), whatever its
-    /// clock says.
+    /// that may still be alive: a scheduler's claim of an expired lease; `None`: the lease was
+    /// free or its holder is dead): until the lease TTL and a tenth have passed, no effect left
+    /// `dispatched` is declared `outcome_unknown` here — by then that holder has found the
+    /// lease lost and killed its tools, or fenced itself when it lapsed
+    /// (`lease::LeaseKeeper`, "The fence"), whatever its clock says.
     pub(crate) fn note_takeover(&self, session: SessionId, from_live: Option<&str>) {
         let Some(prev) = from_live else { return };
         let ttl = self.options.lease_ttl;

@@ -22,10 +22,50 @@ on_both!(
     an_effect_a_live_holder_dispatched_is_declared_unknown_only_after_its_lease,
     a_call_proposed_while_the_store_is_stalled_never_runs,
     a_parked_lease_taken_by_a_run_late_is_not_taken_for_lapsed,
+    an_expired_lease_its_holder_still_renews_is_not_taken,
 );
 
 /// Lease TTL of these tests.
 const TTL: Duration = Duration::from_millis(600);
+
+/// The statuses of the fixture session's effects.
+async fn effect_statuses(f: &Fixture) -> Vec<EffectStatus> {
+    let effects = f.db.store.list_effects(f.tenant, f.session, None);
+    effects
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.status)
+        .collect()
+}
+
+/// A holder on another host: it may be alive.
+const ELSEWHERE: &str = "worker@another-host:1/pidns:1";
+
+/// A session whose run vanished while its side-effecting `slow_effect` call ran (the effect
+/// left `dispatched`), its lease then taken by `holder` for `ttl`: the fixture, the script and
+/// that lease.
+async fn left_to(
+    b: Backend,
+    holder: &str,
+    ttl: Duration,
+) -> (Fixture, [serde_json::Value; 2], keel_store::Lease) {
+    let lines = [
+        json!({"tool_calls": [call("slow_effect", json!({"ms": 60_000}))]}),
+        json!({"text": "done"}),
+    ];
+    let f = fixture_with(
+        b,
+        scripted(&lines),
+        &["slow_effect"],
+        Budget::default(),
+        |_| {},
+    )
+    .await;
+    f.rt.submit(f.tenant, f.session, "go").await.unwrap();
+    let lease = vanish_mid_effect(&f, holder, ttl).await;
+    (f, lines, lease)
+}
 
 /// A runtime (worker `name`, lease TTL [`TTL`]) on `f`'s store with `lines` scripted.
 fn short_lease_runtime(f: &Fixture, name: &str, lines: &[serde_json::Value]) -> Runtime {
@@ -165,13 +205,7 @@ async fn a_command_running_when_its_lease_lapses_is_killed_before_its_effect(b: 
         matches!(out, Err(RuntimeError::LeaseLost { .. })),
         "{out:?}"
     );
-    let effects =
-        f.db.store
-            .list_effects(f.tenant, f.session, None)
-            .await
-            .unwrap();
-    assert_eq!(effects.len(), 1, "{effects:?}");
-    assert_eq!(effects[0].status, EffectStatus::Dispatched);
+    assert_eq!(effect_statuses(&f).await, [EffectStatus::Dispatched]);
 }
 
 /// Runs a session whose model answers `first` (then a text) on a runtime with leases of
@@ -203,30 +237,16 @@ async fn stalled_run(
 }
 
 /// A session's run vanished mid-effect (dropped while `slow_effect` ran) and its lease is
-/// left to a holder on another host (so it may be alive), expired. Whoever takes the session
-/// next — a worker's claim (`Runtime::run_claim`, `Claim::took_over` naming that holder), a
-/// `Runtime::run` (`keel resume`), a cancel (`cancel_turn`, which ends the turn itself) —
-/// declares the effect `outcome_unknown` only once the TTL and a tenth have passed since it
-/// took the lease. (A takeover from a dead process of this host waits for nothing: no lower
+/// left to a holder on another host (so it may be alive), expired. A worker's claim
+/// (`Runtime::run_claim`, `Claim::took_over` naming that holder) declares the effect
+/// `outcome_unknown` only once the TTL and a tenth have passed since it took the lease; a
+/// `Runtime::run` (`keel resume`) and a cancel (`cancel_turn`, a short hold that ends the turn
+/// itself) take the lease only after watching it unchanged that long. (A takeover from a dead process of this host waits for nothing: no lower
 /// bound asserted for it, that would be a speed.)
 async fn an_effect_a_live_holder_dispatched_is_declared_unknown_only_after_its_lease(b: Backend) {
-    let lines = [
-        json!({"tool_calls": [call("slow_effect", json!({"ms": 60_000}))]}),
-        json!({"text": "done"}),
-    ];
-    let elsewhere = "worker@another-host:1/pidns:1";
     for way in ["claim", "run", "cancel"] {
-        let f = fixture_with(
-            b,
-            scripted(&lines),
-            &["slow_effect"],
-            Budget::default(),
-            |_| {},
-        )
-        .await;
-        f.rt.submit(f.tenant, f.session, "go").await.unwrap();
         // The holder on another host, its lease expired.
-        vanish_mid_effect(&f, elsewhere, Duration::from_millis(20)).await;
+        let (f, lines, _) = left_to(b, ELSEWHERE, Duration::from_millis(20)).await;
         tokio::time::sleep(Duration::from_millis(50)).await;
         let rt = short_lease_runtime(&f, "next", &lines);
         let t = Instant::now();
@@ -240,7 +260,7 @@ async fn an_effect_a_live_holder_dispatched_is_declared_unknown_only_after_its_l
                 let claim = keel_store::Claim {
                     tenant_id: f.tenant,
                     lease,
-                    took_over: Some(elsewhere.to_owned()),
+                    took_over: Some(ELSEWHERE.to_owned()),
                     runnable_since: None,
                 };
                 let out = rt
@@ -258,12 +278,11 @@ async fn an_effect_a_live_holder_dispatched_is_declared_unknown_only_after_its_l
             }
         }
         let took = t.elapsed();
-        let effects =
-            f.db.store
-                .list_effects(f.tenant, f.session, None)
-                .await
-                .unwrap();
-        assert_eq!(effects[0].status, EffectStatus::OutcomeUnknown, "{way}");
+        assert_eq!(
+            effect_statuses(&f).await,
+            [EffectStatus::OutcomeUnknown],
+            "{way}"
+        );
         assert!(
             took >= TTL + TTL / 10,
             "{way}: declared outcome_unknown {} ms after taking the lease from a holder that may be alive",
@@ -318,4 +337,49 @@ async fn a_call_proposed_while_the_store_is_stalled_never_runs(b: Backend) {
         !f.ws.path().join("ran.txt").exists(),
         "the command ran after the lease lapsed"
     );
+}
+
+/// A holder on another host whose clock is behind this one's: its lease looks expired here,
+/// yet it keeps renewing it (the expiry moves). A short hold (closing the session) and a run
+/// (`keel resume`) watching it see it renewed and report the session busy rather than take it:
+/// the row untouched, the holder's effect stays `dispatched`, nobody declares it.
+async fn an_expired_lease_its_holder_still_renews_is_not_taken(b: Backend) {
+    let (f, lines, held) = left_to(b, ELSEWHERE, Duration::from_millis(1)).await;
+    let elsewhere = ELSEWHERE;
+    // The holder renews every 100 ms, each time to an expiry already past here.
+    let store = f.db.store.clone();
+    let tenant = f.tenant;
+    let renewer = tokio::spawn(async move {
+        loop {
+            let _ = store
+                .renew_leases(
+                    tenant,
+                    std::slice::from_ref(&held),
+                    Duration::from_millis(1),
+                )
+                .await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    let rt = short_lease_runtime(&f, "next", &lines);
+    let epoch =
+        f.db.store
+            .get_session(f.tenant, f.session)
+            .await
+            .unwrap()
+            .lease_epoch;
+    let closed = rt.close_session(f.tenant, f.session).await;
+    assert!(
+        matches!(&closed, Err(RuntimeError::SessionBusy { owner, .. }) if owner == elsewhere),
+        "{closed:?}"
+    );
+    let run = rt.run(f.tenant, f.session).await;
+    assert!(
+        matches!(&run, Err(RuntimeError::SessionBusy { owner, .. }) if owner == elsewhere),
+        "{run:?}"
+    );
+    renewer.abort();
+    let rec = f.db.store.get_session(f.tenant, f.session).await.unwrap();
+    assert_eq!(rec.lease_epoch, epoch, "the lease was never taken");
+    assert_eq!(effect_statuses(&f).await, [EffectStatus::Dispatched]);
 }
