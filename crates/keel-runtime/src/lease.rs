@@ -195,18 +195,20 @@ pub async fn acquire_as(
                     wait_ms = (ttl + ttl / 10).as_millis() as u64,
                     "the session's lease expired but its holder may still be running a tool: watching it for a lease TTL before taking it over"
                 );
-                tokio::time::sleep(ttl + ttl / 10).await;
-                let rec = store.get_session(tenant, session).await?;
-                let now_seen = rec.lease.map(|l| (l.owner, l.expires_at, rec.lease_epoch));
-                if now_seen.as_ref() != Some(&seen) {
-                    // Renewed (alive), released or taken: look again, within the wait.
-                    if tokio::time::Instant::now() >= deadline {
-                        return Err(RuntimeError::SessionBusy {
-                            session,
-                            owner: seen.0,
-                        });
+                match watch(store, tenant, session, &seen, ttl + ttl / 10).await? {
+                    Watched::Unchanged => {}
+                    // Released, or its holder gone: take it now.
+                    Watched::Free => continue,
+                    Watched::Moved => {
+                        // Renewed (alive) or taken: look again, within the wait.
+                        if tokio::time::Instant::now() >= deadline {
+                            return Err(RuntimeError::SessionBusy {
+                                session,
+                                owner: seen.0,
+                            });
+                        }
+                        continue;
                     }
-                    continue;
                 }
             }
         }
@@ -247,6 +249,47 @@ pub async fn acquire_as(
                 tokio::time::sleep(nap).await;
             }
             Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// What [`watch`] saw of a lease.
+enum Watched {
+    /// The same holder, epoch and expiry all along.
+    Unchanged,
+    /// Released, or held by a dead process of this host now.
+    Free,
+    /// Renewed or taken by another: its holder (or another) is alive.
+    Moved,
+}
+
+/// Watches `session`'s lease, seen as `seen` (holder, expiry, epoch), for `span`: a read every
+/// 200 ms, ending at the first change.
+async fn watch(
+    store: &Arc<dyn Store>,
+    tenant: TenantId,
+    session: SessionId,
+    seen: &(String, chrono::DateTime<chrono::Utc>, keel_core::LeaseEpoch),
+    span: Duration,
+) -> Result<Watched> {
+    let end = tokio::time::Instant::now() + span;
+    loop {
+        let now = tokio::time::Instant::now();
+        if now >= end {
+            return Ok(Watched::Unchanged);
+        }
+        tokio::time::sleep((end - now).min(Duration::from_millis(200))).await;
+        let rec = store.get_session(tenant, session).await?;
+        match rec.lease {
+            None => return Ok(Watched::Free),
+            Some(l) if owner_is_dead_local_process(&l.owner) => return Ok(Watched::Free),
+            Some(l)
+                if (l.owner.as_str(), l.expires_at, rec.lease_epoch)
+                    != (seen.0.as_str(), seen.1, seen.2) =>
+            {
+                return Ok(Watched::Moved);
+            }
+            Some(_) => {}
         }
     }
 }

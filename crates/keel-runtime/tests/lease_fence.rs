@@ -23,6 +23,7 @@ on_both!(
     a_call_proposed_while_the_store_is_stalled_never_runs,
     a_parked_lease_taken_by_a_run_late_is_not_taken_for_lapsed,
     an_expired_lease_its_holder_still_renews_is_not_taken,
+    a_lease_released_while_watched_is_taken,
 );
 
 /// Lease TTL of these tests.
@@ -382,4 +383,25 @@ async fn an_expired_lease_its_holder_still_renews_is_not_taken(b: Backend) {
     let rec = f.db.store.get_session(f.tenant, f.session).await.unwrap();
     assert_eq!(rec.lease_epoch, epoch, "the lease was never taken");
     assert_eq!(effect_statuses(&f).await, [EffectStatus::Dispatched]);
+}
+
+/// The holder on another host gives its expired lease back while a close watches it (300 ms
+/// in): the close takes the lease then and answers for the session itself — refused because its
+/// turn is open, not `SessionBusy` naming a holder that has finished (attack pass 3: the close,
+/// a hold that does not wait, said busy once its watch saw the lease change).
+async fn a_lease_released_while_watched_is_taken(b: Backend) {
+    let (f, lines, held) = left_to(b, ELSEWHERE, Duration::from_millis(1)).await;
+    let store = f.db.store.clone();
+    let tenant = f.tenant;
+    let release = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        store.release_lease(tenant, &held).await.unwrap();
+    });
+    let rt = short_lease_runtime(&f, "next", &lines);
+    let closed = rt.close_session(f.tenant, f.session).await;
+    release.await.unwrap();
+    assert!(
+        matches!(closed, Err(RuntimeError::TurnOpen { .. })),
+        "{closed:?}"
+    );
 }

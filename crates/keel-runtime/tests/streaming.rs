@@ -15,6 +15,11 @@ use crate::on_both;
 
 on_both!(a_read_only_call_starts_before_the_model_stream_ends);
 
+/// The second call's label: long enough that its arguments stream for a second or more.
+const LONG_LABEL: &str = "after the read, with a label long enough that the model's stream goes on \
+     for a good while once the first call's arguments are complete, so that the read-only call \
+     is seen to start before the stream ends even when the machine is busy";
+
 fn script(lines: &[Value]) -> Script {
     let text: Vec<String> = lines.iter().map(Value::to_string).collect();
     Script::parse("fake.jsonl", &text.join("\n")).unwrap()
@@ -34,11 +39,12 @@ fn model(server: &FakeModelServer, wire: Wire) -> Arc<HttpModel> {
 
 async fn a_read_only_call_starts_before_the_model_stream_ends(b: Backend) {
     let lines = [
-        json!({"text": "let me look", "tool_calls": [call("read_file", json!({"path": "README.md"})), call("counter", json!({"label": "after"}))]}),
+        json!({"text": "let me look", "tool_calls": [call("read_file", json!({"path": "README.md"})), call("counter", json!({"label": LONG_LABEL}))]}),
         json!({"text": "done"}),
     ];
     // Slow frames: the stream of the first response takes a while after the first call's
-    // arguments are complete.
+    // arguments are complete (the second call's long arguments: the read-only call has room to
+    // start first on a loaded machine; with a five-letter label it once did not, in CI).
     let server = FakeModelServer::start_scripted(
         script(&lines),
         Pacing {
