@@ -121,6 +121,8 @@
 // then the journal and what everything stands on. (Blank lines keep rustfmt from sorting.)
 pub mod runtime;
 
+pub(crate) mod creation;
+
 pub(crate) mod control;
 
 pub(crate) mod inspect;
