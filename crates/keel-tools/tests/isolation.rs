@@ -242,6 +242,31 @@ fn launchers() -> Vec<(u32, u32)> {
     out
 }
 
+/// Waits (at most 30 s) until the file at `path` exists: a command in the sandbox has started.
+fn wait_for_file(path: &Path) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !path.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the command never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// The open descriptors of process `pid`: `(number, what /proc/PID/fd/N links to)`.
+fn descriptors(pid: u32) -> Vec<(u32, String)> {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .flatten()
+        .map(|e| {
+            let fd = e.file_name().to_string_lossy().parse().unwrap();
+            let to = std::fs::read_link(e.path()).unwrap_or_default();
+            (fd, to.display().to_string())
+        })
+        .collect()
+}
+
 /// The sandbox's PID 1 (the launcher's second stage, forked from the first and never
 /// executed) keeps open nothing a host leaked to the launcher. keel's own spawn passes none
 /// (`a_command_inherits_no_descriptor_of_its_host`), so the launcher is started here directly,
@@ -286,14 +311,7 @@ fn the_sandboxs_first_process_keeps_no_descriptor_of_its_host() {
         .stderr(Stdio::null());
     let mut child = host.spawn().unwrap();
     writeln!(ours, "{spec}").unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while !marker.exists() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the command never started"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    wait_for_file(&marker);
     let all = launchers();
     // Stage 2: a launcher whose parent is a launcher (stage 1), here the one under `child`.
     let stage1 = child.id();
@@ -303,15 +321,7 @@ fn the_sandboxs_first_process_keeps_no_descriptor_of_its_host() {
         .map(|(pid, _)| *pid)
         .collect();
     assert_eq!(stage2.len(), 1, "one second stage under {stage1}: {all:?}");
-    let fds: Vec<(u32, String)> = std::fs::read_dir(format!("/proc/{}/fd", stage2[0]))
-        .unwrap()
-        .flatten()
-        .map(|e| {
-            let fd = e.file_name().to_string_lossy().parse().unwrap();
-            let to = std::fs::read_link(e.path()).unwrap_or_default();
-            (fd, to.display().to_string())
-        })
-        .collect();
+    let fds = descriptors(stage2[0]);
     // The first stage got them: the check is not vacuous.
     let stage1_holds_it = std::fs::read_dir(format!("/proc/{stage1}/fd"))
         .unwrap()
@@ -324,14 +334,7 @@ fn the_sandboxs_first_process_keeps_no_descriptor_of_its_host() {
         !fds.iter().any(|(_, to)| to.contains("keel.db")),
         "stage 2 holds the store file: {fds:?}"
     );
-    let above: Vec<&(u32, String)> = fds.iter().filter(|(fd, _)| *fd > 2).collect();
-    assert_eq!(
-        above.len(),
-        1,
-        "stage 2 holds more than its socket: {fds:?}"
-    );
-    let socket_of_stdin = &fds.iter().find(|(fd, _)| *fd == 0).unwrap().1;
-    assert_eq!(&above[0].1, socket_of_stdin, "{fds:?}");
+    assert_holds_its_socket_and_nothing_else(&fds);
     drop(ours);
     let _ = child.wait();
 }
@@ -366,6 +369,89 @@ fn a_non_utf8_environment_variable_reaches_a_confined_command_intact() {
         assert!(text.contains("61 ff fe 62"), "{mode}: {text}");
         assert!(text.trim_end().ends_with('1'), "{mode}: {text}");
     }
+}
+
+/// The descriptors of a sandbox's PID 1 (`(number, link)` from `/proc/PID/fd`): its standard
+/// input (the socket to the host, or to stage 1), output and error, that socket once more, and
+/// the `signalfd` it takes SIGCHLD from; nothing else.
+fn assert_holds_its_socket_and_nothing_else(fds: &[(u32, String)]) {
+    let above: Vec<&(u32, String)> = fds
+        .iter()
+        .filter(|(fd, to)| *fd > 2 && to != "anon_inode:[signalfd]")
+        .collect();
+    assert_eq!(above.len(), 1, "PID 1 holds more than its socket: {fds:?}");
+    let socket_of_stdin = &fds.iter().find(|(fd, _)| *fd == 0).unwrap().1;
+    assert!(socket_of_stdin.starts_with("socket:"), "{fds:?}");
+    assert_eq!(&above[0].1, socket_of_stdin, "{fds:?}");
+    let signalfds = fds
+        .iter()
+        .filter(|(_, to)| to == "anon_inode:[signalfd]")
+        .count();
+    assert_eq!(signalfds, 1, "{fds:?}");
+}
+
+/// The process a session's holder clones for a call (straight into the call's PID namespace,
+/// its PID 1) keeps nothing of the holder's: not its socket to keel (which would let a call
+/// read the next calls' descriptors), not the other calls' pidfds; only its lifeline and the
+/// command's output, as above. Seen from the host while the command runs.
+#[test]
+fn a_holders_call_keeps_nothing_of_the_holder() {
+    let sbx = Sbx::new(Who::Root);
+    let marker = sbx.path("started");
+    let mut child = sbx
+        .command(
+            crate::escapes::CONFINED[0],
+            &[],
+            &format!("touch {}; sleep 30", marker.display()),
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_file(&marker);
+    let all = launchers();
+    let holder: Vec<u32> = all
+        .iter()
+        .filter(|(_, ppid)| *ppid == child.id())
+        .map(|(pid, _)| *pid)
+        .collect();
+    assert_eq!(holder.len(), 1, "one holder under {}: {all:?}", child.id());
+    let calls: Vec<u32> = all
+        .iter()
+        .filter(|(_, ppid)| *ppid == holder[0])
+        .map(|(pid, _)| *pid)
+        .collect();
+    assert_eq!(calls.len(), 1, "one call under the holder: {all:?}");
+    // The call's process is PID 1 of its own PID namespace.
+    let status = std::fs::read_to_string(format!("/proc/{}/status", calls[0])).unwrap();
+    let ns_pid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("NSpid:"))
+        .unwrap()
+        .split_whitespace()
+        .last()
+        .unwrap()
+        .to_owned();
+    assert_eq!(ns_pid, "1", "{status}");
+    let fds = descriptors(calls[0]);
+    let holders: Vec<String> = descriptors(holder[0])
+        .into_iter()
+        .filter(|(_, to)| to.starts_with("socket:") || to.contains("pidfd"))
+        .map(|(_, to)| to)
+        .collect();
+    assert!(
+        !holders.is_empty(),
+        "the holder holds its socket: the check is not vacuous"
+    );
+    for (_, to) in &fds {
+        assert!(
+            !holders.contains(to),
+            "the call holds the holder's {to}: {fds:?}"
+        );
+    }
+    assert_holds_its_socket_and_nothing_else(&fds);
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 /// A session holder (`__sandbox session FORMAT:BUILD`) of another build than its host's

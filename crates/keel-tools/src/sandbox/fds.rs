@@ -17,7 +17,8 @@
 //! for the sandbox's own processes the launcher's marking and stage 2's closing remain.
 //!
 //! This is the one module of keel-tools with `unsafe` code: marking a descriptor by number has
-//! no safe API; nor has the launcher's [`fork_single_threaded`], the launcher's [`die_of`] and
+//! no safe API; nor has the launcher's [`fork_single_threaded`] and
+//! [`fork_into_new_pid_namespace`], the launcher's [`die_of`] and
 //! [`exit_now`], or [`mount_setattr_recursive`].
 #![allow(unsafe_code)]
 
@@ -134,6 +135,71 @@ pub(crate) fn fork_single_threaded() -> std::io::Result<Option<rustix::process::
         -1 => Err(std::io::Error::last_os_error()),
         0 => Ok(None),
         pid => Ok(rustix::process::Pid::from_raw(pid)),
+    }
+}
+
+/// Forks the calling process, which must be single-threaded (the sandbox's session holder),
+/// into a new PID namespace whose first process (PID 1) the child is: `clone3(2)` (Linux 5.3)
+/// with `CLONE_NEWPID | CLONE_PIDFD`, `SIGCHLD` as the exit signal and no new stack, so the
+/// child goes on from this call like a child of `fork`. `Ok(None)` in the child; in the parent
+/// `Ok(Some((pid, pidfd)))`, the pidfd readable once the child has ended.
+///
+/// Unlike `fork`, libc runs no `atfork` handlers and does not update its copy of the thread's
+/// id in the child; with one thread there is no lock to reset, and nothing the child runs
+/// (allocation, system calls, `posix_spawn`, `_exit`) reads that id (glibc's `raise` asks the
+/// kernel for it since 2.34).
+///
+/// # Errors
+/// `clone3`'s: `ENOSYS` before Linux 5.3 (or under a seccomp filter that refuses it; the
+/// caller then forks the old way), `EPERM`/`EINVAL` when no PID namespace may be made,
+/// `EAGAIN`, `ENOMEM`.
+pub(crate) fn fork_into_new_pid_namespace()
+-> std::io::Result<Option<(rustix::process::Pid, std::os::fd::OwnedFd)>> {
+    use std::os::fd::FromRawFd;
+    /// `struct clone_args` of `linux/sched.h`, its first version (64 bytes).
+    #[repr(C)]
+    struct CloneArgs {
+        flags: u64,
+        pidfd: u64,
+        child_tid: u64,
+        parent_tid: u64,
+        exit_signal: u64,
+        stack: u64,
+        stack_size: u64,
+        tls: u64,
+    }
+    let mut pidfd: libc::c_int = -1;
+    let args = CloneArgs {
+        flags: (libc::CLONE_NEWPID | libc::CLONE_PIDFD) as u64,
+        pidfd: (&raw mut pidfd) as u64,
+        child_tid: 0,
+        parent_tid: 0,
+        exit_signal: libc::SIGCHLD as u64,
+        stack: 0,
+        stack_size: 0,
+        tls: 0,
+    };
+    // SAFETY: the arguments are a `clone_args` on this stack frame and its size; with no new
+    // stack and no shared memory the child is a copy of this single-threaded process, as after
+    // `fork` (see above), and the kernel writes the pidfd into `pidfd` in the parent only.
+    let done = unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            &raw const args,
+            std::mem::size_of::<CloneArgs>(),
+        )
+    };
+    match done {
+        -1 => Err(std::io::Error::last_os_error()),
+        0 => Ok(None),
+        pid => {
+            let pid = rustix::process::Pid::from_raw(i32::try_from(pid).unwrap_or(i32::MAX))
+                .ok_or_else(|| std::io::Error::other("clone3 returned no process id"))?;
+            // SAFETY: the kernel opened this descriptor for the parent (`CLONE_PIDFD`); nothing
+            // else owns it.
+            let fd = unsafe { std::os::fd::OwnedFd::from_raw_fd(pidfd) };
+            Ok(Some((pid, fd)))
+        }
     }
 }
 

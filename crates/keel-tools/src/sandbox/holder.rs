@@ -1,9 +1,11 @@
 //! The sandbox's **session holder** (`PROGRAM __sandbox session FORMAT:BUILD`): the launcher
 //! process that lives as long as a [`super::Sandbox`], holds the session's user and network
-//! namespaces and forks a stage 1 (`launch.rs`) for each of the session's confined commands.
+//! namespaces and clones, for each of the session's confined commands, one process straight into
+//! a new PID namespace, which sets the call up and is its PID 1 (`launch.rs`, `session_call`).
 
 use std::ffi::OsString;
 use std::io::Write;
+use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 
 use rustix::event::{PollFd, PollFlags};
@@ -11,6 +13,7 @@ use rustix::process::{Pid, WaitOptions};
 
 use super::launch::{
     Namespaces, SETUP_FAILED, enter_user_namespace, fail, host_channel, report_and_exit, run_call,
+    session_call,
 };
 
 /// The argument (after `__sandbox`) that makes the launcher a session holder
@@ -31,13 +34,14 @@ pub(super) fn session_build() -> String {
 ///
 /// Standard input is a socket from the host. Each message on it is one byte carrying three
 /// descriptors (`SCM_RIGHTS`): a call's lifeline and its output and error. For each, the holder
-/// forks a stage 1 that takes them as its standard input, output and error and goes on as a
-/// launcher started for that call would, from the namespaces it is already in: no `execve` of
-/// the launcher (its loader and runtime start, ~0.9 ms a call on a VM where `cpuid` traps to the
-/// hypervisor), no `setns`. A message with other than three descriptors is dropped. The holder
-/// reaps the stage 1s it forked as they end (it polls a pidfd of each), and exits when the
-/// socket closes (the host dropped the
-/// sandbox, or died). It runs nothing else and holds nothing of the host's: a confined command
+/// clones a process straight into a new PID namespace (`clone3`, Linux 5.3; before that it
+/// forks a stage 1 that makes the namespace and forks a stage 2), which takes them as its
+/// standard input, output and error, closes everything else, and does what a launcher started
+/// for the call would, from the namespaces it is already in: no `execve` of the launcher (its
+/// loader and runtime start, ~0.9 ms a call on a VM where `cpuid` traps to the hypervisor), no
+/// `setns`, no second process. A message with other than three descriptors is dropped. The
+/// holder reaps what it cloned as it ends (a pidfd of each), and exits when the socket closes
+/// (the host dropped the sandbox, or died). It runs nothing else and holds nothing of the host's: a confined command
 /// (in PID namespaces of its own) cannot see or signal it. Never returns.
 pub(super) fn hold_session(build: &OsString) -> ! {
     let mut out = std::io::stdout();
@@ -66,9 +70,10 @@ pub(super) fn hold_session(build: &OsString) -> ! {
     // The calls' launchers inherit the seccomp filter compiled.
     super::filter::prepare(false);
     let control = host_channel();
-    // The stage 1s forked and not yet reaped, each with a pidfd that becomes readable when it
+    // The calls' processes not yet reaped, each with a pidfd that becomes readable when it
     // ends: the holder reaps them as they end, not only at the next call.
     let mut calls: Vec<(Pid, std::os::fd::OwnedFd)> = Vec::new();
+    let mut clone3_works = true;
     loop {
         let call_arrived = {
             let mut fds: Vec<PollFd<'_>> = std::iter::once(PollFd::new(&control, PollFlags::IN))
@@ -101,7 +106,25 @@ pub(super) fn hold_session(build: &OsString) -> ! {
         else {
             continue;
         };
-        match super::fds::fork_single_threaded() {
+        // The call's process, straight into a new PID namespace (its PID 1), or, where the
+        // kernel has no `clone3`, a stage 1 that makes the namespace and forks a stage 2.
+        let one_process = clone3_works;
+        let forked = if one_process {
+            super::fds::fork_into_new_pid_namespace().map(|f| f.map(|(pid, fd)| (pid, Some(fd))))
+        } else {
+            super::fds::fork_single_threaded().map(|f| f.map(|pid| (pid, None)))
+        };
+        // Refused (no `clone3`, or a seccomp filter of the host's refusing it): this call and
+        // every later one go the old way.
+        let (one_process, forked) = match forked {
+            Err(_) if one_process => {
+                clone3_works = false;
+                let forked = super::fds::fork_single_threaded().map(|f| f.map(|pid| (pid, None)));
+                (false, forked)
+            }
+            forked => (one_process, forked),
+        };
+        match forked {
             Ok(None) => {
                 // Nothing of the holder's stays in the call's launcher: its socket to keel and
                 // the pidfds of the other calls' launchers go.
@@ -115,13 +138,23 @@ pub(super) fn hold_session(build: &OsString) -> ! {
                 if let Err(e) = taken {
                     report_and_exit(&mut host, &fail("launcher (taking the call's channels)")(e));
                 }
+                if one_process {
+                    // Anything else the holder had open (close-on-exec, but this process never
+                    // executes) goes too: the lifeline is all it keeps.
+                    if let Err(e) = super::fds::close_from_3_except(host.as_fd()) {
+                        report_and_exit(&mut host, &fail("closing inherited descriptors")(e));
+                    }
+                    session_call(host)
+                }
                 run_call(host, Namespaces::Session)
             }
-            Ok(Some(pid)) => {
+            Ok(Some((pid, fd))) => {
                 drop((lifeline, output, error));
-                if let Ok(fd) =
-                    rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty())
-                {
+                let fd = fd.map_or_else(
+                    || rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()),
+                    Ok,
+                );
+                if let Ok(fd) = fd {
                     calls.push((pid, fd));
                 }
             }

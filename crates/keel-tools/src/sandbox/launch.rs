@@ -1,9 +1,10 @@
 //! The sandbox launcher: the process side of [`super::Sandbox::spawn`] (see the module docs of
 //! [`super`] for what it builds).
 //!
-//! `PROGRAM __sandbox 1` is **stage 1**, started by the host (or forked for the call by the
-//! sandbox's session holder, `PROGRAM __sandbox session`, see [`super::holder`], already in the
-//! session's user and network namespaces) with a socket as its standard input
+//! `PROGRAM __sandbox 1` is **stage 1**, started by the host (the sandbox's session holder,
+//! `PROGRAM __sandbox session`, see [`super::holder`], instead clones one process a call
+//! straight into the call's PID namespace, which does stage 1's part and stage 2's:
+//! [`session_call`]) with a socket as its standard input
 //! (the host's end is the *lifeline*) and the command's output pipes as standard output and
 //! error. The host writes the [`LaunchSpec`] (what to hide, where the workspace is, the command
 //! and its arguments) as one JSON line on that socket: it is never in the launcher's arguments
@@ -27,7 +28,8 @@
 //! once the command runs, or `error LAYER: DETAIL` when a required layer cannot be set up (then
 //! nothing runs); then stage 2 tells stage 1 `exit N` or `signal N` when the command ends and
 //! stage 1 ends the same way. Stage 1 kills stage 2 when the lifeline closes (keel exited or
-//! dropped the call); stage 2 dies with stage 1 (`PR_SET_PDEATHSIG`).
+//! dropped the call); stage 2 dies with stage 1 (`PR_SET_PDEATHSIG`), and ends everything when
+//! its socket to stage 1 closes.
 
 use std::ffi::OsString;
 use std::fs::File;
@@ -141,6 +143,49 @@ pub(super) fn run_call(mut host: UnixStream, namespaces: Namespaces) -> ! {
         ),
     };
     stage1(host, &spec, namespaces, root)
+}
+
+/// A call of the session's holder in the one process the holder cloned for it straight into a
+/// new PID namespace (its PID 1, see [`super::holder`]): stage 1's part — the spec, the
+/// session's root entered (or built, or none), the call's mount, IPC, UTS and cgroup namespaces
+/// — then [`stage2`], with the lifeline itself as the channel to the host (no stage 1 relays
+/// its lines, none waits to kill it: stage 2 ends everything when the lifeline closes). One
+/// `fork` and one process exit a call instead of two.
+pub(super) fn session_call(mut host: UnixStream) -> ! {
+    // Die with the holder from the start (stage 2 says so again).
+    if let Err(e) = rustix::process::set_parent_process_death_signal(Some(Signal::KILL)) {
+        report_and_exit(&mut host, &fail("parent-death signal")(e));
+    }
+    let spec = match read_spec(&mut host) {
+        Ok(spec) => spec,
+        Err(e) => report_and_exit(&mut host, &e),
+    };
+    if spec.shared_network {
+        report_and_exit(
+            &mut host,
+            &fail("network namespace")("a session's call was sent namespaces to enter"),
+        );
+    }
+    match spec.root {
+        RootUse::Fresh => {}
+        RootUse::Build => {
+            if let Err(e) = build_session_root(&host, &spec) {
+                report_and_exit(&mut host, &e);
+            }
+        }
+        RootUse::Enter => match receive_root(&host) {
+            Ok(ns) => enter_session_root(&mut host, &spec, &ns),
+            Err(e) => report_and_exit(&mut host, &e),
+        },
+    }
+    if let Err(e) = unshare_call_namespaces(false, false) {
+        report_and_exit(&mut host, &e);
+    }
+    // The host may have given up on the call already: then nothing starts.
+    if lifeline_closed(&host) {
+        exit_now(137);
+    }
+    stage2(host, &spec)
 }
 
 /// Where stage 1 takes the call's root from (see `root.rs`, **Session roots**).
@@ -500,7 +545,6 @@ pub(super) fn enter_user_namespace() -> Setup {
 /// namespaces, and a new network namespace unless the network is shared with the host or the
 /// session's is used.
 fn enter_namespaces(spec: &LaunchSpec, namespaces: Namespaces) -> Setup {
-    use nix::sched::{CloneFlags, unshare};
     use rustix::thread::{LinkNameSpaceType, move_into_link_name_space};
     let own_network = match namespaces {
         Namespaces::Shared(ns) => {
@@ -516,14 +560,24 @@ fn enter_namespaces(spec: &LaunchSpec, namespaces: Namespaces) -> Setup {
             !spec.network
         }
     };
-    let mut each = vec![
-        (CloneFlags::CLONE_NEWNS, "mount namespace"),
-        (CloneFlags::CLONE_NEWPID, "PID namespace"),
+    unshare_call_namespaces(true, own_network)
+}
+
+/// New mount, IPC, UTS and cgroup namespaces for the calling process, a new PID namespace for
+/// its children when `pid` (a process cloned into one already passes `false`), and a new
+/// network namespace when `network`.
+fn unshare_call_namespaces(pid: bool, network: bool) -> Setup {
+    use nix::sched::{CloneFlags, unshare};
+    let mut each = vec![(CloneFlags::CLONE_NEWNS, "mount namespace")];
+    if pid {
+        each.push((CloneFlags::CLONE_NEWPID, "PID namespace"));
+    }
+    each.extend([
         (CloneFlags::CLONE_NEWIPC, "IPC namespace"),
         (CloneFlags::CLONE_NEWUTS, "UTS namespace"),
         (CloneFlags::CLONE_NEWCGROUP, "cgroup namespace"),
-    ];
-    if own_network {
+    ]);
+    if network {
         each.push((CloneFlags::CLONE_NEWNET, "network namespace"));
     }
     // All at once (one copy of the process's namespaces instead of one per flag); when that
@@ -544,7 +598,8 @@ fn enter_namespaces(spec: &LaunchSpec, namespaces: Namespaces) -> Setup {
 // Stage 2
 
 fn stage2(mut up: UnixStream, spec: &LaunchSpec) -> ! {
-    // Die with stage 1; if it is already gone, stop here.
+    // Die with the process that started this one (stage 1, or the session's holder); if the
+    // channel to the host is already closed, stop here.
     if let Err(e) = rustix::process::set_parent_process_death_signal(Some(Signal::KILL)) {
         report_and_exit(&mut up, &fail("parent-death signal")(e));
     }
@@ -560,6 +615,13 @@ fn stage2(mut up: UnixStream, spec: &LaunchSpec) -> ! {
             exit_now(SETUP_FAILED);
         }
     }
+    // SIGCHLD is taken through a descriptor from here on, so that stage 2 waits for its
+    // children and for the end of its channel to the host in one `poll` (the command starts
+    // with no signal blocked: the standard library resets the mask of what it spawns).
+    let children = match children_signal() {
+        Ok(fd) => fd,
+        Err(e) => report_and_exit(&mut up, &e),
+    };
     let landlock = match confine(spec) {
         Ok(l) => l,
         Err(e) => report_and_exit(&mut up, &e),
@@ -597,24 +659,58 @@ fn stage2(mut up: UnixStream, spec: &LaunchSpec) -> ! {
         }
     };
     release_output();
-    let target = Pid::from_child(&child);
-    // PID 1: reap every process; when the command ends, so does the namespace.
+    let line = reap_until_end_of(Pid::from_child(&child), &up, &children);
+    // Everything the command left in the namespace is killed and reaped before its end is
+    // reported: when the host hears `exit N`, nothing of the call runs.
+    end_every_other_process();
+    send(&mut up, &line);
+    exit_now(0);
+}
+
+/// SIGCHLD blocked and delivered to a descriptor instead (`signalfd`, non-blocking).
+fn children_signal() -> Setup<nix::sys::signalfd::SignalFd> {
+    use nix::sys::signal::{SigSet, Signal as NixSignal};
+    use nix::sys::signalfd::{SfdFlags, SignalFd};
+    let mut mask = SigSet::empty();
+    mask.add(NixSignal::SIGCHLD);
+    mask.thread_block()
+        .map_err(fail("launcher (blocking SIGCHLD)"))?;
+    SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
+        .map_err(fail("launcher (signalfd)"))
+}
+
+/// Stage 2 as PID 1 of the call's namespace: reaps every process that ends until `target` (the
+/// command) does, and returns how it ended (`exit N` / `signal N`). When `up` closes first —
+/// the host closed the call's lifeline (it gave the call up, or died), or stage 1 is gone —
+/// everything in the namespace is killed and stage 2 exits (137), which ends the namespace.
+fn reap_until_end_of(
+    target: Pid,
+    up: &UnixStream,
+    children: &nix::sys::signalfd::SignalFd,
+) -> String {
     loop {
-        match rustix::process::wait(WaitOptions::empty()) {
-            Ok(Some((pid, status))) if pid == target => {
-                let line = describe(status);
-                // Everything the command left in the namespace is killed and reaped before its
-                // end is reported: when the host hears `exit N`, nothing of the call runs.
-                end_every_other_process();
-                send(&mut up, &line);
-                exit_now(0);
-            }
-            Ok(_) | Err(rustix::io::Errno::INTR) => {}
-            Err(_) => {
-                send(&mut up, "exit 125");
-                exit_now(SETUP_FAILED);
+        loop {
+            match rustix::process::wait(WaitOptions::NOHANG) {
+                Ok(Some((pid, status))) if pid == target => return describe(status),
+                Ok(Some(_)) | Err(rustix::io::Errno::INTR) => {}
+                Ok(None) => break,
+                Err(_) => return "exit 125".into(),
             }
         }
+        let mut fds = [
+            PollFd::new(up, PollFlags::empty()),
+            PollFd::new(children, PollFlags::IN),
+        ];
+        match rustix::event::poll(&mut fds, None) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(_) => return "exit 125".into(),
+        }
+        if fds[0].revents().intersects(PollFlags::HUP | PollFlags::ERR) {
+            end_every_other_process();
+            exit_now(137);
+        }
+        // Drained: the next `poll` waits for a child that ends after this.
+        while let Ok(Some(_)) = children.read_signal() {}
     }
 }
 

@@ -4,7 +4,9 @@
 //! Linux only). Each command runs in its own mount, PID, IPC, UTS and cgroup namespaces and
 //! in a user and network namespace of its [`Sandbox`]'s (see **Network**), set up by the
 //! *launcher* (see [`Launcher`]), a re-execution of the host program whose first stage forks
-//! the second (the layout is bubblewrap's; no `bwrap` binary is needed):
+//! the second — or, through the sandbox's session holder (below), one process the holder
+//! clones straight into the call's PID namespace (the layout is bubblewrap's; no `bwrap`
+//! binary is needed):
 //! - **Filesystem**: a new root made of the host's `/` bound read-only (every submount too,
 //!   `nosuid`, `nodev`); the workspace bound read-write (`workspace_write`) or read-only
 //!   (`read_only`); empty tmpfs over `/tmp`, `/run`, `/var/run` (when it is not a symlink) and
@@ -23,12 +25,14 @@
 //!   session holder this root is built once per session and copied for each call, which gets
 //!   its own `/tmp`, `/run`, `/var/run`, `/dev/shm`, `devpts` and `/proc`; a call checks the
 //!   kept root is still what a fresh build would give first (`root.rs`, **Session roots**).
-//! - **Processes**: the launcher's second stage is PID 1 of the namespace; when the command ends it
-//!   exits and the kernel kills everything left in the namespace (background jobs, `setsid`
-//!   daemons). The command sees no process outside (keel's `/proc/<pid>/environ`, `kill`). The
-//!   launcher dies with keel: its first stage watches a socket only keel holds, the second stage
-//!   has `PR_SET_PDEATHSIG(SIGKILL)` against the first. The command runs in a new session (no
-//!   controlling terminal) and non-dumpable stage 2 cannot be traced.
+//! - **Processes**: the launcher's second stage (or the process the session holder cloned) is
+//!   PID 1 of the namespace; when the command ends it exits and the kernel kills everything left
+//!   in the namespace (background jobs, `setsid` daemons). The command sees no process outside
+//!   (keel's `/proc/<pid>/environ`, `kill`). The launcher dies with keel: PID 1 waits for its
+//!   children and for the end of its socket (the lifeline only keel holds, or the socket to
+//!   the first stage, which watches the lifeline) in one `poll` and ends everything when it
+//!   closes; it has `PR_SET_PDEATHSIG(SIGKILL)` against its parent. The command runs in a new
+//!   session (no controlling terminal) and non-dumpable PID 1 cannot be traced.
 //! - **Privileges**: every capability dropped (bounding, ambient, inheritable, effective,
 //!   permitted); `no_new_privs`.
 //! - **Landlock** on top where the kernel has it (defence in depth; absence is logged once, not
@@ -55,10 +59,13 @@
 //! network namespace with only a loopback interface, down), which lives as long as the
 //! [`Sandbox`] (keel makes one each time it drives a session: a turn, until it ends or waits
 //! for an approval). For each command keel sends the holder the command's lifeline, output
-//! and error (`SCM_RIGHTS`); the holder forks a stage 1 for it, which goes on as a launcher
-//! started for the command would, already in those namespaces: no launcher `execve` per command (~0.9 ms a call on a VM), no namespace made per command (~0.5
-//! ms, and as much again in the kernel's deferred teardown). A confined command cannot reach
-//! the holder (it sees only its own PID namespace) and the holder runs nothing but stage 1s.
+//! and error (`SCM_RIGHTS`); the holder clones one process for it straight into a new PID
+//! namespace (`clone3` with `CLONE_NEWPID`; where the kernel lacks `clone3`, a stage 1 as
+//! below), which is the command's PID 1 and does both stages' work, already in those
+//! namespaces: no launcher `execve` per command (~0.9 ms a call on a VM), no namespace made per
+//! command (~0.5 ms, and as much again in the kernel's deferred teardown), one `fork` and one
+//! process exit instead of two (~0.2 ms). A confined command cannot reach the holder (it sees
+//! only its own PID namespace) and the holder runs nothing but those clones.
 //! When the holder is gone, each command starts its own launcher, which enters the same
 //! namespaces by descriptor (`setns`). Each command's processes end with it (PID namespace),
 //! so nothing of one command is left listening there for the next; two commands of one
