@@ -422,7 +422,12 @@ impl Runtime {
     /// Closes the session for good: journals `session.status_changed(closed)` (checked by the
     /// core's transition table; the store's status follows) and clears its wake-up time. A
     /// closed session refuses input ([`RuntimeError::Closed`]) and [`Runtime::run`] returns at
-    /// once. Closing a closed session is a quiet success that writes nothing.
+    /// once. Closing a closed session is a quiet success that writes nothing. A session whose
+    /// creation never completed (its row without any event: the creating process stopped
+    /// between the two commits) is removed instead ([`Store::delete_session`]): there is no
+    /// journal to close.
+    ///
+    /// [`Store::delete_session`]: keel_store::Store::delete_session
     ///
     /// # Errors
     /// [`RuntimeError::TurnOpen`] while a turn is active (running or waiting on a human) or
@@ -453,7 +458,17 @@ impl Runtime {
             }
         };
         let j = held.journal();
-        let r = if j.state.status == SessionStatus::Closed {
+        let r = if j.durable == 0 {
+            // No event at all: the process creating the session stopped between its row and
+            // `session.created` (two commits). Nothing ran and nothing else was written; the
+            // row, with the lease just taken on it, is all there is, and goes.
+            tracing::info!(%session, "closing a session whose creation never completed: removed");
+            self.inner
+                .store
+                .delete_session(tenant, session)
+                .await
+                .map_err(RuntimeError::from)
+        } else if j.state.status == SessionStatus::Closed {
             Ok(())
         } else if let Some(turn) = j
             .state

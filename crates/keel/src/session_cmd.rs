@@ -577,10 +577,21 @@ pub async fn close(
         println!("session {session} is already closed");
         return Ok(());
     }
-    let rt = bare_runtime(store, config)?;
+    let rt = bare_runtime(store.clone(), config)?;
     rt.close_session(local_tenant(), session)
         .await
         .with_context(|| format!("cannot close session {session}"))?;
-    println!("closed session {session}; it takes no more input");
+    let removed = matches!(
+        store.get_session(local_tenant(), session).await,
+        Err(keel_store::StoreError::NotFound { .. })
+    );
+    if removed {
+        println!(
+            "removed session {session}: its creation never completed (no `session.created`), \
+             nothing ran"
+        );
+    } else {
+        println!("closed session {session}; it takes no more input");
+    }
     Ok(())
 }

@@ -169,6 +169,13 @@ pub async fn pinned(store: &Arc<dyn Store>, session: SessionId) -> anyhow::Resul
         events.first().map(|e| &e.body),
         Some(EventBody::SessionCreated { .. })
     ) {
+        if events.is_empty() {
+            anyhow::bail!(
+                "session {session} was never completed: the process creating it stopped before \
+                 journaling `session.created`, and nothing ran; `keel sessions close {session}` \
+                 removes it"
+            );
+        }
         anyhow::bail!("session {session} has no session.created event");
     }
     let config = serde_json::from_value::<SessionConfig>(state.config)
