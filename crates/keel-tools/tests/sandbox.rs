@@ -292,6 +292,51 @@ async fn a_timed_out_confined_command_ends_with_everything_it_started() {
     assert_all_gone(&mark, "the timed-out command");
 }
 
+/// A command that keeps PID 1 reaping — thousands of live children each `wait` walks, and
+/// exited ones made faster than they are reaped (`tests/data/reap_storm.c`, built here with the
+/// machine's C compiler) — still ends at its timeout: PID 1 looks at the lifeline between
+/// rounds of reaping. Before, through the session holder, it ran on (writing to the workspace)
+/// until the turn ended.
+#[cfg(target_arch = "x86_64")]
+#[tokio::test]
+async fn a_command_that_keeps_pid_1_reaping_still_ends_at_its_timeout() {
+    let f = fixture(SandboxMode::WorkspaceWrite);
+    let storm = f.dir.path().join("reap_storm");
+    let built = std::process::Command::new("cc")
+        .args(["-O2", "-static", "-o"])
+        .arg(&storm)
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/data/reap_storm.c"
+        ))
+        .status()
+        .expect("a C compiler (`cc`) to build the test's command");
+    assert!(built.success(), "cc failed");
+    let alive = f.dir.path().join("alive");
+    let command = "(while :; do echo . >> alive; sleep 0.05; done) & \
+                   exec ./reap_storm 3000 200 12000 3";
+    let r = f
+        .call("shell", json!({"command": command, "timeout_ms": 1000}))
+        .await;
+    assert_eq!(r.status, Failed, "{}", r.content);
+    assert!(
+        r.content.contains("timed out after 1000 ms"),
+        "{}",
+        r.content
+    );
+    // Killed by now (a correctness deadline with a wide margin): the writer stopped.
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let lines = || std::fs::read_to_string(&alive).unwrap_or_default().len();
+    let before = lines();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    assert_eq!(
+        lines(),
+        before,
+        "the timed-out command is still writing to the workspace"
+    );
+    assert_all_gone(&storm.display().to_string(), "the reaping storm");
+}
+
 /// Waits up to 10 s for every process whose command line holds `mark` to be gone; fails if one
 /// is left (of `what`).
 fn assert_all_gone(mark: &str, what: &str) {
