@@ -280,15 +280,7 @@ async fn a_timed_out_confined_command_ends_with_everything_it_started() {
             .replace('.', "")
     );
     let command = format!("setsid sh -c 'sleep 30; : {mark}' & sleep 30; : {mark}");
-    let r = f
-        .call("shell", json!({"command": command, "timeout_ms": 1000}))
-        .await;
-    assert_eq!(r.status, Failed, "{}", r.content);
-    assert!(
-        r.content.contains("timed out after 1000 ms"),
-        "{}",
-        r.content
-    );
+    times_out_at_one_second(&f, &command).await;
     assert_all_gone(&mark, "the timed-out command");
 }
 
@@ -315,15 +307,7 @@ async fn a_command_that_keeps_pid_1_reaping_still_ends_at_its_timeout() {
     let alive = f.dir.path().join("alive");
     let command = "(while :; do echo . >> alive; sleep 0.05; done) & \
                    exec ./reap_storm 3000 200 12000 3";
-    let r = f
-        .call("shell", json!({"command": command, "timeout_ms": 1000}))
-        .await;
-    assert_eq!(r.status, Failed, "{}", r.content);
-    assert!(
-        r.content.contains("timed out after 1000 ms"),
-        "{}",
-        r.content
-    );
+    times_out_at_one_second(&f, command).await;
     // Killed by now (a correctness deadline with a wide margin): the writer stopped.
     std::thread::sleep(std::time::Duration::from_secs(2));
     let lines = || std::fs::read_to_string(&alive).unwrap_or_default().len();
@@ -335,6 +319,19 @@ async fn a_command_that_keeps_pid_1_reaping_still_ends_at_its_timeout() {
         "the timed-out command is still writing to the workspace"
     );
     assert_all_gone(&storm.display().to_string(), "the reaping storm");
+}
+
+/// Runs `command` in `shell` with `timeout_ms` 1000 and checks the call failed as timed out.
+async fn times_out_at_one_second(f: &crate::common::Fixture, command: &str) {
+    let r = f
+        .call("shell", json!({"command": command, "timeout_ms": 1000}))
+        .await;
+    assert_eq!(r.status, Failed, "{}", r.content);
+    assert!(
+        r.content.contains("timed out after 1000 ms"),
+        "{}",
+        r.content
+    );
 }
 
 /// Waits up to 10 s for every process whose command line holds `mark` to be gone; fails if one
