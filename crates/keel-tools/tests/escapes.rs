@@ -956,3 +956,45 @@ fn a_missing_namespace_fails_the_command_naming_the_layer() {
     assert!(!s.path("ran").exists(), "the command ran");
     assert_eq!(r.code, Some(0));
 }
+
+/// A confined command cannot slow, pin or limit the sandbox's PID 1 — which ends the call when
+/// keel gives it up, and runs under the command's uid in its user namespace: made `SCHED_IDLE`
+/// (or nice 19) beside busy loops it never ran again, and the command outlived its timeout,
+/// its cancel and keel (attack pass of 2026-12-07). `renice` of PID 1, of its process group and
+/// of the whole uid, `chrt`, `taskset` and `prlimit` of PID 1 all fail and change nothing;
+/// the command still renices and reschedules its own processes.
+#[test]
+fn a_confined_command_cannot_slow_or_pin_the_sandboxs_pid_1() {
+    let script = "renice -n 19 -p 1 >/dev/null 2>&1; echo r1=$?; \
+                  renice -n 19 -g 1 >/dev/null 2>&1; echo r2=$?; \
+                  renice -n 19 -u $(id -u) >/dev/null 2>&1; echo r3=$?; \
+                  chrt -i -p 0 1 >/dev/null 2>&1; echo c=$?; \
+                  taskset -p 1 1 >/dev/null 2>&1; echo t=$?; \
+                  prlimit --pid 1 --nofile=10:10 >/dev/null 2>&1; echo p=$?; \
+                  awk '{print \"pid1\", $19, $41}' /proc/1/stat; \
+                  grep Cpus_allowed_list /proc/1/status; grep Cpus_allowed_list /proc/self/status; \
+                  nice -n 5 awk '{print \"own\", $19}' /proc/self/stat; \
+                  chrt -i 0 awk '{print \"ownidle\", $41}' /proc/self/stat";
+    for who in BOTH {
+        let s = Sbx::new(who);
+        // The same tools work on the command's own processes (`own 5`, `ownidle 5`): the
+        // refusals are the filter's, not missing tools.
+        for mode in CONFINED {
+            let r = s.run(mode, script);
+            let what = format!("{mode} ({who:?})");
+            for refused in ["r1=1", "r2=1", "r3=1", "c=1", "t=1", "p=1"] {
+                assert!(r.has(refused), "{what}: {refused}: {r:?}");
+            }
+            assert!(r.has("pid1 0 0"), "{what}: PID 1 changed: {r:?}");
+            let allowed: Vec<&str> = r
+                .text
+                .lines()
+                .filter(|l| l.starts_with("Cpus_allowed_list"))
+                .collect();
+            assert_eq!(allowed.len(), 2, "{what}: {r:?}");
+            assert_eq!(allowed[0], allowed[1], "{what}: PID 1 pinned: {r:?}");
+            assert!(r.has("own 5"), "{what}: {r:?}");
+            assert!(r.has("ownidle 5"), "{what}: {r:?}");
+        }
+    }
+}

@@ -29,6 +29,11 @@
 //!      `finit_module`, `delete_module`, `reboot`, `swapon`, `swapoff`, `acct`.
 //!    - `ioctl(TIOCSTI)` (pushing keystrokes into a terminal) and `ioctl(TIOCLINUX)`.
 //!    - `mknod`/`mknodat` of a character or block device (FIFOs and sockets stay allowed).
+//!    - `sched_setscheduler`, `sched_setparam`, `sched_setattr`, `sched_setaffinity`,
+//!      `prlimit64` of PID 1 (the sandbox's, which ends the call when keel closes its lifeline:
+//!      a command that starved it outlived its timeout), and `setpriority` / `ioprio_set` of
+//!      anything but a single process other than PID 1 (a process group or a user reaches PID 1
+//!      too).
 //! 3. **ENOSYS** for `clone3`, whose flags live in memory the filter cannot read: libc falls
 //!    back to `clone`, which program 2 checks.
 //!
@@ -139,6 +144,39 @@ fn eperm_rules(network: bool) -> Result<Rules, String> {
             )?])?,
         ])
     };
+    // The sandbox's PID 1 ends the call when keel closes its lifeline, and it runs in the
+    // command's user namespace under the command's uid: a command that made it `SCHED_IDLE`
+    // (or nice 19, or pinned it beside busy loops) starved it, and outlived its timeout, its
+    // cancel and keel itself (attack pass of 2026-12-07). So no scheduling, affinity or limit
+    // change of PID 1, and `setpriority` only of single processes (a process group — the
+    // command's is PID 1's — or a user reaches PID 1 too); the command's own processes it may
+    // renice, pin and schedule as it likes.
+    #[allow(clippy::unnecessary_cast)]
+    let (prio_process, ioprio_who_process) = (libc::PRIO_PROCESS as u64, 1u64);
+    for nr in [
+        libc::SYS_sched_setscheduler,
+        libc::SYS_sched_setparam,
+        libc::SYS_sched_setattr,
+        libc::SYS_sched_setaffinity,
+        libc::SYS_prlimit64,
+    ] {
+        rules.insert(nr, vec![rule(vec![cond(0, SeccompCmpOp::Eq, 1)?])?]);
+    }
+    for (nr, single) in [
+        (libc::SYS_setpriority, prio_process),
+        (libc::SYS_ioprio_set, ioprio_who_process),
+    ] {
+        rules.insert(
+            nr,
+            vec![
+                rule(vec![cond(0, SeccompCmpOp::Ne, single)?])?,
+                rule(vec![
+                    cond(0, SeccompCmpOp::Eq, single)?,
+                    cond(1, SeccompCmpOp::Eq, 1)?,
+                ])?,
+            ],
+        );
+    }
     rules.insert(libc::SYS_mknodat, device(2)?);
     #[cfg(target_arch = "x86_64")]
     rules.insert(libc::SYS_mknod, device(1)?);
