@@ -254,6 +254,37 @@ fn wait_for_file(path: &Path) {
     }
 }
 
+/// `keel-sandbox EXTRA -- bash -c 'touch started; sleep 30'` in `sbx`, returned once the
+/// command runs (kill it when done).
+fn sleeping_in(sbx: &Sbx, extra: &[&str]) -> std::process::Child {
+    let marker = sbx.path("started");
+    let child = sbx
+        .command(
+            crate::escapes::CONFINED[0],
+            extra,
+            &format!("touch {}; sleep 30", marker.display()),
+        )
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_file(&marker);
+    child
+}
+
+/// Process `pid`'s number in its own (innermost) PID namespace (`NSpid`'s last field).
+fn ns_pid(pid: u32) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("NSpid:"))
+        .unwrap()
+        .split_whitespace()
+        .last()
+        .unwrap()
+        .to_owned()
+}
+
 /// The open descriptors of process `pid`: `(number, what /proc/PID/fd/N links to)`.
 fn descriptors(pid: u32) -> Vec<(u32, String)> {
     std::fs::read_dir(format!("/proc/{pid}/fd"))
@@ -397,18 +428,7 @@ fn assert_holds_its_socket_and_nothing_else(fds: &[(u32, String)]) {
 #[test]
 fn a_holders_call_keeps_nothing_of_the_holder() {
     let sbx = Sbx::new(Who::Root);
-    let marker = sbx.path("started");
-    let mut child = sbx
-        .command(
-            crate::escapes::CONFINED[0],
-            &[],
-            &format!("touch {}; sleep 30", marker.display()),
-        )
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    wait_for_file(&marker);
+    let mut child = sleeping_in(&sbx, &[]);
     let all = launchers();
     let holder: Vec<u32> = all
         .iter()
@@ -423,16 +443,7 @@ fn a_holders_call_keeps_nothing_of_the_holder() {
         .collect();
     assert_eq!(calls.len(), 1, "one call under the holder: {all:?}");
     // The call's process is PID 1 of its own PID namespace.
-    let status = std::fs::read_to_string(format!("/proc/{}/status", calls[0])).unwrap();
-    let ns_pid = status
-        .lines()
-        .find_map(|l| l.strip_prefix("NSpid:"))
-        .unwrap()
-        .split_whitespace()
-        .last()
-        .unwrap()
-        .to_owned();
-    assert_eq!(ns_pid, "1", "{status}");
+    assert_eq!(ns_pid(calls[0]), "1");
     let fds = descriptors(calls[0]);
     let holders: Vec<String> = descriptors(holder[0])
         .into_iter()
@@ -450,6 +461,45 @@ fn a_holders_call_keeps_nothing_of_the_holder() {
         );
     }
     assert_holds_its_socket_and_nothing_else(&fds);
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Where `clone3` is refused (kernels before 5.3, some container runtimes' seccomp filters;
+/// here `keel-sandbox --without-clone3`), the holder serves calls the older way: a stage 1 in
+/// the holder's PID namespace forks stage 2, PID 1 of the call's, which holds nothing of the
+/// holder's either; the command's output and exit code come through as before.
+#[test]
+fn without_clone3_the_holder_forks_a_stage_1_and_calls_still_run() {
+    let sbx = Sbx::new(Who::Root);
+    let r = sbx.run_with(
+        crate::escapes::CONFINED[0],
+        &["--without-clone3"],
+        "echo from-the-command; exit 7",
+    );
+    assert_eq!(r.code, Some(7), "{r:?}");
+    assert!(r.has("from-the-command"), "{r:?}");
+    let mut child = sleeping_in(&sbx, &["--without-clone3"]);
+    let all = launchers();
+    let under = |parent: u32| -> Vec<u32> {
+        all.iter()
+            .filter(|(_, ppid)| *ppid == parent)
+            .map(|(pid, _)| *pid)
+            .collect()
+    };
+    let holder = under(child.id());
+    assert_eq!(holder.len(), 1, "one holder: {all:?}");
+    let stage1 = under(holder[0]);
+    assert_eq!(stage1.len(), 1, "one stage 1 under the holder: {all:?}");
+    let stage2 = under(stage1[0]);
+    assert_eq!(stage2.len(), 1, "one stage 2 under stage 1: {all:?}");
+    assert_ne!(
+        ns_pid(stage1[0]),
+        "1",
+        "stage 1 is in the holder's PID namespace"
+    );
+    assert_eq!(ns_pid(stage2[0]), "1", "stage 2 is PID 1 of the call's");
+    assert_holds_its_socket_and_nothing_else(&descriptors(stage2[0]));
     let _ = child.kill();
     let _ = child.wait();
 }

@@ -6,9 +6,14 @@
 //! ```text
 //! keel-sandbox [--mode off|read_only|workspace_write] [--network] [--workspace DIR]
 //!              [--hide PATH]… [--workspace-root DIR]… [--withhold NAME]… [--pass NAME]…
-//!              [--set NAME=VALUE]…
+//!              [--set NAME=VALUE]… [--without-clone3]
 //!              -- PROGRAM [ARG]…
 //! ```
+//!
+//! `--without-clone3` first installs a seccomp filter on this process (inherited by the
+//! sandbox's holder and launchers) under which `clone3` fails with `ENOSYS`, as on kernels
+//! before 5.3 or under some container runtimes' filters: the holder then serves calls the older
+//! way (a stage 1 that forks stage 2), which the tests exercise through it.
 //!
 //! Output goes to standard output and error; the exit code is the command's (128+N when a signal
 //! N killed it), 125 when the sandbox cannot be set up (the reason on standard error).
@@ -19,9 +24,26 @@ use std::process::ExitCode;
 
 use keel_tools::sandbox::{self, Invocation, Launcher, Sandbox, SandboxMode};
 
+/// Makes `clone3` fail with `ENOSYS` for this process and everything it starts (seccomp,
+/// after `no_new_privs`); every other call is allowed.
+fn refuse_clone3() -> Result<(), String> {
+    use seccompiler::{SeccompAction, SeccompFilter, TargetArch};
+    rustix::thread::set_no_new_privs(true).map_err(|e| e.to_string())?;
+    let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(|e| e.to_string())?;
+    let filter = SeccompFilter::new(
+        std::iter::once((libc::SYS_clone3, Vec::new())).collect(),
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::ENOSYS as u32),
+        arch,
+    )
+    .map_err(|e| e.to_string())?;
+    let program = seccompiler::BpfProgram::try_from(filter).map_err(|e| e.to_string())?;
+    seccompiler::apply_filter(&program).map_err(|e| e.to_string())
+}
+
 fn usage(message: &str) -> ExitCode {
     eprintln!(
-        "keel-sandbox: {message}\nusage: keel-sandbox [--mode off|read_only|workspace_write] [--network] [--workspace DIR] [--hide PATH]... [--workspace-root DIR]... [--withhold NAME]... [--pass NAME]... [--set NAME=VALUE]... -- PROGRAM [ARG]..."
+        "keel-sandbox: {message}\nusage: keel-sandbox [--mode off|read_only|workspace_write] [--network] [--workspace DIR] [--hide PATH]... [--workspace-root DIR]... [--withhold NAME]... [--pass NAME]... [--set NAME=VALUE]... [--without-clone3] -- PROGRAM [ARG]..."
     );
     ExitCode::from(2)
 }
@@ -66,6 +88,12 @@ fn main() -> ExitCode {
                 }
             }
             "--network" => network = true,
+            "--without-clone3" => {
+                if let Err(e) = refuse_clone3() {
+                    eprintln!("keel-sandbox: --without-clone3: {e}");
+                    return ExitCode::from(125);
+                }
+            }
             "--workspace" => workspace = Some(value.into()),
             "--hide" => hide.push(PathBuf::from(value)),
             "--workspace-root" => roots.push(PathBuf::from(value)),
