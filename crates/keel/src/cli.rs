@@ -156,7 +156,7 @@ fn parse_timeout_arg(text: &str) -> Result<String, String> {
     crate::config::parse_duration_ms(text)
         .map(|_| text.to_owned())
         .map_err(|_| {
-            format!("{text:?}: expected a duration such as 500ms, 30s, 15m, 2h or plain seconds")
+            format!("{text:?}: expected a duration of at least 1 ms, such as 500ms, 30s, 15m, 2h or plain seconds")
         })
 }
 

@@ -172,6 +172,23 @@ fn bad_timeouts_name_the_file_and_key() {
     assert_eq!(out.status.code(), Some(2));
     assert!(out.stdout.is_empty());
     assert!(stderr(&out).contains("--tool-timeout"), "{}", stderr(&out));
+    // Zero is plain seconds, but no limit at all: the message says what is wrong with it
+    // (before, only what form a duration takes, which "0" has).
+    for zero in ["0", "0ms", "0.0004"] {
+        let out = env
+            .keel()
+            .args(["run", "--workspace", "ws", "--output", "jsonl"])
+            .args(["--tool-timeout", zero, "hi"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{zero}");
+        assert!(out.stdout.is_empty());
+        assert!(
+            stderr(&out).contains("at least 1 ms"),
+            "{zero}: {}",
+            stderr(&out)
+        );
+    }
 }
 
 /// `keel resume SESSION --tool-timeout 1s` changes the session's tool timeout

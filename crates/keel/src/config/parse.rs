@@ -83,7 +83,7 @@ pub fn parse_duration_field(field: &'static str, text: &str) -> Result<u64, Conf
     let bad = || ConfigError::Value {
         field,
         value: text.to_owned(),
-        expected: "a duration such as 500ms, 30s, 15m, 2h or plain seconds",
+        expected: "a duration of at least 1 ms, such as 500ms, 30s, 15m, 2h or plain seconds",
     };
     let t = text.trim();
     let split = t
