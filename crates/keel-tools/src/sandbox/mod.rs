@@ -136,6 +136,7 @@ mod holder;
 mod launch;
 #[cfg(target_os = "linux")]
 mod root;
+mod stage2;
 
 mod launcher;
 mod temps;
