@@ -41,8 +41,9 @@ pub(super) fn session_build() -> String {
 /// loader and runtime start, ~0.9 ms a call on a VM where `cpuid` traps to the hypervisor), no
 /// `setns`, no second process. A message with other than three descriptors is dropped. The
 /// holder reaps what it cloned as it ends (a pidfd of each), and exits when the socket closes
-/// (the host dropped the sandbox, or died). It runs nothing else and holds nothing of the host's: a confined command
-/// (in PID namespaces of its own) cannot see or signal it. Never returns.
+/// (the host dropped the sandbox, or died). It runs nothing else and holds nothing of the
+/// host's: a confined command (in PID namespaces of its own) cannot see or signal it. Never
+/// returns.
 pub(super) fn hold_session(build: &OsString) -> ! {
     let mut out = std::io::stdout();
     if build.to_str() != Some(session_build().as_str()) {
@@ -106,25 +107,7 @@ pub(super) fn hold_session(build: &OsString) -> ! {
         else {
             continue;
         };
-        // The call's process, straight into a new PID namespace (its PID 1), or, where the
-        // kernel has no `clone3`, a stage 1 that makes the namespace and forks a stage 2.
-        let one_process = clone3_works;
-        let forked = if one_process {
-            super::fds::fork_into_new_pid_namespace().map(|f| f.map(|(pid, fd)| (pid, Some(fd))))
-        } else {
-            super::fds::fork_single_threaded().map(|f| f.map(|pid| (pid, None)))
-        };
-        // Refused (no `clone3`, or a seccomp filter of the host's refusing it): this call and
-        // every later one go the old way.
-        let (one_process, forked) = match forked {
-            Err(_) if one_process => {
-                clone3_works = false;
-                let forked = super::fds::fork_single_threaded().map(|f| f.map(|pid| (pid, None)));
-                (false, forked)
-            }
-            forked => (one_process, forked),
-        };
-        match forked {
+        match fork_call(&mut clone3_works) {
             Ok(None) => {
                 // Nothing of the holder's stays in the call's launcher: its socket to keel and
                 // the pidfds of the other calls' launchers go.
@@ -138,9 +121,10 @@ pub(super) fn hold_session(build: &OsString) -> ! {
                 if let Err(e) = taken {
                     report_and_exit(&mut host, &fail("launcher (taking the call's channels)")(e));
                 }
-                if one_process {
-                    // Anything else the holder had open (close-on-exec, but this process never
-                    // executes) goes too: the lifeline is all it keeps.
+                if clone3_works {
+                    // Cloned straight into the call's PID namespace. Anything else the holder
+                    // had open (close-on-exec, but this process never executes) goes too: the
+                    // lifeline is all it keeps.
                     if let Err(e) = super::fds::close_from_3_except(host.as_fd()) {
                         report_and_exit(&mut host, &fail("closing inherited descriptors")(e));
                     }
@@ -162,6 +146,23 @@ pub(super) fn hold_session(build: &OsString) -> ! {
             Err(_) => drop((lifeline, output, error)),
         }
     }
+}
+
+/// Forks the process for a call: straight into a new PID namespace (its PID 1) while `clone3`
+/// works, else a stage 1 that makes the namespace and forks a stage 2. The first refusal
+/// (no `clone3`, or a seccomp filter of the host's refusing it) sets `clone3_works` to false
+/// for this call and every later one; the child reads it to know which kind it is. `Ok(None)`
+/// in the child; in the holder the child's pid and, when cloned, its pidfd.
+fn fork_call(
+    clone3_works: &mut bool,
+) -> std::io::Result<Option<(Pid, Option<std::os::fd::OwnedFd>)>> {
+    if *clone3_works {
+        match super::fds::fork_into_new_pid_namespace() {
+            Ok(forked) => return Ok(forked.map(|(pid, fd)| (pid, Some(fd)))),
+            Err(_) => *clone3_works = false,
+        }
+    }
+    super::fds::fork_single_threaded().map(|f| f.map(|pid| (pid, None)))
 }
 
 /// Reaps the stage 1s of a session holder that have ended, without waiting.
