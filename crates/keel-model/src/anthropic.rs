@@ -6,11 +6,16 @@
 //! `message_start`, `content_block_start/delta/stop`, `message_delta`, `message_stop`; `ping`
 //! anywhere; `error` events after HTTP 200; unknown event types must be ignored).
 
-use serde_json::{Map, Value, json};
+use serde::Serialize;
+use serde::ser::SerializeMap;
+use serde_json::Value;
 
+use crate::body::{Kind, Seq, instructions};
 use crate::classify::classify_stream_error;
-use crate::stream::{ToolCallAssembler, WireParser, insert_common_sampling, parse_json, u64_at};
-use crate::types::{Message, ModelRequest, ReasoningItem, StopReason, StreamEvent, Usage};
+use crate::stream::{ToolCallAssembler, WireParser, parse_json, u64_at};
+use crate::types::{
+    Message, ModelRequest, ReasoningItem, StopReason, StreamEvent, ToolSchema, Usage,
+};
 
 /// The `anthropic-version` header value sent with every request.
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
@@ -27,27 +32,36 @@ fn stop_reason(s: &str) -> StopReason {
     }
 }
 
-/// The JSON body of `POST /v1/messages` for `request`.
-pub(crate) fn request_body(model: &str, default_max_tokens: u32, request: &ModelRequest) -> Value {
-    let mut messages: Vec<Value> = Vec::new();
+/// The JSON body of `POST /v1/messages` for `request`, borrowing it (see [`crate::body`]).
+/// `default_max_tokens` stands in for the request's `max_tokens` when it has none (Anthropic
+/// requires one).
+pub(crate) fn body<'a>(
+    model: &'a str,
+    default_max_tokens: u32,
+    request: &'a ModelRequest,
+) -> AnthropicBody<'a> {
     // Consecutive user-side entries (user text and tool results) share one user message.
-    let mut push = |role: &str, blocks: Vec<Value>| {
-        if blocks.is_empty() {
+    let mut messages: Vec<Turn<'a>> = Vec::new();
+    let mut push = |role: &'static str, blocks: &mut dyn Iterator<Item = Content<'a>>| {
+        let mut blocks = blocks.peekable();
+        if blocks.peek().is_none() {
             return;
         }
-        if let Some(last) = messages.last_mut()
-            && last["role"] == role
-            && let Some(content) = last["content"].as_array_mut()
-        {
-            content.extend(blocks);
-            return;
+        match messages.last_mut() {
+            Some(last) if last.role == role => last.content.extend(blocks),
+            _ => messages.push(Turn {
+                role,
+                content: blocks.collect(),
+            }),
         }
-        messages.push(json!({"role": role, "content": blocks}));
     };
     for message in &request.messages {
         match &**message {
             Message::User { content } => {
-                push("user", vec![json!({"type": "text", "text": content})])
+                push(
+                    "user",
+                    &mut std::iter::once(Content::Text { text: content }),
+                );
             }
             Message::Tool {
                 call_id,
@@ -55,73 +69,151 @@ pub(crate) fn request_body(model: &str, default_max_tokens: u32, request: &Model
                 is_error,
             } => push(
                 "user",
-                vec![
-                    json!({"type": "tool_result", "tool_use_id": call_id, "content": content, "is_error": is_error}),
-                ],
+                &mut std::iter::once(Content::ToolResult {
+                    tool_use_id: call_id,
+                    content,
+                    is_error: *is_error,
+                }),
             ),
             Message::Assistant {
                 text,
                 tool_calls,
                 reasoning,
             } => {
-                let mut blocks = Vec::new();
-                for item in reasoning {
-                    match item {
-                        ReasoningItem::Anthropic { thinking, signature } => {
-                            blocks.push(json!({"type": "thinking", "thinking": thinking, "signature": signature}))
-                        }
-                        ReasoningItem::AnthropicRedacted { data } => {
-                            blocks.push(json!({"type": "redacted_thinking", "data": data}))
-                        }
-                        ReasoningItem::Openai { .. } | ReasoningItem::OpenaiChat { .. } => {}
+                let thinking = reasoning.iter().filter_map(|item| match item {
+                    ReasoningItem::Anthropic {
+                        thinking,
+                        signature,
+                    } => Some(Content::Thinking {
+                        thinking,
+                        signature,
+                    }),
+                    ReasoningItem::AnthropicRedacted { data } => {
+                        Some(Content::RedactedThinking { data })
                     }
-                }
-                if !text.is_empty() {
-                    blocks.push(json!({"type": "text", "text": text}));
-                }
-                for call in tool_calls {
-                    let input = if call.arguments.is_object() {
-                        call.arguments.clone()
-                    } else {
-                        json!({})
-                    };
-                    blocks.push(json!({"type": "tool_use", "id": call.id, "name": call.name, "input": input}));
-                }
-                push("assistant", blocks);
+                    ReasoningItem::Openai { .. } | ReasoningItem::OpenaiChat { .. } => None,
+                });
+                let text = (!text.is_empty()).then_some(Content::Text { text });
+                let calls = tool_calls.iter().map(|call| Content::ToolUse {
+                    id: &call.id,
+                    name: &call.name,
+                    // An invalid call's arguments go back as `{}`.
+                    input: call.arguments.is_object().then_some(&call.arguments),
+                });
+                push("assistant", &mut thinking.chain(text).chain(calls));
             }
         }
     }
     let s = &request.sampling;
-    let mut body = Map::new();
-    body.insert("model".into(), json!(model));
-    body.insert(
-        "max_tokens".into(),
-        json!(s.max_tokens.unwrap_or(default_max_tokens)),
-    );
-    if let Some(system) = request.instructions.as_deref().filter(|s| !s.is_empty()) {
-        body.insert("system".into(), json!(system));
+    AnthropicBody {
+        model,
+        max_tokens: s.max_tokens.unwrap_or(default_max_tokens),
+        system: instructions(request),
+        messages,
+        tools: (!request.tools.is_empty()).then(|| Tools(&request.tools)),
+        temperature: s.temperature,
+        top_p: s.top_p,
+        stop_sequences: &s.stop_sequences,
+        thinking: s.thinking_budget_tokens.map(|budget_tokens| Thinking {
+            kind: "enabled",
+            budget_tokens,
+        }),
+        stream: true,
     }
-    body.insert("messages".into(), Value::Array(messages));
-    if !request.tools.is_empty() {
-        let tools: Vec<Value> = request
-            .tools
-            .iter()
-            .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}))
-            .collect();
-        body.insert("tools".into(), Value::Array(tools));
+}
+
+/// A Messages request body (docs: "Messages API").
+#[derive(Serialize)]
+pub(crate) struct AnthropicBody<'a> {
+    model: &'a str,
+    max_tokens: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    system: Option<&'a str>,
+    messages: Vec<Turn<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tools: Option<Tools<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    top_p: Option<f32>,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    stop_sequences: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    thinking: Option<Thinking>,
+    stream: bool,
+}
+
+#[derive(Serialize)]
+struct Thinking {
+    #[serde(rename = "type")]
+    kind: Kind,
+    budget_tokens: u32,
+}
+
+/// One message: a role and its content blocks.
+#[derive(Serialize)]
+struct Turn<'a> {
+    role: &'static str,
+    content: Vec<Content<'a>>,
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Content<'a> {
+    Text {
+        text: &'a str,
+    },
+    ToolResult {
+        tool_use_id: &'a str,
+        content: &'a str,
+        is_error: bool,
+    },
+    Thinking {
+        thinking: &'a str,
+        signature: &'a str,
+    },
+    RedactedThinking {
+        data: &'a str,
+    },
+    ToolUse {
+        id: &'a str,
+        name: &'a str,
+        #[serde(serialize_with = "object_or_empty")]
+        input: Option<&'a Value>,
+    },
+}
+
+/// A tool call's `input`: its arguments object, or `{}`.
+fn object_or_empty<S: serde::Serializer>(
+    input: &Option<&Value>,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    match input {
+        Some(v) => v.serialize(serializer),
+        None => serializer.serialize_map(Some(0))?.end(),
     }
-    insert_common_sampling(&mut body, s);
-    if !s.stop_sequences.is_empty() {
-        body.insert("stop_sequences".into(), json!(s.stop_sequences));
+}
+
+/// `tools`: name, description and `input_schema` of each.
+struct Tools<'a>(&'a [ToolSchema]);
+
+impl Serialize for Tools<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Tool<'a> {
+            name: &'a str,
+            description: &'a str,
+            input_schema: &'a Value,
+        }
+        Seq(|| {
+            self.0.iter().map(|t| Tool {
+                name: &t.name,
+                description: &t.description,
+                input_schema: &t.parameters,
+            })
+        })
+        .serialize(serializer)
     }
-    if let Some(budget) = s.thinking_budget_tokens {
-        body.insert(
-            "thinking".into(),
-            json!({"type": "enabled", "budget_tokens": budget}),
-        );
-    }
-    body.insert("stream".into(), json!(true));
-    Value::Object(body)
 }
 
 #[derive(Debug)]

@@ -327,22 +327,41 @@ impl HttpModel {
         self.inner.wire
     }
 
-    /// The JSON body this model would send for `request` (for inspection and tests).
-    pub fn request_body(&self, request: &ModelRequest) -> serde_json::Value {
+    /// The bytes of the JSON body [`ModelClient::stream`] sends for `request`, encoded straight
+    /// from it (no intermediate `serde_json::Value`; see the wire modules for each shape).
+    ///
+    /// # Errors
+    /// serde_json's encoding error, which the request's types cannot cause (every field is a
+    /// string, a number, a flag or a `serde_json::Value`); kept so that a later field that could
+    /// fail is reported as a classified provider error, not a panic.
+    pub fn encode_body(&self, request: &ModelRequest) -> serde_json::Result<Vec<u8>> {
         let c = &self.inner.config;
         match self.inner.wire {
-            Wire::OpenaiChat => {
-                crate::openai_chat::request_body(&c.model, c.legacy_max_tokens, request)
-            }
-            Wire::OpenaiResponses => {
-                crate::openai_responses::request_body(&c.model, c.encrypted_reasoning, request)
-            }
-            Wire::Anthropic => crate::anthropic::request_body(
+            Wire::OpenaiChat => serde_json::to_vec(&crate::openai_chat::body(
+                &c.model,
+                c.legacy_max_tokens,
+                request,
+            )),
+            Wire::OpenaiResponses => serde_json::to_vec(&crate::openai_responses::body(
+                &c.model,
+                c.encrypted_reasoning,
+                request,
+            )),
+            Wire::Anthropic => serde_json::to_vec(&crate::anthropic::body(
                 &c.model,
                 c.default_max_tokens.unwrap_or(8192),
                 request,
-            ),
+            )),
         }
+    }
+
+    /// The JSON body this model would send for `request` (for inspection and tests): the
+    /// bytes of [`HttpModel::encode_body`], parsed.
+    ///
+    /// # Errors
+    /// As [`HttpModel::encode_body`].
+    pub fn request_body(&self, request: &ModelRequest) -> serde_json::Result<serde_json::Value> {
+        serde_json::from_slice(&self.encode_body(request)?)
     }
 }
 
@@ -355,7 +374,7 @@ impl ModelClient for HttpModel {
         let inner = self.inner.clone();
         // The body is encoded here, before the wait: a call waiting for its first token holds
         // the bytes it sent, not the JSON tree they were built from nor the request.
-        let body = serde_json::to_vec(&self.request_body(&request));
+        let body = self.encode_body(&request);
         let call = Call {
             cancel: request.cancel,
             timeouts: request.timeouts,

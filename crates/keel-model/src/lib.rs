@@ -18,6 +18,8 @@
 //! - `stream` — [`Wire`], the shared SSE pump (deadlines, cancellation), tool call assembly,
 //!   [`parse_recorded`], [`parse_chunks`].
 //! - `openai_chat`, `openai_responses`, `anthropic` — request body and stream parser per wire.
+//! - `body` — what the three bodies share: each is a `Serialize` value borrowing the request,
+//!   encoded to bytes without an intermediate `serde_json::Value`.
 //! - `client` — [`ModelClient`], [`HttpModel`], [`ProviderConfig`].
 //! - `scripted` — [`Script`], [`ScriptedModel`].
 //! - `route` — [`ModelRoute`], [`RetryPolicy`].
@@ -27,6 +29,7 @@
 //! Start reading at [`ModelClient`] and [`StreamEvent`].
 
 mod anthropic;
+mod body;
 mod classify;
 mod client;
 mod cost;

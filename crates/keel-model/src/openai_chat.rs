@@ -7,13 +7,18 @@
 //! fragments keyed by `index`, `finish_reason`, a final usage chunk with empty `choices`,
 //! `data: [DONE]`).
 
-use serde_json::{Map, Value, json};
+use std::borrow::Cow;
 
+use serde::Serialize;
+use serde::ser::SerializeSeq;
+use serde_json::Value;
+
+use crate::body::{Kind, Seq, ToolText, instructions};
 use crate::classify::classify_stream_error;
-use crate::stream::{
-    ToolCallAssembler, WireParser, insert_common_sampling, nonempty_str, parse_json, u64_at,
+use crate::stream::{ToolCallAssembler, WireParser, nonempty_str, parse_json, u64_at};
+use crate::types::{
+    Message, ModelRequest, ReasoningItem, StopReason, StreamEvent, ToolCall, ToolSchema, Usage,
 };
-use crate::types::{Message, ModelRequest, ReasoningItem, StopReason, StreamEvent, Usage};
 
 /// Maps Chat's `finish_reason`.
 fn stop_reason(s: &str) -> StopReason {
@@ -26,79 +31,182 @@ fn stop_reason(s: &str) -> StopReason {
     }
 }
 
-/// Tool result content on wires without an error flag.
-pub(crate) fn tool_result_text(content: &str, is_error: bool) -> String {
-    if is_error {
-        format!("Error: {content}")
+/// The JSON body of `POST {base}/chat/completions` for `request`, borrowing it (see
+/// [`crate::body`]). `legacy_max_tokens` sends `max_tokens` (older compatible servers) instead
+/// of `max_completion_tokens`.
+pub(crate) fn body<'a>(
+    model: &'a str,
+    legacy_max_tokens: bool,
+    request: &'a ModelRequest,
+) -> ChatBody<'a> {
+    let s = &request.sampling;
+    let (max_tokens, max_completion_tokens) = if legacy_max_tokens {
+        (s.max_tokens, None)
     } else {
-        content.to_string()
+        (None, s.max_tokens)
+    };
+    ChatBody {
+        model,
+        messages: ChatMessages(request),
+        tools: (!request.tools.is_empty()).then(|| ChatTools(&request.tools)),
+        max_tokens,
+        max_completion_tokens,
+        temperature: s.temperature,
+        top_p: s.top_p,
+        stop: &s.stop_sequences,
+        reasoning_effort: s.reasoning_effort.as_deref(),
+        stream: true,
+        stream_options: StreamOptions {
+            include_usage: true,
+        },
     }
 }
 
-/// The JSON body of `POST {base}/chat/completions` for `request`. `legacy_max_tokens` sends
-/// `max_tokens` (older compatible servers) instead of `max_completion_tokens`.
-pub(crate) fn request_body(model: &str, legacy_max_tokens: bool, request: &ModelRequest) -> Value {
-    let mut messages = Vec::new();
-    if let Some(system) = request.instructions.as_deref().filter(|s| !s.is_empty()) {
-        messages.push(json!({"role": "system", "content": system}));
-    }
-    for message in &request.messages {
-        match &**message {
-            Message::User { content } => messages.push(json!({"role": "user", "content": content})),
-            Message::Assistant { text, tool_calls, .. } => {
-                let mut m = Map::new();
-                m.insert("role".into(), json!("assistant"));
-                m.insert("content".into(), if text.is_empty() { Value::Null } else { json!(text) });
-                if !tool_calls.is_empty() {
-                    let calls: Vec<Value> = tool_calls
-                        .iter()
-                        .map(|c| {
-                            json!({"id": c.id, "type": "function",
-                                   "function": {"name": c.name, "arguments": c.arguments_text()}})
-                        })
-                        .collect();
-                    m.insert("tool_calls".into(), Value::Array(calls));
-                }
-                messages.push(Value::Object(m));
-            }
-            Message::Tool { call_id, content, is_error } => messages.push(
-                json!({"role": "tool", "tool_call_id": call_id, "content": tool_result_text(content, *is_error)}),
-            ),
+/// A Chat Completions request body (docs: "Create chat completion").
+#[derive(Serialize)]
+pub(crate) struct ChatBody<'a> {
+    model: &'a str,
+    messages: ChatMessages<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tools: Option<ChatTools<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_completion_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    top_p: Option<f32>,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    stop: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_effort: Option<&'a str>,
+    stream: bool,
+    stream_options: StreamOptions,
+}
+
+#[derive(Serialize)]
+struct StreamOptions {
+    include_usage: bool,
+}
+
+/// `messages`: the system prompt first, then the transcript.
+struct ChatMessages<'a>(&'a ModelRequest);
+
+impl Serialize for ChatMessages<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let request = self.0;
+        let mut seq = serializer.serialize_seq(None)?;
+        if let Some(content) = instructions(request) {
+            seq.serialize_element(&ChatMessage::System { content })?;
         }
+        for message in &request.messages {
+            seq.serialize_element(&match &**message {
+                Message::User { content } => ChatMessage::User { content },
+                Message::Assistant {
+                    text, tool_calls, ..
+                } => ChatMessage::Assistant {
+                    content: (!text.is_empty()).then_some(text.as_str()),
+                    tool_calls: (!tool_calls.is_empty()).then_some(ChatCalls(tool_calls)),
+                },
+                Message::Tool {
+                    call_id,
+                    content,
+                    is_error,
+                } => ChatMessage::Tool {
+                    tool_call_id: call_id,
+                    content: ToolText {
+                        content,
+                        is_error: *is_error,
+                    },
+                },
+            })?;
+        }
+        seq.end()
     }
-    let s = &request.sampling;
-    let mut body = Map::new();
-    body.insert("model".into(), json!(model));
-    body.insert("messages".into(), Value::Array(messages));
-    if !request.tools.is_empty() {
-        let tools: Vec<Value> = request
-            .tools
-            .iter()
-            .map(|t| {
-                json!({"type": "function",
-                       "function": {"name": t.name, "description": t.description, "parameters": t.parameters}})
+}
+
+#[derive(Serialize)]
+#[serde(tag = "role", rename_all = "lowercase")]
+enum ChatMessage<'a> {
+    System {
+        content: &'a str,
+    },
+    User {
+        content: &'a str,
+    },
+    Assistant {
+        /// `null` when the model wrote no text.
+        content: Option<&'a str>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        tool_calls: Option<ChatCalls<'a>>,
+    },
+    Tool {
+        tool_call_id: &'a str,
+        content: ToolText<'a>,
+    },
+}
+
+/// An assistant message's `tool_calls`.
+struct ChatCalls<'a>(&'a [ToolCall]);
+
+impl Serialize for ChatCalls<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Call<'a> {
+            id: &'a str,
+            #[serde(rename = "type")]
+            kind: Kind,
+            function: FunctionCall<'a>,
+        }
+        #[derive(Serialize)]
+        struct FunctionCall<'a> {
+            name: &'a str,
+            arguments: Cow<'a, str>,
+        }
+        Seq(|| {
+            self.0.iter().map(|c| Call {
+                id: &c.id,
+                kind: "function",
+                function: FunctionCall {
+                    name: &c.name,
+                    arguments: c.arguments_text(),
+                },
             })
-            .collect();
-        body.insert("tools".into(), Value::Array(tools));
+        })
+        .serialize(serializer)
     }
-    if let Some(max) = s.max_tokens {
-        let key = if legacy_max_tokens {
-            "max_tokens"
-        } else {
-            "max_completion_tokens"
-        };
-        body.insert(key.into(), json!(max));
+}
+
+/// `tools`: each schema as a `function` tool.
+struct ChatTools<'a>(&'a [ToolSchema]);
+
+impl Serialize for ChatTools<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Tool<'a> {
+            #[serde(rename = "type")]
+            kind: Kind,
+            function: Function<'a>,
+        }
+        #[derive(Serialize)]
+        struct Function<'a> {
+            name: &'a str,
+            description: &'a str,
+            parameters: &'a serde_json::Value,
+        }
+        Seq(|| {
+            self.0.iter().map(|t| Tool {
+                kind: "function",
+                function: Function {
+                    name: &t.name,
+                    description: &t.description,
+                    parameters: &t.parameters,
+                },
+            })
+        })
+        .serialize(serializer)
     }
-    insert_common_sampling(&mut body, s);
-    if !s.stop_sequences.is_empty() {
-        body.insert("stop".into(), json!(s.stop_sequences));
-    }
-    if let Some(effort) = &s.reasoning_effort {
-        body.insert("reasoning_effort".into(), json!(effort));
-    }
-    body.insert("stream".into(), json!(true));
-    body.insert("stream_options".into(), json!({"include_usage": true}));
-    Value::Object(body)
 }
 
 /// Stream parser for Chat Completions.

@@ -9,12 +9,18 @@
 //! `response.reasoning_summary_text.delta`, `response.completed`, `response.incomplete`,
 //! `response.failed`, `error`).
 
-use serde_json::{Map, Value, json};
+use std::borrow::Cow;
 
+use serde::Serialize;
+use serde::ser::SerializeSeq;
+use serde_json::Value;
+
+use crate::body::{Kind, Seq, ToolText, instructions};
 use crate::classify::classify_stream_error;
-use crate::openai_chat::tool_result_text;
-use crate::stream::{ToolCallAssembler, WireParser, insert_common_sampling, parse_json, u64_at};
-use crate::types::{Message, ModelRequest, ReasoningItem, StopReason, StreamEvent, Usage};
+use crate::stream::{ToolCallAssembler, WireParser, parse_json, u64_at};
+use crate::types::{
+    Message, ModelRequest, ReasoningItem, StopReason, StreamEvent, ToolSchema, Usage,
+};
 
 /// Whether `model` is an OpenAI reasoning model (o-series, gpt-5 family except the `-chat`
 /// variants), which accepts `include: ["reasoning.encrypted_content"]`; other models (gpt-4o,
@@ -31,100 +37,16 @@ pub(crate) fn is_reasoning_model(model: &str) -> bool {
     reasoning && !model.contains("-chat")
 }
 
-/// The JSON body of `POST {base}/responses` for `request`. `encrypted_reasoning` asks for
-/// encrypted reasoning items (`None`: when the model is a reasoning model, the request sets a
-/// reasoning effort, or the transcript already holds encrypted reasoning).
-pub(crate) fn request_body(
-    model: &str,
+/// The JSON body of `POST {base}/responses` for `request`, borrowing it (see [`crate::body`]).
+/// `encrypted_reasoning` asks for encrypted reasoning items (`None`: when the model is a
+/// reasoning model, the request sets a reasoning effort, or the transcript already holds
+/// encrypted reasoning).
+pub(crate) fn body<'a>(
+    model: &'a str,
     encrypted_reasoning: Option<bool>,
-    request: &ModelRequest,
-) -> Value {
-    let mut input = Vec::new();
-    for message in &request.messages {
-        match &**message {
-            Message::User { content } => input.push(json!({
-                "type": "message", "role": "user",
-                "content": [{"type": "input_text", "text": content}]
-            })),
-            Message::Assistant {
-                text,
-                tool_calls,
-                reasoning,
-            } => {
-                // With `store: false` nothing is kept server-side: an item without its encrypted
-                // content would be a dangling reference (HTTP 404), so only those with it go back.
-                for item in reasoning {
-                    if let ReasoningItem::Openai {
-                        id,
-                        encrypted_content: encrypted_content @ Some(_),
-                        summary,
-                    } = item
-                    {
-                        let summary: Vec<Value> = summary
-                            .iter()
-                            .map(|s| json!({"type": "summary_text", "text": s}))
-                            .collect();
-                        let mut r = json!({"type": "reasoning", "id": id, "summary": summary});
-                        if let Some(enc) = encrypted_content {
-                            r["encrypted_content"] = json!(enc);
-                        }
-                        input.push(r);
-                    }
-                }
-                if !text.is_empty() {
-                    input.push(json!({
-                        "type": "message", "role": "assistant",
-                        "content": [{"type": "output_text", "text": text}]
-                    }));
-                }
-                for call in tool_calls {
-                    input.push(json!({
-                        "type": "function_call", "call_id": call.id, "name": call.name,
-                        "arguments": call.arguments_text()
-                    }));
-                }
-            }
-            Message::Tool {
-                call_id,
-                content,
-                is_error,
-            } => input.push(json!({
-                "type": "function_call_output", "call_id": call_id,
-                "output": tool_result_text(content, *is_error)
-            })),
-        }
-    }
+    request: &'a ModelRequest,
+) -> ResponsesBody<'a> {
     let s = &request.sampling;
-    let mut body = Map::new();
-    body.insert("model".into(), json!(model));
-    if let Some(instructions) = request.instructions.as_deref().filter(|s| !s.is_empty()) {
-        body.insert("instructions".into(), json!(instructions));
-    }
-    body.insert("input".into(), Value::Array(input));
-    if !request.tools.is_empty() {
-        let tools: Vec<Value> = request
-            .tools
-            .iter()
-            .map(|t| {
-                json!({"type": "function", "name": t.name, "description": t.description,
-                       "parameters": t.parameters, "strict": false})
-            })
-            .collect();
-        body.insert("tools".into(), Value::Array(tools));
-    }
-    if let Some(max) = s.max_tokens {
-        body.insert("max_output_tokens".into(), json!(max));
-    }
-    insert_common_sampling(&mut body, s);
-    if let Some(effort) = &s.reasoning_effort {
-        body.insert(
-            "reasoning".into(),
-            json!({"effort": effort, "summary": "auto"}),
-        );
-    }
-    // Keel keeps the transcript itself: nothing is stored server-side, and reasoning models return
-    // their reasoning encrypted so that it can be sent back on the next request.
-    body.insert("store".into(), json!(false));
     let replays_reasoning = request.messages.iter().any(|m| {
         matches!(&**m, Message::Assistant { reasoning, .. } if reasoning.iter().any(|r| matches!(
             r, ReasoningItem::Openai { encrypted_content: Some(_), .. })))
@@ -132,18 +54,212 @@ pub(crate) fn request_body(
     let encrypted_reasoning = encrypted_reasoning.unwrap_or_else(|| {
         is_reasoning_model(model) || s.reasoning_effort.is_some() || replays_reasoning
     });
-    if encrypted_reasoning {
-        body.insert("include".into(), json!(["reasoning.encrypted_content"]));
+    ResponsesBody {
+        model,
+        instructions: instructions(request),
+        input: Input(request),
+        tools: (!request.tools.is_empty()).then(|| FunctionTools(&request.tools)),
+        max_output_tokens: s.max_tokens,
+        temperature: s.temperature,
+        top_p: s.top_p,
+        reasoning: s.reasoning_effort.as_deref().map(|effort| Reasoning {
+            effort,
+            summary: "auto",
+        }),
+        // Keel keeps the transcript itself: nothing is stored server-side, and reasoning
+        // models return their reasoning encrypted so that it can be sent back on the next
+        // request.
+        store: false,
+        include: encrypted_reasoning.then_some(["reasoning.encrypted_content"]),
+        stream: true,
     }
-    body.insert("stream".into(), json!(true));
-    Value::Object(body)
+}
+
+/// A Responses request body (docs: "Create a model response").
+#[derive(Serialize)]
+pub(crate) struct ResponsesBody<'a> {
+    model: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    instructions: Option<&'a str>,
+    input: Input<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tools: Option<FunctionTools<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_output_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    top_p: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning: Option<Reasoning<'a>>,
+    store: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    include: Option<[&'static str; 1]>,
+    stream: bool,
+}
+
+#[derive(Serialize)]
+struct Reasoning<'a> {
+    effort: &'a str,
+    summary: &'static str,
+}
+
+/// `input`: the transcript as items.
+struct Input<'a>(&'a ModelRequest);
+
+impl Serialize for Input<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut seq = serializer.serialize_seq(None)?;
+        for message in &self.0.messages {
+            match &**message {
+                Message::User { content } => seq.serialize_element(&Item::Message {
+                    role: "user",
+                    content: [Content {
+                        kind: "input_text",
+                        text: content,
+                    }],
+                })?,
+                Message::Assistant {
+                    text,
+                    tool_calls,
+                    reasoning,
+                } => {
+                    // With `store: false` nothing is kept server-side: an item without its
+                    // encrypted content would be a dangling reference (HTTP 404), so only those
+                    // with it go back.
+                    for item in reasoning {
+                        if let ReasoningItem::Openai {
+                            id,
+                            encrypted_content: Some(encrypted_content),
+                            summary,
+                        } = item
+                        {
+                            seq.serialize_element(&Item::Reasoning {
+                                id,
+                                summary: Summary(summary),
+                                encrypted_content,
+                            })?;
+                        }
+                    }
+                    if !text.is_empty() {
+                        seq.serialize_element(&Item::Message {
+                            role: "assistant",
+                            content: [Content {
+                                kind: "output_text",
+                                text,
+                            }],
+                        })?;
+                    }
+                    for call in tool_calls {
+                        seq.serialize_element(&Item::FunctionCall {
+                            call_id: &call.id,
+                            name: &call.name,
+                            arguments: call.arguments_text(),
+                        })?;
+                    }
+                }
+                Message::Tool {
+                    call_id,
+                    content,
+                    is_error,
+                } => seq.serialize_element(&Item::FunctionCallOutput {
+                    call_id,
+                    output: ToolText {
+                        content,
+                        is_error: *is_error,
+                    },
+                })?,
+            }
+        }
+        seq.end()
+    }
+}
+
+/// One `input` item.
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Item<'a> {
+    Message {
+        role: &'static str,
+        content: [Content<'a>; 1],
+    },
+    Reasoning {
+        id: &'a str,
+        summary: Summary<'a>,
+        encrypted_content: &'a str,
+    },
+    FunctionCall {
+        call_id: &'a str,
+        name: &'a str,
+        arguments: Cow<'a, str>,
+    },
+    FunctionCallOutput {
+        call_id: &'a str,
+        output: ToolText<'a>,
+    },
+}
+
+/// A reasoning item's `summary` parts.
+struct Summary<'a>(&'a [String]);
+
+impl Serialize for Summary<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        Seq(|| {
+            self.0.iter().map(|text| Content {
+                kind: "summary_text",
+                text,
+            })
+        })
+        .serialize(serializer)
+    }
+}
+
+/// A text part (`input_text`, `output_text`, `summary_text`).
+#[derive(Serialize)]
+struct Content<'a> {
+    #[serde(rename = "type")]
+    kind: Kind,
+    text: &'a str,
+}
+
+/// `tools`: each schema as a `function` tool, not strict.
+struct FunctionTools<'a>(&'a [ToolSchema]);
+
+impl Serialize for FunctionTools<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        #[derive(Serialize)]
+        struct Tool<'a> {
+            #[serde(rename = "type")]
+            kind: Kind,
+            name: &'a str,
+            description: &'a str,
+            parameters: &'a serde_json::Value,
+            strict: bool,
+        }
+        Seq(|| {
+            self.0.iter().map(|t| Tool {
+                kind: "function",
+                name: &t.name,
+                description: &t.description,
+                parameters: &t.parameters,
+                strict: false,
+            })
+        })
+        .serialize(serializer)
+    }
 }
 
 /// Stream parser for the Responses API.
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
     use crate::types::ToolCall;
+
+    fn request_body(model: &str, encrypted: Option<bool>, request: &ModelRequest) -> Value {
+        serde_json::to_value(body(model, encrypted, request)).unwrap()
+    }
 
     #[test]
     fn reasoning_models_are_recognized() {

@@ -104,19 +104,6 @@ pub(crate) fn nonempty_str<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
     v.get(key).and_then(Value::as_str).filter(|t| !t.is_empty())
 }
 
-/// Inserts the sampling fields every wire names alike (`temperature`, `top_p`) into a request body.
-pub(crate) fn insert_common_sampling(
-    body: &mut serde_json::Map<String, Value>,
-    s: &crate::types::SamplingOptions,
-) {
-    if let Some(t) = s.temperature {
-        body.insert("temperature".into(), serde_json::json!(t));
-    }
-    if let Some(p) = s.top_p {
-        body.insert("top_p".into(), serde_json::json!(p));
-    }
-}
-
 /// The `u64` at `pointer` in `v`, 0 when absent.
 pub(crate) fn u64_at(v: &Value, pointer: &str) -> u64 {
     v.pointer(pointer).and_then(Value::as_u64).unwrap_or(0)

@@ -137,13 +137,13 @@ impl ToolCall {
     /// The arguments text to send to a wire that carries them as a string (OpenAI Chat
     /// `function.arguments`, Responses `function_call.arguments`): the model's own text when the
     /// call is valid and it is known, else the serialized object; `{}` for an invalid call.
-    pub fn arguments_text(&self) -> String {
+    pub fn arguments_text(&self) -> std::borrow::Cow<'_, str> {
         if !self.arguments.is_object() {
-            return "{}".to_string();
+            return "{}".into();
         }
         match self.raw_arguments.as_deref() {
-            Some(raw) if !raw.trim().is_empty() => raw.to_string(),
-            _ => self.arguments.to_string(),
+            Some(raw) if !raw.trim().is_empty() => raw.into(),
+            _ => self.arguments.to_string().into(),
         }
     }
 }

@@ -283,3 +283,39 @@ async fn invalid_tool_call_arguments_are_sent_back_as_empty_objects() {
     assert_eq!(r[1].body["input"][1]["arguments"], json!("{}"));
     assert_eq!(r[2].body["messages"][1]["content"][0]["input"], json!({}));
 }
+
+/// A sampling setting reaches the provider as the user wrote it: `temperature = 0.7` (an `f32`)
+/// is sent as `0.7`, not as the `f64` nearest the `f32` (`0.699999988079071`, which bodies
+/// built through a `serde_json::Value` sent), on every wire.
+#[tokio::test]
+async fn sampling_floats_are_sent_as_written_on_every_wire() {
+    for wire in [Wire::OpenaiChat, Wire::OpenaiResponses, Wire::Anthropic] {
+        let server = FakeModelServer::start_fixed(
+            Reply::Respond(FakeResponse::text("ok")),
+            Pacing::default(),
+        )
+        .await
+        .unwrap();
+        let mut request = transcript();
+        request.sampling.temperature = Some(0.7);
+        request.sampling.top_p = Some(0.9);
+        let model = model_for(&server, wire, "test-model");
+        let bytes = model.encode_body(&request).unwrap();
+        let text = String::from_utf8(bytes).unwrap();
+        assert!(
+            text.contains(r#""temperature":0.7,"#) && text.contains(r#""top_p":0.9,"#),
+            "{wire:?}: {text}"
+        );
+        events(&model, request).await;
+        let sent = server.requests().remove(0).body;
+        assert_eq!(
+            (sent["temperature"].as_f64(), sent["top_p"].as_f64()),
+            (Some(0.7), Some(0.9)),
+            "{wire:?}"
+        );
+        assert_eq!(
+            model.request_body(&transcript()).unwrap()["model"],
+            json!("test-model")
+        );
+    }
+}

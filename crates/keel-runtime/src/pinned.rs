@@ -172,12 +172,12 @@ pub(crate) fn offered_tools<'a>(
     if !release.definition.agents.is_empty() || registry.get(spawn).is_none() {
         return std::borrow::Cow::Borrowed(tools);
     }
-    let all: Vec<String> = if tools.is_empty() {
-        registry.specs().into_iter().map(|s| s.name).collect()
+    let all: Box<dyn Iterator<Item = &String>> = if tools.is_empty() {
+        Box::new(registry.iter_specs().map(|s| &s.name))
     } else {
-        tools.clone()
+        Box::new(tools.iter())
     };
-    std::borrow::Cow::Owned(all.into_iter().filter(|t| t != spawn).collect())
+    std::borrow::Cow::Owned(all.filter(|t| *t != spawn).cloned().collect())
 }
 
 /// What [`Runtime::repin`] journaled.

@@ -1,0 +1,97 @@
+//! What encoding one request's body costs, per wire (docs/BENCHMARKS.md, issue 16's HTTP row):
+//! the bytes `HttpModel::stream` sends for a step deep in a session — a system prompt, eight
+//! tools with schemas the size of keel's built-ins, and `KEEL_BENCH_MESSAGES` transcript
+//! messages (default 200: 100 `shell` calls and their results). Prints the median and p90 in µs
+//! over `KEEL_BENCH_RUNS` encodings (default 2,000) and the body's size; exits 0.
+//!
+//! `cargo bench -p keel-model --bench request_body`
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use keel_model::{HttpModel, Message, ModelRequest, ProviderConfig, ToolCall, ToolSchema, Wire};
+use serde_json::json;
+
+fn env(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// A tool schema of ~1.5 KB, as keel's built-ins are.
+fn tool(i: usize) -> ToolSchema {
+    let mut properties = serde_json::Map::new();
+    for p in 0..6 {
+        properties.insert(
+            format!("param_{p}"),
+            json!({"type": if p % 2 == 0 { "string" } else { "integer" },
+                   "description": format!("Parameter {p} of tool {i}: what it means, its unit and its default, in a sentence or two as the built-ins describe theirs."),
+                   "minimum": 0}),
+        );
+    }
+    ToolSchema {
+        name: format!("tool_{i}"),
+        description: format!("Tool {i}. ").repeat(30),
+        parameters: json!({"type": "object", "properties": properties,
+                           "required": ["param_0"], "additionalProperties": false}),
+    }
+}
+
+fn request(messages: usize) -> ModelRequest {
+    let mut transcript = vec![Arc::new(Message::User {
+        content: "run the steps".into(),
+    })];
+    for k in 0..messages / 2 {
+        let id = format!("call_{k:024}");
+        let arguments = json!({"command": format!("echo step {k}")});
+        transcript.push(Arc::new(Message::Assistant {
+            text: String::new(),
+            tool_calls: vec![ToolCall {
+                id: id.clone(),
+                name: "shell".into(),
+                raw_arguments: Some(arguments.to_string()),
+                arguments,
+            }],
+            reasoning: Vec::new(),
+        }));
+        transcript.push(Arc::new(Message::Tool {
+            call_id: id,
+            content: format!("step {k}\n[exit code 0]"),
+            is_error: false,
+        }));
+    }
+    ModelRequest {
+        instructions: Some("You are a coding agent. ".repeat(80)),
+        messages: transcript,
+        tools: (0..8).map(tool).collect::<Vec<_>>().into(),
+        ..ModelRequest::default()
+    }
+}
+
+fn main() {
+    let runs = env("KEEL_BENCH_RUNS", 2_000);
+    let request = request(env("KEEL_BENCH_MESSAGES", 200));
+    for wire in [Wire::OpenaiChat, Wire::OpenaiResponses, Wire::Anthropic] {
+        let model = HttpModel::new(wire, ProviderConfig::new("gpt-4o").with_api_key("bench"))
+            .expect("model");
+        let mut times = Vec::with_capacity(runs);
+        let mut size = 0;
+        for _ in 0..runs {
+            let start = Instant::now();
+            let body = model.encode_body(&request).expect("encodes");
+            times.push(start.elapsed().as_secs_f64() * 1e6);
+            size = body.len();
+            std::hint::black_box(body);
+        }
+        times.sort_by(f64::total_cmp);
+        println!(
+            "{wire:?}: body {size} bytes, {} messages: median {:.1} µs, p90 {:.1} µs ({runs} runs)",
+            request.messages.len(),
+            times[runs / 2],
+            times[runs * 9 / 10],
+        );
+    }
+}
