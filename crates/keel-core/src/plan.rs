@@ -36,8 +36,10 @@
 //!    (allowed only with the argument hash the approval was requested for), invalid and denied
 //!    calls are rejected, calls the policy asks about get approvals, allowed read-only
 //!    parallel-safe calls run together ([`Next::Execute`]), and the first allowed other call is
-//!    dispatched alone ([`Next::Dispatch`]) — a sequential call never overtakes an earlier one
-//!    that is still open. When only calls running in this process remain,
+//!    dispatched alone ([`Next::Dispatch`]). The model's order holds: a call that is not
+//!    parallel-safe starts only when every earlier call of the step has its result, and a
+//!    parallel-safe one only while no earlier call that is not parallel-safe is open (a read
+//!    proposed after a write sees it; a write never changes what an earlier read reads). When only calls running in this process remain,
 //!    [`Next::AwaitRunning`]; when only humans can unblock the rest — their own approvals and
 //!    effects, or a child session's ([`Facts::waiting_in_child`]) — [`Next::WaitForHuman`];
 //!    when every call has its result, the turn samples again.
@@ -69,6 +71,7 @@ mod calls;
 mod limits;
 mod recover;
 mod steps;
+pub use calls::is_parallel;
 use calls::*;
 pub use limits::*;
 use recover::*;

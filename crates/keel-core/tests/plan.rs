@@ -675,6 +675,7 @@ impl World {
                 ..
             } => {
                 self.check_runnable(call, next)?;
+                self.check_order(*step, call, false, next)?;
                 let facts_effect = match self.facts_of.get(call) {
                     Some(CallFacts::Valid { effect, .. }) => *effect,
                     _ => EffectClass::SideEffecting,
@@ -719,12 +720,13 @@ impl World {
                     None => {}
                 }
             }
-            Next::Execute { calls, .. } => {
+            Next::Execute { calls, step, .. } => {
                 if calls.is_empty() {
                     return Err(violation(Kind::Progress, "Execute of no calls"));
                 }
                 for call in calls {
                     self.check_runnable(call, next)?;
+                    self.check_order(*step, call, true, next)?;
                     if !matches!(
                         self.facts_of.get(call),
                         Some(CallFacts::Valid {
@@ -847,6 +849,46 @@ impl World {
     }
 
     /// A call about to run: open, not running here, and allowed for its exact arguments.
+    /// A call's first start keeps the model's order: a call that is not parallel-safe only when
+    /// every earlier call of its step has its result, a parallel-safe one only while no earlier
+    /// call that is not parallel-safe is open.
+    fn check_order(
+        &self,
+        step: StepId,
+        call: &ToolCallId,
+        parallel: bool,
+        next: &Next,
+    ) -> Result<(), Violation> {
+        let s = &self.state;
+        if s.tool_calls.get(call).is_none_or(|c| c.runs > 0) {
+            return Ok(());
+        }
+        let Some(order) = s.steps.get(&step).map(|st| &st.tool_calls) else {
+            return Ok(());
+        };
+        for earlier in order.iter().take_while(|c| *c != call) {
+            let open = s
+                .tool_calls
+                .get(earlier)
+                .is_some_and(|c| !c.status.is_terminal());
+            let earlier_parallel = matches!(
+                self.facts_of.get(earlier),
+                Some(CallFacts::Valid {
+                    effect: EffectClass::ReadOnly,
+                    parallel_safe: true,
+                    ..
+                })
+            );
+            if open && (!parallel || !earlier_parallel) {
+                return Err(violation(
+                    Kind::Dispatch,
+                    format!("{next:?} starts {call} while the earlier {earlier} is open"),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     fn check_runnable(&self, call: &ToolCallId, next: &Next) -> Result<(), Violation> {
         let s = &self.state;
         let Some(c) = s.tool_calls.get(call) else {

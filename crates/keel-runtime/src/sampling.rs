@@ -806,7 +806,9 @@ impl Runner {
         }
         let facts = self.assess(&call, &name, &arguments, &snapshot.policy);
         // A read-only call starts while the model still streams, unless a tool-call budget is
-        // set: then the planner decides which calls fit.
+        // set (then the planner decides which calls fit) or an earlier call of the step that is
+        // not parallel-safe is still open (a read proposed after a write must see it: the
+        // planner runs it once the write has its result).
         let limits = self.limits();
         let counted = limits.turn_budget.max_tool_calls.is_some()
             || limits.session_budget.max_tool_calls.is_some();
@@ -817,11 +819,41 @@ impl Runner {
             ..
         } = facts
             && !counted
+            && !self.behind_a_sequential_call(step, &call).await
         {
             self.spawn_call(turn, step, call.clone());
         }
         lock(&self.call_facts).insert(call.clone(), facts);
         Ok(call)
+    }
+
+    /// Whether a call of `step` proposed before `call` that is not parallel-safe
+    /// ([`keel_core::plan::is_parallel`]) has no result yet.
+    async fn behind_a_sequential_call(&self, step: StepId, call: &ToolCallId) -> bool {
+        let open: Vec<ToolCallId> = self
+            .read(|j| {
+                j.state
+                    .steps
+                    .get(&step)
+                    .map(|s| {
+                        s.tool_calls
+                            .iter()
+                            .take_while(|c| *c != call)
+                            .filter(|c| {
+                                j.state
+                                    .tool_calls
+                                    .get(*c)
+                                    .is_some_and(|t| !t.status.is_terminal())
+                            })
+                            .cloned()
+                            .collect()
+                    })
+                    .unwrap_or_default()
+            })
+            .await;
+        let facts = lock(&self.call_facts);
+        open.iter()
+            .any(|c| !keel_core::plan::is_parallel(facts.get(c)))
     }
 }
 

@@ -259,11 +259,13 @@ async fn draining_while_tools_run_lets_them_finish_and_commit(backend: Backend) 
     assert_eq!(count(&events, "effect.dispatched"), 1, "dispatched once");
 }
 
-/// The run future is dropped (a drain deadline) while a side-effecting `shell` command and a
-/// read-only call (a task of its own) run: both are stopped with the run (their late writes
-/// never happen), the session is no longer the first worker's, and the next worker recovers
-/// the dispatched effect as after a crash — `outcome_unknown`, put to a human — instead of
-/// running it again.
+/// The run future is dropped (a drain deadline) while a read-only call runs as a task of its
+/// own, and again — on the worker that took over and re-ran that call — while the
+/// side-effecting `shell` command the model proposed after it runs (it waits for the earlier
+/// call: calls keep the model's order). Each is stopped with its run (their late writes never
+/// happen), the session is no longer the dropped worker's, and the next worker recovers the
+/// dispatched effect as after a crash — `outcome_unknown`, put to a human — instead of running
+/// it again.
 async fn a_dropped_run_is_recovered_like_a_crash(backend: Backend) {
     let lines = [
         json!({"tool_calls": [
@@ -275,37 +277,56 @@ async fn a_dropped_run_is_recovered_like_a_crash(backend: Backend) {
     let f = fixture(backend, &lines, |_| {}).await;
     f.rt.submit(f.tenant, f.session, "work").await.unwrap();
 
-    let first = worker(&f.db, "first", &lines).await;
-    let lease = claim(&first, f.tenant, &f).await;
-    let run = {
-        let (first, lease, tenant, session) = (first.clone(), lease.clone(), f.tenant, f.session);
-        tokio::spawn(async move {
-            first
-                .run_claimed(tenant, session, &lease, CancellationToken::new())
-                .await
-        })
+    // Runs the session on worker `name` until `event` is journaled, then drops the run.
+    let drop_at = |name: &'static str, event: &'static str| {
+        let (f, lines) = (&f, &lines);
+        async move {
+            let w = worker(&f.db, name, lines).await;
+            let lease = claim(&w, f.tenant, f).await;
+            let run = {
+                let (w, lease, tenant, session) = (w.clone(), lease.clone(), f.tenant, f.session);
+                tokio::spawn(async move {
+                    w.run_claimed(tenant, session, &lease, CancellationToken::new())
+                        .await
+                })
+            };
+            wait_for_event(&f.db.store, f.tenant, f.session, event).await;
+            run.abort();
+            assert!(run.await.unwrap_err().is_cancelled());
+            w.store().release_lease(f.tenant, &lease).await.unwrap();
+            w
+        }
     };
-    wait_for_event(&f.db.store, f.tenant, f.session, "tool_call.started").await;
-    run.abort();
-    assert!(run.await.unwrap_err().is_cancelled());
-    first.store().release_lease(f.tenant, &lease).await.unwrap();
-    // Both would have written at 2 s; they were stopped with the run.
+    let first = drop_at("first", "tool_call.started").await;
+    // The reader would have written at 2 s; it was stopped with the run.
     tokio::time::sleep(Duration::from_millis(3_000)).await;
-    assert!(
-        !f.ws.path().join("late.txt").exists(),
-        "the stopped run's command kept running"
-    );
     assert!(
         !f.ws.path().join("reader.done").exists(),
         "the stopped run's read-only call kept running"
     );
-
+    assert!(
+        !f.ws.path().join("late.txt").exists(),
+        "the write overtook the read"
+    );
     // The first worker holds nothing of the session any more: a change goes through the store.
     first
         .update_config(f.tenant, f.session, |c| c.loop_threshold = 5)
         .await
         .unwrap();
-    let out = run_on(&f, "second", &lines, CancellationToken::new()).await;
+
+    // The next worker re-runs the read, then dispatches the command; its run is dropped too.
+    drop_at("second", "effect.dispatched").await;
+    assert!(
+        f.ws.path().join("reader.done").exists(),
+        "the read was re-run"
+    );
+    tokio::time::sleep(Duration::from_millis(3_000)).await;
+    assert!(
+        !f.ws.path().join("late.txt").exists(),
+        "the stopped run's command kept running"
+    );
+
+    let out = run_on(&f, "third", &lines, CancellationToken::new()).await;
     assert_eq!(out.status, SessionStatus::RequiresAction, "{out:?}");
     assert!(
         matches!(out.pending.as_slice(), [PendingAction::Effect { tool_name, .. }] if tool_name == "shell"),

@@ -541,3 +541,53 @@ fn a_dead_primary_s_fallback_is_named_and_priced_in_the_stream_and_the_result_li
         result["usage_by_model"]
     );
 }
+
+/// Calls of one response keep the model's order where one could see another's effect: a read
+/// proposed after a write reads what it wrote, and a write proposed after a read does not change
+/// what that read returns. (The attack pass of 2026-12-07 found a `read_file` after a
+/// `write_file` of the same response answering "does not exist": read-only calls ran as a
+/// batch ahead of the write.)
+#[test]
+fn calls_of_one_response_see_each_others_effects_in_the_models_order() {
+    let env = Env::new();
+    env.write("ws/old.txt", "before");
+    let call = |name: &str, args: &str| format!(r#"{{"name":"{name}","arguments":{args}}}"#);
+    let calls = [
+        call("read_file", r#"{"path":"old.txt"}"#),
+        call("write_file", r#"{"path":"old.txt","content":"after"}"#),
+        call("read_file", r#"{"path":"old.txt"}"#),
+        call("write_file", r#"{"path":"new.txt","content":"fresh"}"#),
+        call("read_file", r#"{"path":"new.txt"}"#),
+        call("list_dir", r#"{"path":"."}"#),
+    ];
+    let script = format!(
+        "{{\"tool_calls\":[{}]}}\n{{\"text\":\"done\"}}\n",
+        calls.join(",")
+    );
+    let (exit, lines) = run_script(&env, &script, &["--permission-mode", "bypass"]);
+    check_stream(&lines);
+    assert_eq!(exit, Some(0));
+    let started: Vec<&str> = lines
+        .iter()
+        .filter(|l| l["type"] == "tool_call.started")
+        .filter_map(|l| l["tool_call_id"].as_str())
+        .collect();
+    let output = |i: usize| -> String {
+        let id = lines
+            .iter()
+            .filter(|l| l["type"] == "tool_call.proposed")
+            .filter_map(|l| l["tool_call_id"].as_str())
+            .nth(i)
+            .unwrap();
+        lines
+            .iter()
+            .find(|l| l["type"] == "tool_call.finished" && l["tool_call_id"] == id)
+            .map(|l| l["payload"]["output"].to_string())
+            .unwrap()
+    };
+    assert!(output(0).contains("before"), "{}", output(0));
+    assert!(output(2).contains("after"), "{}", output(2));
+    assert!(output(4).contains("fresh"), "{}", output(4));
+    assert!(output(5).contains("new.txt"), "{}", output(5));
+    assert_eq!(started.len(), 6, "{started:?}");
+}

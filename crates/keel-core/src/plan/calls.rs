@@ -35,7 +35,12 @@ pub(super) fn executing(state: &SessionState, turn: &TurnState, facts: &Facts) -
     let mut permission_hooks = Vec::new();
     let mut batch = Vec::new();
     let mut sequential: Option<Next> = None;
-    // An earlier sequential call is still open: later sequential calls wait behind it.
+    // The model's order holds where one call could see another's effect: a call that is not
+    // parallel-safe starts only when every earlier call of the step has its result (it never
+    // overtakes one, nor changes what an earlier read is reading), and a parallel-safe call
+    // only while no earlier call that is not parallel-safe is open (a read proposed after a
+    // write sees the write).
+    let mut earlier_open = false;
     let mut seq_blocked = false;
     let mut running = Vec::new();
     let mut human_approvals = Vec::new();
@@ -115,9 +120,13 @@ pub(super) fn executing(state: &SessionState, turn: &TurnState, facts: &Facts) -
                     seq_blocked = true;
                 }
             }
-            CallNeed::Ready { parallel: true } => batch.push(call.id.clone()),
+            CallNeed::Ready { parallel: true } => {
+                if !seq_blocked {
+                    batch.push(call.id.clone());
+                }
+            }
             CallNeed::Ready { parallel: false } => {
-                if !seq_blocked && sequential.is_none() {
+                if !earlier_open && sequential.is_none() {
                     sequential = Some(ready_alone(state, turn.id, step.id, call, facts));
                 }
                 seq_blocked = true;
@@ -129,6 +138,7 @@ pub(super) fn executing(state: &SessionState, turn: &TurnState, facts: &Facts) -
                 }
             }
         }
+        earlier_open = true;
     }
     // Hooks decide before anything of their calls happens (a hook that blocks stops the side
     // effect: the call cannot be dispatched before the decision is journaled).
@@ -194,7 +204,10 @@ pub(super) fn executing(state: &SessionState, turn: &TurnState, facts: &Facts) -
     }
 }
 
-pub(super) fn is_parallel(facts: Option<&CallFacts>) -> bool {
+/// Whether a call with `facts` is parallel-safe: valid, read-only and declared parallel-safe by
+/// its tool. Such calls run together; any other call runs alone, in the model's order (see
+/// the module's rule 6). `None` (no facts yet) is not.
+pub fn is_parallel(facts: Option<&CallFacts>) -> bool {
     matches!(
         facts,
         Some(CallFacts::Valid {
