@@ -1,7 +1,10 @@
 //! What encoding one request's body costs, per wire (docs/BENCHMARKS.md, issue 16's HTTP row):
 //! the bytes `HttpModel::stream` sends for a step deep in a session — a system prompt, eight
 //! tools with schemas the size of keel's built-ins, and `KEEL_BENCH_MESSAGES` transcript
-//! messages (default 200: 100 `shell` calls and their results). Prints the median and p90 in µs
+//! messages (default 200: 100 `shell` calls and their results). The calls hold no raw argument
+//! text, as the runtime's transcript keeps them (the model's text is not journaled: it may hold
+//! a secret the journaled arguments redact), so the OpenAI wires serialize each call's
+//! arguments; `KEEL_BENCH_RAW=1` gives every call its raw text. Prints the median and p90 in µs
 //! over `KEEL_BENCH_RUNS` encodings (default 2,000) and the body's size; exits 0.
 //!
 //! `cargo bench -p keel-model --bench request_body`
@@ -40,7 +43,7 @@ fn tool(i: usize) -> ToolSchema {
     }
 }
 
-fn request(messages: usize) -> ModelRequest {
+fn request(messages: usize, raw: bool) -> ModelRequest {
     let mut transcript = vec![Arc::new(Message::User {
         content: "run the steps".into(),
     })];
@@ -52,7 +55,7 @@ fn request(messages: usize) -> ModelRequest {
             tool_calls: vec![ToolCall {
                 id: id.clone(),
                 name: "shell".into(),
-                raw_arguments: Some(arguments.to_string()),
+                raw_arguments: raw.then(|| arguments.to_string()),
                 arguments,
             }],
             reasoning: Vec::new(),
@@ -73,7 +76,10 @@ fn request(messages: usize) -> ModelRequest {
 
 fn main() {
     let runs = env("KEEL_BENCH_RUNS", 2_000);
-    let request = request(env("KEEL_BENCH_MESSAGES", 200));
+    let request = request(
+        env("KEEL_BENCH_MESSAGES", 200),
+        env("KEEL_BENCH_RAW", 0) == 1,
+    );
     for wire in [Wire::OpenaiChat, Wire::OpenaiResponses, Wire::Anthropic] {
         let model = HttpModel::new(wire, ProviderConfig::new("gpt-4o").with_api_key("bench"))
             .expect("model");

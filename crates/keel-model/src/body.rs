@@ -28,15 +28,22 @@ where
 }
 
 /// A tool result's text on the wires without an error flag (the OpenAI ones): the content, or
-/// `Error: ` and the content for a failed call. Written without building the string.
+/// `Error: ` and the content for a failed call whose content does not already begin with
+/// `Error:`. Written without building the string.
 pub(crate) struct ToolText<'a> {
     pub content: &'a str,
     pub is_error: bool,
 }
 
+impl ToolText<'_> {
+    fn prefixed(&self) -> bool {
+        self.is_error && !self.content.starts_with("Error:")
+    }
+}
+
 impl fmt::Display for ToolText<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.is_error {
+        if self.prefixed() {
             f.write_str("Error: ")?;
         }
         f.write_str(self.content)
@@ -45,10 +52,24 @@ impl fmt::Display for ToolText<'_> {
 
 impl Serialize for ToolText<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        if self.is_error {
+        if self.prefixed() {
             serializer.collect_str(self)
         } else {
             serializer.serialize_str(self.content)
+        }
+    }
+}
+
+/// A tool call's arguments as the OpenAI wires carry them, a string holding JSON
+/// ([`crate::ToolCall::arguments_text`]): an object without the model's own text is written
+/// straight into the string (escaped as it is written), without building the text first.
+pub(crate) struct ArgumentsText<'a>(pub &'a crate::ToolCall);
+
+impl Serialize for ArgumentsText<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        match self.0.arguments_source() {
+            Ok(text) => serializer.serialize_str(text),
+            Err(object) => serializer.collect_str(object),
         }
     }
 }
@@ -80,6 +101,36 @@ mod tests {
             serde_json::to_string(&failed).unwrap(),
             r#""Error: no \"such\" file\n""#
         );
+        let already = ToolText {
+            content: "Error: the arguments are not JSON",
+            is_error: true,
+        };
+        assert_eq!(
+            serde_json::to_string(&already).unwrap(),
+            r#""Error: the arguments are not JSON""#
+        );
+    }
+
+    #[test]
+    fn arguments_are_the_same_string_written_straight_or_built() {
+        use serde_json::json;
+        for call in [
+            crate::ToolCall::new(
+                "c",
+                "t",
+                json!({"b": "x\"y\n\u{2028}", "a": [1, 2.5, null]}),
+            ),
+            crate::ToolCall::new("c", "t", json!("not an object")),
+            crate::ToolCall {
+                raw_arguments: Some("{\"a\": 1}".into()),
+                ..crate::ToolCall::new("c", "t", json!({"a": 1}))
+            },
+        ] {
+            assert_eq!(
+                serde_json::to_string(&ArgumentsText(&call)).unwrap(),
+                serde_json::to_string(&call.arguments_text()).unwrap()
+            );
+        }
     }
 
     #[test]

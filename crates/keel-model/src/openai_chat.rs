@@ -7,13 +7,11 @@
 //! fragments keyed by `index`, `finish_reason`, a final usage chunk with empty `choices`,
 //! `data: [DONE]`).
 
-use std::borrow::Cow;
-
 use serde::Serialize;
 use serde::ser::SerializeSeq;
 use serde_json::Value;
 
-use crate::body::{Kind, Seq, ToolText, instructions};
+use crate::body::{ArgumentsText, Kind, Seq, ToolText, instructions};
 use crate::classify::classify_stream_error;
 use crate::stream::{ToolCallAssembler, WireParser, nonempty_str, parse_json, u64_at};
 use crate::types::{
@@ -162,7 +160,7 @@ impl Serialize for ChatCalls<'_> {
         #[derive(Serialize)]
         struct FunctionCall<'a> {
             name: &'a str,
-            arguments: Cow<'a, str>,
+            arguments: ArgumentsText<'a>,
         }
         Seq(|| {
             self.0.iter().map(|c| Call {
@@ -170,7 +168,7 @@ impl Serialize for ChatCalls<'_> {
                 kind: "function",
                 function: FunctionCall {
                     name: &c.name,
-                    arguments: c.arguments_text(),
+                    arguments: ArgumentsText(c),
                 },
             })
         })

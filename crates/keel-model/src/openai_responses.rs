@@ -9,13 +9,11 @@
 //! `response.reasoning_summary_text.delta`, `response.completed`, `response.incomplete`,
 //! `response.failed`, `error`).
 
-use std::borrow::Cow;
-
 use serde::Serialize;
 use serde::ser::SerializeSeq;
 use serde_json::Value;
 
-use crate::body::{Kind, Seq, ToolText, instructions};
+use crate::body::{ArgumentsText, Kind, Seq, ToolText, instructions};
 use crate::classify::classify_stream_error;
 use crate::stream::{ToolCallAssembler, WireParser, parse_json, u64_at};
 use crate::types::{
@@ -154,7 +152,7 @@ impl Serialize for Input<'_> {
                         seq.serialize_element(&Item::FunctionCall {
                             call_id: &call.id,
                             name: &call.name,
-                            arguments: call.arguments_text(),
+                            arguments: ArgumentsText(call),
                         })?;
                     }
                 }
@@ -191,7 +189,7 @@ enum Item<'a> {
     FunctionCall {
         call_id: &'a str,
         name: &'a str,
-        arguments: Cow<'a, str>,
+        arguments: ArgumentsText<'a>,
     },
     FunctionCallOutput {
         call_id: &'a str,

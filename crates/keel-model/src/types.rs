@@ -138,12 +138,22 @@ impl ToolCall {
     /// `function.arguments`, Responses `function_call.arguments`): the model's own text when the
     /// call is valid and it is known, else the serialized object; `{}` for an invalid call.
     pub fn arguments_text(&self) -> std::borrow::Cow<'_, str> {
+        match self.arguments_source() {
+            Ok(text) => text.into(),
+            Err(object) => object.to_string().into(),
+        }
+    }
+
+    /// Where [`ToolCall::arguments_text`] comes from: `Ok` the text to send as it is (the
+    /// model's own, or `{}`), `Err` the object to serialize (so a body can write it straight
+    /// into its string field).
+    pub(crate) fn arguments_source(&self) -> Result<&str, &Value> {
         if !self.arguments.is_object() {
-            return "{}".into();
+            return Ok("{}");
         }
         match self.raw_arguments.as_deref() {
-            Some(raw) if !raw.trim().is_empty() => raw.into(),
-            _ => self.arguments.to_string().into(),
+            Some(raw) if !raw.trim().is_empty() => Ok(raw),
+            _ => Err(&self.arguments),
         }
     }
 }

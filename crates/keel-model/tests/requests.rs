@@ -319,3 +319,36 @@ async fn sampling_floats_are_sent_as_written_on_every_wire() {
         );
     }
 }
+
+/// A failed call's result that already says `Error:` (the runtime's message for invalid
+/// arguments does) gets no second `Error: ` on the wires without an error flag.
+#[test]
+fn a_failed_result_is_marked_error_once_on_the_openai_wires() {
+    let mut request = transcript();
+    request.messages = shared(vec![
+        Message::Assistant {
+            text: String::new(),
+            tool_calls: vec![ToolCall::new("c1", "shell", json!("not an object"))],
+            reasoning: vec![],
+        },
+        Message::Tool {
+            call_id: "c1".into(),
+            content: keel_model::InvalidArguments::Truncated.result_message(),
+            is_error: true,
+        },
+    ]);
+    for wire in [Wire::OpenaiChat, Wire::OpenaiResponses] {
+        let model = keel_model::HttpModel::new(
+            wire,
+            keel_model::ProviderConfig::new("gpt-4o").with_api_key("k"),
+        )
+        .unwrap();
+        let body = model.request_body(&request).unwrap();
+        let text = body.to_string();
+        assert!(
+            text.contains(r#""Error: the tool call's arguments were truncated"#),
+            "{text}"
+        );
+        assert!(!text.contains("Error: Error:"), "{wire:?}: {text}");
+    }
+}
