@@ -595,6 +595,11 @@ impl Runtime {
                 && let Some(a) = call.approval_id
             {
                 let rec = self.inner.store.get_approval(j.tenant, a).await?;
+                // Decided in the table but not yet applied (the call waits behind an earlier
+                // one): nothing for a human to do.
+                if rec.status != keel_core::ApprovalStatus::Pending {
+                    continue;
+                }
                 out.push(PendingAction::Approval {
                     approval_id: a,
                     tool_call_id: call.id.clone(),

@@ -338,7 +338,9 @@ impl Runner {
                     }
                     let id = self
                         .clone()
-                        .proposed(turn, step, attempt, id, name, arguments, invalid, &snapshot)
+                        .proposed(
+                            turn, step, attempt, id, name, arguments, invalid, &snapshot, &seen,
+                        )
                         .await?;
                     seen.insert(id);
                 }
@@ -728,6 +730,7 @@ impl Runner {
         arguments: Value,
         invalid: Option<keel_model::InvalidArguments>,
         snapshot: &ContextSnapshot,
+        seen: &std::collections::HashSet<ToolCallId>,
     ) -> Result<ToolCallId> {
         // A call id is stored as it is (correlation columns, approval rows): one the model made
         // up with a secret in it gets a plain one instead (the transcript uses it both ways).
@@ -757,7 +760,11 @@ impl Runner {
             .await;
         let call = match existing {
             // The same call proposed again by a re-sampled attempt of the same step: reuse it.
-            Some((s, n, a, _)) if s == step && n == name && a == arguments => {
+            // (The same id, name and arguments twice in one response are two calls: the second
+            // gets a fresh id below and runs in its place in the model's order.)
+            Some((s, n, a, _))
+                if s == step && n == name && a == arguments && !seen.contains(&call) =>
+            {
                 return Ok(call);
             }
             // Another call has this id (an earlier step, a model reusing ids): a fresh one that

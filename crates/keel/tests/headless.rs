@@ -591,3 +591,63 @@ fn calls_of_one_response_see_each_others_effects_in_the_models_order() {
     assert!(output(5).contains("new.txt"), "{}", output(5));
     assert_eq!(started.len(), 6, "{started:?}");
 }
+
+/// The same id, name and arguments twice in one response are two calls (a re-sampled attempt
+/// proposing a call again is one): the second gets its own id and runs in the model's order.
+#[test]
+fn a_call_repeated_in_one_response_runs_again_in_its_place() {
+    let env = Env::new();
+    let script = r#"{"tool_calls":[{"id":"X","name":"write_file","arguments":{"path":"a.txt","content":"one"}},{"id":"Y","name":"write_file","arguments":{"path":"a.txt","content":"two"}},{"id":"X","name":"write_file","arguments":{"path":"a.txt","content":"one"}},{"id":"R","name":"read_file","arguments":{"path":"a.txt"}}]}
+{"text":"done"}
+"#;
+    let (exit, lines) = run_script(&env, script, &["--permission-mode", "bypass"]);
+    check_stream(&lines);
+    assert_eq!(exit, Some(0));
+    let proposed: Vec<&str> = lines
+        .iter()
+        .filter(|l| l["type"] == "tool_call.proposed")
+        .filter_map(|l| l["tool_call_id"].as_str())
+        .collect();
+    assert_eq!(proposed.len(), 4, "{proposed:?}");
+    assert_eq!(
+        std::fs::read_to_string(env.ws().join("a.txt")).unwrap(),
+        "one"
+    );
+    let read = lines
+        .iter()
+        .find(|l| l["type"] == "tool_call.finished" && l["tool_call_id"] == "R")
+        .unwrap();
+    assert!(
+        read["payload"]["output"].as_str().unwrap().contains("one"),
+        "{read}"
+    );
+}
+
+/// A call allowed while it waits behind an earlier one that still waits on a human is not
+/// listed as pending: only the undecided approval is.
+#[test]
+fn an_approval_decided_behind_an_undecided_one_is_not_pending() {
+    let env = Env::new();
+    let script = r#"{"tool_calls":[{"name":"write_file","arguments":{"path":"a.txt","content":"one"}},{"name":"write_file","arguments":{"path":"b.txt","content":"two"}}]}
+{"text":"done"}
+"#;
+    let (exit, lines) = run_script(&env, script, &[]);
+    assert_eq!(exit, Some(3));
+    let result = check_stream(&lines);
+    let pending = result["pending"].as_array().unwrap();
+    assert_eq!(pending.len(), 2, "{result}");
+    let session = result["session_id"].as_str().unwrap().to_owned();
+    let second = pending[1]["approval_id"].as_str().unwrap().to_owned();
+    let out = env.run(&["approve", &second]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = env.run(&["resume", &session, "--output", "jsonl"]);
+    assert_eq!(out.status.code(), Some(3));
+    let result = check_stream(&jsonl_lines(&out.stdout));
+    let pending = result["pending"].as_array().unwrap();
+    assert_eq!(pending.len(), 1, "{result}");
+    assert_eq!(pending[0]["approval_id"], lines_first_approval(&lines));
+}
+
+fn lines_first_approval(lines: &[Value]) -> Value {
+    check_stream(lines)["pending"][0]["approval_id"].clone()
+}
