@@ -305,7 +305,7 @@ impl Runner {
     }
 
     /// Commits what is staged in `j`, whose lock the caller holds.
-    async fn commit_locked(&self, j: &mut Journal, site: &'static str) -> Result<u64> {
+    pub(crate) async fn commit_locked(&self, j: &mut Journal, site: &'static str) -> Result<u64> {
         let v = j.commit(site).await?;
         self.active.version.store(v, Ordering::SeqCst);
         self.pending_outcome.store(false, Ordering::SeqCst);
@@ -329,29 +329,6 @@ impl Runner {
         let items = build(&j);
         j.stage(items).await?;
         self.commit_locked(&mut j, site).await
-    }
-
-    /// Stages `items` unless `token` is cancelled, checked under the journal lock — the lock
-    /// the intent handler holds while it journals `turn.cancel_requested` and cancels the
-    /// turn's token — so a dispatch is staged before a cancellation or not at all. Returns
-    /// whether it staged. Turned off (always stages) by the test-only switch
-    /// `cancel_before_dispatch` (keel_core::mechanisms).
-    pub(crate) async fn stage_unless_cancelled(
-        &self,
-        token: &CancellationToken,
-        items: Items,
-    ) -> Result<bool> {
-        if self.lost.is_cancelled() {
-            return Err(RuntimeError::LeaseLost {
-                session: self.session,
-            });
-        }
-        let mut j = self.active.journal.lock().await;
-        if token.is_cancelled() && !keel_core::mechanisms::is_off(Mechanism::CancelBeforeDispatch) {
-            return Ok(false);
-        }
-        j.stage(items).await?;
-        Ok(true)
     }
 
     /// Stages `items` and commits them with everything staged before.

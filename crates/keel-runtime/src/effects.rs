@@ -20,6 +20,7 @@
 use std::collections::HashMap;
 
 use chrono::Utc;
+use keel_core::mechanisms::{Mechanism, is_off};
 use keel_core::state::EffectState;
 use keel_core::{
     EffectStatus, Event, EventBody, OperationKey, SessionState, StateMachine, TenantId,
@@ -119,6 +120,19 @@ pub(crate) fn side_rows(state: &SessionState, ev: &Event, extras: &mut AppendExt
         EventBody::EffectFailed { error } => (None, Some(error.clone())),
         _ => return,
     };
+    // A first dispatch claims its key: the append is refused if the table records a dispatch
+    // this journal lacks (`StoreError::EffectClaimed`). A settled effect claims nothing.
+    if let Some(key) = &ev.correlation.operation_key {
+        match &ev.body {
+            EventBody::EffectPrepared { .. } if !is_off(Mechanism::EffectClaim) => {
+                if !extras.claims.contains(key) {
+                    extras.claims.push(key.clone());
+                }
+            }
+            EventBody::EffectPrepared { .. } | EventBody::EffectDispatched {} => {}
+            _ => extras.claims.retain(|k| k != key),
+        }
+    }
     let Some(effect) = ev
         .correlation
         .operation_key

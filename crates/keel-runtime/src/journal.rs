@@ -273,7 +273,9 @@ impl Journal {
     /// # Errors
     /// [`RuntimeError::LeaseLost`] when another worker took the session over (then and on every
     /// later stage or commit of this journal); store errors. On error the staged events are
-    /// dropped and the state is folded again from the store.
+    /// dropped and the state is folded again from the store — but for
+    /// [`StoreError::EffectClaimed`] (a first dispatch staged here was dispatched already by
+    /// something else), after which everything staged stays staged.
     pub(crate) async fn commit(&mut self, site: &'static str) -> Result<u64> {
         self.check_fence()?;
         if self.staged.is_empty() {
@@ -311,6 +313,12 @@ impl Journal {
                 crate::crash::after_commit(site);
                 Ok(v)
             }
+            Err(e @ StoreError::EffectClaimed { .. }) => {
+                // Nothing committed, and nothing staged is wrong: the staged events stay (the
+                // caller settles the claimed effect and commits them with it).
+                drop(appending);
+                Err(RuntimeError::from_append(self.session, e))
+            }
             Err(e) => {
                 // Nothing committed: subscribers waiting for this append read the journal now.
                 drop(appending);
@@ -327,6 +335,24 @@ impl Journal {
                     other => RuntimeError::from_append(self.session, other),
                 })
             }
+        }
+    }
+
+    /// Drops the probe of the staged `effect.prepared` of `key` (in the staged event and in
+    /// the state): for an effect the store refused to claim ([`StoreError::EffectClaimed`]),
+    /// whose probe was taken after another writer's dispatch — the tool's reconcile would
+    /// read "nothing happened" from it and run the effect again. Without a probe the
+    /// `outcome_unknown` effect goes to a human.
+    pub(crate) fn drop_staged_probe(&mut self, key: &keel_core::OperationKey) {
+        for ev in &mut self.staged {
+            if ev.correlation.operation_key.as_ref() == Some(key)
+                && let EventBody::EffectPrepared { probe, .. } = &mut ev.body
+            {
+                *probe = None;
+            }
+        }
+        if let Some(effect) = self.state.effects.get_mut(key) {
+            effect.probe = None;
         }
     }
 

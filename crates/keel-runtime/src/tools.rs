@@ -14,6 +14,7 @@ use keel_core::{
     Correlation, EffectClass, EffectStatus, EventBody, OperationKey, StateMachine, StepId,
     ToolCallId, ToolCallStatus, TurnId, canonical::canonical_json,
 };
+use keel_store::StoreError;
 use keel_tools::policy::Policy;
 use keel_tools::tool::{StepSnapshot, ToolLimits};
 use keel_tools::{ToolCallRequest, ToolContext, ToolResult, ToolResultStatus, ValidatedCall};
@@ -21,7 +22,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::authorize::{SEALED_UNAVAILABLE, map_status};
-use crate::driver::{Runner, finished_item, lock};
+use crate::driver::{Items, Runner, finished_item, lock};
 use crate::error::{Result, RuntimeError};
 use crate::shared::LiveGuard;
 
@@ -264,6 +265,49 @@ impl Runner {
         }
     }
 
+    /// Intent before effect: stages a dispatch's `items` and commits them, with everything
+    /// staged before, under one hold of the journal lock — unless the turn's `token` is
+    /// cancelled, checked under that lock: the lock the intent handler holds while it
+    /// journals `turn.cancel_requested` and cancels the turn's token, so a dispatch is
+    /// journaled before a cancellation or not at all (turned off, always staging, by the
+    /// test-only switch `cancel_before_dispatch`, `keel_core::mechanisms`). When the
+    /// store refuses the commit because its effects table records a dispatch of `key` that
+    /// this journal lacks ([`StoreError::EffectClaimed`]: written by something else), the
+    /// effect is settled `outcome_unknown` in the same commit instead, and it must not run.
+    ///
+    /// # Errors
+    /// Store errors of the commit.
+    async fn commit_intent(
+        &self,
+        token: &CancellationToken,
+        key: &OperationKey,
+        items: Items,
+    ) -> Result<Intent> {
+        if self.lost.is_cancelled() {
+            return Err(self.lease_lost());
+        }
+        let mut j = self.active.journal.lock().await;
+        if token.is_cancelled() && !is_off(Mechanism::CancelBeforeDispatch) {
+            return Ok(Intent::Cancelled);
+        }
+        j.stage(items).await?;
+        match self.commit_locked(&mut j, "tool.dispatched").await {
+            Ok(_) => Ok(Intent::Committed),
+            Err(RuntimeError::Store(StoreError::EffectClaimed { .. })) => {
+                tracing::warn!(session = %self.session, %key, "refused a second dispatch of an operation key: the effects table records a dispatch this journal lacks (or the key is another session's)");
+                j.drop_staged_probe(key);
+                j.stage(vec![(
+                    Correlation::default().with_operation(key.clone()),
+                    EventBody::EffectOutcomeUnknown {},
+                )])
+                .await?;
+                self.commit_locked(&mut j, "effect.duplicate").await?;
+                Ok(Intent::Claimed)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// Runs one call: stages its start — for a side-effecting call or an idempotent write also
     /// its intent (`effect.prepared` on the first attempt, `effect.dispatched`), committed before
     /// the effect starts — executes it under its own cancellation token and time limit, and
@@ -366,31 +410,6 @@ impl Runner {
                         canonical_json(&json!({"tool": v.name, "arguments": v.arguments}))
                             .as_bytes(),
                     );
-                    // The table and the journal commit together, so a row past `prepared` that the
-                    // journal lacks was written by something else: never dispatch it again.
-                    if let Ok(row) = self.rt.store.get_effect(self.tenant, &key).await
-                        && row.status != EffectStatus::Prepared
-                        && !is_off(Mechanism::EffectClaim)
-                    {
-                        tracing::warn!(session = %self.session, %key, status = %row.status.as_str(), "refused a second dispatch of an operation key");
-                        let ecorr = Correlation::default().with_operation(key.clone());
-                        items.push((
-                            corr.clone().with_operation(key.clone()),
-                            EventBody::EffectPrepared {
-                                request_hash,
-                                probe: None,
-                            },
-                        ));
-                        items.push((
-                            ecorr.clone().with_attempt(1),
-                            EventBody::EffectDispatched {},
-                        ));
-                        items.push((corr.clone(), EventBody::ToolCallStarted {}));
-                        items.push((ecorr, EventBody::EffectOutcomeUnknown {}));
-                        self.stage(items).await?;
-                        self.commit("effect.duplicate").await?;
-                        return Ok(());
-                    }
                     // What the tool's reconcile will need after a crash (file hashes, …):
                     // under the call's time limit and the turn's cancellation. A probe that
                     // does not finish in time ends the call before it runs (nothing happened).
@@ -441,13 +460,15 @@ impl Runner {
             // The cancel check before dispatch: a turn cancelled since the call was planned
             // (its cancellation journaled, its token cancelled, under the journal lock) never
             // journals the dispatch; the call gets its result unrun (nothing happened).
-            if !self.stage_unless_cancelled(&token, items).await? {
-                return self
-                    .unprepared(turn, step, &call, &v.name, status, false)
-                    .await;
+            match self.commit_intent(&token, &key, items).await? {
+                Intent::Committed => {}
+                Intent::Cancelled => {
+                    return self
+                        .unprepared(turn, step, &call, &v.name, status, false)
+                        .await;
+                }
+                Intent::Claimed => return Ok(()),
             }
-            // Intent before effect: durable before the tool runs.
-            self.commit("tool.dispatched").await?;
             // The commit may have come back after the lease lapsed (the store was unreachable
             // past the TTL and answered late): another worker may take the session over at
             // any moment now and find this effect `outcome_unknown`. It must not start.
@@ -611,4 +632,14 @@ async fn settle<F: std::future::Future>(
         r = tokio::time::timeout(grace, fut) => r.ok(),
         () = lost.cancelled() => None,
     }
+}
+
+/// What [`Runner::commit_intent`] did.
+enum Intent {
+    /// The intent is durable: the effect may start.
+    Committed,
+    /// The turn was cancelled first: nothing was staged.
+    Cancelled,
+    /// Something else dispatched the effect already: it is settled `outcome_unknown`.
+    Claimed,
 }

@@ -314,6 +314,32 @@ impl Fixture {
     pub fn counter_lines(&self) -> Vec<String> {
         counter_lines(self.ws.path())
     }
+
+    /// Allows, once, the approval `out` waits on first; returns its tool call.
+    pub async fn allow_first_pending(
+        &self,
+        out: &keel_runtime::RunOutcome,
+    ) -> keel_core::ToolCallId {
+        let Some(keel_runtime::PendingAction::Approval {
+            approval_id,
+            tool_call_id,
+            args_hash,
+            ..
+        }) = out.pending.first()
+        else {
+            panic!("no approval pending: {:?}", out.pending)
+        };
+        self.rt
+            .decide_approval(
+                self.tenant,
+                *approval_id,
+                keel_core::ApprovalDecision::AllowOnce,
+                args_hash,
+            )
+            .await
+            .unwrap();
+        tool_call_id.clone()
+    }
 }
 
 pub fn counter_lines(ws: &Path) -> Vec<String> {

@@ -2,7 +2,9 @@
 //! operation key is refused.
 
 use chrono::Utc;
-use keel_core::{ApprovalDecision, EffectStatus, OperationKey, SessionStatus, TerminalReason};
+use keel_core::{
+    ApprovalDecision, EffectStatus, OperationKey, SessionStatus, TerminalReason, ToolCallId,
+};
 use keel_runtime::PendingAction;
 use keel_store::{EffectRecord, EffectUpdate};
 use keel_tools::policy::PermissionMode;
@@ -14,6 +16,7 @@ use crate::on_both;
 on_both!(
     the_effects_table_follows_the_journal,
     a_second_dispatch_of_the_same_operation_key_is_refused,
+    an_edit_dispatched_elsewhere_is_not_applied_again,
     a_command_that_ran_and_exited_non_zero_is_committed,
     an_edit_that_changed_nothing_is_failed,
     an_approved_effect_is_dispatched_only_once_the_session_is_running,
@@ -64,27 +67,32 @@ async fn a_second_dispatch_of_the_same_operation_key_is_refused(b: Backend) {
     f.rt.submit(f.tenant, f.session, "count").await.unwrap();
     let out = f.rt.run(f.tenant, f.session).await.unwrap();
     assert_eq!(out.status, SessionStatus::RequiresAction);
-    let PendingAction::Approval {
-        approval_id,
-        tool_call_id,
-        args_hash,
-        ..
-    } = &out.pending[0]
-    else {
-        panic!("{:?}", out.pending)
-    };
+    let tool_call_id = f.allow_first_pending(&out).await;
     // Another worker dispatched this very operation meanwhile (its row says so).
+    let key = dispatched_elsewhere(&f, &tool_call_id, "counter").await;
+    let store = &f.db.store;
+    let out = f.rt.run(f.tenant, f.session).await.unwrap();
+    assert!(f.counter_lines().is_empty(), "the tool did not run again");
+    let types = f.types().await;
+    assert!(types.contains(&"effect.outcome_unknown"), "{types:?}");
+    // The counter tool reconciles: its entry is absent, so the effect failed; the turn goes on.
+    assert_eq!(out.turns[0].terminal_reason, TerminalReason::Completed);
+    assert_eq!(out.turns[0].final_text, "settled");
+    let row = store.get_effect(f.tenant, &key).await.unwrap();
+    assert_eq!(row.status, EffectStatus::Failed);
+    assert_eq!(row.attempts, 1, "one dispatch counted, by the other worker");
+}
+
+/// Writes the effects row of another worker that dispatched `call` (of `tool`, the session's
+/// one proposed call): `prepared`, then `dispatched`. Returns the call's operation key.
+async fn dispatched_elsewhere(f: &Fixture, call: &ToolCallId, tool: &str) -> OperationKey {
     let proposed = f
         .events()
         .await
         .into_iter()
         .find(|e| e.type_name() == "tool_call.proposed")
         .unwrap();
-    let key = OperationKey::for_call(
-        f.session,
-        proposed.correlation.step_id.unwrap(),
-        tool_call_id,
-    );
+    let key = OperationKey::for_call(f.session, proposed.correlation.step_id.unwrap(), call);
     let now = Utc::now();
     let store = &f.db.store;
     store
@@ -93,8 +101,8 @@ async fn a_second_dispatch_of_the_same_operation_key_is_refused(b: Backend) {
             &EffectRecord {
                 operation_key: key.clone(),
                 session_id: f.session,
-                tool_call_id: tool_call_id.clone(),
-                tool_name: "counter".into(),
+                tool_call_id: call.clone(),
+                tool_name: tool.into(),
                 status: EffectStatus::Prepared,
                 request_hash: "sha256:elsewhere".into(),
                 attempts: 0,
@@ -119,24 +127,45 @@ async fn a_second_dispatch_of_the_same_operation_key_is_refused(b: Backend) {
         )
         .await
         .unwrap();
-    f.rt.decide_approval(
-        f.tenant,
-        *approval_id,
-        ApprovalDecision::AllowOnce,
-        args_hash,
+    key
+}
+
+/// The same for an edit another worker dispatched and applied: the refused call journals no
+/// probe (one taken now would see the other worker's edit as the file "before"), so the edit's
+/// reconcile cannot decide "not done, retry" and apply it a second time; a human decides.
+async fn an_edit_dispatched_elsewhere_is_not_applied_again(b: Backend) {
+    let f = fixture(
+        b,
+        &[
+            json!({"tool_calls": [call("edit_file", json!({"path": "README.md", "old_string": "hello", "new_string": "hello!"}))]}),
+            json!({"text": "settled"}),
+        ],
+        |c| c.permission_mode = PermissionMode::Default,
     )
-    .await
-    .unwrap();
+    .await;
+    f.rt.submit(f.tenant, f.session, "edit").await.unwrap();
     let out = f.rt.run(f.tenant, f.session).await.unwrap();
-    assert!(f.counter_lines().is_empty(), "the tool did not run again");
+    let tool_call_id = f.allow_first_pending(&out).await;
+    let readme = f.ws.path().join("README.md");
+    let original = std::fs::read_to_string(&readme).unwrap();
+    let edited = original.replacen("hello", "hello!", 1);
+    assert_ne!(original, edited);
+    std::fs::write(&readme, &edited).unwrap();
+    dispatched_elsewhere(&f, &tool_call_id, "edit_file").await;
+    let out = f.rt.run(f.tenant, f.session).await.unwrap();
+    assert_eq!(
+        std::fs::read_to_string(&readme).unwrap(),
+        edited,
+        "applied once"
+    );
     let types = f.types().await;
     assert!(types.contains(&"effect.outcome_unknown"), "{types:?}");
-    // The counter tool reconciles: its entry is absent, so the effect failed; the turn goes on.
-    assert_eq!(out.turns[0].terminal_reason, TerminalReason::Completed);
-    assert_eq!(out.turns[0].final_text, "settled");
-    let row = store.get_effect(f.tenant, &key).await.unwrap();
-    assert_eq!(row.status, EffectStatus::Failed);
-    assert_eq!(row.attempts, 1, "one dispatch counted, by the other worker");
+    assert_eq!(
+        types.iter().filter(|t| **t == "effect.dispatched").count(),
+        1,
+        "{types:?}"
+    );
+    assert_eq!(out.status, SessionStatus::RequiresAction, "{types:?}");
 }
 
 fn effect_events(evs: &[keel_core::Event]) -> Vec<&'static str> {

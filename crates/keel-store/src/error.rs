@@ -78,6 +78,17 @@ pub enum StoreError {
         /// The intent the append was to consume.
         intent_id: String,
     },
+    /// An append that dispatches an effect for the first time ([`crate::AppendExtras::claims`])
+    /// found the key's row already past `prepared` (or held by another session): a dispatch the
+    /// session's journal lacks. Nothing of the append was written; the caller must not run the
+    /// effect (its outcome is unknown to this journal).
+    #[error(
+        "effect {key} was already dispatched by another writer (its row is past `prepared`); nothing was appended"
+    )]
+    EffectClaimed {
+        /// The operation key.
+        key: String,
+    },
     /// An illegal state transition was asked for.
     #[error(transparent)]
     Transition(#[from] TransitionError),

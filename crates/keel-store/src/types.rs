@@ -227,6 +227,14 @@ pub struct AppendExtras {
     /// may be written (no transition check: the journal is authoritative). A replaced row keeps
     /// its original `created_at`; an operation key held by another session is a `Conflict`.
     pub effects: Vec<EffectRecord>,
+    /// Operation keys this append dispatches for the first time (its `effect.prepared` with
+    /// its `effect.dispatched`), each with its row in `effects` (`InvalidInput` otherwise).
+    /// The key's row, if the table has one already, must still be `prepared`: a row past
+    /// `prepared` records a dispatch the session's journal lacks (written by something else
+    /// than this journal), and the whole append is [`crate::StoreError::EffectClaimed`] and
+    /// writes nothing, so the effect is not dispatched a second time. Checked in the append's
+    /// own transaction, with no read before it (`keel-core`'s `effect_claim` mechanism).
+    pub claims: Vec<OperationKey>,
     /// New approval rows (a request); an existing id is a `Conflict` and the whole append writes
     /// nothing.
     pub approvals: Vec<ApprovalRecord>,

@@ -25,6 +25,8 @@ struct EffectRow {
     error: Option<String>,
     created_at: i64,
     updated_at: i64,
+    /// A first dispatch ([`AppendExtras::claims`]): an existing row must still be `prepared`.
+    claim: bool,
 }
 
 /// One approval row to insert.
@@ -219,6 +221,27 @@ impl TranscriptRow {
     }
 }
 
+/// The statement of [`UPSERT_EFFECT`], for `concat!`.
+macro_rules! upsert_effect {
+    () => {
+        "INSERT INTO effects (tenant_id, operation_key, session_id, tool_call_id, tool_name, status, \
+         request_hash, attempts, outcome, error, created_at, updated_at) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
+         ON CONFLICT (tenant_id, operation_key) DO UPDATE SET tool_call_id = excluded.tool_call_id, \
+         tool_name = excluded.tool_name, status = excluded.status, request_hash = excluded.request_hash, \
+         attempts = excluded.attempts, outcome = excluded.outcome, error = excluded.error, \
+         updated_at = excluded.updated_at WHERE effects.session_id = excluded.session_id"
+    };
+}
+
+/// Inserts or replaces an append's effect row: the journal is authoritative for a key of its
+/// own session (0 rows changed: the key belongs to another session).
+const UPSERT_EFFECT: &str = upsert_effect!();
+
+/// [`UPSERT_EFFECT`] for a first dispatch ([`AppendExtras::claims`]): an existing row is
+/// replaced only while still `prepared` (0 rows changed: it records a dispatch already).
+const UPSERT_CLAIMED_EFFECT: &str = concat!(upsert_effect!(), " AND effects.status = 'prepared'");
+
 /// Deletes one intent (tenant, session, intent id): its poster's withdrawal, a handler's taking
 /// it, and an append's `consume_intent`.
 pub(crate) const DELETE_INTENT: &str =
@@ -252,6 +275,15 @@ impl Extras {
         if extras.is_empty() {
             return Ok(None);
         }
+        if let Some(k) = extras
+            .claims
+            .iter()
+            .find(|k| !extras.effects.iter().any(|e| e.operation_key == **k))
+        {
+            return Err(StoreError::InvalidInput(format!(
+                "effect {k} is claimed without its row in the append's effects"
+            )));
+        }
         let mut effects = Vec::with_capacity(extras.effects.len());
         for e in &extras.effects {
             if e.session_id != session {
@@ -271,6 +303,7 @@ impl Extras {
                 error: e.error.clone(),
                 created_at: e.created_at.timestamp_millis(),
                 updated_at: e.updated_at.timestamp_millis(),
+                claim: extras.claims.contains(&e.operation_key),
             });
         }
         let mut approvals = Vec::with_capacity(extras.approvals.len());
@@ -409,13 +442,11 @@ impl Extras {
         let mut effects = Vec::with_capacity(self.effects.len());
         for e in &self.effects {
             let k = batch.push(
-                "INSERT INTO effects (tenant_id, operation_key, session_id, tool_call_id, tool_name, status, \
-                 request_hash, attempts, outcome, error, created_at, updated_at) \
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
-                 ON CONFLICT (tenant_id, operation_key) DO UPDATE SET tool_call_id = excluded.tool_call_id, \
-                 tool_name = excluded.tool_name, status = excluded.status, request_hash = excluded.request_hash, \
-                 attempts = excluded.attempts, outcome = excluded.outcome, error = excluded.error, \
-                 updated_at = excluded.updated_at WHERE effects.session_id = excluded.session_id",
+                if e.claim {
+                    UPSERT_CLAIMED_EFFECT
+                } else {
+                    UPSERT_EFFECT
+                },
                 vec![
                     t(),
                     Text(e.key.clone()),
@@ -431,7 +462,7 @@ impl Extras {
                     Int(e.updated_at),
                 ],
             );
-            effects.push((k, &e.key));
+            effects.push((k, &e.key, e.claim));
         }
         let mut approvals = Vec::with_capacity(self.approvals.len());
         for a in &self.approvals {
@@ -548,8 +579,9 @@ impl Extras {
 struct ExtrasChecks<'a> {
     /// The consumed intent's `DELETE` (with the appended session and the intent id).
     intent: Option<(usize, &'a SessionId, &'a String)>,
-    /// Each effect's upsert (0 rows: the key belongs to another session).
-    effects: Vec<(usize, &'a String)>,
+    /// Each effect's upsert and whether it is a claim (0 rows: the key belongs to another
+    /// session; for a claim also: its row is past `prepared`).
+    effects: Vec<(usize, &'a String, bool)>,
     /// Each approval's insert (0 rows: the id exists).
     approvals: Vec<(usize, &'a String)>,
     /// The release re-point (0 rows: no such release).
@@ -575,7 +607,12 @@ impl ExtrasChecks<'_> {
                 intent_id: intent.clone(),
             });
         }
-        if let Some((_, key)) = self.effects.iter().find(|(k, _)| changed[*k] == 0) {
+        if let Some((_, key, claim)) = self.effects.iter().find(|(k, ..)| changed[*k] == 0) {
+            if *claim {
+                return Err(StoreError::EffectClaimed {
+                    key: (*key).clone(),
+                });
+            }
             return Err(StoreError::Conflict(format!(
                 "effect {key} belongs to another session than {session}"
             )));

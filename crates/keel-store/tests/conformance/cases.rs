@@ -2200,6 +2200,7 @@ pub async fn append_with_writes_events_and_extras_atomically(h: &Harness) {
     reserve(h, t, &f).await;
     let extras = AppendExtras {
         effects: vec![dispatched.clone(), fresh.clone()],
+        claims: Vec::new(),
         approvals: vec![ask.clone()],
         usage: vec![delta("2026-03-01", "openai:gpt", 100, 0.25, 1)],
         wake_at: Some(Some(wake)),
@@ -2349,6 +2350,7 @@ pub async fn stale_append_with_writes_none_of_its_extras(h: &Harness) {
     reserve(h, t, &f).await;
     let extras = AppendExtras {
         effects: vec![effect(f.session, "k/stale")],
+        claims: Vec::new(),
         approvals: vec![approval(f.session, "call_1")],
         usage: vec![delta("2026-03-01", "m", 10, 1.0, 1)],
         wake_at: Some(None),
@@ -2418,6 +2420,116 @@ pub async fn stale_append_with_writes_none_of_its_extras(h: &Harness) {
     ));
 }
 
+/// A first dispatch's claim ([`AppendExtras::claims`]): granted on a new key and on a row still
+/// `prepared`; refused, writing nothing of the append, on a row past `prepared`; a key
+/// claimed without its row is invalid input; an unclaimed row past `prepared` is replaced.
+pub async fn a_claimed_effect_past_prepared_refuses_the_whole_append(h: &Harness) {
+    let t = tenant();
+    let f = session(&h.store, t).await;
+    let dispatched_as = |key: &str| {
+        let mut e = effect(f.session, key);
+        e.status = EffectStatus::Dispatched;
+        e.attempts = 1;
+        e
+    };
+    let claim = |e: &EffectRecord| AppendExtras {
+        effects: vec![e.clone()],
+        claims: vec![e.operation_key.clone()],
+        ..AppendExtras::default()
+    };
+    let append = async |v: u64, n: usize, extras: &AppendExtras| {
+        h.store
+            .append_with(
+                t,
+                f.session,
+                v,
+                f.lease.epoch,
+                &events(f.session, v, n),
+                extras,
+            )
+            .await
+    };
+    // A new key, and a key whose row is still `prepared`: granted.
+    let new = dispatched_as("k/new");
+    let mut v = 1;
+    v = append(v, 1, &claim(&new)).await.unwrap();
+    let prepared = effect(f.session, "k/prepared");
+    h.store.insert_effect(t, &prepared).await.unwrap();
+    v = append(v, 1, &claim(&dispatched_as("k/prepared")))
+        .await
+        .unwrap();
+    for key in ["k/new", "k/prepared"] {
+        let row = h
+            .store
+            .get_effect(t, &OperationKey::from(key))
+            .await
+            .unwrap();
+        assert_eq!(row.status, EffectStatus::Dispatched, "{key}");
+    }
+    // A row past `prepared` (a dispatch the journal lacks): refused, nothing written.
+    let mut ahead = effect(f.session, "k/ahead");
+    h.store.insert_effect(t, &ahead).await.unwrap();
+    h.store
+        .update_effect(
+            t,
+            &ahead.operation_key,
+            EffectUpdate {
+                from: EffectStatus::Prepared,
+                to: EffectStatus::Dispatched,
+                outcome: None,
+                error: None,
+            },
+        )
+        .await
+        .unwrap();
+    let before = side_tables(h, t, f.session).await;
+    ahead.status = EffectStatus::Dispatched;
+    ahead.attempts = 1;
+    ahead.request_hash = "sha256:mine".into();
+    let err = append(v, 2, &claim(&ahead)).await.unwrap_err();
+    assert!(
+        matches!(&err, StoreError::EffectClaimed { key } if key == "k/ahead"),
+        "{err}"
+    );
+    assert_eq!(
+        h.store.read(t, f.session, 0, None).await.unwrap().len() as u64,
+        v
+    );
+    assert_eq!(side_tables(h, t, f.session).await, before);
+    let row = h.store.get_effect(t, &ahead.operation_key).await.unwrap();
+    assert_ne!(
+        row.request_hash, "sha256:mine",
+        "the other writer's row is kept"
+    );
+    // A claim without its row.
+    let err = append(
+        v,
+        1,
+        &AppendExtras {
+            claims: vec![OperationKey::from("k/nowhere")],
+            ..claim(&dispatched_as("k/other"))
+        },
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, StoreError::InvalidInput(_)), "{err}");
+    // The same row unclaimed (the journal settles it: outcome unknown): replaced.
+    ahead.status = EffectStatus::OutcomeUnknown;
+    let settled = append(
+        v,
+        2,
+        &AppendExtras {
+            effects: vec![ahead.clone()],
+            ..AppendExtras::default()
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(settled, v + 2);
+    let row = h.store.get_effect(t, &ahead.operation_key).await.unwrap();
+    assert_eq!(row.status, EffectStatus::OutcomeUnknown);
+}
+
 pub async fn a_failing_extra_makes_the_whole_append_write_nothing(h: &Harness) {
     let t = tenant();
     let f = session(&h.store, t).await;
@@ -2431,6 +2543,7 @@ pub async fn a_failing_extra_makes_the_whole_append_write_nothing(h: &Harness) {
     let wake = ms(Utc::now() + ChronoDuration::minutes(5));
     let good = AppendExtras {
         effects: vec![effect(f.session, "k/1")],
+        claims: Vec::new(),
         approvals: vec![approval(f.session, "call_2")],
         usage: vec![delta("2026-03-01", "m", 10, 1.0, 1)],
         wake_at: Some(Some(wake)),

@@ -77,6 +77,7 @@ conformance!(
     append_with_writes_events_and_extras_atomically,
     stale_append_with_writes_none_of_its_extras,
     a_failing_extra_makes_the_whole_append_write_nothing,
+    a_claimed_effect_past_prepared_refuses_the_whole_append,
     usage_accumulates_and_is_tenant_scoped,
     concurrent_append_with_applies_each_requests_extras_once,
     commit_counts_follow_committed_writes,
