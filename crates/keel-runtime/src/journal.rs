@@ -77,6 +77,13 @@ pub struct Journal {
     /// The session's channel to this process's subscribers: committed events go to its tail
     /// ([`crate::subscribe::CommittedTail`]) while somebody subscribes.
     subscribers: Option<crate::subscribe::DeltaSender>,
+    /// The work mark this journal's last commit wrote (`None` after a load or a reload: the
+    /// row's columns are then unknown here). Only appends write the row's work columns and
+    /// each append's compare-and-set requires the version this journal holds, so while this is
+    /// set the row holds it: a commit whose mark is the same sends none, and the store's
+    /// compare-and-set then assigns no column of an index of `sessions` (see
+    /// `keel_store`'s `cas_update`).
+    written_mark: Option<keel_store::WorkMark>,
 }
 
 impl Journal {
@@ -112,6 +119,7 @@ impl Journal {
             secrets_to_seal: None,
             fenced: false,
             subscribers: None,
+            written_mark: None,
         };
         j.reload().await?;
         Ok(j)
@@ -142,6 +150,7 @@ impl Journal {
         self.staged.clear();
         self.extras = AppendExtras::default();
         self.staged_since = None;
+        self.written_mark = None;
         Ok(())
     }
 
@@ -283,7 +292,8 @@ impl Journal {
             return Ok(self.durable);
         }
         self.stage_secrets();
-        self.extras.work = Some(work_mark(&self.state));
+        let mark = work_mark(&self.state);
+        self.extras.work = (self.written_mark != Some(mark)).then_some(mark);
         let appending = self
             .subscribers
             .as_ref()
@@ -306,6 +316,7 @@ impl Journal {
                     a.committed(&self.staged, self.staged_by.take());
                 }
                 self.durable = v;
+                self.written_mark = Some(mark);
                 self.staged.clear();
                 self.extras = AppendExtras::default();
                 self.staged_since = None;

@@ -202,20 +202,26 @@ impl Runner {
         let mut reasoning_out = StreamRedactor::new(self.redactor.clone());
         let mut args_out: HashMap<String, StreamRedactor> = HashMap::new();
         let far = tokio::time::Instant::now() + Duration::from_secs(365 * 24 * 3600);
-        // The stream's first event, when it came while the overlapped commit was made.
-        let mut early: Option<Option<StreamEvent>> = None;
+        // What the stream gave while the overlapped commit was made, in order (`None`: it
+        // ended). The stream is read on meanwhile — the answer's bytes are received and parsed
+        // while the commit's `fsync` runs — up to its end or a terminal event; nothing of it is
+        // handled (staged, shown) before the commit is durable.
+        let mut early: std::collections::VecDeque<Option<StreamEvent>> =
+            std::collections::VecDeque::new();
         if overlap {
             let commit = self.commit("turn.sampling");
             tokio::pin!(commit);
-            let first = stream.next();
-            tokio::pin!(first);
+            let mut reading = true;
             loop {
                 tokio::select! {
                     r = &mut commit => {
                         r?;
                         break;
                     }
-                    ev = &mut first, if early.is_none() => early = Some(ev),
+                    ev = stream.next(), if reading => {
+                        reading = ev.as_ref().is_some_and(|e| !e.is_terminal());
+                        early.push_back(ev);
+                    }
                 }
             }
         }
@@ -233,7 +239,7 @@ impl Runner {
             .flatten()
             .min()
             .unwrap_or(far);
-            let ev = if let Some(ev) = early.take() {
+            let ev = if let Some(ev) = early.pop_front() {
                 ev
             } else {
                 tokio::select! {

@@ -177,14 +177,37 @@ impl AppendRequest {
         u64::try_from(self.expected + self.count).unwrap_or(0)
     }
 
-    /// The values of [`cas_update`] for this request, in their order.
+    /// Whether this append leaves the session's status and the scheduler's columns as they
+    /// are (no status-changing event, no work columns, no priority): its compare-and-set is then
+    /// the slim one ([`cas_update`]`(true)`), which touches no index of `sessions`. Most
+    /// appends inside a turn are such.
+    pub(super) fn keeps_row_columns(&self) -> bool {
+        self.status.is_none()
+            && self.work.runnable.is_none()
+            && self.work.queued.is_none()
+            && self.work.priority.is_none()
+    }
+
+    /// The values of [`cas_update`]`(self.keeps_row_columns())` for this request, in their
+    /// order.
     pub(super) fn cas_binds(&self, now: i64) -> Vec<Bind> {
-        let mut binds = vec![
-            Bind::Int(self.count),
-            Bind::OptText(self.status.clone()),
-            Bind::Int(now),
-        ];
-        binds.extend(work_binds(&self.work, now));
+        let mut binds = Vec::with_capacity(15);
+        if self.keeps_row_columns() {
+            let schema = i64::from(self.work.schema);
+            binds.extend([
+                Bind::Int(self.count),
+                Bind::Int(now),
+                Bind::Int(schema),
+                Bind::Int(schema),
+            ]);
+        } else {
+            binds.extend([
+                Bind::Int(self.count),
+                Bind::OptText(self.status.clone()),
+                Bind::Int(now),
+            ]);
+            binds.extend(work_binds(&self.work, now));
+        }
         binds.extend([
             Bind::Text(self.tenant.clone()),
             Bind::Text(self.session.clone()),
@@ -288,22 +311,44 @@ pub(super) fn cas_condition(p: &str, version: &str, epoch: &str) -> String {
     )
 }
 
+/// The `SET` assignments of an append that keeps the status and the scheduler's columns
+/// ([`AppendRequest::keeps_row_columns`]): only the version, `updated_at` and the rising
+/// `schema_version`. No column of an index on `sessions` is assigned, so SQLite leaves the
+/// `sessions_by_status` and `sessions_runnable` entries alone and PostgreSQL can make the update
+/// heap-only (HOT); assigning a column its own value still rewrites its index entries.
+fn slim_assignments(count: &str, now: &str, schema: &str) -> String {
+    format!(
+        "version = sessions.version + {count}, updated_at = {now}, \
+         schema_version = CASE WHEN sessions.schema_version < {schema} THEN {schema} \
+         ELSE sessions.schema_version END"
+    )
+}
+
 /// An append's compare-and-set `UPDATE` of the session row (no `RETURNING`; values:
 /// [`AppendRequest::cas_binds`]): adds the events' count to the version, sets the status and
-/// the scheduler's columns, if the version and the lease epoch are the expected ones.
-pub(super) fn cas_update() -> String {
+/// the scheduler's columns (only the version, `updated_at` and `schema_version` when `slim`:
+/// [`AppendRequest::keeps_row_columns`]), if the version and the lease epoch are the expected
+/// ones.
+pub(super) fn cas_update(slim: bool) -> String {
+    let set = if slim {
+        slim_assignments("?", "?", "?")
+    } else {
+        format!(
+            "version = version + ?, status = COALESCE(?, status), updated_at = ?{}",
+            work_assignments("?", "?", "?", "?", "?")
+        )
+    };
     format!(
-        "UPDATE sessions SET version = version + ?, status = COALESCE(?, status), updated_at = ?{} \
-         WHERE tenant_id = ? AND session_id = ? AND {}",
-        work_assignments("?", "?", "?", "?", "?"),
+        "UPDATE sessions SET {set} WHERE tenant_id = ? AND session_id = ? AND {}",
         cas_condition("", "?", "?")
     )
 }
 
 /// SQLite: the compare-and-set of `n` requests without extras as one `UPDATE … FROM (VALUES …)
 /// RETURNING session_id, runnable, runnable_since` (values: each request's
-/// [`AppendRequest::set_wise_binds`], then `now` twice).
-pub(super) fn set_wise_update(n: usize) -> String {
+/// [`AppendRequest::set_wise_binds`], then `now` twice, or once when `slim`: every request
+/// [`AppendRequest::keeps_row_columns`]).
+pub(super) fn set_wise_update(n: usize, slim: bool) -> String {
     let mut sql =
         String::from("WITH v(t_id, s_id, exp, ep, cnt, st, run, qt, prio, sv) AS (VALUES ");
     for k in 0..n {
@@ -313,12 +358,19 @@ pub(super) fn set_wise_update(n: usize) -> String {
             ", (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
         });
     }
+    let set = if slim {
+        slim_assignments("v.cnt", "?", "v.sv")
+    } else {
+        format!(
+            "version = sessions.version + v.cnt, status = COALESCE(v.st, sessions.status), \
+             updated_at = ?{}",
+            work_assignments("v.run", "v.qt", "v.prio", "v.sv", "?")
+        )
+    };
     sql.push_str(&format!(
-        ") UPDATE sessions SET version = sessions.version + v.cnt, \
-         status = COALESCE(v.st, sessions.status), updated_at = ?{} FROM v \
+        ") UPDATE sessions SET {set} FROM v \
          WHERE sessions.tenant_id = v.t_id AND sessions.session_id = v.s_id \
          AND {} RETURNING session_id, runnable, runnable_since",
-        work_assignments("v.run", "v.qt", "v.prio", "v.sv", "?"),
         cas_condition("sessions.", "v.exp", "v.ep")
     ));
     sql
@@ -363,7 +415,7 @@ pub(crate) async fn append_postgres(
         "WITH upd AS ({} RETURNING tenant_id, session_id, runnable, runnable_since), \
          ins AS (INSERT INTO events (tenant_id, session_id, seq, type, ts, body) \
          SELECT upd.tenant_id, upd.session_id, v.seq, v.type, v.ts, v.body FROM upd CROSS JOIN (VALUES ",
-        cas_update()
+        cas_update(req.keeps_row_columns())
     );
     for k in 0..req.rows.len() {
         sql.push_str(if k == 0 {

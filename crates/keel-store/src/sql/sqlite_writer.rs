@@ -278,7 +278,10 @@ fn append_alone(conn: &mut Connection, req: &AppendRequest) -> Result<Appended, 
 /// rolls back); the inner one a refused compare-and-set (nothing written).
 fn apply_one(conn: &Connection, req: &AppendRequest) -> Result<Result<Appended, CasFailure>> {
     let now = now_ms();
-    let sql = format!("{} RETURNING runnable, runnable_since", cas_update());
+    let sql = format!(
+        "{} RETURNING runnable, runnable_since",
+        cas_update(req.keeps_row_columns())
+    );
     let updated = conn
         .prepare_cached(&Dialect::Sqlite.sql(&sql))?
         .query_row(rusqlite::params_from_iter(req.cas_binds(now).iter()), |r| {
@@ -357,12 +360,16 @@ fn run_set_wise(
             results[i] = Some(append_in_savepoint(&tx, &batch[i].req)?);
         }
         for chunk in plain.chunks(UPDATE_CHUNK) {
-            let sql = set_wise_update(chunk.len());
+            let slim = chunk.iter().all(|&i| batch[i].req.keeps_row_columns());
+            let sql = set_wise_update(chunk.len(), slim);
             let mut binds = Vec::with_capacity(chunk.len() * 10 + 2);
             for &i in chunk {
                 batch[i].req.set_wise_binds(&mut binds);
             }
-            binds.extend([Bind::Int(now), Bind::Int(now)]);
+            binds.push(Bind::Int(now));
+            if !slim {
+                binds.push(Bind::Int(now));
+            }
             let mut updated = HashMap::new();
             {
                 let mut stmt = tx.prepare(&Dialect::Sqlite.sql(&sql))?;

@@ -429,3 +429,153 @@ async fn a_full_disk_under_the_writer_thread_is_disk_full_and_commits_nothing() 
         .unwrap();
     assert_eq!(store.append(t, s, 0, e, &big(0)).await.unwrap(), 1);
 }
+
+/// The columns a compare-and-set's `SET` assigns (the left side of each top-level `=`).
+fn assigned_columns(sql: &str) -> Vec<String> {
+    let set = sql.split_once(" SET ").unwrap().1;
+    let set = set.split(" FROM v ").next().unwrap();
+    let set = set.split(" WHERE tenant_id").next().unwrap();
+    let (mut depth, mut start, mut cols) = (0i32, 0usize, Vec::new());
+    for (i, c) in set.char_indices().chain([(set.len(), ',')]) {
+        match c {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' if depth == 0 => {
+                let lhs = set[start..i].split('=').next().unwrap().trim();
+                cols.push(lhs.to_owned());
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    cols
+}
+
+/// The names every index of `sessions` reads (its columns and its partial `WHERE`'s), from
+/// the store's own schema.
+async fn indexed_session_words(store: &SqlStore) -> Vec<(String, Vec<String>)> {
+    let rows = sqlx::query(
+        "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND tbl_name = 'sessions' \
+         AND sql IS NOT NULL",
+    )
+    .fetch_all(&store.inner.pool)
+    .await
+    .unwrap();
+    rows.iter()
+        .map(|r| {
+            let sql: String = r.try_get("sql").unwrap();
+            let on = sql.split_once(" ON sessions").unwrap().1;
+            let words = on
+                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .filter(|w| !w.is_empty())
+                .map(str::to_owned)
+                .collect();
+            (r.try_get("name").unwrap(), words)
+        })
+        .collect()
+}
+
+/// An append inside a turn (no status-changing event, no work mark, no priority) takes the
+/// slim compare-and-set: it assigns no column any index of `sessions` reads — assigning a
+/// column its own value would still rewrite the index's entry, two of the ~14 pages of a
+/// step's commit — and leaves the status and the scheduler's columns as they were, alone and
+/// in a set-wise batch, while the version and the schema version move as before.
+#[tokio::test]
+async fn an_append_that_keeps_the_row_columns_assigns_no_indexed_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, t, sessions) = setup(&dir, 3).await;
+    let indexes = indexed_session_words(&store).await;
+    assert!(indexes.len() >= 5, "{indexes:?}");
+    for sql in [cas_update(true), set_wise_update(2, true)] {
+        let cols = assigned_columns(&sql);
+        assert_eq!(cols.len(), 3, "{cols:?} in {sql}");
+        for (name, words) in &indexes {
+            for col in &cols {
+                assert!(
+                    !words.contains(col),
+                    "{name} reads {col}, assigned by {sql}"
+                );
+            }
+        }
+    }
+    // The full statements do assign indexed columns (the check above can see one).
+    for sql in [cas_update(false), set_wise_update(2, false)] {
+        let cols = assigned_columns(&sql);
+        assert!(cols.iter().any(|c| c == "status"), "{cols:?}");
+        assert!(
+            indexes
+                .iter()
+                .any(|(_, w)| w.contains(&"status".to_owned()))
+        );
+    }
+
+    let [(s1, e1), (s2, e2), (s3, e3)] = [sessions[0], sessions[1], sessions[2]];
+    // Each session gets a mark and a priority first (the full statement).
+    for (i, (s, e)) in sessions.iter().enumerate() {
+        let mark = marked(i != 1, 2, Some(7));
+        let req = AppendRequest::new(t, *s, 0, *e, &queued(*s, 0, 1), &mark).unwrap();
+        assert!(!req.keeps_row_columns());
+        store
+            .append_with(t, *s, 0, *e, &queued(*s, 0, 1), &mark)
+            .await
+            .unwrap();
+    }
+    let before = marks(&store, &sessions).await;
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    // Alone, then s2 and s3 set-wise in one batch: slim.
+    let plain = AppendExtras::default();
+    let req = AppendRequest::new(t, s1, 1, e1, &queued(s1, 1, 2), &plain).unwrap();
+    assert!(req.keeps_row_columns());
+    assert_eq!(
+        store
+            .append_with(t, s1, 1, e1, &queued(s1, 1, 2), &plain)
+            .await
+            .unwrap(),
+        3
+    );
+    let results = run(
+        &store,
+        pending(vec![
+            AppendRequest::new(t, s2, 1, e2, &queued(s2, 1, 1), &plain),
+            AppendRequest::new(t, s3, 1, e3, &queued(s3, 1, 1), &plain),
+        ]),
+    )
+    .await;
+    assert_eq!(summary(&results), ["ok 2", "ok 2"]);
+    assert!(results.iter().all(|r| !r.as_ref().ok().unwrap().woke));
+    assert_eq!(
+        marks(&store, &sessions).await,
+        before,
+        "the scheduler's columns stay"
+    );
+    // A batch mixing a slim append with a full one takes the full statement; the slim one's
+    // columns still stay (its values are NULL: COALESCE keeps the row's).
+    let results = run(
+        &store,
+        pending(vec![
+            AppendRequest::new(t, s2, 2, e2, &queued(s2, 2, 1), &plain),
+            AppendRequest::new(t, s3, 2, e3, &queued(s3, 2, 1), &marked(false, 0, None)),
+        ]),
+    )
+    .await;
+    assert_eq!(summary(&results), ["ok 3", "ok 3"]);
+    let after = marks(&store, &sessions).await;
+    assert_eq!(after[..2], before[..2]);
+    assert_eq!(after[2], (0, None, 0, 7, before[2].4));
+    let versions: Vec<i64> = {
+        let mut v = Vec::new();
+        for s in [s1, s2, s3] {
+            v.push(
+                sqlx::query("SELECT version FROM sessions WHERE session_id = ?")
+                    .bind(s.to_string())
+                    .fetch_one(&store.inner.pool)
+                    .await
+                    .unwrap()
+                    .try_get("version")
+                    .unwrap(),
+            );
+        }
+        v
+    };
+    assert_eq!(versions, [3, 3, 3]);
+}
