@@ -305,10 +305,18 @@ impl HttpModel {
         };
         // reqwest's rustls backend takes the process-wide provider: ring, as everywhere in keel.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let http = reqwest::Client::builder()
+        let mut http = reqwest::Client::builder()
             .tls_backend_rustls()
             .tcp_nodelay(true)
-            .connect_timeout(Duration::from_secs(30))
+            .connect_timeout(Duration::from_secs(30));
+        if plain_http(&url) {
+            // A plain-HTTP endpoint (a local model server) needs no TLS: trusting no root skips
+            // loading and parsing the system's (~19 M instructions, a few ms of every start),
+            // and a redirect to `https://` fails certificate verification instead of being
+            // trusted.
+            http = http.tls_certs_only([]);
+        }
+        let http = http
             .build()
             .map_err(|e| ModelError::HttpClient(e.to_string()))?;
         Ok(Self {
@@ -383,6 +391,12 @@ impl ModelClient for HttpModel {
             run(inner, body, call, &mut sink).await;
         })
     }
+}
+
+/// Whether `url` is plain HTTP (scheme `http`, any case: RFC 3986 §3.1).
+fn plain_http(url: &str) -> bool {
+    url.split_once("://")
+        .is_some_and(|(scheme, _)| scheme.eq_ignore_ascii_case("http"))
 }
 
 /// What a call's stream keeps of its [`ModelRequest`] once the body is encoded.
@@ -493,4 +507,30 @@ async fn run(
         return;
     }
     pump(response.bytes_stream(), inner.wire.parser(), limits, sink).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::plain_http;
+
+    /// Only an `http` scheme (any case) skips the system's roots; `https`, a missing scheme
+    /// and look-alikes keep them.
+    #[test]
+    fn only_an_http_scheme_is_plain() {
+        for url in [
+            "http://127.0.0.1:8080/v1/chat/completions",
+            "HTTP://localhost/v1/messages",
+        ] {
+            assert!(plain_http(url), "{url}");
+        }
+        for url in [
+            "https://api.openai.com/v1/responses",
+            "httpx://h/v1",
+            "127.0.0.1:8080/v1",
+            "https+http://h",
+            "",
+        ] {
+            assert!(!plain_http(url), "{url}");
+        }
+    }
 }

@@ -204,8 +204,10 @@ impl Runner {
         let far = tokio::time::Instant::now() + Duration::from_secs(365 * 24 * 3600);
         // What the stream gave while the overlapped commit was made, in order (`None`: it
         // ended). The stream is read on meanwhile — the answer's bytes are received and parsed
-        // while the commit's `fsync` runs — up to its end or a terminal event; nothing of it is
-        // handled (staged, shown) before the commit is durable.
+        // while the commit's `fsync` runs — up to its end, a terminal event, or a retry or
+        // fallback (the route's next attempt starts only once the runner has handled that
+        // event, as without the overlap); nothing of it is handled (staged, shown) before the
+        // commit is durable.
         let mut early: std::collections::VecDeque<Option<StreamEvent>> =
             std::collections::VecDeque::new();
         if overlap {
@@ -219,7 +221,13 @@ impl Runner {
                         break;
                     }
                     ev = stream.next(), if reading => {
-                        reading = ev.as_ref().is_some_and(|e| !e.is_terminal());
+                        reading = ev.as_ref().is_some_and(|e| {
+                            !e.is_terminal()
+                                && !matches!(
+                                    e,
+                                    StreamEvent::Retry { .. } | StreamEvent::Fallback { .. }
+                                )
+                        });
                         early.push_back(ev);
                     }
                 }
