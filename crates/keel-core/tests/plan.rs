@@ -3023,3 +3023,27 @@ fn an_allow_does_not_carry_over_to_a_later_hooks_rewrite() {
     let replayed = SessionState::replay(&h.journal).unwrap();
     assert_eq!(replayed.tool_calls[&call].hook, Some(hook));
 }
+
+/// The shell reports how long a command ran (`[exit code 1; 21 ms]`): the same failing
+/// command is the same failure each time, so the loop check masks durations — and only
+/// them (a number before ` ms` followed by a letter, or without ` ms`, stays).
+#[test]
+fn a_result_s_durations_do_not_make_a_repeated_failure_look_new() {
+    use keel_core::plan::without_durations;
+    assert_eq!(
+        without_durations("(no output)\n[exit code 1; 21 ms]"),
+        without_durations("(no output)\n[exit code 1; 13 ms]")
+    );
+    assert_eq!(
+        without_durations("[timed out after 2000 ms; the process group was killed; ran 2004 ms]"),
+        "[timed out after # ms; the process group was killed; ran # ms]"
+    );
+    assert_eq!(without_durations("took 12 ms."), "took # ms.");
+    assert_eq!(
+        without_durations("12 msgs, exit 1 ms"),
+        "12 msgs, exit # ms"
+    );
+    assert_eq!(without_durations("exit code 1; 7"), "exit code 1; 7");
+    assert_eq!(without_durations("é 5 ms é"), "é # ms é");
+    assert_eq!(without_durations(""), "");
+}

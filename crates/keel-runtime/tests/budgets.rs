@@ -18,6 +18,7 @@ on_both!(
     a_tool_call_budget_ends_the_turn_naming_tool_calls,
     a_session_budget_counts_every_turn,
     the_same_failing_call_three_times_ends_the_turn_with_loop_detected,
+    the_same_failing_shell_command_three_times_ends_the_turn_with_loop_detected,
     a_tenant_daily_token_budget_spans_sessions,
 );
 
@@ -150,6 +151,35 @@ async fn the_same_failing_call_three_times_ends_the_turn_with_loop_detected(b: B
     )
     .await;
     f.rt.submit(f.tenant, f.session, "read it").await.unwrap();
+    let out = f.rt.run(f.tenant, f.session).await.unwrap();
+    let t = &out.turns[0];
+    assert_eq!(
+        (t.terminal_reason, t.num_steps),
+        (TerminalReason::LoopDetected, 3),
+        "{t:?}"
+    );
+    finished(&f).await;
+}
+
+/// The shell's result names how long the command ran, which differs from run to run; the
+/// same failing command is still the same failure (found by a new user: five `false` calls
+/// ran and the turn ended `completed`).
+async fn the_same_failing_shell_command_three_times_ends_the_turn_with_loop_detected(b: Backend) {
+    let failing =
+        json!({"tool_calls": [call("shell", json!({"command": "sleep 0.0$RANDOM; false"}))]});
+    let f = fixture(
+        b,
+        &[
+            failing.clone(),
+            failing.clone(),
+            failing.clone(),
+            failing,
+            json!({"text": "never"}),
+        ],
+        |_| {},
+    )
+    .await;
+    f.rt.submit(f.tenant, f.session, "run it").await.unwrap();
     let out = f.rt.run(f.tenant, f.session).await.unwrap();
     let t = &out.turns[0];
     assert_eq!(

@@ -104,8 +104,8 @@ pub(super) fn new_step(state: &SessionState, turn: &TurnState, facts: &Facts) ->
     Next::SampleStep { turn: turn.id }
 }
 
-/// The number of times the turn repeated one failing call (same tool, arguments and result),
-/// once it reaches `threshold`.
+/// The number of times the turn repeated one failing call (same tool, arguments and result,
+/// the result's durations aside: [`without_durations`]), once it reaches `threshold`.
 pub fn loop_detected(state: &SessionState, turn: &TurnState, threshold: u32) -> Option<u32> {
     if threshold == 0 {
         return None;
@@ -116,7 +116,11 @@ pub fn loop_detected(state: &SessionState, turn: &TurnState, threshold: u32) -> 
             && let Some((out, _)) = &c.result
         {
             let n = counts
-                .entry((c.name.clone(), content_hash(&c.arguments), out.clone()))
+                .entry((
+                    c.name.clone(),
+                    content_hash(&c.arguments),
+                    without_durations(out).into_owned(),
+                ))
                 .or_default();
             *n += 1;
             if *n >= threshold {
@@ -125,6 +129,32 @@ pub fn loop_detected(state: &SessionState, turn: &TurnState, threshold: u32) -> 
         }
     }
     None
+}
+
+/// `out` with every duration in milliseconds (digits followed by ` ms` and no further letter
+/// or digit) masked as `#`: a result that reports how long the call ran — the shell's `[exit
+/// code 1; 21 ms]` — reads the same each time the same call fails the same way.
+pub fn without_durations(out: &str) -> std::borrow::Cow<'_, str> {
+    if !out.contains(" ms") {
+        return std::borrow::Cow::Borrowed(out);
+    }
+    let mut masked = String::with_capacity(out.len());
+    let mut rest = out;
+    while let Some(c) = rest.chars().next() {
+        if c.is_ascii_digit() {
+            let digits = rest.len() - rest.trim_start_matches(|d: char| d.is_ascii_digit()).len();
+            let after = &rest[digits..];
+            let ms = after
+                .strip_prefix(" ms")
+                .is_some_and(|tail| tail.chars().next().is_none_or(|n| !n.is_alphanumeric()));
+            masked.push_str(if ms { "#" } else { &rest[..digits] });
+            rest = after;
+        } else {
+            masked.push(c);
+            rest = &rest[c.len_utf8()..];
+        }
+    }
+    std::borrow::Cow::Owned(masked)
 }
 
 /// The first exhausted limit of the turn, the session or the tenant's day.
