@@ -136,37 +136,9 @@ async fn a_session_budget_counts_every_turn(b: Backend) {
     );
 }
 
-async fn the_same_failing_call_three_times_ends_the_turn_with_loop_detected(b: Backend) {
-    let missing = json!({"tool_calls": [call("read_file", json!({"path": "missing.txt"}))]});
-    let f = fixture(
-        b,
-        &[
-            missing.clone(),
-            missing.clone(),
-            missing.clone(),
-            missing,
-            json!({"text": "never"}),
-        ],
-        |_| {},
-    )
-    .await;
-    f.rt.submit(f.tenant, f.session, "read it").await.unwrap();
-    let out = f.rt.run(f.tenant, f.session).await.unwrap();
-    let t = &out.turns[0];
-    assert_eq!(
-        (t.terminal_reason, t.num_steps),
-        (TerminalReason::LoopDetected, 3),
-        "{t:?}"
-    );
-    finished(&f).await;
-}
-
-/// The shell's result names how long the command ran, which differs from run to run; the
-/// same failing command is still the same failure (found by a new user: five `false` calls
-/// ran and the turn ended `completed`).
-async fn the_same_failing_shell_command_three_times_ends_the_turn_with_loop_detected(b: Backend) {
-    let failing =
-        json!({"tool_calls": [call("shell", json!({"command": "sleep 0.0$RANDOM; false"}))]});
+/// Runs a turn whose model proposes `failing` four times: the turn ends `loop_detected`
+/// after the third.
+async fn three_failures_end_the_turn_loop_detected(b: Backend, failing: serde_json::Value) {
     let f = fixture(
         b,
         &[
@@ -179,7 +151,7 @@ async fn the_same_failing_shell_command_three_times_ends_the_turn_with_loop_dete
         |_| {},
     )
     .await;
-    f.rt.submit(f.tenant, f.session, "run it").await.unwrap();
+    f.rt.submit(f.tenant, f.session, "go").await.unwrap();
     let out = f.rt.run(f.tenant, f.session).await.unwrap();
     let t = &out.turns[0];
     assert_eq!(
@@ -188,6 +160,20 @@ async fn the_same_failing_shell_command_three_times_ends_the_turn_with_loop_dete
         "{t:?}"
     );
     finished(&f).await;
+}
+
+async fn the_same_failing_call_three_times_ends_the_turn_with_loop_detected(b: Backend) {
+    let missing = json!({"tool_calls": [call("read_file", json!({"path": "missing.txt"}))]});
+    three_failures_end_the_turn_loop_detected(b, missing).await;
+}
+
+/// The shell's result names how long the command ran, which differs from run to run; the
+/// same failing command is still the same failure (found by a new user: five `false` calls
+/// ran and the turn ended `completed`).
+async fn the_same_failing_shell_command_three_times_ends_the_turn_with_loop_detected(b: Backend) {
+    let failing =
+        json!({"tool_calls": [call("shell", json!({"command": "sleep 0.0$RANDOM; false"}))]});
+    three_failures_end_the_turn_loop_detected(b, failing).await;
 }
 
 async fn a_tenant_daily_token_budget_spans_sessions(b: Backend) {
