@@ -300,6 +300,48 @@ fn every_event_type_round_trips_through_json() {
 }
 
 #[test]
+fn the_typed_fast_path_reads_every_version_it_takes_as_the_upgrading_path_does() {
+    let session = SessionId::new();
+    for (i, body) in sample_bodies().into_iter().enumerate() {
+        let ev = Event::new(
+            session,
+            i as u64 + 1,
+            Utc::now(),
+            Correlation::default(),
+            body,
+        );
+        for version in UNCHANGED_SINCE..=SCHEMA_VERSION {
+            let mut value = serde_json::to_value(&ev).unwrap();
+            value["schema_version"] = json!(version);
+            // `upgrade` leaves an event of these versions as it is...
+            let mut upgraded = value.clone();
+            upgrade(&mut upgraded, version).unwrap();
+            assert_eq!(upgraded, value, "{} at version {version}", ev.type_name());
+            // ...so the fast path (typed) and the path through a `Value` read the same event.
+            let fast = Event::decode(&value.to_string()).unwrap();
+            assert_eq!(fast, Event::decode_value(value).unwrap());
+        }
+    }
+    // Versions outside the range still take the upgrading path: 1 is upgraded even when it
+    // also carries a `ts` the typed parse would accept, and a newer one is refused.
+    let both = json!({"schema_version": 1, "session_id": session.to_string(), "seq": 1,
+        "ts_ms": 1_000, "ts": "2026-01-01T00:00:00Z", "type": "turn.started", "payload": {}});
+    assert_eq!(
+        Event::decode(&both.to_string())
+            .unwrap()
+            .ts
+            .timestamp_millis(),
+        1_000
+    );
+    let newer = json!({"schema_version": SCHEMA_VERSION + 1, "session_id": session.to_string(),
+        "seq": 1, "ts": "2026-01-01T00:00:00Z", "type": "turn.started"});
+    assert!(matches!(
+        Event::decode(&newer.to_string()).unwrap_err().kind,
+        DecodeErrorKind::NewerSchema { .. }
+    ));
+}
+
+#[test]
 fn absent_correlation_ids_are_omitted() {
     let ev = Event::new(
         SessionId::new(),
