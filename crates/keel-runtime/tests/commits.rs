@@ -185,7 +185,41 @@ async fn a_steps_end_is_durable_while_the_next_request_is_out(b: Backend) {
     assert_eq!(out.turns[0].final_text, "done");
 }
 
+/// A turn of `steps` read-only steps, run to its end: the journal commits it cost and, of those,
+/// the ones that set the session row's status or scheduler columns.
+async fn row_column_commits(b: Backend, steps: usize) -> (u64, u64) {
+    let db = db(b).await;
+    let mut lines: Vec<Value> = (0..steps)
+        .map(|_| json!({"tool_calls": [call("read_file", json!({"path": "README.md"}))]}))
+        .collect();
+    lines.push(done());
+    let (rt, tenant, session, _ws) = submitted(&db, &lines, PermissionMode::Bypass, &[]).await;
+    let before = db.store.commits();
+    let out = rt.run(tenant, session).await.unwrap();
+    assert_eq!(out.status, SessionStatus::Idle);
+    let after = db.store.commits();
+    (
+        after.journal - before.journal,
+        after.journal_row_columns - before.journal_row_columns,
+    )
+}
+
+/// The runtime sends its work mark (and so rewrites the session row's indexed columns) only
+/// when the mark changed: a turn of five steps sets them as often as a turn of one, though it
+/// commits four more times.
+async fn the_session_row_s_indexed_columns_are_set_as_often_however_many_steps(b: Backend) {
+    let (one, one_marked) = row_column_commits(b, 1).await;
+    let (five, five_marked) = row_column_commits(b, 5).await;
+    assert_eq!(five - one, 4, "a read-only step is one commit");
+    assert_eq!(
+        five_marked, one_marked,
+        "{one_marked} of {one} vs {five_marked} of {five}"
+    );
+    assert!(one_marked < one, "{one_marked} of {one}");
+}
+
 on_both!(
+    the_session_row_s_indexed_columns_are_set_as_often_however_many_steps,
     a_steps_end_is_durable_while_the_next_request_is_out,
     a_read_only_step_is_one_commit,
     a_side_effecting_step_is_two_commits,

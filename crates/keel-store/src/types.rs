@@ -457,6 +457,12 @@ pub struct CommitCounts {
     /// `append` / `append_with` calls that committed: one per call, whatever group commit merges
     /// (its extras included).
     pub journal: u64,
+    /// Of `journal`, the appends that set the session row's status or the scheduler's columns
+    /// (`runnable`, `queued_turns`, `priority`): the rest took the slim compare-and-set that
+    /// assigns no indexed column of `sessions` (only the version, `updated_at` and
+    /// `schema_version`). A runtime sends its work mark only when it changed, so inside a turn
+    /// this stays flat however many steps the turn takes.
+    pub journal_row_columns: u64,
     /// Every other committed write: sessions, effects, approvals, memory, usage, artifacts,
     /// releases, intents, wake-ups, transcript, deletes. (`decide_approval` answering
     /// `Decided::Already` writes nothing and counts nothing.)

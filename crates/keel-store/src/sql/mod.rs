@@ -246,6 +246,7 @@ struct Inner {
 #[derive(Default)]
 struct Counters {
     journal: AtomicU64,
+    journal_row_columns: AtomicU64,
     tables: AtomicU64,
     leases: AtomicU64,
 }
@@ -869,6 +870,7 @@ impl Store for SqlStore {
         let c = &self.inner.commits;
         CommitCounts {
             journal: c.journal.load(Ordering::Relaxed),
+            journal_row_columns: c.journal_row_columns.load(Ordering::Relaxed),
             tables: c.tables.load(Ordering::Relaxed),
             leases: c.leases.load(Ordering::Relaxed),
         }
@@ -944,6 +946,7 @@ impl Store for SqlStore {
             events,
             extras,
         )?;
+        let row_columns = !req.keeps_row_columns();
         let outcome = match (&self.inner.writer, &self.inner.thread) {
             (Some(writer), Some(thread)) => {
                 self.inner
@@ -970,6 +973,10 @@ impl Store for SqlStore {
         match outcome {
             Ok(v) => {
                 self.committed(Commit::Journal);
+                if row_columns {
+                    let c = &self.inner.commits.journal_row_columns;
+                    c.fetch_add(1, Ordering::Relaxed);
+                }
                 Ok(v)
             }
             Err(group_commit::CasFailure::Missing) => Err(not_found("session", session)),

@@ -29,8 +29,8 @@
 use std::collections::{HashMap, HashSet};
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::mpsc;
+use std::sync::{Arc, LazyLock};
 
 use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior};
 use sqlx::AnyConnection;
@@ -277,13 +277,17 @@ fn append_alone(conn: &mut Connection, req: &AppendRequest) -> Result<Appended, 
 /// the caller's transaction. The outer error is a database error or a failed extra (the caller
 /// rolls back); the inner one a refused compare-and-set (nothing written).
 fn apply_one(conn: &Connection, req: &AppendRequest) -> Result<Result<Appended, CasFailure>> {
+    /// [`cas_update`]`(slim)` with `RETURNING`, in SQLite's dialect, indexed by `slim`: built
+    /// once, not at every commit.
+    static CAS: LazyLock<[String; 2]> = LazyLock::new(|| {
+        [false, true].map(|slim| {
+            let sql = format!("{} RETURNING runnable, runnable_since", cas_update(slim));
+            Dialect::Sqlite.sql(&sql).into_owned()
+        })
+    });
     let now = now_ms();
-    let sql = format!(
-        "{} RETURNING runnable, runnable_since",
-        cas_update(req.keeps_row_columns())
-    );
     let updated = conn
-        .prepare_cached(&Dialect::Sqlite.sql(&sql))?
+        .prepare_cached(&CAS[usize::from(req.keeps_row_columns())])?
         .query_row(rusqlite::params_from_iter(req.cas_binds(now).iter()), |r| {
             Ok((r.get::<_, i64>(0)?, r.get::<_, Option<i64>>(1)?))
         })

@@ -2908,6 +2908,37 @@ pub async fn commit_counts_follow_committed_writes(h: &Harness) {
             ..c1
         }
     );
+    // An append that sets the scheduler's columns counts among `journal_row_columns` too; the
+    // one above (extras, but no work mark, priority or status change) did not.
+    h.store
+        .append_with(
+            t,
+            f.session,
+            4,
+            f.lease.epoch,
+            &events(f.session, 4, 1),
+            &AppendExtras {
+                work: Some(keel_store::WorkMark {
+                    runnable: true,
+                    queued_turns: 1,
+                }),
+                ..AppendExtras::default()
+            },
+        )
+        .await
+        .unwrap();
+    let c2 = {
+        let c = h.store.commits();
+        assert_eq!(
+            c,
+            CommitCounts {
+                journal: c2.journal + 1,
+                journal_row_columns: c2.journal_row_columns + 1,
+                ..c2
+            }
+        );
+        c
+    };
     h.store
         .insert_effect(t, &effect(f.session, "k/3"))
         .await
@@ -2955,7 +2986,7 @@ pub async fn commit_counts_follow_committed_writes(h: &Harness) {
         .unwrap_err();
     let _ = h
         .store
-        .append(t, f.session, 4, LeaseEpoch(99), &events(f.session, 4, 1))
+        .append(t, f.session, 5, LeaseEpoch(99), &events(f.session, 5, 1))
         .await
         .unwrap_err();
     let _ = h
@@ -2963,9 +2994,9 @@ pub async fn commit_counts_follow_committed_writes(h: &Harness) {
         .append_with(
             t,
             f.session,
-            4,
+            5,
             f.lease.epoch,
-            &events(f.session, 4, 1),
+            &events(f.session, 5, 1),
             &AppendExtras {
                 approvals: vec![
                     h.store.list_approvals(t, f.session, None).await.unwrap()[0].clone(),
