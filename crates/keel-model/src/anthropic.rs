@@ -9,6 +9,7 @@
 use serde::Serialize;
 use serde::ser::SerializeMap;
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::body::{Kind, Seq, instructions};
 use crate::classify::classify_stream_error;
@@ -34,11 +35,13 @@ fn stop_reason(s: &str) -> StopReason {
 
 /// The JSON body of `POST /v1/messages` for `request`, borrowing it (see [`crate::body`]).
 /// `default_max_tokens` stands in for the request's `max_tokens` when it has none (Anthropic
-/// requires one).
+/// requires one). `tools` is [`tools`] of the request's tool list, encoded (`None` when the list
+/// is empty).
 pub(crate) fn body<'a>(
     model: &'a str,
     default_max_tokens: u32,
     request: &'a ModelRequest,
+    tools: Option<&'a RawValue>,
 ) -> AnthropicBody<'a> {
     // Consecutive user-side entries (user text and tool results) share one user message.
     let mut messages: Vec<Turn<'a>> = Vec::new();
@@ -110,7 +113,7 @@ pub(crate) fn body<'a>(
         max_tokens: s.max_tokens.unwrap_or(default_max_tokens),
         system: instructions(request),
         messages,
-        tools: (!request.tools.is_empty()).then(|| Tools(&request.tools)),
+        tools,
         temperature: s.temperature,
         top_p: s.top_p,
         stop_sequences: &s.stop_sequences,
@@ -131,7 +134,7 @@ pub(crate) struct AnthropicBody<'a> {
     system: Option<&'a str>,
     messages: Vec<Turn<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    tools: Option<Tools<'a>>,
+    tools: Option<&'a RawValue>,
     #[serde(skip_serializing_if = "Option::is_none")]
     temperature: Option<f32>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -195,6 +198,10 @@ fn object_or_empty<S: serde::Serializer>(
 }
 
 /// `tools`: name, description and `input_schema` of each.
+pub(crate) fn tools(tools: &[ToolSchema]) -> impl Serialize + '_ {
+    Tools(tools)
+}
+
 struct Tools<'a>(&'a [ToolSchema]);
 
 impl Serialize for Tools<'_> {

@@ -219,7 +219,16 @@ struct Inner {
     url: String,
     api_key: Option<String>,
     http: reqwest::Client,
+    /// The tool list this model encoded last and its `tools` JSON on this wire. Every step of
+    /// every session shown the same tools shares one list (`ModelRequest::tools` is an `Arc`),
+    /// so its schemas are escaped once, not at every request (issue 16); a request with
+    /// another list replaces the entry. The `Arc` held here keeps the list's address from
+    /// being reused while it is the key.
+    tools_json: std::sync::Mutex<Option<EncodedTools>>,
 }
+
+/// A tool list and its JSON on one wire.
+type EncodedTools = (Arc<[crate::ToolSchema]>, Arc<serde_json::value::RawValue>);
 
 /// A model reached over HTTP with one of the three wire protocols. Cheap to clone.
 #[derive(Clone)]
@@ -326,6 +335,7 @@ impl HttpModel {
                 url,
                 api_key,
                 http,
+                tools_json: std::sync::Mutex::new(None),
             }),
         })
     }
@@ -344,23 +354,62 @@ impl HttpModel {
     /// fail is reported as a classified provider error, not a panic.
     pub fn encode_body(&self, request: &ModelRequest) -> serde_json::Result<Vec<u8>> {
         let c = &self.inner.config;
+        let tools = self.tools_json(&request.tools)?;
+        let tools = tools.as_deref();
         match self.inner.wire {
             Wire::OpenaiChat => serde_json::to_vec(&crate::openai_chat::body(
                 &c.model,
                 c.legacy_max_tokens,
                 request,
+                tools,
             )),
             Wire::OpenaiResponses => serde_json::to_vec(&crate::openai_responses::body(
                 &c.model,
                 c.encrypted_reasoning,
                 request,
+                tools,
             )),
             Wire::Anthropic => serde_json::to_vec(&crate::anthropic::body(
                 &c.model,
                 c.default_max_tokens.unwrap_or(8192),
                 request,
+                tools,
             )),
         }
+    }
+
+    /// `tools` as this wire's `tools` array, encoded: `None` for an empty list; the last
+    /// encoding again when `tools` is the list it was made of (the same `Arc`), else a new one,
+    /// kept for the next request.
+    ///
+    /// # Errors
+    /// As [`HttpModel::encode_body`].
+    fn tools_json(
+        &self,
+        tools: &Arc<[crate::ToolSchema]>,
+    ) -> serde_json::Result<Option<Arc<serde_json::value::RawValue>>> {
+        if tools.is_empty() {
+            return Ok(None);
+        }
+        let mut last = self
+            .inner
+            .tools_json
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((list, json)) = last.as_ref()
+            && Arc::ptr_eq(list, tools)
+        {
+            return Ok(Some(json.clone()));
+        }
+        let json: Arc<serde_json::value::RawValue> = Arc::from(match self.inner.wire {
+            Wire::OpenaiChat => serde_json::value::to_raw_value(&crate::openai_chat::tools(tools)),
+            Wire::OpenaiResponses => {
+                serde_json::value::to_raw_value(&crate::openai_responses::tools(tools))
+            }
+            Wire::Anthropic => serde_json::value::to_raw_value(&crate::anthropic::tools(tools)),
+        }?);
+        *last = Some((tools.clone(), json.clone()));
+        Ok(Some(json))
     }
 
     /// The JSON body this model would send for `request` (for inspection and tests): the
@@ -511,7 +560,67 @@ async fn run(
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
+    use serde_json::{Value, json};
+
     use super::plain_http;
+    use crate::{HttpModel, ModelRequest, ProviderConfig, ToolSchema, Wire};
+
+    fn tool_list(names: &[&str]) -> Arc<[ToolSchema]> {
+        names
+            .iter()
+            .map(|n| ToolSchema {
+                name: (*n).to_owned(),
+                description: format!("the {n} tool"),
+                parameters: json!({"type": "object", "properties": {n.to_string(): {"type": "string"}}}),
+            })
+            .collect()
+    }
+
+    /// The names in a body's `tools` (each wire nests them differently); `None` without tools.
+    fn tool_names(body: &Value) -> Option<Vec<String>> {
+        let tools = body.get("tools")?.as_array().unwrap();
+        Some(
+            tools
+                .iter()
+                .map(|t| {
+                    let name = t.get("name").or_else(|| t.pointer("/function/name"));
+                    name.and_then(Value::as_str).unwrap().to_owned()
+                })
+                .collect(),
+        )
+    }
+
+    /// The encoded tool list is reused only for the list it was made of: another list (even
+    /// one of the same length), an empty one and the first one again are each sent as they are,
+    /// on every wire, and a list equal to the cached one but not the same `Arc` is encoded
+    /// anew to the same JSON.
+    #[test]
+    fn each_request_is_sent_its_own_tool_list() {
+        for wire in [Wire::OpenaiChat, Wire::OpenaiResponses, Wire::Anthropic] {
+            let model = HttpModel::new(
+                wire,
+                ProviderConfig::new("m").with_base_url("http://127.0.0.1:9/v1"),
+            )
+            .unwrap();
+            let (a, b) = (tool_list(&["read", "grep"]), tool_list(&["write", "shell"]));
+            let mut request = ModelRequest::default();
+            let mut names = |tools: &Arc<[ToolSchema]>| {
+                request.tools = tools.clone();
+                tool_names(&model.request_body(&request).unwrap())
+            };
+            let expect = |v: &[&str]| Some(v.iter().map(|s| (*s).to_owned()).collect());
+            assert_eq!(names(&a), expect(&["read", "grep"]), "{wire:?}");
+            assert_eq!(names(&a), expect(&["read", "grep"]), "{wire:?}");
+            assert_eq!(names(&b), expect(&["write", "shell"]), "{wire:?}");
+            assert_eq!(names(&Arc::from([])), None, "{wire:?}");
+            assert_eq!(names(&a), expect(&["read", "grep"]), "{wire:?}");
+            let first = model.request_body(&request).unwrap();
+            request.tools = tool_list(&["read", "grep"]);
+            assert_eq!(model.request_body(&request).unwrap(), first, "{wire:?}");
+        }
+    }
 
     /// Only an `http` scheme (any case) skips the system's roots; `https`, a missing scheme
     /// and look-alikes keep them.

@@ -10,6 +10,7 @@
 use serde::Serialize;
 use serde::ser::SerializeSeq;
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::body::{ArgumentsText, Kind, Seq, ToolText, instructions};
 use crate::classify::classify_stream_error;
@@ -31,11 +32,13 @@ fn stop_reason(s: &str) -> StopReason {
 
 /// The JSON body of `POST {base}/chat/completions` for `request`, borrowing it (see
 /// [`crate::body`]). `legacy_max_tokens` sends `max_tokens` (older compatible servers) instead
-/// of `max_completion_tokens`.
+/// of `max_completion_tokens`. `tools` is [`tools`] of the request's tool list, encoded
+/// (`None` when the list is empty).
 pub(crate) fn body<'a>(
     model: &'a str,
     legacy_max_tokens: bool,
     request: &'a ModelRequest,
+    tools: Option<&'a RawValue>,
 ) -> ChatBody<'a> {
     let s = &request.sampling;
     let (max_tokens, max_completion_tokens) = if legacy_max_tokens {
@@ -46,7 +49,7 @@ pub(crate) fn body<'a>(
     ChatBody {
         model,
         messages: ChatMessages(request),
-        tools: (!request.tools.is_empty()).then(|| ChatTools(&request.tools)),
+        tools,
         max_tokens,
         max_completion_tokens,
         temperature: s.temperature,
@@ -66,7 +69,7 @@ pub(crate) struct ChatBody<'a> {
     model: &'a str,
     messages: ChatMessages<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    tools: Option<ChatTools<'a>>,
+    tools: Option<&'a RawValue>,
     #[serde(skip_serializing_if = "Option::is_none")]
     max_tokens: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -177,6 +180,10 @@ impl Serialize for ChatCalls<'_> {
 }
 
 /// `tools`: each schema as a `function` tool.
+pub(crate) fn tools(tools: &[ToolSchema]) -> impl Serialize + '_ {
+    ChatTools(tools)
+}
+
 struct ChatTools<'a>(&'a [ToolSchema]);
 
 impl Serialize for ChatTools<'_> {

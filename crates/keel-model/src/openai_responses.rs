@@ -12,6 +12,7 @@
 use serde::Serialize;
 use serde::ser::SerializeSeq;
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::body::{ArgumentsText, Kind, Seq, ToolText, instructions};
 use crate::classify::classify_stream_error;
@@ -38,11 +39,13 @@ pub(crate) fn is_reasoning_model(model: &str) -> bool {
 /// The JSON body of `POST {base}/responses` for `request`, borrowing it (see [`crate::body`]).
 /// `encrypted_reasoning` asks for encrypted reasoning items (`None`: when the model is a
 /// reasoning model, the request sets a reasoning effort, or the transcript already holds
-/// encrypted reasoning).
+/// encrypted reasoning). `tools` is [`tools`] of the request's tool list, encoded (`None` when
+/// the list is empty).
 pub(crate) fn body<'a>(
     model: &'a str,
     encrypted_reasoning: Option<bool>,
     request: &'a ModelRequest,
+    tools: Option<&'a RawValue>,
 ) -> ResponsesBody<'a> {
     let s = &request.sampling;
     let replays_reasoning = request.messages.iter().any(|m| {
@@ -56,7 +59,7 @@ pub(crate) fn body<'a>(
         model,
         instructions: instructions(request),
         input: Input(request),
-        tools: (!request.tools.is_empty()).then(|| FunctionTools(&request.tools)),
+        tools,
         max_output_tokens: s.max_tokens,
         temperature: s.temperature,
         top_p: s.top_p,
@@ -81,7 +84,7 @@ pub(crate) struct ResponsesBody<'a> {
     instructions: Option<&'a str>,
     input: Input<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    tools: Option<FunctionTools<'a>>,
+    tools: Option<&'a RawValue>,
     #[serde(skip_serializing_if = "Option::is_none")]
     max_output_tokens: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -221,6 +224,10 @@ struct Content<'a> {
 }
 
 /// `tools`: each schema as a `function` tool, not strict.
+pub(crate) fn tools(tools: &[ToolSchema]) -> impl Serialize + '_ {
+    FunctionTools(tools)
+}
+
 struct FunctionTools<'a>(&'a [ToolSchema]);
 
 impl Serialize for FunctionTools<'_> {
@@ -256,7 +263,9 @@ mod tests {
     use crate::types::ToolCall;
 
     fn request_body(model: &str, encrypted: Option<bool>, request: &ModelRequest) -> Value {
-        serde_json::to_value(body(model, encrypted, request)).unwrap()
+        let tools = (!request.tools.is_empty())
+            .then(|| serde_json::value::to_raw_value(&tools(&request.tools)).unwrap());
+        serde_json::to_value(body(model, encrypted, request, tools.as_deref())).unwrap()
     }
 
     #[test]
