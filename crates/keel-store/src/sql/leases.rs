@@ -1,4 +1,7 @@
-//! Batched lease renewal ([`crate::Store::renew_leases`]): one `UPDATE` per
+//! Leases: taking one (free or expired), taking one over from a dead holder, renewing one or
+//! many, releasing one, and the wake-up of workers a release may owe.
+//!
+//! Batched renewal ([`crate::Store::renew_leases`]): one `UPDATE` per
 //! [`crate::RENEW_BATCH`] leases, matching each lease by `(session_id, lease_epoch,
 //! lease_owner)` against a `VALUES` list (a row-value `IN` whose right side is a subquery, as
 //! SQLite requires; PostgreSQL runs the same text). The fencing rule is
@@ -8,12 +11,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use keel_core::{SessionId, TenantId};
-use sqlx::Row;
-
-use super::{Commit, SqlStore, expires_ms, ms_to_time, now_ms, parse_id, to_i64};
-use crate::error::Result;
-use crate::types::Lease;
+use super::*;
 
 impl SqlStore {
     pub(crate) async fn renew_many(
@@ -75,6 +73,269 @@ impl SqlStore {
             }
         }
         Ok(renewed)
+    }
+}
+
+impl SqlStore {
+    /// Runs a lease `UPDATE … RETURNING lease_epoch, lease_expires_at[, …]` with `binds` on
+    /// `conn` (in the caller's transaction, or as its own); the row when one matched.
+    pub(super) async fn lease_stmt(
+        &self,
+        conn: &mut AnyConnection,
+        sql: &str,
+        binds: Vec<Bind>,
+    ) -> Result<Option<AnyRow>> {
+        let q = self.sql(sql);
+        let query = batch::bind_all(sqlx::query(&q), binds);
+        // `fetch_all`, not `fetch_optional`: an autocommit statement's own commit (where a full
+        // disk fails it) runs after its RETURNING row; stopping at the first row would report a
+        // lease the database never kept.
+        let rows = query
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(|e| self.located(e.into()))?;
+        Ok(rows.into_iter().next())
+    }
+
+    /// Runs a lease statement ([`SqlStore::lease_stmt`]) as its own commit on the writer and
+    /// counts it; `(lease_epoch, lease_expires_at, row)` when a row matched.
+    pub(super) async fn lease_write(
+        &self,
+        sql: &str,
+        binds: Vec<Bind>,
+    ) -> Result<Option<(i64, i64, AnyRow)>> {
+        let mut conn = self.write_conn().await?;
+        match self.lease_stmt(&mut conn, sql, binds).await? {
+            Some(r) => {
+                self.committed(Commit::Leases);
+                Ok(Some((
+                    r.try_get("lease_epoch")?,
+                    r.try_get("lease_expires_at")?,
+                    r,
+                )))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Releases `lease` (fenced by owner and epoch). With `claim = Some((defer_until,
+    /// clear_wake_before))` (Unix ms) it also sets `claim_after` and clears a wake-up time at or
+    /// before `clear_wake_before` ([`Store::release_claim`]); otherwise both stay
+    /// ([`Store::release_lease`]). Either way it wakes the workers when the session still has
+    /// work ([`HAS_WORK`]) and is not deferred past now: a turn queued under a lease held for
+    /// it (an API call) becomes claimable only here.
+    ///
+    /// # Errors
+    /// `LeaseLost` (nothing written), `NotFound`.
+    pub(super) async fn release_with(
+        &self,
+        tenant: TenantId,
+        lease: &Lease,
+        claim: Option<(Option<i64>, Option<i64>)>,
+    ) -> Result<()> {
+        let now = now_ms();
+        let mut binds = vec![Bind::Int(now)];
+        let claim_set = match claim {
+            Some((defer, clear_before)) => {
+                binds.push(Bind::OptInt(defer));
+                binds.push(Bind::OptInt(clear_before));
+                ", claim_after = ?, wake_at = CASE WHEN wake_at IS NOT NULL AND wake_at <= ? \
+                 THEN NULL ELSE wake_at END"
+            }
+            None => "",
+        };
+        binds.extend([
+            Bind::Text(lease.owner.clone()),
+            Bind::Int(i64::try_from(lease.epoch.0).unwrap_or(i64::MAX)),
+            Bind::Text(tenant.to_string()),
+            Bind::Text(lease.session_id.to_string()),
+            Bind::Int(now),
+        ]);
+        let sql = format!(
+            "UPDATE sessions SET lease_owner = NULL, lease_expires_at = NULL, updated_at = ?{claim_set} \
+             WHERE lease_owner = ? AND lease_epoch = ? AND tenant_id = ? AND session_id = ? \
+             RETURNING lease_epoch, 0 AS lease_expires_at, CASE WHEN {HAS_WORK} THEN 1 ELSE 0 END AS has_work"
+        );
+        let Some((_, _, row)) = self.lease_write(&sql, binds).await? else {
+            return Err(self.lease_lost(tenant, lease.session_id, lease.epoch).await);
+        };
+        let deferred = claim.and_then(|(defer, _)| defer).is_some_and(|d| d > now);
+        if row.try_get::<i64, _>("has_work")? == 1 && !deferred {
+            self.wake_workers(tenant, lease.session_id).await?;
+        }
+        Ok(())
+    }
+
+    /// Wakes `wait_for_work` callers about `session` after a commit: a NOTIFY on PostgreSQL
+    /// (every store listening on the schema, this one included), in-process on SQLite.
+    pub(super) async fn wake_workers(&self, tenant: TenantId, session: SessionId) -> Result<()> {
+        match self.inner.dialect {
+            Dialect::Postgres => {
+                let mut conn = self.inner.pool.acquire().await?;
+                self.note_work(&mut conn, tenant, session).await
+            }
+            Dialect::Sqlite => {
+                self.inner.waiters.work.signal();
+                Ok(())
+            }
+        }
+    }
+
+    /// PostgreSQL: queues the work notification about `session` on `conn` (delivered when its
+    /// transaction commits). SQLite: nothing; the caller calls [`SqlStore::woke_locally`] after
+    /// its commit.
+    pub(super) async fn note_work(
+        &self,
+        conn: &mut AnyConnection,
+        tenant: TenantId,
+        session: SessionId,
+    ) -> Result<()> {
+        if self.inner.dialect == Dialect::Postgres {
+            sqlx::query("SELECT pg_notify($1, $2)::text")
+                .bind(self.inner.work_channel.clone())
+                .bind(work_payload(tenant, session))
+                .execute(&mut *conn)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// SQLite: wakes this process's `wait_for_work` callers after a commit that
+    /// [`SqlStore::note_work`] noted (PostgreSQL's notification arrives through the listener).
+    pub(super) fn woke_locally(&self) {
+        if self.inner.dialect == Dialect::Sqlite {
+            self.inner.waiters.work.signal();
+        }
+    }
+
+    pub(super) async fn lease_lost(
+        &self,
+        tenant: TenantId,
+        session: SessionId,
+        held: LeaseEpoch,
+    ) -> StoreError {
+        match self.get_session(tenant, session).await {
+            Ok(rec) => StoreError::LeaseLost {
+                session,
+                held,
+                current: rec.lease_epoch,
+                owner: rec.lease.map(|l| l.owner),
+            },
+            Err(e) => e,
+        }
+    }
+
+    /// [`Store::acquire_lease`].
+    pub(super) async fn take_lease(
+        &self,
+        tenant: TenantId,
+        session: SessionId,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<Lease> {
+        // The lease may be given back between a refused attempt and the look at its holder
+        // (callers contending for one session's short lease: concurrent submits): then it is
+        // free, and the attempt is made again rather than failing the caller.
+        for _ in 0..ACQUIRE_ATTEMPTS {
+            let now = now_ms();
+            let row = self
+                .lease_write(
+                    ACQUIRE_LEASE,
+                    acquire_binds(owner, ttl, now, tenant, session),
+                )
+                .await?;
+            if let Some((epoch, exp, _)) = row {
+                return Ok(Lease {
+                    session_id: session,
+                    owner: owner.to_owned(),
+                    epoch: LeaseEpoch(u64::try_from(epoch).unwrap_or(0)),
+                    expires_at: ms_to_time(exp),
+                });
+            }
+            let rec = self.get_session(tenant, session).await?;
+            if let Some(l) = rec.lease
+                && l.expires_at.timestamp_millis() > now_ms()
+            {
+                return Err(StoreError::LeaseHeld {
+                    session,
+                    owner: l.owner,
+                    expires_at: l.expires_at,
+                });
+            }
+        }
+        Err(StoreError::Conflict(format!(
+            "lease of session {session} changed hands {ACQUIRE_ATTEMPTS} times during acquisition"
+        )))
+    }
+
+    /// [`Store::take_over_lease`].
+    pub(super) async fn take_over(
+        &self,
+        tenant: TenantId,
+        session: SessionId,
+        dead_owner: &str,
+        dead_epoch: LeaseEpoch,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<Lease> {
+        let now = now_ms();
+        let row = self
+            .lease_write(
+                "UPDATE sessions SET lease_owner = ?, lease_epoch = lease_epoch + 1, lease_expires_at = ?, updated_at = ? \
+                 WHERE lease_owner = ? AND lease_epoch = ? AND tenant_id = ? AND session_id = ? \
+                 RETURNING lease_epoch, lease_expires_at",
+                vec![
+                    Bind::Text(owner.to_owned()),
+                    Bind::Int(expires_ms(now, ttl)),
+                    Bind::Int(now),
+                    Bind::Text(dead_owner.to_owned()),
+                    Bind::Int(i64::try_from(dead_epoch.0).unwrap_or(i64::MAX)),
+                    Bind::Text(tenant.to_string()),
+                    Bind::Text(session.to_string()),
+                ],
+            )
+            .await?;
+        match row {
+            Some((epoch, exp, _)) => Ok(Lease {
+                session_id: session,
+                owner: owner.to_owned(),
+                epoch: LeaseEpoch(u64::try_from(epoch).unwrap_or(0)),
+                expires_at: ms_to_time(exp),
+            }),
+            None => Err(self.lease_lost(tenant, session, dead_epoch).await),
+        }
+    }
+
+    /// [`Store::renew_lease`].
+    pub(super) async fn renew_one(
+        &self,
+        tenant: TenantId,
+        lease: &Lease,
+        ttl: Duration,
+    ) -> Result<Lease> {
+        let now = now_ms();
+        let row = self
+            .lease_write(
+                "UPDATE sessions SET lease_expires_at = ?, updated_at = ? \
+                 WHERE lease_owner = ? AND lease_epoch = ? AND tenant_id = ? AND session_id = ? \
+                 RETURNING lease_epoch, lease_expires_at",
+                vec![
+                    Bind::Int(expires_ms(now, ttl)),
+                    Bind::Int(now),
+                    Bind::Text(lease.owner.clone()),
+                    Bind::Int(i64::try_from(lease.epoch.0).unwrap_or(i64::MAX)),
+                    Bind::Text(tenant.to_string()),
+                    Bind::Text(lease.session_id.to_string()),
+                ],
+            )
+            .await?;
+        match row {
+            Some((_, exp, _)) => Ok(Lease {
+                expires_at: ms_to_time(exp),
+                ..lease.clone()
+            }),
+            None => Err(self.lease_lost(tenant, lease.session_id, lease.epoch).await),
+        }
     }
 }
 

@@ -5,12 +5,13 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use keel_core::{LeaseEpoch, ReleaseId, SessionId, SessionStatus, StateMachine, TenantId};
-use sqlx::Row;
 use sqlx::any::AnyRow;
+use sqlx::{Any, Executor, Row};
 
 use super::rows::expires_ms;
 use super::{
-    Commit, SqlStore, corrupt, non_negative, not_found, now_ms, parse_id, parse_json, time_col,
+    Commit, Dialect, SqlStore, corrupt, non_negative, not_found, now_ms, parse_id, parse_json,
+    time_col,
 };
 use crate::error::{Result, StoreError};
 use crate::types::{DueSession, LeaseInfo, NewSession, SessionQuery, SessionRecord};
@@ -251,5 +252,90 @@ impl SqlStore {
         tx.commit().await?;
         self.committed(Commit::Tables);
         Ok(())
+    }
+}
+
+impl SqlStore {
+    pub(super) async fn session_exists<'e, E>(
+        &self,
+        exec: E,
+        tenant: TenantId,
+        session: SessionId,
+    ) -> Result<bool>
+    where
+        E: Executor<'e, Database = Any>,
+    {
+        // PostgreSQL: FOR SHARE holds off a concurrent delete_session until this transaction ends.
+        let sql = match self.inner.dialect {
+            Dialect::Sqlite => {
+                "SELECT 1 AS one FROM sessions WHERE tenant_id = ? AND session_id = ?"
+            }
+            Dialect::Postgres => {
+                "SELECT 1 AS one FROM sessions WHERE tenant_id = $1 AND session_id = $2 FOR SHARE"
+            }
+        };
+        let row = sqlx::query(sql)
+            .bind(tenant.to_string())
+            .bind(session.to_string())
+            .fetch_optional(exec)
+            .await?;
+        Ok(row.is_some())
+    }
+
+    pub(super) async fn require_session(&self, tenant: TenantId, session: SessionId) -> Result<()> {
+        if self
+            .session_exists(&self.inner.pool, tenant, session)
+            .await?
+        {
+            Ok(())
+        } else {
+            Err(not_found("session", session))
+        }
+    }
+
+    pub(super) async fn current_version(
+        &self,
+        tenant: TenantId,
+        session: SessionId,
+    ) -> Result<u64> {
+        let row = sqlx::query(
+            &self.sql("SELECT version FROM sessions WHERE tenant_id = ? AND session_id = ?"),
+        )
+        .bind(tenant.to_string())
+        .bind(session.to_string())
+        .fetch_optional(&self.inner.pool)
+        .await?
+        .ok_or_else(|| not_found("session", session))?;
+        non_negative("sessions", session, "version", row.try_get("version")?)
+    }
+
+    /// Rows of a session-owned table (`select` is `SELECT … FROM table`), optionally in one
+    /// status, oldest first then by `id_col`.
+    pub(super) async fn list_of_session<T>(
+        &self,
+        select: &str,
+        id_col: &str,
+        tenant: TenantId,
+        session: SessionId,
+        status: Option<&'static str>,
+        map: fn(&AnyRow) -> Result<T>,
+    ) -> Result<Vec<T>> {
+        let mut sql = format!("{select} WHERE tenant_id = ? AND session_id = ?");
+        if status.is_some() {
+            sql.push_str(" AND status = ?");
+        }
+        sql.push_str(&format!(" ORDER BY created_at, {id_col}"));
+        let sql = self.inner.dialect.sql(&sql);
+        let mut q = sqlx::query(&sql)
+            .bind(tenant.to_string())
+            .bind(session.to_string());
+        if let Some(s) = status {
+            q = q.bind(s);
+        }
+        q.fetch_all(&self.inner.pool)
+            .await?
+            .iter()
+            .map(map)
+            .collect()
     }
 }

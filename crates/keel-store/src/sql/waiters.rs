@@ -279,6 +279,48 @@ impl Drop for Registration<'_> {
     }
 }
 
+impl super::SqlStore {
+    /// Re-evaluates `ready` whenever the session's waiters in `notifies` are woken (an append,
+    /// or an intent, in this process or by a PostgreSQL notification) and at least every
+    /// `poll`, until it holds or `timeout` passes; returns whether it held.
+    pub(super) async fn wait_until<F, Fut>(
+        &self,
+        notifies: &SessionNotifies,
+        poll: Duration,
+        session: SessionId,
+        timeout: Duration,
+        mut ready: F,
+    ) -> crate::error::Result<bool>
+    where
+        F: FnMut(Arc<Watched>) -> Fut,
+        Fut: std::future::Future<Output = crate::error::Result<bool>>,
+    {
+        let start = tokio::time::Instant::now();
+        // A timeout too large to represent waits "forever" (about 34 years).
+        let deadline = start
+            .checked_add(timeout)
+            .unwrap_or(start + Duration::from_secs(1 << 30));
+        let reg = notifies.register(session);
+        loop {
+            let notified = reg.watched.notify.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if ready(reg.watched.clone()).await? {
+                return Ok(true);
+            }
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                return Ok(false);
+            }
+            let nap = (deadline - now).min(poll);
+            tokio::select! {
+                _ = &mut notified => {}
+                _ = tokio::time::sleep(nap) => {}
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
