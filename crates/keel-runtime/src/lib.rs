@@ -222,5 +222,6 @@ pub use journal::TurnOutcome;
 pub use pinned::Repin;
 pub use redact::{REDACTED, Redactor};
 pub use runtime::{PendingAction, PendingSubagent, RunOutcome, Runtime, SessionView};
+pub use sampling::MAX_ARGUMENT_DEPTH;
 pub use secrets::host_redactor;
 pub use subscribe::{Delta, DeltaKind, Subscription, SubscriptionItem};

@@ -22,6 +22,30 @@ use keel_model::{
 use serde_json::Value;
 
 use crate::admission::{Admission, used_tokens};
+
+/// The deepest nesting of arrays and objects a tool call's arguments may have (the arguments
+/// object itself is level 1). A deeper call is invalid: never run, its result tells the model
+/// why. The journal's events must read back through serde_json's limit of 128 levels, and an
+/// event wraps the arguments in two more (the event, its payload): a model sending arguments
+/// 126 deep over HTTP (the OpenAI wires carry them as a string, parsed on their own) made a
+/// `tool_call.proposed` the store refused, and the turn could then never be journaled as
+/// finished.
+pub const MAX_ARGUMENT_DEPTH: usize = 64;
+
+/// How deeply `v` nests arrays and objects: 0 for a scalar, 1 for `{}` or `[1]`.
+fn json_depth(v: &Value) -> usize {
+    let mut deepest = 0;
+    let mut stack = vec![(v, 1)];
+    while let Some((v, depth)) = stack.pop() {
+        match v {
+            Value::Array(a) => stack.extend(a.iter().map(|c| (c, depth + 1))),
+            Value::Object(o) => stack.extend(o.values().map(|c| (c, depth + 1))),
+            _ => continue,
+        }
+        deepest = deepest.max(depth);
+    }
+    deepest
+}
 use crate::context::{ContextSnapshot, project};
 use crate::driver::{Runner, finished_item, lock, phase_item};
 use crate::error::{Result, RuntimeError};
@@ -758,6 +782,16 @@ impl Runner {
                 "call_redacted_{}",
                 h.trim_start_matches("sha256:").get(..16).unwrap_or("")
             )
+        };
+        let (arguments, invalid) = match invalid {
+            None if json_depth(&arguments) > MAX_ARGUMENT_DEPTH => (
+                // Kept as text, as a call whose arguments did not parse is.
+                Value::String(arguments.to_string()),
+                Some(keel_model::InvalidArguments::Malformed {
+                    error: format!("nested deeper than {MAX_ARGUMENT_DEPTH} levels"),
+                }),
+            ),
+            invalid => (arguments, invalid),
         };
         let call = ToolCallId::from(id.as_str());
         let existing = self

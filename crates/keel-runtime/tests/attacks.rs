@@ -29,6 +29,7 @@ on_both!(
     an_empty_call_id_is_handled_without_a_crash,
     huge_arguments_are_a_tool_result_not_a_crash,
     cancelling_while_a_read_only_call_runs_gives_every_call_one_result,
+    arguments_nested_too_deep_are_a_tool_result_not_a_stuck_turn,
 );
 
 /// Every tool call of the session is terminal and has exactly one `tool_call.finished`.
@@ -537,5 +538,81 @@ async fn a_call_is_authorized_on_the_arguments_it_runs_with(b: Backend) {
     assert!(
         written.is_empty(),
         "a write the deny rule forbids happened: secrets/{written:?}"
+    );
+}
+
+/// `{"path": [[…1…]]}` nesting `depth` levels (the object is level 1).
+fn nested_arguments(depth: usize) -> String {
+    format!(
+        r#"{{"path": {}1{}}}"#,
+        "[".repeat(depth - 1),
+        "]".repeat(depth - 1)
+    )
+}
+
+/// Found by the attack pass: a model sending arguments nested 126 levels deep over HTTP (the
+/// Chat wire carries them as a string, parsed on their own) made a `tool_call.proposed` the
+/// store refused ("does not survive encoding: recursion limit exceeded"); the turn could never
+/// be journaled as finished and the session stayed `running` for good. Now a call nested deeper
+/// than `MAX_ARGUMENT_DEPTH` is invalid: not run, its result says why, the turn goes on; a
+/// call at the limit is judged by its tool as usual.
+async fn arguments_nested_too_deep_are_a_tool_result_not_a_stuck_turn(b: Backend) {
+    use keel_testkit::{FakeModelServer, FakeResponse, Handler, Pacing, RecordedRequest, Reply};
+    let limit = keel_runtime::MAX_ARGUMENT_DEPTH;
+    let n = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let handler: Handler = Arc::new(move |_: &RecordedRequest| {
+        match n.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
+            0 => Reply::Respond(
+                FakeResponse::text("")
+                    .with_tool_call("call_deep", "list_dir", &nested_arguments(126))
+                    .with_tool_call("call_limit", "list_dir", &nested_arguments(limit)),
+            ),
+            _ => Reply::Respond(FakeResponse::text("done")),
+        }
+    });
+    let server = FakeModelServer::start(handler, Pacing::default())
+        .await
+        .unwrap();
+    let model = keel_model::HttpModel::new(
+        keel_model::Wire::OpenaiChat,
+        keel_model::ProviderConfig::new("gpt-4o")
+            .with_base_url(server.base_url(keel_model::Wire::OpenaiChat))
+            .with_api_key("k"),
+    )
+    .unwrap();
+    let f = fixture_with(
+        b,
+        Arc::new(model),
+        &[],
+        keel_core::Budget::default(),
+        |_| {},
+    )
+    .await;
+    f.rt.submit(f.tenant, f.session, "go").await.unwrap();
+    let out = run_bounded(&f, 30).await;
+    assert_eq!(out.status, SessionStatus::Idle);
+    assert_eq!(out.turns[0].terminal_reason, TerminalReason::Completed);
+    assert_eq!(out.turns[0].final_text, "done");
+    assert_one_result_each(&f).await;
+    let results: BTreeMap<String, String> = f
+        .events()
+        .await
+        .iter()
+        .filter_map(|e| match &e.body {
+            EventBody::ToolCallFinished { output, .. } => Some((
+                e.correlation.tool_call_id.clone().unwrap().to_string(),
+                output.clone(),
+            )),
+            _ => None,
+        })
+        .collect();
+    let deep = &results["call_deep"];
+    assert!(
+        deep.contains(&format!("nested deeper than {limit} levels")),
+        "{deep}"
+    );
+    assert!(
+        !results["call_limit"].contains("nested deeper"),
+        "{results:?}"
     );
 }
