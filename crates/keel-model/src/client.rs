@@ -219,13 +219,17 @@ struct Inner {
     url: String,
     api_key: Option<String>,
     http: reqwest::Client,
-    /// The tool list this model encoded last and its `tools` JSON on this wire. Every step of
-    /// every session shown the same tools shares one list (`ModelRequest::tools` is an `Arc`),
-    /// so its schemas are escaped once, not at every request (issue 16); a request with
-    /// another list replaces the entry. The `Arc` held here keeps the list's address from
-    /// being reused while it is the key.
-    tools_json: std::sync::Mutex<Option<EncodedTools>>,
+    /// The tool lists this model encoded last (at most [`TOOL_LISTS_KEPT`], the newest last)
+    /// and their `tools` JSON on this wire. Every step of every session shown the same tools
+    /// shares one list (`ModelRequest::tools` is an `Arc`), so its schemas are escaped once, not
+    /// at every request (issue 16); a parent and its sub-agents (other lists on the same model)
+    /// each keep theirs. The `Arc`s held here keep a list's address from being reused while it
+    /// is a key.
+    tools_json: std::sync::Mutex<Vec<EncodedTools>>,
 }
+
+/// How many encoded tool lists an [`HttpModel`] keeps.
+const TOOL_LISTS_KEPT: usize = 8;
 
 /// A tool list and its JSON on one wire.
 type EncodedTools = (Arc<[crate::ToolSchema]>, Arc<serde_json::value::RawValue>);
@@ -335,7 +339,7 @@ impl HttpModel {
                 url,
                 api_key,
                 http,
-                tools_json: std::sync::Mutex::new(None),
+                tools_json: std::sync::Mutex::new(Vec::new()),
             }),
         })
     }
@@ -378,9 +382,10 @@ impl HttpModel {
         }
     }
 
-    /// `tools` as this wire's `tools` array, encoded: `None` for an empty list; the last
-    /// encoding again when `tools` is the list it was made of (the same `Arc`), else a new one,
-    /// kept for the next request.
+    /// `tools` as this wire's `tools` array, encoded: `None` for an empty list; a kept
+    /// encoding when `tools` is a list it was made of (the same `Arc`), else a new one, kept
+    /// for the next requests (the oldest kept one dropped past [`TOOL_LISTS_KEPT`]). The
+    /// encoding runs without the lock held.
     ///
     /// # Errors
     /// As [`HttpModel::encode_body`].
@@ -391,15 +396,19 @@ impl HttpModel {
         if tools.is_empty() {
             return Ok(None);
         }
-        let mut last = self
-            .inner
-            .tools_json
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some((list, json)) = last.as_ref()
-            && Arc::ptr_eq(list, tools)
-        {
-            return Ok(Some(json.clone()));
+        let kept = || {
+            self.inner
+                .tools_json
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        };
+        let find = |kept: &[EncodedTools]| {
+            kept.iter()
+                .find(|(list, _)| Arc::ptr_eq(list, tools))
+                .map(|(_, json)| json.clone())
+        };
+        if let Some(json) = find(&kept()) {
+            return Ok(Some(json));
         }
         let json: Arc<serde_json::value::RawValue> = Arc::from(match self.inner.wire {
             Wire::OpenaiChat => serde_json::value::to_raw_value(&crate::openai_chat::tools(tools)),
@@ -408,7 +417,14 @@ impl HttpModel {
             }
             Wire::Anthropic => serde_json::value::to_raw_value(&crate::anthropic::tools(tools)),
         }?);
-        *last = Some((tools.clone(), json.clone()));
+        let mut kept = kept();
+        // Another request may have encoded the same list meanwhile.
+        if find(&kept).is_none() {
+            if kept.len() == TOOL_LISTS_KEPT {
+                kept.remove(0);
+            }
+            kept.push((tools.clone(), json.clone()));
+        }
         Ok(Some(json))
     }
 
@@ -615,6 +631,16 @@ mod tests {
             assert_eq!(names(&a), expect(&["read", "grep"]), "{wire:?}");
             assert_eq!(names(&b), expect(&["write", "shell"]), "{wire:?}");
             assert_eq!(names(&Arc::from([])), None, "{wire:?}");
+            assert_eq!(names(&a), expect(&["read", "grep"]), "{wire:?}");
+            // More lists than are kept, then each again: each still sent its own.
+            let many: Vec<Arc<[ToolSchema]>> = (0..super::TOOL_LISTS_KEPT + 3)
+                .map(|i| tool_list(&[&format!("t{i}")]))
+                .collect();
+            for _ in 0..2 {
+                for (i, list) in many.iter().enumerate() {
+                    assert_eq!(names(list), expect(&[&format!("t{i}")]), "{wire:?}");
+                }
+            }
             assert_eq!(names(&a), expect(&["read", "grep"]), "{wire:?}");
             let first = model.request_body(&request).unwrap();
             request.tools = tool_list(&["read", "grep"]);
