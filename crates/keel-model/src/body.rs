@@ -82,6 +82,25 @@ pub(crate) fn instructions(request: &crate::ModelRequest) -> Option<&str> {
     request.instructions.as_deref().filter(|s| !s.is_empty())
 }
 
+/// Appends one JSON value to `out`, a list of comma-separated values (the inside of an array):
+/// a comma first unless `out` is empty.
+///
+/// # Errors
+/// serde_json's encoding error.
+pub(crate) fn push_item<T: Serialize + ?Sized>(
+    out: &mut Vec<u8>,
+    item: &T,
+) -> serde_json::Result<()> {
+    if !out.is_empty() {
+        out.push(b',');
+    }
+    serde_json::to_writer(&mut *out, item)
+}
+
+/// A wire's items for one transcript message, appended with [`push_item`] (zero or more: an
+/// assistant message may become several items, or none).
+pub(crate) type WriteItems = fn(&crate::Message, &mut Vec<u8>) -> serde_json::Result<()>;
+
 #[cfg(test)]
 mod tests {
     use super::*;

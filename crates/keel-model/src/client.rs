@@ -226,6 +226,23 @@ struct Inner {
     /// each keep theirs. The `Arc`s held here keep a list's address from being reused while it
     /// is a key.
     tools_json: std::sync::Mutex<Vec<EncodedTools>>,
+    /// The transcripts this model encoded last (at most [`TRANSCRIPTS_KEPT`], the newest
+    /// last), on the OpenAI wires: a step's transcript is the last step's with messages added
+    /// (the same `Arc`s), so only the added ones are escaped and encoded; the rest is copied
+    /// (issue 16: escaping the whole transcript at every step was ~16 % of a 199-step run's
+    /// instructions).
+    transcripts: std::sync::Mutex<Vec<EncodedTranscript>>,
+}
+
+/// How many encoded transcripts an [`HttpModel`] keeps (about one per session it serves at
+/// once; a session past them is encoded whole at each step, as without the cache).
+const TRANSCRIPTS_KEPT: usize = 32;
+
+/// A transcript and its items on one wire ([`crate::body::WriteItems`] of each message,
+/// comma-separated, without the brackets).
+struct EncodedTranscript {
+    messages: Vec<Arc<crate::Message>>,
+    items: Vec<u8>,
 }
 
 /// How many encoded tool lists an [`HttpModel`] keeps.
@@ -340,6 +357,7 @@ impl HttpModel {
                 api_key,
                 http,
                 tools_json: std::sync::Mutex::new(Vec::new()),
+                transcripts: std::sync::Mutex::new(Vec::new()),
             }),
         })
     }
@@ -361,18 +379,20 @@ impl HttpModel {
         let tools = self.tools_json(&request.tools)?;
         let tools = tools.as_deref();
         match self.inner.wire {
-            Wire::OpenaiChat => serde_json::to_vec(&crate::openai_chat::body(
-                &c.model,
-                c.legacy_max_tokens,
+            Wire::OpenaiChat => self.with_transcript(
+                &crate::openai_chat::body(&c.model, c.legacy_max_tokens, request, tools),
+                "messages",
+                crate::openai_chat::system_item(request)?,
                 request,
-                tools,
-            )),
-            Wire::OpenaiResponses => serde_json::to_vec(&crate::openai_responses::body(
-                &c.model,
-                c.encrypted_reasoning,
+                crate::openai_chat::write_items,
+            ),
+            Wire::OpenaiResponses => self.with_transcript(
+                &crate::openai_responses::body(&c.model, c.encrypted_reasoning, request, tools),
+                "input",
+                None,
                 request,
-                tools,
-            )),
+                crate::openai_responses::write_items,
+            ),
             Wire::Anthropic => serde_json::to_vec(&crate::anthropic::body(
                 &c.model,
                 c.default_max_tokens.unwrap_or(8192),
@@ -380,6 +400,86 @@ impl HttpModel {
                 tools,
             )),
         }
+    }
+
+    /// `body` (an object) with the array `key` added last: `first` (an item, encoded), then
+    /// `write` of each of the request's messages. The items of the longest kept transcript
+    /// that the request's begins with (the same `Arc`s, in order) are reused and only the
+    /// messages after them encoded; the result is kept for the next request.
+    ///
+    /// # Errors
+    /// As [`HttpModel::encode_body`].
+    fn with_transcript(
+        &self,
+        body: &impl serde::Serialize,
+        key: &str,
+        first: Option<Vec<u8>>,
+        request: &ModelRequest,
+        write: crate::body::WriteItems,
+    ) -> serde_json::Result<Vec<u8>> {
+        let messages = &request.messages;
+        let kept = self.take_transcript(messages);
+        let (mut items, done) = kept.map_or((Vec::new(), 0), |t| (t.items, t.messages.len()));
+        for message in &messages[done..] {
+            write(message, &mut items)?;
+        }
+        let mut out = Vec::with_capacity(items.len() + 1024);
+        serde_json::to_writer(&mut out, body)?;
+        // `{…}` → `{…,"key":[first,items]}`.
+        if out.pop() != Some(b'}') {
+            return Err(serde::ser::Error::custom("a request body is not an object"));
+        }
+        if out.len() > 1 {
+            out.push(b',');
+        }
+        serde_json::to_writer(&mut out, key)?;
+        out.extend_from_slice(b":[");
+        if let Some(first) = first {
+            out.extend_from_slice(&first);
+            if !items.is_empty() {
+                out.push(b',');
+            }
+        }
+        out.extend_from_slice(&items);
+        out.extend_from_slice(b"]}");
+        self.keep_transcript(EncodedTranscript {
+            messages: messages.clone(),
+            items,
+        });
+        Ok(out)
+    }
+
+    /// Takes out the longest kept transcript that `messages` begins with.
+    fn take_transcript(&self, messages: &[Arc<crate::Message>]) -> Option<EncodedTranscript> {
+        let mut kept = self
+            .inner
+            .transcripts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let prefix = |t: &EncodedTranscript| {
+            t.messages.len() <= messages.len()
+                && t.messages
+                    .iter()
+                    .zip(messages)
+                    .all(|(a, b)| Arc::ptr_eq(a, b))
+        };
+        let at = (0..kept.len())
+            .filter(|&i| prefix(&kept[i]))
+            .max_by_key(|&i| kept[i].messages.len())?;
+        Some(kept.remove(at))
+    }
+
+    /// Keeps `transcript` as the newest, dropping the oldest past [`TRANSCRIPTS_KEPT`].
+    fn keep_transcript(&self, transcript: EncodedTranscript) {
+        let mut kept = self
+            .inner
+            .transcripts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if kept.len() >= TRANSCRIPTS_KEPT {
+            kept.remove(0);
+        }
+        kept.push(transcript);
     }
 
     /// `tools` as this wire's `tools` array, encoded: `None` for an empty list; a kept
@@ -606,6 +706,95 @@ mod tests {
                 })
                 .collect(),
         )
+    }
+
+    /// A body built from a kept transcript is the body a model with nothing kept builds, on
+    /// the wires that keep transcripts: as the transcript grows by a step, when it diverges
+    /// from the kept one (another message where the kept one had its own), when it is shorter
+    /// (a re-sampled step), with assistant messages that become no item at all (Responses) at
+    /// either end, with and without a system prompt, and empty.
+    #[test]
+    fn a_kept_transcript_gives_the_body_a_fresh_encoding_gives() {
+        use crate::{Message, ToolCall};
+        let user = Arc::new(Message::User {
+            content: "go \"now\"\n".into(),
+        });
+        let call = |k: usize| {
+            Arc::new(Message::Assistant {
+                text: String::new(),
+                tool_calls: vec![ToolCall::new(
+                    format!("call_{k}"),
+                    "shell",
+                    json!({"command": format!("echo {k}")}),
+                )],
+                reasoning: Vec::new(),
+            })
+        };
+        let result = |k: usize| {
+            Arc::new(Message::Tool {
+                call_id: format!("call_{k}"),
+                content: format!("{k}\n[exit code 0]"),
+                is_error: k % 2 == 1,
+            })
+        };
+        let silent = Arc::new(Message::Assistant {
+            text: String::new(),
+            tool_calls: Vec::new(),
+            reasoning: Vec::new(),
+        });
+        let (c1, r1, c2, r2) = (call(1), result(1), call(2), result(2));
+        let transcripts: Vec<Vec<Arc<Message>>> = vec![
+            vec![],
+            vec![user.clone()],
+            vec![user.clone(), c1.clone(), r1.clone()],
+            vec![user.clone(), c1.clone(), r1.clone(), c2.clone(), r2.clone()],
+            vec![user.clone(), c1.clone(), r1.clone(), call(3), result(3)],
+            vec![user.clone(), c1.clone()],
+            vec![silent.clone(), user.clone(), c1.clone(), silent.clone()],
+            vec![
+                silent.clone(),
+                user.clone(),
+                c1.clone(),
+                silent.clone(),
+                r1.clone(),
+            ],
+            vec![silent.clone()],
+        ];
+        for wire in [Wire::OpenaiChat, Wire::OpenaiResponses] {
+            let config = ProviderConfig::new("m").with_base_url("http://127.0.0.1:9/v1");
+            let kept = HttpModel::new(wire, config.clone()).unwrap();
+            for instructions in [None, Some("be brief".to_owned())] {
+                for messages in &transcripts {
+                    let request = ModelRequest {
+                        instructions: instructions.clone(),
+                        messages: messages.clone(),
+                        ..ModelRequest::default()
+                    };
+                    let fresh = HttpModel::new(wire, config.clone()).unwrap();
+                    let expected = fresh.request_body(&request).unwrap();
+                    assert_eq!(
+                        kept.request_body(&request).unwrap(),
+                        expected,
+                        "{wire:?}: {} messages",
+                        messages.len()
+                    );
+                    let key = if wire == Wire::OpenaiChat {
+                        "messages"
+                    } else {
+                        "input"
+                    };
+                    let items = expected[key].as_array().unwrap().len();
+                    let system = usize::from(wire == Wire::OpenaiChat && instructions.is_some());
+                    let silent_ones = messages.iter().filter(|m| Arc::ptr_eq(m, &silent)).count();
+                    let expect_items = if wire == Wire::OpenaiChat {
+                        messages.len() + system
+                    } else {
+                        messages.len() - silent_ones
+                    };
+                    assert_eq!(items, expect_items, "{wire:?}: {expected}");
+                }
+            }
+        }
     }
 
     /// The encoded tool list is reused only for the list it was made of: another list (even

@@ -8,11 +8,10 @@
 //! `data: [DONE]`).
 
 use serde::Serialize;
-use serde::ser::SerializeSeq;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use crate::body::{ArgumentsText, Kind, Seq, ToolText, instructions};
+use crate::body::{ArgumentsText, Kind, Seq, ToolText, instructions, push_item};
 use crate::classify::classify_stream_error;
 use crate::stream::{ToolCallAssembler, WireParser, nonempty_str, parse_json, u64_at};
 use crate::types::{
@@ -48,7 +47,6 @@ pub(crate) fn body<'a>(
     };
     ChatBody {
         model,
-        messages: ChatMessages(request),
         tools,
         max_tokens,
         max_completion_tokens,
@@ -65,9 +63,12 @@ pub(crate) fn body<'a>(
 
 /// A Chat Completions request body (docs: "Create chat completion").
 #[derive(Serialize)]
+///
+/// Without `messages`: [`crate::HttpModel`] appends them ([`system_item`], then
+/// [`write_items`] of each transcript message), reusing what it encoded for the request
+/// before.
 pub(crate) struct ChatBody<'a> {
     model: &'a str,
-    messages: ChatMessages<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tools: Option<&'a RawValue>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -91,40 +92,44 @@ struct StreamOptions {
     include_usage: bool,
 }
 
-/// `messages`: the system prompt first, then the transcript.
-struct ChatMessages<'a>(&'a ModelRequest);
+/// The system prompt as the first of `messages`, encoded; `None` without one.
+///
+/// # Errors
+/// serde_json's encoding error.
+pub(crate) fn system_item(request: &ModelRequest) -> serde_json::Result<Option<Vec<u8>>> {
+    instructions(request)
+        .map(|content| serde_json::to_vec(&ChatMessage::System { content }))
+        .transpose()
+}
 
-impl Serialize for ChatMessages<'_> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let request = self.0;
-        let mut seq = serializer.serialize_seq(None)?;
-        if let Some(content) = instructions(request) {
-            seq.serialize_element(&ChatMessage::System { content })?;
-        }
-        for message in &request.messages {
-            seq.serialize_element(&match &**message {
-                Message::User { content } => ChatMessage::User { content },
-                Message::Assistant {
-                    text, tool_calls, ..
-                } => ChatMessage::Assistant {
-                    content: (!text.is_empty()).then_some(text.as_str()),
-                    tool_calls: (!tool_calls.is_empty()).then_some(ChatCalls(tool_calls)),
-                },
-                Message::Tool {
-                    call_id,
+/// `message` as one of `messages` ([`crate::body::WriteItems`]).
+///
+/// # Errors
+/// serde_json's encoding error.
+pub(crate) fn write_items(message: &Message, out: &mut Vec<u8>) -> serde_json::Result<()> {
+    push_item(
+        out,
+        &match message {
+            Message::User { content } => ChatMessage::User { content },
+            Message::Assistant {
+                text, tool_calls, ..
+            } => ChatMessage::Assistant {
+                content: (!text.is_empty()).then_some(text.as_str()),
+                tool_calls: (!tool_calls.is_empty()).then_some(ChatCalls(tool_calls)),
+            },
+            Message::Tool {
+                call_id,
+                content,
+                is_error,
+            } => ChatMessage::Tool {
+                tool_call_id: call_id,
+                content: ToolText {
                     content,
-                    is_error,
-                } => ChatMessage::Tool {
-                    tool_call_id: call_id,
-                    content: ToolText {
-                        content,
-                        is_error: *is_error,
-                    },
+                    is_error: *is_error,
                 },
-            })?;
-        }
-        seq.end()
-    }
+            },
+        },
+    )
 }
 
 #[derive(Serialize)]

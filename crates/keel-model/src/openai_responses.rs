@@ -10,11 +10,10 @@
 //! `response.failed`, `error`).
 
 use serde::Serialize;
-use serde::ser::SerializeSeq;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use crate::body::{ArgumentsText, Kind, Seq, ToolText, instructions};
+use crate::body::{ArgumentsText, Kind, Seq, ToolText, instructions, push_item};
 use crate::classify::classify_stream_error;
 use crate::stream::{ToolCallAssembler, WireParser, parse_json, u64_at};
 use crate::types::{
@@ -58,7 +57,6 @@ pub(crate) fn body<'a>(
     ResponsesBody {
         model,
         instructions: instructions(request),
-        input: Input(request),
         tools,
         max_output_tokens: s.max_tokens,
         temperature: s.temperature,
@@ -77,12 +75,14 @@ pub(crate) fn body<'a>(
 }
 
 /// A Responses request body (docs: "Create a model response").
+///
+/// Without `input`: [`crate::HttpModel`] appends it ([`write_items`] of each transcript
+/// message), reusing what it encoded for the request before.
 #[derive(Serialize)]
 pub(crate) struct ResponsesBody<'a> {
     model: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     instructions: Option<&'a str>,
-    input: Input<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tools: Option<&'a RawValue>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -105,74 +105,85 @@ struct Reasoning<'a> {
     summary: &'static str,
 }
 
-/// `input`: the transcript as items.
-struct Input<'a>(&'a ModelRequest);
-
-impl Serialize for Input<'_> {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut seq = serializer.serialize_seq(None)?;
-        for message in &self.0.messages {
-            match &**message {
-                Message::User { content } => seq.serialize_element(&Item::Message {
-                    role: "user",
-                    content: [Content {
-                        kind: "input_text",
-                        text: content,
-                    }],
-                })?,
-                Message::Assistant {
-                    text,
-                    tool_calls,
-                    reasoning,
-                } => {
-                    // With `store: false` nothing is kept server-side: an item without its
-                    // encrypted content would be a dangling reference (HTTP 404), so only those
-                    // with it go back.
-                    for item in reasoning {
-                        if let ReasoningItem::Openai {
+/// `message` as `input` items ([`crate::body::WriteItems`]): a user message or a tool
+/// result is one; an assistant message is its reasoning items that carry their encrypted
+/// content (with `store: false` nothing is kept server-side: an item without it would be a
+/// dangling reference, HTTP 404), then its text, then its calls.
+///
+/// # Errors
+/// serde_json's encoding error.
+pub(crate) fn write_items(message: &Message, out: &mut Vec<u8>) -> serde_json::Result<()> {
+    match message {
+        Message::User { content } => push_item(
+            out,
+            &Item::Message {
+                role: "user",
+                content: [Content {
+                    kind: "input_text",
+                    text: content,
+                }],
+            },
+        ),
+        Message::Assistant {
+            text,
+            tool_calls,
+            reasoning,
+        } => {
+            for item in reasoning {
+                if let ReasoningItem::Openai {
+                    id,
+                    encrypted_content: Some(encrypted_content),
+                    summary,
+                } = item
+                {
+                    push_item(
+                        out,
+                        &Item::Reasoning {
                             id,
-                            encrypted_content: Some(encrypted_content),
-                            summary,
-                        } = item
-                        {
-                            seq.serialize_element(&Item::Reasoning {
-                                id,
-                                summary: Summary(summary),
-                                encrypted_content,
-                            })?;
-                        }
-                    }
-                    if !text.is_empty() {
-                        seq.serialize_element(&Item::Message {
-                            role: "assistant",
-                            content: [Content {
-                                kind: "output_text",
-                                text,
-                            }],
-                        })?;
-                    }
-                    for call in tool_calls {
-                        seq.serialize_element(&Item::FunctionCall {
-                            call_id: &call.id,
-                            name: &call.name,
-                            arguments: ArgumentsText(call),
-                        })?;
-                    }
+                            summary: Summary(summary),
+                            encrypted_content,
+                        },
+                    )?;
                 }
-                Message::Tool {
-                    call_id,
-                    content,
-                    is_error,
-                } => seq.serialize_element(&Item::FunctionCallOutput {
-                    call_id,
-                    output: ToolText {
-                        content,
-                        is_error: *is_error,
-                    },
-                })?,
             }
+            if !text.is_empty() {
+                push_item(
+                    out,
+                    &Item::Message {
+                        role: "assistant",
+                        content: [Content {
+                            kind: "output_text",
+                            text,
+                        }],
+                    },
+                )?;
+            }
+            for call in tool_calls {
+                push_item(
+                    out,
+                    &Item::FunctionCall {
+                        call_id: &call.id,
+                        name: &call.name,
+                        arguments: ArgumentsText(call),
+                    },
+                )?;
+            }
+            Ok(())
         }
-        seq.end()
+        Message::Tool {
+            call_id,
+            content,
+            is_error,
+        } => push_item(
+            out,
+            &Item::FunctionCallOutput {
+                call_id,
+                output: ToolText {
+                    content,
+                    is_error: *is_error,
+                },
+            },
+        ),
     }
 }
 
@@ -263,9 +274,12 @@ mod tests {
     use crate::types::ToolCall;
 
     fn request_body(model: &str, encrypted: Option<bool>, request: &ModelRequest) -> Value {
-        let tools = (!request.tools.is_empty())
-            .then(|| serde_json::value::to_raw_value(&tools(&request.tools)).unwrap());
-        serde_json::to_value(body(model, encrypted, request, tools.as_deref())).unwrap()
+        let mut config = crate::ProviderConfig::new(model).with_base_url("http://127.0.0.1:9/v1");
+        config.encrypted_reasoning = encrypted;
+        crate::HttpModel::new(crate::Wire::OpenaiResponses, config)
+            .unwrap()
+            .request_body(request)
+            .unwrap()
     }
 
     #[test]
