@@ -43,22 +43,54 @@ pub(crate) fn body<'a>(
     request: &'a ModelRequest,
     tools: Option<&'a RawValue>,
 ) -> AnthropicBody<'a> {
-    // Consecutive user-side entries (user text and tool results) share one user message.
-    let mut messages: Vec<Turn<'a>> = Vec::new();
-    let mut push = |role: &'static str, blocks: &mut dyn Iterator<Item = Content<'a>>| {
-        let mut blocks = blocks.peekable();
-        if blocks.peek().is_none() {
-            return;
-        }
-        match messages.last_mut() {
-            Some(last) if last.role == role => last.content.extend(blocks),
-            _ => messages.push(Turn {
-                role,
-                content: blocks.collect(),
-            }),
-        }
-    };
-    for message in &request.messages {
+    let s = &request.sampling;
+    AnthropicBody {
+        model,
+        max_tokens: s.max_tokens.unwrap_or(default_max_tokens),
+        system: instructions(request),
+        tools,
+        temperature: s.temperature,
+        top_p: s.top_p,
+        stop_sequences: &s.stop_sequences,
+        thinking: s.thinking_budget_tokens.map(|budget_tokens| Thinking {
+            kind: "enabled",
+            budget_tokens,
+        }),
+        stream: true,
+    }
+}
+
+/// `messages` as the wire's messages (as [`crate::body::each_message`] does for the other
+/// wires): consecutive user-side
+/// entries (user text and tool results) share one user message, and an assistant message
+/// with no block is left out. Every message but the last is appended to `items` (roles
+/// alternate, so nothing later changes them); the last, which the next message may still
+/// extend, is returned encoded with the index of its first entry in `messages`.
+///
+/// # Errors
+/// serde_json's encoding error.
+pub(crate) fn write_turns<'a>(
+    messages: &'a [std::sync::Arc<Message>],
+    items: &mut Vec<u8>,
+) -> serde_json::Result<(usize, Vec<u8>)> {
+    let mut turns: Vec<(usize, Turn<'a>)> = Vec::new();
+    for (at, message) in messages.iter().enumerate() {
+        let mut push = |role: &'static str, blocks: &mut dyn Iterator<Item = Content<'a>>| {
+            let mut blocks = blocks.peekable();
+            if blocks.peek().is_none() {
+                return;
+            }
+            match turns.last_mut() {
+                Some((_, last)) if last.role == role => last.content.extend(blocks),
+                _ => turns.push((
+                    at,
+                    Turn {
+                        role,
+                        content: blocks.collect(),
+                    },
+                )),
+            }
+        };
         match &**message {
             Message::User { content } => {
                 push(
@@ -107,32 +139,25 @@ pub(crate) fn body<'a>(
             }
         }
     }
-    let s = &request.sampling;
-    AnthropicBody {
-        model,
-        max_tokens: s.max_tokens.unwrap_or(default_max_tokens),
-        system: instructions(request),
-        messages,
-        tools,
-        temperature: s.temperature,
-        top_p: s.top_p,
-        stop_sequences: &s.stop_sequences,
-        thinking: s.thinking_budget_tokens.map(|budget_tokens| Thinking {
-            kind: "enabled",
-            budget_tokens,
-        }),
-        stream: true,
+    let Some((open_at, open)) = turns.pop() else {
+        return Ok((messages.len(), Vec::new()));
+    };
+    for (_, turn) in &turns {
+        crate::body::push_item(items, turn)?;
     }
+    Ok((open_at, serde_json::to_vec(&open)?))
 }
 
 /// A Messages request body (docs: "Messages API").
+///
+/// Without `messages`: [`crate::HttpModel`] appends them ([`write_turns`]), reusing the
+/// messages it encoded for the request before.
 #[derive(Serialize)]
 pub(crate) struct AnthropicBody<'a> {
     model: &'a str,
     max_tokens: u32,
     #[serde(skip_serializing_if = "Option::is_none")]
     system: Option<&'a str>,
-    messages: Vec<Turn<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tools: Option<&'a RawValue>,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -101,6 +101,24 @@ pub(crate) fn push_item<T: Serialize + ?Sized>(
 /// assistant message may become several items, or none).
 pub(crate) type WriteItems = fn(&crate::Message, &mut Vec<u8>) -> serde_json::Result<()>;
 
+/// Appends the items of `messages` (the part of a transcript not yet encoded) that no later
+/// message can change to `items`, and returns how many of `messages` they settle (the next
+/// encoding starts after them) and the encoding of the rest (an item the next message may
+/// still change: Anthropic's last message, which a following user-side entry joins).
+///
+/// # Errors
+/// serde_json's encoding error.
+pub(crate) fn each_message(
+    messages: &[std::sync::Arc<crate::Message>],
+    items: &mut Vec<u8>,
+    write: WriteItems,
+) -> serde_json::Result<(usize, Vec<u8>)> {
+    for message in messages {
+        write(message, items)?;
+    }
+    Ok((messages.len(), Vec::new()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

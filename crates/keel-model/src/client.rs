@@ -227,7 +227,7 @@ struct Inner {
     /// is a key.
     tools_json: std::sync::Mutex<Vec<EncodedTools>>,
     /// The transcripts this model encoded last (at most [`TRANSCRIPTS_KEPT`], the newest
-    /// last), on the OpenAI wires: a step's transcript is the last step's with messages added
+    /// last): a step's transcript is the last step's with messages added
     /// (the same `Arc`s), so only the added ones are escaped and encoded; the rest is copied
     /// (issue 16: escaping the whole transcript at every step was ~16 % of a 199-step run's
     /// instructions).
@@ -384,28 +384,39 @@ impl HttpModel {
                 "messages",
                 crate::openai_chat::system_item(request)?,
                 request,
-                crate::openai_chat::write_items,
+                |rest, items| {
+                    crate::body::each_message(rest, items, crate::openai_chat::write_items)
+                },
             ),
             Wire::OpenaiResponses => self.with_transcript(
                 &crate::openai_responses::body(&c.model, c.encrypted_reasoning, request, tools),
                 "input",
                 None,
                 request,
-                crate::openai_responses::write_items,
+                |rest, items| {
+                    crate::body::each_message(rest, items, crate::openai_responses::write_items)
+                },
             ),
-            Wire::Anthropic => serde_json::to_vec(&crate::anthropic::body(
-                &c.model,
-                c.default_max_tokens.unwrap_or(8192),
+            Wire::Anthropic => self.with_transcript(
+                &crate::anthropic::body(
+                    &c.model,
+                    c.default_max_tokens.unwrap_or(8192),
+                    request,
+                    tools,
+                ),
+                "messages",
+                None,
                 request,
-                tools,
-            )),
+                crate::anthropic::write_turns,
+            ),
         }
     }
 
     /// `body` (an object) with the array `key` added last: `first` (an item, encoded), then
-    /// `write` of each of the request's messages. The items of the longest kept transcript
-    /// that the request's begins with (the same `Arc`s, in order) are reused and only the
-    /// messages after them encoded; the result is kept for the next request.
+    /// the request's messages as `write` encodes them ([`crate::body::each_message`]). The
+    /// items of the longest kept transcript that the request's begins with (the same `Arc`s,
+    /// in order) are reused and only the messages after them encoded; what they settle is
+    /// kept for the next request.
     ///
     /// # Errors
     /// As [`HttpModel::encode_body`].
@@ -415,14 +426,12 @@ impl HttpModel {
         key: &str,
         first: Option<Vec<u8>>,
         request: &ModelRequest,
-        write: crate::body::WriteItems,
+        write: impl Fn(&[Arc<crate::Message>], &mut Vec<u8>) -> serde_json::Result<(usize, Vec<u8>)>,
     ) -> serde_json::Result<Vec<u8>> {
         let messages = &request.messages;
         let kept = self.take_transcript(messages);
         let (mut items, done) = kept.map_or((Vec::new(), 0), |t| (t.items, t.messages.len()));
-        for message in &messages[done..] {
-            write(message, &mut items)?;
-        }
+        let (settled, open) = write(&messages[done..], &mut items)?;
         let mut out = Vec::with_capacity(items.len() + 1024);
         serde_json::to_writer(&mut out, body)?;
         // `{…}` → `{…,"key":[first,items]}`.
@@ -434,16 +443,16 @@ impl HttpModel {
         }
         serde_json::to_writer(&mut out, key)?;
         out.extend_from_slice(b":[");
-        if let Some(first) = first {
-            out.extend_from_slice(&first);
-            if !items.is_empty() {
+        let parts = [first.as_deref().unwrap_or_default(), &items, &open];
+        for (k, part) in parts.iter().filter(|p| !p.is_empty()).enumerate() {
+            if k > 0 {
                 out.push(b',');
             }
+            out.extend_from_slice(part);
         }
-        out.extend_from_slice(&items);
         out.extend_from_slice(b"]}");
         self.keep_transcript(EncodedTranscript {
-            messages: messages.clone(),
+            messages: messages[..done + settled].to_vec(),
             items,
         });
         Ok(out)
@@ -709,10 +718,11 @@ mod tests {
     }
 
     /// A body built from a kept transcript is the body a model with nothing kept builds, on
-    /// the wires that keep transcripts: as the transcript grows by a step, when it diverges
+    /// every wire: as the transcript grows by a step, when it diverges
     /// from the kept one (another message where the kept one had its own), when it is shorter
-    /// (a re-sampled step), with assistant messages that become no item at all (Responses) at
-    /// either end, with and without a system prompt, and empty.
+    /// (a re-sampled step), with assistant messages that become no item at all at either end,
+    /// with a user entry joining Anthropic's open user message, with and without a system
+    /// prompt, and empty.
     #[test]
     fn a_kept_transcript_gives_the_body_a_fresh_encoding_gives() {
         use crate::{Message, ToolCall};
@@ -759,8 +769,26 @@ mod tests {
                 r1.clone(),
             ],
             vec![silent.clone()],
+            // Anthropic: a user entry after a tool result joins the open user message.
+            vec![user.clone(), c1.clone(), r1.clone()],
+            vec![user.clone(), c1.clone(), r1.clone(), user.clone()],
+            vec![
+                user.clone(),
+                c1.clone(),
+                r1.clone(),
+                user.clone(),
+                silent.clone(),
+            ],
+            vec![
+                user.clone(),
+                c1.clone(),
+                r1.clone(),
+                user.clone(),
+                c2.clone(),
+                r2.clone(),
+            ],
         ];
-        for wire in [Wire::OpenaiChat, Wire::OpenaiResponses] {
+        for wire in [Wire::OpenaiChat, Wire::OpenaiResponses, Wire::Anthropic] {
             let config = ProviderConfig::new("m").with_base_url("http://127.0.0.1:9/v1");
             let kept = HttpModel::new(wire, config.clone()).unwrap();
             for instructions in [None, Some("be brief".to_owned())] {
@@ -778,6 +806,9 @@ mod tests {
                         "{wire:?}: {} messages",
                         messages.len()
                     );
+                    if wire == Wire::Anthropic {
+                        continue;
+                    }
                     let key = if wire == Wire::OpenaiChat {
                         "messages"
                     } else {
