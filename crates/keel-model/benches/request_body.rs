@@ -4,8 +4,12 @@
 //! messages (default 200: 100 `shell` calls and their results). The calls hold no raw argument
 //! text, as the runtime's transcript keeps them (the model's text is not journaled: it may hold
 //! a secret the journaled arguments redact), so the OpenAI wires serialize each call's
-//! arguments; `KEEL_BENCH_RAW=1` gives every call its raw text. Prints the median and p90 in µs
-//! over `KEEL_BENCH_RUNS` encodings (default 2,000) and the body's size; exits 0.
+//! arguments; `KEEL_BENCH_RAW=1` gives every call its raw text. Two figures per wire, each the
+//! median and p90 in µs over `KEEL_BENCH_RUNS` rounds (default 2,000), with the body's size:
+//! `whole`, a transcript the model has not seen (its first request in a process, or a session
+//! past the ones it keeps), then `step`, the same transcript with the next call and its result
+//! added, as each step of a session sends (the model reuses what it encoded for the one
+//! before). Exits 0.
 //!
 //! `cargo bench -p keel-model --bench request_body`
 
@@ -74,30 +78,56 @@ fn request(messages: usize, raw: bool) -> ModelRequest {
     }
 }
 
+/// The median and p90 of `times` (µs), sorted in place.
+fn summary(times: &mut [f64]) -> (f64, f64) {
+    times.sort_by(f64::total_cmp);
+    (times[times.len() / 2], times[times.len() * 9 / 10])
+}
+
 fn main() {
     let runs = env("KEEL_BENCH_RUNS", 2_000);
-    let request = request(
-        env("KEEL_BENCH_MESSAGES", 200),
-        env("KEEL_BENCH_RAW", 0) == 1,
-    );
+    let messages = env("KEEL_BENCH_MESSAGES", 200);
+    let full = request(messages + 2, env("KEEL_BENCH_RAW", 0) == 1);
+    // The first `n` messages (after the user's), new to any model: fresh `Arc`s.
+    let unseen = |n: usize| -> Vec<Arc<Message>> {
+        full.messages[..=n]
+            .iter()
+            .map(|m| Arc::new((**m).clone()))
+            .collect()
+    };
     for wire in [Wire::OpenaiChat, Wire::OpenaiResponses, Wire::Anthropic] {
         let model = HttpModel::new(wire, ProviderConfig::new("gpt-4o").with_api_key("bench"))
             .expect("model");
-        let mut times = Vec::with_capacity(runs);
-        let mut size = 0;
+        let (mut whole, mut step) = (Vec::with_capacity(runs), Vec::with_capacity(runs));
+        let mut sizes = (0, 0);
         for _ in 0..runs {
+            // `whole`: a transcript the model has not seen; `step`: the same with the next
+            // call and its result added.
+            let mut request = ModelRequest {
+                messages: unseen(messages + 2),
+                ..full.clone()
+            };
+            let added = request.messages.split_off(messages + 1);
             let start = Instant::now();
             let body = model.encode_body(&request).expect("encodes");
-            times.push(start.elapsed().as_secs_f64() * 1e6);
-            size = body.len();
+            whole.push(start.elapsed().as_secs_f64() * 1e6);
+            sizes.0 = body.len();
+            std::hint::black_box(body);
+            request.messages.extend(added);
+            let start = Instant::now();
+            let body = model.encode_body(&request).expect("encodes");
+            step.push(start.elapsed().as_secs_f64() * 1e6);
+            sizes.1 = body.len();
             std::hint::black_box(body);
         }
-        times.sort_by(f64::total_cmp);
-        println!(
-            "{wire:?}: body {size} bytes, {} messages: median {:.1} µs, p90 {:.1} µs ({runs} runs)",
-            request.messages.len(),
-            times[runs / 2],
-            times[runs * 9 / 10],
-        );
+        for (name, times, size, n) in [
+            ("whole", &mut whole, sizes.0, messages + 1),
+            ("step", &mut step, sizes.1, messages + 3),
+        ] {
+            let (median, p90) = summary(times);
+            println!(
+                "{wire:?} {name}: body {size} bytes, {n} messages: median {median:.1} µs, p90 {p90:.1} µs ({runs} runs)"
+            );
+        }
     }
 }

@@ -430,7 +430,9 @@ impl HttpModel {
     ) -> serde_json::Result<Vec<u8>> {
         let messages = &request.messages;
         let kept = self.take_transcript(messages);
-        let (mut items, done) = kept.map_or((Vec::new(), 0), |t| (t.items, t.messages.len()));
+        let (mut items, mut encoded) =
+            kept.map_or((Vec::new(), Vec::new()), |t| (t.items, t.messages));
+        let done = encoded.len();
         let (settled, open) = write(&messages[done..], &mut items)?;
         let mut out = Vec::with_capacity(items.len() + 1024);
         serde_json::to_writer(&mut out, body)?;
@@ -451,8 +453,11 @@ impl HttpModel {
             out.extend_from_slice(part);
         }
         out.extend_from_slice(b"]}");
+        // Only the newly settled messages are added: copying the whole list would touch every
+        // message's reference count at every step.
+        encoded.extend_from_slice(&messages[done..done + settled]);
         self.keep_transcript(EncodedTranscript {
-            messages: messages[..done + settled].to_vec(),
+            messages: encoded,
             items,
         });
         Ok(out)
