@@ -224,15 +224,19 @@ impl Redactor {
         if spans.is_empty() {
             return text.to_owned();
         }
-        let mut out = String::with_capacity(text.len());
-        let mut pos = 0;
-        for s in spans {
-            out.push_str(&text[pos..s.start]);
-            out.push_str(REDACTED);
-            pos = s.end;
+        replaced(text, spans)
+    }
+
+    /// Whether any string of `value` (values and object keys) holds a secret.
+    fn value_holds_secret(&self, value: &Value) -> bool {
+        match value {
+            Value::String(s) => self.holds_secret(s),
+            Value::Array(items) => items.iter().any(|v| self.value_holds_secret(v)),
+            Value::Object(map) => map
+                .iter()
+                .any(|(k, v)| self.holds_secret(k) || self.value_holds_secret(v)),
+            Value::Null | Value::Bool(_) | Value::Number(_) => false,
         }
-        out.push_str(&text[pos..]);
-        out
     }
 
     /// The longest literal value, bytes (0 when there is none).
@@ -318,6 +322,10 @@ impl Redactor {
         let Ok(original) = serde_json::to_value(&item) else {
             return item;
         };
+        // Most items hold no secret: found without copying the tree or any string.
+        if !self.value_holds_secret(&original) {
+            return item;
+        }
         let mut whole = original.clone();
         self.redact_value(&mut whole);
         if whole == original {
@@ -356,14 +364,14 @@ impl Redactor {
     pub fn redact_value(&self, value: &mut Value) {
         match value {
             Value::String(s) => {
-                let r = self.redact_str(s);
-                if r != *s {
-                    *s = r;
+                let spans = self.spans(s);
+                if !spans.is_empty() {
+                    *s = replaced(s, spans);
                 }
             }
             Value::Array(items) => items.iter_mut().for_each(|v| self.redact_value(v)),
             Value::Object(map) => {
-                if map.keys().any(|k| self.redact_str(k) != *k) {
+                if map.keys().any(|k| self.holds_secret(k)) {
                     let old = std::mem::take(map);
                     for (k, v) in old {
                         let mut key = self.redact_str(&k);
@@ -383,6 +391,19 @@ impl Redactor {
             Value::Null | Value::Bool(_) | Value::Number(_) => {}
         }
     }
+}
+
+/// `text` with each of `spans` (sorted, apart) replaced by [`REDACTED`].
+fn replaced(text: &str, spans: Vec<Range<usize>>) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut pos = 0;
+    for s in spans {
+        out.push_str(&text[pos..s.start]);
+        out.push_str(REDACTED);
+        pos = s.end;
+    }
+    out.push_str(&text[pos..]);
+    out
 }
 
 /// The current values of the environment variables `names` (unset and non-UTF-8 ones left out).
