@@ -34,6 +34,7 @@ mod classify;
 mod client;
 mod cost;
 mod error;
+mod kept;
 mod openai_chat;
 mod openai_responses;
 mod response;
