@@ -17,7 +17,8 @@ use keel_core::{
 };
 use keel_tools::ToolCallRequest;
 
-use crate::driver::{Runner, finished_item, status_item};
+use crate::background::{finished_item, status_item};
+use crate::driver::Runner;
 use crate::error::Result;
 
 impl Runner {
@@ -297,7 +298,7 @@ impl Runner {
             .chain(
                 // A child's approval expiring runs this session again, which re-attaches the
                 // child (whose run then expires it and goes on).
-                crate::driver::lock(&self.active.child_pending)
+                crate::background::lock(&self.active.child_pending)
                     .iter()
                     .filter_map(|p| match p {
                         crate::PendingAction::Approval { expires_at, .. } => Some(*expires_at),

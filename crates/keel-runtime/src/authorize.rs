@@ -12,8 +12,9 @@ use keel_tools::workspace::Workspace;
 use keel_tools::{ToolCallRequest, ToolRegistry, ToolResultStatus, ValidatedCall};
 use serde_json::Value;
 
+use crate::background::lock;
 use crate::config::SessionConfig;
-use crate::driver::{Runner, lock};
+use crate::driver::Runner;
 use crate::error::Result;
 use crate::journal::Journal;
 

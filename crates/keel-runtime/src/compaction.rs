@@ -12,8 +12,9 @@ use keel_core::{Correlation, EventBody, TurnId, TurnStatus};
 use keel_model::{ErrorKind, Message, ModelRequest, RequestPurpose};
 
 use crate::admission::Admission;
+use crate::background::{lock, phase_item};
 use crate::context::boundaries;
-use crate::driver::{Runner, lock, phase_item};
+use crate::driver::Runner;
 use crate::error::Result;
 
 impl Runner {

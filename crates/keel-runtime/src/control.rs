@@ -486,7 +486,7 @@ impl Runtime {
         j: &mut crate::journal::Journal,
         by: Option<keel_core::PrincipalId>,
     ) -> Result<()> {
-        let (corr, body) = crate::driver::status_item(SessionStatus::Closed, "closed by user");
+        let (corr, body) = crate::background::status_item(SessionStatus::Closed, "closed by user");
         j.stage(vec![(corr.by(by), body)]).await?;
         // Nothing waits on a timer in a closed session.
         j.extras.wake_at = Some(None);

@@ -11,8 +11,9 @@ use chrono::Utc;
 use keel_core::plan::{ApprovalFacts, Facts, Limits, Next};
 use keel_core::{ApprovalStatus, StateMachine, StepStatus, ToolCallStatus, TurnStatus};
 
+use crate::background::lock;
 use crate::config::merge_budget;
-use crate::driver::{Runner, lock};
+use crate::driver::Runner;
 use crate::error::Result;
 
 /// Compaction failures and provider overflows tolerated per turn.

@@ -129,9 +129,13 @@ pub(crate) mod inspect;
 
 pub(crate) mod driver;
 
+pub(crate) mod background;
+
 pub(crate) mod facts;
 
 pub(crate) mod sampling;
+
+pub(crate) mod proposal;
 
 pub(crate) mod admission;
 
@@ -220,8 +224,8 @@ pub use crash::CRASH_INJECTION;
 pub use error::{Result, RuntimeError};
 pub use journal::TurnOutcome;
 pub use pinned::Repin;
+pub use proposal::MAX_ARGUMENT_DEPTH;
 pub use redact::{REDACTED, Redactor};
 pub use runtime::{PendingAction, PendingSubagent, RunOutcome, Runtime, SessionView};
-pub use sampling::MAX_ARGUMENT_DEPTH;
 pub use secrets::host_redactor;
 pub use subscribe::{Delta, DeltaKind, Subscription, SubscriptionItem};

@@ -17,7 +17,8 @@ use keel_tools::ToolContext;
 use keel_tools::tool::{ReconcileOutcome, StepSnapshot};
 use serde_json::{Value, json};
 
-use crate::driver::{Runner, finished_item, lock};
+use crate::background::{finished_item, lock};
+use crate::driver::Runner;
 use crate::error::Result;
 
 impl Runner {

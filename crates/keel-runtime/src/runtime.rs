@@ -345,7 +345,8 @@ impl Runtime {
     /// (docs/BENCHMARKS.md, "A step on a quiet machine").
     pub async fn run(&self, tenant: TenantId, session: SessionId) -> Result<RunOutcome> {
         let rt = self.clone();
-        crate::driver::on_worker(session, async move { rt.run_here(tenant, session).await }).await
+        crate::background::on_worker(session, async move { rt.run_here(tenant, session).await })
+            .await
     }
 
     /// [`Runtime::run`] on the caller's task.
@@ -560,7 +561,7 @@ impl Runtime {
         let pending = if ended.status == SessionStatus::RequiresAction {
             let mut own = self.pending_of(&mut j).await?;
             // What the children of calls detached for a human wait for (crate::subagents).
-            own.append(&mut crate::driver::lock(&active.child_pending));
+            own.append(&mut crate::background::lock(&active.child_pending));
             own
         } else {
             Vec::new()

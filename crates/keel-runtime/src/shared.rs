@@ -14,8 +14,8 @@ use keel_model::ModelClient;
 use keel_store::Store;
 use tokio_util::sync::CancellationToken;
 
+use crate::background::lock;
 use crate::config::RuntimeOptions;
-use crate::driver::lock;
 use crate::error::RuntimeError;
 use crate::journal::Journal;
 use crate::runtime::PendingAction;

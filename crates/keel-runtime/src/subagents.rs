@@ -389,7 +389,7 @@ async fn drive(
             .cloned()
             .map(|p| p.in_subagent(child, agent))
             .collect();
-        crate::driver::lock(&active.waiting_in_child).insert(
+        crate::background::lock(&active.waiting_in_child).insert(
             call.clone(),
             crate::shared::ChildWait {
                 pending,
@@ -404,7 +404,7 @@ async fn drive(
                 () = detach.cancelled() => return Ok(None),
                 () = ctx.cancel.cancelled() => {
                     let detached =
-                        crate::driver::lock(&active.waiting_in_child).remove(call).is_none();
+                        crate::background::lock(&active.waiting_in_child).remove(call).is_none();
                     if lost.is_cancelled() || detached {
                         return Ok(None);
                     }
@@ -414,7 +414,7 @@ async fn drive(
             }
             if decided(rt, tenant, child, version, &outcome.pending).await? {
                 // Taken back unless the driver detached it first (then the call ends here).
-                if crate::driver::lock(&active.waiting_in_child)
+                if crate::background::lock(&active.waiting_in_child)
                     .remove(call)
                     .is_none()
                 {

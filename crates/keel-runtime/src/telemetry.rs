@@ -57,7 +57,8 @@ use keel_tools::policy::Policy;
 use tracing::field::Empty;
 use tracing::{Instrument, Span};
 
-use crate::driver::{Runner, lock};
+use crate::background::lock;
+use crate::driver::Runner;
 use crate::error::Result;
 use crate::metrics::Metrics;
 

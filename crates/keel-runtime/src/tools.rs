@@ -22,7 +22,8 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use crate::authorize::{SEALED_UNAVAILABLE, map_status};
-use crate::driver::{Items, Runner, finished_item, lock};
+use crate::background::{finished_item, lock};
+use crate::driver::{Items, Runner};
 use crate::error::{Result, RuntimeError};
 use crate::shared::LiveGuard;
 

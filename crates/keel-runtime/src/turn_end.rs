@@ -11,7 +11,8 @@ use keel_core::{
     TerminalReason, ToolCallStatus, TurnId,
 };
 
-use crate::driver::{Items, Runner, finished_item, lock, status_item};
+use crate::background::{finished_item, lock, status_item};
+use crate::driver::{Items, Runner};
 use crate::error::Result;
 
 impl Runner {
