@@ -321,28 +321,50 @@ fn acp_malformed_json_rpc_gets_protocol_errors_and_stdout_stays_protocol() {
         r#"{"id": 3, "method": "initialize"}"#,
         r#"{"jsonrpc": "2.0", "id": 4, "method": "no/such_method", "params": {}}"#,
         r#"{"jsonrpc": "2.0", "id": 5, "method": "session/prompt", "params": {"nope": 1}}"#,
+        r#"{"jsonrpc": "2.0", "id": 6, "method": "initialize", "params": {"protocolVersion": "x"}}"#,
     ] {
         writeln!(stdin, "{line}").unwrap();
     }
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let mut codes = Vec::new();
-    for _ in 0..5 {
+    for _ in 0..6 {
         let line = lines.next().unwrap().unwrap();
         let v: Value = serde_json::from_str(&line).unwrap();
         assert_eq!(v["jsonrpc"], "2.0", "{line}");
-        codes.push((v["id"].clone(), v["error"]["code"].as_i64().unwrap()));
+        // README "Editors (ACP)": the useful text as `message`, not the code's generic name,
+        // and `data` `{"reason", "message", ...}` with the same text.
+        let e = &v["error"];
+        let message = e["message"].as_str().unwrap_or_default();
+        assert!(
+            ![
+                "Parse error",
+                "Invalid Request",
+                "Method not found",
+                "Invalid params"
+            ]
+            .contains(&message),
+            "{line}"
+        );
+        assert_eq!(e["data"]["message"], message, "{line}");
+        assert!(e["data"]["reason"].as_str().is_some(), "{line}");
+        if v["id"] == json!(6) {
+            assert_eq!(e["data"]["reason"], "invalid_params", "{line}");
+            assert_eq!(e["data"]["field"], "protocolVersion", "{line}");
+        }
+        codes.push((v["id"].clone(), e["code"].as_i64().unwrap()));
     }
     drop(stdin);
     assert!(child.wait().unwrap().success());
-    codes.sort_by_key(|(_, c)| *c);
+    codes.sort_by_key(|(id, c)| (*c, id.to_string()));
     assert_eq!(
         codes,
         [
             (Value::Null, -32700),
             (json!(5), -32602),
+            (json!(6), -32602),
             (json!(4), -32601),
-            (Value::Null, -32600),
             (json!(3), -32600),
+            (Value::Null, -32600),
         ]
     );
 }

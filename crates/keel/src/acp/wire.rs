@@ -114,11 +114,12 @@ pub fn check_line(line: &str) -> Option<Value> {
             let version = &map.get("params").unwrap_or(&Value::Null)["protocolVersion"];
             let valid = version.as_u64().is_some_and(|v| v <= u64::from(u16::MAX));
             (!valid).then(|| {
-                error(
+                error_at(
                     reply_id,
                     -32602,
                     "Invalid params",
                     &format!("protocolVersion must be an integer (ACP's is 1), not {version}"),
+                    Some("protocolVersion"),
                 )
             })
         }
@@ -207,8 +208,77 @@ async fn read_line<R: tokio::io::AsyncBufRead + Unpin>(r: &mut R) -> Line {
     }
 }
 
-fn error(id: Value, code: i32, message: &str, data: &str) -> Value {
-    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message, "data": data}})
+/// The JSON-RPC names of the standard error codes, as the protocol crate sends them in
+/// `message`, with the snake_case `reason` Keel's errors carry for each.
+const GENERIC: [(&str, &str); 5] = [
+    ("Parse error", "parse_error"),
+    ("Invalid Request", "invalid_request"),
+    ("Method not found", "method_not_found"),
+    ("Invalid params", "invalid_params"),
+    ("Internal error", "internal"),
+];
+
+/// An error answer the protocol crate wrote itself (a request whose params do not parse:
+/// `-32602` with the code's name as `message` and serde's text as a bare string `data`) in
+/// Keel's shape ([`error`]): the text as `message`, `data` `{"reason", "message"}`. Any other
+/// line — Keel's own errors, results, notifications — is returned as it is.
+fn reshape_error(line: String) -> String {
+    // Only a line with an error object can need it (a quote inside a JSON string is escaped).
+    if !line.contains("\"error\":") {
+        return line;
+    }
+    let Ok(Value::Object(mut map)) = serde_json::from_str::<Value>(&line) else {
+        return line;
+    };
+    if map.contains_key("method") {
+        return line;
+    }
+    let Some(Value::Object(e)) = map.get_mut("error") else {
+        return line;
+    };
+    let Some(reason) = e
+        .get("message")
+        .and_then(Value::as_str)
+        .and_then(|m| GENERIC.iter().find(|(name, _)| *name == m))
+        .map(|(_, reason)| *reason)
+    else {
+        return line;
+    };
+    let text = match e.get("data") {
+        Some(Value::String(d)) if !d.is_empty() => d.clone(),
+        None | Some(Value::Null) | Some(Value::String(_)) => e
+            .get("message")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned(),
+        // Structured data is already Keel's (or carries what the client needs): kept.
+        Some(_) => return line,
+    };
+    e.insert("message".into(), json!(text));
+    e.insert("data".into(), json!({"reason": reason, "message": text}));
+    Value::Object(map).to_string()
+}
+
+/// A JSON-RPC 2.0 error answer in the shape every Keel ACP error has (README "Editors (ACP)",
+/// [`super::agent::failure`]): the useful text as `message` (what an editor shows) and `data`
+/// `{"reason": REASON, "message": TEXT}`, plus `field` when one request field is at fault.
+/// `kind` is the JSON-RPC name of `code` ("Parse error", …), turned into its reason
+/// ([`GENERIC`]).
+fn error(id: Value, code: i32, kind: &str, text: &str) -> Value {
+    error_at(id, code, kind, text, None)
+}
+
+/// [`error`] naming the request field at fault (`data.field`).
+fn error_at(id: Value, code: i32, kind: &str, text: &str, field: Option<&str>) -> Value {
+    let reason = GENERIC
+        .iter()
+        .find(|(name, _)| *name == kind)
+        .map_or("internal", |(_, reason)| reason);
+    let mut data = json!({"reason": reason, "message": text});
+    if let Some(f) = field {
+        data["field"] = json!(f);
+    }
+    json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": text, "data": data}})
 }
 
 /// The two pipes the protocol connection reads from and writes to, and the tasks that join
@@ -331,6 +401,7 @@ pub fn stdio() -> Pipes {
                 },
                 Some(reply) = errors_rx.recv() => reply.to_string(),
             };
+            let line = reshape_error(line);
             if !broken
                 && (out.write_all(line.as_bytes()).await.is_err()
                     || out.write_all(b"\n").await.is_err()
@@ -355,6 +426,26 @@ pub fn stdio() -> Pipes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_crates_own_errors_get_keels_shape_and_other_lines_pass_as_they_are() {
+        let crate_error = r#"{"jsonrpc":"2.0","id":5,"error":{"code":-32602,"message":"Invalid params","data":"missing field `sessionId`"}}"#;
+        let v: Value = serde_json::from_str(&reshape_error(crate_error.into())).unwrap();
+        assert_eq!(v["id"], 5);
+        assert_eq!(v["error"]["code"], -32602);
+        assert_eq!(v["error"]["message"], "missing field `sessionId`");
+        assert_eq!(
+            v["error"]["data"],
+            json!({"reason": "invalid_params", "message": "missing field `sessionId`"})
+        );
+        for kept in [
+            r#"{"jsonrpc":"2.0","id":1,"result":{"stopReason":"end_turn"}}"#,
+            r#"{"jsonrpc":"2.0","method":"session/update","params":{"error":{"message":"Invalid params"}}}"#,
+            r#"{"jsonrpc":"2.0","id":2,"error":{"code":-32602,"message":"cwd must be absolute","data":{"reason":"invalid_params","message":"cwd must be absolute","field":"cwd"}}}"#,
+        ] {
+            assert_eq!(reshape_error(kept.into()), kept);
+        }
+    }
 
     #[test]
     fn malformed_lines_get_json_rpc_error_codes() {
