@@ -3,12 +3,13 @@
 //! `running` again, and `turn.finished` carries the reason, usage and cost (in total and by the
 //! model that served each step), steps and duration — all in one commit. A call's approval
 //! still pending is journaled `approval.expired` in that commit and withdrawn from the approvals
-//! table right after it.
+//! table right after it; one a human already decided in the table (while no process ran the
+//! session) is journaled `approval.decided` as made, and its call still ends unrun.
 
 use chrono::Utc;
 use keel_core::{
-    ApprovalStatus, BudgetLimit, Correlation, EffectStatus, EventBody, SessionStatus, StateMachine,
-    TerminalReason, ToolCallStatus, TurnId,
+    ApprovalDecision, ApprovalId, ApprovalStatus, BudgetLimit, Correlation, EffectStatus,
+    EventBody, PrincipalId, SessionStatus, StateMachine, TerminalReason, ToolCallStatus, TurnId,
 };
 
 use crate::background::{finished_item, lock, status_item};
@@ -40,6 +41,7 @@ impl Runner {
         };
         // What a stopped attempt used is counted in its step's `step.failed`.
         let unsettled = lock(&self.unsettled_usage).take();
+        let decided = self.decided_in_table(turn).await;
         let items = self
             .read(|j| {
                 let mut items: Items = Vec::new();
@@ -71,16 +73,28 @@ impl Runner {
                                 EventBody::EffectOutcomeUnknown {},
                             ));
                         }
-                        // Its approval, still pending, is withdrawn: nobody may decide it now.
+                        // Its approval, still pending, is withdrawn: nobody may decide it now —
+                        // unless a human already decided it in the approvals table (while no
+                        // process ran the session): that decision is journaled as made, and the
+                        // call still ends unrun with the turn.
                         if let Some(a) = c
                             .approval_id
                             .and_then(|a| j.state.approvals.get(&a))
                             .filter(|a| a.status == ApprovalStatus::Pending)
                         {
-                            items.push((
-                                Correlation::default().with_approval(a.id),
-                                EventBody::ApprovalExpired {},
-                            ));
+                            items.push(match decided.iter().find(|(id, _, _)| *id == a.id) {
+                                Some((_, decision, by)) => (
+                                    Correlation::default().with_approval(a.id).by(*by),
+                                    EventBody::ApprovalDecided {
+                                        decision: decision.clone(),
+                                        hook: None,
+                                    },
+                                ),
+                                None => (
+                                    Correlation::default().with_approval(a.id),
+                                    EventBody::ApprovalExpired {},
+                                ),
+                            });
                         }
                         let text = match reason {
                             TerminalReason::Aborted => {
@@ -206,5 +220,42 @@ impl Runner {
         }
         tracing::info!(session = %self.session, %turn, terminal_reason = reason.as_str(), "turn finished");
         Ok(())
+    }
+}
+
+impl Runner {
+    /// The approvals of `turn`'s open calls that are pending in the journal but decided in the
+    /// approvals table (`keel approve` / `deny` while no process ran the session), with the
+    /// decision and who made it. A row that cannot be read counts as undecided (the approval is
+    /// then journaled expired, as before).
+    async fn decided_in_table(
+        &self,
+        turn: TurnId,
+    ) -> Vec<(ApprovalId, ApprovalDecision, Option<PrincipalId>)> {
+        let pending: Vec<ApprovalId> = self
+            .read(|j| {
+                j.state
+                    .open_tool_calls()
+                    .filter(|c| c.turn_id == turn)
+                    .filter_map(|c| c.approval_id)
+                    .filter(|a| {
+                        j.state
+                            .approvals
+                            .get(a)
+                            .is_some_and(|a| a.status == ApprovalStatus::Pending)
+                    })
+                    .collect()
+            })
+            .await;
+        let mut decided = Vec::new();
+        for a in pending {
+            if let Ok(row) = self.rt.store.get_approval(self.tenant, a).await
+                && matches!(row.status, ApprovalStatus::Allowed | ApprovalStatus::Denied)
+                && let Some(decision) = row.decision
+            {
+                decided.push((a, decision, row.decided_by));
+            }
+        }
+        decided
     }
 }

@@ -1,9 +1,10 @@
-//! Approval expiry acted on by `Runtime::run_due`.
+//! Approval expiry acted on by `Runtime::run_due`, and what a turn's end journals for an
+//! approval still open in the journal.
 
 use std::time::Duration;
 
 use chrono::Utc;
-use keel_core::{EventBody, SessionStatus, TerminalReason, ToolCallStatus};
+use keel_core::{ApprovalDecision, EventBody, SessionStatus, TerminalReason, ToolCallStatus};
 use keel_runtime::PendingAction;
 use keel_tools::policy::PermissionMode;
 use serde_json::json;
@@ -12,6 +13,7 @@ use crate::common::*;
 use crate::on_both;
 
 on_both!(an_expired_approval_rejects_its_call_and_the_turn_continues_when_due);
+on_both!(a_decision_made_while_nothing_ran_is_journaled_when_the_turn_is_cancelled);
 
 async fn an_expired_approval_rejects_its_call_and_the_turn_continues_when_due(b: Backend) {
     let f = fixture(
@@ -59,4 +61,77 @@ async fn an_expired_approval_rejects_its_call_and_the_turn_continues_when_due(b:
     assert!(output.contains("expired"), "{output}");
     let rec = f.db.store.get_session(f.tenant, f.session).await.unwrap();
     assert_eq!(rec.wake_at, None, "the timer is cleared");
+}
+
+/// `keel approve` while no process runs the session, then `keel cancel`: the journal records
+/// the human's decision (`approval.decided`, by whom), not `approval.expired`, and the call
+/// ends cancelled, unrun. A README-only user found the allow erased from the journal.
+async fn a_decision_made_while_nothing_ran_is_journaled_when_the_turn_is_cancelled(b: Backend) {
+    let f = fixture(
+        b,
+        &[
+            json!({"tool_calls": [call("counter", json!({"label": "x"}))]}),
+            json!({"text": "never sampled"}),
+        ],
+        |c| c.permission_mode = PermissionMode::Default,
+    )
+    .await;
+    f.rt.submit(f.tenant, f.session, "count").await.unwrap();
+    let out = f.rt.run(f.tenant, f.session).await.unwrap();
+    assert_eq!(out.status, SessionStatus::RequiresAction);
+    let PendingAction::Approval {
+        approval_id,
+        args_hash,
+        ..
+    } = &out.pending[0]
+    else {
+        panic!("{:?}", out.pending)
+    };
+    f.rt.decide_approval(
+        f.tenant,
+        *approval_id,
+        ApprovalDecision::AllowOnce,
+        args_hash,
+    )
+    .await
+    .unwrap();
+    // No process runs the session: the cancel ends the turn itself.
+    f.rt.cancel_turn(f.tenant, f.session).await.unwrap();
+    f.rt.run(f.tenant, f.session).await.unwrap();
+    assert!(f.counter_lines().is_empty(), "the call was not run");
+    let evs = f.events().await;
+    let types: Vec<&str> = evs.iter().map(|e| e.type_name()).collect();
+    assert!(
+        evs.iter().any(|e| matches!(
+            &e.body,
+            EventBody::TurnFinished {
+                terminal_reason: TerminalReason::Aborted,
+                ..
+            }
+        )),
+        "{types:?}"
+    );
+    assert!(!types.contains(&"approval.expired"), "{types:?}");
+    let decided = evs
+        .iter()
+        .find(|e| e.type_name() == "approval.decided")
+        .unwrap_or_else(|| panic!("no approval.decided: {types:?}"));
+    assert!(
+        matches!(
+            &decided.body,
+            EventBody::ApprovalDecided {
+                decision: ApprovalDecision::AllowOnce,
+                hook: None
+            }
+        ),
+        "{decided:?}"
+    );
+    let status = evs
+        .iter()
+        .find_map(|e| match &e.body {
+            EventBody::ToolCallFinished { status, .. } => Some(*status),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(status, ToolCallStatus::Cancelled);
 }
