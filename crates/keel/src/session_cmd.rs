@@ -380,8 +380,10 @@ async fn converse_in(
     loop {
         if let Some(command) = p.command.take() {
             let reborrowed = lines.as_deref_mut();
+            let before = p.session;
             let result = crate::input::run_command(p, &command, config, &input, reborrowed).await;
-            if matches!(command, keel_runtime::input::Command::Clear) && result.is_ok() {
+            if matches!(command, keel_runtime::input::Command::Clear) && p.session != before {
+                // `/clear` made a new session: both it and the one it keeps stay.
                 *started_here = None;
             }
             match result {

@@ -50,8 +50,9 @@ fn local_commands_answer_without_a_model_call() {
     let evs = events(&env, &session);
     assert_eq!(count(&evs, "turn.queued"), 1, "no command became a turn");
     assert_eq!(count(&evs, "step.started"), 1, "no model call");
-    // A new run whose prompt a command answers locally leaves no empty session behind.
-    for command in ["/help", "/status", "/cost", "/permissions"] {
+    // A new run whose prompt a command answers locally leaves no empty session behind —
+    // `/clear` included: a new session is already clear (it stored two empty ones).
+    for command in ["/help", "/status", "/cost", "/permissions", "/clear"] {
         let out = env.run(&[
             "run",
             "--workspace",
@@ -61,6 +62,13 @@ fn local_commands_answer_without_a_model_call() {
             command,
         ]);
         assert_eq!(out.status.code(), Some(0), "{command}: {}", stderr(&out));
+        if command == "/clear" {
+            assert!(
+                stdout(&out).contains("nothing to clear"),
+                "{}",
+                stdout(&out)
+            );
+        }
     }
     let list = stdout(&env.run(&["sessions", "list", "--json"]));
     assert_eq!(
