@@ -538,3 +538,78 @@ async fn a_stuck_holder_costs_one_call_its_time_limit_and_nothing_more() {
     tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
     assert!(!f.path("given-up").exists(), "the call given up on ran");
 }
+
+/// Runs `program args` under `sandbox` in `dir` and returns its standard output.
+async fn output_of(
+    sandbox: &Sandbox,
+    program: &str,
+    args: &[&str],
+    dir: &std::path::Path,
+) -> String {
+    use std::io::Read as _;
+    let (mut reader, writer) = std::io::pipe().unwrap();
+    let mut child = sandbox
+        .spawn(
+            Invocation {
+                program: program.into(),
+                args: args.iter().map(|a| (*a).to_owned()).collect(),
+                workdir: dir.to_path_buf(),
+                stdout: writer.try_clone().unwrap().into(),
+                stderr: writer.into(),
+            },
+            dir,
+        )
+        .await
+        .unwrap();
+    child.wait().await.unwrap();
+    let mut out = String::new();
+    reader.read_to_string(&mut out).unwrap();
+    out
+}
+
+/// A command's environment and the programs found on its `PATH` are computed once per
+/// sandbox (issue 16: they were rebuilt at every call): a setting changed on a clone still
+/// reaches its next command, and a program found once and then removed is looked for again.
+#[tokio::test]
+async fn a_command_s_kept_environment_follows_settings_and_a_removed_program() {
+    let dir = tempfile::tempdir().unwrap();
+    let (first, second) = (dir.path().join("first"), dir.path().join("second"));
+    for (d, says) in [(&first, "first"), (&second, "second")] {
+        std::fs::create_dir(d).unwrap();
+        let prog = d.join("which-one");
+        std::fs::write(&prog, format!("#!/bin/sh\necho {says} $KEPT_TEST_VAR\n")).unwrap();
+        std::fs::set_permissions(&prog, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+    }
+    let path = format!("{}:{}:/usr/bin:/bin", first.display(), second.display());
+    let sandbox = Sandbox::new(SandboxMode::Off).unwrap().setting(&[
+        ("PATH".into(), path.clone()),
+        ("KEPT_TEST_VAR".into(), "a".into()),
+    ]);
+    assert_eq!(
+        output_of(&sandbox, "which-one", &[], dir.path()).await,
+        "first a\n"
+    );
+    assert_eq!(
+        output_of(&sandbox, "which-one", &[], dir.path()).await,
+        "first a\n"
+    );
+    // The program found is gone: the next one on PATH runs.
+    std::fs::remove_file(first.join("which-one")).unwrap();
+    assert_eq!(
+        output_of(&sandbox, "which-one", &[], dir.path()).await,
+        "second a\n"
+    );
+    // A clone with another setting: its commands see it, the original's do not.
+    let changed = sandbox
+        .clone()
+        .setting(&[("PATH".into(), path), ("KEPT_TEST_VAR".into(), "b".into())]);
+    assert_eq!(
+        output_of(&changed, "which-one", &[], dir.path()).await,
+        "second b\n"
+    );
+    assert_eq!(
+        output_of(&sandbox, "which-one", &[], dir.path()).await,
+        "second a\n"
+    );
+}

@@ -117,9 +117,7 @@ fn on_path(program: &str, env: &[(OsString, OsString)]) -> PathBuf {
             break;
         }
         let candidate = dir.join(program);
-        if std::fs::metadata(&candidate).is_ok_and(|m| m.is_file())
-            && rustix::fs::access(&candidate, rustix::fs::Access::EXEC_OK).is_ok()
-        {
+        if is_executable_file(&candidate) {
             return candidate;
         }
     }
@@ -370,6 +368,47 @@ struct EnvPolicy {
     withheld: Vec<String>,
     passed: Vec<String>,
     set: Vec<(String, String)>,
+    /// The environment these settings give a command ([`Sandbox::command_env`]), computed at
+    /// the first command: keel never changes its own environment while it runs. Reset by every
+    /// builder method that changes a setting.
+    computed: std::sync::OnceLock<Arc<CommandEnv>>,
+}
+
+/// A command's environment, and the programs found on its `PATH` so far.
+#[derive(Debug)]
+struct CommandEnv {
+    vars: Vec<(OsString, OsString)>,
+    /// Program name → where [`on_path`] found it. A hit is checked again (still a file, still
+    /// executable) before each use and searched for anew when it is not; a program put earlier
+    /// on `PATH` later is not seen while the found one stays (as bash's own command hash).
+    found: std::sync::Mutex<std::collections::HashMap<String, PathBuf>>,
+}
+
+impl CommandEnv {
+    /// Where `program` is on this environment's `PATH` ([`on_path`]), from the found programs
+    /// when the one found last is still an executable file.
+    fn program(&self, program: &str) -> PathBuf {
+        let mut found = self
+            .found
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(path) = found.get(program)
+            && is_executable_file(path)
+        {
+            return path.clone();
+        }
+        let path = on_path(program, &self.vars);
+        if path.is_absolute() {
+            found.insert(program.to_owned(), path.clone());
+        }
+        path
+    }
+}
+
+/// Whether `path` is a regular file (after links) this process may execute.
+fn is_executable_file(path: &Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| m.is_file())
+        && rustix::fs::access(path, rustix::fs::Access::EXEC_OK).is_ok()
 }
 
 /// A sandbox configuration with its private temp dir (deleted when the last clone is dropped).
@@ -462,7 +501,7 @@ impl Sandbox {
     /// names them too.
     #[must_use]
     pub fn withholding(mut self, names: &[String]) -> Self {
-        Arc::make_mut(&mut self.env).withheld = names.to_vec();
+        self.env_mut().withheld = names.to_vec();
         self
     }
 
@@ -471,7 +510,7 @@ impl Sandbox {
     /// without a value).
     #[must_use]
     pub fn passing(mut self, names: &[String]) -> Self {
-        Arc::make_mut(&mut self.env).passed = names.to_vec();
+        self.env_mut().passed = names.to_vec();
         self
     }
 
@@ -479,7 +518,7 @@ impl Sandbox {
     /// spawns (the user config's `[env]` values), whatever the name.
     #[must_use]
     pub fn setting(mut self, vars: &[(String, String)]) -> Self {
-        Arc::make_mut(&mut self.env).set = vars.to_vec();
+        self.env_mut().set = vars.to_vec();
         self
     }
 
@@ -528,6 +567,28 @@ impl Sandbox {
         self.temp.path()
     }
 
+    /// The settings of [`Self::withholding`], [`Self::passing`] and [`Self::setting`], to
+    /// change: what was computed from the old ones is dropped.
+    fn env_mut(&mut self) -> &mut EnvPolicy {
+        let env = Arc::make_mut(&mut self.env);
+        env.computed = std::sync::OnceLock::new();
+        env
+    }
+
+    /// [`Self::tool_env`] of keel's own environment, computed once per setting of this sandbox
+    /// (and its clones) rather than at every command.
+    fn command_env(&self) -> Arc<CommandEnv> {
+        self.env
+            .computed
+            .get_or_init(|| {
+                Arc::new(CommandEnv {
+                    vars: self.tool_env(std::env::vars_os()),
+                    found: std::sync::Mutex::default(),
+                })
+            })
+            .clone()
+    }
+
     /// The environment a tool process gets (see the module docs), from `base` (keel's own).
     pub fn tool_env(
         &self,
@@ -561,15 +622,15 @@ impl Sandbox {
         invocation: Invocation,
         workspace: &Path,
     ) -> Result<SandboxedChild, ToolsError> {
-        let env = self.tool_env(std::env::vars_os());
+        let env = self.command_env();
         if self.mode == SandboxMode::Off {
-            let mut command = tokio::process::Command::new(on_path(&invocation.program, &env));
+            let mut command = tokio::process::Command::new(env.program(&invocation.program));
             command
                 .arg0(&invocation.program)
                 .args(&invocation.args)
                 .current_dir(&invocation.workdir)
                 .env_clear()
-                .envs(env)
+                .envs(env.vars.iter().map(|(k, v)| (k, v)))
                 .stdin(Stdio::null())
                 .stdout(Stdio::from(invocation.stdout))
                 .stderr(Stdio::from(invocation.stderr))
@@ -598,7 +659,7 @@ impl Sandbox {
                 )
             })?;
         launcher::log_skipped_launcher();
-        imp::spawn(self, launcher, invocation, workspace, env).await
+        imp::spawn(self, launcher, invocation, workspace, env.vars.clone()).await
     }
 
     /// Checks that this system can run a command under `mode` with the registered launcher, by
