@@ -498,6 +498,19 @@ pub fn print_summary(s: &Value, json_out: bool) -> anyhow::Result<()> {
             "status     running (no live worker; keel resume {} continues)",
             str_of(&s["session_id"])
         )?;
+    } else if status == "requires_action"
+        && s["live_worker"] != true
+        && [&s["pending_approvals"], &s["unresolved_effects"]]
+            .iter()
+            .all(|l| l.as_array().is_none_or(Vec::is_empty))
+    {
+        // Decided while no process ran it (`keel approve`, `keel resolve`): nothing is left
+        // to act on, and nothing runs it until it is resumed.
+        writeln!(
+            out,
+            "status     requires_action (every decision it waited on is made; keel resume {} continues)",
+            str_of(&s["session_id"])
+        )?;
     } else {
         writeln!(out, "status     {status}")?;
     }

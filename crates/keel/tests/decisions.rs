@@ -33,6 +33,27 @@ fn a_second_deny_succeeds_like_a_second_approve() {
     assert_eq!(out.status.code(), Some(1));
 }
 
+/// `keel approve` with no process running the session: `keel sessions show` no longer lists
+/// the approval, and says the session needs only a `keel resume` (it said `requires_action`
+/// with nothing to act on; found by the README-only pass).
+#[test]
+fn a_session_decided_while_nothing_ran_says_resume_continues_it() {
+    let env = Env::new();
+    let (session, approval) = pending(&env);
+    let shown = stdout(&env.run(&["sessions", "show", &session]));
+    assert!(shown.contains("pending approvals"), "{shown}");
+    assert!(!shown.contains("every decision"), "{shown}");
+    assert!(env.run(&["approve", &approval]).status.success());
+    let shown = stdout(&env.run(&["sessions", "show", &session]));
+    assert!(!shown.contains("pending approvals"), "{shown}");
+    assert!(
+        shown.contains(&format!(
+            "requires_action (every decision it waited on is made; keel resume {session} continues)"
+        )),
+        "{shown}"
+    );
+}
+
 #[test]
 fn approving_after_the_turn_was_cancelled_says_it_is_no_longer_pending() {
     let env = Env::new();
