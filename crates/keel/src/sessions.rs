@@ -36,7 +36,7 @@ pub async fn get_session(
     match store.get_session(local_tenant(), session).await {
         Ok(r) => Ok(r),
         Err(keel_store::StoreError::NotFound { .. }) => Err(anyhow::anyhow!(
-            "no session {session} in this store (see `keel sessions list`, or pass the --store it was run with)"
+            "no session {session} in this store (see `keel sessions list`, or pass the --store it was run with; a session made through `keel serve` belongs to a tenant: use `keel --server URL`)"
         )),
         Err(e) => Err(e.into()),
     }
