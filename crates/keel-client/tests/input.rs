@@ -131,4 +131,8 @@ async fn slash_commands_and_at_paths_over_the_api(b: Backend) {
     assert_ne!(new, session);
     let fresh = op.get_session(&new).await.unwrap();
     assert_eq!(fresh.session_id, new);
+    // The new session has no turn: it is already clear, and no third session is made.
+    let c = command(&op, &new, "/clear").await;
+    assert!(c.new_session_id.is_none(), "{c:?}");
+    assert!(c.output.contains("nothing to clear"), "{}", c.output);
 }

@@ -667,18 +667,30 @@ impl Runtime {
     }
 
     /// `/clear`: a new session with `session`'s release and effective settings (the old one
-    /// stays as it is, resumable). Returns the new session's id.
+    /// stays as it is, resumable). Returns the new session's id, or `None` when `session` has
+    /// no turn yet: it is already clear, and another empty session would only be left behind
+    /// (`keel run "/clear"` stored two).
     ///
     /// # Errors
     /// An unknown session; store errors.
-    pub async fn clear(&self, tenant: TenantId, session: SessionId) -> Result<SessionId> {
+    pub async fn clear(&self, tenant: TenantId, session: SessionId) -> Result<Option<SessionId>> {
         let (state, config) = self.state_and_config(tenant, session).await?;
+        if state.turn_order.is_empty() {
+            return Ok(None);
+        }
         let release_id = state.release_id.ok_or(RuntimeError::Config {
             session,
             reason: "the journal has no session.created".into(),
         })?;
         let release = self.inner.store.get_release(tenant, &release_id).await?;
-        self.create_session(tenant, &release, config).await
+        self.create_session(tenant, &release, config)
+            .await
+            .map(Some)
+    }
+
+    /// What `/clear` answers for `session` when [`Runtime::clear`] made nothing.
+    pub fn nothing_to_clear(session: SessionId) -> String {
+        format!("nothing to clear: session {session} has no turn yet")
     }
 }
 

@@ -272,9 +272,11 @@ async fn clear_makes_a_new_session_with_the_same_release_and_settings(b: Backend
         c.deny = vec!["shell".into()]
     })
     .await;
+    // A session without a turn is already clear: nothing is made.
+    assert_eq!(f.rt.clear(f.tenant, f.session).await.unwrap(), None);
     f.rt.submit(f.tenant, f.session, "first").await.unwrap();
     f.rt.run(f.tenant, f.session).await.unwrap();
-    let new = f.rt.clear(f.tenant, f.session).await.unwrap();
+    let new = f.rt.clear(f.tenant, f.session).await.unwrap().unwrap();
     assert_ne!(new, f.session);
     let old = f.rt.view(f.tenant, f.session).await.unwrap().state;
     let fresh = f.rt.view(f.tenant, new).await.unwrap().state;

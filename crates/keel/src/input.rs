@@ -171,22 +171,11 @@ pub async fn run_command(
             Ok(false)
         }
         Command::Clear => {
-            // A session without a turn is already clear: another empty one would only be left
-            // behind (`keel run "/clear"` stored two).
-            if p.runtime
-                .view(p.tenant, p.session)
-                .await
-                .is_ok_and(|v| v.state.turn_order.is_empty())
-            {
-                say(
-                    p,
-                    config,
-                    command,
-                    &format!("nothing to clear: session {} has no turn yet", p.session),
-                );
+            let Some(session) = p.runtime.clear(p.tenant, p.session).await? else {
+                let text = keel_runtime::Runtime::nothing_to_clear(p.session);
+                say(p, config, command, &text);
                 return Ok(false);
-            }
-            let session = p.runtime.clear(p.tenant, p.session).await?;
+            };
             let old = p.session;
             p.session = session;
             p.from_seq = 1;

@@ -382,8 +382,13 @@ async fn converse_in(
             let reborrowed = lines.as_deref_mut();
             let before = p.session;
             let result = crate::input::run_command(p, &command, config, &input, reborrowed).await;
-            if matches!(command, keel_runtime::input::Command::Clear) && p.session != before {
-                // `/clear` made a new session: both it and the one it keeps stay.
+            if matches!(command, keel_runtime::input::Command::Clear)
+                && p.session != before
+                && *started_here == Some(before)
+            {
+                // `/clear` made a new session of the one started here: both it and the one it
+                // keeps stay. (Cleared elsewhere, after a `/resume`, the one started here is
+                // still discarded if it never had a turn.)
                 *started_here = None;
             }
             match result {

@@ -131,11 +131,13 @@ pub(super) async fn run_command(
             runtime.repin(tenant, session, &release).await?;
             format!("session {session} now runs model {name}")
         }
-        Command::Clear => {
-            let new = rt.clear(tenant, session).await?;
-            new_session_id = Some(new.to_string());
-            format!("new session {new} (session {session} is kept)")
-        }
+        Command::Clear => match rt.clear(tenant, session).await? {
+            Some(new) => {
+                new_session_id = Some(new.to_string());
+                format!("new session {new} (session {session} is kept)")
+            }
+            None => keel_runtime::Runtime::nothing_to_clear(session),
+        },
         Command::Resume { .. } => {
             return Err(ApiError::invalid(
                 "input",
