@@ -562,7 +562,23 @@ impl Runtime {
                 .await;
         }
         let svc = ApprovalService::new(self.inner.store.clone(), tenant);
-        Ok(svc.decide(approval, decision, args_hash, now).await?)
+        let decided = svc.decide(approval, decision, args_hash, now).await?;
+        // The turn may have ended between the check above and this decision (a `keel cancel`
+        // racing it, with no process running the session): its end journaled the approval
+        // expired, the call unrun. The decision came too late; say so rather than "decided".
+        let f = self.fold(tenant, rec.session_id).await?;
+        if let Some(turn) = f.turns.get(&rec.turn_id).filter(|t| t.status.is_terminal())
+            && f.approvals
+                .get(&approval)
+                .is_some_and(|a| a.status == ApprovalStatus::Expired)
+        {
+            return Err(RuntimeError::ApprovalWithdrawn {
+                session: rec.session_id,
+                approval,
+                outcome: turn.status.as_str().to_owned(),
+            });
+        }
+        Ok(decided)
     }
     /// Records a human's decision on an `outcome_unknown` effect (`effect.decided`): `committed`
     /// (it happened; the outcome is the call's result), `failed` (it did not; the model sees a

@@ -225,32 +225,34 @@ impl Runner {
 
 impl Runner {
     /// The approvals of `turn`'s open calls that are pending in the journal but decided in the
-    /// approvals table (`keel approve` / `deny` while no process ran the session), with the
-    /// decision and who made it. A row that cannot be read counts as undecided (the approval is
-    /// then journaled expired, as before).
+    /// approvals table (`keel approve` / `deny` while no process ran the session) for the
+    /// arguments the journal holds, with the decision and who made it. A row that cannot be
+    /// read, or whose arguments' hash differs, counts as undecided (the approval is then
+    /// journaled expired). A decision that lands after this read and before the turn's end
+    /// is committed is in the table only: the journal says expired, and nothing runs.
     async fn decided_in_table(
         &self,
         turn: TurnId,
     ) -> Vec<(ApprovalId, ApprovalDecision, Option<PrincipalId>)> {
-        let pending: Vec<ApprovalId> = self
+        let pending: Vec<(ApprovalId, String)> = self
             .read(|j| {
                 j.state
                     .open_tool_calls()
                     .filter(|c| c.turn_id == turn)
                     .filter_map(|c| c.approval_id)
-                    .filter(|a| {
-                        j.state
-                            .approvals
-                            .get(a)
-                            .is_some_and(|a| a.status == ApprovalStatus::Pending)
-                    })
+                    .filter_map(|a| j.state.approvals.get(&a))
+                    .filter(|a| a.status == ApprovalStatus::Pending)
+                    .map(|a| (a.id, a.args_hash.clone()))
                     .collect()
             })
             .await;
         let mut decided = Vec::new();
-        for a in pending {
+        for (a, args_hash) in pending {
+            // A row whose hash is not the journal's was not decided for this call (the planner
+            // denies such a decision: "made for other arguments"); it is journaled expired.
             if let Ok(row) = self.rt.store.get_approval(self.tenant, a).await
                 && matches!(row.status, ApprovalStatus::Allowed | ApprovalStatus::Denied)
+                && row.args_hash == args_hash
                 && let Some(decision) = row.decision
             {
                 decided.push((a, decision, row.decided_by));

@@ -54,6 +54,34 @@ fn a_session_decided_while_nothing_ran_says_resume_continues_it() {
     );
 }
 
+/// A decided row whose arguments' hash is not the journal's (a store changed under keel) is
+/// not journaled as the call's decision when the turn is cancelled: the approval expires, as
+/// the planner would deny it (found by the attack pass: `--for-session` then granted a
+/// session rule for the journal's arguments).
+#[test]
+fn a_decision_for_other_arguments_is_not_journaled_at_the_cancel() {
+    let env = Env::new();
+    let (session, approval) = pending(&env);
+    let ok = std::process::Command::new("python3")
+        .arg("-c")
+        .arg("import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); c.execute(\"UPDATE approvals SET args_hash='sha256:00' WHERE approval_id=?\", (sys.argv[2],)); c.commit()")
+        .arg(env.path("data/keel/keel.db"))
+        .arg(&approval)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    assert!(
+        env.run(&["approve", &approval, "--for-session"])
+            .status
+            .success()
+    );
+    assert!(env.run(&["cancel", &session]).status.success());
+    let events = stdout(&env.run(&["sessions", "events", &session]));
+    assert!(!events.contains("\"approval.decided\""), "{events}");
+    assert!(events.contains("\"approval.expired\""), "{events}");
+}
+
 #[test]
 fn approving_after_the_turn_was_cancelled_says_it_is_no_longer_pending() {
     let env = Env::new();
