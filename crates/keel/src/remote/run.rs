@@ -231,7 +231,13 @@ async fn prepare(
                 .await
                 .map_err(|e| explain(&client, e))?;
             let id: SessionId = session.session_id.parse()?;
-            let turn = submit(&client, &session.session_id, &prompt).await?;
+            let jsonl = config.output == OutputFormat::Jsonl;
+            let turn = submit(&client, &session.session_id, &prompt, jsonl).await?;
+            if turn.is_none() {
+                // A command answered instead of a turn: as locally, the new session is not
+                // kept when it never got one (`keel --server … run "/help"` left it behind).
+                discard_if_turnless(&client, &session.session_id).await;
+            }
             Ok((
                 RemoteRun {
                     client,
@@ -297,7 +303,8 @@ async fn prepare(
             let mut answered = false;
             let turn = match input.filter(|_| caught_up.is_none()) {
                 Some(text) => {
-                    let turn = submit(&client, &sid, &text).await?;
+                    let jsonl = config.output == OutputFormat::Jsonl;
+                    let turn = submit(&client, &sid, &text, jsonl).await?;
                     answered = turn.is_none();
                     turn
                 }
@@ -575,11 +582,17 @@ async fn next_input(p: &mut RemoteRun, lines: &mut Lines) -> Result<(), Option<u
 }
 
 /// Sends `text` to the server's input pipeline: the turn it queued, or `None` for a slash
-/// command the server carried out (its answer printed on standard output).
+/// command the server carried out (its answer printed on standard output: with `jsonl`, as
+/// the one `{"type":"command","command","session_id","output"}` line a local run prints).
 ///
 /// # Errors
 /// The server's refusal (422 naming `input` for an unknown command or a bad `@path`).
-async fn submit(client: &Client, session: &str, text: &str) -> anyhow::Result<Option<TurnId>> {
+async fn submit(
+    client: &Client,
+    session: &str,
+    text: &str,
+    jsonl: bool,
+) -> anyhow::Result<Option<TurnId>> {
     match client
         .submit_input(session, text)
         .await
@@ -587,9 +600,32 @@ async fn submit(client: &Client, session: &str, text: &str) -> anyhow::Result<Op
     {
         keel_client::api::InputOutcome::Turn(t) => Ok(Some(t.turn_id.parse()?)),
         keel_client::api::InputOutcome::Command(c) => {
-            println!("{}", c.output);
+            if jsonl {
+                let line = serde_json::json!({
+                    "type": "command",
+                    "command": c.command,
+                    "session_id": c.session_id,
+                    "output": c.output,
+                });
+                println!("{line}");
+            } else {
+                println!("{}", c.output);
+            }
             Ok(None)
         }
+    }
+}
+
+/// Deletes the server's `session` when it is still `created` with no turn (best effort: a
+/// refusal, e.g. a key that may not delete, only leaves it listed).
+async fn discard_if_turnless(client: &Client, session: &str) {
+    if let Ok(s) = client.get_session(session).await
+        && s.status == "created"
+        && s.active_turn_id.is_none()
+        && s.queued_turn_ids.is_empty()
+        && let Err(e) = client.delete_session(session, s.version).await
+    {
+        tracing::debug!(%session, "deleting a session that never had a turn: {e}");
     }
 }
 

@@ -83,6 +83,20 @@ fn a_headless_slash_command_on_a_server_prints_its_answer_and_exits_0() {
         "{}",
         stderr(&run)
     );
+    // As locally: with `--output jsonl` the answer is one `command` line, and the session the
+    // command ran in (it never had a turn) is not kept; nor does `/clear` make another.
+    for command in ["/status", "/clear"] {
+        let run = run_script(&env, &s, &["--output", "jsonl", command]);
+        assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
+        let out = stdout(&run);
+        let line: serde_json::Value = serde_json::from_str(out.trim())
+            .unwrap_or_else(|e| panic!("{command}: not one JSON line ({e}): {out}"));
+        assert_eq!(line["type"], "command", "{out}");
+        assert_eq!(line["command"], &command[1..], "{out}");
+    }
+    let listed = remote(&env, &s, &["sessions", "list", "--json"]);
+    assert!(listed.status.success(), "{}", stderr(&listed));
+    assert_eq!(stdout(&listed).trim(), "", "no session kept");
 }
 
 /// `keel --server URL run --workspace WS --model script:script.jsonl ARGS…`.
