@@ -59,7 +59,7 @@ pub(super) fn stage2(mut up: UnixStream, spec: &LaunchSpec) -> ! {
     // Found on the command's `PATH` here, so that the standard library starts it with
     // `posix_spawn` (a `vfork`: no copy of this process's memory, no `execve` tried in each
     // `PATH` directory); argv[0] stays as given.
-    let found = super::on_path(program, &env);
+    let found = super::env::on_path(program, &env);
     let devnull = File::open("/dev/null");
     let spawned = devnull.and_then(|null| {
         use std::os::unix::process::CommandExt;
