@@ -13,6 +13,68 @@ use std::time::Duration;
 
 use super::*;
 
+/// The binds of [`ACQUIRE_LEASE`]: `owner` takes the lease for `ttl` from `now` (Unix ms).
+pub(super) fn acquire_binds(
+    owner: &str,
+    ttl: Duration,
+    now: i64,
+    tenant: TenantId,
+    session: SessionId,
+) -> Vec<Bind> {
+    acquire_binds_of(owner, ttl, now, tenant, &[session])
+}
+
+/// The binds of [`ACQUIRE_LEASE`] (one session) or [`ACQUIRE_LEASES`] (the `IN` list's).
+pub(super) fn acquire_binds_of(
+    owner: &str,
+    ttl: Duration,
+    now: i64,
+    tenant: TenantId,
+    sessions: &[SessionId],
+) -> Vec<Bind> {
+    let mut binds = vec![
+        Bind::Text(owner.to_owned()),
+        Bind::Int(expires_ms(now, ttl)),
+        Bind::Int(now_ms()),
+        Bind::Int(now),
+        Bind::Text(tenant.to_string()),
+    ];
+    binds.extend(sessions.iter().map(|s| Bind::Text(s.to_string())));
+    binds
+}
+
+/// The one acquisition rule of [`Store::acquire_lease`] and [`Store::claim_sessions`]: takes
+/// free or expired leases of a tenant's sessions, bumping each epoch (binds: owner, expires_at,
+/// updated_at, now, tenant); the statements below add which sessions.
+macro_rules! acquire_leases {
+    () => {
+        "UPDATE sessions SET lease_owner = ?, lease_epoch = lease_epoch + 1, \
+         lease_expires_at = ?, updated_at = ? \
+         WHERE (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= ?) \
+         AND tenant_id = ?"
+    };
+}
+
+/// Takes one session's lease ([`acquire_leases`]; binds: those and the session).
+pub(super) const ACQUIRE_LEASE: &str = concat!(
+    acquire_leases!(),
+    " AND session_id = ? RETURNING lease_epoch, lease_expires_at"
+);
+
+/// Takes several sessions' leases in one statement ([`acquire_leases`]): followed by
+/// ` AND session_id IN (?, …) RETURNING session_id, lease_epoch, lease_expires_at`.
+pub(super) const ACQUIRE_LEASES: &str = acquire_leases!();
+
+/// Attempts of `acquire_lease` at a lease seen free after a refused attempt.
+pub(super) const ACQUIRE_ATTEMPTS: usize = 8;
+
+/// Whether the `sessions` row has work at a time (one bind: Unix ms): marked runnable, a due
+/// wake-up time, or a posted intent ([`crate::scheduling`]).
+pub(super) const HAS_WORK: &str = "(sessions.runnable = 1 \
+     OR (sessions.wake_at IS NOT NULL AND sessions.wake_at <= ?) \
+     OR EXISTS (SELECT 1 FROM intents WHERE intents.tenant_id = sessions.tenant_id \
+     AND intents.session_id = sessions.session_id))";
+
 impl SqlStore {
     pub(crate) async fn renew_many(
         &self,

@@ -8,11 +8,14 @@ use sqlx::Row;
 use sqlx::any::AnyRow;
 
 use super::{
-    Commit, Dialect, MAX_SEARCH_WORDS, SqlStore, extras, ms_to_time, non_negative, not_found,
-    now_ms, parse_id, parse_json, to_i64,
+    Commit, Dialect, SqlStore, extras, ms_to_time, non_negative, not_found, now_ms, parse_id,
+    parse_json, to_i64,
 };
 use crate::error::Result;
 use crate::types::{MemoryEntry, TranscriptItem};
+
+/// The most words a memory search uses; later ones are ignored.
+const MAX_SEARCH_WORDS: usize = 32;
 
 pub(super) fn memory_from_row(row: &AnyRow) -> Result<MemoryEntry> {
     let key: String = row.try_get("key")?;

@@ -41,11 +41,12 @@ mod sqlite_file;
 mod sqlite_writer;
 mod usage;
 mod waiters;
+mod write;
 
 use std::borrow::Cow;
 use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -57,8 +58,7 @@ use keel_core::{
 };
 use serde_json::Value;
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions, AnyRow};
-use sqlx::pool::PoolConnection;
-use sqlx::{Any, AnyConnection, AnyPool, Connection, Executor, Row};
+use sqlx::{AnyConnection, AnyPool, Connection, Executor, Row};
 use tokio::sync::Mutex;
 use tokio::task::JoinHandle;
 
@@ -84,6 +84,7 @@ use rows::{
 use sqlite_file::{percent_encode_path, prepare_sqlite_file};
 use sqlite_writer::SqliteWriter;
 use waiters::Waiters;
+use write::{Commit, Counters, WriteConn};
 
 /// Poll interval of `wait_for_version` on SQLite (bound on cross-process wake-up latency).
 pub const SQLITE_POLL: Duration = Duration::from_millis(50);
@@ -107,36 +108,6 @@ pub const SQLITE_INTENT_POLL: Duration = Duration::from_millis(500);
 /// (`KEEL_CLOCK_SKEW_MS`, `keel_core::mechanisms::clock_skew_ms`; 0 otherwise).
 pub(crate) fn now_ms() -> i64 {
     Utc::now().timestamp_millis() + keel_core::mechanisms::clock_skew_ms()
-}
-
-/// The binds of [`ACQUIRE_LEASE`]: `owner` takes the lease for `ttl` from `now` (Unix ms).
-fn acquire_binds(
-    owner: &str,
-    ttl: Duration,
-    now: i64,
-    tenant: TenantId,
-    session: SessionId,
-) -> Vec<Bind> {
-    acquire_binds_of(owner, ttl, now, tenant, &[session])
-}
-
-/// The binds of [`ACQUIRE_LEASE`] (one session) or [`ACQUIRE_LEASES`] (the `IN` list's).
-fn acquire_binds_of(
-    owner: &str,
-    ttl: Duration,
-    now: i64,
-    tenant: TenantId,
-    sessions: &[SessionId],
-) -> Vec<Bind> {
-    let mut binds = vec![
-        Bind::Text(owner.to_owned()),
-        Bind::Int(expires_ms(now, ttl)),
-        Bind::Int(now_ms()),
-        Bind::Int(now),
-        Bind::Text(tenant.to_string()),
-    ];
-    binds.extend(sessions.iter().map(|s| Bind::Text(s.to_string())));
-    binds
 }
 
 /// A store over SQLite or PostgreSQL. Cheap to clone.
@@ -172,52 +143,10 @@ struct Inner {
     location: String,
 }
 
-/// The counters behind [`CommitCounts`].
-#[derive(Default)]
-struct Counters {
-    journal: AtomicU64,
-    journal_row_columns: AtomicU64,
-    tables: AtomicU64,
-    leases: AtomicU64,
-}
-
-/// Which [`CommitCounts`] counter a committed write adds to.
-#[derive(Clone, Copy)]
-enum Commit {
-    Journal,
-    Tables,
-    Leases,
-}
-
 impl Drop for Inner {
     fn drop(&mut self) {
         if let Some(l) = &self.listener {
             l.abort();
-        }
-    }
-}
-
-/// A connection to write on: SQLite's writer, or a pooled PostgreSQL connection.
-enum WriteConn {
-    Writer(tokio::sync::OwnedMutexGuard<AnyConnection>),
-    Pooled(PoolConnection<Any>),
-}
-
-impl std::ops::Deref for WriteConn {
-    type Target = AnyConnection;
-    fn deref(&self) -> &AnyConnection {
-        match self {
-            WriteConn::Writer(g) => g,
-            WriteConn::Pooled(c) => c,
-        }
-    }
-}
-
-impl std::ops::DerefMut for WriteConn {
-    fn deref_mut(&mut self) -> &mut AnyConnection {
-        match self {
-            WriteConn::Writer(g) => &mut *g,
-            WriteConn::Pooled(c) => &mut *c,
         }
     }
 }
@@ -228,95 +157,15 @@ impl SqlStore {
         self.inner.dialect
     }
 
-    /// Counts one committed write (called once per write call, after its commit).
-    fn committed(&self, kind: Commit) {
-        let c = &self.inner.commits;
-        let counter = match kind {
-            Commit::Journal => &c.journal,
-            Commit::Tables => &c.tables,
-            Commit::Leases => &c.leases,
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
-    }
-
     fn sql<'a>(&self, sql: &'a str) -> Cow<'a, str> {
         self.inner.dialect.sql(sql)
     }
-
-    async fn write_conn(&self) -> Result<WriteConn> {
-        match &self.inner.writer {
-            Some(w) => {
-                let mut guard = w.clone().lock_owned().await;
-                group_commit::ensure_no_transaction(&mut guard, &self.inner.pool).await;
-                Ok(WriteConn::Writer(guard))
-            }
-            None => Ok(WriteConn::Pooled(self.inner.pool.acquire().await?)),
-        }
-    }
-
-    /// `e`, naming this store's file or server when it says the disk is full.
-    fn located(&self, e: StoreError) -> StoreError {
-        match e {
-            StoreError::DiskFull { detail, .. } => StoreError::DiskFull {
-                location: self.inner.location.clone(),
-                detail,
-            },
-            other => other,
-        }
-    }
-
-    async fn begin<'c>(&self, conn: &'c mut AnyConnection) -> Result<sqlx::Transaction<'c, Any>> {
-        Ok(match self.inner.dialect {
-            Dialect::Sqlite => conn.begin_with("BEGIN IMMEDIATE").await?,
-            Dialect::Postgres => conn.begin().await?,
-        })
-    }
 }
-
-/// The one acquisition rule of [`Store::acquire_lease`] and [`Store::claim_sessions`]: takes
-/// free or expired leases of a tenant's sessions, bumping each epoch (binds: owner, expires_at,
-/// updated_at, now, tenant); the statements below add which sessions.
-macro_rules! acquire_leases {
-    () => {
-        "UPDATE sessions SET lease_owner = ?, lease_epoch = lease_epoch + 1, \
-         lease_expires_at = ?, updated_at = ? \
-         WHERE (lease_owner IS NULL OR lease_expires_at IS NULL OR lease_expires_at <= ?) \
-         AND tenant_id = ?"
-    };
-}
-
-/// Takes one session's lease ([`acquire_leases`]; binds: those and the session).
-const ACQUIRE_LEASE: &str = concat!(
-    acquire_leases!(),
-    " AND session_id = ? RETURNING lease_epoch, lease_expires_at"
-);
-
-/// Takes several sessions' leases in one statement ([`acquire_leases`]): followed by
-/// ` AND session_id IN (?, …) RETURNING session_id, lease_epoch, lease_expires_at`.
-const ACQUIRE_LEASES: &str = acquire_leases!();
-
-/// Attempts of `acquire_lease` at a lease seen free after a refused attempt.
-const ACQUIRE_ATTEMPTS: usize = 8;
-
-/// Whether the `sessions` row has work at a time (one bind: Unix ms): marked runnable, a due
-/// wake-up time, or a posted intent ([`crate::scheduling`]).
-const HAS_WORK: &str = "(sessions.runnable = 1 \
-     OR (sessions.wake_at IS NOT NULL AND sessions.wake_at <= ?) \
-     OR EXISTS (SELECT 1 FROM intents WHERE intents.tenant_id = sessions.tenant_id \
-     AND intents.session_id = sessions.session_id))";
-
-/// The suffix of the channel of journal and intent waiters (payload: a session id).
-const EVENTS_CHANNEL: &str = "_keel_events";
-/// The suffix of the channel of `wait_for_work` (payload: `<tenant>:<session>`).
-const WORK_CHANNEL: &str = "_keel_work";
 
 /// The prefix of an intent notification's payload on the events channel: `intent:<session>`
 /// wakes that session's `wait_for_intent` callers only (an append's payload, the bare session
 /// id, wakes its `wait_for_version` callers only).
 const INTENT_PREFIX: &str = "intent:";
-
-/// The most words a memory search uses; later ones are ignored.
-const MAX_SEARCH_WORDS: usize = 32;
 
 #[async_trait]
 impl Store for SqlStore {

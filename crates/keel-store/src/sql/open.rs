@@ -3,6 +3,11 @@
 
 use super::*;
 
+/// The suffix of the channel of journal and intent waiters (payload: a session id).
+pub(super) const EVENTS_CHANNEL: &str = "_keel_events";
+/// The suffix of the channel of `wait_for_work` (payload: `<tenant>:<session>`).
+pub(super) const WORK_CHANNEL: &str = "_keel_work";
+
 /// How many of an SQLite pool's readers [`warm_readers`] opens ahead of the first reads.
 const SQLITE_WARM_READERS: usize = 3;
 

@@ -5,7 +5,7 @@
 //! A claim's candidates are the union of three small sets, each read through an index: sessions
 //! marked runnable (`sessions_runnable`), due wake-up times (`sessions_by_wake`) and sessions
 //! with intents (the intents' primary key); the lease, deferral and schema conditions filter
-//! those. The claim then takes the picked sessions' leases with [`super::ACQUIRE_LEASES`] (the
+//! those. The claim then takes the picked sessions' leases with [`super::leases::ACQUIRE_LEASES`] (the
 //! rule of `acquire_lease`) over their ids, one statement per [`CLAIM_CHUNK`], in the same
 //! transaction: the same fencing rule (epoch + 1, also for the same owner). A claim with a
 //! tenant limit first counts the tenant's live leases in that transaction, after taking the
@@ -20,9 +20,9 @@ use keel_core::mechanisms::{Mechanism, is_off};
 use keel_core::{LeaseEpoch, SessionStatus, TenantId};
 use sqlx::Row;
 
+use super::leases::{ACQUIRE_LEASES, acquire_binds_of};
 use super::{
-    ACQUIRE_LEASES, Commit, Dialect, SqlStore, acquire_binds_of, batch, corrupt, ms_to_time,
-    non_negative, now_ms, parse_id, to_i64,
+    Commit, Dialect, SqlStore, batch, corrupt, ms_to_time, non_negative, now_ms, parse_id, to_i64,
 };
 use crate::error::{Result, StoreError};
 use crate::scheduling::{Claim, TenantBacklog, TokenWindow};
